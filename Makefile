@@ -1,0 +1,71 @@
+# mlxfleet developer entry points. CI runs `make check` and `make test` (see .ci/run).
+SHELL := /bin/bash
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install check lint format typecheck contracts crds crds-check test test-fast test-slow \
+        cluster-up cluster-down control-plane demo demo-down bench report-sample clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=25.1"
+	$(BIN)/python -m pip install -q -e ".[operator,agent]" --group dev
+	@touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install mlxfleet editable with dev tools (idempotent)
+
+check: $(STAMP) lint typecheck contracts crds-check  ## everything CI checks besides tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+contracts: $(STAMP)
+	$(BIN)/lint-imports
+
+crds: $(STAMP)  ## regenerate crds/ from the pydantic models
+	$(BIN)/mlxfleet crds --out crds
+
+crds-check: $(STAMP)
+	$(BIN)/mlxfleet crds --check --out crds
+
+control-plane: $(STAMP)  ## build (once, cached) etcd + kube-apiserver
+	scripts/build-control-plane.sh
+
+test: $(STAMP) control-plane  ## fast suites, then the slow ones once the fast pass
+	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "slow" $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not slow and not cluster and not mlx and not s3" $(PYTEST_ARGS)
+
+cluster-up: $(STAMP) control-plane  ## start etcd + kube-apiserver on loopback; writes .dev/kubeconfig
+	$(BIN)/mlxfleet dev cluster-up
+
+cluster-down: $(STAMP)
+	$(BIN)/mlxfleet dev cluster-down
+
+demo: $(STAMP) control-plane  ## the one-command local demo
+	$(BIN)/mlxfleet dev demo
+
+demo-down: $(STAMP)
+	$(BIN)/mlxfleet dev demo-down
+
+bench: $(STAMP)  ## data-plane + swap benchmark (agent vs mlx_lm.server directly)
+	$(BIN)/python -m benchmarks.agent_bench
+
+report-sample: $(STAMP)  ## sample weekly report + monthly executive PDF into out/
+	$(BIN)/mlxfleet report sample --out out/reports
+
+clean:
+	rm -rf $(VENV) .dev .mypy_cache .ruff_cache .pytest_cache

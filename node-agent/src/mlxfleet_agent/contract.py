@@ -1,0 +1,277 @@
+"""Pydantic models of the node agent's HTTP API: the wire contract between operator and agent.
+
+This is the only agent module (with the pure `memory` estimate) that the operator imports.
+May import: pydantic and the standard library only. Called by: the agent's app/slots code and the
+operator's agent client adapter. Field names on the wire are camelCase; Python names snake_case.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+API_PREFIX = "/v1"
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+SOURCE_SCHEMES = ("file", "hf", "s3")
+HF_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+class Wire(BaseModel):
+    """Base for every contract model: camelCase on the wire, tolerant of fields added later."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="ignore",
+    )
+
+
+class StrictWire(Wire):
+    """Request bodies: unknown fields are rejected so typos surface as 422 naming the field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------------------------
+# Model sources
+# --------------------------------------------------------------------------------------------
+
+
+class SourceError(ValueError):
+    """A model source string that is not `file:///abs`, `hf://org/repo` or `s3://bucket/prefix`."""
+
+
+def check_source(value: str) -> str:
+    """Validate a model source and return it unchanged; raise SourceError naming what is allowed."""
+    allowed = "file:///<absolute path>, hf://<org>/<repo> or s3://<bucket>/<prefix>"
+    parts = urlsplit(value)
+    if parts.scheme not in SOURCE_SCHEMES:
+        raise SourceError(f"unknown scheme {parts.scheme!r}: allowed are {allowed}")
+    if parts.scheme == "file":
+        if parts.netloc:
+            raise SourceError(f"file source must be file:///<absolute path>, got {value!r}")
+        if not parts.path.startswith("/"):
+            raise SourceError("file source path must be absolute")
+        if any(seg in ("..", ".") for seg in parts.path.split("/")):
+            raise SourceError("file source path must not contain '.' or '..' segments")
+    elif parts.scheme == "hf":
+        repo = parts.netloc + parts.path
+        if not HF_REPO.match(repo):
+            raise SourceError(f"hf source must be hf://<org>/<repo>, got {value!r}")
+    else:
+        if not S3_BUCKET.match(parts.netloc):
+            raise SourceError(f"s3 source must be s3://<bucket>/<prefix>, got {value!r}")
+        if ".." in parts.path.split("/"):
+            raise SourceError("s3 prefix must not contain '..' segments")
+    if parts.query or parts.fragment:
+        raise SourceError("model source must not carry a query or fragment")
+    return value
+
+
+ModelSource = Annotated[str, Field(min_length=4, max_length=2048), AfterValidator(check_source)]
+
+
+# --------------------------------------------------------------------------------------------
+# Slots (desired state, PUT /v1/slots/{name})
+# --------------------------------------------------------------------------------------------
+
+
+class SwapStrategy(StrEnum):
+    AUTO = "auto"
+    SURGE = "surge"
+    HOLD = "hold"
+
+
+class SlotPhase(StrEnum):
+    PENDING = "Pending"
+    DOWNLOADING = "Downloading"
+    LOADING = "Loading"
+    WARMING = "Warming"
+    READY = "Ready"
+    SWAPPING = "Swapping"
+    FAILED = "Failed"
+
+
+class SwapOutcome(StrEnum):
+    COMPLETED = "Completed"
+    ROLLED_BACK = "RolledBack"
+    FAILED = "Failed"
+
+
+class ServerOptions(StrictWire):
+    """mlx-lm server options; the same names as ModelDeployment spec.server."""
+
+    decode_concurrency: int | None = Field(default=None, ge=1, le=1024)
+    prompt_concurrency: int | None = Field(default=None, ge=1, le=1024)
+    max_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
+    kv_bits: Literal[4, 8] | None = None
+    chat_template_args: dict[str, Any] | None = None
+
+
+class SwapPolicy(StrictWire):
+    strategy: SwapStrategy = SwapStrategy.AUTO
+    drain_timeout_seconds: int = Field(default=300, ge=1, le=3600)
+
+
+class SlotSpec(StrictWire):
+    """Desired state of one slot. Equal specs are idempotent; a different source/revision swaps."""
+
+    source: ModelSource
+    revision: str | None = Field(default=None, min_length=1, max_length=256)
+    served_name: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+    context_length: int = Field(default=8192, ge=256, le=1_048_576)
+    max_concurrency: int = Field(default=4, ge=1, le=256)
+    memory_bytes: int | None = Field(
+        default=None, ge=1, description="Overrides the estimate (ModelDeployment spec.resources.memory)."
+    )
+    server: ServerOptions = Field(default_factory=ServerOptions)
+    swap: SwapPolicy = Field(default_factory=SwapPolicy)
+
+    def model_identity(self) -> tuple[str, str | None]:
+        """What a swap changes: the weights. Other fields restart in place (also zero-drop)."""
+        return (self.source, self.revision)
+
+
+class SlotStatus(Wire):
+    name: str
+    served_name: str
+    source: str
+    revision: str | None = None
+    phase: SlotPhase
+    ready: bool
+    backend_port: int | None = None
+    in_flight: int = 0
+    queued: int = 0
+    restarts: int = 0
+    last_error: str | None = None
+    estimated_memory_bytes: int | None = None
+    spec: SlotSpec | None = None
+    active_swap: str | None = Field(default=None, description="id of the swap in progress")
+
+
+class SwapRecord(Wire):
+    """One swap of one slot, newest first in GET /v1/slots/{name}/swaps."""
+
+    id: str
+    slot: str
+    requested_strategy: SwapStrategy
+    strategy: SwapStrategy = Field(description="what auto resolved to: surge or hold")
+    from_source: str | None = None
+    from_revision: str | None = None
+    to_source: str
+    to_revision: str | None = None
+    started_at: datetime
+    new_ready_at: datetime | None = None
+    switched_at: datetime | None = None
+    old_drained_at: datetime | None = None
+    old_stopped_at: datetime | None = None
+    finished_at: datetime | None = None
+    requests_served: int = 0
+    requests_failed: int = 0
+    max_queue_wait_ms: float = 0.0
+    outcome: SwapOutcome | None = Field(default=None, description="None while in progress")
+    reason: str | None = None
+
+
+class SwapList(Wire):
+    items: list[SwapRecord]
+
+
+# --------------------------------------------------------------------------------------------
+# Model store
+# --------------------------------------------------------------------------------------------
+
+
+class ModelShape(Wire):
+    """What the memory estimate needs from a model's config.json (GQA: kv heads, not heads)."""
+
+    num_layers: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    dtype_bytes: float = Field(default=2.0, gt=0, description="bytes per KV element unquantized")
+
+
+class CachedModel(Wire):
+    id: str = Field(description="stable id of the cached copy (derived from source and revision)")
+    source: str
+    revision: str | None = None
+    size_bytes: int = Field(ge=0, description="sum of the weight files (safetensors) on disk")
+    total_bytes: int = Field(default=0, ge=0, description="everything on disk for this model")
+    shape: ModelShape | None = None
+    last_used: datetime | None = None
+    in_use: bool = False
+
+
+class ModelList(Wire):
+    items: list[CachedModel]
+
+
+class PrefetchRequest(StrictWire):
+    source: ModelSource
+    revision: str | None = Field(default=None, min_length=1, max_length=256)
+
+
+# --------------------------------------------------------------------------------------------
+# GET /v1/state
+# --------------------------------------------------------------------------------------------
+
+
+class MemoryInfo(Wire):
+    total_bytes: int
+    available_bytes: int
+    budget_bytes: int = Field(description="what slots may use: total x usable fraction - reserved")
+    slots_estimated_bytes: int = 0
+    pressure: Literal["normal", "warn", "critical"] = "normal"
+
+
+class DiskInfo(Wire):
+    free_bytes: int
+    total_bytes: int
+
+
+class AgentState(Wire):
+    agent_version: str
+    os: str
+    mlx_version: str | None = None
+    mlx_lm_version: str | None = None
+    chip: str
+    memory: MemoryInfo
+    disk: DiskInfo
+    data_port: int
+    started_at: datetime
+    slots: list[SlotStatus]
+    cached_models: list[CachedModel]
+    counters: dict[str, float] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# Errors (4xx bodies)
+# --------------------------------------------------------------------------------------------
+
+
+class ErrorDetail(Wire):
+    field: str | None = Field(default=None, description="dotted path of the offending field")
+    message: str
+    allowed: str | None = None
+
+
+class ErrorBody(Wire):
+    error: ErrorDetail
+
+
+class InsufficientMemory(Wire):
+    """507 body: the model (plus its KV cache) does not fit the agent's memory budget."""
+
+    error: ErrorDetail
+    estimate_bytes: int
+    budget_bytes: int
+    free_bytes: int

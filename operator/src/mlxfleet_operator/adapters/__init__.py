@@ -1,0 +1,1 @@
+"""adapters layer of the operator (see STYLE.md)."""

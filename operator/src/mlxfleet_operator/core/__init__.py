@@ -1,0 +1,1 @@
+"""core layer of the operator (see STYLE.md)."""

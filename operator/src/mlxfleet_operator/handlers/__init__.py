@@ -1,0 +1,1 @@
+"""handlers layer of the operator (see STYLE.md)."""

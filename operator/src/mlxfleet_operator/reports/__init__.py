@@ -1,0 +1,1 @@
+"""reports layer of the operator (see STYLE.md)."""

@@ -1,0 +1,1 @@
+"""Fixtures: cluster (see module owner)."""

@@ -1,0 +1,1 @@
+"""Fixtures: models (see module owner)."""

@@ -1,0 +1,1 @@
+"""Fixtures: s3 (see module owner)."""
