@@ -1,1 +1,44 @@
-"""Fixtures: models (see module owner)."""
+"""Fixtures: tiny llama models generated locally (mlxfleet_agent.devmodels), once per session.
+
+`model_a` and `model_b` load in mlx_lm and differ in their weights (seeds 1 and 2), so a test can
+tell which one answered; `broken_model` looks like a model but fails to load (rollback tests).
+May import: pytest, mlxfleet_agent.devmodels. Called by: any test (loaded via tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mlxfleet_agent import devmodels
+
+SEED_A = 1
+SEED_B = 2
+
+
+def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's folder of generated models (shared by every fixture here)."""
+    return tmp_path_factory.getbasetemp() / "models"
+
+
+def make_model(
+    tmp_path_factory: pytest.TempPathFactory, name: str, *, seed: int, broken: bool = False
+) -> Path:
+    """Generate (or reuse, within the session) the model `name` under models_root()."""
+    return devmodels.generate_model(models_root(tmp_path_factory) / name, seed=seed, broken=broken)
+
+
+@pytest.fixture(scope="session")
+def model_a(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model(tmp_path_factory, "model-a", seed=SEED_A)
+
+
+@pytest.fixture(scope="session")
+def model_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model(tmp_path_factory, "model-b", seed=SEED_B)
+
+
+@pytest.fixture(scope="session")
+def broken_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model(tmp_path_factory, "model-broken", seed=SEED_A, broken=True)
