@@ -1,0 +1,96 @@
+"""Condition bookkeeping (pure): set one condition, keeping `lastTransitionTime` unless the
+status flips, and the kstatus trio Ready / Reconciling / Stalled derived from one verdict.
+
+May import: the standard library and `api.conditions`. Called by: core status functions and the
+handlers (which always write the whole list: kopf merge patches replace lists).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from mlxfleet_operator.api import conditions as api
+
+TRUE = api.ConditionStatus.TRUE
+FALSE = api.ConditionStatus.FALSE
+
+
+def set_condition(
+    current: Sequence[api.Condition],
+    *,
+    kind: api.ConditionType | str,
+    status: api.ConditionStatus | bool,
+    reason: api.Reason | str,
+    message: str,
+    generation: int | None,
+    now: datetime,
+) -> list[api.Condition]:
+    """Return a new list with `kind` set; other conditions keep their order and values."""
+    if isinstance(status, bool):
+        status = TRUE if status else FALSE
+    wanted = str(kind)
+    old = api.find(list(current), wanted)
+    since = old.last_transition_time if old is not None and old.status is status else now
+    new = api.Condition(
+        type=wanted,
+        status=status,
+        reason=str(reason),
+        message=message[:32768],
+        observed_generation=generation,
+        last_transition_time=since,
+    )
+    out = [c for c in current if c.type != wanted]
+    index = next((i for i, c in enumerate(current) if c.type == wanted), len(out))
+    out.insert(index, new)
+    return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One object's summary: ready, converging (reconciling) or stuck until a person acts."""
+
+    ready: bool
+    reason: api.Reason | str
+    message: str
+    reconciling: bool = False
+    stalled: bool = False
+
+
+def apply_verdict(
+    current: Sequence[api.Condition], verdict: Verdict, *, generation: int | None, now: datetime
+) -> list[api.Condition]:
+    """Ready, Reconciling and Stalled from one verdict (kstatus: never Reconciling and Stalled)."""
+    out = set_condition(
+        current,
+        kind=api.ConditionType.READY,
+        status=verdict.ready,
+        reason=verdict.reason,
+        message=verdict.message,
+        generation=generation,
+        now=now,
+    )
+    reconciling = verdict.reconciling and not verdict.stalled
+    out = set_condition(
+        out,
+        kind=api.ConditionType.RECONCILING,
+        status=reconciling,
+        reason=verdict.reason
+        if reconciling
+        else api.Reason.READY
+        if verdict.ready
+        else verdict.reason,
+        message=verdict.message if reconciling else "",
+        generation=generation,
+        now=now,
+    )
+    return set_condition(
+        out,
+        kind=api.ConditionType.STALLED,
+        status=verdict.stalled,
+        reason=verdict.reason,
+        message=verdict.message if verdict.stalled else "",
+        generation=generation,
+        now=now,
+    )

@@ -1,0 +1,66 @@
+"""Deterministic names: agent slot names, Service names and SwapPlan names.
+
+May import: the standard library. Called by: handlers (slot PUT/DELETE, Service, SwapPlan create).
+A name derived here must be the same on every operator replica and after every restart, so the
+agent's declarative API and `create` (409 = already there) make repeated work harmless.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+DNS_LABEL_MAX = 63
+_NOT_LABEL = re.compile(r"[^a-z0-9-]+")
+HASH_LEN = 8
+
+
+def _digest(*parts: str) -> str:
+    joined = "\x00".join(parts).encode()
+    return hashlib.sha256(joined).hexdigest()[:HASH_LEN]
+
+
+def _label(text: str, *, limit: int) -> str:
+    cleaned = _NOT_LABEL.sub("-", text.lower()).strip("-")
+    return cleaned[:limit].rstrip("-")
+
+
+def slot_name(namespace: str, name: str) -> str:
+    """The agent slot name for a ModelDeployment: a DNS label, unique per (namespace, name).
+
+    `<namespace>-<name>-<hash8>`: readable, and the hash (of the exact pair) keeps `a-b`/`c` and
+    `a`/`b-c` apart and keeps long names under 63 characters.
+    """
+    suffix = _digest(namespace, name)
+    base = _label(f"{namespace}-{name}", limit=DNS_LABEL_MAX - HASH_LEN - 1)
+    return f"{base}-{suffix}" if base else f"s-{suffix}"
+
+
+def service_name(deployment: str) -> str:
+    """Service (and EndpointSlice prefix) for a ModelDeployment: a DNS-1035 label.
+
+    The deployment name itself when it already is one (the common case), else a cleaned,
+    hash-suffixed form (names may be DNS subdomains with dots, or start with a digit).
+    """
+    if len(deployment) <= DNS_LABEL_MAX and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", deployment):
+        return deployment
+    base = _label(deployment, limit=DNS_LABEL_MAX - HASH_LEN - 4)
+    return f"md-{base}-{_digest(deployment)}" if base else f"md-{_digest(deployment)}"
+
+
+def endpoint_slice_name(service: str, port: int) -> str:
+    """One EndpointSlice per data-plane port (agents on one host listen on different ports)."""
+    base = service[: 253 - 12]
+    return f"{base}-p{port}"
+
+
+def swap_plan_name(deployment: str, source: str, revision: str | None, *, generation: int) -> str:
+    """SwapPlan created by the operator for one model change: same change => same name.
+
+    The hash covers the target and the deployment generation that asked for it, so an operator
+    restarted between "create plan" and "record it in status" finds its plan (409) instead of
+    making a second one, a plan that rolled back is not silently retried, and going back and
+    forth between two models (A -> B -> A -> B) still gets a fresh plan each time.
+    """
+    suffix = _digest(source, revision or "", str(generation))
+    return f"{deployment[: 253 - HASH_LEN - 1]}-{suffix}"

@@ -1,0 +1,207 @@
+"""Placement: which InferenceNodes carry a ModelDeployment's replicas (pure).
+
+May import: the standard library. Called by: the ModelDeployment handler, after the adapters have
+turned InferenceNode statuses into `NodeView`s and the shared memory estimate into `footprint`.
+
+Filters (each rejection names the node and why): explicit nodes, label selector, cordon, Ready,
+memory fit (node budget minus what other slots already use), one replica per node. Scoring:
+weights already cached first, then Spread (most room left) or BinPack (least room left), then name.
+Stability: a replica already placed on a node that is still eligible stays there, healthy or not
+yet failed over, even when a better node appeared; replicas are never counted twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+
+class Strategy(StrEnum):
+    SPREAD = "Spread"
+    BIN_PACK = "BinPack"
+
+
+class Reason(StrEnum):
+    """Why a node cannot take a replica (one per node, the first filter that failed)."""
+
+    NOT_LISTED = "NotInExplicitNodes"
+    SELECTOR = "NodeSelectorMismatch"
+    CORDONED = "Unschedulable"
+    NOT_READY = "NotReady"
+    MEMORY = "InsufficientMemory"
+    TOO_SMALL = "LargerThanNodeBudget"
+    HAS_REPLICA = "AlreadyHostsReplica"
+    NOT_NEEDED = "NotNeeded"
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What placement needs to know about one InferenceNode."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: bool = False
+    ready: bool = True
+    not_ready_since: datetime | None = None
+    budget_bytes: int = 0
+    used_bytes: int = 0  # by other slots than this deployment's
+    cached: frozenset[str] = frozenset()  # model keys (see `model_key`) with weights on disk
+
+
+@dataclass(frozen=True)
+class Request:
+    """The deployment's placement intent."""
+
+    replicas: int
+    footprint_bytes: int
+    model: str  # `model_key(source, revision)` of the model new replicas will load
+    strategy: Strategy = Strategy.SPREAD
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    nodes: tuple[str, ...] | None = None  # explicit node names, or None for any
+
+
+@dataclass(frozen=True)
+class Rejection:
+    node: str
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    nodes: tuple[str, ...]  # kept replicas first (in their old order), then new ones by score
+    kept: tuple[str, ...]
+    added: tuple[str, ...]
+    dropped: tuple[str, ...]  # previously placed, no longer wanted (slots to remove)
+    rejections: tuple[Rejection, ...]
+    missing: int  # replicas that found no node
+    fits_nowhere: bool  # footprint larger than every candidate's whole budget: needs a human
+
+    def rejection_summary(self) -> str:
+        return "; ".join(
+            f"{r.node}: {r.message}" for r in self.rejections if r.reason != Reason.NOT_NEEDED
+        )
+
+
+def model_key(source: str, revision: str | None) -> str:
+    return f"{source}@{revision}" if revision else source
+
+
+def gib(value: int) -> str:
+    return f"{value / 2**30:.2f} GiB"
+
+
+def _static_reject(node: NodeView, request: Request) -> Rejection | None:
+    """Filters that do not depend on readiness, free memory or the other replicas."""
+    if request.nodes is not None and node.name not in request.nodes:
+        return Rejection(node.name, Reason.NOT_LISTED, "not in spec.placement.nodes")
+    missing = {k: v for k, v in request.node_selector.items() if node.labels.get(k) != v}
+    if missing:
+        wanted = ",".join(f"{k}={v}" for k, v in sorted(missing.items()))
+        return Rejection(node.name, Reason.SELECTOR, f"labels do not match {wanted}")
+    if request.footprint_bytes > node.budget_bytes:
+        return Rejection(
+            node.name,
+            Reason.TOO_SMALL,
+            f"needs {gib(request.footprint_bytes)} ({request.footprint_bytes} bytes), "
+            f"node budget is {gib(node.budget_bytes)} ({node.budget_bytes} bytes)",
+        )
+    return None
+
+
+def _within_grace(node: NodeView, *, now: datetime, failover_delay: timedelta) -> bool:
+    """A node that went NotReady less than `failover_delay` ago keeps its replicas (no flapping)."""
+    if node.ready:
+        return True
+    return node.not_ready_since is not None and now - node.not_ready_since < failover_delay
+
+
+def _free(node: NodeView) -> int:
+    return node.budget_bytes - node.used_bytes
+
+
+def _score(node: NodeView, request: Request) -> tuple[int, int, str]:
+    """Sort key, smallest first: cached weights, then room left per strategy, then name."""
+    cached = 0 if request.model in node.cached else 1
+    left = _free(node) - request.footprint_bytes
+    room = -left if request.strategy == Strategy.SPREAD else left
+    return (cached, room, node.name)
+
+
+def place(
+    request: Request,
+    nodes: Sequence[NodeView],
+    current: Sequence[str],
+    *,
+    now: datetime,
+    failover_delay: timedelta,
+) -> Decision:
+    """Choose `request.replicas` distinct nodes, keeping `current` replicas where still eligible."""
+    by_name = {n.name: n for n in nodes}
+    rejections: dict[str, Rejection] = {}
+    static_ok: list[NodeView] = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        rejected = _static_reject(node, request)
+        if rejected is None:
+            static_ok.append(node)
+        else:
+            rejections[node.name] = rejected
+
+    kept: list[str] = []
+    for name in dict.fromkeys(current):  # de-duplicated, order kept: never count a replica twice
+        held = by_name.get(name)
+        if held is None or name in rejections or len(kept) >= request.replicas:
+            continue
+        if not _within_grace(held, now=now, failover_delay=failover_delay):
+            continue
+        if _free(held) < request.footprint_bytes:  # own usage is excluded from used_bytes
+            continue
+        kept.append(name)
+
+    added: list[str] = []
+    candidates: list[NodeView] = []
+    for node in static_ok:
+        if node.name in kept:
+            continue
+        if node.unschedulable:
+            rejections[node.name] = Rejection(
+                node.name, Reason.CORDONED, "cordoned (spec.unschedulable)"
+            )
+        elif not node.ready:
+            rejections[node.name] = Rejection(node.name, Reason.NOT_READY, "node is not Ready")
+        elif _free(node) < request.footprint_bytes:
+            rejections[node.name] = Rejection(
+                node.name,
+                Reason.MEMORY,
+                f"needs {gib(request.footprint_bytes)}, free {gib(max(_free(node), 0))} of "
+                f"{gib(node.budget_bytes)} budget",
+            )
+        else:
+            candidates.append(node)
+    for node in sorted(candidates, key=lambda n: _score(n, request)):
+        if len(kept) + len(added) >= request.replicas:
+            rejections[node.name] = Rejection(node.name, Reason.NOT_NEEDED, "enough replicas")
+            continue
+        added.append(node.name)
+
+    chosen = (*kept, *added)
+    dropped = tuple(n for n in dict.fromkeys(current) if n not in chosen)
+    for name in chosen:
+        rejections.pop(name, None)
+    eligible_budget = [
+        n
+        for n in nodes
+        if n.name not in rejections
+        or rejections[n.name].reason not in (Reason.NOT_LISTED, Reason.SELECTOR, Reason.TOO_SMALL)
+    ]
+    return Decision(
+        nodes=chosen,
+        kept=tuple(kept),
+        added=tuple(added),
+        dropped=dropped,
+        rejections=tuple(rejections[k] for k in sorted(rejections)),
+        missing=request.replicas - len(chosen),
+        fits_nowhere=request.replicas > 0 and bool(nodes) and not eligible_budget,
+    )

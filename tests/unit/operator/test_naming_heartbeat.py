@@ -1,0 +1,83 @@
+"""Deterministic names and heartbeat debounce."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from mlxfleet_operator.core import heartbeat, naming
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name"),
+    [
+        pytest.param("default", "chat", id="short"),
+        pytest.param("team-a", "x" * 253, id="long"),
+        pytest.param("ns", "llama.3-8b", id="dots"),
+        pytest.param("a" * 63, "9model", id="long-namespace"),
+    ],
+)
+def test_slot_name_is_a_dns_label_and_stable(namespace: str, name: str) -> None:
+    slot = naming.slot_name(namespace, name)
+    assert LABEL.match(slot)
+    assert slot == naming.slot_name(namespace, name)
+
+
+def test_slot_names_do_not_collide_on_dashes() -> None:
+    assert naming.slot_name("a-b", "c") != naming.slot_name("a", "b-c")
+    assert naming.slot_name("default", "chat").startswith("default-chat-")
+
+
+def test_service_name() -> None:
+    assert naming.service_name("chat") == "chat"
+    long = naming.service_name("llama.3." + "x" * 80)
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", long)
+    assert len(long) <= 63
+
+
+def test_swap_plan_name_depends_on_target_and_generation() -> None:
+    a = naming.swap_plan_name("chat", "file:///a", None, generation=2)
+    assert a == naming.swap_plan_name("chat", "file:///a", None, generation=2)
+    assert a != naming.swap_plan_name("chat", "file:///b", None, generation=2)
+    assert a != naming.swap_plan_name("chat", "file:///a", "v2", generation=2)
+    assert a != naming.swap_plan_name("chat", "file:///a", None, generation=3)
+
+
+def run(
+    results: list[bool], threshold: int = 3, start: heartbeat.Health | None = None
+) -> list[heartbeat.Observation]:
+    health = start or heartbeat.Health()
+    out = []
+    for i, ok in enumerate(results):
+        obs = heartbeat.observe(health, ok=ok, now=NOW + timedelta(seconds=i), threshold=threshold)
+        out.append(obs)
+        health = obs.health
+    return out
+
+
+def test_one_slow_answer_does_not_flap() -> None:
+    obs = run([True, False, True, False, False, True])
+    assert [o.health.ready for o in obs] == [True] * 6
+    assert [o.flipped for o in obs] == [True, False, False, False, False, False]
+
+
+def test_n_consecutive_misses_make_not_ready_once() -> None:
+    obs = run([True, False, False, False, False, True])
+    assert [o.health.ready for o in obs] == [True, True, True, False, False, True]
+    assert [o.flipped for o in obs] == [True, False, False, True, False, True]
+    assert obs[3].health.last_heartbeat == NOW
+
+
+def test_new_node_waits_for_threshold_before_judging() -> None:
+    obs = run([False, False, False])
+    assert [o.health.ready for o in obs] == [None, None, False]
+
+
+def test_threshold_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="threshold"):
+        heartbeat.observe(heartbeat.Health(), ok=True, now=NOW, threshold=0)

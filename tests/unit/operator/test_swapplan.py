@@ -1,0 +1,151 @@
+"""SwapPlan state machine: one node at a time, resume without repeating, rollback, pause."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from mlxfleet_agent import contract
+from mlxfleet_operator.core import swapplan as sp
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+OLD = "file:///models/a"
+NEW = "file:///models/b"
+TARGET = sp.Target(source=NEW)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def record(start: float, outcome: contract.SwapOutcome | None, **kw: object) -> contract.SwapRecord:
+    data: dict[str, object] = {
+        "id": f"s{start}",
+        "slot": "slot",
+        "requested_strategy": "auto",
+        "strategy": "surge",
+        "from_source": OLD,
+        "to_source": NEW,
+        "started_at": at(start),
+        "outcome": outcome,
+        "requests_served": 10,
+        "requests_failed": 0,
+    }
+    if outcome is not None:
+        data["finished_at"] = at(start + 3)
+        data["switched_at"] = at(start + 2)
+    data.update(kw)
+    return contract.SwapRecord.model_validate(data)
+
+
+def slot(source: str = OLD, *swaps: contract.SwapRecord, ready: bool = True) -> sp.NodeSlot:
+    return sp.NodeSlot(reachable=True, source=source, ready=ready, swaps=swaps)
+
+
+def step(
+    state: sp.PlanState, slots: dict[str, sp.NodeSlot], now: float, *, paused: bool = False
+) -> sp.Advance:
+    return sp.advance(
+        state, target=TARGET, nodes=["a", "b"], paused=paused, slots=slots, now=at(now)
+    )
+
+
+def test_runs_one_node_at_a_time_to_completion() -> None:
+    first = step(sp.PlanState(), {"a": slot(), "b": slot()}, 0)
+    assert first.actions == (sp.PutTarget("a"),)
+    assert [s.phase for s in first.state.steps] == [sp.StepPhase.RUNNING, sp.StepPhase.PENDING]
+    assert first.state.phase == sp.PlanPhase.PROGRESSING
+    # agent still swapping: nothing new is started on b
+    mid = step(first.state, {"a": slot(OLD, record(1, None)), "b": slot()}, 2)
+    assert mid.actions == ()
+    assert mid.state.steps[1].phase == sp.StepPhase.PENDING
+    done_a = step(
+        mid.state, {"a": slot(NEW, record(1, contract.SwapOutcome.COMPLETED)), "b": slot()}, 5
+    )
+    assert done_a.actions == (sp.PutTarget("b"),)
+    a = done_a.state.steps[0]
+    assert a.phase == sp.StepPhase.COMPLETED
+    assert (a.requests_served, a.requests_failed, a.strategy) == (10, 0, "surge")
+    assert done_a.state.progress == "1/2"
+    done = step(
+        done_a.state, {"a": slot(NEW), "b": slot(NEW, record(6, contract.SwapOutcome.COMPLETED))}, 9
+    )
+    assert done.state.phase == sp.PlanPhase.COMPLETED
+    assert done.state.progress == "2/2"
+    assert done.state.completed_at == at(9)
+
+
+def test_resume_never_repeats_a_finished_step() -> None:
+    # status says a is done and b is running; the operator restarted before b's PUT went out
+    state = sp.PlanState(
+        phase=sp.PlanPhase.PROGRESSING,
+        steps=(
+            sp.Step("a", sp.StepPhase.COMPLETED),
+            sp.Step("b", sp.StepPhase.RUNNING, started_at=at(10)),
+        ),
+    )
+    old_a = record(1, contract.SwapOutcome.COMPLETED)
+    out = step(state, {"a": slot(NEW, old_a), "b": slot(OLD)}, 20)
+    assert out.actions == (sp.PutTarget("b"),)  # re-sent: declarative, harmless
+    assert out.state.steps[0].phase == sp.StepPhase.COMPLETED
+    # b's record from before the restart is followed, not a new swap
+    done = step(
+        out.state, {"a": slot(NEW), "b": slot(NEW, record(11, contract.SwapOutcome.COMPLETED))}, 25
+    )
+    assert done.actions == ()
+    assert done.state.phase == sp.PlanPhase.COMPLETED
+
+
+def test_record_from_an_older_swap_is_ignored() -> None:
+    state = sp.PlanState(steps=(sp.Step("a", sp.StepPhase.RUNNING, started_at=at(1000)),))
+    out = sp.advance(
+        state,
+        target=TARGET,
+        nodes=["a"],
+        paused=False,
+        slots={"a": slot(NEW, record(1, contract.SwapOutcome.COMPLETED))},
+        now=at(1001),
+    )
+    assert out.state.steps[0].phase == sp.StepPhase.RUNNING
+
+
+def test_failed_step_rolls_back_and_stops() -> None:
+    state = step(sp.PlanState(), {"a": slot(), "b": slot()}, 0).state
+    failed = record(1, contract.SwapOutcome.ROLLED_BACK, reason="backend exited with code 1")
+    out = step(state, {"a": slot(OLD, failed), "b": slot()}, 5)
+    assert out.state.phase == sp.PlanPhase.ROLLED_BACK
+    assert "backend exited" in (out.state.message or "")
+    assert out.state.steps[0].phase == sp.StepPhase.ROLLED_BACK
+    assert out.state.steps[1].phase == sp.StepPhase.PENDING
+    assert out.actions == (sp.PutPrevious("a", OLD, None),)
+    again = step(out.state, {"a": slot(), "b": slot()}, 6)
+    assert again.actions == ()
+    assert again.state == out.state
+
+
+def test_paused_plan_waits_then_runs() -> None:
+    out = step(sp.PlanState(), {"a": slot(), "b": slot()}, 0, paused=True)
+    assert out.state.phase == sp.PlanPhase.PAUSED
+    assert out.actions == ()
+    assert out.state.progress == "0/2"
+    resumed = step(out.state, {"a": slot(), "b": slot()}, 1)
+    assert resumed.actions == (sp.PutTarget("a"),)
+
+
+def test_unreachable_node_waits_and_missing_slot_is_skipped() -> None:
+    out = step(sp.PlanState(), {"a": sp.NodeSlot(reachable=False), "b": slot()}, 0)
+    assert out.actions == ()
+    assert "waiting for node a" in (out.state.message or "")
+    skipped = step(out.state, {"a": sp.NodeSlot(reachable=True), "b": slot()}, 1)
+    assert skipped.state.steps[0].phase == sp.StepPhase.SKIPPED
+    assert skipped.actions == (sp.PutTarget("b"),)
+
+
+def test_node_already_on_target_is_skipped() -> None:
+    out = step(sp.PlanState(), {"a": slot(NEW), "b": slot(NEW)}, 0)
+    assert out.state.phase == sp.PlanPhase.COMPLETED
+    assert out.actions == ()
+
+
+def test_no_nodes_fails() -> None:
+    out = sp.advance(sp.PlanState(), target=TARGET, nodes=[], paused=False, slots={}, now=T0)
+    assert out.state.phase == sp.PlanPhase.FAILED
