@@ -10,6 +10,7 @@ PYTEST_ARGS ?=
         cluster-up cluster-down control-plane demo demo-down bench report-sample clean
 
 $(STAMP): pyproject.toml
+	scripts/install-system-deps.sh
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=25.1"
 	$(BIN)/python -m pip install -q -e ".[operator,agent]" --group dev

@@ -12,8 +12,14 @@ import sys
 # subcommand -> (module with `main(argv: list[str]) -> int`, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "crds": ("mlxfleet_operator.api.crdgen", "generate (or --check) the CRD YAML in crds/"),
-    "dev": ("mlxfleet_operator.dev.cli", "local control plane and demo: cluster-up, cluster-down, demo"),
-    "report": ("mlxfleet_operator.reports.cli", "weekly placement/cost diff and monthly executive PDF"),
+    "dev": (
+        "mlxfleet_operator.dev.cli",
+        "local control plane and demo (cluster-up, demo, ...)",
+    ),
+    "report": (
+        "mlxfleet_operator.reports.cli",
+        "weekly cost diff and monthly executive PDF",
+    ),
 }
 
 
@@ -24,8 +30,11 @@ def main(argv: list[str] | None = None) -> int:
         description="mlxfleet admin and developer commands.",
         epilog="Run `mlxfleet <command> --help` for the options of one command.",
     )
-    parser.add_argument("command", choices=sorted(SUBCOMMANDS), help="; ".join(
-        f"{name}: {text}" for name, (_, text) in sorted(SUBCOMMANDS.items())))
+    parser.add_argument(
+        "command",
+        choices=sorted(SUBCOMMANDS),
+        help="; ".join(f"{name}: {text}" for name, (_, text) in sorted(SUBCOMMANDS.items())),
+    )
     parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     ns = parser.parse_args(args[:1] if args and not args[0].startswith("-") else args)
     module = importlib.import_module(SUBCOMMANDS[ns.command][0])

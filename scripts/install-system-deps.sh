@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# System libraries mlxfleet needs beyond Python packages, installed only when missing:
+#   - pango (weasyprint renders the monthly executive PDF), poppler-utils (tests read the PDF).
+# Needs root (or passwordless sudo) and Debian/Ubuntu apt; elsewhere it says what to install.
+set -euo pipefail
+missing=()
+ldconfig -p 2>/dev/null | grep -q 'libpango-1.0.so' || missing+=(libpango-1.0-0 libpangoft2-1.0-0)
+command -v pdftotext >/dev/null || missing+=(poppler-utils)
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+if [[ "$(uname)" == "Darwin" ]]; then
+  echo "install with Homebrew: brew install pango poppler" >&2; exit 0
+fi
+SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo -n"
+if command -v apt-get >/dev/null; then
+  echo "[system-deps] installing ${missing[*]}" >&2
+  $SUDO apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
+else
+  echo "[system-deps] please install: ${missing[*]}" >&2
+fi
