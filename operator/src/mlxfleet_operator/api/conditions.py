@@ -1,0 +1,127 @@
+"""Condition types, reasons and the metav1.Condition model shared by all three kinds.
+
+kstatus conventions (what Flux and our Argo CD health check read): `Ready` summarises,
+`Reconciling=True` while converging, `Stalled=True` on an error that needs a human. Each reason
+is CamelCase as metav1.Condition requires. `core.conditions` decides them; handlers write them.
+May import: pydantic, the standard library and `base`. Called by: core, handlers, adapters.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import Field
+
+from mlxfleet_operator.api import base
+
+REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+TYPE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+
+
+class ConditionType(StrEnum):
+    """Condition types; `Ready` is the summary, the others follow kstatus."""
+
+    READY = "Ready"
+    RECONCILING = "Reconciling"
+    STALLED = "Stalled"
+    MEMORY_PRESSURE = "MemoryPressure"
+    """InferenceNode only: the agent reports memory pressure (warn or critical)."""
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Reason(StrEnum):
+    """Machine-readable reasons; STATUS printer column of ModelDeployment shows Ready's reason."""
+
+    # summaries
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    # ModelDeployment
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"
+    INSUFFICIENT_MEMORY = "InsufficientMemory"
+    NO_MATCHING_NODES = "NoMatchingNodes"
+    SOURCE_INVALID = "SourceInvalid"
+    SIZE_UNKNOWN = "SizeUnknown"
+    LOADING = "Loading"
+    PARTIALLY_READY = "PartiallyReady"
+    SCALED_TO_ZERO = "ScaledToZero"
+    SWAP_IN_PROGRESS = "SwapInProgress"
+    AWAITING_APPROVAL = "AwaitingApproval"
+    BACKEND_FAILED = "BackendFailed"
+    NODE_LOST = "NodeLost"
+    # InferenceNode
+    HEARTBEAT_OK = "HeartbeatOK"
+    HEARTBEAT_MISSED = "HeartbeatMissed"
+    AGENT_UNREACHABLE = "AgentUnreachable"
+    UNAUTHORIZED = "Unauthorized"
+    SECRET_NOT_FOUND = "SecretNotFound"  # noqa: S105 - a reason, not a secret
+    CORDONED = "Cordoned"
+    MEMORY_NORMAL = "MemoryNormal"
+    MEMORY_WARN = "MemoryWarn"
+    MEMORY_CRITICAL = "MemoryCritical"
+    # SwapPlan
+    PAUSED = "Paused"
+    STEP_RUNNING = "StepRunning"
+    COMPLETED = "Completed"
+    ROLLED_BACK = "RolledBack"
+    FAILED = "Failed"
+    DEPLOYMENT_NOT_FOUND = "DeploymentNotFound"
+    SUPERSEDED = "Superseded"
+
+
+class Condition(base.ApiModel):
+    """One status condition, in the shape of metav1.Condition."""
+
+    type: str = Field(
+        min_length=1,
+        max_length=316,
+        pattern=TYPE_PATTERN,
+        description="Type of condition in CamelCase: Ready, Reconciling, Stalled, MemoryPressure.",
+    )
+    status: ConditionStatus = Field(description="Status of the condition: True, False or Unknown.")
+    observed_generation: int | None = Field(
+        default=None,
+        ge=0,
+        description="The .metadata.generation that the condition was set based upon.",
+    )
+    last_transition_time: datetime = Field(
+        description="Last time the condition's status changed (not when its reason or message "
+        "did).",
+    )
+    reason: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=REASON_PATTERN,
+        description="Machine-readable CamelCase reason for the condition's last transition.",
+    )
+    message: str = Field(
+        default="",
+        max_length=32768,
+        description="Human-readable message with details about the transition (may be empty).",
+    )
+
+
+CONDITIONS_EXTRA = base.crd(list_type="map", list_map_keys=("type",))
+CONDITIONS_DESCRIPTION = (
+    "Current state in metav1.Condition form: Ready summarises, Reconciling is True while the "
+    "operator converges, Stalled is True on an error that needs a person."
+)
+
+
+def find(conditions: list[Condition], kind: ConditionType | str) -> Condition | None:
+    """The condition of type `kind`, if present."""
+    wanted = str(kind)
+    return next((c for c in conditions if c.type == wanted), None)
+
+
+def is_true(conditions: list[Condition], kind: ConditionType | str) -> bool:
+    found = find(conditions, kind)
+    return found is not None and found.status is ConditionStatus.TRUE

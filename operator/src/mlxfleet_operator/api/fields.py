@@ -1,0 +1,236 @@
+"""Field types shared by the kinds: model sources, quantities, names, secret refs, swap strategy.
+
+Each type carries its pydantic validation and the matching CRD rule (OpenAPI bounds or CEL), so
+the API server and the operator refuse the same input. Regular expressions are written in the
+subset that Python's `re` and RE2 (CEL `matches`) read alike.
+May import: pydantic, the standard library, `base`, `quantity`, `resources` and
+`mlxfleet_agent.contract`. Called by: the kind modules, core and adapters.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, Field
+
+from mlxfleet_agent import contract
+from mlxfleet_operator.api import base, quantity, resources
+
+# ---------------------------------------------------------------------------------------------
+# Model sources
+# ---------------------------------------------------------------------------------------------
+
+SOURCE_ALLOWED = "hf://<org>/<repo>, s3://<bucket>/<prefix> or file:///<absolute path>"
+SOURCE_SCHEME_PATTERN = r"(hf|s3|file)://"
+SOURCE_PATTERN = (
+    r"hf://[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+"
+    r"|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^?#\s]+"
+    r"|file:///[^?#\s]+"
+)
+SOURCE_DOT_SEGMENT = r"(^[a-z0-9]+://|/)[.]{1,2}(/|$)"
+SOURCE_MAX_LENGTH = 2048
+_SOURCE = re.compile(SOURCE_PATTERN)
+_SOURCE_SCHEME = re.compile(SOURCE_SCHEME_PATTERN)
+_SOURCE_DOT = re.compile(SOURCE_DOT_SEGMENT)
+
+
+def check_source(value: str) -> str:
+    """Accept exactly hf://<org>/<repo>, s3://<bucket>/<prefix> or file:///<absolute path>.
+
+    Stricter than (and consistent with) the agent's `contract.check_source`, which also runs.
+    """
+    if not _SOURCE_SCHEME.match(value):
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        raise ValueError(f"unknown source scheme {scheme!r}: allowed are {SOURCE_ALLOWED}")
+    if value.startswith("file://") and not value.startswith("file:///"):
+        raise ValueError("a file source must be file:///<absolute path> (no host, absolute path)")
+    if not _SOURCE.fullmatch(value):
+        raise ValueError(f"source {value!r} is not of the form {SOURCE_ALLOWED}")
+    if _SOURCE_DOT.search(value):
+        raise ValueError("source must not contain '.' or '..' path segments")
+    contract.check_source(value)
+    return value
+
+
+SOURCE_RULES = (
+    base.rule(
+        f"self.matches({base.cel_string('^' + SOURCE_SCHEME_PATTERN)})",
+        f"unknown source scheme: allowed are {SOURCE_ALLOWED}",
+    ),
+    base.rule(
+        "!self.startsWith('file://') || self.startsWith('file:///')",
+        "a file source must be file:///<absolute path> (no host, absolute path)",
+    ),
+    base.rule(
+        f"self.matches({base.cel_string('^(' + SOURCE_PATTERN + ')$')})",
+        f"source must be of the form {SOURCE_ALLOWED}",
+    ),
+    base.rule(
+        f"!self.matches({base.cel_string(SOURCE_DOT_SEGMENT)})",
+        "source must not contain '.' or '..' path segments",
+    ),
+)
+
+ModelSource = Annotated[
+    str,
+    Field(min_length=4, max_length=SOURCE_MAX_LENGTH, json_schema_extra=base.crd(*SOURCE_RULES)),
+    AfterValidator(check_source),
+]
+
+REVISION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
+Revision = Annotated[str, Field(min_length=1, max_length=256, pattern=REVISION_PATTERN)]
+
+SERVED_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
+ServedName = Annotated[str, Field(min_length=1, max_length=253, pattern=SERVED_NAME_PATTERN)]
+
+# ---------------------------------------------------------------------------------------------
+# Names
+# ---------------------------------------------------------------------------------------------
+
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
+NamespaceName = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"  # noqa: S105 - a pattern, not a secret
+SecretKey = Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)]
+
+# ---------------------------------------------------------------------------------------------
+# Quantities
+# ---------------------------------------------------------------------------------------------
+
+_QUANTITY_CEL = base.cel_string("^" + quantity.PATTERN + "$")
+QUANTITY_FORMAT_RULE = base.rule(
+    f"self.matches({_QUANTITY_CEL}) && isQuantity(self)",
+    "must be a Kubernetes quantity such as 48Gi or 512Mi "
+    "(suffixes Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E)",
+)
+QUANTITY_POSITIVE_RULE = base.rule(
+    "!isQuantity(self) || quantity(self).isGreaterThan(quantity('0'))",
+    "must be a positive quantity of bytes",
+)
+QUANTITY_NON_NEGATIVE_RULE = base.rule(
+    "!isQuantity(self) || !quantity(self).isLessThan(quantity('0'))",
+    "must not be a negative quantity of bytes",
+)
+
+
+def _positive_bytes(value: str) -> str:
+    quantity.parse_bytes(value)
+    return value
+
+
+def _non_negative_bytes(value: str) -> str:
+    quantity.parse_bytes(value, allow_zero=True)
+    return value
+
+
+Quantity = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=quantity.MAX_LENGTH,
+        json_schema_extra=base.crd(QUANTITY_FORMAT_RULE, QUANTITY_POSITIVE_RULE),
+    ),
+    AfterValidator(_positive_bytes),
+]
+"""A positive byte quantity such as `48Gi`; `quantity.parse_bytes` turns it into bytes."""
+
+NonNegativeQuantity = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=quantity.MAX_LENGTH,
+        json_schema_extra=base.crd(QUANTITY_FORMAT_RULE, QUANTITY_NON_NEGATIVE_RULE),
+    ),
+    AfterValidator(_non_negative_bytes),
+]
+"""A byte quantity that may be `0` (reservations)."""
+
+# ---------------------------------------------------------------------------------------------
+# URLs
+# ---------------------------------------------------------------------------------------------
+
+AGENT_URL_PATTERN = r"https?://[^/?#\s]+(/[^?#\s]*)?"
+_AGENT_URL = re.compile(AGENT_URL_PATTERN)
+
+
+def check_agent_url(value: str) -> str:
+    """An http(s) URL with a host and no query or fragment."""
+    if not _AGENT_URL.fullmatch(value) or not urlsplit(value).hostname:
+        raise ValueError(
+            f"agent URL {value!r} must be http://<host>[:<port>] or https://<host>[:<port>]"
+        )
+    return value
+
+
+AgentUrl = Annotated[
+    str,
+    Field(
+        min_length=8,
+        max_length=2048,
+        json_schema_extra=base.crd(
+            base.rule(
+                f"self.matches({base.cel_string('^(' + AGENT_URL_PATTERN + ')$')})",
+                "must be an http:// or https:// URL with a host, such as "
+                "https://mac-studio-1.lan:8443 (no query or fragment)",
+            )
+        ),
+    ),
+    AfterValidator(check_agent_url),
+]
+
+# ---------------------------------------------------------------------------------------------
+# Secret references
+# ---------------------------------------------------------------------------------------------
+
+
+class SecretKeyRef(base.ApiModel):
+    """A key of a Secret. The operator may read Secrets only in its own namespace."""
+
+    name: ObjectName = Field(description="Name of the Secret.")
+    namespace: NamespaceName = Field(
+        default=resources.OPERATOR_NAMESPACE,
+        description=(
+            "Namespace of the Secret; the operator can read Secrets only in its own namespace "
+            f"({resources.OPERATOR_NAMESPACE})."
+        ),
+    )
+    key: SecretKey = Field(default="token", description="Key within the Secret's data.")
+
+
+class CaSecretRef(SecretKeyRef):
+    """A Secret key holding a PEM CA bundle that signed the agent's certificate."""
+
+    key: SecretKey = Field(default="ca.crt", description="Key within the Secret's data (PEM).")
+
+
+# ---------------------------------------------------------------------------------------------
+# Swap strategy (the CRD spells values in CamelCase, the agent in lower case)
+# ---------------------------------------------------------------------------------------------
+
+
+class SwapStrategy(StrEnum):
+    """How a node changes models: Surge (old and new side by side), Hold (queue requests while
+    reloading), Auto (Surge when both fit in memory, else Hold)."""
+
+    AUTO = "Auto"
+    SURGE = "Surge"
+    HOLD = "Hold"
+
+
+def to_agent_strategy(strategy: SwapStrategy) -> contract.SwapStrategy:
+    """The agent contract's spelling (`Surge` -> `surge`)."""
+    return contract.SwapStrategy(strategy.value.lower())
+
+
+def from_agent_strategy(strategy: contract.SwapStrategy) -> SwapStrategy:
+    """The CRD's spelling of an agent strategy (`hold` -> `Hold`)."""
+    return SwapStrategy(strategy.value.capitalize())
+
+
+DRAIN_TIMEOUT_MIN = 1
+DRAIN_TIMEOUT_MAX = 3600
+DRAIN_TIMEOUT_DEFAULT = 300

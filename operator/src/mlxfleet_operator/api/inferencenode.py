@@ -1,0 +1,258 @@
+"""InferenceNode (cluster-scoped, `inode`): one Mac running the mlxfleet agent, and its status.
+
+Spec (written by the admin): how to reach the agent, optional hardware facts and cost inputs,
+memory reserved for macOS, `unschedulable` to cordon. Labels on the object drive placement.
+Status (written by the operator from the agent's `/v1/state`): heartbeat, memory, disk, slots.
+May import: pydantic, the standard library and the sibling api modules.
+Called by: core (placement, cost), handlers and adapters.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from mlxfleet_operator.api import base, fields, quantity, resources
+from mlxfleet_operator.api import conditions as cond
+
+_CA_NEEDS_HTTPS = base.rule(
+    "!has(self.caSecretRef) || self.url.startsWith('https://')",
+    "spec.agent.caSecretRef needs an https:// spec.agent.url",
+    field_path=".caSecretRef",
+)
+
+
+class AgentEndpoint(base.ApiModel):
+    """How the operator reaches the node agent's control API."""
+
+    model_config = ConfigDict(json_schema_extra=base.crd(_CA_NEEDS_HTTPS))
+
+    url: fields.AgentUrl = Field(
+        description="Base URL of the agent's control API, http:// or https://, such as "
+        "https://mac-studio-1.lan:8443.",
+    )
+    token_secret_ref: fields.SecretKeyRef = Field(
+        description="Secret key holding the agent's bearer token (key `token` by default).",
+    )
+    ca_secret_ref: fields.CaSecretRef | None = Field(
+        default=None,
+        description="Secret key holding the CA (PEM) that signed a self-signed agent certificate.",
+        json_schema_extra=base.crd(nullable=False),
+    )
+
+    @model_validator(mode="after")
+    def _ca_needs_https(self) -> AgentEndpoint:
+        if self.ca_secret_ref is not None and not self.url.startswith("https://"):
+            raise ValueError("spec.agent.caSecretRef needs an https:// spec.agent.url")
+        return self
+
+
+class Hardware(base.ApiModel):
+    """Hardware facts that override what the agent reports."""
+
+    chip: str | None = Field(
+        default=None, max_length=128, description="Chip name, such as Apple M2 Ultra."
+    )
+    memory: fields.Quantity | None = Field(
+        default=None, description="Unified memory such as 192Gi, overriding the agent's report."
+    )
+
+
+_BUSY_AT_LEAST_IDLE = base.rule(
+    "!has(self.idlePowerWatts) || !has(self.busyPowerWatts) || "
+    "self.busyPowerWatts >= self.idlePowerWatts",
+    "spec.cost.busyPowerWatts must be at least spec.cost.idlePowerWatts",
+    field_path=".busyPowerWatts",
+)
+
+
+class Cost(base.ApiModel):
+    """Inputs of the cost reports: amortised hardware plus energy."""
+
+    model_config = ConfigDict(json_schema_extra=base.crd(_BUSY_AT_LEAST_IDLE))
+
+    purchase_price_usd: float | None = Field(
+        default=None,
+        ge=0,
+        alias="purchasePriceUSD",
+        description="Purchase price of the Mac in US dollars (non-negative).",
+    )
+    amortization_months: int | None = Field(
+        default=None,
+        ge=1,
+        le=240,
+        description="Months over which the purchase price is written off (1-240).",
+    )
+    idle_power_watts: float | None = Field(
+        default=None,
+        ge=0,
+        le=10_000,
+        description="Power drawn while idle, in watts.",
+        json_schema_extra=base.crd(nullable=False),
+    )
+    busy_power_watts: float | None = Field(
+        default=None,
+        ge=0,
+        le=10_000,
+        description="Power drawn while generating, in watts.",
+        json_schema_extra=base.crd(nullable=False),
+    )
+    electricity_usd_per_kwh: float | None = Field(
+        default=None,
+        ge=0,
+        alias="electricityUSDPerKWh",
+        description="Price of electricity in US dollars per kWh (non-negative).",
+    )
+
+    @model_validator(mode="after")
+    def _busy_at_least_idle(self) -> Cost:
+        idle, busy = self.idle_power_watts, self.busy_power_watts
+        if idle is not None and busy is not None and busy < idle:
+            raise ValueError("spec.cost.busyPowerWatts must be at least spec.cost.idlePowerWatts")
+        return self
+
+
+class InferenceNodeSpec(base.ApiModel):
+    """Desired state of an InferenceNode."""
+
+    agent: AgentEndpoint = Field(description="How to reach the node agent.")
+    hardware: Hardware | None = Field(
+        default=None, description="Hardware facts overriding the agent's report."
+    )
+    reserved_memory: fields.NonNegativeQuantity | None = Field(
+        default=None,
+        description="Memory kept free for macOS and other work, such as 8Gi; not used by models.",
+    )
+    unschedulable: bool = Field(
+        default=False,
+        description="Cordon: place no new replicas here (running ones stay until moved).",
+    )
+    cost: Cost | None = Field(default=None, description="Cost inputs for the reports.")
+
+    def reserved_memory_bytes(self) -> int:
+        reserved = self.reserved_memory
+        return 0 if reserved is None else quantity.parse_bytes(reserved, allow_zero=True)
+
+
+class MemoryStatus(base.ApiModel):
+    """Unified memory as the agent reports it."""
+
+    total_bytes: int | None = Field(
+        default=None, ge=0, description="Unified memory.", json_schema_extra={"format": "int64"}
+    )
+    allocatable_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="What models may use: total x usable fraction - reserved.",
+        json_schema_extra={"format": "int64"},
+    )
+    used_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Estimated memory of the loaded slots.",
+        json_schema_extra={"format": "int64"},
+    )
+
+
+class DiskStatus(base.ApiModel):
+    free_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Free disk space for model weights.",
+        json_schema_extra={"format": "int64"},
+    )
+
+
+class SlotStatus(base.ApiModel):
+    """One model slot on the agent."""
+
+    name: str = Field(description="Slot name (derived from the ModelDeployment).")
+    served_name: str | None = Field(default=None, description="The `model` clients send.")
+    source: str | None = Field(default=None, description="Model source loaded in the slot.")
+    revision: str | None = Field(default=None, description="Revision loaded in the slot.")
+    phase: str | None = Field(
+        default=None, description="Agent slot phase: Pending, Downloading, Loading, Ready, ..."
+    )
+    ready: bool = Field(default=False, description="Whether the slot answers requests.")
+
+
+class CachedModelStatus(base.ApiModel):
+    """Weights on the node's disk (placement prefers nodes that already hold them)."""
+
+    source: str = Field(description="Model source.")
+    revision: str | None = Field(default=None, description="Revision.")
+    size_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Size of the weights.",
+        json_schema_extra={"format": "int64"},
+    )
+    last_used: datetime | None = Field(default=None, description="When a slot last used them.")
+
+
+class InferenceNodeStatus(base.ApiModel):
+    """Observed state of an InferenceNode, written only by the operator."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation this status describes."
+    )
+    conditions: list[cond.Condition] = Field(
+        default_factory=list,
+        description=cond.CONDITIONS_DESCRIPTION + " MemoryPressure mirrors the agent.",
+        json_schema_extra=cond.CONDITIONS_EXTRA,
+    )
+    last_heartbeat_time: datetime | None = Field(
+        default=None, description="Last successful poll of the agent's /v1/state."
+    )
+    agent_version: str | None = Field(default=None, description="Version of the node agent.")
+    chip: str | None = Field(default=None, description="Chip (spec.hardware.chip or reported).")
+    memory: MemoryStatus | None = Field(default=None, description="Unified memory.")
+    disk: DiskStatus | None = Field(default=None, description="Disk for model weights.")
+    slots: list[SlotStatus] = Field(default_factory=list, description="Model slots on the agent.")
+    cached_models: list[CachedModelStatus] = Field(
+        default_factory=list, description="Weights on the node's disk."
+    )
+
+
+class InferenceNode(base.ApiModel):
+    """One Mac in the fleet: `kubectl get inode`."""
+
+    api_version: Literal["mlxfleet.io/v1alpha1"] = resources.API_VERSION
+    kind: Literal["InferenceNode"] = "InferenceNode"
+    metadata: base.ObjectMeta = Field(default_factory=base.ObjectMeta)
+    spec: InferenceNodeSpec
+    status: InferenceNodeStatus = Field(default_factory=InferenceNodeStatus)
+
+
+PRINTER_COLUMNS: list[base.JsonDict] = [
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+        "description": "Status of the Ready condition (heartbeat).",
+    },
+    {"name": "Chip", "type": "string", "jsonPath": ".status.chip", "description": "Chip."},
+    {
+        "name": "Memory",
+        "type": "integer",
+        "format": "int64",
+        "jsonPath": ".status.memory.totalBytes",
+        "description": "Unified memory in bytes.",
+    },
+    {
+        "name": "Agent",
+        "type": "string",
+        "jsonPath": ".spec.agent.url",
+        "description": "URL of the node agent.",
+    },
+    {
+        "name": "Unschedulable",
+        "type": "boolean",
+        "jsonPath": ".spec.unschedulable",
+        "description": "Cordoned.",
+        "priority": 1,
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]

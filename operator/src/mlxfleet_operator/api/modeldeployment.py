@@ -1,0 +1,339 @@
+"""ModelDeployment (namespaced, `mdep`): a user's intent to serve one model, and its status.
+
+Spec: the model source and revision, replicas, the KV-cache budget (context length x concurrency),
+an optional memory override, placement constraints, mlx-lm server options, the swap policy.
+Status: placements per node, ready replicas, the endpoint, conditions (Ready/Reconciling/Stalled).
+May import: pydantic, the standard library, the sibling api modules and `mlxfleet_agent.contract`.
+Called by: core (placement, planning), handlers and adapters.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from mlxfleet_agent import contract
+from mlxfleet_operator.api import base, fields, quantity, resources
+from mlxfleet_operator.api import conditions as cond
+
+REPLICAS_MAX = 64
+CONTEXT_LENGTH_MIN = 256
+CONTEXT_LENGTH_MAX = 1_048_576
+MAX_CONCURRENCY_MAX = 256
+
+
+class ModelRef(base.ApiModel):
+    """Which weights to serve and under which name clients ask for them."""
+
+    source: fields.ModelSource = Field(
+        description=(
+            "Where the weights come from: hf://<org>/<repo> (Hugging Face), s3://<bucket>/<prefix> "
+            "(any S3-compatible store) or file:///<absolute path> (a directory on each Mac). "
+            "Changing it swaps the model without failed requests (see spec.swap)."
+        ),
+    )
+    revision: fields.Revision | None = Field(
+        default=None,
+        description="Revision of the source: a Hugging Face commit, branch or tag, or an S3 "
+        "object version label. Unset means the latest.",
+    )
+    served_name: fields.ServedName | None = Field(
+        default=None,
+        description="The `model` value clients send to the OpenAI-compatible endpoint. "
+        "Defaults to metadata.name.",
+    )
+
+
+class Resources(base.ApiModel):
+    """Memory the model needs on each node."""
+
+    memory: fields.Quantity | None = Field(
+        default=None,
+        description="Memory per replica such as 48Gi, overriding the estimate (weights + KV cache "
+        "+ runtime overhead). Set it for models whose size cannot be read ahead of time.",
+    )
+
+
+class PlacementStrategy(StrEnum):
+    SPREAD = "Spread"
+    BIN_PACK = "BinPack"
+
+
+class Placement(base.ApiModel):
+    """Which InferenceNodes may carry replicas, and how to choose among them."""
+
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels an InferenceNode must carry to receive a replica.",
+        json_schema_extra={"maxProperties": 64},
+    )
+    strategy: PlacementStrategy = Field(
+        default=PlacementStrategy.SPREAD,
+        description="Spread replicas over the emptiest nodes, or BinPack them onto the fullest "
+        "nodes that still fit (keeping whole Macs free for large models).",
+    )
+    nodes: list[fields.ObjectName] | None = Field(
+        default=None,
+        max_length=REPLICAS_MAX,
+        description="Explicit InferenceNode names, in order of preference. When set, only these "
+        "nodes are used, and there must be at least spec.replicas of them.",
+        json_schema_extra=base.crd(list_type="set", nullable=False),
+    )
+
+
+class ServerOptions(base.ApiModel):
+    """mlx-lm server options; the same names and bounds as the agent contract's ServerOptions."""
+
+    decode_concurrency: int | None = Field(
+        default=None, ge=1, le=1024, description="mlx_lm.server --decode-concurrency."
+    )
+    prompt_concurrency: int | None = Field(
+        default=None, ge=1, le=1024, description="mlx_lm.server --prompt-concurrency."
+    )
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=CONTEXT_LENGTH_MAX,
+        description="Default cap on generated tokens per request; at most spec.contextLength.",
+        json_schema_extra=base.crd(nullable=False),
+    )
+    kv_bits: Literal[4, 8] | None = Field(
+        default=None,
+        description="Quantize the KV cache to 4 or 8 bits (smaller memory estimate). "
+        "Unset keeps the model's dtype.",
+    )
+    chat_template_args: dict[str, Any] | None = Field(
+        default=None,
+        description="Arguments passed to the tokenizer's chat template (any JSON object), "
+        'for example {"enable_thinking": false}.',
+        json_schema_extra=base.crd(preserve_unknown_fields=True),
+    )
+
+    def to_agent(self) -> contract.ServerOptions:
+        """The agent contract's ServerOptions (same field names)."""
+        return contract.ServerOptions.model_validate(self.model_dump(by_alias=True))
+
+
+class SwapApproval(StrEnum):
+    AUTOMATIC = "Automatic"
+    MANUAL = "Manual"
+
+
+class SwapSettings(base.ApiModel):
+    """How a model change is rolled out: one node at a time, without failed requests."""
+
+    strategy: fields.SwapStrategy = Field(
+        default=fields.SwapStrategy.AUTO,
+        description="Surge starts the new model beside the old one; Hold queues requests while "
+        "the node reloads; Auto picks Surge when both fit in memory, else Hold.",
+    )
+    drain_timeout_seconds: int = Field(
+        default=fields.DRAIN_TIMEOUT_DEFAULT,
+        ge=fields.DRAIN_TIMEOUT_MIN,
+        le=fields.DRAIN_TIMEOUT_MAX,
+        description="How long in-flight requests (streams included) may take to finish on the "
+        "old model before it is stopped.",
+    )
+    approval: SwapApproval = Field(
+        default=SwapApproval.AUTOMATIC,
+        description="Manual creates the SwapPlan paused: a person sets spec.paused=false to "
+        "run it.",
+    )
+
+    def to_agent(self) -> contract.SwapPolicy:
+        return contract.SwapPolicy(
+            strategy=fields.to_agent_strategy(self.strategy),
+            drain_timeout_seconds=self.drain_timeout_seconds,
+        )
+
+
+_NODES_RULE = base.rule(
+    "!has(self.placement) || !has(self.placement.nodes) || "
+    "size(self.placement.nodes) >= (has(self.replicas) ? self.replicas : 1)",
+    "spec.placement.nodes must list at least spec.replicas nodes",
+    field_path=".placement.nodes",
+)
+_MAX_TOKENS_RULE = base.rule(
+    "!has(self.server) || !has(self.server.maxTokens) || "
+    "self.server.maxTokens <= (has(self.contextLength) ? self.contextLength : 8192)",
+    "spec.server.maxTokens must not exceed spec.contextLength",
+    field_path=".server.maxTokens",
+)
+
+
+class ModelDeploymentSpec(base.ApiModel):
+    """Desired state of a ModelDeployment."""
+
+    model_config = ConfigDict(json_schema_extra=base.crd(_NODES_RULE, _MAX_TOKENS_RULE))
+
+    model: ModelRef = Field(description="The model to serve: source, revision and served name.")
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=REPLICAS_MAX,
+        description="Number of nodes serving the model (0-64); each replica is on a distinct node.",
+    )
+    context_length: int = Field(
+        default=8192,
+        ge=CONTEXT_LENGTH_MIN,
+        le=CONTEXT_LENGTH_MAX,
+        description="Longest prompt + completion in tokens (256-1048576); sizes the KV cache.",
+    )
+    max_concurrency: int = Field(
+        default=4,
+        ge=1,
+        le=MAX_CONCURRENCY_MAX,
+        description="Requests served at once per replica (1-256); sizes the KV cache.",
+    )
+    resources: Resources = Field(
+        default_factory=Resources,
+        description="Memory per replica, overriding the estimate.",
+        json_schema_extra=base.crd(default={}),
+    )
+    placement: Placement = Field(
+        default_factory=Placement,
+        description="Which InferenceNodes may carry replicas.",
+        json_schema_extra=base.crd(default={}),
+    )
+    server: ServerOptions = Field(
+        default_factory=ServerOptions,
+        description="mlx-lm server options.",
+        json_schema_extra=base.crd(default={}),
+    )
+    swap: SwapSettings = Field(
+        default_factory=SwapSettings,
+        description="How a change of spec.model is rolled out.",
+        json_schema_extra=base.crd(default={}),
+    )
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> ModelDeploymentSpec:
+        nodes = self.placement.nodes
+        if nodes is not None and len(nodes) < self.replicas:
+            raise ValueError(
+                f"spec.placement.nodes lists {len(nodes)} nodes, fewer than spec.replicas "
+                f"({self.replicas})"
+            )
+        if nodes is not None and len(set(nodes)) != len(nodes):
+            raise ValueError("spec.placement.nodes must not repeat a node")
+        max_tokens = self.server.max_tokens
+        if max_tokens is not None and max_tokens > self.context_length:
+            raise ValueError("spec.server.maxTokens must not exceed spec.contextLength")
+        return self
+
+    def memory_bytes(self) -> int | None:
+        """spec.resources.memory in bytes, if set."""
+        memory = self.resources.memory
+        return None if memory is None else quantity.parse_bytes(memory)
+
+
+class PlacementPhase(StrEnum):
+    PENDING = "Pending"
+    LOADING = "Loading"
+    READY = "Ready"
+    SWAPPING = "Swapping"
+    FAILED = "Failed"
+    REMOVING = "Removing"
+
+
+class PlacementStatus(base.ApiModel):
+    """One replica: where it runs and what it serves."""
+
+    node: str = Field(description="InferenceNode carrying the replica.")
+    phase: PlacementPhase = Field(description="Phase of the agent slot serving the replica.")
+    ready: bool = Field(default=False, description="Whether the replica answers requests.")
+    source: str | None = Field(default=None, description="Model source the replica serves.")
+    revision: str | None = Field(default=None, description="Revision the replica serves.")
+    endpoint: str | None = Field(
+        default=None, description="The agent's data-plane URL serving the replica."
+    )
+    message: str | None = Field(default=None, description="Why the replica is not ready.")
+
+
+class ModelDeploymentStatus(base.ApiModel):
+    """Observed state of a ModelDeployment, written only by the operator."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation this status describes."
+    )
+    conditions: list[cond.Condition] = Field(
+        default_factory=list,
+        description=cond.CONDITIONS_DESCRIPTION,
+        json_schema_extra=cond.CONDITIONS_EXTRA,
+    )
+    served_name: str | None = Field(
+        default=None, description="The `model` value clients send (spec or metadata.name)."
+    )
+    replicas: int | None = Field(default=None, ge=0, description="Replicas placed on nodes.")
+    ready_replicas: int | None = Field(default=None, ge=0, description="Replicas serving.")
+    placements: list[PlacementStatus] = Field(
+        default_factory=list, description="One entry per placed replica."
+    )
+    swap_plan: str | None = Field(
+        default=None, description="Name of the SwapPlan rolling out the current model, if any."
+    )
+    estimated_memory_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Memory per replica used for placement (spec.resources.memory or estimate).",
+        json_schema_extra=base.crd(int_format="int64"),
+    )
+    endpoint: str | None = Field(
+        default=None,
+        description="In-cluster address of the OpenAI-compatible endpoint (the Service).",
+    )
+
+
+class ModelDeployment(base.ApiModel):
+    """A model served by one or more Macs: `kubectl get mdep`."""
+
+    api_version: Literal["mlxfleet.io/v1alpha1"] = resources.API_VERSION
+    kind: Literal["ModelDeployment"] = "ModelDeployment"
+    metadata: base.ObjectMeta = Field(default_factory=base.ObjectMeta)
+    spec: ModelDeploymentSpec
+    status: ModelDeploymentStatus = Field(default_factory=ModelDeploymentStatus)
+
+    def served_name(self) -> str:
+        """What clients send as `model`: spec.model.servedName, else metadata.name."""
+        name = self.spec.model.served_name or self.metadata.name
+        if not name:
+            raise ValueError("ModelDeployment has neither spec.model.servedName nor metadata.name")
+        return name
+
+
+PRINTER_COLUMNS: list[base.JsonDict] = [
+    {
+        "name": "Model",
+        "type": "string",
+        "jsonPath": ".status.servedName",
+        "description": "The `model` value clients send.",
+    },
+    {
+        "name": "Replicas",
+        "type": "integer",
+        "jsonPath": ".spec.replicas",
+        "description": "Desired replicas.",
+    },
+    {
+        "name": "Ready",
+        "type": "integer",
+        "jsonPath": ".status.readyReplicas",
+        "description": "Replicas serving.",
+    },
+    {
+        "name": "Status",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+        "description": "Reason of the Ready condition.",
+    },
+    {
+        "name": "Source",
+        "type": "string",
+        "jsonPath": ".spec.model.source",
+        "description": "Model source.",
+        "priority": 1,
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]

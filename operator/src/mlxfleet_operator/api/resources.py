@@ -1,0 +1,75 @@
+"""Group, version, kinds, plurals and short names of mlxfleet's custom resources.
+
+The one source of truth: kopf decorators (`kopf.on.create(resources.GROUP, resources.VERSION,
+resources.MODEL_DEPLOYMENT.plural)`), adapters and the CRD generator all read these constants.
+May import: the standard library only. Called by: every operator layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+GROUP = "mlxfleet.io"
+VERSION = "v1alpha1"
+API_VERSION: Final = "mlxfleet.io/v1alpha1"  # f"{GROUP}/{VERSION}", as a Literal type
+CATEGORY = "mlxfleet"
+OPERATOR_NAMESPACE = "mlxfleet-system"
+OPERATOR_SERVICE_ACCOUNT = "mlxfleet-operator"
+FINALIZER = f"{GROUP}/finalizer"
+ANNOTATION_PREFIX = GROUP
+
+
+class Scope(StrEnum):
+    NAMESPACED = "Namespaced"
+    CLUSTER = "Cluster"
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """Names of one custom resource kind, as the API server and kubectl know them."""
+
+    kind: str
+    plural: str
+    singular: str
+    short_names: tuple[str, ...]
+    scope: Scope
+
+    @property
+    def crd_name(self) -> str:
+        """`<plural>.<group>`: the CustomResourceDefinition's metadata.name."""
+        return f"{self.plural}.{GROUP}"
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    @property
+    def namespaced(self) -> bool:
+        return self.scope is Scope.NAMESPACED
+
+
+MODEL_DEPLOYMENT = Resource(
+    kind="ModelDeployment",
+    plural="modeldeployments",
+    singular="modeldeployment",
+    short_names=("mdep",),
+    scope=Scope.NAMESPACED,
+)
+INFERENCE_NODE = Resource(
+    kind="InferenceNode",
+    plural="inferencenodes",
+    singular="inferencenode",
+    short_names=("inode",),
+    scope=Scope.CLUSTER,
+)
+SWAP_PLAN = Resource(
+    kind="SwapPlan",
+    plural="swapplans",
+    singular="swapplan",
+    short_names=("swp",),
+    scope=Scope.NAMESPACED,
+)
+
+ALL: tuple[Resource, ...] = (MODEL_DEPLOYMENT, INFERENCE_NODE, SWAP_PLAN)
