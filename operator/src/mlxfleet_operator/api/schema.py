@@ -1,13 +1,15 @@
 """Pydantic JSON Schema -> structural OpenAPI v3 schema that a CRD accepts.
 
-Rewrites (see STYLE.md "Pitfalls"): `$defs`/`$ref` (and one-element `allOf`) are inlined, the
-field's own keys (description, default, CEL rules) winning over the referenced model's;
-`anyOf [X, null]` becomes X with `nullable: true` (so the pydantic dump of an unset field,
-`null`, is accepted), except for enums (the API server refuses null there) and fields marked
-`base.crd(nullable=False)` (fields that cross-field CEL rules read: a null would reach the rule);
-`title`, `additionalProperties: false` and `default: null` are dropped; `const` becomes a one-value `enum`; numeric `exclusiveMinimum/Maximum: n` become
-`minimum/maximum: n` + `exclusive...: true`; `additionalProperties: true` (a free-form object)
-becomes `x-kubernetes-preserve-unknown-fields`; `examples` are dropped.
+Rewrites (see STYLE.md "Pitfalls"):
+- `$defs`/`$ref` (and one-element `allOf`) are inlined; the field's own keys (description,
+  default, CEL rules) win over the referenced model's;
+- `anyOf [X, null]` becomes X with `nullable: true` (so the pydantic dump of an unset field,
+  `null`, is accepted), except for enums (the API server refuses null there) and fields marked
+  `base.crd(nullable=False)` (fields that cross-field CEL rules read: a null would reach them);
+- `title`, `examples`, `additionalProperties: false` and `default: null` are dropped;
+- `const` becomes a one-value `enum`; numeric `exclusiveMinimum/Maximum: n` become
+  `minimum/maximum: n` + `exclusive...: true`;
+- `additionalProperties: true` (a free-form object) becomes `x-kubernetes-preserve-unknown-fields`.
 Every node must end up with a `type` (or preserve unknown fields): anything else raises.
 May import: the standard library only. Called by: `crdgen`.
 """
