@@ -1,0 +1,161 @@
+"""Model sources: parsing (a table of malformed sources), ids, file roots, ETag digests."""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from mlxfleet_agent import sources
+
+
+@pytest.mark.parametrize(
+    ("source", "revision", "expected"),
+    [
+        pytest.param(
+            "file:///models/llama",
+            None,
+            sources.FileSource(PurePosixPath("/models/llama")),
+            id="file",
+        ),
+        pytest.param(
+            "s3://models/llama/8b", None, sources.S3Source("models", "llama/8b/"), id="s3-prefix"
+        ),
+        pytest.param(
+            "s3://models/llama/8b/", None, sources.S3Source("models", "llama/8b/"), id="s3-trailing"
+        ),
+        pytest.param("s3://models", None, sources.S3Source("models", ""), id="s3-bucket-only"),
+        pytest.param(
+            "hf://mlx-community/Llama-3.2-1B-Instruct-4bit",
+            "abc123",
+            sources.HfSource("mlx-community/Llama-3.2-1B-Instruct-4bit", "abc123"),
+            id="hf-rev",
+        ),
+        pytest.param("hf://org/repo", None, sources.HfSource("org/repo", None), id="hf"),
+    ],
+)
+def test_parse(source: str, revision: str | None, expected: sources.Source) -> None:
+    assert sources.parse(source, revision) == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "field", "needle"),
+    [
+        pytest.param("http://example.com/m", "source", "unknown scheme", id="http"),
+        pytest.param("ftp:///m", "source", "unknown scheme", id="ftp"),
+        pytest.param("/models/llama", "source", "unknown scheme", id="bare-path"),
+        pytest.param("file://host/models", "source", "file:///", id="file-with-host"),
+        pytest.param("file://models/llama", "source", "file:///", id="file-relative"),
+        pytest.param("file:///models/../../etc", "source", "'..'", id="file-traversal"),
+        pytest.param("file:///models/./x", "source", "'..'", id="file-dot"),
+        pytest.param("file:///models/x?y=1", "source", "query", id="file-query"),
+        pytest.param("s3://UPPER/x", "source", "s3://", id="s3-bad-bucket"),
+        pytest.param("s3://a/x", "source", "s3://", id="s3-short-bucket"),
+        pytest.param("s3://bucket/a/../b", "source", "'..'", id="s3-traversal"),
+        pytest.param("s3://bucket/a//b", "source", "empty", id="s3-empty-segment"),
+        pytest.param("s3://bucket/a/./b", "source", "empty or '.'", id="s3-dot-segment"),
+        pytest.param("s3://bucket/x#frag", "source", "fragment", id="s3-fragment"),
+        pytest.param("hf://justrepo", "source", "hf://", id="hf-no-org"),
+        pytest.param("hf://org/repo/extra", "source", "hf://", id="hf-too-deep"),
+        pytest.param("hf://org/repo@main", "source", "hf://", id="hf-at-revision-use-field"),
+        pytest.param("", "source", "4 to 2048", id="empty"),
+        pytest.param("s3://" + "a" * 2050, "source", "4 to 2048", id="too-long"),
+    ],
+)
+def test_parse_rejects(source: str, field: str, needle: str) -> None:
+    with pytest.raises(sources.InvalidSource, match=needle) as info:
+        sources.parse(source)
+    assert info.value.field == field
+    assert info.value.http_status == 422
+    assert info.value.detail().allowed is not None
+
+
+@pytest.mark.parametrize(
+    "revision",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("x" * 257, id="too-long"),
+        pytest.param("a\nb", id="newline"),
+    ],
+)
+def test_parse_rejects_revision(revision: str) -> None:
+    with pytest.raises(sources.InvalidSource, match="revision") as info:
+        sources.parse("hf://org/repo", revision)
+    assert info.value.field == "revision"
+
+
+def test_model_id_is_stable_and_distinguishes_revisions() -> None:
+    a = sources.model_id("s3://bucket/m", None)
+    assert a == sources.model_id("s3://bucket/m", None)
+    assert len(a) == 16
+    assert a != sources.model_id("s3://bucket/m", "v2")
+    assert a != sources.model_id("s3://bucket/n", None)
+
+
+@pytest.mark.parametrize(
+    ("etag", "md5"),
+    [
+        pytest.param(
+            '"5d41402abc4b2a76b9719d911017c592"',
+            "5d41402abc4b2a76b9719d911017c592",
+            id="single-part",
+        ),
+        pytest.param(
+            '"5D41402ABC4B2A76B9719D911017C592"', "5d41402abc4b2a76b9719d911017c592", id="upper"
+        ),
+        pytest.param('"5d41402abc4b2a76b9719d911017c592-3"', None, id="multipart"),
+        pytest.param("", None, id="none"),
+    ],
+)
+def test_etag_md5(etag: str, md5: str | None) -> None:
+    assert sources.RemoteObject("k", "k", 1, etag).md5() == md5
+
+
+def _model(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    return path
+
+
+def test_resolve_file_inside_root(tmp_path: Path) -> None:
+    model = _model(tmp_path / "root" / "m")
+    src = sources.FileSource(PurePosixPath(str(model)))
+    assert sources.resolve_file(src, [tmp_path / "root"]) == model.resolve()
+
+
+@pytest.mark.parametrize(
+    "escape",
+    [
+        pytest.param("symlink-dir", id="symlink-dir"),
+        pytest.param("symlink-parent", id="symlink-parent"),
+        pytest.param("outside", id="outside"),
+        pytest.param("missing-outside", id="missing-outside"),
+    ],
+)
+def test_resolve_file_rejects_escapes(tmp_path: Path, escape: str) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    outside = _model(tmp_path / "elsewhere" / "m")
+    if escape == "symlink-dir":
+        (root / "link").symlink_to(outside)
+        path = root / "link"
+    elif escape == "symlink-parent":
+        (root / "up").symlink_to(tmp_path / "elsewhere")
+        path = root / "up" / "m"
+    elif escape == "outside":
+        path = outside
+    else:
+        path = tmp_path / "nope" / "m"
+    with pytest.raises(sources.SourceNotAllowed, match="outside the allowed roots") as info:
+        sources.resolve_file(sources.FileSource(PurePosixPath(str(path))), [root])
+    assert str(outside.resolve()) in info.value.message or escape == "missing-outside"
+    assert info.value.allowed == str(root.resolve())
+    assert info.value.http_status == 403
+
+
+def test_resolve_file_missing_or_not_a_model(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(sources.ModelNotFound, match="no such directory"):
+        sources.resolve_file(sources.FileSource(PurePosixPath(str(tmp_path / "nope"))), [tmp_path])
+    with pytest.raises(sources.ModelNotFound, match=r"no config\.json"):
+        sources.resolve_file(sources.FileSource(PurePosixPath(str(tmp_path / "empty"))), [tmp_path])
