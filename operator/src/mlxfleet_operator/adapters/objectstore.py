@@ -1,0 +1,119 @@
+"""Reads agents' telemetry objects from an S3-compatible bucket and writes reports back (boto3).
+
+Layout (written by the agent's shipper, defined in `mlxfleet_agent.contract`):
+`<prefix>/v1/date=YYYY-MM-DD/node=<node>/<interval-start>.jsonl`, one `TelemetryInterval` per
+line. Works with any S3 endpoint (AWS, R2, MinIO, SeaweedFS): path-style addressing, SigV4.
+May import: boto3, the standard library, `mlxfleet_agent.contract`. Called by: reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from pydantic import ValidationError
+
+from mlxfleet_agent import contract
+
+log = logging.getLogger("mlxfleet_operator.objectstore")
+ENV_PREFIX = "MLXFLEET_TELEMETRY_"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    bucket: str
+    prefix: str = "mlxfleet-telemetry"
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: str | None
+    ) -> StoreConfig:
+        """`MLXFLEET_TELEMETRY_*` (the agent's names); explicit non-None overrides win."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {
+            "bucket": env.get(ENV_PREFIX + "BUCKET"),
+            "prefix": env.get(ENV_PREFIX + "PREFIX") or "mlxfleet-telemetry",
+            "endpoint_url": env.get(ENV_PREFIX + "ENDPOINT_URL"),
+            "region": env.get(ENV_PREFIX + "REGION"),
+            "access_key_id": env.get(ENV_PREFIX + "ACCESS_KEY_ID"),
+            "secret_access_key": env.get(ENV_PREFIX + "SECRET_ACCESS_KEY"),
+        }
+        values |= {k: v for k, v in overrides.items() if v is not None}
+        if not values["bucket"]:
+            raise ValueError("no bucket: pass --bucket or set MLXFLEET_TELEMETRY_BUCKET")
+        return cls(**values)
+
+
+class TelemetryStore:
+    """The telemetry bucket: list and parse one day's intervals; put report files."""
+
+    def __init__(self, config: StoreConfig, *, client: Any = None) -> None:
+        self.config = config
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            client = boto3.client(
+                "s3",
+                endpoint_url=config.endpoint_url,
+                region_name=config.region or "us-east-1",
+                aws_access_key_id=config.access_key_id,
+                aws_secret_access_key=config.secret_access_key,
+                config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3}),
+            )
+        self._s3 = client
+
+    def _keys(self, prefix: str) -> Iterator[str]:
+        paginator = self._s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.config.bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                yield str(obj["Key"])
+
+    def intervals_for_day(self, day: date) -> list[contract.TelemetryInterval]:
+        """Every interval stored under one UTC day; unreadable lines are logged and skipped."""
+        out: list[contract.TelemetryInterval] = []
+        prefix = contract.telemetry_date_prefix(self.config.prefix, day.isoformat())
+        for key in self._keys(prefix):
+            if not key.endswith(".jsonl"):
+                continue
+            body = self._s3.get_object(Bucket=self.config.bucket, Key=key)["Body"].read()
+            for line in body.decode().splitlines():
+                if not line.strip():
+                    continue
+                try:
+                    interval = contract.TelemetryInterval.model_validate_json(line)
+                except ValidationError as exc:
+                    log.warning("skipping unreadable telemetry line in %s: %s", key, exc)
+                    continue
+                if interval.schema_version > contract.TELEMETRY_SCHEMA_VERSION:
+                    log.warning(
+                        "skipping %s: schema version %d is newer", key, interval.schema_version
+                    )
+                    continue
+                out.append(interval)
+        return out
+
+    def put_interval(self, interval: contract.TelemetryInterval) -> str:
+        """Write one interval at its canonical key (fixtures, backfills); returns the key."""
+        key = contract.telemetry_key(self.config.prefix, interval.node, interval.interval_start)
+        self._s3.put_object(
+            Bucket=self.config.bucket,
+            Key=key,
+            Body=interval.model_dump_json().encode() + b"\n",
+            ContentType="application/x-ndjson",
+        )
+        return key
+
+    def put_report(self, name: str, data: bytes, *, content_type: str) -> str:
+        """Write a rendered report under `<prefix>/reports/<name>`; returns the key."""
+        key = "/".join(p for p in (self.config.prefix.strip("/"), "reports", name) if p)
+        self._s3.put_object(Bucket=self.config.bucket, Key=key, Body=data, ContentType=content_type)
+        return key

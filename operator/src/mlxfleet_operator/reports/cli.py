@@ -1,0 +1,175 @@
+"""`mlxfleet report weekly|monthly|sample`: render the reports from the telemetry bucket.
+
+- `weekly [--week YYYY-Www]`: Markdown + HTML placement/cost diff against the week before
+  (default: the last complete ISO week).
+- `monthly [--month YYYY-MM]`: executive PDF (default: the last complete month).
+- `sample --out DIR`: both, from the built-in fixture month (no bucket needed).
+The bucket comes from `--bucket/--prefix/--endpoint-url/--region` or `MLXFLEET_TELEMETRY_*`;
+credentials from `MLXFLEET_TELEMETRY_ACCESS_KEY_ID/SECRET_ACCESS_KEY` or boto3's AWS_* chain.
+`--write-back` also stores the files under `<prefix>/reports/` in the same bucket.
+May import: reports, adapters.objectstore. Called by: `mlxfleet_operator.cli` (mlxfleet report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+from mlxfleet_operator.adapters import objectstore
+from mlxfleet_operator.reports import config, fixture, monthly, render, summary, weekly
+
+log = logging.getLogger("mlxfleet_operator.reports")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mlxfleet report", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="kind", required=True)
+    for name, help_text in (
+        ("weekly", "weekly placement and cost diff (Markdown + HTML)"),
+        ("monthly", "monthly executive PDF"),
+        ("sample", "both reports from the built-in fixture month, no bucket"),
+    ):
+        sp = sub.add_parser(name, help=help_text)
+        sp.add_argument("--out", type=Path, default=Path("reports-out"), help="output folder")
+        if name == "sample":
+            continue
+        if name == "weekly":
+            sp.add_argument("--week", help="ISO week, e.g. 2026-W42 (default: last complete)")
+        else:
+            sp.add_argument("--month", help="YYYY-MM (default: last complete month)")
+        sp.add_argument("--config", type=Path, help="YAML: nodes' cost inputs, reference price")
+        sp.add_argument("--bucket")
+        sp.add_argument("--prefix")
+        sp.add_argument("--endpoint-url")
+        sp.add_argument("--region")
+        sp.add_argument(
+            "--write-back", action="store_true", help="also put the files in the bucket"
+        )
+    return p
+
+
+def parse_week(text: str | None, *, today: date) -> summary.Period:
+    if text is None:
+        year, week, _ = (today - timedelta(days=7)).isocalendar()
+        return summary.iso_week(year, week)
+    m = re.fullmatch(r"(\d{4})-W(\d{1,2})", text)
+    if not m:
+        raise ValueError(f"--week must look like 2026-W42, got {text!r}")
+    return summary.iso_week(int(m.group(1)), int(m.group(2)))
+
+
+def parse_month(text: str | None, *, today: date) -> summary.Period:
+    if text is None:
+        last = today.replace(day=1) - timedelta(days=1)
+        return summary.month(last.year, last.month)
+    m = re.fullmatch(r"(\d{4})-(\d{2})", text)
+    if not m or not 1 <= int(m.group(2)) <= 12:
+        raise ValueError(f"--month must look like 2026-10, got {text!r}")
+    return summary.month(int(m.group(1)), int(m.group(2)))
+
+
+def summarise(
+    source: summary.TelemetrySource,
+    period: summary.Period,
+    cfg: config.ReportConfig,
+    *,
+    extra_nodes: set[str] | None = None,
+) -> summary.PeriodSummary:
+    inputs, problems = cfg.cost_inputs()
+    s = summary.summarise(
+        summary.load(source, period),
+        period,
+        known_nodes=set(cfg.nodes) | (extra_nodes or set()),
+        namespaces=cfg.namespaces,
+        cost_inputs=inputs,
+        reference=cfg.reference_price(),
+    )
+    s.cost_problems[:0] = problems
+    return s
+
+
+def weekly_files(
+    source: summary.TelemetrySource, period: summary.Period, cfg: config.ReportConfig
+) -> dict[str, tuple[bytes, str]]:
+    previous = summary.Period(
+        period.start - timedelta(days=7),
+        period.start,
+        _week_label(period.start - timedelta(days=7)),
+    )
+    this = summarise(source, period, cfg)
+    before = summarise(source, previous, cfg, extra_nodes=set(this.nodes))
+    this = summarise(source, period, cfg, extra_nodes=set(before.nodes))
+    report = weekly.build(this, before)
+    name = f"weekly-{period.label}"
+    return {
+        f"{name}.md": (render.weekly_markdown(report).encode(), "text/markdown; charset=utf-8"),
+        f"{name}.html": (render.weekly_html(report).encode(), "text/html; charset=utf-8"),
+    }
+
+
+def monthly_files(
+    source: summary.TelemetrySource, period: summary.Period, cfg: config.ReportConfig
+) -> dict[str, tuple[bytes, str]]:
+    report = monthly.build(summarise(source, period, cfg))
+    html = render.monthly_html(report)
+    name = f"monthly-{period.start:%Y-%m}"
+    return {
+        f"{name}.html": (html.encode(), "text/html; charset=utf-8"),
+        f"{name}.pdf": (render.pdf(html), "application/pdf"),
+    }
+
+
+def _week_label(start: date) -> str:
+    year, week, _ = start.isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def _write(out: Path, files: dict[str, tuple[bytes, str]]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (data, _) in files.items():
+        (out / name).write_bytes(data)
+        print(out / name)
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = _parser().parse_args(argv)
+    today = datetime.now(UTC).date()
+    try:
+        if args.kind == "sample":
+            cfg = config.ReportConfig.from_yaml(fixture.CONFIG_YAML)
+            src = fixture.FixtureSource()
+            files = weekly_files(src, summary.iso_week(2026, 42), cfg)
+            files |= monthly_files(src, summary.month(*fixture.MONTH), cfg)
+            _write(args.out, files)
+            return 0
+        cfg = config.ReportConfig.from_file(args.config)
+        store = objectstore.TelemetryStore(
+            objectstore.StoreConfig.from_env(
+                bucket=args.bucket,
+                prefix=args.prefix,
+                endpoint_url=args.endpoint_url,
+                region=args.region,
+            )
+        )
+        if args.kind == "weekly":
+            files = weekly_files(store, parse_week(args.week, today=today), cfg)
+        else:
+            files = monthly_files(store, parse_month(args.month, today=today), cfg)
+    except (ValueError, OSError) as exc:
+        print(f"mlxfleet report: {exc}", file=sys.stderr)
+        return 2
+    _write(args.out, files)
+    if args.write_back:
+        for name, (data, content_type) in files.items():
+            key = store.put_report(name, data, content_type=content_type)
+            print(f"s3://{store.config.bucket}/{key}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
