@@ -1,0 +1,237 @@
+"""Valid base objects and a table of invalid ones, shared by the pydantic and admission tests.
+
+Each invalid case changes one thing in a valid object; both the models (unit) and the real API
+server (integration) must reject it, naming `field`. Pure data: no pytest, no I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+JsonDict = dict[str, Any]
+DELETE = object()
+"""A patch value that removes the key."""
+
+BASE: dict[str, JsonDict] = {
+    "ModelDeployment": {
+        "apiVersion": "mlxfleet.io/v1alpha1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "case"},
+        "spec": {
+            "model": {"source": "hf://mlx-community/Qwen3-8B-4bit"},
+            "replicas": 2,
+            "placement": {"nodes": ["mac-1", "mac-2"]},
+        },
+    },
+    "InferenceNode": {
+        "apiVersion": "mlxfleet.io/v1alpha1",
+        "kind": "InferenceNode",
+        "metadata": {"name": "case"},
+        "spec": {
+            "agent": {
+                "url": "https://mac-1.lan:8443",
+                "tokenSecretRef": {"name": "mac-1-agent"},
+            },
+            "cost": {"idlePowerWatts": 10, "busyPowerWatts": 100},
+        },
+    },
+    "SwapPlan": {
+        "apiVersion": "mlxfleet.io/v1alpha1",
+        "kind": "SwapPlan",
+        "metadata": {"name": "case"},
+        "spec": {
+            "deploymentRef": {"name": "qwen"},
+            "target": {"source": "s3://models/qwen3-8b"},
+        },
+    },
+}
+
+
+def merge(base: JsonDict, patch: JsonDict) -> JsonDict:
+    """`base` deep-merged with `patch` (dicts merge, other values replace, DELETE removes)."""
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if value is DELETE:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """One invalid object: `kind` with `spec_patch` merged into its spec; `field` must be named."""
+
+    id: str
+    kind: str
+    spec_patch: JsonDict
+    field: str
+    extra: JsonDict = field(default_factory=dict)
+
+    def body(self, name: str) -> JsonDict:
+        obj = merge(BASE[self.kind], {"spec": self.spec_patch})
+        obj["metadata"] = {"name": name}
+        return obj
+
+
+MD, IN, SWP = "ModelDeployment", "InferenceNode", "SwapPlan"
+
+
+def _model(source: str) -> JsonDict:
+    return {"model": {"source": source}}
+
+
+INVALID: tuple[Invalid, ...] = (
+    # ModelDeployment: the model source
+    Invalid("md-unknown-scheme", MD, _model("ftp://host/models/qwen"), "spec.model.source"),
+    Invalid("md-https-source", MD, _model("https://huggingface.co/org/repo"), "spec.model.source"),
+    Invalid("md-relative-file-path", MD, _model("file://models/qwen"), "spec.model.source"),
+    Invalid("md-file-root-only", MD, _model("file:///"), "spec.model.source"),
+    Invalid("md-hf-without-repo", MD, _model("hf://mlx-community"), "spec.model.source"),
+    Invalid("md-s3-uppercase-bucket", MD, _model("s3://Models/qwen"), "spec.model.source"),
+    Invalid("md-dot-dot-segment", MD, _model("file:///models/../etc"), "spec.model.source"),
+    Invalid("md-source-missing", MD, {"model": {"source": DELETE}}, "spec.model.source"),
+    Invalid("md-model-missing", MD, {"model": DELETE}, "spec.model"),
+    Invalid(
+        "md-served-name-space", MD, {"model": {"servedName": "my model"}}, "spec.model.servedName"
+    ),
+    # ModelDeployment: sizes
+    Invalid("md-replicas-65", MD, {"replicas": 65, "placement": DELETE}, "spec.replicas"),
+    Invalid("md-replicas-negative", MD, {"replicas": -1, "placement": DELETE}, "spec.replicas"),
+    Invalid("md-replicas-not-integer", MD, {"replicas": "two"}, "spec.replicas"),
+    Invalid("md-context-length-0", MD, {"contextLength": 0}, "spec.contextLength"),
+    Invalid("md-context-length-huge", MD, {"contextLength": 2_000_000}, "spec.contextLength"),
+    Invalid("md-max-concurrency-0", MD, {"maxConcurrency": 0}, "spec.maxConcurrency"),
+    Invalid("md-memory-lots", MD, {"resources": {"memory": "lots"}}, "spec.resources.memory"),
+    Invalid("md-memory-gb", MD, {"resources": {"memory": "48GB"}}, "spec.resources.memory"),
+    Invalid("md-memory-zero", MD, {"resources": {"memory": "0"}}, "spec.resources.memory"),
+    Invalid("md-memory-negative", MD, {"resources": {"memory": "-4Gi"}}, "spec.resources.memory"),
+    # ModelDeployment: server options
+    Invalid("md-kv-bits-3", MD, {"server": {"kvBits": 3}}, "spec.server.kvBits"),
+    Invalid(
+        "md-decode-concurrency-0",
+        MD,
+        {"server": {"decodeConcurrency": 0}},
+        "spec.server.decodeConcurrency",
+    ),
+    Invalid(
+        "md-max-tokens-over-context",
+        MD,
+        {"contextLength": 1024, "server": {"maxTokens": 4096}},
+        "spec.server.maxTokens",
+    ),
+    # ModelDeployment: placement and swap
+    Invalid(
+        "md-nodes-fewer-than-replicas",
+        MD,
+        {"replicas": 3, "placement": {"nodes": ["mac-1", "mac-2"]}},
+        "spec.placement.nodes",
+    ),
+    Invalid(
+        "md-nodes-repeated",
+        MD,
+        {"replicas": 1, "placement": {"nodes": ["mac-1", "mac-1"]}},
+        "spec.placement.nodes",
+    ),
+    Invalid(
+        "md-node-name-invalid",
+        MD,
+        {"replicas": 1, "placement": {"nodes": ["Mac_1"]}},
+        "spec.placement.nodes",
+    ),
+    Invalid(
+        "md-placement-strategy",
+        MD,
+        {"placement": {"strategy": "Random"}},
+        "spec.placement.strategy",
+    ),
+    Invalid(
+        "md-swap-strategy-lowercase", MD, {"swap": {"strategy": "surge"}}, "spec.swap.strategy"
+    ),
+    Invalid(
+        "md-drain-timeout-0",
+        MD,
+        {"swap": {"drainTimeoutSeconds": 0}},
+        "spec.swap.drainTimeoutSeconds",
+    ),
+    Invalid(
+        "md-drain-timeout-3601",
+        MD,
+        {"swap": {"drainTimeoutSeconds": 3601}},
+        "spec.swap.drainTimeoutSeconds",
+    ),
+    Invalid("md-approval", MD, {"swap": {"approval": "Sometimes"}}, "spec.swap.approval"),
+    # InferenceNode
+    Invalid(
+        "in-url-without-scheme",
+        IN,
+        {"agent": {"url": "mac-1.lan:8443"}},
+        "spec.agent.url",
+    ),
+    Invalid("in-url-ftp", IN, {"agent": {"url": "ftp://mac-1.lan"}}, "spec.agent.url"),
+    Invalid("in-url-no-host", IN, {"agent": {"url": "https:///v1"}}, "spec.agent.url"),
+    Invalid("in-agent-missing", IN, {"agent": DELETE}, "spec.agent"),
+    Invalid(
+        "in-token-secret-missing",
+        IN,
+        {"agent": {"tokenSecretRef": DELETE}},
+        "spec.agent.tokenSecretRef",
+    ),
+    Invalid(
+        "in-token-secret-name-invalid",
+        IN,
+        {"agent": {"tokenSecretRef": {"name": "Bad_Name"}}},
+        "spec.agent.tokenSecretRef.name",
+    ),
+    Invalid(
+        "in-ca-with-http",
+        IN,
+        {"agent": {"url": "http://mac-1.lan:8080", "caSecretRef": {"name": "mac-1-ca"}}},
+        "spec.agent.caSecretRef",
+    ),
+    Invalid(
+        "in-negative-price",
+        IN,
+        {"cost": {"purchasePriceUSD": -1}},
+        "spec.cost.purchasePriceUSD",
+    ),
+    Invalid(
+        "in-negative-electricity",
+        IN,
+        {"cost": {"electricityUSDPerKWh": -0.1}},
+        "spec.cost.electricityUSDPerKWh",
+    ),
+    Invalid(
+        "in-negative-idle-power", IN, {"cost": {"idlePowerWatts": -5}}, "spec.cost.idlePowerWatts"
+    ),
+    Invalid(
+        "in-busy-below-idle",
+        IN,
+        {"cost": {"idlePowerWatts": 50, "busyPowerWatts": 20}},
+        "spec.cost.busyPowerWatts",
+    ),
+    Invalid(
+        "in-amortization-0", IN, {"cost": {"amortizationMonths": 0}}, "spec.cost.amortizationMonths"
+    ),
+    Invalid("in-reserved-negative", IN, {"reservedMemory": "-1Gi"}, "spec.reservedMemory"),
+    Invalid("in-hardware-memory-bad", IN, {"hardware": {"memory": "big"}}, "spec.hardware.memory"),
+    Invalid("in-unschedulable-not-bool", IN, {"unschedulable": "maybe"}, "spec.unschedulable"),
+    # SwapPlan
+    Invalid("swp-deployment-ref-missing", SWP, {"deploymentRef": DELETE}, "spec.deploymentRef"),
+    Invalid("swp-target-missing", SWP, {"target": DELETE}, "spec.target"),
+    Invalid("swp-target-source-missing", SWP, {"target": {"source": DELETE}}, "spec.target.source"),
+    Invalid(
+        "swp-target-unknown-scheme",
+        SWP,
+        {"target": {"source": "gs://bucket/model"}},
+        "spec.target.source",
+    ),
+    Invalid("swp-strategy", SWP, {"strategy": "Fast"}, "spec.strategy"),
+    Invalid("swp-drain-timeout-0", SWP, {"drainTimeoutSeconds": 0}, "spec.drainTimeoutSeconds"),
+    Invalid("swp-nodes-repeated", SWP, {"nodes": ["mac-1", "mac-1"]}, "spec.nodes"),
+    Invalid("swp-paused-not-bool", SWP, {"paused": "soon"}, "spec.paused"),
+)
