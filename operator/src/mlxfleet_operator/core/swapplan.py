@@ -12,56 +12,28 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from enum import StrEnum
 
 from mlxfleet_agent import contract
+from mlxfleet_operator.api import fields
+from mlxfleet_operator.api import swapplan as api
 
 # A record belongs to a step when it started after the step did (agent and operator clocks may
 # differ a little; plans for the same target are minutes apart in practice).
 CLOCK_SKEW = timedelta(seconds=120)
 
 
-class PlanPhase(StrEnum):
-    PENDING = "Pending"
-    PAUSED = "Paused"
-    PROGRESSING = "Progressing"
-    COMPLETED = "Completed"
-    FAILED = "Failed"
-    ROLLED_BACK = "RolledBack"
-
-
+PlanPhase = api.SwapPhase
+StepPhase = api.StepPhase
+Step = api.SwapStep
 TERMINAL = frozenset({PlanPhase.COMPLETED, PlanPhase.FAILED, PlanPhase.ROLLED_BACK})
-
-
-class StepPhase(StrEnum):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    COMPLETED = "Completed"
-    SKIPPED = "Skipped"
-    ROLLED_BACK = "RolledBack"
-
-
-DONE_STEPS = frozenset({StepPhase.COMPLETED, StepPhase.SKIPPED})
-
-
-@dataclass(frozen=True)
-class Step:
-    node: str
-    phase: StepPhase = StepPhase.PENDING
-    strategy: str | None = None
-    started_at: datetime | None = None
-    warm_at: datetime | None = None
-    switched_at: datetime | None = None
-    drained_at: datetime | None = None
-    finished_at: datetime | None = None
-    requests_served: int = 0
-    requests_failed: int = 0
-    max_queue_wait_ms: float = 0.0
-    message: str | None = None
+RUNNING = frozenset({StepPhase.LOADING, StepPhase.WARMING, StepPhase.SWITCHING, StepPhase.DRAINING})
+SKIPPED = "skipped: "  # message prefix of a step that had nothing to do (Completed)
 
 
 @dataclass(frozen=True)
 class PlanState:
+    """The operator-owned part of SwapPlan status (conditions are derived from it)."""
+
     phase: PlanPhase = PlanPhase.PENDING
     steps: tuple[Step, ...] = ()
     started_at: datetime | None = None
@@ -70,8 +42,18 @@ class PlanState:
 
     @property
     def progress(self) -> str:
-        done = sum(1 for s in self.steps if s.phase in DONE_STEPS)
+        done = sum(1 for s in self.steps if s.phase == StepPhase.COMPLETED)
         return f"{done}/{len(self.steps)}"
+
+    @classmethod
+    def from_status(cls, status: api.SwapPlanStatus, message: str | None = None) -> PlanState:
+        return cls(
+            phase=status.phase or PlanPhase.PENDING,
+            steps=tuple(status.steps),
+            started_at=status.started_at,
+            completed_at=status.completed_at,
+            message=message,
+        )
 
 
 @dataclass(frozen=True)
@@ -128,22 +110,38 @@ def _record_for(step: Step, slot: NodeSlot, target: Target) -> contract.SwapReco
     return None
 
 
+def _step_phase(record: contract.SwapRecord) -> StepPhase:
+    if record.old_drained_at is not None or record.old_stopped_at is not None:
+        return StepPhase.DRAINING
+    if record.switched_at is not None:
+        return StepPhase.DRAINING
+    if record.new_ready_at is not None:
+        return StepPhase.SWITCHING
+    return StepPhase.LOADING
+
+
 def _with_record(step: Step, record: contract.SwapRecord) -> Step:
-    return replace(
-        step,
-        strategy=str(record.strategy.value),
-        warm_at=record.new_ready_at,
-        switched_at=record.switched_at,
-        drained_at=record.old_drained_at,
-        finished_at=record.finished_at,
-        requests_served=record.requests_served,
-        requests_failed=record.requests_failed,
-        max_queue_wait_ms=record.max_queue_wait_ms,
+    return step.model_copy(
+        update={
+            "phase": _step_phase(record),
+            "strategy": fields.from_agent_strategy(record.strategy),
+            "warm_at": record.new_ready_at,
+            "switched_at": record.switched_at,
+            "drained_at": record.old_drained_at,
+            "finished_at": record.finished_at,
+            "requests_served": record.requests_served,
+            "requests_failed": record.requests_failed,
+            "max_queue_wait_ms": record.max_queue_wait_ms,
+        }
     )
 
 
+def _update(step: Step, **changes: object) -> Step:
+    return step.model_copy(update=changes)
+
+
 def initial_steps(nodes: Sequence[str]) -> tuple[Step, ...]:
-    return tuple(Step(node=n) for n in dict.fromkeys(nodes))
+    return tuple(Step(node=n, phase=StepPhase.PENDING) for n in dict.fromkeys(nodes))
 
 
 def _running(
@@ -151,13 +149,13 @@ def _running(
 ) -> tuple[Step, PlanState | None, tuple[Action, ...]]:
     """Follow the running step. Returns the new step, a terminal plan state if any, actions."""
     if slot is None or not slot.reachable:
-        return replace(step, message=f"waiting for node {step.node} to answer"), None, ()
+        return _update(step, message=f"waiting for node {step.node} to answer"), None, ()
     record = _record_for(step, slot, target)
     if record is not None:
         step = _with_record(step, record)
         if record.outcome == contract.SwapOutcome.COMPLETED:
             return (
-                replace(
+                _update(
                     step,
                     phase=StepPhase.COMPLETED,
                     finished_at=record.finished_at or now,
@@ -168,7 +166,7 @@ def _running(
             )
         if record.outcome is not None:
             why = record.reason or record.outcome.value
-            step = replace(
+            step = _update(
                 step,
                 phase=StepPhase.ROLLED_BACK,
                 finished_at=record.finished_at or now,
@@ -184,9 +182,9 @@ def _running(
             if record.from_source is not None:
                 back = (PutPrevious(step.node, record.from_source, record.from_revision),)
             return step, rolled, back
-        return replace(step, message="swapping"), None, ()
+        return _update(step, message="swapping"), None, ()
     # No record yet: (re)send the desired slot; the agent's API is declarative, so this is harmless.
-    return replace(step, message="swap requested"), None, (PutTarget(step.node),)
+    return _update(step, message="swap requested"), None, (PutTarget(step.node),)
 
 
 def advance(
@@ -213,13 +211,13 @@ def advance(
     steps = list(state.steps)
     actions: tuple[Action, ...] = ()
     for i, step in enumerate(steps):
-        if step.phase != StepPhase.RUNNING:
+        if step.phase not in RUNNING:
             continue
         new_step, terminal, actions = _running(state, step, slots.get(step.node), target, now)
         steps[i] = new_step
         if terminal is not None:
             return Advance(replace(terminal, steps=tuple(steps)), actions)
-        if new_step.phase == StepPhase.RUNNING:
+        if new_step.phase in RUNNING:
             phase = PlanPhase.PAUSED if paused else PlanPhase.PROGRESSING
             return Advance(replace(state, phase=phase, steps=tuple(steps)), actions)
     state = replace(state, steps=tuple(steps))
@@ -245,8 +243,11 @@ def advance(
             (),
         )
     if slot.source is None:
-        steps[i] = replace(
-            step, phase=StepPhase.SKIPPED, finished_at=now, message="no replica on this node"
+        steps[i] = _update(
+            step,
+            phase=StepPhase.COMPLETED,
+            finished_at=now,
+            message=SKIPPED + "no replica on this node",
         )
         return advance(
             replace(state, steps=tuple(steps)),
@@ -261,8 +262,8 @@ def advance(
         and slot.ready
         and slot.active_swap is None
     ):
-        steps[i] = replace(
-            step, phase=StepPhase.SKIPPED, finished_at=now, message="already on target"
+        steps[i] = _update(
+            step, phase=StepPhase.COMPLETED, finished_at=now, message=SKIPPED + "already on target"
         )
         return advance(
             replace(state, steps=tuple(steps)),
@@ -272,7 +273,7 @@ def advance(
             slots=slots,
             now=now,
         )
-    steps[i] = replace(step, phase=StepPhase.RUNNING, started_at=now, message="swap requested")
+    steps[i] = _update(step, phase=StepPhase.LOADING, started_at=now, message="swap requested")
     return Advance(
         replace(
             state,

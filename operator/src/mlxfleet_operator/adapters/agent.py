@@ -1,0 +1,167 @@
+"""Async client of one node agent's control API (`/v1`, bearer token, optional private CA).
+
+May import: httpx, the agent `contract`, the standard library. Called by: `fleet` (which keeps one
+client per InferenceNode) and, through it, the handlers. Every call has a timeout; errors come
+back as `AgentError` subclasses so handlers can tell "unreachable" from "refused".
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import httpx
+from pydantic import ValidationError
+
+from mlxfleet_agent import contract
+
+PREFIX = contract.API_PREFIX
+DEFAULT_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
+# PUT /v1/slots may have to read a model's config (estimate) before answering.
+SLOT_TIMEOUT = httpx.Timeout(30.0, connect=3.0)
+PREFETCH_TIMEOUT = httpx.Timeout(300.0, connect=3.0)
+
+
+class AgentError(Exception):
+    """A control API call that did not succeed."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class AgentUnreachable(AgentError):
+    """No answer: connection refused, timeout, TLS failure, or a 5xx gateway-type error."""
+
+
+class AgentRefused(AgentError):
+    """The agent answered with a 4xx/507: the request itself cannot work (message says why)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        insufficient: contract.InsufficientMemory | None = None,
+    ) -> None:
+        super().__init__(message, status=status)
+        self.insufficient = insufficient
+
+
+@dataclass(frozen=True)
+class Credentials:
+    url: str
+    token: str
+    ca_pem: str | None = None
+
+
+def _verify(ca_pem: str | None) -> ssl.SSLContext | bool:
+    if ca_pem is None:
+        return True
+    return ssl.create_default_context(cadata=ca_pem)
+
+
+def data_endpoint(agent_url: str, data_port: int) -> str:
+    """The agent's data-plane base URL: the control URL's scheme and host, the data port."""
+    parts = urlsplit(agent_url)
+    host = parts.hostname or "localhost"
+    if ":" in host:
+        host = f"[{host}]"
+    return urlunsplit((parts.scheme, f"{host}:{data_port}", "", "", ""))
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        body = contract.ErrorBody.model_validate_json(response.content)
+    except ValidationError:
+        return f"HTTP {response.status_code}: {response.text[:300]}"
+    detail = body.error
+    where = f"{detail.field}: " if detail.field else ""
+    allowed = f" (allowed: {detail.allowed})" if detail.allowed else ""
+    return f"HTTP {response.status_code}: {where}{detail.message}{allowed}"
+
+
+class AgentClient:
+    """One agent. Create with `Credentials`; close with `aclose()`."""
+
+    def __init__(
+        self, credentials: Credentials, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self.credentials = credentials
+        self._http = httpx.AsyncClient(
+            base_url=credentials.url.rstrip("/"),
+            headers={"Authorization": f"Bearer {credentials.token}"},
+            timeout=DEFAULT_TIMEOUT,
+            verify=_verify(credentials.ca_pem),
+            transport=transport,
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(
+        self, method: str, path: str, *, budget: httpx.Timeout | None = None, json: Any = None
+    ) -> httpx.Response:
+        try:
+            response = await self._http.request(
+                method, PREFIX + path, json=json, timeout=budget or DEFAULT_TIMEOUT
+            )
+        except httpx.HTTPError as exc:
+            raise AgentUnreachable(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 500 and response.status_code != 507:
+            raise AgentUnreachable(_message(response), status=response.status_code)
+        if response.status_code >= 400:
+            insufficient = None
+            if response.status_code == 507:
+                try:
+                    insufficient = contract.InsufficientMemory.model_validate_json(response.content)
+                except ValidationError:
+                    insufficient = None
+            raise AgentRefused(
+                _message(response), status=response.status_code, insufficient=insufficient
+            )
+        return response
+
+    async def state(self) -> contract.AgentState:
+        response = await self._call("GET", "/state")
+        try:
+            return contract.AgentState.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise AgentUnreachable(f"GET /state: unexpected body: {exc}") from exc
+
+    async def put_slot(self, name: str, spec: contract.SlotSpec) -> contract.SlotStatus:
+        body = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+        response = await self._call("PUT", f"/slots/{quote(name)}", json=body, budget=SLOT_TIMEOUT)
+        return contract.SlotStatus.model_validate_json(response.content)
+
+    async def delete_slot(self, name: str) -> None:
+        try:
+            await self._call("DELETE", f"/slots/{quote(name)}")
+        except AgentRefused as exc:
+            if exc.status != 404:
+                raise
+
+    async def swaps(self, name: str) -> list[contract.SwapRecord]:
+        try:
+            response = await self._call("GET", f"/slots/{quote(name)}/swaps")
+        except AgentRefused as exc:
+            if exc.status == 404:
+                return []
+            raise
+        return contract.SwapList.model_validate_json(response.content).items
+
+    async def prefetch(self, source: str, revision: str | None) -> contract.CachedModel | None:
+        """Ask the agent to fetch (and size) a model; None when it answers without a body yet."""
+        body = contract.PrefetchRequest(source=source, revision=revision)
+        response = await self._call(
+            "POST",
+            "/models/prefetch",
+            json=body.model_dump(mode="json", by_alias=True, exclude_none=True),
+            budget=PREFETCH_TIMEOUT,
+        )
+        try:
+            return contract.CachedModel.model_validate_json(response.content)
+        except ValidationError:
+            return None

@@ -1,0 +1,278 @@
+"""Kubernetes objects the operator reads or owns: Secrets, SwapPlans, the Service and
+EndpointSlices of each ModelDeployment.
+
+The `kubernetes` client is synchronous, so every call goes through `asyncio.to_thread`: the kopf
+event loop never blocks. Owned objects are written with server-side apply (field manager
+`mlxfleet-operator`), so a repeated call is a no-op and nobody else's fields are touched.
+Status of the object a handler is working on is written by kopf's own patch, not here.
+May import: kubernetes, the standard library, `api`, `core.naming`. Called by: handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+
+from mlxfleet_operator.api import resources
+from mlxfleet_operator.core import naming
+
+FIELD_MANAGER = "mlxfleet-operator"
+APPLY = "application/apply-patch+yaml"
+MANAGED_BY = "mlxfleet.io"
+LABEL_DEPLOYMENT = "mlxfleet.io/deployment"
+SERVICE_PORT_NAME = "http"
+SERVICE_PORT = 80
+JsonDict = dict[str, Any]
+
+
+class KubeError(Exception):
+    """A Kubernetes call that failed for a reason other than not-found / already-exists."""
+
+
+class SecretMissing(KubeError):
+    """The referenced Secret or key does not exist (or the operator may not read it)."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One agent data plane serving a ModelDeployment replica."""
+
+    node: str
+    host: str
+    port: int
+    ready: bool
+
+
+def client_from(kubeconfig: str | None) -> kubernetes.client.ApiClient:
+    """API client from a kubeconfig file, else the in-cluster ServiceAccount."""
+    if kubeconfig:
+        client = kubernetes.config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        return cast(kubernetes.client.ApiClient, client)
+    kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+    return kubernetes.client.ApiClient()
+
+
+def owner_reference(body: Mapping[str, Any]) -> JsonDict:
+    meta = body["metadata"]
+    return {
+        "apiVersion": body.get("apiVersion", resources.API_VERSION),
+        "kind": body.get("kind", resources.MODEL_DEPLOYMENT.kind),
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+    }
+
+
+def slice_address(host: str) -> tuple[str, str]:
+    """(addressType, address) for an agent host. The API server refuses loopback IPs in
+    EndpointSlices and FQDNs need two labels: an agent on loopback (a development machine) is
+    published as FQDN `loopback.localhost` (RFC 6761: *.localhost names the loopback host)."""
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return "FQDN", host
+    if ip.is_loopback:
+        return "FQDN", "loopback.localhost"
+    return ("IPv4" if ip.version == 4 else "IPv6"), str(ip)
+
+
+def service_url(namespace: str, deployment: str) -> str:
+    return f"http://{naming.service_name(deployment)}.{namespace}.svc:{SERVICE_PORT}"
+
+
+class Kube:
+    """Thin async facade over the synchronous client (one instance per operator)."""
+
+    def __init__(self, api: kubernetes.client.ApiClient) -> None:
+        self.api = api
+        self.core = kubernetes.client.CoreV1Api(api)
+        self.discovery = kubernetes.client.DiscoveryV1Api(api)
+        self.custom = kubernetes.client.CustomObjectsApi(api)
+
+    def close(self) -> None:
+        self.api.close()  # type: ignore[no-untyped-call]
+
+    # ------------------------------------------------------------------------------ secrets
+
+    async def secret_value(self, *, namespace: str, name: str, key: str) -> str:
+        try:
+            secret = await asyncio.to_thread(self.core.read_namespaced_secret, name, namespace)
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                raise SecretMissing(f"Secret {namespace}/{name}: {exc.reason}") from exc
+            raise KubeError(f"read Secret {namespace}/{name}: {exc.status} {exc.reason}") from exc
+        data = secret.data or {}
+        if key not in data:
+            raise SecretMissing(f"Secret {namespace}/{name} has no key {key!r}")
+        return base64.b64decode(data[key]).decode().strip()
+
+    # ------------------------------------------------------------------------- custom objects
+
+    async def get_swap_plan(self, namespace: str, name: str) -> JsonDict | None:
+        try:
+            found = await asyncio.to_thread(
+                self.custom.get_namespaced_custom_object,
+                resources.GROUP,
+                resources.VERSION,
+                namespace,
+                resources.SWAP_PLAN.plural,
+                name,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KubeError(f"get SwapPlan {namespace}/{name}: {exc.status} {exc.reason}") from exc
+        return cast(JsonDict, found)
+
+    async def get_deployment(self, namespace: str, name: str) -> JsonDict | None:
+        try:
+            found = await asyncio.to_thread(
+                self.custom.get_namespaced_custom_object,
+                resources.GROUP,
+                resources.VERSION,
+                namespace,
+                resources.MODEL_DEPLOYMENT.plural,
+                name,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KubeError(
+                f"get ModelDeployment {namespace}/{name}: {exc.status} {exc.reason}"
+            ) from exc
+        return cast(JsonDict, found)
+
+    async def create_swap_plan(self, namespace: str, body: JsonDict) -> bool:
+        """Create; False when it already exists (the name is deterministic, 409 = done before)."""
+        try:
+            await asyncio.to_thread(
+                self.custom.create_namespaced_custom_object,
+                resources.GROUP,
+                resources.VERSION,
+                namespace,
+                resources.SWAP_PLAN.plural,
+                body,
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise KubeError(f"create SwapPlan {namespace}: {exc.status} {exc.body}") from exc
+        return True
+
+    # -------------------------------------------------------------- Service + EndpointSlices
+
+    async def publish(self, deployment: Mapping[str, Any], endpoints: Sequence[Endpoint]) -> None:
+        """Service without selector + one EndpointSlice per (address type, port); stale ones go."""
+        meta = deployment["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        service = naming.service_name(name)
+        owner = [owner_reference(deployment)]
+        labels = {"app.kubernetes.io/managed-by": MANAGED_BY, LABEL_DEPLOYMENT: name}
+        svc_body: JsonDict = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": service,
+                "namespace": namespace,
+                "labels": labels,
+                "ownerReferences": owner,
+            },
+            "spec": {
+                "ports": [{"name": SERVICE_PORT_NAME, "port": SERVICE_PORT, "protocol": "TCP"}]
+            },
+        }
+        await self._apply(self.core.patch_namespaced_service, service, namespace, svc_body)
+        groups: dict[tuple[str, int], list[tuple[str, Endpoint]]] = {}
+        for ep in endpoints:
+            kind, address = slice_address(ep.host)
+            groups.setdefault((kind, ep.port), []).append((address, ep))
+        wanted: set[str] = set()
+        for (kind, port), members in sorted(groups.items()):
+            slice_name = f"{naming.endpoint_slice_name(service, port)}-{kind.lower()}"
+            wanted.add(slice_name)
+            body: JsonDict = {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": slice_name,
+                    "namespace": namespace,
+                    "ownerReferences": owner,
+                    "labels": {
+                        **labels,
+                        "kubernetes.io/service-name": service,
+                        "endpointslice.kubernetes.io/managed-by": f"{MANAGED_BY}-operator",
+                    },
+                },
+                "addressType": kind,
+                "ports": [{"name": SERVICE_PORT_NAME, "port": port, "protocol": "TCP"}],
+                "endpoints": [
+                    {
+                        "addresses": [address],
+                        "conditions": {
+                            "ready": ep.ready,
+                            "serving": ep.ready,
+                            "terminating": False,
+                        },
+                        "hostname": naming.service_name(ep.node),
+                    }
+                    for address, ep in sorted(members, key=lambda m: m[1].node)
+                ],
+            }
+            await self._apply(
+                self.discovery.patch_namespaced_endpoint_slice, slice_name, namespace, body
+            )
+        await self._delete_slices(namespace, service, keep=wanted)
+
+    async def unpublish(self, namespace: str, deployment: str) -> None:
+        """Remove the Service and EndpointSlices (ownerReferences do this too where GC runs)."""
+        service = naming.service_name(deployment)
+        await self._delete_slices(namespace, service, keep=set())
+        try:
+            await asyncio.to_thread(self.core.delete_namespaced_service, service, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise KubeError(
+                    f"delete Service {namespace}/{service}: {exc.status} {exc.reason}"
+                ) from exc
+
+    async def _delete_slices(self, namespace: str, service: str, *, keep: set[str]) -> None:
+        try:
+            listed = await asyncio.to_thread(
+                self.discovery.list_namespaced_endpoint_slice,
+                namespace,
+                label_selector=f"kubernetes.io/service-name={service},app.kubernetes.io/managed-by={MANAGED_BY}",
+            )
+            for item in listed.items:
+                found = str(item.metadata.name) if item.metadata is not None else ""
+                if found and found not in keep:
+                    await asyncio.to_thread(
+                        self.discovery.delete_namespaced_endpoint_slice, found, namespace
+                    )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise KubeError(
+                    f"EndpointSlices of {namespace}/{service}: {exc.status} {exc.reason}"
+                ) from exc
+
+    async def _apply(self, method: Any, name: str, namespace: str, body: JsonDict) -> None:
+        try:
+            await asyncio.to_thread(
+                method,
+                name,
+                namespace,
+                body,
+                field_manager=FIELD_MANAGER,
+                force=True,
+                _content_type=APPLY,
+            )
+        except ApiException as exc:
+            raise KubeError(
+                f"apply {body['kind']} {namespace}/{name}: {exc.status} {exc.body}"
+            ) from exc

@@ -1,0 +1,457 @@
+"""ModelDeployment reconcile decisions (pure): the footprint, placement inputs, the slot each node
+should run, which slots go, whether a SwapPlan is due, and the resulting status and conditions.
+
+May import: the standard library, `api`, the agent `contract` and `memory`, sibling core modules.
+Called by: the ModelDeployment handler, with `NodeFacts` built from the InferenceNode index and
+the latest agent answers, and `Outcome`s of the slot requests it just made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from mlxfleet_agent import contract, memory
+from mlxfleet_operator.api import base, quantity
+from mlxfleet_operator.api import conditions as cond
+from mlxfleet_operator.api import inferencenode as inode
+from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api import swapplan as swp
+from mlxfleet_operator.core import conditions, naming, placement
+from mlxfleet_operator.core import swapplan as plans
+
+Model = tuple[str, str | None]  # (source, revision)
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """One InferenceNode as the operator knows it: the object, and the agent's last answer."""
+
+    node: inode.InferenceNode
+    state: contract.AgentState | None
+    endpoint: str | None  # the agent's data-plane base URL
+
+    @property
+    def name(self) -> str:
+        return self.node.metadata.name or ""
+
+    @property
+    def ready(self) -> bool:
+        return cond.is_true(self.node.status.conditions, cond.ConditionType.READY)
+
+    @property
+    def not_ready_since(self) -> datetime | None:
+        found = cond.find(self.node.status.conditions, cond.ConditionType.READY)
+        if found is None or found.status is cond.ConditionStatus.TRUE:
+            return None
+        return found.last_transition_time
+
+    def slot(self, name: str) -> contract.SlotStatus | None:
+        if self.state is None:
+            return None
+        return next((s for s in self.state.slots if s.name == name), None)
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    """The SwapPlan named in the deployment's status, as far as the deployment cares."""
+
+    name: str
+    target: Model
+    phase: swp.SwapPhase | None
+    paused: bool
+    done_nodes: frozenset[str] = frozenset()  # steps Completed with the target loaded
+    message: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.phase is None or not self.phase.terminal
+
+    @classmethod
+    def from_plan(cls, plan: swp.SwapPlan) -> PlanInfo:
+        done = frozenset(
+            s.node
+            for s in plan.status.steps
+            if s.phase == swp.StepPhase.COMPLETED
+            and not (s.message or "").startswith(plans.SKIPPED + "no replica")
+        )
+        failed = next(
+            (
+                s
+                for s in plan.status.steps
+                if s.phase in (swp.StepPhase.ROLLED_BACK, swp.StepPhase.FAILED)
+            ),
+            None,
+        )
+        message = None
+        if failed is not None:
+            why = failed.message or failed.phase
+            message = f"SwapPlan {plan.metadata.name} step on {failed.node}: {why}"
+        return cls(
+            name=plan.metadata.name or "",
+            target=(plan.spec.target.source, plan.spec.target.revision),
+            phase=plan.status.phase,
+            paused=plan.spec.paused,
+            done_nodes=done,
+            message=message,
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened when the handler asked one node's agent for the slot."""
+
+    node: str
+    error: str | None = None
+    refused: bool = False  # 4xx: the request cannot work as is (bad source, ...)
+
+
+# ------------------------------------------------------------------------------- footprint
+
+
+def spec_model(md: mdep.ModelDeployment) -> Model:
+    return (md.spec.model.source, md.spec.model.revision)
+
+
+def footprint(
+    md: mdep.ModelDeployment,
+    facts: Sequence[NodeFacts],
+    extra: Sequence[contract.CachedModel] = (),
+) -> int:
+    """Bytes per replica: spec.resources.memory, else the shared estimate from any node that has
+    the weights cached (size + shape; `extra`: a prefetch answer). Raises
+    memory.UnknownModelSize when nobody knows yet."""
+    override = md.spec.memory_bytes()
+    if override is not None:
+        return override
+    source, revision = spec_model(md)
+    known = [c for f in facts if f.state is not None for c in f.state.cached_models]
+    for cached in [*extra, *known]:
+        if (cached.source, cached.revision) != (source, revision) or cached.shape is None:
+            continue
+        if cached.size_bytes <= 0:
+            continue
+        est = memory.estimate(
+            weights_bytes=cached.size_bytes,
+            shape=cached.shape,
+            context_length=md.spec.context_length,
+            max_concurrency=md.spec.max_concurrency,
+            kv_bits=md.spec.server.kv_bits,
+        )
+        return est.total_bytes
+    raise memory.UnknownModelSize(f"size of {source} is not known on any node yet")
+
+
+def budget(fact: NodeFacts) -> int:
+    """Node allocatable: spec.hardware.memory / spec.reservedMemory override the agent's budget."""
+    spec = fact.node.spec
+    hardware = spec.hardware.memory if spec.hardware is not None else None
+    if hardware is None and spec.reserved_memory is None:
+        if fact.state is not None:
+            return fact.state.memory.budget_bytes
+        mem = fact.node.status.memory
+        return (mem.allocatable_bytes or 0) if mem is not None else 0
+    total = quantity.parse_bytes(hardware) if hardware is not None else None
+    if total is None:
+        total = fact.state.memory.total_bytes if fact.state is not None else 0
+    reserved = (
+        spec.reserved_memory_bytes()
+        if spec.reserved_memory is not None
+        else memory.DEFAULT_RESERVED_BYTES
+    )
+    return memory.budget_bytes(total, reserved_bytes=reserved)
+
+
+def used_by_others(fact: NodeFacts, slot: str) -> int:
+    if fact.state is None:
+        return 0
+    return sum(s.estimated_memory_bytes or 0 for s in fact.state.slots if s.name != slot)
+
+
+def node_view(fact: NodeFacts, *, slot: str) -> placement.NodeView:
+    cached = frozenset(
+        placement.model_key(c.source, c.revision)
+        for c in (fact.state.cached_models if fact.state is not None else ())
+    )
+    return placement.NodeView(
+        name=fact.name,
+        labels=dict(fact.node.metadata.labels),
+        unschedulable=fact.node.spec.unschedulable,
+        ready=fact.ready and fact.state is not None,
+        not_ready_since=fact.not_ready_since,
+        budget_bytes=budget(fact),
+        used_bytes=used_by_others(fact, slot),
+        cached=cached,
+    )
+
+
+def request(md: mdep.ModelDeployment, footprint_bytes: int) -> placement.Request:
+    nodes = md.spec.placement.nodes
+    return placement.Request(
+        replicas=md.spec.replicas,
+        footprint_bytes=footprint_bytes,
+        model=placement.model_key(*spec_model(md)),
+        strategy=placement.Strategy(md.spec.placement.strategy.value),
+        node_selector=dict(md.spec.placement.node_selector),
+        nodes=tuple(nodes) if nodes is not None else None,
+    )
+
+
+def place(
+    md: mdep.ModelDeployment,
+    facts: Sequence[NodeFacts],
+    *,
+    footprint_bytes: int,
+    now: datetime,
+    failover_delay: timedelta,
+) -> placement.Decision:
+    slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
+    current = [p.node for p in md.status.placements]
+    views = [node_view(f, slot=slot) for f in facts]
+    return placement.place(
+        request(md, footprint_bytes), views, current, now=now, failover_delay=failover_delay
+    )
+
+
+# ---------------------------------------------------------------------------- desired slots
+
+
+def slot_spec(
+    md: mdep.ModelDeployment,
+    model: Model,
+    *,
+    strategy: contract.SwapStrategy | None = None,
+    drain_timeout_seconds: int | None = None,
+) -> contract.SlotSpec:
+    """The agent slot for this deployment serving `model` (deterministic: same input, same spec)."""
+    policy = md.spec.swap.to_agent()
+    if strategy is not None:
+        policy = policy.model_copy(update={"strategy": strategy})
+    if drain_timeout_seconds is not None:
+        policy = policy.model_copy(update={"drain_timeout_seconds": drain_timeout_seconds})
+    return contract.SlotSpec(
+        source=model[0],
+        revision=model[1],
+        served_name=md.served_name(),
+        context_length=md.spec.context_length,
+        max_concurrency=md.spec.max_concurrency,
+        memory_bytes=md.spec.memory_bytes(),
+        server=md.spec.server.to_agent(),
+        swap=policy,
+    )
+
+
+def desired_models(
+    md: mdep.ModelDeployment, decision: placement.Decision, plan: PlanInfo | None
+) -> dict[str, Model]:
+    """What each chosen node should serve: a kept replica keeps its model until a SwapPlan step
+    moved it; a new replica starts on the spec's model."""
+    previous = {p.node: (p.source, p.revision) for p in md.status.placements if p.source}
+    out: dict[str, Model] = {}
+    for node in decision.nodes:
+        model = previous.get(node, spec_model(md)) if node in decision.kept else spec_model(md)
+        if plan is not None and node in plan.done_nodes:
+            model = plan.target
+        out[node] = (model[0] or md.spec.model.source, model[1])
+    return out
+
+
+def nodes_to_put(decision: placement.Decision, plan: PlanInfo | None) -> tuple[str, ...]:
+    """While a plan runs it alone writes the slots of the replicas it swaps (the kept ones)."""
+    if plan is not None and plan.active:
+        return decision.added
+    return decision.nodes
+
+
+def slots_to_delete(
+    facts: Sequence[NodeFacts], decision: placement.Decision, *, slot: str
+) -> tuple[str, ...]:
+    """Nodes (answering now) that still run this deployment's slot but carry no replica."""
+    return tuple(
+        f.name
+        for f in facts
+        if f.name not in decision.nodes and f.ready and f.slot(slot) is not None
+    )
+
+
+def plan_due(
+    md: mdep.ModelDeployment,
+    desired: Mapping[str, Model],
+    decision: placement.Decision,
+    plan: PlanInfo | None,
+) -> bool:
+    """A kept replica serves another model than the spec's, and no plan covers that change."""
+    target = spec_model(md)
+    if not any(desired[n] != target for n in decision.kept):
+        return False
+    return plan is None or (not plan.active and plan.target != target)
+
+
+def new_plan(md: mdep.ModelDeployment, decision: placement.Decision) -> swp.SwapPlan:
+    source, revision = spec_model(md)
+    generation = md.metadata.generation or 0
+    name = naming.swap_plan_name(md.metadata.name or "", source, revision, generation=generation)
+    return swp.SwapPlan(
+        metadata=base.ObjectMeta(
+            name=name,
+            namespace=md.metadata.namespace,
+            labels={"mlxfleet.io/deployment": md.metadata.name or ""},
+        ),
+        spec=swp.SwapPlanSpec(
+            deployment_ref=swp.DeploymentRef(name=md.metadata.name or ""),
+            target=swp.SwapTarget(source=source, revision=revision),
+            nodes=sorted(decision.kept),
+            paused=md.spec.swap.approval == mdep.SwapApproval.MANUAL,
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------- status
+
+_PHASES = {
+    contract.SlotPhase.PENDING: mdep.PlacementPhase.PENDING,
+    contract.SlotPhase.DOWNLOADING: mdep.PlacementPhase.LOADING,
+    contract.SlotPhase.LOADING: mdep.PlacementPhase.LOADING,
+    contract.SlotPhase.WARMING: mdep.PlacementPhase.LOADING,
+    contract.SlotPhase.READY: mdep.PlacementPhase.READY,
+    contract.SlotPhase.SWAPPING: mdep.PlacementPhase.SWAPPING,
+    contract.SlotPhase.FAILED: mdep.PlacementPhase.FAILED,
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    status: mdep.ModelDeploymentStatus
+    verdict: conditions.Verdict
+    endpoints: tuple[tuple[str, str, bool], ...] = field(default=())  # (node, data URL, ready)
+
+
+def placements(
+    facts: Mapping[str, NodeFacts],
+    desired: Mapping[str, Model],
+    outcomes: Mapping[str, Outcome],
+    *,
+    slot: str,
+) -> list[mdep.PlacementStatus]:
+    out = []
+    for node, (source, revision) in desired.items():
+        fact = facts.get(node)
+        observed = fact.slot(slot) if fact is not None else None
+        ready = bool(fact is not None and fact.ready and observed is not None and observed.ready)
+        phase = _PHASES[observed.phase] if observed is not None else mdep.PlacementPhase.PENDING
+        message = outcomes[node].error if node in outcomes and outcomes[node].error else None
+        if message is None and observed is not None and not observed.ready:
+            message = observed.last_error
+        if fact is not None and not fact.ready:
+            message = f"node {node} is not Ready"
+        out.append(
+            mdep.PlacementStatus(
+                node=node,
+                phase=phase,
+                ready=ready,
+                source=source,
+                revision=revision,
+                endpoint=fact.endpoint if fact is not None else None,
+                message=message,
+            )
+        )
+    return out
+
+
+def verdict(
+    md: mdep.ModelDeployment,
+    decision: placement.Decision,
+    placed: Sequence[mdep.PlacementStatus],
+    outcomes: Mapping[str, Outcome],
+    plan: PlanInfo | None,
+) -> conditions.Verdict:
+    R = cond.Reason
+    want = md.spec.replicas
+    ready = sum(1 for p in placed if p.ready)
+    if decision.fits_nowhere:
+        too_small = any(r.reason == placement.Reason.TOO_SMALL for r in decision.rejections)
+        reason = R.INSUFFICIENT_MEMORY if too_small else R.NO_MATCHING_NODES
+        return conditions.Verdict(False, reason, decision.rejection_summary(), stalled=True)
+    refused = [o for o in outcomes.values() if o.refused]
+    if refused and len(refused) >= len(decision.added or decision.nodes):
+        text = "; ".join(f"{o.node}: {o.error}" for o in refused)
+        return conditions.Verdict(False, R.SOURCE_INVALID, text, stalled=True)
+    if want == 0:
+        return conditions.Verdict(True, R.SCALED_TO_ZERO, "spec.replicas is 0")
+    if plan is not None and plan.active:
+        reason = R.AWAITING_APPROVAL if plan.paused else R.SWAP_IN_PROGRESS
+        text = f"SwapPlan {plan.name} to {plan.target[0]}: {plan.phase or 'Pending'}"
+        return conditions.Verdict(False, reason, text, reconciling=True)
+    if (
+        plan is not None
+        and plan.phase in (swp.SwapPhase.ROLLED_BACK, swp.SwapPhase.FAILED)
+        and plan.target == spec_model(md)
+    ):
+        why = plan.message or f"SwapPlan {plan.name} failed"
+        text = f"{why}; still serving the previous model"
+        return conditions.Verdict(False, R.ROLLED_BACK, text, stalled=True)
+    if ready >= want:
+        return conditions.Verdict(True, R.READY, f"{ready}/{want} replicas ready")
+    if decision.missing:
+        text = f"{ready}/{want} ready, {decision.missing} unplaced: {decision.rejection_summary()}"
+        return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, reconciling=True)
+    lost = [p.node for p in placed if p.message and "not Ready" in p.message]
+    if lost:
+        return conditions.Verdict(
+            False, R.NODE_LOST, f"{ready}/{want} ready; lost: {', '.join(lost)}", reconciling=True
+        )
+    failed = [p for p in placed if p.phase == mdep.PlacementPhase.FAILED]
+    if failed:
+        text = "; ".join(f"{p.node}: {p.message or 'backend failed'}" for p in failed)
+        return conditions.Verdict(False, R.BACKEND_FAILED, text, reconciling=True)
+    reason = R.PARTIALLY_READY if ready else R.LOADING
+    return conditions.Verdict(False, reason, f"{ready}/{want} replicas ready", reconciling=True)
+
+
+def status(
+    md: mdep.ModelDeployment,
+    *,
+    decision: placement.Decision,
+    facts: Mapping[str, NodeFacts],
+    desired: Mapping[str, Model],
+    outcomes: Mapping[str, Outcome],
+    plan: PlanInfo | None,
+    footprint_bytes: int | None,
+    endpoint: str,
+    now: datetime,
+) -> Result:
+    slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
+    placed = placements(facts, desired, outcomes, slot=slot)
+    judged = verdict(md, decision, placed, outcomes, plan)
+    new = mdep.ModelDeploymentStatus(
+        observed_generation=md.metadata.generation,
+        conditions=conditions.apply_verdict(
+            md.status.conditions, judged, generation=md.metadata.generation, now=now
+        ),
+        served_name=md.served_name(),
+        replicas=len(placed),
+        ready_replicas=sum(1 for p in placed if p.ready),
+        placements=placed,
+        swap_plan=plan.name if plan is not None else md.status.swap_plan,
+        estimated_memory_bytes=footprint_bytes,
+        endpoint=endpoint,
+    )
+    eps = tuple((p.node, p.endpoint, p.ready) for p in placed if p.endpoint)
+    return Result(status=new, verdict=judged, endpoints=eps)
+
+
+def unplaced_status(
+    md: mdep.ModelDeployment, judged: conditions.Verdict, *, now: datetime, endpoint: str
+) -> mdep.ModelDeploymentStatus:
+    """Status when placement could not even run (size unknown, source refused): keep what runs."""
+    return md.status.model_copy(
+        update={
+            "observed_generation": md.metadata.generation,
+            "conditions": conditions.apply_verdict(
+                md.status.conditions, judged, generation=md.metadata.generation, now=now
+            ),
+            "served_name": md.served_name(),
+            "endpoint": endpoint,
+        }
+    )

@@ -1,0 +1,139 @@
+"""InferenceNode status (pure): what the agent reported, folded with the heartbeat debounce.
+
+May import: the standard library, `api`, the agent `contract`, sibling core modules.
+Called by: the InferenceNode timer handler after each poll of `GET /v1/state`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from mlxfleet_agent import contract
+from mlxfleet_operator.api import conditions as cond
+from mlxfleet_operator.api import inferencenode as inode
+from mlxfleet_operator.api import quantity
+from mlxfleet_operator.core import conditions, heartbeat
+from mlxfleet_operator.core import deployment as dep
+
+
+class PollError(StrEnum):
+    """Why a poll failed; the first two need a person (Stalled)."""
+
+    SECRET_MISSING = "SecretNotFound"  # noqa: S105 - a condition reason, not a secret
+    UNAUTHORIZED = "Unauthorized"
+    UNREACHABLE = "AgentUnreachable"
+
+
+@dataclass(frozen=True)
+class Poll:
+    state: contract.AgentState | None
+    error: PollError | None = None
+    message: str | None = None
+
+
+def health_from_status(status: inode.InferenceNodeStatus) -> heartbeat.Health:
+    """Seed the debounce after an operator restart from what the status said."""
+    ready = cond.find(status.conditions, cond.ConditionType.READY)
+    known = (
+        None
+        if ready is None or ready.status is cond.ConditionStatus.UNKNOWN
+        else (ready.status is cond.ConditionStatus.TRUE)
+    )
+    return heartbeat.Health(ready=known, misses=0, last_heartbeat=status.last_heartbeat_time)
+
+
+def _memory(node: inode.InferenceNode, state: contract.AgentState) -> inode.MemoryStatus:
+    facts = dep.NodeFacts(node=node, state=state, endpoint=None)
+    hardware = node.spec.hardware.memory if node.spec.hardware is not None else None
+    total = quantity.parse_bytes(hardware) if hardware is not None else state.memory.total_bytes
+    return inode.MemoryStatus(
+        total_bytes=total,
+        allocatable_bytes=dep.budget(facts),
+        used_bytes=state.memory.slots_estimated_bytes,
+    )
+
+
+def status(
+    node: inode.InferenceNode,
+    poll: Poll,
+    health: heartbeat.Health,
+    *,
+    threshold: int,
+    now: datetime,
+) -> inode.InferenceNodeStatus:
+    """The whole new status (conditions keep their transition times unless they flip)."""
+    old = node.status
+    gen = node.metadata.generation
+    new = old.model_copy(update={"observed_generation": gen})
+    state = poll.state
+    if state is not None:
+        chip = (
+            node.spec.hardware.chip
+            if node.spec.hardware and node.spec.hardware.chip
+            else state.chip
+        )
+        new = new.model_copy(
+            update={
+                "last_heartbeat_time": health.last_heartbeat,
+                "agent_version": state.agent_version,
+                "chip": chip,
+                "memory": _memory(node, state),
+                "disk": inode.DiskStatus(free_bytes=state.disk.free_bytes),
+                "slots": [
+                    inode.SlotStatus(
+                        name=s.name,
+                        served_name=s.served_name,
+                        source=s.source,
+                        revision=s.revision,
+                        phase=s.phase.value,
+                        ready=s.ready,
+                    )
+                    for s in state.slots
+                ],
+                "cached_models": [
+                    inode.CachedModelStatus(
+                        source=c.source,
+                        revision=c.revision,
+                        size_bytes=c.size_bytes,
+                        last_used=c.last_used,
+                    )
+                    for c in state.cached_models
+                ],
+            }
+        )
+    R = cond.Reason
+    stalled = poll.error in (PollError.SECRET_MISSING, PollError.UNAUTHORIZED)
+    if health.ready:
+        verdict = conditions.Verdict(True, R.HEARTBEAT_OK, "agent answers")
+    elif stalled:
+        verdict = conditions.Verdict(False, str(poll.error), poll.message or "", stalled=True)
+    elif health.ready is None:
+        verdict = conditions.Verdict(
+            False,
+            R.AGENT_UNREACHABLE,
+            poll.message or "waiting for the first heartbeat",
+            reconciling=True,
+        )
+    else:
+        text = f"{health.misses} consecutive polls failed (threshold {threshold})"
+        if poll.message:
+            text += f": {poll.message}"
+        verdict = conditions.Verdict(False, R.HEARTBEAT_MISSED, text)
+    out = conditions.apply_verdict(old.conditions, verdict, generation=gen, now=now)
+    if state is not None:
+        pressure = state.memory.pressure
+        reason = {"normal": R.MEMORY_NORMAL, "warn": R.MEMORY_WARN, "critical": R.MEMORY_CRITICAL}[
+            pressure
+        ]
+        out = conditions.set_condition(
+            out,
+            kind=cond.ConditionType.MEMORY_PRESSURE,
+            status=pressure != "normal",
+            reason=reason,
+            message=f"agent reports memory pressure {pressure}",
+            generation=gen,
+            now=now,
+        )
+    return new.model_copy(update={"conditions": out})

@@ -1,0 +1,290 @@
+"""ModelDeployment reconcile: size the model, place replicas (core), tell agents which slots to
+run or drop, hand model changes to a SwapPlan, publish the Service + EndpointSlices, write status.
+Runs on create/update/resume and on a timer (convergence, failover after the configured delay).
+
+May import: kopf, adapters, core, api, settings. Called by: kopf.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from datetime import timedelta
+from typing import Any
+
+import kopf
+
+from mlxfleet_agent import contract, memory
+from mlxfleet_operator import settings as opsettings
+from mlxfleet_operator.adapters import agent, kube, metrics, runtime
+from mlxfleet_operator.api import conditions as cond
+from mlxfleet_operator.api import inferencenode as inode
+from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api import resources
+from mlxfleet_operator.api import swapplan as swp
+from mlxfleet_operator.core import conditions, naming, placement
+from mlxfleet_operator.core import deployment as dep
+
+CONFIG = opsettings.current()
+DEPLOYMENTS = (resources.GROUP, resources.VERSION, resources.MODEL_DEPLOYMENT.plural)
+NODES = (resources.GROUP, resources.VERSION, resources.INFERENCE_NODE.plural)
+R = cond.Reason
+
+
+@kopf.index(*NODES)
+def inference_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, Any]:
+    """Every InferenceNode by name (kopf fills it before any handler runs)."""
+    return {name: copy.deepcopy(dict(body))}
+
+
+def _facts(
+    rt: runtime.Runtime, index: kopf.Index[str, Any]
+) -> tuple[list[dep.NodeFacts], list[str]]:
+    """Node facts, and the Ready nodes not polled yet (after a restart: wait, never guess)."""
+    facts, unpolled = [], []
+    for name in sorted(index):
+        for raw in index[name]:
+            node = inode.InferenceNode.model_validate(raw)
+            entry = rt.fleet.get(name)
+            fact = dep.NodeFacts(
+                node=node,
+                state=entry.state if entry else None,
+                endpoint=entry.endpoint if entry else None,
+            )
+            if fact.ready and fact.state is None:
+                unpolled.append(name)
+            facts.append(fact)
+    return facts, unpolled
+
+
+async def _plan(rt: runtime.Runtime, md: mdep.ModelDeployment) -> dep.PlanInfo | None:
+    name = md.status.swap_plan
+    if not name:
+        return None
+    raw = await rt.kube.get_swap_plan(md.metadata.namespace or "", name)
+    return dep.PlanInfo.from_plan(swp.SwapPlan.model_validate(raw)) if raw else None
+
+
+async def _size(
+    rt: runtime.Runtime, md: mdep.ModelDeployment, facts: list[dep.NodeFacts]
+) -> int | conditions.Verdict:
+    """The footprint, asking one eligible agent to fetch (and size) the model when nobody knows."""
+    try:
+        return dep.footprint(md, facts)
+    except memory.UnknownModelSize:
+        pass
+    probe = dep.request(md, 0)
+    for fact in facts:
+        view = dep.node_view(fact, slot="")
+        if not view.ready or (probe.nodes is not None and fact.name not in probe.nodes):
+            continue
+        if any(view.labels.get(k) != v for k, v in probe.node_selector.items()):
+            continue
+        entry = rt.fleet.get(fact.name)
+        if entry is None:
+            continue
+        try:
+            cached = await entry.client.prefetch(*dep.spec_model(md))
+        except agent.AgentRefused as exc:
+            return conditions.Verdict(False, R.SOURCE_INVALID, f"{fact.name}: {exc}", stalled=True)
+        except agent.AgentUnreachable:
+            continue
+        try:
+            return dep.footprint(md, facts, extra=[cached] if cached else [])
+        except memory.UnknownModelSize as exc:
+            return conditions.Verdict(
+                False, R.SIZE_UNKNOWN, f"fetching on {fact.name}: {exc}", reconciling=True
+            )
+    return conditions.Verdict(
+        False,
+        R.WAITING_FOR_CAPACITY,
+        "no Ready node may take the model to size it",
+        reconciling=True,
+    )
+
+
+async def _apply(
+    rt: runtime.Runtime,
+    md: mdep.ModelDeployment,
+    facts: dict[str, dep.NodeFacts],
+    decision: placement.Decision,
+    desired: dict[str, dep.Model],
+    plan: dep.PlanInfo | None,
+) -> dict[str, dep.Outcome]:
+    """PUT the desired slot where it differs; DELETE it where no replica is wanted."""
+    slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
+    outcomes: dict[str, dep.Outcome] = {}
+    for node in dep.nodes_to_put(decision, plan):
+        entry, fact = rt.fleet.get(node), facts.get(node)
+        if entry is None or fact is None or not fact.ready:
+            continue
+        spec = dep.slot_spec(md, desired[node])
+        observed = fact.slot(slot)
+        if observed is not None and observed.spec == spec:
+            continue
+        outcomes[node] = await _put(entry.client, slot, spec, node)
+    for node in dep.slots_to_delete(list(facts.values()), decision, slot=slot):
+        entry = rt.fleet.get(node)
+        if entry is not None:
+            try:
+                await entry.client.delete_slot(slot)
+                metrics.AGENT_CALLS.labels("delete_slot", "ok").inc()
+            except agent.AgentError:
+                metrics.AGENT_CALLS.labels("delete_slot", "error").inc()
+    return outcomes
+
+
+async def _put(
+    client: agent.AgentClient, slot: str, spec: contract.SlotSpec, node: str
+) -> dep.Outcome:
+    try:
+        await client.put_slot(slot, spec)
+    except agent.AgentRefused as exc:
+        metrics.AGENT_CALLS.labels("put_slot", "refused").inc()
+        return dep.Outcome(node, str(exc), refused=exc.status != 507)
+    except agent.AgentUnreachable as exc:
+        metrics.AGENT_CALLS.labels("put_slot", "unreachable").inc()
+        return dep.Outcome(node, str(exc))
+    metrics.AGENT_CALLS.labels("put_slot", "ok").inc()
+    return dep.Outcome(node)
+
+
+async def _create_plan(
+    rt: runtime.Runtime, body: kopf.Body, md: mdep.ModelDeployment, decision: placement.Decision
+) -> dep.PlanInfo:
+    plan = dep.new_plan(md, decision)
+    raw = plan.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"status"})
+    raw["metadata"]["ownerReferences"] = [kube.owner_reference(body)]
+    if await rt.kube.create_swap_plan(md.metadata.namespace or "", raw):
+        kopf.event(
+            body,
+            type="Normal",
+            reason="SwapPlanCreated",
+            message=f"SwapPlan {plan.metadata.name}: {len(decision.kept)} replicas "
+            f"to {plan.spec.target.source}",
+        )
+    return dep.PlanInfo(
+        name=plan.metadata.name or "",
+        target=dep.spec_model(md),
+        phase=None,
+        paused=plan.spec.paused,
+    )
+
+
+async def reconcile(
+    rt: runtime.Runtime, body: kopf.Body, index: kopf.Index[str, Any], patch: kopf.Patch
+) -> None:
+    md = mdep.ModelDeployment.model_validate(dict(body))
+    namespace, name = md.metadata.namespace or "", md.metadata.name or ""
+    endpoint = kube.service_url(namespace, name)
+    facts, unpolled = _facts(rt, index)
+    if unpolled:
+        raise kopf.TemporaryError(
+            f"waiting for the first poll of {', '.join(unpolled)}", delay=CONFIG.poll_seconds
+        )
+    plan = await _plan(rt, md)
+    size = await _size(rt, md, facts)
+    now = runtime.now()
+    if isinstance(size, conditions.Verdict):
+        status = dep.unplaced_status(md, size, now=now, endpoint=endpoint)
+        patch["status"] = status.model_dump(mode="json", by_alias=True)
+        return
+    decision = dep.place(
+        md,
+        facts,
+        footprint_bytes=size,
+        now=now,
+        failover_delay=timedelta(seconds=CONFIG.failover_delay),
+    )
+    desired = dep.desired_models(md, decision, plan)
+    if dep.plan_due(md, desired, decision, plan):
+        plan = await _create_plan(rt, body, md, decision)
+    by_name = {f.name: f for f in facts}
+    outcomes = await _apply(rt, md, by_name, decision, desired, plan)
+    result = dep.status(
+        md,
+        decision=decision,
+        facts=by_name,
+        desired=desired,
+        outcomes=outcomes,
+        plan=plan,
+        footprint_bytes=size,
+        endpoint=endpoint,
+        now=now,
+    )
+    await rt.kube.publish(
+        body, [kube.Endpoint(n, _host(u), _port(u), ready) for n, u, ready in result.endpoints]
+    )
+    if decision.dropped and decision.added:
+        kopf.event(
+            body,
+            type="Normal",
+            reason="Rescheduled",
+            message=f"replicas moved from {', '.join(decision.dropped)} "
+            f"to {', '.join(decision.added)}",
+        )
+    patch["status"] = result.status.model_dump(mode="json", by_alias=True)
+    metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
+    metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
+
+
+def _host(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).hostname or ""
+
+
+def _port(url: str) -> int:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).port or 80
+
+
+async def _guarded(
+    body: kopf.Body, memo: kopf.Memo, index: kopf.Index[str, Any], patch: kopf.Patch
+) -> None:
+    rt = runtime.of(memo)
+    started = time.monotonic()
+    async with rt.lock(str(body.metadata.uid)):
+        try:
+            await reconcile(rt, body, index, patch)
+        except kube.KubeError as exc:
+            metrics.RECONCILES.labels("ModelDeployment", "error").inc()
+            raise kopf.TemporaryError(str(exc), delay=CONFIG.poll_seconds) from exc
+    metrics.RECONCILES.labels("ModelDeployment", "ok").inc()
+    metrics.RECONCILE_SECONDS.labels("ModelDeployment").observe(time.monotonic() - started)
+
+
+@kopf.on.resume(*DEPLOYMENTS)
+@kopf.on.create(*DEPLOYMENTS)
+@kopf.on.update(*DEPLOYMENTS)
+async def changed(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
+    await _guarded(body, memo, kwargs["inference_nodes"], patch)
+
+
+@kopf.timer(*DEPLOYMENTS, interval=CONFIG.poll_seconds, sharp=True)
+async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
+    await _guarded(body, memo, kwargs["inference_nodes"], patch)
+
+
+@kopf.on.delete(*DEPLOYMENTS)
+async def teardown(
+    body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+) -> None:
+    """Drop the slot on every agent that answers, and the Service + EndpointSlices."""
+    rt = runtime.of(memo)
+    namespace = namespace or ""
+    slot = naming.slot_name(namespace, name)
+    for node, entry in list(rt.fleet.entries.items()):
+        if entry.state is not None and any(s.name == slot for s in entry.state.slots):
+            try:
+                await entry.client.delete_slot(slot)
+            except agent.AgentError as exc:
+                kopf.warn(
+                    body,
+                    reason="SlotNotRemoved",
+                    message=f"{node}: {exc}",
+                )
+    await rt.kube.unpublish(namespace, name)
+    metrics.DEPLOYMENT_READY.labels(namespace, name).set(0)
+    metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(0)

@@ -1,0 +1,194 @@
+"""SwapPlan execution: one node at a time, each step an idempotent slot PUT to that node's agent,
+progress folded from the agent's swap records (core.swapplan), written to the plan's status.
+Because progress lives in status, a restarted operator resumes without repeating a step.
+
+May import: kopf, adapters, core, api, settings. Called by: kopf.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import kopf
+
+from mlxfleet_operator import settings as opsettings
+from mlxfleet_operator.adapters import agent, metrics, runtime
+from mlxfleet_operator.api import conditions as cond
+from mlxfleet_operator.api import fields, resources
+from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api import swapplan as swp
+from mlxfleet_operator.core import conditions, naming
+from mlxfleet_operator.core import deployment as dep
+from mlxfleet_operator.core import swapplan as core
+
+CONFIG = opsettings.current()
+PLANS = (resources.GROUP, resources.VERSION, resources.SWAP_PLAN.plural)
+R = cond.Reason
+
+
+async def _observe(rt: runtime.Runtime, nodes: list[str], slot: str) -> dict[str, core.NodeSlot]:
+    """Fresh slot state and swap records from each node's agent (not the poller's copy)."""
+    out: dict[str, core.NodeSlot] = {}
+    for node in nodes:
+        entry = rt.fleet.get(node)
+        if entry is None:
+            out[node] = core.NodeSlot(reachable=False)
+            continue
+        try:
+            state = await entry.client.state()
+            swaps = await entry.client.swaps(slot)
+        except agent.AgentError:
+            out[node] = core.NodeSlot(reachable=False)
+            continue
+        found = next((s for s in state.slots if s.name == slot), None)
+        out[node] = core.NodeSlot(
+            reachable=True,
+            source=found.source if found else None,
+            revision=found.revision if found else None,
+            ready=bool(found and found.ready),
+            active_swap=found.active_swap if found else None,
+            swaps=tuple(swaps),
+        )
+    return out
+
+
+def _verdict(state: core.PlanState) -> conditions.Verdict:
+    phase = state.phase
+    text = state.message or f"{phase} {state.progress}"
+    if phase == core.PlanPhase.COMPLETED:
+        return conditions.Verdict(True, R.COMPLETED, f"all steps done ({state.progress})")
+    if phase in (core.PlanPhase.ROLLED_BACK, core.PlanPhase.FAILED):
+        return conditions.Verdict(False, str(phase), text, stalled=True)
+    if phase == core.PlanPhase.PAUSED:
+        return conditions.Verdict(False, R.PAUSED, text)
+    return conditions.Verdict(False, R.STEP_RUNNING, text, reconciling=True)
+
+
+async def _act(
+    rt: runtime.Runtime,
+    body: kopf.Body,
+    plan: swp.SwapPlan,
+    md: mdep.ModelDeployment,
+    actions: tuple[core.Action, ...],
+) -> None:
+    slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
+    strategy = plan.spec.strategy
+    for action in actions:
+        entry = rt.fleet.get(action.node)
+        if entry is None:
+            continue
+        if isinstance(action, core.PutTarget):
+            model: dep.Model = (plan.spec.target.source, plan.spec.target.revision)
+        else:
+            model = (action.source, action.revision)
+        spec = dep.slot_spec(
+            md,
+            model,
+            strategy=fields.to_agent_strategy(strategy) if strategy is not None else None,
+            drain_timeout_seconds=plan.spec.drain_timeout_seconds,
+        )
+        try:
+            await entry.client.put_slot(slot, spec)
+            metrics.AGENT_CALLS.labels("put_slot", "ok").inc()
+        except agent.AgentError as exc:  # the next tick re-sends (declarative)
+            metrics.AGENT_CALLS.labels("put_slot", "error").inc()
+            kopf.warn(
+                body,
+                reason="StepRequestFailed",
+                message=f"{action.node}: {exc}",
+            )
+
+
+async def advance(rt: runtime.Runtime, body: kopf.Body, patch: kopf.Patch) -> None:
+    plan = swp.SwapPlan.model_validate(dict(body))
+    namespace = plan.metadata.namespace or ""
+    previous = core.PlanState.from_status(plan.status)
+    raw = await rt.kube.get_deployment(namespace, plan.spec.deployment_ref.name)
+    if raw is None:
+        message = f"ModelDeployment {plan.spec.deployment_ref.name} not found"
+        state = (
+            previous
+            if previous.phase in core.TERMINAL
+            else core.PlanState(
+                phase=core.PlanPhase.FAILED,
+                steps=previous.steps,
+                completed_at=runtime.now(),
+                message=message,
+            )
+        )
+        reason = R.DEPLOYMENT_NOT_FOUND if previous.phase not in core.TERMINAL else None
+        _write(plan, state, patch, reason=reason)
+        return
+    md = mdep.ModelDeployment.model_validate(raw)
+    nodes = list(plan.spec.nodes or sorted(p.node for p in md.status.placements))
+    slot = naming.slot_name(namespace, md.metadata.name or "")
+    observed = await _observe(rt, nodes, slot) if previous.phase not in core.TERMINAL else {}
+    target = core.Target(plan.spec.target.source, plan.spec.target.revision)
+    step = core.advance(
+        previous,
+        target=target,
+        nodes=nodes,
+        paused=plan.spec.paused,
+        slots=observed,
+        now=runtime.now(),
+    )
+    await _act(rt, body, plan, md, step.actions)
+    if step.state.phase != previous.phase:
+        kopf.event(
+            body,
+            type="Warning"
+            if step.state.phase in (core.PlanPhase.ROLLED_BACK, core.PlanPhase.FAILED)
+            else "Normal",
+            reason=f"SwapPlan{step.state.phase}",
+            message=step.state.message or f"{step.state.phase} {step.state.progress}",
+        )
+        if step.state.phase in core.TERMINAL:
+            metrics.SWAP_PLANS.labels(str(step.state.phase)).inc()
+    _write(plan, step.state, patch)
+
+
+def _write(
+    plan: swp.SwapPlan, state: core.PlanState, patch: kopf.Patch, *, reason: str | None = None
+) -> None:
+    verdict = _verdict(state)
+    if reason is not None:
+        verdict = conditions.Verdict(False, reason, state.message or "", stalled=True)
+    status = swp.SwapPlanStatus(
+        observed_generation=plan.metadata.generation,
+        conditions=conditions.apply_verdict(
+            plan.status.conditions, verdict, generation=plan.metadata.generation, now=runtime.now()
+        ),
+        phase=state.phase,
+        progress=state.progress,
+        steps=list(state.steps),
+        started_at=state.started_at,
+        completed_at=state.completed_at,
+    )
+    patch["status"] = status.model_dump(mode="json", by_alias=True)
+
+
+async def _guarded(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch) -> None:
+    rt = runtime.of(memo)
+    started = time.monotonic()
+    async with rt.lock(str(body.metadata.uid)):
+        await advance(rt, body, patch)
+    metrics.RECONCILES.labels("SwapPlan", "ok").inc()
+    metrics.RECONCILE_SECONDS.labels("SwapPlan").observe(time.monotonic() - started)
+
+
+@kopf.on.resume(*PLANS)
+@kopf.on.create(*PLANS)
+@kopf.on.update(*PLANS)
+async def changed(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
+    await _guarded(body, memo, patch)
+
+
+@kopf.timer(*PLANS, interval=max(0.5, CONFIG.poll_seconds / 2), sharp=True)
+async def follow(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
+    phase = (body.get("status") or {}).get("phase")
+    if phase in {str(p) for p in core.TERMINAL} and (body.get("status") or {}).get(
+        "observedGeneration"
+    ) == body.get("metadata", {}).get("generation"):
+        return
+    await _guarded(body, memo, patch)
