@@ -1,0 +1,487 @@
+"""HTTP wiring of the agent: the control API (FastAPI), the data plane (proxy), and `serve`.
+
+`lifespan(settings)` is the one place the agent's runtime is built and torn down (extend it to
+start more things, e.g. telemetry shipping). `serve(settings)` binds both ports, runs two uvicorn
+servers in one event loop and, on SIGINT/SIGTERM, shuts down in order: stop accepting data-plane
+requests and drain the in-flight ones, stop the control API, stop every backend.
+May import: everything in the agent except cli. Called by: cli (`serve`), tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import signal
+import socket
+import ssl
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import httpx
+import uvicorn
+from fastapi import APIRouter, FastAPI, Path, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from mlxfleet_agent import (
+    __version__,
+    contract,
+    control,
+    platform,
+    proxy,
+    slots,
+    state,
+    store,
+    supervisor,
+    telemetry,
+)
+from mlxfleet_agent import (
+    settings as settings_mod,
+)
+
+log = logging.getLogger("mlxfleet_agent")
+CONTROL_MAX_BODY = 1024 * 1024
+SlotName = Annotated[
+    str,
+    Path(
+        pattern=contract.DNS_LABEL.pattern,
+        max_length=63,
+        description="a DNS label: lowercase letters, digits and '-', at most 63",
+    ),
+]
+
+
+@dataclass
+class Runtime:
+    """Everything one serving agent holds; built by `lifespan`."""
+
+    settings: settings_mod.Settings
+    manager: control.Manager
+    telemetry: telemetry.Telemetry
+    client: httpx.AsyncClient
+    control_app: Any
+    data_app: proxy.DataPlane
+
+
+# ---------------------------------------------------------------------------------------------
+# Logging: one JSON object per line
+# ---------------------------------------------------------------------------------------------
+
+_STD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STD_ATTRS and not key.startswith("_") and key != "color_message":
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
+
+
+# ---------------------------------------------------------------------------------------------
+# Control API
+# ---------------------------------------------------------------------------------------------
+
+
+def _error(
+    status: int, message: str, *, field: str | None = None, allowed: str | None = None
+) -> JSONResponse:
+    body = contract.ErrorBody(
+        error=contract.ErrorDetail(field=field, message=message, allowed=allowed)
+    )
+    return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=status)
+
+
+def _field_path(loc: tuple[Any, ...] | list[Any]) -> str | None:
+    parts = [str(p) for p in loc if p not in ("body", "path", "query", "header")]
+    return ".".join(parts) or None
+
+
+def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors: list[dict[str, Any]] = [dict(e) for e in exc.errors() if isinstance(e, dict)]
+    first: dict[str, Any] = errors[0] if errors else {"loc": (), "msg": "invalid", "type": ""}
+    if first.get("type") == "json_invalid":
+        return _error(400, f"request body is not valid JSON: {first.get('msg')}", field="body")
+    ctx = first.get("ctx") or {}
+    allowed = ctx.get("expected") or ctx.get("pattern")
+    if first.get("type") == "extra_forbidden":
+        allowed = "only the fields in the schema (see /openapi.json)"
+    message = "; ".join(
+        f"{_field_path(e.get('loc', ())) or 'body'}: {e.get('msg')}" for e in errors[:5]
+    )
+    return _error(
+        422, message, field=_field_path(first.get("loc", ())), allowed=allowed and str(allowed)
+    )
+
+
+def _rejected(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, control.Rejected)
+    return _error(exc.status, str(exc), field=exc.field, allowed=exc.allowed)
+
+
+def _no_fit(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, control.NoFit)
+    body = contract.InsufficientMemory(
+        error=contract.ErrorDetail(field="source", message=str(exc)),
+        estimate_bytes=exc.estimate,
+        budget_bytes=exc.budget,
+        free_bytes=exc.free,
+    )
+    return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=507)
+
+
+def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return _error(exc.status_code, str(exc.detail))
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": contract.ErrorBody, "description": "malformed JSON"},
+    401: {"model": contract.ErrorBody, "description": "missing or wrong bearer token"},
+    404: {"model": contract.ErrorBody, "description": "no such slot or model"},
+    409: {"model": contract.ErrorBody, "description": "conflict (served name taken, deleting)"},
+    413: {"model": contract.ErrorBody, "description": "body too large"},
+    422: {"model": contract.ErrorBody, "description": "invalid field (named in error.field)"},
+}
+
+
+def control_app(manager: control.Manager) -> FastAPI:
+    """The control API: every /v1 route needs the bearer token (checked by `Guard`)."""
+    app = FastAPI(
+        title="mlxfleet agent control API",
+        version=__version__,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(control.Rejected, _rejected)
+    app.add_exception_handler(control.NoFit, _no_fit)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    bearer = HTTPBearer(auto_error=False, description="the agent's token (--token-file)")
+    v1 = APIRouter(prefix=contract.API_PREFIX, dependencies=[_depends(bearer)], responses=ERRORS)
+
+    def slot_or_404(name: str) -> slots.Slot:
+        slot = manager.slots.get(name)
+        if slot is None:
+            raise control.Rejected(404, f"no slot named {name}", field="name")
+        return slot
+
+    @v1.get("/state", response_model=contract.AgentState)
+    async def get_state() -> contract.AgentState:
+        return manager.agent_state()
+
+    @v1.put(
+        "/slots/{name}",
+        status_code=202,
+        response_model=contract.SlotStatus,
+        responses={507: {"model": contract.InsufficientMemory, "description": "does not fit"}},
+    )
+    async def put_slot(name: SlotName, spec: contract.SlotSpec) -> contract.SlotStatus:
+        status, _changed = manager.apply(name, spec)
+        return status
+
+    @v1.get("/slots/{name}", response_model=contract.SlotStatus)
+    async def get_slot(name: SlotName) -> contract.SlotStatus:
+        return slot_or_404(name).status()
+
+    @v1.delete("/slots/{name}", status_code=202, response_model=contract.SlotStatus)
+    async def delete_slot(name: SlotName) -> contract.SlotStatus:
+        status = manager.delete(name)
+        if status is None:
+            raise control.Rejected(404, f"no slot named {name}", field="name")
+        return status
+
+    @v1.get("/slots/{name}/swaps", response_model=contract.SwapList)
+    async def get_swaps(name: SlotName) -> contract.SwapList:
+        return contract.SwapList(items=list(slot_or_404(name).swaps))
+
+    @v1.get("/models", response_model=contract.ModelList)
+    async def list_models() -> contract.ModelList:
+        return contract.ModelList(items=manager.models.cached())
+
+    @v1.post("/models/prefetch", status_code=202, response_model=contract.CachedModel)
+    async def prefetch(body: contract.PrefetchRequest) -> contract.CachedModel:
+        return await manager.models.prefetch(body)
+
+    @v1.delete("/models/{model_id}", status_code=204, response_class=Response)
+    async def evict(
+        model_id: Annotated[str, Path(max_length=200, pattern=r"^[A-Za-z0-9._-]+$")],
+    ) -> Response:
+        await manager.models.evict(model_id)
+        return Response(status_code=204)
+
+    app.include_router(v1)
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def _depends(bearer: HTTPBearer) -> Any:
+    from fastapi import Depends
+
+    return Depends(bearer)  # documents the scheme; Guard enforces it before any parsing
+
+
+class Guard:
+    """ASGI wrapper of the control app: bearer token on /v1 (constant time), body size bound."""
+
+    def __init__(self, app: Any, *, token: str, max_body: int = CONTROL_MAX_BODY) -> None:
+        self.app = app
+        self.token = f"Bearer {token}".encode()
+        self.max_body = max_body
+
+    async def __call__(self, scope: proxy.Scope, receive: proxy.Receive, send: proxy.Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(contract.API_PREFIX + "/"):
+            await self.app(scope, receive, send)
+            return
+        given = b""
+        length = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                given = value
+            elif name == b"content-length":
+                length = value
+        if not hmac.compare_digest(given, self.token):
+            await _asgi_error(
+                send,
+                401,
+                "missing or wrong bearer token",
+                field="authorization",
+                extra=[(b"www-authenticate", b"Bearer")],
+            )
+            return
+        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+            await _asgi_error(send, 413, f"body larger than {self.max_body} bytes", field="body")
+            return
+        await self.app(scope, self._bounded(receive, send), send)
+
+    def _bounded(self, receive: proxy.Receive, send: proxy.Send) -> proxy.Receive:
+        seen = 0
+
+        async def wrapped() -> proxy.Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_body:
+                return {"type": "http.disconnect"}
+            return message
+
+        return wrapped
+
+
+async def _asgi_error(
+    send: proxy.Send,
+    status: int,
+    message: str,
+    *,
+    field: str,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    body = contract.ErrorBody(error=contract.ErrorDetail(field=field, message=message))
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *(extra or [])],
+        }
+    )
+    await send(
+        {"type": "http.response.body", "body": body.model_dump_json(exclude_none=True).encode()}
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Runtime and serving
+# ---------------------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def lifespan(cfg: settings_mod.Settings) -> AsyncIterator[Runtime]:
+    """Build the agent runtime, restore persisted slots; on exit stop every backend."""
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    cfg.models_dir.mkdir(parents=True, exist_ok=True)
+    killed = state.sweep_orphans(cfg.state_dir)
+    if killed:
+        log.warning("killed backends orphaned by a previous agent", extra={"pids": killed})
+    token = cfg.read_token()
+    keys = cfg.read_data_keys()
+    tel = telemetry.Telemetry()
+    client = httpx.AsyncClient(
+        timeout=proxy.backend_timeout(),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        trust_env=False,
+    )
+    holder: list[control.Manager] = []
+    models = control.ModelsFacade(store.Store(cfg.models_dir, allowed_roots=cfg.roots()))
+    deps = slots.Deps(
+        models=models,
+        client=client,
+        telemetry=tel,
+        log_dir=cfg.state_dir / "logs",
+        python=cfg.python or supervisor.default_python(),
+        load_timeout_s=cfg.load_timeout_s,
+        stop_grace_s=cfg.stop_grace_s,
+        restart_backoff_max_s=cfg.restart_backoff_max_s,
+        budget=lambda: holder[0].budget(),
+        others_estimate=lambda name: holder[0].others_estimate(name),
+        on_backends_changed=lambda: holder[0].record_backends(),
+        persist=lambda: holder[0].persist(),
+    )
+    manager = control.Manager(
+        state_dir=cfg.state_dir,
+        models_dir=cfg.models_dir,
+        models=models,
+        deps=deps,
+        queue_limit=cfg.queue_limit,
+        memory_budget=cfg.memory_budget,
+    )
+    holder.append(manager)
+    data = proxy.DataPlane(
+        manager=manager,
+        client=client,
+        telemetry=tel,
+        api_keys=keys,
+        max_body_bytes=cfg.max_body_bytes,
+        queue_timeout_s=cfg.queue_timeout_s,
+    )
+    runtime = Runtime(
+        settings=cfg,
+        manager=manager,
+        telemetry=tel,
+        client=client,
+        control_app=Guard(control_app(manager), token=token),
+        data_app=data,
+    )
+    restored = manager.restore()
+    if restored:
+        log.info("restored slots", extra={"slots": restored})
+    caffeinate = platform.start_caffeinate() if cfg.caffeinate else None
+    try:
+        yield runtime
+    finally:
+        await manager.close()
+        await client.aclose()
+        if caffeinate is not None:
+            caffeinate.terminate()
+        log.info("backends stopped")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling (serve() orders the shutdown itself)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def _server(app: Any, cfg: settings_mod.Settings, *, tls: bool, drain_s: float) -> _Server:
+    kwargs: dict[str, Any] = {}
+    if tls:
+        kwargs = {"ssl_certfile": str(cfg.tls_cert), "ssl_keyfile": str(cfg.tls_key)}
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=int(max(1, drain_s)),
+        timeout_keep_alive=30,
+        server_header=False,
+        **kwargs,
+    )
+    return _Server(config)
+
+
+async def serve(
+    cfg: settings_mod.Settings, *, on_ready: Callable[[int, int], None] | None = None
+) -> None:
+    """Run the agent until SIGINT/SIGTERM; then drain, stop backends and return."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    control_sock = _bind(cfg.bind, cfg.control_port)
+    data_sock = _bind(cfg.bind, cfg.data_port)
+    async with lifespan(cfg) as rt:
+        rt.manager.data_port = data_sock.getsockname()[1]
+        control_srv = _server(rt.control_app, cfg, tls=cfg.tls_cert is not None, drain_s=5.0)
+        data_srv = _server(rt.data_app, cfg, tls=False, drain_s=cfg.shutdown_drain_s)
+        data_task = loop.create_task(data_srv.serve(sockets=[data_sock]))
+        control_task = loop.create_task(control_srv.serve(sockets=[control_sock]))
+        while not (control_srv.started and data_srv.started):
+            if data_task.done() or control_task.done():
+                break
+            await asyncio.sleep(0.02)
+        ports = (control_sock.getsockname()[1], data_sock.getsockname()[1])
+        log.info(
+            "agent ready",
+            extra={
+                "control_port": ports[0],
+                "data_port": ports[1],
+                "bind": cfg.bind,
+                "tls": cfg.tls_cert is not None,
+                "state_dir": str(cfg.state_dir),
+            },
+        )
+        if on_ready is not None:
+            on_ready(*ports)
+        stopper = loop.create_task(stop.wait())
+        await asyncio.wait({stopper, data_task, control_task}, return_when=asyncio.FIRST_COMPLETED)
+        log.info("shutting down: draining the data plane")
+        rt.manager.begin_shutdown()
+        data_srv.should_exit = True
+        await data_task
+        control_srv.should_exit = True
+        await control_task
+        stopper.cancel()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.remove_signal_handler(sig)
+    log.info("agent stopped")
+
+
+def check_tls(cfg: settings_mod.Settings) -> None:
+    """Fail early (before binding) when the TLS pair cannot be loaded."""
+    if cfg.tls_cert is not None and cfg.tls_key is not None:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(str(cfg.tls_cert), str(cfg.tls_key))

@@ -1,0 +1,158 @@
+"""`mlxfleet-agent`: serve, print service definitions, make a tiny dev model.
+
+    mlxfleet-agent serve --state-dir DIR --models-dir DIR [--config agent.yaml] [flags]
+    mlxfleet-agent launchd-plist [--user U] [--log-dir D] [-- <serve flags>]
+    mlxfleet-agent systemd-unit [--user U] [-- <serve flags>]
+    mlxfleet-agent make-model --out DIR [--seed N] [--broken]
+
+May import: app, settings, service_units, devmodels, stdlib. Called by: the console script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from mlxfleet_agent import __version__, service_units
+from mlxfleet_agent import settings as settings_mod
+
+DEFAULT_SERVE_ARGS = ["--config", "/etc/mlxfleet/agent.yaml"]
+SERVE_FLAGS: list[tuple[str, dict[str, Any]]] = [
+    ("--state-dir", {"type": Path, "help": "desired state, logs, token (required)"}),
+    (
+        "--models-dir",
+        {"type": Path, "help": "model cache; always an allowed file:// root (required)"},
+    ),
+    (
+        "--bind",
+        {"help": "address of both ports (default 127.0.0.1; the LAN address in production)"},
+    ),
+    ("--control-port", {"type": int, "help": "control API port (default 8470; 0: ephemeral)"}),
+    ("--data-port", {"type": int, "help": "OpenAI data plane port (default 8471; 0: ephemeral)"}),
+    (
+        "--token-file",
+        {"type": Path, "help": "control API bearer token (default: <state-dir>/token, created)"},
+    ),
+    ("--tls-cert", {"type": Path, "help": "PEM certificate of the control API"}),
+    ("--tls-key", {"type": Path, "help": "PEM key of the control API"}),
+    ("--data-api-keys-file", {"type": Path, "help": "API keys the data plane accepts, one a line"}),
+    (
+        "--allowed-root",
+        {
+            "type": Path,
+            "action": "append",
+            "dest": "allowed_roots",
+            "help": "another directory file:// sources may name (repeatable)",
+        },
+    ),
+    (
+        "--memory-budget",
+        {"type": int, "help": "bytes slots may use (default: from psutil and memory.budget_bytes)"},
+    ),
+    ("--python", {"help": "interpreter that runs mlx_lm (default: this one)"}),
+    ("--queue-limit", {"type": int, "help": "requests a not-ready slot queues (default 256)"}),
+    ("--queue-timeout-s", {"type": float, "help": "longest wait in that queue (default 120)"}),
+    (
+        "--load-timeout-s",
+        {"type": float, "help": "longest load + warm-up of a backend (default 300)"},
+    ),
+    (
+        "--stop-grace-s",
+        {"type": float, "help": "SIGINT -> SIGKILL grace of a backend (default 10)"},
+    ),
+    ("--shutdown-drain-s", {"type": float, "help": "drain of the data plane on exit (default 30)"}),
+    ("--max-body-bytes", {"type": int, "help": "largest data-plane request body (default 16 MiB)"}),
+    ("--log-level", {"help": "debug, info, warning, error (default info)"}),
+    (
+        "--no-caffeinate",
+        {
+            "action": "store_false",
+            "dest": "caffeinate",
+            "default": None,
+            "help": "do not keep the Mac awake while serving",
+        },
+    ),
+]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mlxfleet-agent", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=__version__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the agent (control API + data plane)")
+    serve.add_argument(
+        "--config", type=Path, help="YAML or JSON file with the same keys as the flags"
+    )
+    for flag, kwargs in SERVE_FLAGS:
+        serve.add_argument(flag, **kwargs)
+    for name, helptext in (
+        ("launchd-plist", "print a LaunchDaemon plist that runs `serve`"),
+        ("systemd-unit", "print a systemd unit that runs `serve`"),
+    ):
+        unit = sub.add_parser(name, help=helptext)
+        unit.add_argument("--program", help="path of mlxfleet-agent (default: found on PATH)")
+        unit.add_argument("--user", help="account the agent runs as")
+        if name == "launchd-plist":
+            unit.add_argument("--log-dir", default="/var/log/mlxfleet")
+            unit.add_argument("--label", default=service_units.LABEL)
+        unit.add_argument("serve_args", nargs=argparse.REMAINDER, help="-- then the serve flags")
+    sub.add_parser("make-model", help="write a tiny dev model (see devmodels)", add_help=False)
+    return parser
+
+
+def _serve_argv(args: argparse.Namespace) -> list[str]:
+    program = args.program or shutil.which("mlxfleet-agent") or sys.argv[0]
+    rest = [a for a in args.serve_args if a != "--"] or DEFAULT_SERVE_ARGS
+    return [str(Path(program).resolve()) if "/" in program else program, "serve", *rest]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["make-model"]:
+        from mlxfleet_agent import devmodels
+
+        return devmodels.main(argv[1:])
+    args = _parser().parse_args(argv)
+    if args.command == "launchd-plist":
+        print(
+            service_units.launchd_plist(
+                _serve_argv(args), label=args.label, log_dir=args.log_dir, user=args.user
+            ),
+            end="",
+        )
+        return 0
+    if args.command == "systemd-unit":
+        print(service_units.systemd_unit(_serve_argv(args), user=args.user), end="")
+        return 0
+    return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from mlxfleet_agent import app
+
+    flags = {dest: getattr(args, dest) for dest in _serve_dests()}
+    try:
+        file_values = settings_mod.read_config_file(args.config) if args.config else {}
+        cfg = settings_mod.build(file_values=file_values, flag_values=flags)
+        app.check_tls(cfg)
+    except (settings_mod.SettingsError, OSError) as exc:
+        print(f"mlxfleet-agent: {exc}", file=sys.stderr)
+        return 2
+    app.configure_logging(cfg.log_level)
+    asyncio.run(app.serve(cfg))
+    return 0
+
+
+def _serve_dests() -> list[str]:
+    out = []
+    for flag, kwargs in SERVE_FLAGS:
+        out.append(kwargs.get("dest") or flag.lstrip("-").replace("-", "_"))
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
