@@ -1,0 +1,1 @@
+"""Tests of the CRDs, samples and RBAC against the real API server."""

@@ -1,0 +1,146 @@
+"""The shipped RBAC, as the operator's identity on the real API server: needed yes, rest no."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from mlxfleet_operator.api import resources
+
+pytestmark = pytest.mark.cluster
+
+SYSTEM = resources.OPERATOR_NAMESPACE
+ALL = "--all-namespaces"
+MD, IN, SWP = (f"{r.plural}.{resources.GROUP}" for r in resources.ALL)
+CRUD = ("get", "list", "watch", "create", "update", "patch", "delete")
+
+
+def _p(verb: str, resource: str, *extra: str) -> Any:
+    return pytest.param(verb, resource, extra, id=" ".join((verb, resource, *extra)))
+
+
+ALLOWED = [
+    *(_p(v, r, ALL) for r in (MD, SWP) for v in ("get", "list", "watch", "patch", "update")),
+    *(_p(v, IN) for v in ("get", "list", "watch", "patch", "update")),
+    _p("create", SWP, "-n", "default"),
+    _p("delete", SWP, "-n", "default"),
+    *(_p(v, r, "--subresource=status", ALL) for r in (MD, SWP) for v in ("get", "patch", "update")),
+    *(_p(v, IN, "--subresource=status") for v in ("get", "patch", "update")),
+    *(_p(v, "events", ALL) for v in ("create", "patch")),
+    *(_p(v, "events.events.k8s.io", ALL) for v in ("create", "patch")),
+    *(_p(v, "services", ALL) for v in CRUD),
+    *(_p(v, "endpointslices.discovery.k8s.io", ALL) for v in CRUD),
+    *(_p(v, "customresourcedefinitions.apiextensions.k8s.io") for v in ("get", "list", "watch")),
+    _p("list", "namespaces"),
+    _p("watch", "namespaces"),
+    *(_p(v, "secrets", "-n", SYSTEM) for v in ("get", "list", "watch")),
+]
+
+DENIED = [
+    _p("get", "secrets", "-n", "default"),
+    _p("list", "secrets", ALL),
+    _p("watch", "secrets", "-n", "kube-system"),
+    _p("create", "secrets", "-n", SYSTEM),
+    _p("update", "secrets", "-n", SYSTEM),
+    _p("delete", "secrets", "-n", SYSTEM),
+    _p("delete", "customresourcedefinitions.apiextensions.k8s.io"),
+    _p("create", "customresourcedefinitions.apiextensions.k8s.io"),
+    _p("update", "customresourcedefinitions.apiextensions.k8s.io"),
+    _p("create", "pods", "-n", "default"),
+    _p("delete", "pods", "-n", SYSTEM),
+    _p("get", "pods", "-n", "default"),
+    _p("create", "pods", "--subresource=exec", "-n", SYSTEM),
+    _p("create", "deployments.apps", "-n", SYSTEM),
+    _p("create", MD, "-n", "default"),
+    _p("delete", MD, "-n", "default"),
+    _p("create", IN),
+    _p("delete", IN),
+    _p("deletecollection", SWP, "-n", "default"),
+    _p("create", "clusterroles.rbac.authorization.k8s.io"),
+    _p("create", "clusterrolebindings.rbac.authorization.k8s.io"),
+    _p("create", "rolebindings.rbac.authorization.k8s.io", "-n", SYSTEM),
+    _p("escalate", "clusterroles.rbac.authorization.k8s.io"),
+    _p("bind", "clusterroles.rbac.authorization.k8s.io"),
+    _p("impersonate", "users"),
+    _p("create", "serviceaccounts", "--subresource=token", "-n", SYSTEM),
+    _p("create", "namespaces"),
+    _p("delete", "namespaces"),
+    _p("get", "nodes"),
+    _p("update", "configmaps", "-n", "kube-system"),
+    _p("create", "leases.coordination.k8s.io", "-n", SYSTEM),
+    _p("create", "validatingwebhookconfigurations.admissionregistration.k8s.io"),
+]
+
+
+def _can(cluster: Any, verb: str, resource: str, extra: tuple[str, ...]) -> Any:
+    return cluster.kubectl("auth", "can-i", verb, resource, *extra, as_operator=True, check=False)
+
+
+@pytest.mark.parametrize(("verb", "resource", "extra"), ALLOWED)
+def test_operator_may(cluster: Any, verb: str, resource: str, extra: tuple[str, ...]) -> None:
+    proc = _can(cluster, verb, resource, extra)
+    assert proc.stdout.strip() == "yes", proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(("verb", "resource", "extra"), DENIED)
+def test_operator_may_not(cluster: Any, verb: str, resource: str, extra: tuple[str, ...]) -> None:
+    proc = _can(cluster, verb, resource, extra)
+    assert proc.stdout.strip() == "no", proc.stdout + proc.stderr
+    assert proc.returncode == 1
+
+
+def _secret(name: str, namespace: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": namespace},
+            "stringData": {"token": "t0ken"},
+        }
+    )
+
+
+def test_operator_reads_agent_tokens_only_in_its_namespace(cluster: Any) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=_secret("api-rbac-agent", SYSTEM))
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=_secret("api-rbac-other", "default"))
+    own = cluster.kubectl("get", "secret", "api-rbac-agent", "-n", SYSTEM, as_operator=True)
+    assert "api-rbac-agent" in own.stdout
+    other = cluster.kubectl(
+        "get", "secret", "api-rbac-other", "-n", "default", as_operator=True, check=False
+    )
+    assert other.returncode != 0
+    assert "Forbidden" in other.stderr
+
+
+def test_operator_writes_status_but_cannot_create_deployments(cluster: Any) -> None:
+    body = {
+        "apiVersion": resources.API_VERSION,
+        "kind": "ModelDeployment",
+        "metadata": {"name": "api-rbac", "namespace": "default"},
+        "spec": {"model": {"source": "hf://mlx-community/tiny"}},
+    }
+    denied = cluster.kubectl(
+        "create", "-f", "-", as_operator=True, input=json.dumps(body), check=False
+    )
+    assert denied.returncode != 0
+    assert "Forbidden" in denied.stderr
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(body))
+    status = json.dumps({"status": {"observedGeneration": 1, "readyReplicas": 0}})
+    cluster.kubectl(
+        "patch",
+        "mdep",
+        "api-rbac",
+        "-n",
+        "default",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        status,
+        as_operator=True,
+    )
+    got = cluster.kubectl(
+        "get", "mdep", "api-rbac", "-n", "default", "-o", "json", as_operator=True
+    )
+    assert json.loads(got.stdout)["status"]["observedGeneration"] == 1
