@@ -7,7 +7,7 @@ server (integration) must reject it, naming `field`. Pure data: no pytest, no I/
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 JsonDict = dict[str, Any]
@@ -70,7 +70,6 @@ class Invalid:
     kind: str
     spec_patch: JsonDict
     field: str
-    extra: JsonDict = field(default_factory=dict)
 
     def body(self, name: str) -> JsonDict:
         obj = merge(BASE[self.kind], {"spec": self.spec_patch})
