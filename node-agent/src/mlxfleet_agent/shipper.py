@@ -222,9 +222,10 @@ class Shipper:
         closed = self.telemetry.roll()
         if closed is not None:
             self._enqueue(closed)
-        self.spool.save_checkpoint(self.telemetry.checkpoint())
         if upload:
             self.flush()
+        self._trim()  # only what the store could not take counts against the bound
+        self.spool.save_checkpoint(self.telemetry.checkpoint())
 
     def flush(self) -> int:
         """Upload queued intervals oldest first; stop at the first failure. Returns uploads."""
@@ -267,6 +268,8 @@ class Shipper:
     def _enqueue(self, interval: contract.TelemetryInterval) -> None:
         self.spool.push(interval)
         self.telemetry.metrics.intervals.labels(result="closed").inc()
+
+    def _trim(self) -> None:
         dropped = self.spool.trim(self.config.max_buffered)
         if dropped:
             log.warning("telemetry buffer full: dropped %d oldest intervals", dropped)

@@ -1,0 +1,228 @@
+"""Shipping intervals to a real S3 server: keys, idempotence, outage buffering, restarts."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from mlxfleet_agent import contract, shipper, telemetry
+from tests.integration.telemetry import netgate
+from tests.support import s3 as s3support
+
+pytestmark = pytest.mark.s3
+T0 = datetime(2026, 9, 21, 14, 14, tzinfo=UTC).timestamp()
+REPO = Path(__file__).resolve().parents[3]
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def gate(s3_server: s3support.S3Server) -> Iterator[netgate.Gate]:
+    host, port = s3_server.endpoint_url.removeprefix("http://").split(":")
+    g = netgate.Gate(host, int(port))
+    try:
+        yield g
+    finally:
+        g.stop()
+
+
+def config(s3: s3support.S3Server, spool: Path, bucket: str, **kw: object) -> shipper.ShipperConfig:
+    values: dict[str, object] = {
+        "spool_dir": spool,
+        "bucket": bucket,
+        "prefix": "fleet/telemetry",
+        "endpoint_url": s3.endpoint_url,
+        "region": s3.region,
+        "access_key_id": s3.access_key,
+        "secret_access_key": s3.secret_key,
+        "interval_seconds": 60.0,
+    }
+    values |= kw
+    return shipper.ShipperConfig(**values)  # type: ignore[arg-type]
+
+
+def serve_requests(
+    tel: telemetry.Telemetry, n: int, *, prompt: int = 4, completion: int = 6
+) -> None:
+    for _ in range(n):
+        tel.request_started("chat")
+        tel.request_finished(
+            telemetry.RequestRecord(
+                slot="chat",
+                served_name="tiny",
+                source="file:///m",
+                endpoint="completions",
+                stream=False,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                queue_wait_s=0.0,
+                ttft_s=0.05,
+                e2e_s=0.05,
+            )
+        )
+
+
+def objects(
+    s3: s3support.S3Server, bucket: str, prefix: str = ""
+) -> dict[str, contract.TelemetryInterval]:
+    client = s3.client()
+    out: dict[str, contract.TelemetryInterval] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            body = client.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read().decode()
+            lines = body.splitlines()
+            assert len(lines) == 1, obj["Key"]
+            out[obj["Key"]] = contract.TelemetryInterval.model_validate_json(lines[0])
+    return out
+
+
+def test_each_interval_lands_once_at_its_partitioned_key(
+    s3_server: s3support.S3Server, tmp_path: Path
+) -> None:
+    bucket = s3_server.make_bucket()
+    clock = Clock(T0 + 1)
+    tel = telemetry.Telemetry(node="mini-1", interval_seconds=60, clock=clock)
+    ship = shipper.Shipper(tel, config(s3_server, tmp_path, bucket))
+    serve_requests(tel, 5)
+    clock.t = T0 + 61
+    ship.tick()
+    serve_requests(tel, 2)
+    clock.t = T0 + 121
+    ship.tick()
+    found = objects(s3_server, bucket)
+    assert sorted(found) == [
+        "fleet/telemetry/v1/date=2026-09-21/node=mini-1/20260921T141400Z.jsonl",
+        "fleet/telemetry/v1/date=2026-09-21/node=mini-1/20260921T141500Z.jsonl",
+    ]
+    first, second = (found[k] for k in sorted(found))
+    assert first.schema_version == contract.TELEMETRY_SCHEMA_VERSION
+    assert (first.slots[0].requests, first.slots[0].prompt_tokens) == (5, 20)
+    assert (second.slots[0].requests, second.slots[0].completion_tokens) == (2, 12)
+    assert ship.spool.pending() == []
+
+    # a retried upload (say the agent died after the PUT, before deleting the queue file)
+    # goes to the same key: still two objects, nothing counted twice
+    ship.spool.push(first)
+    assert ship.flush() == 1
+    again = objects(s3_server, bucket)
+    assert sorted(again) == sorted(found)
+    assert sum(iv.slots[0].requests for iv in again.values()) == 7
+
+
+def test_full_buffer_drops_the_oldest_and_says_how_many(
+    s3_server: s3support.S3Server, gate: netgate.Gate, tmp_path: Path
+) -> None:
+    bucket = s3_server.make_bucket()
+    clock = Clock(T0 + 1)
+    tel = telemetry.Telemetry(node="mini-1", interval_seconds=60, clock=clock)
+    cfg = config(s3_server, tmp_path, bucket, endpoint_url=gate.url, max_buffered=2)
+    ship = shipper.Shipper(tel, cfg)
+    gate.close_gate()
+    for i in range(5):
+        serve_requests(tel, i + 1)
+        clock.t += 60
+        ship.tick()
+    assert len(ship.spool.pending()) == 2  # intervals 4 and 5 kept, 1-3 dropped
+    gate.open_gate()
+    clock.t += 60
+    ship.tick()
+    found = [iv for _, iv in sorted(objects(s3_server, bucket).items())]
+    assert [iv.slots[0].requests if iv.slots else 0 for iv in found] == [4, 5, 0]
+    assert sum(iv.dropped_intervals for iv in found) == 3  # carried by the intervals after
+    assert 'result="dropped"} 3.0' in tel.metrics.exposition().decode()
+
+
+def _driver(
+    s3: s3support.S3Server, gate: netgate.Gate, spool: Path, bucket: str, fed: Path, *, final: bool
+) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    env |= {
+        "MLXFLEET_TELEMETRY_ACCESS_KEY_ID": s3.access_key,
+        "MLXFLEET_TELEMETRY_SECRET_ACCESS_KEY": s3.secret_key,
+        "MLXFLEET_TELEMETRY_REGION": s3.region,
+        "PYTHONPATH": str(REPO),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.integration.telemetry.shipper_driver",
+        "--spool",
+        str(spool),
+        "--endpoint",
+        gate.url,
+        "--bucket",
+        bucket,
+        "--fed-file",
+        str(fed),
+        "--interval",
+        "2",
+    ]
+    proc = subprocess.Popen(
+        [*cmd, *(["--final"] if final else [])],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    return err
+
+
+def test_store_down_agent_restarted_store_back_every_interval_once_in_order(
+    s3_server: s3support.S3Server, gate: netgate.Gate, tmp_path: Path
+) -> None:
+    bucket = s3_server.make_bucket()
+    spool = tmp_path / "spool"
+    gate.close_gate()
+    first = _driver(s3_server, gate, spool, bucket, tmp_path / "fed1", final=False)
+    time.sleep(5.2)  # two or three intervals close while the store is unreachable
+    err1 = _stop(first)  # SIGTERM mid-interval: the open interval is checkpointed
+    queued = sorted(p.name for p in (spool / "queue").glob("*.json"))
+    assert len(queued) >= 2, err1
+    assert (spool / "open-interval.json").exists()
+    assert "buffering on disk" in err1
+    assert objects(s3_server, bucket) == {}
+
+    second = _driver(s3_server, gate, spool, bucket, tmp_path / "fed2", final=True)
+    time.sleep(2.5)  # still down after the restart
+    gate.open_gate()
+    time.sleep(4.5)
+    err2 = _stop(second)
+
+    fed = int((tmp_path / "fed1").read_text()) + int((tmp_path / "fed2").read_text())
+    found = objects(s3_server, bucket)
+    starts = [iv.interval_start for _, iv in sorted(found.items())]
+    assert len(set(starts)) == len(starts)
+    assert sum(iv.slots[0].requests for iv in found.values() if iv.slots) == fed
+    assert sum(iv.slots[0].prompt_tokens for iv in found.values() if iv.slots) == 3 * fed
+    shipped = re.findall(r"^shipped (\S+)$", err2, re.M)
+    assert shipped == sorted(shipped), "replayed out of order"
+    assert sorted(shipped) == sorted(found)
+    # the intervals queued during the outage were replayed first, oldest first
+    replayed = [k.rsplit("/", 1)[1] for k in shipped[: len(queued)]]
+    assert len(replayed) == len(queued)
+    assert list((spool / "queue").glob("*.json")) == []
