@@ -60,6 +60,10 @@ def test_crd_is_established_and_matches_the_generated_file(cluster: Any, kind: c
     assert status["NamesAccepted"] == "True"
     assert crd["status"]["acceptedNames"]["shortNames"] == list(kind.resource.short_names)
     assert crd["status"]["acceptedNames"]["categories"] == [resources.CATEGORY]
+    served = crd["spec"]["versions"][0]
+    generated = crdgen.crd(kind)["spec"]["versions"][0]
+    assert served["schema"] == generated["schema"]
+    assert served["additionalPrinterColumns"] == generated["additionalPrinterColumns"]
 
 
 def test_every_sample_applies_server_side(samples: dict[str, dict[str, Any]]) -> None:
