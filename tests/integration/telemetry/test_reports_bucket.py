@@ -1,0 +1,151 @@
+"""Weekly and monthly reports from a fixture month written to a real S3 bucket."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pypdf
+import pytest
+
+from mlxfleet_operator.adapters import objectstore
+from mlxfleet_operator.reports import cli, fixture
+from tests.support import s3 as s3support
+
+pytestmark = pytest.mark.s3
+PREFIX = "acme/telemetry"
+
+
+@pytest.fixture(scope="module")
+def month_bucket(s3_server: s3support.S3Server) -> str:
+    """October 2026 of the fixture fleet in 6-hour intervals (about 350 objects)."""
+    bucket = s3_server.make_bucket()
+    store = objectstore.TelemetryStore(
+        objectstore.StoreConfig(
+            bucket=bucket,
+            prefix=PREFIX,
+            endpoint_url=s3_server.endpoint_url,
+            region=s3_server.region,
+            access_key_id=s3_server.access_key,
+            secret_access_key=s3_server.secret_key,
+        )
+    )
+    for iv in fixture.intervals(interval_hours=6):
+        store.put_interval(iv)
+    return bucket
+
+
+@pytest.fixture
+def run(
+    s3_server: s3support.S3Server,
+    month_bucket: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Path, list[str]]:
+    monkeypatch.setenv("MLXFLEET_TELEMETRY_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("MLXFLEET_TELEMETRY_SECRET_ACCESS_KEY", s3_server.secret_key)
+    cfg = tmp_path / "report.yaml"
+    cfg.write_text(fixture.CONFIG_YAML)
+    out = tmp_path / "out"
+    common = [
+        "--config",
+        str(cfg),
+        "--bucket",
+        month_bucket,
+        "--prefix",
+        PREFIX,
+        "--endpoint-url",
+        s3_server.endpoint_url,
+        "--region",
+        s3_server.region,
+        "--out",
+        str(out),
+        "--write-back",
+    ]
+    return out, common
+
+
+def test_weekly_report_from_the_bucket_matches_hand_computed_figures(
+    run: tuple[Path, list[str]], s3_server: s3support.S3Server, month_bucket: str
+) -> None:
+    out, common = run
+    assert cli.main(["weekly", "--week", "2026-W42", *common]) == 0
+    md = (out / "weekly-2026-W42.md").read_text()
+    html = (out / "weekly-2026-W42.html").read_text()
+    # 7 days x 24 h x (90,000 llama + 2 x 54,000 qwen) tokens, same as the week before
+    assert "| Tokens served | 33.3M | 33.3M | 0.0% |" in md
+    # 7 x 24 x (120 + 2 x 90) requests
+    assert "| Requests | 50,400 | 50,400 | 0.0% |" in md
+    assert "| qwen-2.5-7b | studio-1 | added | Thu 15 Oct 00:00 | failover from mini-2" in md
+    assert "| qwen-2.5-7b | studio-1 | removed | Sat 17 Oct 00:00 |" in md
+    assert "- mini-2: Thu 15 Oct 00:00 to Sat 17 Oct 00:00 UTC (48 h)" in md
+    # llama p95: 2.5 + 2.5 x (114 - 108) / 12; qwen: 2.5 + 2.5 x (85.5 - 84) / 6
+    assert (
+        "| llama-3.1-8b | team-chat | studio-1 | 15.1M | 0.0% | 20,160 | 0.0% | 1.00 s | 3.75 s |"
+        in md
+    )
+    assert "| 3.12 s | 3.12 s |" in md
+    # memory headroom: studio-1 drops from 24 GiB free to 16 GiB while it carries qwen
+    assert (
+        "| studio-1 | llama-3.1-8b, qwen-2.5-7b | 100.0% "
+        "| 64.0 GiB | 48.0 GiB | 16.0 GiB | 24.0 GiB |" in md
+    )
+    assert "Thu 15 Oct, Fri 16 Oct" in md  # mini-2's missing days, as gaps
+    assert "<h2>What moved where, and why</h2>" in html
+    keys = {
+        o["Key"]
+        for o in s3_server.client().list_objects_v2(
+            Bucket=month_bucket, Prefix=f"{PREFIX}/reports/"
+        )["Contents"]
+    }
+    assert keys == {
+        f"{PREFIX}/reports/weekly-2026-W42.md",
+        f"{PREFIX}/reports/weekly-2026-W42.html",
+    }
+
+
+def test_weekly_report_flags_a_missing_day(run: tuple[Path, list[str]]) -> None:
+    out, common = run
+    assert cli.main(["weekly", "--week", "2026-W44", *common]) == 0
+    md = (out / "weekly-2026-W44.md").read_text()
+    assert "No telemetry from any node on Tue 27 Oct, Sun 01 Nov" in md
+    # 26, 28-31 Oct reported: 5 days of the 7, never zeros for the other two
+    assert "| Tokens served | 23.8M |" in md  # 5 x 24 x 198,000 = 23,760,000
+
+
+@pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils not installed")
+def test_monthly_pdf_from_the_bucket(
+    run: tuple[Path, list[str]], s3_server: s3support.S3Server, month_bucket: str
+) -> None:
+    out, common = run
+    assert cli.main(["monthly", "--month", "2026-10", *common]) == 0
+    pdf = out / "monthly-2026-10.pdf"
+    assert len(pypdf.PdfReader(pdf).pages) == 2
+    text = subprocess.run(
+        ["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True
+    ).stdout
+    # llama 64.8M (30 days x 24 h x 90,000) + qwen 77.76M (60 node-days x 24 h x 54,000)
+    assert "142.6M" in text
+    assert "216,000 requests" in text  # 720 h x 120 + 1,440 h x 90
+    assert "Inference fleet report: October 2026" in text
+    assert "1 of 2" in text  # swaps with zero failed requests
+    assert "94.6%" in text  # 88 of 93 node-days reported
+    assert "Tue 27 Oct: no node reported" in text
+    assert "Thu 15 Oct: mini-2 missing" in text
+    assert "all 3 nodes: no telemetry for 24 h" in text
+    assert "$113.14" in text  # studio-1 hardware: 3,999 / 36 x 744 / 730.5
+    assert "page 2 of 2" in text
+    head = s3_server.client().head_object(
+        Bucket=month_bucket, Key=f"{PREFIX}/reports/monthly-2026-10.pdf"
+    )
+    assert head["ContentType"] == "application/pdf"
+    assert head["ContentLength"] == pdf.stat().st_size
+
+
+def test_no_bucket_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("MLXFLEET_TELEMETRY_BUCKET", raising=False)
+    assert cli.main(["weekly", "--week", "2026-W42"]) == 2
+    assert "MLXFLEET_TELEMETRY_BUCKET" in capsys.readouterr().err
