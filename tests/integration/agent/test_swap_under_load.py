@@ -122,7 +122,8 @@ def test_swaps_under_load_drop_nothing(
             after = agent.slot("s")
             assert after["ready"]
             if outcome == "Completed":
-                assert record["switchedAt"] and record["oldStoppedAt"], record
+                assert record["switchedAt"], record
+                assert record["oldStoppedAt"], record
                 assert after["backendPort"] != before
                 assert after["source"] == spec["source"]
             else:
