@@ -53,6 +53,9 @@ def test_deployment_runs_one_hardened_replica() -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     (container,) = pod["containers"]
     assert container["command"] == ["mlxfleet-operator"]
+    assert "--standalone" in container["args"]
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
+    assert "--metrics-port=9090" in container["args"]
     security = container["securityContext"]
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
