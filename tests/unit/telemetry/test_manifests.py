@@ -1,0 +1,63 @@
+"""The Grafana dashboard and report CronJobs agree with the code they point at."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mlxfleet_agent import intervals, telemetry
+from mlxfleet_operator.adapters import metrics as operator_metrics
+from mlxfleet_operator.reports import cli
+
+REPO = Path(__file__).resolve().parents[3]
+DASHBOARD = REPO / "manifests" / "grafana" / "mlxfleet-dashboard.json"
+
+
+def exposed_names() -> set[str]:
+    tel = telemetry.Telemetry(idle_watts=1, busy_watts=2)
+    tel.add_host_sample(
+        intervals.HostSample(
+            memory_total_bytes=8, memory_used_bytes=4, memory_available_bytes=4, pressure="normal"
+        )
+    )
+    names: set[str] = set()
+    for registry in (tel.metrics.registry, operator_metrics.REGISTRY):
+        for family in registry.collect():
+            names |= {sample.name for sample in family.samples}
+            names.add(family.name)
+            if family.type == "counter":
+                names.add(family.name + "_total")
+            if family.type == "histogram":
+                names |= {family.name + s for s in ("_bucket", "_sum", "_count")}
+    return names
+
+
+def test_every_dashboard_query_uses_a_metric_we_expose() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    used = set(re.findall(r"\bmlxfleet_[a-z_]+", " ".join(exprs)))
+    assert used, "the dashboard queries nothing"
+    missing = sorted(used - exposed_names())
+    assert missing == []
+    assert {"mlxfleet_agent_requests_total", "mlxfleet_operator_node_ready"} <= used
+
+
+@pytest.mark.parametrize("kind", ["weekly", "monthly"])
+def test_cronjob_runs_a_command_the_cli_accepts(kind: str) -> None:
+    doc = yaml.safe_load((REPO / "manifests" / "cronjobs" / f"{kind}-report.yaml").read_text())
+    pod = doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    command = container["command"]
+    assert command[:3] == ["mlxfleet", "report", kind]
+    args = cli._parser().parse_args(command[2:])
+    assert args.write_back
+    mounted = {m["mountPath"] for m in container["volumeMounts"]}
+    assert str(args.config.parent) in mounted
+    assert str(args.out).startswith("/tmp")
+    assert pod["automountServiceAccountToken"] is False
+    refs = {next(iter(v.values()))["name"] for v in container["envFrom"]}
+    assert refs == {"mlxfleet-reports", "mlxfleet-telemetry-credentials"}
