@@ -1,0 +1,233 @@
+"""Pure pieces of the agent runtime: swap strategy, restart backoff, backend command line,
+service definitions, settings merging, routing errors and the persisted state file."""
+
+from __future__ import annotations
+
+import json
+import plistlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mlxfleet_agent import (
+    contract,
+    readiness,
+    router,
+    service_units,
+    settings,
+    slots,
+    state,
+    supervisor,
+    swap,
+)
+
+S = contract.SwapStrategy
+GIB = 1024**3
+
+
+@pytest.mark.parametrize(
+    ("requested", "others", "old", "new", "budget", "expected"),
+    [
+        pytest.param(S.AUTO, 0, 4 * GIB, 4 * GIB, 10 * GIB, S.SURGE, id="auto-both-fit"),
+        pytest.param(S.AUTO, 0, 6 * GIB, 6 * GIB, 10 * GIB, S.HOLD, id="auto-too-big"),
+        pytest.param(S.AUTO, 3 * GIB, 4 * GIB, 4 * GIB, 10 * GIB, S.HOLD, id="auto-others-count"),
+        pytest.param(S.AUTO, 0, 5 * GIB, 5 * GIB, 10 * GIB, S.SURGE, id="auto-exact-fit"),
+        pytest.param(S.SURGE, 0, 9 * GIB, 9 * GIB, 10 * GIB, S.SURGE, id="surge-is-obeyed"),
+        pytest.param(S.HOLD, 0, 1, 1, 10 * GIB, S.HOLD, id="hold-is-obeyed"),
+    ],
+)
+def test_choose_strategy(
+    requested: contract.SwapStrategy, others: int, old: int, new: int, budget: int, expected: Any
+) -> None:
+    assert swap.choose(requested, others=others, old=old, new=new, budget=budget) is expected
+
+
+@given(
+    others=st.integers(0, 10**12),
+    old=st.integers(1, 10**12),
+    new=st.integers(1, 10**12),
+    budget=st.integers(0, 3 * 10**12),
+)
+def test_auto_surges_exactly_when_both_fit(others: int, old: int, new: int, budget: int) -> None:
+    chosen = swap.choose(S.AUTO, others=others, old=old, new=new, budget=budget)
+    assert (chosen is S.SURGE) == (others + old + new <= budget)
+    assert chosen in (S.SURGE, S.HOLD)
+
+
+def test_backoff_doubles_and_caps() -> None:
+    delays = [readiness.next_backoff(n, max_s=30.0) for n in range(10)]
+    assert delays[:5] == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert max(delays) == 30.0
+    assert delays == sorted(delays)
+
+
+def _launch(**options: Any) -> supervisor.LaunchSpec:
+    return supervisor.LaunchSpec(
+        model_dir=Path("/m/tiny"),
+        options=contract.ServerOptions(**options),
+        max_concurrency=4,
+        python="/usr/bin/python3",
+    )
+
+
+def test_backend_command_defaults_follow_the_slot_concurrency() -> None:
+    argv = supervisor.command(_launch(), port=5000)
+    assert argv[:4] == ["/usr/bin/python3", "-m", "mlx_lm", "server"]
+    joined = " ".join(argv)
+    assert "--model /m/tiny --host 127.0.0.1 --port 5000" in joined
+    assert "--decode-concurrency 4 --prompt-concurrency 4" in joined
+    assert "--kv-bits" not in joined
+    assert "--max-tokens" not in joined
+
+
+def test_backend_command_passes_server_options() -> None:
+    argv = supervisor.command(
+        _launch(
+            decode_concurrency=16,
+            prompt_concurrency=2,
+            max_tokens=99,
+            kv_bits=8,
+            chat_template_args={"enable_thinking": False},
+        ),
+        port=1,
+    )
+    pairs = dict(zip(argv[4::2], argv[5::2], strict=False))
+    assert pairs["--decode-concurrency"] == "16"
+    assert pairs["--prompt-concurrency"] == "2"
+    assert pairs["--max-tokens"] == "99"
+    assert pairs["--kv-bits"] == "8"
+    assert json.loads(pairs["--chat-template-args"]) == {"enable_thinking": False}
+
+
+def test_launchd_plist_keeps_the_agent_alive() -> None:
+    text = service_units.launchd_plist(
+        ["/usr/local/bin/mlxfleet-agent", "serve", "--config", "/etc/a.yaml"], user="mlx"
+    )
+    plist = plistlib.loads(text.encode())
+    assert plist["Label"] == service_units.LABEL
+    assert plist["KeepAlive"] is True
+    assert plist["RunAtLoad"] is True
+    assert plist["ProgramArguments"][1:] == ["serve", "--config", "/etc/a.yaml"]
+    assert plist["StandardOutPath"].endswith(".log")
+    assert plist["UserName"] == "mlx"
+
+
+def test_systemd_unit_restarts_and_quotes_arguments() -> None:
+    text = service_units.systemd_unit(
+        ["/opt/bin/mlxfleet-agent", "serve", "--state-dir", "/var/a b"]
+    )
+    assert "ExecStart=/opt/bin/mlxfleet-agent serve --state-dir '/var/a b'" in text
+    assert "Restart=always" in text
+    assert "KillSignal=SIGTERM" in text
+
+
+def test_settings_flags_override_file_and_accept_both_spellings(tmp_path: Path) -> None:
+    file_values = {
+        "stateDir": str(tmp_path / "s"),
+        "models_dir": str(tmp_path / "m"),
+        "dataPort": 1,
+    }
+    cfg = settings.build(
+        file_values=file_values, flag_values={"data_port": 2, "bind": None, "allowed_roots": None}
+    )
+    assert cfg.data_port == 2
+    assert cfg.bind == "127.0.0.1"
+    assert cfg.models_dir == tmp_path / "m"
+    assert cfg.roots() == [(tmp_path / "m").resolve()]
+
+
+@pytest.mark.parametrize(
+    ("values", "needle"),
+    [
+        pytest.param({"stateDir": "/s"}, "modelsDir", id="missing-models-dir"),
+        pytest.param(
+            {"stateDir": "/s", "modelsDir": "/m", "colour": 1}, "colour", id="unknown-key"
+        ),
+        pytest.param(
+            {"stateDir": "/s", "modelsDir": "/m", "tlsCert": "/c"}, "tls", id="half-tls-pair"
+        ),
+        pytest.param(
+            {"stateDir": "/s", "modelsDir": "/m", "dataPort": 70000}, "dataPort", id="port"
+        ),
+    ],
+)
+def test_settings_errors_name_the_key(values: dict[str, Any], needle: str) -> None:
+    with pytest.raises(settings.SettingsError, match=needle):
+        settings.build(file_values=values, flag_values={})
+
+
+def test_config_file_yaml_and_json(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("stateDir: /s\nmodels_dir: /m\nmemoryBudget: 1024\n")
+    (tmp_path / "a.json").write_text('{"stateDir": "/s", "modelsDir": "/m"}')
+    (tmp_path / "bad.yaml").write_text("- a list\n")
+    assert settings.read_config_file(tmp_path / "a.yaml")["memoryBudget"] == 1024
+    assert settings.read_config_file(tmp_path / "a.json")["modelsDir"] == "/m"
+    with pytest.raises(settings.SettingsError, match="mapping"):
+        settings.read_config_file(tmp_path / "bad.yaml")
+
+
+def test_token_is_created_private_once(tmp_path: Path) -> None:
+    cfg = settings.Settings(state_dir=tmp_path, models_dir=tmp_path / "m")
+    token = cfg.read_token()
+    assert len(token) >= 32
+    assert cfg.read_token() == token
+    assert (tmp_path / "token").stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "code"),
+    [
+        pytest.param(b"{nope", 400, "invalid_json", id="bad-json"),
+        pytest.param(b"[]", 400, "invalid_json", id="array"),
+        pytest.param(b"\xff\xfe", 400, "invalid_json", id="not-utf8"),
+    ],
+)
+def test_router_parse_errors_are_openai_shaped(raw: bytes, status: int, code: str) -> None:
+    with pytest.raises(router.RouteError) as caught:
+        router.parse(raw)
+    assert caught.value.status == status
+    body = json.loads(caught.value.body())
+    assert body["error"]["code"] == code
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+
+
+def _spec(**extra: Any) -> contract.SlotSpec:
+    return contract.SlotSpec.model_validate({"source": "file:///m/a", "servedName": "a", **extra})
+
+
+@pytest.mark.parametrize(
+    ("change", "same"),
+    [
+        pytest.param({"servedName": "b"}, True, id="served-name-only"),
+        pytest.param({"swap": {"strategy": "hold"}}, True, id="swap-policy-only"),
+        pytest.param({"memoryBytes": 5}, True, id="memory-override-only"),
+        pytest.param({"source": "file:///m/b"}, False, id="new-weights"),
+        pytest.param({"revision": "v2"}, False, id="new-revision"),
+        pytest.param({"server": {"maxTokens": 5}}, False, id="server-option"),
+        pytest.param({"maxConcurrency": 9}, False, id="concurrency"),
+    ],
+)
+def test_which_changes_need_a_new_backend(change: dict[str, Any], same: bool) -> None:
+    assert slots.same_runtime(_spec(), _spec(**change)) is same
+
+
+def test_state_round_trip_and_corrupt_file_is_moved_aside(tmp_path: Path) -> None:
+    specs = {"a": _spec(), "b": _spec(servedName="b", server={"kvBits": 4})}
+    state.save_slots(tmp_path, specs)
+    assert state.load_slots(tmp_path) == specs
+    assert not list(tmp_path.glob(".*.tmp"))
+    (tmp_path / state.SLOTS_FILE).write_text('{"slots": {"a": {"source": "ftp://x"}}}')
+    assert state.load_slots(tmp_path) == {}
+    assert (tmp_path / "slots.corrupt").exists()
+    assert state.load_slots(tmp_path) == {}
+
+
+def test_write_atomic_replaces_whole_file(tmp_path: Path) -> None:
+    target = tmp_path / "f.json"
+    state.write_atomic(target, b"one")
+    state.write_atomic(target, b"two")
+    assert target.read_bytes() == b"two"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
