@@ -64,9 +64,16 @@ class S3Server:
     region: str = "us-east-1"
     data_dir: Path = field(default_factory=Path)
     process: subprocess.Popen[bytes] | None = None
+    _client: S3Client | None = field(default=None, repr=False)
 
     def client(self) -> S3Client:
-        """A boto3 S3 client for this server (path-style addressing, SigV4)."""
+        """The server's shared boto3 S3 client (thread-safe; closed at teardown: don't close it)."""
+        if self._client is None:
+            self._client = self.new_client()
+        return self._client
+
+    def new_client(self) -> S3Client:
+        """A new boto3 S3 client (path-style addressing, SigV4); the caller closes it."""
         import boto3
         from botocore.config import Config
 
@@ -92,6 +99,14 @@ class S3Server:
         with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
             client.create_bucket(Bucket=bucket)
         return bucket
+
+    def close(self) -> None:
+        """Close the shared client and stop the server."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self.process is not None:
+            stop(self.process)
 
     def env(self) -> dict[str, str]:
         """Standard AWS_* variables pointing a subprocess's boto3 at this server."""
@@ -168,6 +183,7 @@ def start(root: Path) -> S3Server:
         f"-master.port={master}",
         f"-master.port.grpc={master_g}",
         "-master.volumeSizeLimitMB=64",
+        "-volume.max=0",  # every bucket is a collection with its own volumes: don't cap them at 8
         f"-volume.port={volume}",
         f"-volume.port.grpc={volume_g}",
         f"-filer.port={filer}",
@@ -192,7 +208,7 @@ def start(root: Path) -> S3Server:
     try:
         _wait_ready(server, proc, log)
     except BaseException:
-        stop(proc)
+        server.close()
         raise
     return server
 
@@ -204,5 +220,4 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     try:
         yield server
     finally:
-        if server.process is not None:
-            stop(server.process)
+        server.close()

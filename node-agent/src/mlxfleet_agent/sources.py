@@ -16,6 +16,7 @@ May import: boto3, huggingface_hub, the standard library, contract. Called by: s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -299,7 +300,7 @@ def _fetch_object(
             kwargs["Range"] = f"bytes={offset}-"
         try:
             body = client.get_object(**kwargs)["Body"]
-            with part.open("ab") as f:
+            with contextlib.closing(body), part.open("ab") as f:
                 for chunk in body.iter_chunks(CHUNK_BYTES):
                     f.write(chunk)
                     digest.update(chunk)

@@ -340,12 +340,21 @@ class Store:
             return path
         assert isinstance(src, sources.S3Source)
         client = await asyncio.to_thread(self._s3_client)
-        objects = await asyncio.to_thread(sources.list_s3, client, src)
-        await self._make_room(sum(o.size for o in objects))
-        partial = self._root / "partial" / mid
-        await asyncio.to_thread(
-            sources.download_s3, client, src, objects, partial, progress=report, abort=self._abort
-        )
+        try:
+            objects = await asyncio.to_thread(sources.list_s3, client, src)
+            await self._make_room(sum(o.size for o in objects))
+            partial = self._root / "partial" / mid
+            await asyncio.to_thread(
+                sources.download_s3,
+                client,
+                src,
+                objects,
+                partial,
+                progress=report,
+                abort=self._abort,
+            )
+        finally:
+            client.close()
         final = self._root / "s3" / mid
         if final.exists():
             await asyncio.to_thread(shutil.rmtree, final)

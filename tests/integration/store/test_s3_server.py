@@ -30,11 +30,14 @@ def test_wrong_secret_is_refused(s3_server: S3Server) -> None:
     )
     with pytest.raises(ClientError):
         bad.list_buckets()
+    bad.close()
 
 
 def test_env_points_boto3_at_server(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in s3_server.env().items():
         monkeypatch.setenv(key, value)
     bucket = s3_server.make_bucket()
-    names = [b["Name"] for b in boto3.client("s3").list_buckets()["Buckets"]]
+    client = boto3.client("s3")
+    names = [b["Name"] for b in client.list_buckets()["Buckets"]]
+    client.close()
     assert bucket in names
