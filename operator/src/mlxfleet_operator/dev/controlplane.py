@@ -41,6 +41,8 @@ OPERATOR_GROUPS = (
 # What the harness applies so the operator identity has exactly the shipped permissions.
 BASE_MANIFESTS = ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml")
 STATE_FILE = "control-plane.json"
+# Popen objects of processes this interpreter started, kept so they are reaped (not leaked) on stop.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class ControlPlaneError(RuntimeError):
@@ -157,9 +159,11 @@ def _spawn(cmd: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         # Own session: survives the CLI that started it (cluster-up) and is stopped by pid.
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             list(cmd), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+    _CHILDREN[proc.pid] = proc
+    return proc
 
 
 def _kubeconfig(*, server: str, ca_pem: bytes, user: str, token: str) -> str:
@@ -380,6 +384,11 @@ def terminate(pids: Sequence[int], *, grace: float = 10.0) -> None:
 
 def _reap(pids: Sequence[int]) -> None:
     for pid in pids:
+        child = _CHILDREN.get(pid)
+        if child is not None:
+            if child.poll() is not None:
+                del _CHILDREN[pid]
+            continue
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, os.WNOHANG)
 
