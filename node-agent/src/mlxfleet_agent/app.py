@@ -35,8 +35,10 @@ from mlxfleet_agent import (
     __version__,
     contract,
     control,
+    metrics,
     platform,
     proxy,
+    shipper,
     slots,
     state,
     store,
@@ -337,7 +339,17 @@ async def lifespan(cfg: settings_mod.Settings) -> AsyncIterator[Runtime]:
         log.warning("killed backends orphaned by a previous agent", extra={"pids": killed})
     token = cfg.read_token()
     keys = cfg.read_data_keys()
-    tel = telemetry.Telemetry()
+    tel, ship = shipper.build(
+        state_dir=cfg.state_dir,
+        node=cfg.node_name,
+        interval_seconds=cfg.telemetry_interval_s,
+        idle_watts=cfg.idle_power_watts,
+        busy_watts=cfg.busy_power_watts,
+        bucket=cfg.telemetry_bucket,
+        prefix=cfg.telemetry_prefix,
+        endpoint_url=cfg.telemetry_endpoint_url,
+        region=cfg.telemetry_region,
+    )
     client = httpx.AsyncClient(
         timeout=proxy.backend_timeout(),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
@@ -381,21 +393,29 @@ async def lifespan(cfg: settings_mod.Settings) -> AsyncIterator[Runtime]:
         manager=manager,
         telemetry=tel,
         client=client,
-        control_app=Guard(control_app(manager), token=token),
+        control_app=Guard(_with_metrics(control_app(manager), tel), token=token),
         data_app=data,
     )
     restored = manager.restore()
     if restored:
         log.info("restored slots", extra={"slots": restored})
+    ship.start()
     caffeinate = platform.start_caffeinate() if cfg.caffeinate else None
     try:
         yield runtime
     finally:
         await manager.close()
+        await asyncio.to_thread(ship.stop)
         await client.aclose()
         if caffeinate is not None:
             caffeinate.terminate()
         log.info("backends stopped")
+
+
+def _with_metrics(app: FastAPI, tel: telemetry.Telemetry) -> FastAPI:
+    """Prometheus `GET /metrics` on the control port (outside /v1: no token, no request text)."""
+    metrics.add_route(app, tel.metrics)
+    return app
 
 
 class _Server(uvicorn.Server):

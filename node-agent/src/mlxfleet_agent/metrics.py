@@ -141,5 +141,16 @@ class AgentMetrics:
 
 
 def asgi_app(metrics: AgentMetrics) -> Any:
-    """An ASGI app serving the text exposition format; mount it at `/metrics`."""
+    """An ASGI app serving the text exposition format (any path)."""
     return prometheus_client.make_asgi_app(registry=metrics.registry)
+
+
+def add_route(app: Any, metrics: AgentMetrics, path: str = "/metrics") -> None:
+    """Serve `GET /metrics` on a Starlette/FastAPI app (the control app: no token needed)."""
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    async def endpoint(_: Request) -> Response:
+        return Response(metrics.exposition(), media_type=prometheus_client.CONTENT_TYPE_LATEST)
+
+    app.add_route(path, endpoint, methods=["GET"], include_in_schema=False)

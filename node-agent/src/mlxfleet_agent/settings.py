@@ -50,6 +50,15 @@ class Settings(BaseModel):
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     log_level: str = "info"
     caffeinate: bool = True
+    # telemetry (docs/telemetry.md); S3 credentials only from MLXFLEET_TELEMETRY_* / AWS_* env
+    node_name: str | None = Field(default=None, description="name in telemetry; default: host")
+    telemetry_interval_s: float = Field(default=60.0, gt=0, le=3600)
+    telemetry_bucket: str | None = None
+    telemetry_prefix: str | None = None
+    telemetry_endpoint_url: str | None = None
+    telemetry_region: str | None = None
+    idle_power_watts: float | None = Field(default=None, ge=0, le=10_000)
+    busy_power_watts: float | None = Field(default=None, ge=0, le=10_000)
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

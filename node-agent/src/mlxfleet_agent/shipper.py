@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -64,6 +66,13 @@ class ShipperConfig:
             interval_seconds=float(get("INTERVAL_SECONDS") or 60.0),
             max_buffered=int(get("MAX_BUFFERED") or 10_080),
         )
+
+
+def node_name(explicit: str | None = None) -> str:
+    """The node's name in object keys: explicit, else the host name's first label (sanitised)."""
+    raw = explicit or socket.gethostname().split(".")[0] or "node"
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", raw).strip("-.") or "node"
+    return name[:253]
 
 
 class Uploader(Protocol):
@@ -266,8 +275,10 @@ class Shipper:
     # ---- internals ---------------------------------------------------------------------------
 
     def _enqueue(self, interval: contract.TelemetryInterval) -> None:
-        self.spool.push(interval)
         self.telemetry.metrics.intervals.labels(result="closed").inc()
+        if self._uploader is None:
+            return  # no bucket configured: metrics only, nothing accumulates on disk
+        self.spool.push(interval)
 
     def _trim(self) -> None:
         dropped = self.spool.trim(self.config.max_buffered)
@@ -285,3 +296,42 @@ class Shipper:
                 self.tick()
             except Exception:
                 log.exception("telemetry tick failed")
+
+
+def build(
+    *,
+    state_dir: Path,
+    node: str | None = None,
+    interval_seconds: float = 60.0,
+    idle_watts: float | None = None,
+    busy_watts: float | None = None,
+    bucket: str | None = None,
+    prefix: str | None = None,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[telemetry.Telemetry, Shipper]:
+    """The agent's telemetry and its shipper: explicit settings win over MLXFLEET_TELEMETRY_*.
+
+    Call `shipper.start()` once the runtime is up and `shipper.stop()` (blocking, run it in a
+    thread from async code) after the data plane drained. Spool: `<state_dir>/telemetry/`.
+    """
+    env = ShipperConfig.from_env(spool_dir=state_dir / "telemetry", environ=environ)
+    cfg = ShipperConfig(
+        spool_dir=env.spool_dir,
+        bucket=bucket or env.bucket,
+        prefix=prefix or env.prefix,
+        endpoint_url=endpoint_url or env.endpoint_url,
+        region=region or env.region,
+        access_key_id=env.access_key_id,
+        secret_access_key=env.secret_access_key,
+        interval_seconds=interval_seconds,
+        max_buffered=env.max_buffered,
+    )
+    tel = telemetry.Telemetry(
+        node=node_name(node),
+        interval_seconds=interval_seconds,
+        idle_watts=idle_watts,
+        busy_watts=busy_watts,
+    )
+    return tel, Shipper(tel, cfg, power=hoststats.PowerMeter())
