@@ -10,7 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from mlxfleet_operator.dev import controlplane
+from mlxfleet_operator.dev import controlplane, demo
 
 
 def dev_dir() -> Path:
@@ -46,20 +46,18 @@ def cluster_down(_: argparse.Namespace) -> int:
     return 0
 
 
-def demo(args: argparse.Namespace) -> int:
-    from mlxfleet_operator.dev import demo as demo_mod
-
-    return demo_mod.up(dev_dir(), keep_running=not args.no_keep)
+def demo_up(args: argparse.Namespace) -> int:
+    return demo.up(dev_dir(), keep_running=not args.no_keep)
 
 
 def demo_down(_: argparse.Namespace) -> int:
-    from mlxfleet_operator.dev import demo as demo_mod
-
-    return demo_mod.down(dev_dir())
+    return demo.down(dev_dir())
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="mlxfleet dev", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="mlxfleet dev", description=(__doc__ or "").splitlines()[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("cluster-up", help="start etcd + kube-apiserver; writes .dev/kubeconfig")
     sub.add_parser("cluster-down", help="stop the control plane and remove its data")
@@ -70,7 +68,7 @@ def main(argv: list[str]) -> int:
     handlers = {
         "cluster-up": cluster_up,
         "cluster-down": cluster_down,
-        "demo": demo,
+        "demo": demo_up,
         "demo-down": demo_down,
     }
     return handlers[args.command](args)

@@ -155,7 +155,8 @@ def _service_account_key(path: Path) -> None:
     _write_private(path, pem)
 
 
-def _spawn(cmd: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+def spawn(cmd: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+    """Start a long-lived process in its own session, output appended to `log`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         # Own session: survives the CLI that started it (cluster-up) and is stopped by pid.
@@ -207,7 +208,7 @@ def _wait_ready(
         for proc, log in zip(procs, logs, strict=True):
             if proc.poll() is not None:
                 tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-                raise ControlPlaneError(f"{proc.args[0]} exited with {proc.returncode}:\n{tail}")
+                raise ControlPlaneError(f"{log.stem} exited with {proc.returncode}:\n{tail}")
         if ca_file.exists():
             try:
                 ctx = ssl.create_default_context(cafile=str(ca_file))
@@ -246,7 +247,7 @@ def start(
         f'{operator_token},{OPERATOR_USER},uid-operator,"{",".join(OPERATOR_GROUPS)}"\n',
     )
     etcd_log, api_log = root / "logs" / "etcd.log", root / "logs" / "kube-apiserver.log"
-    etcd = _spawn(
+    etcd = spawn(
         [
             str(bins / "etcd"),
             "--name=mlxfleet-dev",
@@ -261,7 +262,7 @@ def start(
         ],
         etcd_log,
     )
-    apiserver = _spawn(
+    apiserver = spawn(
         [
             str(bins / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{etcd_client}",
