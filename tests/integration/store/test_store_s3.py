@@ -242,3 +242,20 @@ def test_restart_keeps_index_and_drops_orphans(
     assert not orphan.exists()
     assert asyncio.run(again.ensure(source)) == path
     assert counting.gets == []
+
+
+def test_close_cancels_a_running_download(
+    s3_env: S3Server, tmp_path: Path, model_a: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sources, "CHUNK_BYTES", 32 * 1024)
+    source = upload(s3_env, model_a, s3_env.make_bucket(), "tiny/a")
+    s, _ = new_store(tmp_path)
+
+    def close_midway(done: int, total: int) -> None:
+        if done >= 100_000:
+            s.close()
+
+    with pytest.raises(store.DownloadCancelled, match="shutting down") as info:
+        asyncio.run(s.ensure(source, progress_cb=close_midway))
+    assert info.value.http_status == 503
+    assert s.list() == []
