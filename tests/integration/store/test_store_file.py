@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxfleet_agent import store
+from mlxfleet_agent import sources, store
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_file_rejections(
         assert str(model_a.resolve()) in info.value.message  # names the resolved path
         assert info.value.allowed == str(models_dir.resolve())
     assert s.list() == []
-    assert s.holders(store.sources.model_id(source, None)) == set()  # failed ensure drops the pin
+    assert s.holders(sources.model_id(source, None)) == set()  # failed ensure drops the pin
 
 
 def test_index_survives_restart(models_dir: Path) -> None:

@@ -160,7 +160,7 @@ def test_concurrent_prefetch_downloads_once(
     s, counting = new_store(tmp_path)
     seen: dict[str, list[int]] = {"one": [], "two": []}
 
-    async def both() -> list[Path]:
+    async def both() -> tuple[Path, Path]:
         return await asyncio.gather(
             s.ensure(source, progress_cb=lambda d, t: seen["one"].append(d), holder="slot-1"),
             s.ensure(source, progress_cb=lambda d, t: seen["two"].append(d), holder="slot-2"),
