@@ -159,6 +159,7 @@ class DataPlane:
         outcome = _Outcome()
         try:
             routed.body["model"] = handle.pinned
+            client_usage = telemetry.ask_for_usage(routed.body) if routed.stream else True
             content = json.dumps(routed.body).encode()
             served = json.dumps(handle.spec.served_name).encode()
             swap = (b'"model": ' + json.dumps(handle.pinned).encode(), b'"model": ' + served)
@@ -182,7 +183,14 @@ class DataPlane:
             try:
                 if routed.stream and resp.status_code == 200:
                     await self._stream(
-                        resp, receive, send, headers=headers, swap=swap, outcome=outcome, t0=t0
+                        resp,
+                        receive,
+                        send,
+                        headers=headers,
+                        swap=swap,
+                        outcome=outcome,
+                        t0=t0,
+                        counter=telemetry.StreamCounter(forward_usage=client_usage),
                     )
                 else:
                     await self._whole(
@@ -257,6 +265,7 @@ class DataPlane:
         swap: tuple[bytes, bytes],
         outcome: _Outcome,
         t0: float,
+        counter: telemetry.StreamCounter,
     ) -> None:
         await send(
             {
@@ -272,20 +281,20 @@ class DataPlane:
         gone = asyncio.Event()
         watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, gone))
         tail = b""
-        events = 0
         try:
-            async for chunk in resp.aiter_raw():
+            async for raw in resp.aiter_raw():
+                chunk = counter.feed(raw)  # whole SSE events; counts tokens from usage
                 if outcome.ttft_s is None and b"data: {" in chunk:
                     outcome.ttft_s = time.monotonic() - t0
-                events += chunk.count(b"data: {")
-                tail = (tail + chunk)[-32:]
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": chunk.replace(swap[0], swap[1]),
-                        "more_body": True,
-                    }
-                )
+                tail = (tail + raw)[-32:]
+                if chunk:
+                    await send(
+                        {
+                            "type": "http.response.body",
+                            "body": chunk.replace(swap[0], swap[1]),
+                            "more_body": True,
+                        }
+                    )
                 if gone.is_set():
                     outcome.error = "client_gone"
                     break
@@ -297,7 +306,11 @@ class DataPlane:
             log.warning("backend stream broke", extra={"error": type(exc).__name__})
         finally:
             watcher.cancel()
-        outcome.completion_tokens = max(0, events - 1)
+        rest = counter.flush()
+        if rest and outcome.error is None:
+            await send({"type": "http.response.body", "body": rest, "more_body": True})
+        outcome.prompt_tokens = counter.prompt_tokens
+        outcome.completion_tokens = counter.completion_tokens
         if outcome.error == "backend_died":
             err = router.RouteError(
                 502,
