@@ -1,4 +1,4 @@
-"""Agent data plane vs mlx_lm.server directly, same model, same run, interleaved; plus swap timelines.
+"""Agent data plane vs mlx_lm.server directly (same model, same run, interleaved); swap timelines.
 
     python -m benchmarks.agent_bench [--rounds N] [--out docs/benchmarks.md]
 
@@ -100,7 +100,8 @@ async def put_and_wait(
     resp = await client.put(f"{agent.control}/v1/slots/bench", json=spec, headers=agent.headers())
     resp.raise_for_status()
     while True:
-        slot = (await client.get(f"{agent.control}/v1/slots/bench", headers=agent.headers())).json()
+        got = await client.get(f"{agent.control}/v1/slots/bench", headers=agent.headers())
+        slot: dict[str, Any] = got.json()
         items = (
             await client.get(f"{agent.control}/v1/slots/bench/swaps", headers=agent.headers())
         ).json()["items"]
@@ -209,14 +210,9 @@ async def swap_timeline(
         value = rec.get(key)
         return datetime.fromisoformat(value).timestamp() if value else None
 
-    start = at("startedAt")
-    phases: dict[str, float | None] = {}
-    marks = ["newReadyAt", "switchedAt", "oldDrainedAt", "oldStoppedAt", "finishedAt"]
-    prev = start
-    for key in marks:
-        t = at(key)
-        phases[key] = None if t is None or prev is None else t - prev
-        prev = t if t is not None else prev
+    start = at("startedAt") or 0.0
+    marks = ["oldDrainedAt", "oldStoppedAt", "newReadyAt", "switchedAt"]
+    phases = {key: (None if at(key) is None else (at(key) or 0.0) - start) for key in marks}
     before = [r.ttft for r in results if r.start + r.seconds < t_put]
     during = [r for r in results if r.start < t_done and r.start + r.seconds > t_put]
     return {
@@ -264,41 +260,24 @@ def render(results: dict[str, Any]) -> str:
         "Swap timelines (4 streaming clients during the swap; seconds per phase from the swap "
         "record):",
         "",
-        "| swap | B ready | switch | A drained | A stopped | total | TTFT p50 before | "
+        "| swap | A drained | A stopped | B ready | switched | total | TTFT p50 before | "
         "TTFT p50 / max during | requests during | failed |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name in ("surge", "hold"):
         s = results[name]
-        p = s["phases"]
-
-        def sec(v: float | None) -> str:
-            return "-" if v is None else f"{v:.2f}s"
-
-        if name == "hold":  # hold order: drained, stopped, then B ready, switch
-            cells = [
-                sec(p["newReadyAt"]),
-                sec(p["switchedAt"]),
-                sec(p["oldDrainedAt"]),
-                sec(p["oldStoppedAt"]),
-            ]
-        else:
-            cells = [
-                sec(p["newReadyAt"]),
-                sec(p["switchedAt"]),
-                sec(p["oldDrainedAt"]),
-                sec(p["oldStoppedAt"]),
-            ]
+        cells = " | ".join("-" if v is None else f"{v:.2f}s" for v in s["phases"].values())
         lines.append(
-            f"| {name} | {' | '.join(cells)} | {s['total']:.2f}s | {ms(s['ttft_before_p50'])} | "
+            f"| {name} | {cells} | {s['total']:.2f}s | {ms(s['ttft_before_p50'])} | "
             f"{ms(s['ttft_during_p50'])} / {ms(s['ttft_during_max'])} | "
             f"{s['requests_during']} | {s['failed']} (agent: {s['record']['requestsFailed']}) |"
         )
     lines += [
         "",
-        "Hold phases run in the order A drained -> A stopped -> B ready -> switch (each column is "
-        'the time since the previous mark that exists); the TTFT "max during" of hold is the '
-        "queue wait of requests that arrived while no backend served.",
+        "Swap columns are seconds since the swap started (from its SwapRecord). Surge: B loads "
+        "beside A, the switch is atomic, A drains and stops. Hold: A drains and stops first, "
+        "then B loads; requests that arrive meanwhile wait in the slot's queue, which is the "
+        '"max during" TTFT of hold. Failed counts requests the clients saw fail.',
         "",
     ]
     return "\n".join(lines)

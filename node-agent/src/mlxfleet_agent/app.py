@@ -351,7 +351,7 @@ async def lifespan(cfg: settings_mod.Settings) -> AsyncIterator[Runtime]:
         region=cfg.telemetry_region,
     )
     client = httpx.AsyncClient(
-        timeout=proxy.backend_timeout(),
+        timeout=httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=60.0),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
         trust_env=False,
     )
@@ -382,7 +382,6 @@ async def lifespan(cfg: settings_mod.Settings) -> AsyncIterator[Runtime]:
     holder.append(manager)
     data = proxy.DataPlane(
         manager=manager,
-        client=client,
         telemetry=tel,
         api_keys=keys,
         max_body_bytes=cfg.max_body_bytes,

@@ -1,13 +1,14 @@
 """The data plane: an OpenAI-compatible reverse proxy in front of the slots' backends (raw ASGI).
 
 Per request: read the body (bounded), route by `model`, lease the slot's backend (queueing while
-it is not ready), rewrite `model` to the backend's pinned path, forward with a pooled
-`httpx.AsyncClient`, and pass the answer back byte for byte as it arrives (no buffering of
-streams; the pinned path in `model` fields is put back to the served name). The lease is held
+it is not ready), rewrite `model` to the backend's pinned path, forward it over a plain asyncio
+stream (mlx_lm.server speaks HTTP/1.0 and closes every connection, so there is nothing to pool:
+see `BackendReply`), and pass the answer back as it arrives (no buffering of streams; whole SSE
+events; the pinned path in `model` fields is put back to the served name). The lease is held
 until the last byte, so a swap never cuts a request. A stream whose backend dies ends with an
-OpenAI-style `error` event instead of hanging. Raw ASGI rather than a framework keeps the added
-latency per request in the tens of microseconds.
-May import: router, control, telemetry, httpx, stdlib. Called by: app (mounts it).
+OpenAI-style `error` event instead of hanging. Raw ASGI and raw sockets rather than a framework
+and an HTTP client keep the added latency per request small.
+May import: router, control, telemetry, stdlib. Called by: app (mounts it).
 """
 
 from __future__ import annotations
@@ -18,10 +19,8 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
-
-import httpx
 
 from mlxfleet_agent import control, router, telemetry
 
@@ -50,8 +49,10 @@ class ClientGone(Exception):
     """The client disconnected before it sent its whole request."""
 
 
-def backend_timeout() -> httpx.Timeout:
-    return httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=60.0)
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 600.0  # longest silence of a backend within one answer
+CHUNK = 65536
+LIMIT = 1 << 20  # largest response head we accept from a backend
 
 
 class DataPlane:
@@ -61,14 +62,12 @@ class DataPlane:
         self,
         *,
         manager: control.Manager,
-        client: httpx.AsyncClient,
         telemetry: telemetry.Telemetry,
         api_keys: frozenset[str] | None,
         max_body_bytes: int,
         queue_timeout_s: float,
     ) -> None:
         self.manager = manager
-        self.client = client
         self.telemetry = telemetry
         self.api_keys = [k.encode() for k in api_keys] if api_keys else None
         self.max_body_bytes = max_body_bytes
@@ -164,26 +163,20 @@ class DataPlane:
             served = json.dumps(handle.spec.served_name).encode()
             swap = (b'"model": ' + json.dumps(handle.pinned).encode(), b'"model": ' + served)
             headers = [(BACKEND_HEADER, f"{handle.backend.port}".encode())]
-            request = self.client.build_request(
-                "POST",
-                handle.backend.base_url + BACKEND_PATHS[endpoint],
-                content=content,
-                headers={"content-type": "application/json"},
-            )
             try:
-                resp = await self.client.send(request, stream=True)
-            except httpx.HTTPError as exc:
+                reply = await call_backend(handle.backend.port, BACKEND_PATHS[endpoint], content)
+            except BackendError as exc:
                 outcome.error = "backend_unreachable"
                 raise router.RouteError(
                     502,
-                    f"backend unreachable: {type(exc).__name__}",
+                    f"backend unreachable: {exc}",
                     type_="server_error",
                     code="backend_unreachable",
                 ) from exc
             try:
-                if routed.stream and resp.status_code == 200:
+                if routed.stream and reply.status == 200:
                     await self._stream(
-                        resp,
+                        reply,
                         receive,
                         send,
                         headers=headers,
@@ -194,10 +187,10 @@ class DataPlane:
                     )
                 else:
                     await self._whole(
-                        resp, send, headers=headers, swap=swap, outcome=outcome, t0=t0
+                        reply, send, headers=headers, swap=swap, outcome=outcome, t0=t0
                     )
             finally:
-                await resp.aclose()
+                reply.close()
         finally:
             slot.finished(handle, ok=outcome.error is None)
             self.telemetry.request_finished(
@@ -218,7 +211,7 @@ class DataPlane:
 
     async def _whole(
         self,
-        resp: httpx.Response,
+        resp: BackendReply,
         send: Send,
         *,
         headers: list[tuple[bytes, bytes]],
@@ -227,27 +220,26 @@ class DataPlane:
         t0: float,
     ) -> None:
         try:
-            body = await resp.aread()
-        except httpx.HTTPError:
+            body = await resp.read_all()
+        except BackendError:
             outcome.error = "backend_died"
             raise router.RouteError(
                 502, "backend failed while answering", type_="server_error", code="backend_died"
             ) from None
         outcome.ttft_s = time.monotonic() - t0
-        if resp.status_code >= 500:
+        if resp.status >= 500:
             outcome.error = "backend_5xx"
-        elif resp.status_code >= 400:
+        elif resp.status >= 400:
             outcome.error = "backend_4xx"
         else:
             body = body.replace(swap[0], swap[1], 1)
             outcome.count_usage(body)
-        ctype = resp.headers.get("content-type", "application/json").encode()
         await send(
             {
                 "type": "http.response.start",
-                "status": resp.status_code,
+                "status": resp.status,
                 "headers": [
-                    (b"content-type", ctype),
+                    (b"content-type", resp.content_type or b"application/json"),
                     (b"content-length", str(len(body)).encode()),
                     *headers,
                 ],
@@ -257,7 +249,7 @@ class DataPlane:
 
     async def _stream(
         self,
-        resp: httpx.Response,
+        resp: BackendReply,
         receive: Receive,
         send: Send,
         *,
@@ -282,7 +274,7 @@ class DataPlane:
         watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, gone))
         tail = b""
         try:
-            async for raw in resp.aiter_raw():
+            async for raw in resp.chunks():
                 chunk = counter.feed(raw)  # whole SSE events; counts tokens from usage
                 if outcome.ttft_s is None and b"data: {" in chunk:
                     outcome.ttft_s = time.monotonic() - t0
@@ -301,9 +293,9 @@ class DataPlane:
             else:
                 if DONE not in tail:
                     outcome.error = "backend_died"
-        except httpx.HTTPError as exc:
+        except BackendError as exc:
             outcome.error = "backend_died"
-            log.warning("backend stream broke", extra={"error": type(exc).__name__})
+            log.warning("backend stream broke", extra={"error": str(exc)})
         finally:
             watcher.cancel()
         rest = counter.flush()
@@ -326,6 +318,100 @@ class DataPlane:
                 }
             )
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class BackendError(Exception):
+    """The backend could not be reached, or broke (or fell silent) while answering."""
+
+
+class BackendReply:
+    """A backend's answer read straight off its socket.
+
+    mlx_lm.server speaks HTTP/1.0: one connection per request, closed after the answer; the body
+    of a stream ends at EOF, a non-streamed body has a Content-Length. There is nothing to pool
+    or keep alive, so a plain asyncio stream is both the simplest and the cheapest client: each
+    chunk is forwarded as the socket hands it over (coalesced when the agent runs behind).
+    """
+
+    __slots__ = ("_length", "_reader", "_writer", "content_type", "status")
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        status: int,
+        content_type: bytes | None,
+        length: int | None,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._length = length
+        self.status = status
+        self.content_type = content_type
+
+    async def chunks(self, *, idle_timeout_s: float = READ_TIMEOUT_S) -> AsyncIterator[bytes]:
+        read = self._reader.read
+        while True:
+            try:  # the timeout wraps the read only: never a `yield` inside a cancel scope
+                async with asyncio.timeout(idle_timeout_s):
+                    chunk = await read(CHUNK)
+            except (OSError, TimeoutError) as exc:
+                raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+            if not chunk:
+                return
+            yield chunk
+
+    async def read_all(self) -> bytes:
+        try:
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                if self._length is not None:
+                    return await self._reader.readexactly(self._length)
+                return await self._reader.read()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+async def call_backend(port: int, path: str, body: bytes) -> BackendReply:
+    """POST `body` (JSON) to the backend on 127.0.0.1:`port`; return once its headers arrived."""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=LIMIT)
+    except (OSError, TimeoutError) as exc:
+        raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+    try:
+        writer.write(head + body)
+        async with asyncio.timeout(READ_TIMEOUT_S):
+            raw = await reader.readuntil(b"\r\n\r\n")
+        status_line, *lines = raw.decode("latin-1").split("\r\n")
+        status = int(status_line.split(" ", 2)[1])
+        content_type = None
+        length = None
+        for line in lines:
+            name, _, value = line.partition(":")
+            key = name.strip().lower()
+            if key == "content-type":
+                content_type = value.strip().encode("latin-1")
+            elif key == "content-length":
+                length = int(value.strip())
+    except (
+        OSError,
+        TimeoutError,
+        ValueError,
+        IndexError,
+        asyncio.IncompleteReadError,
+        asyncio.LimitOverrunError,
+    ) as exc:
+        writer.close()
+        raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+    return BackendReply(reader, writer, status=status, content_type=content_type, length=length)
 
 
 class _Outcome:
