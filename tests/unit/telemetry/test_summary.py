@@ -138,7 +138,7 @@ def test_monthly_headline_tiles(october: summary.PeriodSummary) -> None:
     assert tiles["Model swaps"].value == "1 of 2"
     assert tiles["p95 latency"].value.endswith(" s")
     assert [i.what.split(":")[0] for i in report.incidents] == [
-        "swap on mini-1/search rolledback; 0 failed requests",
+        "swap on mini-1/search rolled back; 0 failed requests",
         "mini-2",
         "all 3 nodes",
     ]

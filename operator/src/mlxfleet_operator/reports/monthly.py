@@ -205,7 +205,7 @@ def build(s: summary.PeriodSummary) -> MonthlyReport:
         r.incidents.append(
             Incident(
                 f"{e.at:%d %b %H:%M}",
-                f"swap on {sw.node}/{e.slot} {e.outcome.lower()}; "
+                f"swap on {sw.node}/{e.slot} {summary.words(e.outcome)}; "
                 f"{e.requests_failed} failed requests",
             )
         )

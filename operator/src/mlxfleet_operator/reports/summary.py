@@ -8,6 +8,7 @@ monthly, cli.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -43,6 +44,11 @@ class Period:
     @property
     def start_ts(self) -> float:
         return datetime.combine(self.start, datetime.min.time(), tzinfo=UTC).timestamp()
+
+
+def words(camel: str) -> str:
+    """`RolledBack` -> `rolled back` (swap outcomes in sentences)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", " ", camel).lower()
 
 
 def iso_week(year: int, week: int) -> Period:

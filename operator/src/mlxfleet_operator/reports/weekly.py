@@ -122,7 +122,7 @@ def _why(
                 return f"{node} went down {o.start:%a %d %b %H:%M} UTC"
         for sw in this.swaps:
             if sw.node == node and abs(sw.event.at - when) <= EDGE:
-                return f"swap {sw.event.outcome.lower()} ({sw.event.strategy or 'auto'})"
+                return f"swap {summary.words(sw.event.outcome)} ({sw.event.strategy or 'auto'})"
     return "placement change (no outage or swap recorded)"
 
 
