@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -177,7 +178,8 @@ def start_agent(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as out:
         offset = out.tell()
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # tests never reach the network
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -187,7 +189,8 @@ def start_agent(
             for line in fh.read().decode(errors="replace").splitlines():
                 if '"agent ready"' in line:
                     ready = json.loads(line)
-                    token = (state_dir / "token").read_text().strip()
+                    token_path = state_dir / "token"  # absent when --token-file names another
+                    token = token_path.read_text().strip() if token_path.exists() else ""
                     return Agent(
                         proc=proc,
                         state_dir=state_dir,

@@ -1,0 +1,143 @@
+"""`mlxfleet-agent serve` options without any backend: config file, TLS on the control API, data
+plane API keys, token handling, clean exit, state file; and the service-definition subcommands."""
+
+from __future__ import annotations
+
+import json
+import plistlib
+import signal
+import ssl
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import trustme
+
+from tests.integration.agent.conftest import Agent
+
+
+def _agent_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mlxfleet_agent.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_config_file_tls_and_data_keys(agent_factory: Callable[..., Agent], tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "server.key"))
+    (tmp_path / "token").write_text("s3cret-token\n")
+    (tmp_path / "keys").write_text("# data plane keys\nkey-one\nkey-two\n")
+    (tmp_path / "agent.yaml").write_text(
+        f"tlsCert: {tmp_path / 'server.pem'}\n"
+        f"tls_key: {tmp_path / 'server.key'}\n"
+        f"tokenFile: {tmp_path / 'token'}\n"
+        f"dataApiKeysFile: {tmp_path / 'keys'}\n"
+        "queueLimit: 3\n"
+    )
+    agent = agent_factory(extra=["--config", str(tmp_path / "agent.yaml")])
+    assert not (agent.state_dir / "token").exists(), "the token file given is used"
+    control = agent.control_url.replace("http://", "https://")
+    verify = ssl.create_default_context(cafile=None)
+    ca.configure_trust(verify)
+    ok = httpx.get(
+        control + "/v1/state", headers={"Authorization": "Bearer s3cret-token"}, verify=verify
+    )
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["dataPort"] == int(agent.data_url.rsplit(":", 1)[1])
+    denied = httpx.get(control + "/v1/state", headers={"Authorization": "Bearer x"}, verify=verify)
+    assert denied.status_code == 401
+    assert denied.headers["www-authenticate"] == "Bearer"
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(agent.control_url + "/v1/state", timeout=5)  # plain HTTP on a TLS port
+
+    no_key = httpx.get(agent.data_url + "/v1/models")
+    assert no_key.status_code == 401
+    assert no_key.json()["error"]["code"] == "invalid_api_key"
+    with_key = httpx.get(agent.data_url + "/v1/models", headers={"Authorization": "Bearer key-two"})
+    assert with_key.status_code == 200
+    assert with_key.json() == {"object": "list", "data": []}
+    assert agent.stop(signal.SIGINT) == 0
+
+
+def test_openapi_is_served_and_every_v1_route_needs_the_token(
+    agent_factory: Callable[..., Agent],
+) -> None:
+    agent = agent_factory()
+    spec = httpx.get(agent.control_url + "/openapi.json").json()
+    routes = [(m.upper(), p) for p, ops in spec["paths"].items() for m in ops]
+    assert ("PUT", "/v1/slots/{name}") in routes
+    assert ("GET", "/v1/slots/{name}/swaps") in routes
+    assert ("POST", "/v1/models/prefetch") in routes
+    for method, path in routes:
+        if not path.startswith("/v1/"):
+            continue
+        url = agent.control_url + path.replace("{name}", "x").replace("{model_id}", "x")
+        resp = httpx.request(method, url, json={})
+        assert resp.status_code == 401, (method, path)
+    assert agent.stop() == 0
+
+
+def test_desired_state_file_is_written_atomically(
+    agent_factory: Callable[..., Agent], tmp_path: Path
+) -> None:
+    models = tmp_path / "models"
+    agent = agent_factory()
+    resp = agent.put_slot(
+        "s",
+        {"source": "hf://org/not-here", "servedName": "remote"},
+    )
+    assert resp.status_code == 202, resp.text
+    saved = json.loads((agent.state_dir / "slots.json").read_text())
+    assert saved["slots"]["s"]["servedName"] == "remote"
+    assert not list(agent.state_dir.glob(".slots.json.*"))
+    assert agent.api("DELETE", "/v1/slots/s").status_code == 202
+    saved = json.loads((agent.state_dir / "slots.json").read_text())
+    assert saved["slots"] == {}
+    assert models.exists()
+    assert agent.stop() == 0
+
+
+def test_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:
+    (tmp_path / "agent.yaml").write_text("stateDir: /tmp/x\nmodelsDir: /tmp/y\ncolour: blue\n")
+    done = _agent_cli("serve", "--config", str(tmp_path / "agent.yaml"))
+    assert done.returncode == 2
+    assert "colour" in done.stderr
+
+
+def test_launchd_plist_and_systemd_unit_commands() -> None:
+    plist = _agent_cli(
+        "launchd-plist",
+        "--program",
+        "/usr/local/bin/mlxfleet-agent",
+        "--",
+        "--state-dir",
+        "/var/lib/mlxfleet",
+        "--models-dir",
+        "/var/lib/mlxfleet/models",
+    )
+    assert plist.returncode == 0, plist.stderr
+    parsed = plistlib.loads(plist.stdout.encode())
+    assert parsed["KeepAlive"] is True
+    assert parsed["ProgramArguments"] == [
+        "/usr/local/bin/mlxfleet-agent",
+        "serve",
+        "--state-dir",
+        "/var/lib/mlxfleet",
+        "--models-dir",
+        "/var/lib/mlxfleet/models",
+    ]
+    unit = _agent_cli("systemd-unit", "--program", "/usr/bin/mlxfleet-agent", "--user", "mlx")
+    assert unit.returncode == 0, unit.stderr
+    assert (
+        "ExecStart=/usr/bin/mlxfleet-agent serve --config /etc/mlxfleet/agent.yaml" in unit.stdout
+    )
+    assert "User=mlx" in unit.stdout
