@@ -89,7 +89,7 @@ async def run(slot: slots.Slot, target: contract.SlotSpec) -> contract.SwapRecor
         record.outcome = contract.SwapOutcome.COMPLETED
         slot.last_error = None
     except Exception as exc:
-        await _roll_back(slot, old, record, reason=f"{type(exc).__name__}: {exc}")
+        await _roll_back(slot, old, target, record, reason=f"{type(exc).__name__}: {exc}")
     finally:
         record.finished_at = _now()
         slot.current_swap = None
@@ -144,13 +144,19 @@ async def _hold(
 
 
 async def _roll_back(
-    slot: slots.Slot, old: slots.Handle, record: contract.SwapRecord, *, reason: str
+    slot: slots.Slot,
+    old: slots.Handle,
+    target: contract.SlotSpec,
+    record: contract.SwapRecord,
+    *,
+    reason: str,
 ) -> None:
     log.warning("swap rolling back", extra={"slot": slot.name, "swap": record.id, "reason": reason})
     record.reason = reason
     slot.last_error = f"swap to {record.to_source} rolled back: {reason}"
-    slot.desired = old.spec
-    slot.deps.persist()
+    if slot.desired == target:  # a newer PUT during the swap wins; it runs next
+        slot.desired = old.spec
+        slot.deps.persist()
     if slot.active is old and not old.retired:
         record.outcome = contract.SwapOutcome.ROLLED_BACK
         slot.gate.set()
