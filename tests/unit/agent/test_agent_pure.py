@@ -231,3 +231,16 @@ def test_write_atomic_replaces_whole_file(tmp_path: Path) -> None:
     state.write_atomic(target, b"two")
     assert target.read_bytes() == b"two"
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
+
+
+def test_shipped_service_examples_are_current() -> None:
+    root = Path(__file__).resolve().parents[3] / "manifests" / "agent"
+    argv = ["/opt/mlxfleet/bin/mlxfleet-agent", "serve", "--config", "/etc/mlxfleet/agent.yaml"]
+    assert (root / "io.mlxfleet.agent.plist").read_text() == service_units.launchd_plist(
+        argv, user="_mlxfleet"
+    )
+    assert (root / "mlxfleet-agent.service").read_text() == service_units.systemd_unit(
+        argv, user="mlxfleet"
+    )
+    values = settings.read_config_file(root / "agent.yaml")
+    assert settings.build(file_values=values, flag_values={}).data_port == 8471
