@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -21,6 +22,7 @@ from mlxfleet_agent import contract
 
 log = logging.getLogger("mlxfleet_operator.objectstore")
 ENV_PREFIX = "MLXFLEET_TELEMETRY_"
+FETCH_WORKERS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +69,11 @@ class TelemetryStore:
                 region_name=config.region or "us-east-1",
                 aws_access_key_id=config.access_key_id,
                 aws_secret_access_key=config.secret_access_key,
-                config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3}),
+                config=Config(
+                    s3={"addressing_style": "path"},
+                    retries={"max_attempts": 3},
+                    max_pool_connections=FETCH_WORKERS,
+                ),
             )
         self._s3 = client
 
@@ -78,27 +84,36 @@ class TelemetryStore:
                 yield str(obj["Key"])
 
     def intervals_for_day(self, day: date) -> list[contract.TelemetryInterval]:
-        """Every interval stored under one UTC day; unreadable lines are logged and skipped."""
-        out: list[contract.TelemetryInterval] = []
+        """Every interval stored under one UTC day (fetched in parallel: one object per node
+        and minute adds up); unreadable lines are logged and skipped."""
         prefix = contract.telemetry_date_prefix(self.config.prefix, day.isoformat())
-        for key in self._keys(prefix):
-            if not key.endswith(".jsonl"):
+        keys = [k for k in self._keys(prefix) if k.endswith(".jsonl")]
+        with ThreadPoolExecutor(max_workers=FETCH_WORKERS) as pool:
+            bodies = list(pool.map(self._get, keys))
+        out: list[contract.TelemetryInterval] = []
+        for key, body in zip(keys, bodies, strict=True):
+            out += self._parse(key, body)
+        return out
+
+    def _get(self, key: str) -> bytes:
+        data: bytes = self._s3.get_object(Bucket=self.config.bucket, Key=key)["Body"].read()
+        return data
+
+    @staticmethod
+    def _parse(key: str, body: bytes) -> list[contract.TelemetryInterval]:
+        out: list[contract.TelemetryInterval] = []
+        for line in body.decode().splitlines():
+            if not line.strip():
                 continue
-            body = self._s3.get_object(Bucket=self.config.bucket, Key=key)["Body"].read()
-            for line in body.decode().splitlines():
-                if not line.strip():
-                    continue
-                try:
-                    interval = contract.TelemetryInterval.model_validate_json(line)
-                except ValidationError as exc:
-                    log.warning("skipping unreadable telemetry line in %s: %s", key, exc)
-                    continue
-                if interval.schema_version > contract.TELEMETRY_SCHEMA_VERSION:
-                    log.warning(
-                        "skipping %s: schema version %d is newer", key, interval.schema_version
-                    )
-                    continue
-                out.append(interval)
+            try:
+                interval = contract.TelemetryInterval.model_validate_json(line)
+            except ValidationError as exc:
+                log.warning("skipping unreadable telemetry line in %s: %s", key, exc)
+                continue
+            if interval.schema_version > contract.TELEMETRY_SCHEMA_VERSION:
+                log.warning("skipping %s: schema version %d is newer", key, interval.schema_version)
+                continue
+            out.append(interval)
         return out
 
     def put_interval(self, interval: contract.TelemetryInterval) -> str:
