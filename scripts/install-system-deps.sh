@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # System libraries mlxfleet needs beyond Python packages, installed only when missing:
-#   - pango (weasyprint renders the monthly executive PDF), poppler-utils (tests read the PDF).
+#   - pango and harfbuzz-subset (weasyprint renders the monthly executive PDF and subsets fonts),
+#   - poppler-utils (tests read the PDF with pdftotext/pdftoppm).
 # Needs root (or passwordless sudo) and Debian/Ubuntu apt; elsewhere it says what to install.
 set -euo pipefail
 missing=()
 ldconfig -p 2>/dev/null | grep -q 'libpango-1.0.so' || missing+=(libpango-1.0-0 libpangoft2-1.0-0)
 command -v pdftotext >/dev/null || missing+=(poppler-utils)
+ldconfig -p 2>/dev/null | grep -q 'libharfbuzz-subset.so' || missing+=(libharfbuzz-subset0)
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 if [[ "$(uname)" == "Darwin" ]]; then
   echo "install with Homebrew: brew install pango poppler" >&2; exit 0

@@ -127,11 +127,15 @@ class SlotSpec(StrictWire):
 
     source: ModelSource
     revision: str | None = Field(default=None, min_length=1, max_length=256)
-    served_name: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+    served_name: str = Field(
+        min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
+    )
     context_length: int = Field(default=8192, ge=256, le=1_048_576)
     max_concurrency: int = Field(default=4, ge=1, le=256)
     memory_bytes: int | None = Field(
-        default=None, ge=1, description="Overrides the estimate (ModelDeployment spec.resources.memory)."
+        default=None,
+        ge=1,
+        description="Overrides the estimate (ModelDeployment spec.resources.memory).",
     )
     server: ServerOptions = Field(default_factory=ServerOptions)
     swap: SwapPolicy = Field(default_factory=SwapPolicy)
