@@ -19,7 +19,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
 from typing import Any
 
 from mlxfleet_agent import control, router, telemetry
@@ -274,25 +274,26 @@ class DataPlane:
         watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, gone))
         tail = b""
         try:
-            async for raw in resp.chunks():
-                chunk = counter.feed(raw)  # whole SSE events; counts tokens from usage
-                if outcome.ttft_s is None and b"data: {" in chunk:
-                    outcome.ttft_s = time.monotonic() - t0
-                tail = (tail + raw)[-32:]
-                if chunk:
-                    await send(
-                        {
-                            "type": "http.response.body",
-                            "body": chunk.replace(swap[0], swap[1]),
-                            "more_body": True,
-                        }
-                    )
-                if gone.is_set():
-                    outcome.error = "client_gone"
-                    break
-            else:
-                if DONE not in tail:
-                    outcome.error = "backend_died"
+            async with contextlib.aclosing(resp.chunks()) as chunks:
+                async for raw in chunks:
+                    chunk = counter.feed(raw)  # whole SSE events; counts tokens from usage
+                    if outcome.ttft_s is None and b"data: {" in chunk:
+                        outcome.ttft_s = time.monotonic() - t0
+                    tail = (tail + raw)[-32:]
+                    if chunk:
+                        await send(
+                            {
+                                "type": "http.response.body",
+                                "body": chunk.replace(swap[0], swap[1]),
+                                "more_body": True,
+                            }
+                        )
+                    if gone.is_set():
+                        outcome.error = "client_gone"
+                        break
+                else:
+                    if DONE not in tail:
+                        outcome.error = "backend_died"
         except BackendError as exc:
             outcome.error = "backend_died"
             log.warning("backend stream broke", extra={"error": str(exc)})
@@ -350,17 +351,39 @@ class BackendReply:
         self.status = status
         self.content_type = content_type
 
-    async def chunks(self, *, idle_timeout_s: float = READ_TIMEOUT_S) -> AsyncIterator[bytes]:
+    async def chunks(self, *, idle_timeout_s: float = READ_TIMEOUT_S) -> AsyncGenerator[bytes]:
+        """The body as it arrives; a backend silent for `idle_timeout_s` is cut off (an error).
+
+        The idle check is a timer that looks at the time of the last chunk now and then, not a
+        timeout per read: per-chunk cost stays an attribute store.
+        """
+        loop = asyncio.get_running_loop()
         read = self._reader.read
-        while True:
-            try:  # the timeout wraps the read only: never a `yield` inside a cancel scope
-                async with asyncio.timeout(idle_timeout_s):
+        last = [loop.time()]
+        idle = [False]
+
+        def check() -> None:
+            if loop.time() - last[0] > idle_timeout_s:
+                idle[0] = True
+                self._writer.transport.abort()
+            else:
+                timer[0] = loop.call_later(idle_timeout_s / 4, check)
+
+        timer = [loop.call_later(idle_timeout_s / 4, check)]
+        try:
+            while True:
+                try:
                     chunk = await read(CHUNK)
-            except (OSError, TimeoutError) as exc:
-                raise BackendError(f"{type(exc).__name__}: {exc}") from exc
-            if not chunk:
-                return
-            yield chunk
+                except OSError as exc:
+                    raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+                if idle[0]:
+                    raise BackendError(f"backend silent for {idle_timeout_s:.0f}s")
+                if not chunk:
+                    return
+                last[0] = loop.time()
+                yield chunk
+        finally:
+            timer[0].cancel()
 
     async def read_all(self) -> bytes:
         try:
