@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         level=getattr(logging, config.log_level, logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per agent call is noise
     import kopf
 
     importlib.import_module("mlxfleet_operator.handlers")
@@ -102,7 +103,8 @@ def main(argv: list[str] | None = None) -> None:
         kopf.operator(
             standalone=config.standalone,
             priority=config.priority,
-            peering_name=config.peering_name,
+            # a peering name makes peering mandatory in kopf: only when not standalone
+            peering_name=None if config.standalone else config.peering_name,
             namespaces=list(config.namespaces),
             clusterwide=not config.namespaces,
             liveness_endpoint=config.liveness,

@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel
 
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.core import naming
@@ -57,6 +58,29 @@ def client_from(kubeconfig: str | None) -> kubernetes.client.ApiClient:
         return cast(kubernetes.client.ApiClient, client)
     kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
     return kubernetes.client.ApiClient()
+
+
+def status_patch(status: BaseModel, current: Mapping[str, Any] | None = None) -> JsonDict | None:
+    """The merge patch that makes `.status` equal `status`: nested nulls left out (the API server
+    drops them, and lists are replaced whole), top-level fields that became unset set to null.
+    None when nothing would change (no write, no watch event)."""
+    body = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for name, info in type(status).model_fields.items():
+        key = info.alias or name
+        if key not in body and current is not None and key in current:
+            body[key] = None
+    if current is not None and {k: v for k, v in body.items() if v is not None} == dict(current):
+        return None
+    return body
+
+
+def write_status(
+    patch: MutableMapping[str, Any], status: BaseModel, body: Mapping[str, Any]
+) -> None:
+    """Put the status into kopf's patch of the object being handled (if anything changed)."""
+    found = status_patch(status, body.get("status") or {})
+    if found is not None:
+        patch["status"] = found
 
 
 def owner_reference(body: Mapping[str, Any]) -> JsonDict:

@@ -214,6 +214,16 @@ def place(
     )
 
 
+def sizing_nodes(
+    md: mdep.ModelDeployment, facts: Sequence[NodeFacts], *, now: datetime
+) -> tuple[tuple[str, ...], placement.Decision]:
+    """Before the size is known: nodes that pass every filter but memory, best first (one of
+    them fetches and sizes the model), and the decision (`fits_nowhere`: nothing matches)."""
+    decision = place(md, facts, footprint_bytes=0, now=now, failover_delay=timedelta(0))
+    spare = tuple(r.node for r in decision.rejections if r.reason == placement.Reason.NOT_NEEDED)
+    return (*decision.nodes, *spare), decision
+
+
 # ---------------------------------------------------------------------------- desired slots
 
 

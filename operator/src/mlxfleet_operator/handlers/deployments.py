@@ -73,32 +73,31 @@ async def _size(
         return dep.footprint(md, facts)
     except memory.UnknownModelSize:
         pass
-    probe = dep.request(md, 0)
-    for fact in facts:
-        view = dep.node_view(fact, slot="")
-        if not view.ready or (probe.nodes is not None and fact.name not in probe.nodes):
-            continue
-        if any(view.labels.get(k) != v for k, v in probe.node_selector.items()):
-            continue
-        entry = rt.fleet.get(fact.name)
+    candidates, probe = dep.sizing_nodes(md, facts, now=runtime.now())
+    if probe.fits_nowhere:
+        return conditions.Verdict(
+            False, R.NO_MATCHING_NODES, probe.rejection_summary(), stalled=True
+        )
+    for node in candidates:
+        entry = rt.fleet.get(node)
         if entry is None:
             continue
         try:
             cached = await entry.client.prefetch(*dep.spec_model(md))
         except agent.AgentRefused as exc:
-            return conditions.Verdict(False, R.SOURCE_INVALID, f"{fact.name}: {exc}", stalled=True)
+            return conditions.Verdict(False, R.SOURCE_INVALID, f"{node}: {exc}", stalled=True)
         except agent.AgentUnreachable:
             continue
         try:
             return dep.footprint(md, facts, extra=[cached] if cached else [])
         except memory.UnknownModelSize as exc:
             return conditions.Verdict(
-                False, R.SIZE_UNKNOWN, f"fetching on {fact.name}: {exc}", reconciling=True
+                False, R.SIZE_UNKNOWN, f"fetching on {node}: {exc}", reconciling=True
             )
     return conditions.Verdict(
         False,
         R.WAITING_FOR_CAPACITY,
-        "no Ready node may take the model to size it",
+        f"no Ready node may take the model to size it: {probe.rejection_summary()}",
         reconciling=True,
     )
 
@@ -187,7 +186,7 @@ async def reconcile(
     now = runtime.now()
     if isinstance(size, conditions.Verdict):
         status = dep.unplaced_status(md, size, now=now, endpoint=endpoint)
-        patch["status"] = status.model_dump(mode="json", by_alias=True)
+        kube.write_status(patch, status, body)
         return
     decision = dep.place(
         md,
@@ -223,7 +222,7 @@ async def reconcile(
             message=f"replicas moved from {', '.join(decision.dropped)} "
             f"to {', '.join(decision.added)}",
         )
-    patch["status"] = result.status.model_dump(mode="json", by_alias=True)
+    kube.write_status(patch, result.status, body)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
 

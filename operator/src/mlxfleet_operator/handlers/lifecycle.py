@@ -31,9 +31,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.execution.default_backoff = min(10.0, max(1.0, config.poll_seconds))
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    settings.peering.name = config.peering_name
-    settings.peering.priority = config.priority
-    settings.peering.standalone = config.standalone
     memo[runtime.KEY] = runtime.start(config)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import kopf
 
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import agent, fleet, metrics, runtime
+from mlxfleet_operator.adapters import agent, fleet, kube, metrics, runtime
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.core import heartbeat
@@ -57,7 +57,7 @@ async def heartbeat_poll(
     memo["health"] = seen.health
     rt.fleet.record(name, poll.state, now=now)
     status = core.status(node, poll, seen.health, threshold=CONFIG.misses, now=now)
-    patch["status"] = status.model_dump(mode="json", by_alias=True)
+    kube.write_status(patch, status, body)
     metrics.NODE_READY.labels(name).set(1 if seen.health.ready else 0)
     if seen.flipped:
         ready = bool(seen.health.ready)

@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import agent, metrics, runtime
+from mlxfleet_operator.adapters import agent, kube, metrics, runtime
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import fields, resources
 from mlxfleet_operator.api import modeldeployment as mdep
@@ -118,7 +118,7 @@ async def advance(rt: runtime.Runtime, body: kopf.Body, patch: kopf.Patch) -> No
             )
         )
         reason = R.DEPLOYMENT_NOT_FOUND if previous.phase not in core.TERMINAL else None
-        _write(plan, state, patch, reason=reason)
+        _write(body, plan, state, patch, reason=reason)
         return
     md = mdep.ModelDeployment.model_validate(raw)
     nodes = list(plan.spec.nodes or sorted(p.node for p in md.status.placements))
@@ -145,11 +145,16 @@ async def advance(rt: runtime.Runtime, body: kopf.Body, patch: kopf.Patch) -> No
         )
         if step.state.phase in core.TERMINAL:
             metrics.SWAP_PLANS.labels(str(step.state.phase)).inc()
-    _write(plan, step.state, patch)
+    _write(body, plan, step.state, patch)
 
 
 def _write(
-    plan: swp.SwapPlan, state: core.PlanState, patch: kopf.Patch, *, reason: str | None = None
+    body: kopf.Body,
+    plan: swp.SwapPlan,
+    state: core.PlanState,
+    patch: kopf.Patch,
+    *,
+    reason: str | None = None,
 ) -> None:
     verdict = _verdict(state)
     if reason is not None:
@@ -165,7 +170,7 @@ def _write(
         started_at=state.started_at,
         completed_at=state.completed_at,
     )
-    patch["status"] = status.model_dump(mode="json", by_alias=True)
+    kube.write_status(patch, status, body)
 
 
 async def _guarded(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch) -> None:

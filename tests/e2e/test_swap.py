@@ -1,0 +1,131 @@
+"""Scenarios 2, 3 and 5: a model change becomes a SwapPlan that runs node by node under load with
+zero failed requests; Manual approval waits paused; an operator SIGKILLed mid-plan resumes it
+without repeating a finished step."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlxfleet_operator.core import naming
+from tests.e2e.conftest import E2E, Agent, Agents, Operator, is_true, wait_for
+from tests.e2e.loadgen import Load
+
+pytestmark = [pytest.mark.cluster, pytest.mark.mlx]
+
+
+def ready_deployment(
+    e2e: E2E, agents: Agents, model: Path, **spec: Any
+) -> tuple[dict[str, Any], list[Agent]]:
+    started = [agents.start("a"), agents.start("b")]
+    for agent in started:
+        e2e.register(agent)
+    e2e.apply(e2e.deployment("chat", model, **spec))
+    md = wait_for(
+        "deployment Ready", lambda: (d := e2e.get("mdep", "chat")) and is_true(d, "Ready") and d
+    )
+    return md, started
+
+
+def change_model(e2e: E2E, model: Path, **spec: Any) -> str:
+    e2e.apply(e2e.deployment("chat", model, **spec))
+    return str(
+        wait_for(
+            "SwapPlan named in status",
+            lambda: e2e.get("mdep", "chat").get("status", {}).get("swapPlan"),
+        )
+    )
+
+
+def plan_phase(e2e: E2E, name: str) -> str | None:
+    phase = e2e.get("swp", name).get("status", {}).get("phase")
+    return str(phase) if phase is not None else None
+
+
+@pytest.mark.slow
+def test_model_change_under_load_has_zero_failures(
+    e2e: E2E, agents: Agents, operator: Operator, model_a: Path, model_b: Path
+) -> None:
+    md, started = ready_deployment(e2e, agents, model_a)
+    endpoints = [p["endpoint"] for p in md["status"]["placements"]]
+    with Load(endpoints, "chat") as load:
+        time.sleep(2)
+        plan = change_model(e2e, model_b)
+        wait_for("SwapPlan Completed", lambda: plan_phase(e2e, plan) == "Completed", timeout=300)
+        time.sleep(1)
+    assert load.failed == 0, load.errors[:5]
+    assert load.ok > 0
+    swp = e2e.get("swp", plan)
+    steps = swp["status"]["steps"]
+    assert [s["phase"] for s in steps] == ["Completed", "Completed"]
+    assert all(s["requestsFailed"] == 0 for s in steps)
+    assert swp["status"]["progress"] == "2/2"
+    assert is_true(swp, "Ready")
+    assert swp["status"]["observedGeneration"] == swp["metadata"]["generation"]
+    new = f"file://{model_b}"
+    done = wait_for(
+        "placements on the new source",
+        lambda: (
+            (d := e2e.get("mdep", "chat"))
+            and is_true(d, "Ready")
+            and all(p["source"] == new for p in d["status"]["placements"])
+            and d
+        ),
+    )
+    assert done["status"]["readyReplicas"] == 2
+    slot = naming.slot_name(e2e.namespace, "chat")
+    for agent in started:
+        assert [s["toSource"] for s in agent.swaps(slot)] == [new]
+    operator.assert_alive()
+
+
+def test_manual_approval_waits_paused(
+    e2e: E2E, agents: Agents, operator: Operator, model_a: Path, model_b: Path
+) -> None:
+    manual = {"swap": {"approval": "Manual"}}
+    _, started = ready_deployment(e2e, agents, model_a, **manual)
+    plan = change_model(e2e, model_b, **manual)
+    wait_for("plan Paused", lambda: plan_phase(e2e, plan) == "Paused")
+    time.sleep(3)
+    assert plan_phase(e2e, plan) == "Paused"
+    slot = naming.slot_name(e2e.namespace, "chat")
+    assert all(agent.swaps(slot) == [] for agent in started)
+    md = e2e.get("mdep", "chat")
+    assert md["status"]["conditions"][0]["reason"] == "AwaitingApproval"
+    e2e.kubectl(
+        "-n", e2e.namespace, "patch", "swp", plan, "--type=merge", "-p", '{"spec":{"paused":false}}'
+    )
+    wait_for(
+        "plan Completed after approval", lambda: plan_phase(e2e, plan) == "Completed", timeout=300
+    )
+    wait_for("deployment Ready on the new model", lambda: is_true(e2e.get("mdep", "chat"), "Ready"))
+
+
+@pytest.mark.slow
+def test_operator_killed_mid_plan_resumes_without_repeating(
+    e2e: E2E, agents: Agents, operator: Operator, model_a: Path, model_b: Path
+) -> None:
+    _, started = ready_deployment(e2e, agents, model_a)
+    plan = change_model(e2e, model_b)
+    wait_for(
+        "first step finished",
+        lambda: e2e.get("swp", plan).get("status", {}).get("progress") == "1/2",
+        timeout=300,
+        interval=0.2,
+    )
+    operator.kill()
+    time.sleep(2)
+    operator.start()
+    wait_for(
+        "plan Completed after restart", lambda: plan_phase(e2e, plan) == "Completed", timeout=300
+    )
+    slot = naming.slot_name(e2e.namespace, "chat")
+    for agent in started:
+        records = agent.swaps(slot)
+        assert len(records) == 1, records  # each node swapped exactly once
+        assert records[0]["outcome"] == "Completed"
+    wait_for("deployment Ready", lambda: is_true(e2e.get("mdep", "chat"), "Ready"))
+    operator.assert_alive()
