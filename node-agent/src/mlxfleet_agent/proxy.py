@@ -153,7 +153,8 @@ class DataPlane:
             ) from None
         routed = router.resolve(self.manager, router.parse(raw))
         slot = routed.slot
-        handle, waited = await router.lease(slot, timeout_s=self.queue_timeout_s)
+        lease = await router.lease(slot, timeout_s=self.queue_timeout_s)
+        handle = lease.handle
         self.telemetry.request_started(slot.name)
         outcome = _Outcome()
         try:
@@ -192,7 +193,7 @@ class DataPlane:
             finally:
                 reply.close()
         finally:
-            slot.finished(handle, ok=outcome.error is None)
+            slot.finished(lease, ok=outcome.error is None)
             self.telemetry.request_finished(
                 telemetry.RequestRecord(
                     slot=slot.name,
@@ -202,7 +203,7 @@ class DataPlane:
                     stream=routed.stream,
                     prompt_tokens=outcome.prompt_tokens,
                     completion_tokens=outcome.completion_tokens,
-                    queue_wait_s=waited,
+                    queue_wait_s=lease.waited_s,
                     ttft_s=outcome.ttft_s,
                     e2e_s=time.monotonic() - t0,
                     error_kind=outcome.error,

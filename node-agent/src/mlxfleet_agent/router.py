@@ -82,7 +82,7 @@ def resolve(manager: control.Manager, body: dict[str, Any]) -> Routed:
     return Routed(slot=slot, body=body, stream=stream)
 
 
-async def lease(slot: slots.Slot, *, timeout_s: float) -> tuple[slots.Handle, float]:
+async def lease(slot: slots.Slot, *, timeout_s: float) -> slots.Lease:
     """Lease the slot's backend (queueing while it is not ready); RouteError 429/503 on refusal."""
     try:
         return await slot.acquire(timeout_s=timeout_s)

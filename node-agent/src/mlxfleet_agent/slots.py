@@ -98,6 +98,15 @@ class Handle:
             self.drained.set()
 
 
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """What a request holds from admission to its last byte."""
+
+    handle: Handle
+    waited_s: float
+    swap: contract.SwapRecord | None
+
+
 def same_runtime(a: contract.SlotSpec, b: contract.SlotSpec) -> bool:
     """True when two specs need the same backend process (only names/policies differ)."""
     exclude = {"served_name", "swap", "memory_bytes"}
@@ -130,16 +139,17 @@ class Slot:
 
     # ---- leases (router) ----------------------------------------------------------------------
 
-    async def acquire(self, *, timeout_s: float) -> tuple[Handle, float]:
-        """Lease the active backend, waiting (bounded) while the gate is shut: (handle, wait_s)."""
+    async def acquire(self, *, timeout_s: float) -> Lease:
+        """Lease the active backend, waiting (bounded) while the gate is shut."""
         handle = self.active
         if handle is not None and self.gate.is_set():
             handle.in_flight += 1
-            return handle, 0.0
+            return Lease(handle, 0.0, self.current_swap)
         if self.deleted or self.closing or (self.failed and handle is None):
             raise SlotUnavailable(self.last_error or "slot is not serving")
         if self.queued >= self.queue_limit:
             raise QueueFull(f"slot {self.name} has {self.queued} queued requests")
+        swap = self.current_swap  # a request queued by a swap counts towards it
         self.queued += 1
         start = time.monotonic()
         deadline = start + timeout_s
@@ -159,16 +169,19 @@ class Slot:
             self.queued -= 1
         waited = time.monotonic() - start
         handle.in_flight += 1
-        if self.current_swap is not None:
-            ms = waited * 1000.0
-            if ms > self.current_swap.max_queue_wait_ms:
-                self.current_swap.max_queue_wait_ms = ms
-        return handle, waited
+        swap = swap or self.current_swap
+        if swap is not None:
+            swap.max_queue_wait_ms = max(swap.max_queue_wait_ms, waited * 1000.0)
+        return Lease(handle, waited, swap)
 
-    def finished(self, handle: Handle, *, ok: bool) -> None:
-        """A leased request ended (ok=False: it failed). Counts towards the running swap."""
-        handle.release()
-        swap = self.current_swap
+    def finished(self, lease: Lease, *, ok: bool) -> None:
+        """A leased request ended (ok=False: it failed).
+
+        It counts towards the swap that was running when it was admitted or queued, or else
+        the one running now (requests in flight on A while a swap drains it).
+        """
+        lease.handle.release()
+        swap = lease.swap or self.current_swap
         if swap is not None:
             if ok:
                 swap.requests_served += 1
