@@ -1,7 +1,7 @@
-"""Zero failed requests: 12 openai-client workers (streaming and not) during 6 consecutive swaps
-between model_a and model_b: surge, hold, auto (-> surge), auto (-> hold), a rollback from a
-broken model, and one more surge. Requests after each switch are served by the new backend, and
-no backend process is left behind."""
+"""Zero failed requests: 12 openai-client workers (streaming and not) during 7 consecutive swaps
+between model_a and model_b: surge, hold, auto (-> surge), auto (-> hold), rollbacks from a
+broken model in surge (A keeps serving) and in hold (A is started again), and one more surge.
+Requests after each switch are served by the new backend; no backend process is left behind."""
 
 from __future__ import annotations
 
@@ -104,6 +104,11 @@ def test_swaps_under_load_drop_nothing(
             "surge",
             "RolledBack",
         ),
+        (
+            slot_spec(broken_model, "tiny", swap={"strategy": "hold"}),
+            "hold",
+            "RolledBack",
+        ),
         ({**b, "swap": {"strategy": "surge"}}, "surge", "Completed"),
     ]
     windows: list[tuple[float, int]] = []  # (time the swap was seen finished, serving port)
@@ -128,10 +133,12 @@ def test_swaps_under_load_drop_nothing(
                 assert after["source"] == spec["source"]
             else:
                 assert "rolled back" in after["lastError"]
-                assert after["backendPort"] == before
+                if strategy == "surge":
+                    assert after["backendPort"] == before, "A kept serving"
+                assert after["source"] == a["source"]
                 assert after["spec"]["source"] == a["source"], "desired reverts to A"
             if strategy == "hold":
-                assert record["requestsServed"] + record["maxQueueWaitMs"] > 0, record
+                assert record["maxQueueWaitMs"] > 0, record
             windows.append((seen, after["backendPort"]))
             time.sleep(1.5)  # let traffic flow on the new backend before the next swap
         puts.append(time.monotonic())
