@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from mlxfleet_operator.core import naming
-from tests.e2e.conftest import E2E, Agent, Agents, Operator, is_true, wait_for
+from tests.e2e.conftest import E2E, Agent, Agents, Operator, condition, is_true, wait_for
 from tests.e2e.loadgen import Load
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mlx]
@@ -128,4 +129,44 @@ def test_operator_killed_mid_plan_resumes_without_repeating(
         assert len(records) == 1, records  # each node swapped exactly once
         assert records[0]["outcome"] == "Completed"
     wait_for("deployment Ready", lambda: is_true(e2e.get("mdep", "chat"), "Ready"))
+    operator.assert_alive()
+
+
+def test_failed_swap_rolls_back_and_keeps_serving(
+    e2e: E2E, agents: Agents, operator: Operator, model_a: Path, broken_model: Path
+) -> None:
+    md, started = ready_deployment(e2e, agents, model_a)
+    plan = change_model(e2e, broken_model)
+    wait_for("plan RolledBack", lambda: plan_phase(e2e, plan) == "RolledBack", timeout=300)
+    swp = e2e.get("swp", plan)
+    assert [s["phase"] for s in swp["status"]["steps"]] == ["RolledBack", "Pending"]
+    assert swp["status"]["steps"][0]["message"]
+    assert is_true(swp, "Stalled")
+    deployment = wait_for(
+        "deployment says why",
+        lambda: (
+            (d := e2e.get("mdep", "chat"))
+            and condition(d, "Ready").get("reason") == "RolledBack"
+            and d
+        ),
+    )
+    assert is_true(deployment, "Stalled")
+    assert plan in condition(deployment, "Ready")["message"]
+    old = f"file://{model_a}"
+    assert all(p["source"] == old for p in deployment["status"]["placements"])
+    slot = naming.slot_name(e2e.namespace, "chat")
+    for agent in started:  # desired state is the old model again on every agent
+
+        def back_on_old(a: Agent = agent) -> bool:
+            return all(s["source"] == old for s in a.state()["slots"] if s["name"] == slot)
+
+        wait_for("agent back on the old model", back_on_old)
+    for placement in md["status"]["placements"]:
+        client = openai.OpenAI(
+            base_url=placement["endpoint"] + "/v1", api_key="unused", max_retries=0
+        )
+        reply = client.chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+        assert reply.choices[0].message.content
     operator.assert_alive()
