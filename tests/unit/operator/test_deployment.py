@@ -1,0 +1,286 @@
+"""ModelDeployment decisions: footprint, desired models, plan hand-over, verdicts; node status."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from mlxfleet_agent import contract, memory
+from mlxfleet_operator.api import inferencenode as inode
+from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api import swapplan as swp
+from mlxfleet_operator.core import deployment as dep
+from mlxfleet_operator.core import heartbeat, naming, nodes, placement
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+GIB = 2**30
+A = "file:///models/a"
+B = "file:///models/b"
+SHAPE = contract.ModelShape(num_layers=2, num_kv_heads=2, head_dim=16)
+
+
+def md(
+    source: str = A, *, placements: list[dict[str, Any]] | None = None, **spec: Any
+) -> mdep.ModelDeployment:
+    body: dict[str, Any] = {"model": {"source": source}, "replicas": 2, **spec}
+    return mdep.ModelDeployment.model_validate(
+        {
+            "metadata": {"name": "chat", "namespace": "ns", "generation": 3, "uid": "u"},
+            "spec": body,
+            "status": {"placements": placements or []},
+        }
+    )
+
+
+def state(
+    *,
+    cached: Sequence[contract.CachedModel] = (),
+    slots: Sequence[contract.SlotStatus] = (),
+    budget: int = 16 * GIB,
+    pressure: str = "normal",
+) -> contract.AgentState:
+    return contract.AgentState.model_validate(
+        {
+            "agentVersion": "1",
+            "os": "linux",
+            "chip": "cpu",
+            "dataPort": 9000,
+            "startedAt": NOW,
+            "memory": {
+                "totalBytes": 32 * GIB,
+                "availableBytes": 20 * GIB,
+                "budgetBytes": budget,
+                "pressure": pressure,
+            },
+            "disk": {"freeBytes": 100 * GIB, "totalBytes": 200 * GIB},
+            "slots": [s.model_dump() for s in slots],
+            "cachedModels": [c.model_dump() for c in cached],
+        }
+    )
+
+
+def node(name: str, *, ready: bool = True, **spec: Any) -> inode.InferenceNode:
+    return inode.InferenceNode.model_validate(
+        {
+            "metadata": {"name": name, "generation": 1},
+            "spec": {
+                "agent": {"url": "http://10.0.0.1:8470", "tokenSecretRef": {"name": "t"}},
+                **spec,
+            },
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True" if ready else "False",
+                        "reason": "HeartbeatOK",
+                        "lastTransitionTime": NOW.isoformat(),
+                    }
+                ]
+            },
+        }
+    )
+
+
+def fact(name: str, st: contract.AgentState | None = None, **kw: Any) -> dep.NodeFacts:
+    return dep.NodeFacts(node=node(name, **kw), state=st or state(), endpoint=f"http://{name}:9000")
+
+
+def test_footprint_uses_the_shared_estimate_of_a_cached_copy() -> None:
+    cached = contract.CachedModel(id="a", source=A, size_bytes=400_000, shape=SHAPE)
+    got = dep.footprint(
+        md(contextLength=1024, maxConcurrency=2), [fact("n1", state(cached=[cached]))]
+    )
+    expected = memory.estimate(
+        weights_bytes=400_000, shape=SHAPE, context_length=1024, max_concurrency=2, kv_bits=None
+    )
+    assert got == expected.total_bytes
+
+
+def test_footprint_override_and_fail_closed() -> None:
+    assert dep.footprint(md(resources={"memory": "3Gi"}), []) == 3 * GIB
+    unsized = contract.CachedModel(id="a", source=A, size_bytes=0, shape=SHAPE)
+    with pytest.raises(memory.UnknownModelSize):
+        dep.footprint(md(), [fact("n1", state(cached=[unsized]))])
+
+
+def test_budget_overrides() -> None:
+    assert dep.budget(fact("n1")) == 16 * GIB  # the agent's own budget
+    assert dep.budget(
+        fact("n1", hardware={"memory": "64Gi"}, reservedMemory="8Gi")
+    ) == memory.budget_bytes(64 * GIB, reserved_bytes=8 * GIB)
+
+
+def test_used_by_others_excludes_own_slot() -> None:
+    mine = naming.slot_name("ns", "chat")
+    slots = [
+        contract.SlotStatus(
+            name=mine,
+            served_name="chat",
+            source=A,
+            phase="Ready",
+            ready=True,
+            estimated_memory_bytes=5,
+        ),
+        contract.SlotStatus(
+            name="other",
+            served_name="o",
+            source=B,
+            phase="Ready",
+            ready=True,
+            estimated_memory_bytes=7,
+        ),
+    ]
+    assert dep.used_by_others(fact("n1", state(slots=slots)), mine) == 7
+
+
+def decision(kept: tuple[str, ...], added: tuple[str, ...] = ()) -> placement.Decision:
+    return placement.Decision(
+        nodes=(*kept, *added),
+        kept=kept,
+        added=added,
+        dropped=(),
+        rejections=(),
+        missing=0,
+        fits_nowhere=False,
+    )
+
+
+def test_kept_replicas_keep_their_model_until_the_plan_moves_them() -> None:
+    d = md(
+        B,
+        placements=[
+            {"node": "n1", "phase": "Ready", "source": A},
+            {"node": "n2", "phase": "Ready", "source": A},
+        ],
+    )
+    chosen = decision(("n1", "n2"))
+    assert dep.desired_models(d, chosen, None) == {"n1": (A, None), "n2": (A, None)}
+    assert dep.plan_due(d, dep.desired_models(d, chosen, None), chosen, None)
+    plan = dep.PlanInfo(
+        name="p",
+        target=(B, None),
+        phase=swp.SwapPhase.PROGRESSING,
+        paused=False,
+        done_nodes=frozenset({"n1"}),
+    )
+    assert dep.desired_models(d, chosen, plan) == {"n1": (B, None), "n2": (A, None)}
+    assert not dep.plan_due(d, dep.desired_models(d, chosen, plan), chosen, plan)
+    assert dep.nodes_to_put(chosen, plan) == ()  # the plan alone writes the swapping slots
+
+
+def test_new_replicas_start_on_the_spec_model_even_during_a_plan() -> None:
+    d = md(B, placements=[{"node": "n1", "phase": "Ready", "source": A}])
+    chosen = decision(("n1",), ("n3",))
+    plan = dep.PlanInfo(name="p", target=(B, None), phase=swp.SwapPhase.PROGRESSING, paused=False)
+    assert dep.desired_models(d, chosen, plan)["n3"] == (B, None)
+    assert dep.nodes_to_put(chosen, plan) == ("n3",)
+
+
+def test_rolled_back_plan_is_not_recreated_and_stalls() -> None:
+    d = md(B, placements=[{"node": "n1", "phase": "Ready", "ready": True, "source": A}])
+    chosen = decision(("n1",))
+    plan = dep.PlanInfo(
+        name="p", target=(B, None), phase=swp.SwapPhase.ROLLED_BACK, paused=False, message="boom"
+    )
+    assert not dep.plan_due(d, dep.desired_models(d, chosen, plan), chosen, plan)
+    verdict = dep.verdict(d, chosen, d.status.placements, {}, plan)
+    assert (verdict.ready, verdict.stalled, verdict.reason) == (False, True, "RolledBack")
+    assert "boom" in verdict.message
+
+
+def test_new_plan_is_deterministic_and_manual_is_paused() -> None:
+    d = md(B, swap={"approval": "Manual"})
+    one, two = dep.new_plan(d, decision(("n2", "n1"))), dep.new_plan(d, decision(("n1", "n2")))
+    assert one.metadata.name == two.metadata.name
+    assert one.spec.nodes == ["n1", "n2"]
+    assert one.spec.paused
+
+
+@pytest.mark.parametrize(
+    ("ready", "missing", "reason", "stalled"),
+    [
+        pytest.param(2, 0, "Ready", False, id="ready"),
+        pytest.param(1, 1, "WaitingForCapacity", False, id="waiting"),
+        pytest.param(0, 0, "Loading", False, id="loading"),
+    ],
+)
+def test_verdicts(ready: int, missing: int, reason: str, stalled: bool) -> None:
+    d = md()
+    placed = [
+        mdep.PlacementStatus(node=f"n{i}", phase="Ready", ready=i < ready)
+        for i in range(2 - missing)
+    ]
+    chosen = placement.Decision(
+        nodes=tuple(p.node for p in placed),
+        kept=(),
+        added=(),
+        dropped=(),
+        rejections=(),
+        missing=missing,
+        fits_nowhere=False,
+    )
+    verdict = dep.verdict(d, chosen, placed, {}, None)
+    assert (verdict.reason, verdict.stalled, verdict.ready) == (reason, stalled, reason == "Ready")
+
+
+def test_status_counts_ready_replicas_once_and_sets_observed_generation() -> None:
+    mine = naming.slot_name("ns", "chat")
+    ok = contract.SlotStatus(name=mine, served_name="chat", source=A, phase="Ready", ready=True)
+    facts = {"n1": fact("n1", state(slots=[ok])), "n2": fact("n2", state(), ready=False)}
+    d = md()
+    chosen = decision(("n1", "n2"))
+    result = dep.status(
+        d,
+        decision=chosen,
+        facts=facts,
+        desired=dep.desired_models(d, chosen, None),
+        outcomes={},
+        plan=None,
+        footprint_bytes=GIB,
+        endpoint="http://chat.ns.svc:80",
+        now=NOW,
+    )
+    assert result.status.ready_replicas == 1
+    assert result.status.observed_generation == 3
+    assert result.status.conditions[0].reason == "NodeLost"
+    assert result.endpoints == (("n1", "http://n1:9000", True), ("n2", "http://n2:9000", False))
+
+
+def test_node_status_heartbeat_and_pressure() -> None:
+    n = node("n1")
+    ok = nodes.status(
+        n,
+        nodes.Poll(state(pressure="warn")),
+        heartbeat.Health(ready=True, last_heartbeat=NOW),
+        threshold=3,
+        now=NOW,
+    )
+    by = {c.type: c for c in ok.conditions}
+    assert by["Ready"].reason == "HeartbeatOK"
+    assert by["MemoryPressure"].status == "True"
+    assert ok.memory is not None
+    assert ok.memory.allocatable_bytes == 16 * GIB
+    later = NOW + timedelta(seconds=10)
+    missed = nodes.status(
+        n.model_copy(update={"status": ok}),
+        nodes.Poll(None, nodes.PollError.UNREACHABLE, "refused"),
+        heartbeat.Health(ready=False, misses=3, last_heartbeat=NOW),
+        threshold=3,
+        now=later,
+    )
+    by = {c.type: c for c in missed.conditions}
+    assert by["Ready"].reason == "HeartbeatMissed"
+    assert by["Ready"].last_transition_time == later
+    assert "3 consecutive" in by["Ready"].message
+    assert missed.last_heartbeat_time == NOW  # the last good answer stays visible
+    secret = nodes.status(
+        n,
+        nodes.Poll(None, nodes.PollError.SECRET_MISSING, "no Secret"),
+        heartbeat.Health(),
+        threshold=3,
+        now=NOW,
+    )
+    assert {c.type: c for c in secret.conditions}["Stalled"].status == "True"
