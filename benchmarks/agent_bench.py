@@ -150,6 +150,8 @@ def pct(values: list[float], q: float) -> float:
 class Compare:
     direct: list[float] = field(default_factory=list)
     agent: list[float] = field(default_factory=list)
+    agent_cpu_s: float = 0.0  # CPU time of the agent process during its rounds
+    agent_events: int = 0
 
 
 async def ttft_compare(
@@ -165,6 +167,13 @@ async def ttft_compare(
     return out
 
 
+def _cpu(agent: Agent) -> float:
+    import psutil
+
+    times = psutil.Process(agent.proc.pid).cpu_times()
+    return float(times.user + times.system)
+
+
 async def throughput_compare(
     client: httpx.AsyncClient, agent: Agent, direct: str, pinned: str, *, streams: int, rounds: int
 ) -> Compare:
@@ -172,13 +181,18 @@ async def throughput_compare(
     for i in range(rounds):
         order = [("direct", direct, pinned), ("agent", agent.data, "bench")]
         for name, base, model in order if i % 2 == 0 else order[::-1]:
+            cpu0 = _cpu(agent)
             t0 = time.perf_counter()
             results = await asyncio.gather(
                 *(one_stream(client, base, model, max_tokens=200) for _ in range(streams))
             )
             wall = time.perf_counter() - t0
             assert all(r.ok for r in results), f"{name} stream failed"
-            getattr(out, name).append(sum(r.tokens for r in results) / wall)
+            events = sum(r.tokens for r in results)
+            getattr(out, name).append(events / wall)
+            if name == "agent":
+                out.agent_cpu_s += _cpu(agent) - cpu0
+                out.agent_events += events
     return out
 
 
@@ -248,6 +262,10 @@ def ms(x: float) -> str:
     return f"{x * 1000:.2f} ms"
 
 
+def sms(x: float) -> str:
+    return f"{x * 1000:+.2f} ms"
+
+
 def render_all(runs: list[dict[str, Any]]) -> str:
     first = runs[0]
     lines = [
@@ -283,10 +301,10 @@ def render(results: dict[str, Any]) -> str:
         "| metric | mlx_lm.server direct | via agent | agent - direct / ratio |",
         "| --- | --- | --- | --- |",
         f"| TTFT p50 (1 stream, n={len(t.direct)}) | {ms(pct(t.direct, 50))} | "
-        f"{ms(pct(t.agent, 50))} | +{ms(pct(t.agent, 50) - pct(t.direct, 50))} "
-        f"(paired median +{ms(results['paired'])}) |",
+        f"{ms(pct(t.agent, 50))} | {sms(pct(t.agent, 50) - pct(t.direct, 50))} "
+        f"(paired median {sms(results['paired'])}) |",
         f"| TTFT p99 (1 stream) | {ms(pct(t.direct, 99))} | {ms(pct(t.agent, 99))} | "
-        f"+{ms(pct(t.agent, 99) - pct(t.direct, 99))} |",
+        f"{sms(pct(t.agent, 99) - pct(t.direct, 99))} |",
     ]
     for n in (1, 8):
         c = results[f"tps{n}"]
@@ -295,6 +313,13 @@ def render(results: dict[str, Any]) -> str:
         lines.append(
             f"| streamed tokens/s, {n} concurrent (median of {len(c.direct)} rounds) | {d:.0f} | "
             f"{a:.0f} | {a / d * 100:.1f}% (paired median {paired * 100:.1f}%) |"
+        )
+    for n in (1, 8):
+        c = results[f"tps{n}"]
+        per_event = c.agent_cpu_s / max(1, c.agent_events) * 1e6
+        lines.append(
+            f"| agent CPU per streamed event, {n} concurrent | - | {per_event:.0f} us | "
+            f"{per_event * 1e-6 * statistics.median(c.agent) * 100:.1f}% of one core |"
         )
     if results["surge"] is None:
         return "\n".join([*lines, ""])
@@ -389,7 +414,8 @@ async def run(args: argparse.Namespace, *, pin: bool, swaps: bool) -> dict[str, 
     return {
         "pin": pin,
         "when": datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-        "host": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
+        "host": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores "
+        f"(load average {os.getloadavg()[0]:.1f} at the end)",
         "model": "hidden 64, 2 layers, mlx[cpu]" if sys.platform != "darwin" else "mlx (Metal)",
         "ttft": ttft,
         "paired": paired,
