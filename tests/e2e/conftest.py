@@ -193,6 +193,8 @@ class Operator:
     root: Path
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    metrics_port: int = 0
+    liveness_port: int = 0
 
     def start(self, *extra: str) -> None:
         cmd = [
@@ -204,6 +206,10 @@ class Operator:
             "--failover-delay", str(FAILOVER_DELAY),
             *extra,
         ]  # fmt: skip
+        if self.metrics_port:
+            cmd += ["--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port)]
+        if self.liveness_port:
+            cmd += ["--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz"]
         self.starts += 1
         self.root.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
@@ -232,7 +238,13 @@ class Operator:
 
 @pytest.fixture
 def operator(cluster: controlplane.ControlPlane, tmp_path: Path) -> Iterator[Operator]:
-    op = Operator(cluster=cluster, root=tmp_path / "operator")
+    metrics_port, liveness_port = controlplane.free_ports(2)
+    op = Operator(
+        cluster=cluster,
+        root=tmp_path / "operator",
+        metrics_port=metrics_port,
+        liveness_port=liveness_port,
+    )
     op.start()
     yield op
     op.stop()

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import E2E, Agents, Operator, is_true, wait_for
+from mlxfleet_operator.core import naming
+from tests.e2e.conftest import E2E, Agent, Agents, Operator, is_true, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mlx]
 
@@ -51,4 +53,22 @@ def test_apply_to_ready_and_serve(
             model="chat", messages=[{"role": "user", "content": "hi"}], max_tokens=8
         )
         assert reply.choices[0].message.content
+    # the operator's own endpoints: liveness and Prometheus metrics
+    live = httpx.get(f"http://127.0.0.1:{operator.liveness_port}/healthz", timeout=5)
+    assert live.status_code == 200
+    text = httpx.get(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5).text
+    ready = f'name="chat",namespace="{e2e.namespace}"}} 2.0'
+    assert f"mlxfleet_operator_deployment_ready_replicas{{{ready}" in text
+    assert 'mlxfleet_operator_agent_calls_total{op="put_slot",result="ok"}' in text
+    # deleting the deployment removes its slots from the agents and its Service
+    slot = naming.slot_name(e2e.namespace, "chat")
+    e2e.kubectl("-n", e2e.namespace, "delete", "mdep", "chat", "--timeout=60s")
+    for agent in (a, b):
+
+        def gone(agent: Agent = agent) -> bool:
+            return all(s["name"] != slot for s in agent.state()["slots"])
+
+        wait_for("slot removed", gone)
+    assert e2e.get("service", "chat") == {}
+    assert not [s for s in e2e.list("endpointslices") if s["metadata"]["name"].startswith("chat-")]
     operator.assert_alive()

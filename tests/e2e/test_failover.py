@@ -54,6 +54,10 @@ def test_lost_node_fails_over_and_returning_node_is_not_double_booked(
         ),
     )
     assert len(moved["status"]["placements"]) == 2
+    events = e2e.kubectl(
+        "get", "events", "-A", "--field-selector", f"involvedObject.name={lost}", "-o", "json"
+    )
+    assert "NodeNotReady" in events
 
     pool[lost].start()  # same state dir: the agent restores the slot it had
     wait_for(

@@ -284,3 +284,23 @@ def test_node_status_heartbeat_and_pressure() -> None:
         now=NOW,
     )
     assert {c.type: c for c in secret.conditions}["Stalled"].status == "True"
+
+
+def plan_obj(name: str, phase: str | None, created: str) -> swp.SwapPlan:
+    return swp.SwapPlan.model_validate(
+        {
+            "metadata": {"name": name, "namespace": "ns", "creationTimestamp": created},
+            "spec": {"deploymentRef": {"name": "chat"}, "target": {"source": B}},
+            "status": {"phase": phase} if phase else {},
+        }
+    )
+
+
+def test_governing_plan_prefers_running_then_named() -> None:
+    done = plan_obj("mine", "Completed", "2026-01-01T00:00:00Z")
+    person = plan_obj("person", "Progressing", "2026-01-02T00:00:00Z")
+    fresh = plan_obj("fresh", None, "2026-01-03T00:00:00Z")
+    assert dep.governing([done], named="mine").name == "mine"  # type: ignore[union-attr]
+    assert dep.governing([done, fresh, person], named="mine").name == "person"  # type: ignore[union-attr]
+    assert dep.governing([done], named=None) is None
+    assert dep.governing([], named="gone") is None

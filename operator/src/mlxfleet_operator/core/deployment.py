@@ -63,6 +63,7 @@ class PlanInfo:
     paused: bool
     done_nodes: frozenset[str] = frozenset()  # steps Completed with the target loaded
     message: str | None = None
+    created: str | None = None  # creationTimestamp (ISO), to order plans
 
     @property
     def active(self) -> bool:
@@ -95,7 +96,22 @@ class PlanInfo:
             paused=plan.spec.paused,
             done_nodes=done,
             message=message,
+            created=ts.isoformat() if (ts := plan.metadata.creation_timestamp) else None,
         )
+
+
+def governing(plans: Sequence[swp.SwapPlan], *, named: str | None) -> PlanInfo | None:
+    """The SwapPlan that governs a deployment's replicas: a running one (the one in
+    status.swapPlan first, else the oldest, e.g. written by a person), else the one named in
+    status (finished: its completed steps say which replicas already moved)."""
+    infos = sorted(
+        (PlanInfo.from_plan(p) for p in plans),
+        key=lambda i: (i.name != named, i.created or "", i.name),
+    )
+    active = [i for i in infos if i.active]
+    if active:
+        return active[0]
+    return next((i for i in infos if i.name == named), None)
 
 
 @dataclass(frozen=True)

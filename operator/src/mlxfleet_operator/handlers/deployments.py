@@ -28,6 +28,7 @@ from mlxfleet_operator.core import deployment as dep
 CONFIG = opsettings.current()
 DEPLOYMENTS = (resources.GROUP, resources.VERSION, resources.MODEL_DEPLOYMENT.plural)
 NODES = (resources.GROUP, resources.VERSION, resources.INFERENCE_NODE.plural)
+PLANS = (resources.GROUP, resources.VERSION, resources.SWAP_PLAN.plural)
 R = cond.Reason
 
 
@@ -57,12 +58,24 @@ def _facts(
     return facts, unpolled
 
 
-async def _plan(rt: runtime.Runtime, md: mdep.ModelDeployment) -> dep.PlanInfo | None:
-    name = md.status.swap_plan
-    if not name:
-        return None
-    raw = await rt.kube.get_swap_plan(md.metadata.namespace or "", name)
-    return dep.PlanInfo.from_plan(swp.SwapPlan.model_validate(raw)) if raw else None
+@kopf.index(*PLANS)
+def swap_plans(namespace: str | None, body: kopf.Body, **_: Any) -> dict[tuple[str, str], Any]:
+    """SwapPlans by (namespace, deployment): people may write them too."""
+    ref = (body.get("spec") or {}).get("deploymentRef") or {}
+    return {(namespace or "", str(ref.get("name", ""))): copy.deepcopy(dict(body))}
+
+
+async def _plan(
+    rt: runtime.Runtime, md: mdep.ModelDeployment, index: kopf.Index[tuple[str, str], Any]
+) -> dep.PlanInfo | None:
+    """The plan that governs the deployment's replicas now (see core.deployment.governing)."""
+    key = (md.metadata.namespace or "", md.metadata.name or "")
+    plans = [swp.SwapPlan.model_validate(raw) for raw in index.get(key, [])]
+    named = md.status.swap_plan
+    if named and all(p.metadata.name != named for p in plans):  # created, not yet in the index
+        raw = await rt.kube.get_swap_plan(key[0], named)
+        plans += [swp.SwapPlan.model_validate(raw)] if raw else []
+    return dep.governing(plans, named=named)
 
 
 async def _size(
@@ -171,7 +184,11 @@ async def _create_plan(
 
 
 async def reconcile(
-    rt: runtime.Runtime, body: kopf.Body, index: kopf.Index[str, Any], patch: kopf.Patch
+    rt: runtime.Runtime,
+    body: kopf.Body,
+    index: kopf.Index[str, Any],
+    plans: kopf.Index[tuple[str, str], Any],
+    patch: kopf.Patch,
 ) -> None:
     md = mdep.ModelDeployment.model_validate(dict(body))
     namespace, name = md.metadata.namespace or "", md.metadata.name or ""
@@ -181,7 +198,7 @@ async def reconcile(
         raise kopf.TemporaryError(
             f"waiting for the first poll of {', '.join(unpolled)}", delay=CONFIG.poll_seconds
         )
-    plan = await _plan(rt, md)
+    plan = await _plan(rt, md, plans)
     size = await _size(rt, md, facts)
     now = runtime.now()
     if isinstance(size, conditions.Verdict):
@@ -240,13 +257,13 @@ def _port(url: str) -> int:
 
 
 async def _guarded(
-    body: kopf.Body, memo: kopf.Memo, index: kopf.Index[str, Any], patch: kopf.Patch
+    body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, kwargs: dict[str, Any]
 ) -> None:
     rt = runtime.of(memo)
     started = time.monotonic()
     async with rt.lock(str(body.metadata.uid)):
         try:
-            await reconcile(rt, body, index, patch)
+            await reconcile(rt, body, kwargs["inference_nodes"], kwargs["swap_plans"], patch)
         except kube.KubeError as exc:
             metrics.RECONCILES.labels("ModelDeployment", "error").inc()
             raise kopf.TemporaryError(str(exc), delay=CONFIG.poll_seconds) from exc
@@ -258,12 +275,12 @@ async def _guarded(
 @kopf.on.create(*DEPLOYMENTS)
 @kopf.on.update(*DEPLOYMENTS)
 async def changed(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
-    await _guarded(body, memo, kwargs["inference_nodes"], patch)
+    await _guarded(body, memo, patch, kwargs)
 
 
 @kopf.timer(*DEPLOYMENTS, interval=CONFIG.poll_seconds, sharp=True)
 async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
-    await _guarded(body, memo, kwargs["inference_nodes"], patch)
+    await _guarded(body, memo, patch, kwargs)
 
 
 @kopf.on.delete(*DEPLOYMENTS)
