@@ -154,6 +154,7 @@ def start_agent(
     allowed_root: Path,
     log_path: Path,
     extra: list[str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Agent:
     args = [
         sys.executable,
@@ -178,8 +179,8 @@ def start_agent(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as out:
         offset = out.tell()
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # tests never reach the network
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+        full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}  # never the network
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=full_env)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -222,13 +223,19 @@ def agent_factory(
     started: list[Agent] = []
     root = support_models.models_root(tmp_path_factory)
 
-    def factory(*, state_dir: Path | None = None, extra: list[str] | None = None) -> Agent:
+    def factory(
+        *,
+        state_dir: Path | None = None,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Agent:
         agent = start_agent(
             state_dir=state_dir or tmp_path / "state",
             models_dir=tmp_path / "models",
             allowed_root=root,
             log_path=tmp_path / "agent.log",
             extra=extra,
+            env=env,
         )
         started.append(agent)
         return agent
