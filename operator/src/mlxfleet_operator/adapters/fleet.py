@@ -78,6 +78,13 @@ class Fleet:
             entry.state = state
             entry.polled_at = now
 
+    def slot_removed(self, name: str, slot: str) -> None:
+        """Forget a slot we just deleted, so the next reconcile does not trust the old answer."""
+        entry = self.entries.get(name)
+        if entry is not None and entry.state is not None:
+            kept = [s for s in entry.state.slots if s.name != slot]
+            entry.state = entry.state.model_copy(update={"slots": kept})
+
     def get(self, name: str) -> Entry | None:
         return self.entries.get(name)
 

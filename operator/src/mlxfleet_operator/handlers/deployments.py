@@ -140,6 +140,7 @@ async def _apply(
         if entry is not None:
             try:
                 await entry.client.delete_slot(slot)
+                rt.fleet.slot_removed(node, slot)
                 metrics.AGENT_CALLS.labels("delete_slot", "ok").inc()
             except agent.AgentError:
                 metrics.AGENT_CALLS.labels("delete_slot", "error").inc()
@@ -259,6 +260,8 @@ def _port(url: str) -> int:
 async def _guarded(
     body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, kwargs: dict[str, Any]
 ) -> None:
+    if body.metadata.get("deletionTimestamp"):
+        return  # being deleted: `teardown` owns it now; never re-create what it removes
     rt = runtime.of(memo)
     started = time.monotonic()
     async with rt.lock(str(body.metadata.uid)):
@@ -287,20 +290,21 @@ async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs
 async def teardown(
     body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
 ) -> None:
-    """Drop the slot on every agent that answers, and the Service + EndpointSlices."""
+    """Drop the slot on every agent that answers (DELETE is idempotent: ask them all, the
+    cached view may lag a fresh PUT), and the Service + EndpointSlices."""
     rt = runtime.of(memo)
     namespace = namespace or ""
     slot = naming.slot_name(namespace, name)
-    for node, entry in list(rt.fleet.entries.items()):
-        if entry.state is not None and any(s.name == slot for s in entry.state.slots):
+    async with rt.lock(str(body.metadata.uid)):  # let an in-flight reconcile finish first
+        for node, entry in list(rt.fleet.entries.items()):
             try:
                 await entry.client.delete_slot(slot)
+                rt.fleet.slot_removed(node, slot)
+            except agent.AgentUnreachable as exc:
+                if entry.state is not None and any(s.name == slot for s in entry.state.slots):
+                    kopf.warn(body, reason="SlotNotRemoved", message=f"{node}: {exc}")
             except agent.AgentError as exc:
-                kopf.warn(
-                    body,
-                    reason="SlotNotRemoved",
-                    message=f"{node}: {exc}",
-                )
+                kopf.warn(body, reason="SlotNotRemoved", message=f"{node}: {exc}")
     await rt.kube.unpublish(namespace, name)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(0)
