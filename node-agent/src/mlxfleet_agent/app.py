@@ -287,20 +287,33 @@ class Guard:
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
             await _asgi_error(send, 413, f"body larger than {self.max_body} bytes", field="body")
             return
-        await self.app(scope, self._bounded(receive, send), send)
-
-    def _bounded(self, receive: proxy.Receive, send: proxy.Send) -> proxy.Receive:
+        chunks: list[bytes] = []
         seen = 0
-
-        async def wrapped() -> proxy.Message:
-            nonlocal seen
+        while True:  # control bodies are small: read them whole (bounded), then replay
             message = await receive()
-            seen += len(message.get("body", b""))
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            seen += len(chunk)
             if seen > self.max_body:
-                return {"type": "http.disconnect"}
-            return message
+                await _asgi_error(
+                    send, 413, f"body larger than {self.max_body} bytes", field="body"
+                )
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
 
-        return wrapped
+        async def replay() -> proxy.Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
 
 async def _asgi_error(

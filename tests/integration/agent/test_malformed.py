@@ -115,6 +115,9 @@ CONTROL_CASES = [
         id="unknown-field",
     ),
     pytest.param("PUT", "/v1/slots/x", b"x" * (2 * 1024 * 1024), None, 413, "body", id="huge-body"),
+    pytest.param(
+        "PUT", "/v1/slots/x", iter([b"x" * 65536] * 40), None, 413, "body", id="huge-chunked-body"
+    ),
     pytest.param("GET", "/v1/state", None, "", 401, "authorization", id="missing-token"),
     pytest.param("GET", "/v1/state", None, "Bearer nope", 401, "authorization", id="wrong-token"),
     pytest.param(
@@ -147,7 +150,8 @@ def test_control_api_rejects_malformed_input(
 ) -> None:
     headers = {"Content-Type": "application/json"}
     headers["Authorization"] = f"Bearer {serving_agent.token}" if auth is None else auth
-    kwargs: dict[str, Any] = {"content": body} if isinstance(body, bytes) else {"json": body}
+    is_raw = isinstance(body, bytes) or hasattr(body, "__next__")
+    kwargs: dict[str, Any] = {"content": body} if is_raw else {"json": body}
     resp = httpx.request(
         method, serving_agent.control_url + path, headers=headers, timeout=30, **kwargs
     )
