@@ -143,7 +143,11 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"mlxfleet-agent: {exc}", file=sys.stderr)
         return 2
     app.configure_logging(cfg.log_level)
-    asyncio.run(app.serve(cfg))
+    try:
+        asyncio.run(app.serve(cfg))
+    except OSError as exc:  # e.g. a port already in use
+        print(f"mlxfleet-agent: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
