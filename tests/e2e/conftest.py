@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -74,12 +75,18 @@ class Agent:
     data_port: int
     token: str
     memory_budget: int | None = None
+    tls: tuple[Path, Path, Path] | None = None  # (cert, key, CA) for an https control API
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.control_port}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.control_port}"
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        return ssl.create_default_context(cafile=str(self.tls[2])) if self.tls else True
 
     @property
     def data_url(self) -> str:
@@ -104,6 +111,8 @@ class Agent:
         ]  # fmt: skip
         if self.memory_budget is not None:
             cmd += ["--memory-budget", str(self.memory_budget)]
+        if self.tls is not None:
+            cmd += ["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1])]
         self.starts += 1
         with (self.root / f"agent-{self.starts}.log").open("wb") as log:
             self.proc = subprocess.Popen(
@@ -115,13 +124,18 @@ class Agent:
         if self.proc is not None and self.proc.poll() is not None:
             raise AssertionError(f"agent {self.name} exited: {self.log_tail()}")
         try:
-            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+            return (
+                httpx.get(f"{self.url}/healthz", timeout=1, verify=self.verify).status_code == 200
+            )
         except httpx.HTTPError:
             return False
 
     def state(self) -> dict[str, Any]:
         r = httpx.get(
-            f"{self.url}/v1/state", headers={"Authorization": f"Bearer {self.token}"}, timeout=5
+            f"{self.url}/v1/state",
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=5,
+            verify=self.verify,
         )
         r.raise_for_status()
         return dict(r.json())
@@ -160,7 +174,13 @@ class Agents:
     models_root: Path
     started: list[Agent] = field(default_factory=list)
 
-    def start(self, name: str, *, memory_budget: int | None = None) -> Agent:
+    def start(
+        self,
+        name: str,
+        *,
+        memory_budget: int | None = None,
+        tls: tuple[Path, Path, Path] | None = None,
+    ) -> Agent:
         control, data = controlplane.free_ports(2)
         agent = Agent(
             name=name,
@@ -170,6 +190,7 @@ class Agents:
             data_port=data,
             token=secrets.token_urlsafe(24),
             memory_budget=memory_budget,
+            tls=tls,
         )
         self.started.append(agent)
         agent.start()
@@ -279,9 +300,10 @@ class E2E:
         )
 
     def register(self, agent: Agent) -> str:
-        """Token Secret + InferenceNode for `agent`, labelled for this test only."""
+        """Token Secret (and CA) + InferenceNode for `agent`, labelled for this test only."""
         name = f"{self.label}-{agent.name}"
         secret = f"agent-{name}"
+        extra = [f"--from-file=ca.crt={agent.tls[2]}"] if agent.tls else []
         self.kubectl(
             "-n",
             "mlxfleet-system",
@@ -290,12 +312,17 @@ class E2E:
             "generic",
             secret,
             f"--from-literal=token={agent.token}",
+            *extra,
         )
         self.apply({
             "apiVersion": "mlxfleet.io/v1alpha1",
             "kind": "InferenceNode",
             "metadata": {"name": name, "labels": {"e2e": self.label}},
-            "spec": {"agent": {"url": agent.url, "tokenSecretRef": {"name": secret}}},
+            "spec": {"agent": {
+                "url": agent.url,
+                "tokenSecretRef": {"name": secret},
+                **({"caSecretRef": {"name": secret}} if agent.tls else {}),
+            }},
         })  # fmt: skip
         self.nodes.append(name)
         return name

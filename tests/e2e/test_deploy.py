@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+import trustme
 
 from mlxfleet_operator.core import naming
 from tests.e2e.conftest import E2E, Agent, Agents, Operator, is_true, wait_for
@@ -71,4 +72,23 @@ def test_apply_to_ready_and_serve(
         wait_for("slot removed", gone)
     assert e2e.get("service", "chat") == {}
     assert not [s for s in e2e.list("endpointslices") if s["metadata"]["name"].startswith("chat-")]
+    operator.assert_alive()
+
+
+def test_https_agent_with_private_ca(
+    e2e: E2E, agents: Agents, operator: Operator, model_a: Path, tmp_path: Path
+) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    paths = (tmp_path / "agent.crt", tmp_path / "agent.key", tmp_path / "ca.crt")
+    cert.cert_chain_pems[0].write_to_path(str(paths[0]))
+    cert.private_key_pem.write_to_path(str(paths[1]))
+    ca.cert_pem.write_to_path(str(paths[2]))
+    agent = agents.start("tls", tls=paths)
+    assert agent.url.startswith("https://")
+    node = e2e.register(agent)
+    wait_for("https node Ready", lambda: is_true(e2e.get("inode", node, namespaced=False), "Ready"))
+    e2e.apply(e2e.deployment("secure", model_a, replicas=1))
+    md = wait_for("Ready", lambda: (d := e2e.get("mdep", "secure")) and is_true(d, "Ready") and d)
+    assert md["status"]["placements"][0]["endpoint"] == agent.data_url
     operator.assert_alive()

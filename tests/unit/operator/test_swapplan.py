@@ -152,3 +152,11 @@ def test_node_already_on_target_is_skipped() -> None:
 def test_no_nodes_fails() -> None:
     out = sp.advance(sp.PlanState(), target=TARGET, nodes=[], paused=False, slots={}, now=T0)
     assert out.state.phase == sp.PlanPhase.FAILED
+
+
+def test_plans_of_one_deployment_run_one_after_another() -> None:
+    others = [("old", at(0), True), ("done", at(-10), False), ("new", at(5), True)]
+    assert sp.waiting_for("new", at(5), others) == "old"
+    assert sp.waiting_for("old", at(0), others) is None
+    assert sp.waiting_for("x", None, [("old", at(0), True)]) == "old"
+    assert not sp.started(sp.PlanState(steps=sp.initial_steps(["a"])))

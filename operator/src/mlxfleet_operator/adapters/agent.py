@@ -64,12 +64,12 @@ def _verify(ca_pem: str | None) -> ssl.SSLContext | bool:
 
 
 def data_endpoint(agent_url: str, data_port: int) -> str:
-    """The agent's data-plane base URL: the control URL's scheme and host, the data port."""
-    parts = urlsplit(agent_url)
-    host = parts.hostname or "localhost"
+    """The agent's data-plane base URL: the control URL's host, the data port, plain http (the
+    agent serves TLS on its control API only; the data plane sits behind the LAN/gateway)."""
+    host = urlsplit(agent_url).hostname or "localhost"
     if ":" in host:
         host = f"[{host}]"
-    return urlunsplit((parts.scheme, f"{host}:{data_port}", "", "", ""))
+    return urlunsplit(("http", f"{host}:{data_port}", "", "", ""))
 
 
 def _message(response: httpx.Response) -> str:

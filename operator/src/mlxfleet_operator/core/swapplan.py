@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import fields
@@ -185,6 +185,24 @@ def _running(
         return _update(step, message="swapping"), None, ()
     # No record yet: (re)send the desired slot; the agent's API is declarative, so this is harmless.
     return _update(step, message="swap requested"), None, (PutTarget(step.node),)
+
+
+def started(state: PlanState) -> bool:
+    return any(s.started_at is not None for s in state.steps)
+
+
+def waiting_for(
+    name: str, created: datetime | None, others: Sequence[tuple[str, datetime | None, bool]]
+) -> str | None:
+    """Plans of one deployment run one after another: the name of an older plan that is still
+    running (others: (name, creationTimestamp, running)), if this plan must wait for it."""
+    mine = (created or datetime.max.replace(tzinfo=UTC), name)
+    older = sorted(
+        (c or datetime.max.replace(tzinfo=UTC), n)
+        for n, c, running in others
+        if running and n != name and (c or datetime.max.replace(tzinfo=UTC), n) < mine
+    )
+    return older[0][1] if older else None
 
 
 def advance(

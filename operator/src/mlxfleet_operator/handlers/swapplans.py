@@ -8,6 +8,7 @@ May import: kopf, adapters, core, api, settings. Called by: kopf.
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
 import kopf
@@ -100,10 +101,50 @@ async def _act(
             )
 
 
-async def advance(rt: runtime.Runtime, body: kopf.Body, patch: kopf.Patch) -> None:
+@kopf.index(*PLANS)
+def plans_by_deployment(
+    namespace: str | None, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], tuple[str, str | None, str | None]]:
+    """(namespace, deployment) -> (plan name, creationTimestamp, phase)."""
+    ref = (body.get("spec") or {}).get("deploymentRef") or {}
+    meta = body.get("metadata") or {}
+    phase = (body.get("status") or {}).get("phase")
+    key = (namespace or "", str(ref.get("name", "")))
+    return {key: (str(meta.get("name")), meta.get("creationTimestamp"), phase)}
+
+
+def _others(
+    plan: swp.SwapPlan, index: kopf.Index[tuple[str, str], Any]
+) -> list[tuple[str, datetime | None, bool]]:
+    key = (plan.metadata.namespace or "", plan.spec.deployment_ref.name)
+    out = []
+    for name, created, phase in index.get(key, []):
+        when = datetime.fromisoformat(created.replace("Z", "+00:00")) if created else None
+        out.append((name, when, phase not in {str(p) for p in core.TERMINAL}))
+    return out
+
+
+async def advance(
+    rt: runtime.Runtime, body: kopf.Body, patch: kopf.Patch, index: kopf.Index[tuple[str, str], Any]
+) -> None:
     plan = swp.SwapPlan.model_validate(dict(body))
     namespace = plan.metadata.namespace or ""
-    previous = core.PlanState.from_status(plan.status)
+    ready = cond.find(plan.status.conditions, cond.ConditionType.READY)
+    terminal = plan.status.phase is not None and plan.status.phase.terminal
+    # a finished plan keeps saying why it ended (status has no message field of its own)
+    previous = core.PlanState.from_status(
+        plan.status, ready.message if ready and terminal else None
+    )
+    if previous.phase not in core.TERMINAL and not core.started(previous):
+        blocker = core.waiting_for(
+            plan.metadata.name or "", plan.metadata.creation_timestamp, _others(plan, index)
+        )
+        if blocker is not None:
+            waiting = core.PlanState(
+                phase=core.PlanPhase.PENDING, message=f"waiting for SwapPlan {blocker} to finish"
+            )
+            _write(body, plan, waiting, patch)
+            return
     raw = await rt.kube.get_deployment(namespace, plan.spec.deployment_ref.name)
     if raw is None:
         message = f"ModelDeployment {plan.spec.deployment_ref.name} not found"
@@ -173,11 +214,13 @@ def _write(
     kube.write_status(patch, status, body)
 
 
-async def _guarded(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch) -> None:
+async def _guarded(
+    body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, kwargs: dict[str, Any]
+) -> None:
     rt = runtime.of(memo)
     started = time.monotonic()
     async with rt.lock(str(body.metadata.uid)):
-        await advance(rt, body, patch)
+        await advance(rt, body, patch, kwargs["plans_by_deployment"])
     metrics.RECONCILES.labels("SwapPlan", "ok").inc()
     metrics.RECONCILE_SECONDS.labels("SwapPlan").observe(time.monotonic() - started)
 
@@ -185,15 +228,15 @@ async def _guarded(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch) -> None:
 @kopf.on.resume(*PLANS)
 @kopf.on.create(*PLANS)
 @kopf.on.update(*PLANS)
-async def changed(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
-    await _guarded(body, memo, patch)
+async def changed(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
+    await _guarded(body, memo, patch, kwargs)
 
 
 @kopf.timer(*PLANS, interval=max(0.5, CONFIG.poll_seconds / 2), sharp=True)
-async def follow(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
+async def follow(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
     phase = (body.get("status") or {}).get("phase")
     if phase in {str(p) for p in core.TERMINAL} and (body.get("status") or {}).get(
         "observedGeneration"
     ) == body.get("metadata", {}).get("generation"):
         return
-    await _guarded(body, memo, patch)
+    await _guarded(body, memo, patch, kwargs)
