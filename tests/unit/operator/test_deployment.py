@@ -13,6 +13,7 @@ from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.core import deployment as dep
+from mlxfleet_operator.core import deployment_status as mdstatus
 from mlxfleet_operator.core import heartbeat, naming, nodes, placement
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -186,7 +187,7 @@ def test_rolled_back_plan_is_not_recreated_and_stalls() -> None:
         name="p", target=(B, None), phase=swp.SwapPhase.ROLLED_BACK, paused=False, message="boom"
     )
     assert not dep.plan_due(d, dep.desired_models(d, chosen, plan), chosen, plan)
-    verdict = dep.verdict(d, chosen, d.status.placements, {}, plan)
+    verdict = mdstatus.verdict(d, chosen, d.status.placements, {}, plan)
     assert (verdict.ready, verdict.stalled, verdict.reason) == (False, True, "RolledBack")
     assert "boom" in verdict.message
 
@@ -222,7 +223,7 @@ def test_verdicts(ready: int, missing: int, reason: str, stalled: bool) -> None:
         missing=missing,
         fits_nowhere=False,
     )
-    verdict = dep.verdict(d, chosen, placed, {}, None)
+    verdict = mdstatus.verdict(d, chosen, placed, {}, None)
     assert (verdict.reason, verdict.stalled, verdict.ready) == (reason, stalled, reason == "Ready")
 
 
@@ -232,7 +233,7 @@ def test_status_counts_ready_replicas_once_and_sets_observed_generation() -> Non
     facts = {"n1": fact("n1", state(slots=[ok])), "n2": fact("n2", state(), ready=False)}
     d = md()
     chosen = decision(("n1", "n2"))
-    result = dep.status(
+    result = mdstatus.status(
         d,
         decision=chosen,
         facts=facts,

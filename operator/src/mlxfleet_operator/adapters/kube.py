@@ -16,6 +16,7 @@ import ipaddress
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -49,6 +50,11 @@ class Endpoint:
     host: str
     port: int
     ready: bool
+
+    @classmethod
+    def from_url(cls, node: str, url: str, *, ready: bool) -> Endpoint:
+        parts = urlsplit(url)
+        return cls(node, parts.hostname or "", parts.port or 80, ready)
 
 
 def client_from(kubeconfig: str | None) -> kubernetes.client.ApiClient:

@@ -9,7 +9,7 @@ the latest agent answers, and `Outcome`s of the slot requests it just made.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from mlxfleet_agent import contract, memory
@@ -18,7 +18,7 @@ from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
-from mlxfleet_operator.core import conditions, naming, placement
+from mlxfleet_operator.core import naming, placement
 from mlxfleet_operator.core import swapplan as plans
 
 Model = tuple[str, str | None]  # (source, revision)
@@ -330,154 +330,4 @@ def new_plan(md: mdep.ModelDeployment, decision: placement.Decision) -> swp.Swap
             nodes=sorted(decision.kept),
             paused=md.spec.swap.approval == mdep.SwapApproval.MANUAL,
         ),
-    )
-
-
-# --------------------------------------------------------------------------------- status
-
-_PHASES = {
-    contract.SlotPhase.PENDING: mdep.PlacementPhase.PENDING,
-    contract.SlotPhase.DOWNLOADING: mdep.PlacementPhase.LOADING,
-    contract.SlotPhase.LOADING: mdep.PlacementPhase.LOADING,
-    contract.SlotPhase.WARMING: mdep.PlacementPhase.LOADING,
-    contract.SlotPhase.READY: mdep.PlacementPhase.READY,
-    contract.SlotPhase.SWAPPING: mdep.PlacementPhase.SWAPPING,
-    contract.SlotPhase.FAILED: mdep.PlacementPhase.FAILED,
-}
-
-
-@dataclass(frozen=True)
-class Result:
-    status: mdep.ModelDeploymentStatus
-    verdict: conditions.Verdict
-    endpoints: tuple[tuple[str, str, bool], ...] = field(default=())  # (node, data URL, ready)
-
-
-def placements(
-    facts: Mapping[str, NodeFacts],
-    desired: Mapping[str, Model],
-    outcomes: Mapping[str, Outcome],
-    *,
-    slot: str,
-) -> list[mdep.PlacementStatus]:
-    out = []
-    for node, (source, revision) in desired.items():
-        fact = facts.get(node)
-        observed = fact.slot(slot) if fact is not None else None
-        ready = bool(fact is not None and fact.ready and observed is not None and observed.ready)
-        phase = _PHASES[observed.phase] if observed is not None else mdep.PlacementPhase.PENDING
-        message = outcomes[node].error if node in outcomes and outcomes[node].error else None
-        if message is None and observed is not None and not observed.ready:
-            message = observed.last_error
-        if fact is not None and not fact.ready:
-            message = f"node {node} is not Ready"
-        out.append(
-            mdep.PlacementStatus(
-                node=node,
-                phase=phase,
-                ready=ready,
-                source=source,
-                revision=revision,
-                endpoint=fact.endpoint if fact is not None else None,
-                message=message,
-            )
-        )
-    return out
-
-
-def verdict(
-    md: mdep.ModelDeployment,
-    decision: placement.Decision,
-    placed: Sequence[mdep.PlacementStatus],
-    outcomes: Mapping[str, Outcome],
-    plan: PlanInfo | None,
-) -> conditions.Verdict:
-    R = cond.Reason
-    want = md.spec.replicas
-    ready = sum(1 for p in placed if p.ready)
-    if decision.fits_nowhere:
-        too_small = any(r.reason == placement.Reason.TOO_SMALL for r in decision.rejections)
-        reason = R.INSUFFICIENT_MEMORY if too_small else R.NO_MATCHING_NODES
-        return conditions.Verdict(False, reason, decision.rejection_summary(), stalled=True)
-    refused = [o for o in outcomes.values() if o.refused]
-    if refused and len(refused) >= len(decision.added or decision.nodes):
-        text = "; ".join(f"{o.node}: {o.error}" for o in refused)
-        return conditions.Verdict(False, R.SOURCE_INVALID, text, stalled=True)
-    if want == 0:
-        return conditions.Verdict(True, R.SCALED_TO_ZERO, "spec.replicas is 0")
-    if plan is not None and plan.active:
-        reason = R.AWAITING_APPROVAL if plan.paused else R.SWAP_IN_PROGRESS
-        text = f"SwapPlan {plan.name} to {plan.target[0]}: {plan.phase or 'Pending'}"
-        return conditions.Verdict(False, reason, text, reconciling=True)
-    if (
-        plan is not None
-        and plan.phase in (swp.SwapPhase.ROLLED_BACK, swp.SwapPhase.FAILED)
-        and plan.target == spec_model(md)
-    ):
-        why = plan.message or f"SwapPlan {plan.name} failed"
-        text = f"{why}; still serving the previous model"
-        return conditions.Verdict(False, R.ROLLED_BACK, text, stalled=True)
-    if ready >= want:
-        return conditions.Verdict(True, R.READY, f"{ready}/{want} replicas ready")
-    if decision.missing:
-        text = f"{ready}/{want} ready, {decision.missing} unplaced: {decision.rejection_summary()}"
-        return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, reconciling=True)
-    lost = [p.node for p in placed if p.message and "not Ready" in p.message]
-    if lost:
-        return conditions.Verdict(
-            False, R.NODE_LOST, f"{ready}/{want} ready; lost: {', '.join(lost)}", reconciling=True
-        )
-    failed = [p for p in placed if p.phase == mdep.PlacementPhase.FAILED]
-    if failed:
-        text = "; ".join(f"{p.node}: {p.message or 'backend failed'}" for p in failed)
-        return conditions.Verdict(False, R.BACKEND_FAILED, text, reconciling=True)
-    reason = R.PARTIALLY_READY if ready else R.LOADING
-    return conditions.Verdict(False, reason, f"{ready}/{want} replicas ready", reconciling=True)
-
-
-def status(
-    md: mdep.ModelDeployment,
-    *,
-    decision: placement.Decision,
-    facts: Mapping[str, NodeFacts],
-    desired: Mapping[str, Model],
-    outcomes: Mapping[str, Outcome],
-    plan: PlanInfo | None,
-    footprint_bytes: int | None,
-    endpoint: str,
-    now: datetime,
-) -> Result:
-    slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
-    placed = placements(facts, desired, outcomes, slot=slot)
-    judged = verdict(md, decision, placed, outcomes, plan)
-    new = mdep.ModelDeploymentStatus(
-        observed_generation=md.metadata.generation,
-        conditions=conditions.apply_verdict(
-            md.status.conditions, judged, generation=md.metadata.generation, now=now
-        ),
-        served_name=md.served_name(),
-        replicas=len(placed),
-        ready_replicas=sum(1 for p in placed if p.ready),
-        placements=placed,
-        swap_plan=plan.name if plan is not None else md.status.swap_plan,
-        estimated_memory_bytes=footprint_bytes,
-        endpoint=endpoint,
-    )
-    eps = tuple((p.node, p.endpoint, p.ready) for p in placed if p.endpoint)
-    return Result(status=new, verdict=judged, endpoints=eps)
-
-
-def unplaced_status(
-    md: mdep.ModelDeployment, judged: conditions.Verdict, *, now: datetime, endpoint: str
-) -> mdep.ModelDeploymentStatus:
-    """Status when placement could not even run (size unknown, source refused): keep what runs."""
-    return md.status.model_copy(
-        update={
-            "observed_generation": md.metadata.generation,
-            "conditions": conditions.apply_verdict(
-                md.status.conditions, judged, generation=md.metadata.generation, now=now
-            ),
-            "served_name": md.served_name(),
-            "endpoint": endpoint,
-        }
     )

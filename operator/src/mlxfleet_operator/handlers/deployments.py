@@ -24,6 +24,7 @@ from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.core import conditions, naming, placement
 from mlxfleet_operator.core import deployment as dep
+from mlxfleet_operator.core import deployment_status as mdstatus
 
 CONFIG = opsettings.current()
 DEPLOYMENTS = (resources.GROUP, resources.VERSION, resources.MODEL_DEPLOYMENT.plural)
@@ -203,7 +204,7 @@ async def reconcile(
     size = await _size(rt, md, facts)
     now = runtime.now()
     if isinstance(size, conditions.Verdict):
-        status = dep.unplaced_status(md, size, now=now, endpoint=endpoint)
+        status = mdstatus.unplaced_status(md, size, now=now, endpoint=endpoint)
         kube.write_status(patch, status, body)
         return
     decision = dep.place(
@@ -218,7 +219,7 @@ async def reconcile(
         plan = await _create_plan(rt, body, md, decision)
     by_name = {f.name: f for f in facts}
     outcomes = await _apply(rt, md, by_name, decision, desired, plan)
-    result = dep.status(
+    result = mdstatus.status(
         md,
         decision=decision,
         facts=by_name,
@@ -230,7 +231,7 @@ async def reconcile(
         now=now,
     )
     await rt.kube.publish(
-        body, [kube.Endpoint(n, _host(u), _port(u), ready) for n, u, ready in result.endpoints]
+        body, [kube.Endpoint.from_url(n, url, ready=ok) for n, url, ok in result.endpoints]
     )
     if decision.dropped and decision.added:
         kopf.event(
@@ -243,18 +244,6 @@ async def reconcile(
     kube.write_status(patch, result.status, body)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
-
-
-def _host(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    return urlsplit(url).hostname or ""
-
-
-def _port(url: str) -> int:
-    from urllib.parse import urlsplit
-
-    return urlsplit(url).port or 80
 
 
 async def _guarded(
