@@ -94,8 +94,10 @@ def test_manual_approval_waits_paused(
     assert plan_phase(e2e, plan) == "Paused"
     slot = naming.slot_name(e2e.namespace, "chat")
     assert all(agent.swaps(slot) == [] for agent in started)
-    md = e2e.get("mdep", "chat")
-    assert md["status"]["conditions"][0]["reason"] == "AwaitingApproval"
+    wait_for(
+        "deployment says it awaits approval",
+        lambda: condition(e2e.get("mdep", "chat"), "Ready").get("reason") == "AwaitingApproval",
+    )
     e2e.kubectl(
         "-n", e2e.namespace, "patch", "swp", plan, "--type=merge", "-p", '{"spec":{"paused":false}}'
     )
