@@ -305,3 +305,18 @@ def test_governing_plan_prefers_running_then_named() -> None:
     assert dep.governing([done, fresh, person], named="mine").name == "person"  # type: ignore[union-attr]
     assert dep.governing([done], named=None) is None
     assert dep.governing([], named="gone") is None
+
+
+def test_agent_memory_refusal_is_waiting_for_capacity() -> None:
+    d = md()
+    placed = [
+        mdep.PlacementStatus(node="n1", phase="Pending"),
+        mdep.PlacementStatus(node="n2", phase="Ready", ready=True),
+    ]
+    outcomes = {"n1": dep.Outcome("n1", "HTTP 507: needs more", no_fit=True)}
+    verdict = mdstatus.verdict(d, decision(("n1", "n2")), placed, outcomes, None)
+    assert (verdict.reason, verdict.stalled, verdict.reconciling) == (
+        "WaitingForCapacity",
+        False,
+        True,
+    )

@@ -84,6 +84,11 @@ def test_cached_weights_win_over_room() -> None:
     assert place(req(), nodes).nodes == ("a",)
 
 
+def test_explicit_nodes_are_an_order_of_preference() -> None:
+    nodes = [node("a"), node("b", cached=frozenset({"file:///m"})), node("c")]
+    assert place(req(replicas=2, nodes=("c", "a", "b")), nodes).nodes == ("c", "a")
+
+
 def test_distinct_nodes_per_replica() -> None:
     decision = place(req(replicas=3), [node("a"), node("b")])
     assert sorted(decision.nodes) == ["a", "b"]

@@ -121,6 +121,7 @@ class Outcome:
     node: str
     error: str | None = None
     refused: bool = False  # 4xx: the request cannot work as is (bad source, ...)
+    no_fit: bool = False  # 507: the agent's own memory check refused it (busy node)
 
 
 # ------------------------------------------------------------------------------- footprint

@@ -105,6 +105,10 @@ def verdict(
     if decision.missing:
         text = f"{ready}/{want} ready, {decision.missing} unplaced: {decision.rejection_summary()}"
         return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, reconciling=True)
+    no_fit = [o for o in outcomes.values() if o.no_fit]
+    if no_fit:
+        text = "; ".join(f"{o.node}: {o.error}" for o in no_fit)
+        return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, reconciling=True)
     lost = [p.node for p in placed if p.message and "not Ready" in p.message]
     if lost:
         return conditions.Verdict(

@@ -4,8 +4,9 @@ May import: the standard library. Called by: the ModelDeployment handler, after 
 turned InferenceNode statuses into `NodeView`s and the shared memory estimate into `footprint`.
 
 Filters (each rejection names the node and why): explicit nodes, label selector, cordon, Ready,
-memory fit (node budget minus what other slots already use), one replica per node. Scoring:
-weights already cached first, then Spread (most room left) or BinPack (least room left), then name.
+memory fit (node budget minus what other slots already use), one replica per node. Scoring: the
+order of explicit nodes, weights already cached, then Spread (most room left) or BinPack (least
+room left), then name.
 Stability: a replica already placed on a node that is still eligible stays there, healthy or not
 yet failed over, even when a better node appeared; replicas are never counted twice.
 """
@@ -122,12 +123,14 @@ def _free(node: NodeView) -> int:
     return node.budget_bytes - node.used_bytes
 
 
-def _score(node: NodeView, request: Request) -> tuple[int, int, str]:
-    """Sort key, smallest first: cached weights, then room left per strategy, then name."""
+def _score(node: NodeView, request: Request) -> tuple[int, int, int, str]:
+    """Sort key, smallest first: the order of explicit nodes (a preference), cached weights,
+    then room left per strategy, then name."""
+    preference = request.nodes.index(node.name) if request.nodes else 0
     cached = 0 if request.model in node.cached else 1
     left = _free(node) - request.footprint_bytes
     room = -left if request.strategy == Strategy.SPREAD else left
-    return (cached, room, node.name)
+    return (preference, cached, room, node.name)
 
 
 def place(

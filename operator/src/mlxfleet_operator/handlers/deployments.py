@@ -155,7 +155,7 @@ async def _put(
         await client.put_slot(slot, spec)
     except agent.AgentRefused as exc:
         metrics.AGENT_CALLS.labels("put_slot", "refused").inc()
-        return dep.Outcome(node, str(exc), refused=exc.status != 507)
+        return dep.Outcome(node, str(exc), refused=exc.status != 507, no_fit=exc.status == 507)
     except agent.AgentUnreachable as exc:
         metrics.AGENT_CALLS.labels("put_slot", "unreachable").inc()
         return dep.Outcome(node, str(exc))
