@@ -26,9 +26,9 @@ def test_apply_to_ready_and_serve(
         lambda: all(is_true(e2e.get("inode", n, namespaced=False), "Ready") for n in nodes),
     )
     e2e.apply(e2e.deployment("chat", model_a))
-    md = wait_for(
-        "deployment Ready", lambda: (d := e2e.get("mdep", "chat")) and is_true(d, "Ready") and d
-    )
+    # what a GitOps pipeline or an admin runs
+    e2e.kubectl("-n", e2e.namespace, "wait", "--for=condition=Ready", "mdep/chat", "--timeout=180s")
+    md = e2e.get("mdep", "chat")
     status = md["status"]
     assert status["readyReplicas"] == 2
     assert status["observedGeneration"] == md["metadata"]["generation"]
