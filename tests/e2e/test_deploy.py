@@ -27,7 +27,7 @@ def test_apply_to_ready_and_serve(
     )
     e2e.apply(e2e.deployment("chat", model_a))
     # what a GitOps pipeline or an admin runs
-    e2e.kubectl("-n", e2e.namespace, "wait", "--for=condition=Ready", "mdep/chat", "--timeout=180s")
+    e2e.kubectl("-n", e2e.namespace, "wait", "--for=condition=Ready", "mdep/chat", "--timeout=110s")
     md = e2e.get("mdep", "chat")
     status = md["status"]
     assert status["readyReplicas"] == 2
