@@ -63,6 +63,7 @@ def test_model_change_under_load_has_zero_failures(
     steps = swp["status"]["steps"]
     assert [s["phase"] for s in steps] == ["Completed", "Completed"]
     assert all(s["requestsFailed"] == 0 for s in steps)
+    assert sum(s["requestsServed"] for s in steps) > 0  # the load really ran through the swaps
     assert swp["status"]["progress"] == "2/2"
     assert is_true(swp, "Ready")
     assert swp["status"]["observedGeneration"] == swp["metadata"]["generation"]
