@@ -109,3 +109,29 @@ def test_format_then_parse_round_trips(count: int) -> None:
 @given(st.integers(min_value=1, max_value=10**6), st.sampled_from(sorted(quantity.BINARY_SUFFIXES)))
 def test_binary_suffixes_scale(number: int, suffix: str) -> None:
     assert quantity.parse_bytes(f"{number}{suffix}") == number * quantity.BINARY_SUFFIXES[suffix]
+
+
+@pytest.mark.parametrize(
+    ("count", "text"),
+    [
+        pytest.param(68719476736, "64Gi", id="mac-mini-64g"),
+        pytest.param(1288490188, "1.2Gi", id="one-decimal"),
+        pytest.param(539247232, "514.3Mi", id="mebibytes"),
+        pytest.param(1023, "1023", id="below-a-kibibyte"),
+        pytest.param(0, "0", id="zero"),
+    ],
+)
+def test_human_bytes(count: int, text: str) -> None:
+    assert quantity.human_bytes(count) == text
+
+
+@given(st.integers(min_value=1024, max_value=2**62))
+def test_human_bytes_is_within_five_percent(count: int) -> None:
+    text = quantity.human_bytes(count)
+    number, suffix = text[:-2], text[-2:]
+    assert abs(float(number) * quantity.BINARY_SUFFIXES[suffix] - count) <= 0.05 * count
+
+
+def test_human_bytes_refuses_negative() -> None:
+    with pytest.raises(quantity.QuantityError, match="negative"):
+        quantity.human_bytes(-1)

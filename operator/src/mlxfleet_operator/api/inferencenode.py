@@ -139,6 +139,11 @@ class InferenceNodeSpec(base.ApiModel):
 class MemoryStatus(base.ApiModel):
     """Unified memory as the agent reports it."""
 
+    total: str | None = Field(
+        default=None,
+        max_length=32,
+        description="Unified memory for people (e.g. 64Gi); the MEMORY column.",
+    )
     total_bytes: int | None = Field(
         default=None, ge=0, description="Unified memory.", json_schema_extra={"format": "int64"}
     )
@@ -236,10 +241,9 @@ PRINTER_COLUMNS: list[base.JsonDict] = [
     {"name": "Chip", "type": "string", "jsonPath": ".status.chip", "description": "Chip."},
     {
         "name": "Memory",
-        "type": "integer",
-        "format": "int64",
-        "jsonPath": ".status.memory.totalBytes",
-        "description": "Unified memory in bytes.",
+        "type": "string",
+        "jsonPath": ".status.memory.total",
+        "description": "Unified memory (status.memory.totalBytes for the exact figure).",
     },
     {
         "name": "Agent",

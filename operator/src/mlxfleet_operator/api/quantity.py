@@ -100,3 +100,15 @@ def format_bytes(count: int) -> str:
         if count and count % factor == 0:
             return f"{count // factor}{suffix}"
     return str(count)
+
+
+def human_bytes(count: int) -> str:
+    """Bytes for people, binary suffix, at most one decimal (`68719476736` -> `64Gi`,
+    `1288490188` -> `1.2Gi`); exact values lose no digits (`format_bytes` is the exact form)."""
+    if count < 0:
+        raise QuantityError(f"{count} is negative: a byte count must be at least 0")
+    for suffix, factor in reversed(BINARY_SUFFIXES.items()):
+        if count >= factor:
+            value = round(count / factor, 1)
+            return f"{value:g}{suffix}"
+    return str(count)

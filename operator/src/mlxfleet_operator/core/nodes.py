@@ -49,6 +49,7 @@ def _memory(node: inode.InferenceNode, state: contract.AgentState) -> inode.Memo
     hardware = node.spec.hardware.memory if node.spec.hardware is not None else None
     total = quantity.parse_bytes(hardware) if hardware is not None else state.memory.total_bytes
     return inode.MemoryStatus(
+        total=quantity.human_bytes(total),
         total_bytes=total,
         allocatable_bytes=dep.budget(facts),
         used_bytes=state.memory.slots_estimated_bytes,

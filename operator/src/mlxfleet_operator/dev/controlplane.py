@@ -401,6 +401,11 @@ def terminate(pids: Sequence[int], *, grace: float = 10.0) -> None:
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+    for pid in pids:  # our own children: wait for SIGKILL to land so none is left unreaped
+        child = _CHILDREN.pop(pid, None)
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=5)
     _reap(pids)
 
 
