@@ -8,7 +8,6 @@ May import: psutil, the standard library. Called by: telemetry, shipper.
 
 from __future__ import annotations
 
-import platform
 import re
 import shutil
 import subprocess
@@ -16,9 +15,10 @@ import subprocess
 import psutil
 
 from mlxfleet_agent import intervals
+from mlxfleet_agent import platform as agent_platform
 
 _COMBINED_MW = re.compile(r"Combined Power \(CPU \+ GPU \+ ANE\):\s*([0-9.]+)\s*mW")
-IS_MACOS = platform.system() == "Darwin"
+IS_MACOS = agent_platform.IS_MACOS
 _PACKAGE_MW = re.compile(r"Package Power:\s*([0-9.]+)\s*mW")
 
 
@@ -35,18 +35,10 @@ def pressure_level(*, total: int, available: int, macos_level: int | None = None
 
 
 def _macos_pressure() -> int | None:
-    if not IS_MACOS:
-        return None
+    level = agent_platform.sysctl("kern.memorystatus_vm_pressure_level")
     try:
-        out = subprocess.run(
-            ["sysctl", "-n", "kern.memorystatus_vm_pressure_level"],
-            capture_output=True,
-            text=True,
-            timeout=2,
-            check=True,
-        ).stdout
-        return int(out.strip())
-    except (OSError, subprocess.SubprocessError, ValueError):
+        return int(level) if level is not None else None
+    except ValueError:
         return None
 
 

@@ -59,20 +59,23 @@ def os_name() -> str:
     return f"{_platform.system()} {_platform.release()}"
 
 
+def sysctl(name: str) -> str | None:
+    """`sysctl -n NAME` on macOS (stripped), or None elsewhere or when it fails."""
+    if not IS_MACOS:
+        return None
+    try:
+        out = subprocess.run(
+            ["sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
 def chip() -> str:
     """`Apple M2 Pro` on a Mac (sysctl), else the CPU model or architecture."""
     if IS_MACOS:
-        try:
-            out = subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"],
-                capture_output=True,
-                text=True,
-                timeout=5,
-                check=True,
-            )
-            return out.stdout.strip() or _platform.machine()
-        except (OSError, subprocess.SubprocessError):
-            return _platform.machine()
+        return sysctl("machdep.cpu.brand_string") or _platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

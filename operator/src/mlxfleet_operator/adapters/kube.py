@@ -146,36 +146,29 @@ class Kube:
     # ------------------------------------------------------------------------- custom objects
 
     async def get_swap_plan(self, namespace: str, name: str) -> JsonDict | None:
-        try:
-            found = await asyncio.to_thread(
-                self.custom.get_namespaced_custom_object,
-                resources.GROUP,
-                resources.VERSION,
-                namespace,
-                resources.SWAP_PLAN.plural,
-                name,
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise KubeError(f"get SwapPlan {namespace}/{name}: {exc.status} {exc.reason}") from exc
-        return cast(JsonDict, found)
+        return await self._get_custom(resources.SWAP_PLAN, namespace, name)
 
     async def get_deployment(self, namespace: str, name: str) -> JsonDict | None:
+        return await self._get_custom(resources.MODEL_DEPLOYMENT, namespace, name)
+
+    async def _get_custom(
+        self, resource: resources.Resource, namespace: str, name: str
+    ) -> JsonDict | None:
+        """One namespaced object of our kinds, or None when it does not exist."""
         try:
             found = await asyncio.to_thread(
                 self.custom.get_namespaced_custom_object,
                 resources.GROUP,
                 resources.VERSION,
                 namespace,
-                resources.MODEL_DEPLOYMENT.plural,
+                resource.plural,
                 name,
             )
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise KubeError(
-                f"get ModelDeployment {namespace}/{name}: {exc.status} {exc.reason}"
+                f"get {resource.kind} {namespace}/{name}: {exc.status} {exc.reason}"
             ) from exc
         return cast(JsonDict, found)
 
