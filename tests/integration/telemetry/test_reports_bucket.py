@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -149,3 +150,41 @@ def test_no_bucket_is_a_clear_error(
     monkeypatch.delenv("MLXFLEET_TELEMETRY_BUCKET", raising=False)
     assert cli.main(["weekly", "--week", "2026-W42"]) == 2
     assert "MLXFLEET_TELEMETRY_BUCKET" in capsys.readouterr().err
+
+
+def test_unreachable_store_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setenv("MLXFLEET_TELEMETRY_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("MLXFLEET_TELEMETRY_SECRET_ACCESS_KEY", "s")
+    rc = cli.main(
+        ["weekly", "--week", "2026-W42", "--bucket", "b", "--endpoint-url", closed,
+         "--out", str(tmp_path / "out")]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "s3://b/" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_corrupt_objects_are_skipped_not_fatal(
+    s3_server: s3support.S3Server, run: tuple[Path, list[str]], month_bucket: str
+) -> None:
+    """Garbage bytes and a wrong-schema line beside real intervals: the report still renders."""
+    client = s3_server.client()
+    day_prefix = f"{PREFIX}/v1/date=2026-10-13/node=mini-1"
+    client.put_object(Bucket=month_bucket, Key=f"{day_prefix}/garbage.jsonl", Body=b"\xff\xfe\x00{")
+    client.put_object(
+        Bucket=month_bucket, Key=f"{day_prefix}/wrong.jsonl", Body=b'{"schemaVersion": "x"}\n'
+    )
+    try:
+        out, common = run
+        assert cli.main(["weekly", "--week", "2026-W42", *common]) == 0
+        assert (out / "weekly-2026-W42.md").read_text().count("mini-1") >= 1
+    finally:
+        client.delete_object(Bucket=month_bucket, Key=f"{day_prefix}/garbage.jsonl")
+        client.delete_object(Bucket=month_bucket, Key=f"{day_prefix}/wrong.jsonl")

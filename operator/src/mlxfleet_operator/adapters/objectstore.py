@@ -8,6 +8,7 @@ May import: boto3, the standard library, `mlxfleet_agent.contract`. Called by: r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from mlxfleet_agent import contract
@@ -23,6 +25,22 @@ from mlxfleet_agent import contract
 log = logging.getLogger("mlxfleet_operator.objectstore")
 ENV_PREFIX = "MLXFLEET_TELEMETRY_"
 FETCH_WORKERS = 16
+
+
+class ObjectStoreError(OSError):
+    """The bucket could not be read or written (unreachable, denied, missing); names the object."""
+
+
+@contextlib.contextmanager
+def _store_errors(what: str) -> Iterator[None]:
+    """Map boto errors to ObjectStoreError with the operation and the store's own reason."""
+    try:
+        yield
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        raise ObjectStoreError(f"{what}: {err.get('Code', '?')} {err.get('Message', '')}") from exc
+    except BotoCoreError as exc:
+        raise ObjectStoreError(f"{what}: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +97,9 @@ class TelemetryStore:
 
     def _keys(self, prefix: str) -> Iterator[str]:
         paginator = self._s3.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.config.bucket, Prefix=prefix):
+        with _store_errors(f"list s3://{self.config.bucket}/{prefix}"):
+            pages = list(paginator.paginate(Bucket=self.config.bucket, Prefix=prefix))
+        for page in pages:
             for obj in page.get("Contents", []):
                 yield str(obj["Key"])
 
@@ -96,13 +116,14 @@ class TelemetryStore:
         return out
 
     def _get(self, key: str) -> bytes:
-        data: bytes = self._s3.get_object(Bucket=self.config.bucket, Key=key)["Body"].read()
+        with _store_errors(f"read s3://{self.config.bucket}/{key}"):
+            data: bytes = self._s3.get_object(Bucket=self.config.bucket, Key=key)["Body"].read()
         return data
 
     @staticmethod
     def _parse(key: str, body: bytes) -> list[contract.TelemetryInterval]:
         out: list[contract.TelemetryInterval] = []
-        for line in body.decode().splitlines():
+        for line in body.decode(errors="replace").splitlines():
             if not line.strip():
                 continue
             try:
@@ -119,16 +140,20 @@ class TelemetryStore:
     def put_interval(self, interval: contract.TelemetryInterval) -> str:
         """Write one interval at its canonical key (fixtures, backfills); returns the key."""
         key = contract.telemetry_key(self.config.prefix, interval.node, interval.interval_start)
-        self._s3.put_object(
-            Bucket=self.config.bucket,
-            Key=key,
-            Body=interval.model_dump_json().encode() + b"\n",
-            ContentType="application/x-ndjson",
-        )
+        with _store_errors(f"write s3://{self.config.bucket}/{key}"):
+            self._s3.put_object(
+                Bucket=self.config.bucket,
+                Key=key,
+                Body=interval.model_dump_json().encode() + b"\n",
+                ContentType="application/x-ndjson",
+            )
         return key
 
     def put_report(self, name: str, data: bytes, *, content_type: str) -> str:
         """Write a rendered report under `<prefix>/reports/<name>`; returns the key."""
         key = "/".join(p for p in (self.config.prefix.strip("/"), "reports", name) if p)
-        self._s3.put_object(Bucket=self.config.bucket, Key=key, Body=data, ContentType=content_type)
+        with _store_errors(f"write s3://{self.config.bucket}/{key}"):
+            self._s3.put_object(
+                Bucket=self.config.bucket, Key=key, Body=data, ContentType=content_type
+            )
         return key

@@ -165,9 +165,13 @@ def main(argv: list[str]) -> int:
         return 2
     _write(args.out, files)
     if args.write_back:
-        for name, (data, content_type) in files.items():
-            key = store.put_report(name, data, content_type=content_type)
-            print(f"s3://{store.config.bucket}/{key}")
+        try:
+            for name, (data, content_type) in files.items():
+                key = store.put_report(name, data, content_type=content_type)
+                print(f"s3://{store.config.bucket}/{key}")
+        except objectstore.ObjectStoreError as exc:
+            print(f"mlxfleet report: write-back failed (files kept): {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -9,10 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mlxfleet_operator.api import inferencenode
 from mlxfleet_operator.core import cost
+
+
+class ConfigError(ValueError):
+    """A report config that cannot be used; the message names the file, the field and why."""
 
 
 class ReferenceSpec(BaseModel):
@@ -31,12 +35,37 @@ class ReportConfig(BaseModel):
     namespaces: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
-    def from_yaml(cls, text: str) -> ReportConfig:
-        return cls.model_validate(yaml.safe_load(text) or {})
+    def from_yaml(cls, text: str, *, origin: str = "report config") -> ReportConfig:
+        """Parse and validate; every problem becomes one ConfigError naming the field."""
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{origin}: not valid YAML: {exc}") from exc
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"{origin}: must be a mapping with keys nodes, reference, namespaces; "
+                f"got {type(data).__name__}"
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise ConfigError(f"{origin}: {problems}") from exc
 
     @classmethod
     def from_file(cls, path: Path | None) -> ReportConfig:
-        return cls() if path is None else cls.from_yaml(path.read_text())
+        if path is None:
+            return cls()
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"report config {path}: {exc.strerror or exc}") from exc
+        return cls.from_yaml(text, origin=f"report config {path}")
 
     def cost_inputs(self) -> tuple[dict[str, cost.NodeCostInputs], list[str]]:
         """Usable inputs per node, and one problem line per node whose inputs are incomplete."""
