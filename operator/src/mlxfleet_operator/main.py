@@ -15,6 +15,8 @@ import logging
 import os
 import sys
 
+import pydantic
+
 from mlxfleet_operator import settings as opsettings
 
 
@@ -70,6 +72,20 @@ def parse(argv: list[str]) -> opsettings.OperatorSettings:
     p.add_argument("--log-level", default=defaults.log_level, help="DEBUG, INFO, WARNING")
     ns = p.parse_args(argv)
     kubeconfig = ns.kubeconfig or os.environ.get("KUBECONFIG") or None
+    if kubeconfig and not os.access(kubeconfig, os.R_OK):
+        p.error(f"--kubeconfig {kubeconfig}: no such readable file")
+    try:
+        return _settings(ns, kubeconfig)
+    except pydantic.ValidationError as exc:
+        p.error(
+            "; ".join(
+                f"--{'-'.join(str(x) for x in e['loc']).replace('_', '-')}: {e['msg']}"
+                for e in exc.errors()
+            )
+        )
+
+
+def _settings(ns: argparse.Namespace, kubeconfig: str | None) -> opsettings.OperatorSettings:
     return opsettings.OperatorSettings(
         kubeconfig=kubeconfig,
         namespaces=tuple(ns.namespace),
