@@ -4,6 +4,7 @@ without repeating a finished step."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -135,16 +136,67 @@ def test_operator_killed_mid_plan_resumes_without_repeating(
     operator.assert_alive()
 
 
-def test_failed_swap_rolls_back_and_keeps_serving(
-    e2e: E2E, agents: Agents, operator: Operator, model_a: Path, broken_model: Path
+def set_paused(e2e: E2E, plan: str, paused: bool) -> None:
+    value = "true" if paused else "false"
+    e2e.kubectl(
+        "-n", e2e.namespace, "patch", "swp", plan, "--type=merge",
+        "-p", f'{{"spec":{{"paused":{value}}}}}',
+    )  # fmt: skip
+
+
+def test_failed_step_rolls_back_the_whole_plan_under_load(
+    e2e: E2E,
+    agents: Agents,
+    operator: Operator,
+    model_a: Path,
+    model_b: Path,
+    broken_model: Path,
 ) -> None:
-    md, started = ready_deployment(e2e, agents, model_a)
-    plan = change_model(e2e, broken_model)
-    wait_for("plan RolledBack", lambda: plan_phase(e2e, plan) == "RolledBack", timeout=300)
+    """Step 1 (node a) swaps to the target, then the target breaks and step 2 (node b) fails:
+    the plan swaps a back too, so both serve the old model; clients never see an error."""
+    manual = {"swap": {"approval": "Manual"}}
+    md, started = ready_deployment(e2e, agents, model_a, **manual)
+    flaky = model_a.parent / f"flaky-{e2e.label}"  # inside the agents' allowed root
+    shutil.copytree(model_b, flaky)
+    endpoints = [p["endpoint"] for p in md["status"]["placements"]]
+    with Load(endpoints, "chat") as load:
+        time.sleep(1)
+        plan = change_model(e2e, flaky, **manual)
+        wait_for("plan Paused", lambda: plan_phase(e2e, plan) == "Paused")
+        set_paused(e2e, plan, False)
+        wait_for(
+            "first step running",
+            lambda: (
+                [s["phase"] for s in e2e.get("swp", plan).get("status", {}).get("steps", [])][:1]
+                not in ([], ["Pending"])
+            ),
+            interval=0.1,
+        )
+        set_paused(e2e, plan, True)  # the running step finishes; the next one waits
+        wait_for(
+            "first step done, plan paused",
+            lambda: (
+                (st := e2e.get("swp", plan).get("status", {})).get("progress") == "1/2"
+                and st.get("phase") == "Paused"
+            ),
+            timeout=300,
+        )
+        # a serves the target from memory; b will fail to load it
+        shutil.copyfile(broken_model / "model.safetensors", flaky / "model.safetensors")
+        set_paused(e2e, plan, False)
+        wait_for("plan RolledBack", lambda: plan_phase(e2e, plan) == "RolledBack", timeout=300)
+        time.sleep(1)
+    assert load.failed == 0, load.errors[:5]
+    assert load.ok > 0
     swp = e2e.get("swp", plan)
-    assert [s["phase"] for s in swp["status"]["steps"]] == ["RolledBack", "Pending"]
-    assert swp["status"]["steps"][0]["message"]
+    steps = swp["status"]["steps"]
+    assert [s["phase"] for s in steps] == ["Reverted", "RolledBack"]
+    assert steps[1]["message"]
+    assert steps[0]["revert"]["requestsFailed"] == 0
     assert is_true(swp, "Stalled")
+    old, new = f"file://{model_a}", f"file://{flaky}"
+    assert steps[0]["fromSource"] == old
+    assert condition(swp, "Ready")["message"].startswith(f"step on {steps[1]['node']} failed")
     deployment = wait_for(
         "deployment says why",
         lambda: (
@@ -155,15 +207,18 @@ def test_failed_swap_rolls_back_and_keeps_serving(
     )
     assert is_true(deployment, "Stalled")
     assert plan in condition(deployment, "Ready")["message"]
-    old = f"file://{model_a}"
     assert all(p["source"] == old for p in deployment["status"]["placements"])
+    assert len(deployment["status"]["placements"]) == 2
     slot = naming.slot_name(e2e.namespace, "chat")
-    for agent in started:  # desired state is the old model again on every agent
+    for agent in started:  # every agent serves (and wants) the old model again
 
         def back_on_old(a: Agent = agent) -> bool:
-            return all(s["source"] == old for s in a.state()["slots"] if s["name"] == slot)
+            mine = [s for s in a.state()["slots"] if s["name"] == slot]
+            return bool(mine) and all(s["source"] == old and s["ready"] for s in mine)
 
         wait_for("agent back on the old model", back_on_old)
+    first = started[0]  # node a: swapped to the target, then back
+    assert [s["toSource"] for s in first.swaps(slot)] == [old, new]
     for placement in md["status"]["placements"]:
         client = openai.OpenAI(
             base_url=placement["endpoint"] + "/v1", api_key="unused", max_retries=0

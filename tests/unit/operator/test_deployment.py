@@ -165,7 +165,7 @@ def test_kept_replicas_keep_their_model_until_the_plan_moves_them() -> None:
         target=(B, None),
         phase=swp.SwapPhase.PROGRESSING,
         paused=False,
-        done_nodes=frozenset({"n1"}),
+        serving={"n1": (B, None)},
     )
     assert dep.desired_models(d, chosen, plan) == {"n1": (B, None), "n2": (A, None)}
     assert not dep.plan_due(d, dep.desired_models(d, chosen, plan), chosen, plan)
@@ -190,6 +190,38 @@ def test_rolled_back_plan_is_not_recreated_and_stalls() -> None:
     verdict = mdstatus.verdict(d, chosen, d.status.placements, {}, plan)
     assert (verdict.ready, verdict.stalled, verdict.reason) == (False, True, "RolledBack")
     assert "boom" in verdict.message
+
+
+def test_plan_rolled_back_everywhere_leaves_every_replica_on_the_old_model() -> None:
+    plan = swp.SwapPlan.model_validate(
+        {
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"deploymentRef": {"name": "chat"}, "target": {"source": B}},
+            "status": {
+                "phase": "RolledBack",
+                "steps": [
+                    {"node": "n1", "phase": "Reverted", "fromSource": A},
+                    {"node": "n2", "phase": "RolledBack", "message": "load failed"},
+                ],
+            },
+        }
+    )
+    info = dep.PlanInfo.from_plan(plan)
+    d = md(
+        B,
+        placements=[
+            {"node": "n1", "phase": "Ready", "ready": True, "source": B},
+            {"node": "n2", "phase": "Ready", "ready": True, "source": A},
+        ],
+    )
+    chosen = decision(("n1", "n2"))
+    desired = dep.desired_models(d, chosen, info)
+    assert desired == {"n1": (A, None), "n2": (A, None)}
+    assert not dep.plan_due(d, desired, chosen, info)  # no retry loop: the spec is the plan's
+    assert dep.nodes_to_put(chosen, info) == ("n1", "n2")
+    verdict = mdstatus.verdict(d, chosen, d.status.placements, {}, info)
+    assert (verdict.stalled, verdict.reason) == (True, "RolledBack")
+    assert verdict.message.startswith("SwapPlan p step on n2: load failed")
 
 
 def test_new_plan_is_deterministic_and_manual_is_paused() -> None:

@@ -160,3 +160,171 @@ def test_plans_of_one_deployment_run_one_after_another() -> None:
     assert sp.waiting_for("old", at(0), others) is None
     assert sp.waiting_for("x", None, [("old", at(0), True)]) == "old"
     assert not sp.started(sp.PlanState(steps=sp.initial_steps(["a"])))
+
+
+# ------------------------------------------------------------------ rollback of the whole plan
+
+NODES3 = ["a", "b", "c"]
+
+
+def back(start: float, outcome: contract.SwapOutcome | None, **kw: object) -> contract.SwapRecord:
+    """The agent's record of a revert: NEW -> OLD."""
+    return record(start, outcome, from_source=NEW, to_source=OLD, **kw)
+
+
+def step3(state: sp.PlanState, slots: dict[str, sp.NodeSlot], now: float) -> sp.Advance:
+    return sp.advance(state, target=TARGET, nodes=NODES3, paused=False, slots=slots, now=at(now))
+
+
+def plan_failing_at_b() -> sp.Advance:
+    """a swapped and completed, then b's swap failed (c never started)."""
+    out = step3(sp.PlanState(), {n: slot() for n in NODES3}, 0)
+    assert out.state.steps[0].from_source == OLD  # what a swapped from, kept in status
+    done_a = step3(
+        out.state,
+        {"a": slot(NEW, record(1, contract.SwapOutcome.COMPLETED)), "b": slot(), "c": slot()},
+        5,
+    )
+    assert done_a.actions == (sp.PutTarget("b"),)
+    failed = record(6, contract.SwapOutcome.ROLLED_BACK, reason="backend exited with code 1")
+    return step3(done_a.state, {"a": slot(NEW), "b": slot(OLD, failed), "c": slot()}, 10)
+
+
+def test_fail_at_step_1_of_1_rolls_back_that_node_only() -> None:
+    state = sp.advance(
+        sp.PlanState(), target=TARGET, nodes=["a"], paused=False, slots={"a": slot()}, now=at(0)
+    ).state
+    failed = record(1, contract.SwapOutcome.ROLLED_BACK, reason="load failed")
+    out = sp.advance(
+        state, target=TARGET, nodes=["a"], paused=False, slots={"a": slot(OLD, failed)}, now=at(5)
+    )
+    assert out.state.phase == sp.PlanPhase.ROLLED_BACK
+    assert out.state.message == "step on a failed and was rolled back: load failed"
+    assert out.actions == (sp.PutPrevious("a", OLD, None),)
+    assert sp.serving(out.state.steps, (NEW, None)) == {}
+
+
+def test_fail_at_step_2_of_3_reverts_step_1_then_ends_rolled_back() -> None:
+    out = plan_failing_at_b()
+    assert out.state.phase == sp.PlanPhase.ROLLING_BACK
+    assert [s.phase for s in out.state.steps] == [
+        sp.StepPhase.REVERTING,
+        sp.StepPhase.ROLLED_BACK,
+        sp.StepPhase.PENDING,
+    ]
+    # b's desired state goes back to what it serves; a swaps back to the model it swapped from
+    assert out.actions == (sp.PutPrevious("b", OLD, None), sp.PutPrevious("a", OLD, None))
+    assert sp.serving(out.state.steps, (NEW, None)) == {"a": (OLD, None)}
+    running = step3(out.state, {"a": slot(NEW, back(11, None)), "b": slot(), "c": slot()}, 12)
+    assert running.actions == ()
+    assert running.state.phase == sp.PlanPhase.ROLLING_BACK
+    assert "reverting a" in (running.state.message or "")
+    done = step3(
+        running.state,
+        {"a": slot(OLD, back(11, contract.SwapOutcome.COMPLETED)), "b": slot(), "c": slot()},
+        15,
+    )
+    assert done.actions == ()
+    assert done.state.phase == sp.PlanPhase.ROLLED_BACK
+    assert [s.phase for s in done.state.steps] == [
+        sp.StepPhase.REVERTED,
+        sp.StepPhase.ROLLED_BACK,
+        sp.StepPhase.PENDING,
+    ]
+    assert done.state.message == (
+        "step on b failed and was rolled back: backend exited with code 1; reverted a"
+    )
+    revert = done.state.steps[0].revert
+    assert revert is not None
+    assert (revert.started_at, revert.requests_failed) == (at(10), 0)
+    assert sp.serving(done.state.steps, (NEW, None)) == {"a": (OLD, None)}
+    assert step3(done.state, {n: slot() for n in NODES3}, 20).state == done.state
+
+
+def test_completed_steps_revert_one_at_a_time_last_first() -> None:
+    state = sp.PlanState(
+        phase=sp.PlanPhase.PROGRESSING,
+        steps=(
+            sp.Step(node="a", phase=sp.StepPhase.COMPLETED, from_source=OLD, started_at=at(0)),
+            sp.Step(node="b", phase=sp.StepPhase.COMPLETED, from_source=OLD, started_at=at(5)),
+            sp.Step(node="c", phase=sp.StepPhase.LOADING, from_source=OLD, started_at=at(10)),
+        ),
+    )
+    failed = record(11, contract.SwapOutcome.ROLLED_BACK, reason="oom")
+    out = step3(state, {"a": slot(NEW), "b": slot(NEW), "c": slot(OLD, failed)}, 15)
+    assert out.actions == (sp.PutPrevious("c", OLD, None), sp.PutPrevious("b", OLD, None))
+    assert out.state.steps[0].phase == sp.StepPhase.COMPLETED  # a waits for b's revert
+    b_done = step3(
+        out.state,
+        {"a": slot(NEW), "b": slot(OLD, back(16, contract.SwapOutcome.COMPLETED)), "c": slot()},
+        20,
+    )
+    assert b_done.actions == (sp.PutPrevious("a", OLD, None),)
+    assert b_done.state.phase == sp.PlanPhase.ROLLING_BACK
+
+
+def test_operator_restart_mid_revert_resumes_without_repeating() -> None:
+    reverting = plan_failing_at_b().state
+    # the status as a restarted operator reads it back (message comes from conditions only
+    # once terminal); the revert's PUT may or may not have reached the agent
+    restored = sp.PlanState(
+        phase=reverting.phase,
+        steps=reverting.steps,
+        started_at=reverting.started_at,
+    )
+    lost = step3(restored, {"a": slot(NEW), "b": slot(), "c": slot()}, 30)
+    assert lost.actions == (sp.PutPrevious("a", OLD, None),)  # re-sent: declarative, harmless
+    assert lost.state.steps[0].phase == sp.StepPhase.REVERTING
+    assert "backend exited" in (lost.state.message or "")
+    # the revert that started before the restart is followed, not started again
+    seen = step3(
+        restored,
+        {"a": slot(OLD, back(11, contract.SwapOutcome.COMPLETED)), "b": slot(), "c": slot()},
+        30,
+    )
+    assert seen.actions == ()
+    assert seen.state.phase == sp.PlanPhase.ROLLED_BACK
+    # a node already back on the previous model (and idle) is not swapped again
+    idle = step3(
+        sp.PlanState(
+            phase=sp.PlanPhase.ROLLING_BACK,
+            steps=(
+                sp.Step(node="a", phase=sp.StepPhase.COMPLETED, from_source=OLD),
+                sp.Step(node="b", phase=sp.StepPhase.ROLLED_BACK, message="x"),
+            ),
+        ),
+        {"a": slot(OLD), "b": slot()},
+        31,
+    )
+    assert idle.actions == ()
+    assert idle.state.phase == sp.PlanPhase.ROLLED_BACK
+    assert idle.state.steps[0].phase == sp.StepPhase.REVERTED
+
+
+def test_a_revert_that_fails_ends_the_plan_failed_with_both_reasons() -> None:
+    reverting = plan_failing_at_b().state
+    bad = back(11, contract.SwapOutcome.ROLLED_BACK, reason="disk full")
+    out = step3(reverting, {"a": slot(NEW, bad), "b": slot(), "c": slot()}, 15)
+    assert out.state.phase == sp.PlanPhase.FAILED
+    assert out.state.message == (
+        "step on b failed and was rolled back: backend exited with code 1; "
+        "reverting a failed: disk full"
+    )
+    assert out.state.steps[0].phase == sp.StepPhase.FAILED
+    # a keeps serving (and is told to keep) what the agent rolled back to: the plan's target
+    assert out.actions == (sp.PutPrevious("a", NEW, None),)
+    assert sp.serving(out.state.steps, (NEW, None)) == {"a": (NEW, None)}
+
+
+def test_rollback_runs_even_when_the_plan_is_paused() -> None:
+    reverting = plan_failing_at_b().state
+    out = sp.advance(
+        reverting,
+        target=TARGET,
+        nodes=NODES3,
+        paused=True,
+        slots={"a": slot(NEW), "b": slot(), "c": slot()},
+        now=at(12),
+    )
+    assert out.state.phase == sp.PlanPhase.ROLLING_BACK
+    assert out.actions == (sp.PutPrevious("a", OLD, None),)

@@ -70,6 +70,7 @@ class Reason(StrEnum):
     # SwapPlan
     PAUSED = "Paused"
     STEP_RUNNING = "StepRunning"
+    ROLLING_BACK = "RollingBack"
     COMPLETED = "Completed"
     ROLLED_BACK = "RolledBack"
     FAILED = "Failed"

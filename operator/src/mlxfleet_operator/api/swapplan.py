@@ -89,6 +89,7 @@ class SwapPhase(StrEnum):
     PENDING = "Pending"
     PAUSED = "Paused"
     PROGRESSING = "Progressing"
+    ROLLING_BACK = "RollingBack"  # a step failed: completed steps are being reverted
     COMPLETED = "Completed"
     FAILED = "Failed"
     ROLLED_BACK = "RolledBack"
@@ -107,6 +108,21 @@ class StepPhase(StrEnum):
     COMPLETED = "Completed"
     FAILED = "Failed"
     ROLLED_BACK = "RolledBack"
+    REVERTING = "Reverting"  # a completed step going back to its previous model
+    REVERTED = "Reverted"
+
+
+class StepRevert(base.ApiModel):
+    """The swap that took a completed step's node back to its previous model."""
+
+    started_at: datetime | None = Field(default=None, description="When the revert started.")
+    finished_at: datetime | None = Field(default=None, description="When the revert ended.")
+    requests_served: int | None = Field(
+        default=None, ge=0, description="Requests served on the node during the revert."
+    )
+    requests_failed: int | None = Field(
+        default=None, ge=0, description="Requests that failed on the node during the revert."
+    )
 
 
 class SwapStep(base.ApiModel):
@@ -136,6 +152,18 @@ class SwapStep(base.ApiModel):
         default=None, ge=0, description="Longest time a request waited in the Hold queue (ms)."
     )
     message: str | None = Field(default=None, description="Details, such as why it failed.")
+    from_source: str | None = Field(
+        default=None,
+        description="Model source the node served before this step: what a rollback of the "
+        "plan swaps it back to.",
+    )
+    from_revision: str | None = Field(
+        default=None, description="Revision the node served before this step."
+    )
+    revert: StepRevert | None = Field(
+        default=None,
+        description="Set when a later step failed and this completed step was swapped back.",
+    )
 
 
 class SwapPlanStatus(base.ApiModel):
@@ -151,7 +179,8 @@ class SwapPlanStatus(base.ApiModel):
     )
     phase: SwapPhase | None = Field(
         default=None,
-        description="Pending, Paused, Progressing, Completed, Failed or RolledBack.",
+        description="Pending, Paused, Progressing, RollingBack (a step failed; completed steps "
+        "are being swapped back), Completed, Failed or RolledBack.",
     )
     progress: str | None = Field(
         default=None, description="Steps finished out of all steps, such as 1/2."

@@ -9,7 +9,7 @@ the latest agent answers, and `Outcome`s of the slot requests it just made.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from mlxfleet_agent import contract, memory
@@ -61,7 +61,8 @@ class PlanInfo:
     target: Model
     phase: swp.SwapPhase | None
     paused: bool
-    done_nodes: frozenset[str] = frozenset()  # steps Completed with the target loaded
+    # nodes whose model the plan's steps changed (or reverted), and what each now serves
+    serving: Mapping[str, Model] = field(default_factory=dict)
     message: str | None = None
     created: str | None = None  # creationTimestamp (ISO), to order plans
 
@@ -71,30 +72,26 @@ class PlanInfo:
 
     @classmethod
     def from_plan(cls, plan: swp.SwapPlan) -> PlanInfo:
-        done = frozenset(
-            s.node
-            for s in plan.status.steps
-            if s.phase == swp.StepPhase.COMPLETED
-            and not (s.message or "").startswith(plans.SKIPPED + "no replica")
-        )
-        failed = next(
+        target = (plan.spec.target.source, plan.spec.target.revision)
+        # the failed step first (the cause), then a revert that failed too
+        failed = sorted(
             (
                 s
                 for s in plan.status.steps
                 if s.phase in (swp.StepPhase.ROLLED_BACK, swp.StepPhase.FAILED)
             ),
-            None,
+            key=lambda s: s.phase != swp.StepPhase.ROLLED_BACK,
         )
         message = None
-        if failed is not None:
-            why = failed.message or failed.phase
-            message = f"SwapPlan {plan.metadata.name} step on {failed.node}: {why}"
+        if failed:
+            whys = "; ".join(f"step on {s.node}: {s.message or s.phase}" for s in failed)
+            message = f"SwapPlan {plan.metadata.name} {whys}"
         return cls(
             name=plan.metadata.name or "",
-            target=(plan.spec.target.source, plan.spec.target.revision),
+            target=target,
             phase=plan.status.phase,
             paused=plan.spec.paused,
-            done_nodes=done,
+            serving=plans.serving(plan.status.steps, target),
             message=message,
             created=ts.isoformat() if (ts := plan.metadata.creation_timestamp) else None,
         )
@@ -273,13 +270,13 @@ def desired_models(
     md: mdep.ModelDeployment, decision: placement.Decision, plan: PlanInfo | None
 ) -> dict[str, Model]:
     """What each chosen node should serve: a kept replica keeps its model until a SwapPlan step
-    moved it; a new replica starts on the spec's model."""
+    moved it (or a rollback moved it back); a new replica starts on the spec's model."""
     previous = {p.node: (p.source, p.revision) for p in md.status.placements if p.source}
     out: dict[str, Model] = {}
     for node in decision.nodes:
         model = previous.get(node, spec_model(md)) if node in decision.kept else spec_model(md)
-        if plan is not None and node in plan.done_nodes:
-            model = plan.target
+        if plan is not None and node in plan.serving:
+            model = plan.serving[node]
         out[node] = (model[0] or md.spec.model.source, model[1])
     return out
 

@@ -1,5 +1,11 @@
 """SwapPlan progress as a pure state machine, fed by what the agents report.
 
+A plan runs its steps one node at a time. When a step fails (the agent rolled that node back),
+the plan goes `RollingBack`: its completed steps are swapped back to the model each of them
+swapped from (recorded in the step, so this survives a restart), one node at a time, last
+completed first, with the same agent swap; then the plan ends `RolledBack` with the failed step's
+reason. A revert that itself fails ends the plan `Failed` with both reasons.
+
 May import: the standard library and the agent `contract` (swap records). Called by: the SwapPlan
 handler, which stores the returned `PlanState` in the plan's status and performs the returned
 actions (an idempotent `PUT /v1/slots/{name}`). Because every decision is recomputed from the
@@ -28,6 +34,7 @@ Step = api.SwapStep
 TERMINAL = frozenset({PlanPhase.COMPLETED, PlanPhase.FAILED, PlanPhase.ROLLED_BACK})
 RUNNING = frozenset({StepPhase.LOADING, StepPhase.WARMING, StepPhase.SWITCHING, StepPhase.DRAINING})
 SKIPPED = "skipped: "  # message prefix of a step that had nothing to do (Completed)
+Model = tuple[str, str | None]  # (source, revision)
 
 
 @dataclass(frozen=True)
@@ -121,8 +128,12 @@ def _step_phase(record: contract.SwapRecord) -> StepPhase:
 
 
 def _with_record(step: Step, record: contract.SwapRecord) -> Step:
+    before: dict[str, object] = {}
+    if step.from_source is None and record.from_source is not None:  # started by an older operator
+        before = {"from_source": record.from_source, "from_revision": record.from_revision}
     return step.model_copy(
         update={
+            **before,
             "phase": _step_phase(record),
             "strategy": fields.from_agent_strategy(record.strategy),
             "warm_at": record.new_ready_at,
@@ -147,7 +158,8 @@ def initial_steps(nodes: Sequence[str]) -> tuple[Step, ...]:
 def _running(
     state: PlanState, step: Step, slot: NodeSlot | None, target: Target, now: datetime
 ) -> tuple[Step, PlanState | None, tuple[Action, ...]]:
-    """Follow the running step. Returns the new step, a terminal plan state if any, actions."""
+    """Follow the running step. Returns the new step, the plan state once the step failed (to be
+    rolled back), and the actions."""
     if slot is None or not slot.reachable:
         return _update(step, message=f"waiting for node {step.node} to answer"), None, ()
     record = _record_for(step, slot, target)
@@ -172,16 +184,11 @@ def _running(
                 finished_at=record.finished_at or now,
                 message=why,
             )
-            rolled = replace(
-                state,
-                phase=PlanPhase.ROLLED_BACK,
-                completed_at=now,
-                message=f"step on {step.node} failed and was rolled back: {why}",
-            )
+            failing = replace(state, phase=PlanPhase.ROLLING_BACK, message=_cause(step))
             back: tuple[Action, ...] = ()
             if record.from_source is not None:
                 back = (PutPrevious(step.node, record.from_source, record.from_revision),)
-            return step, rolled, back
+            return step, failing, back
         return _update(step, message="swapping"), None, ()
     # No record yet: (re)send the desired slot; the agent's API is declarative, so this is harmless.
     return _update(step, message="swap requested"), None, (PutTarget(step.node),)
@@ -217,6 +224,8 @@ def advance(
     """One step of the plan: fold observations into the state and say what to send to agents."""
     if state.phase in TERMINAL:
         return Advance(state, ())
+    if state.phase == PlanPhase.ROLLING_BACK:
+        return _roll_back(state, slots=slots, now=now)  # a rollback runs even when paused
     if not state.steps:
         if not nodes:
             return Advance(
@@ -231,10 +240,11 @@ def advance(
     for i, step in enumerate(steps):
         if step.phase not in RUNNING:
             continue
-        new_step, terminal, actions = _running(state, step, slots.get(step.node), target, now)
+        new_step, failing, actions = _running(state, step, slots.get(step.node), target, now)
         steps[i] = new_step
-        if terminal is not None:
-            return Advance(replace(terminal, steps=tuple(steps)), actions)
+        if failing is not None:
+            rolled = _roll_back(replace(failing, steps=tuple(steps)), slots=slots, now=now)
+            return Advance(rolled.state, actions + rolled.actions)
         if new_step.phase in RUNNING:
             phase = PlanPhase.PAUSED if paused else PlanPhase.PROGRESSING
             return Advance(replace(state, phase=phase, steps=tuple(steps)), actions)
@@ -291,7 +301,14 @@ def advance(
             slots=slots,
             now=now,
         )
-    steps[i] = _update(step, phase=StepPhase.LOADING, started_at=now, message="swap requested")
+    steps[i] = _update(
+        step,
+        phase=StepPhase.LOADING,
+        started_at=now,
+        message="swap requested",
+        from_source=slot.source,
+        from_revision=slot.revision,
+    )
     return Advance(
         replace(
             state,
@@ -302,3 +319,141 @@ def advance(
         ),
         (PutTarget(step.node),),
     )
+
+
+# ------------------------------------------------------------------------------- rollback
+
+
+def _cause(failed: Step) -> str:
+    return f"step on {failed.node} failed and was rolled back: {failed.message or failed.phase}"
+
+
+def revertible(step: Step) -> bool:
+    """A completed step that changed its node's model, and knows what the node served before."""
+    return (
+        step.phase == StepPhase.COMPLETED
+        and not (step.message or "").startswith(SKIPPED)
+        and step.from_source is not None
+    )
+
+
+def _previous(step: Step) -> Model:
+    return (step.from_source or "", step.from_revision)
+
+
+def _put_previous(step: Step) -> PutPrevious:
+    return PutPrevious(step.node, step.from_source or "", step.from_revision)
+
+
+def _revert_record(step: Step, slot: NodeSlot) -> contract.SwapRecord | None:
+    begun = step.revert.started_at if step.revert is not None else None
+    if begun is None:
+        return None
+    for record in slot.swaps:
+        if (record.to_source, record.to_revision) != _previous(step):
+            continue
+        if record.started_at >= begun - CLOCK_SKEW:
+            return record
+    return None
+
+
+def _with_revert(step: Step, record: contract.SwapRecord) -> Step:
+    revert = api.StepRevert(
+        started_at=step.revert.started_at if step.revert is not None else record.started_at,
+        finished_at=record.finished_at,
+        requests_served=record.requests_served,
+        requests_failed=record.requests_failed,
+    )
+    return _update(step, revert=revert)
+
+
+def _roll_back(state: PlanState, *, slots: Mapping[str, NodeSlot], now: datetime) -> Advance:
+    """Revert the completed steps one node at a time (last completed first), then end the plan
+    `RolledBack` with the failed step's reason; a failed revert ends it `Failed`."""
+    steps = list(state.steps)
+    failed = next((s for s in steps if s.phase == StepPhase.ROLLED_BACK), None)
+    cause = _cause(failed) if failed is not None else (state.message or "a step failed")
+    rolling = replace(state, phase=PlanPhase.ROLLING_BACK)
+    for i, step in enumerate(steps):
+        if step.phase != StepPhase.REVERTING:
+            continue
+        slot = slots.get(step.node)
+        doing = f"{cause}; reverting {step.node}"
+        if slot is None or not slot.reachable:
+            return Advance(replace(rolling, message=f"{doing}: waiting for the node to answer"), ())
+        record = _revert_record(step, slot)
+        if record is None:  # not started on the agent yet (or lost in a restart): (re)send it
+            return Advance(replace(rolling, message=doing), (_put_previous(step),))
+        step = _with_revert(step, record)
+        if record.outcome is None:
+            steps[i] = step
+            return Advance(replace(rolling, steps=tuple(steps), message=doing), ())
+        if record.outcome != contract.SwapOutcome.COMPLETED:
+            why = record.reason or record.outcome.value
+            steps[i] = _update(step, phase=StepPhase.FAILED, message=f"revert failed: {why}")
+            back: tuple[Action, ...] = ()
+            if record.from_source is not None:  # keep the agent on what it still serves
+                back = (PutPrevious(step.node, record.from_source, record.from_revision),)
+            return Advance(
+                replace(
+                    state,
+                    phase=PlanPhase.FAILED,
+                    steps=tuple(steps),
+                    completed_at=now,
+                    message=f"{cause}; reverting {step.node} failed: {why}",
+                ),
+                back,
+            )
+        steps[i] = _update(
+            step, phase=StepPhase.REVERTED, message=f"reverted to {step.from_source}"
+        )
+    todo = [i for i in reversed(range(len(steps))) if revertible(steps[i])]
+    if not todo:
+        reverted = [s.node for s in steps if s.phase == StepPhase.REVERTED]
+        message = cause + (f"; reverted {', '.join(reverted)}" if reverted else "")
+        return Advance(
+            replace(
+                state,
+                phase=PlanPhase.ROLLED_BACK,
+                steps=tuple(steps),
+                completed_at=now,
+                message=message,
+            ),
+            (),
+        )
+    i = todo[0]
+    step = steps[i]
+    slot = slots.get(step.node)
+    if slot is None or not slot.reachable:
+        message = f"{cause}; reverting {step.node}: waiting for the node to answer"
+        return Advance(replace(rolling, steps=tuple(steps), message=message), ())
+    if slot.source is None or (
+        (slot.source, slot.revision) == _previous(step) and slot.ready and slot.active_swap is None
+    ):
+        why = "no replica on this node" if slot.source is None else "already on the previous model"
+        steps[i] = _update(step, phase=StepPhase.REVERTED, message=SKIPPED + why)
+        return _roll_back(replace(rolling, steps=tuple(steps)), slots=slots, now=now)
+    steps[i] = _update(
+        step,
+        phase=StepPhase.REVERTING,
+        revert=api.StepRevert(started_at=now),
+        message=f"reverting to {step.from_source}",
+    )
+    return Advance(
+        replace(rolling, steps=tuple(steps), message=f"{cause}; reverting {step.node}"),
+        (_put_previous(step),),
+    )
+
+
+def serving(steps: Sequence[Step], target: Model) -> dict[str, Model]:
+    """What each node that a plan's step changed (or tried to change) is left serving: the
+    target after a completed step (or a revert that failed), the previous model once reverted."""
+    out: dict[str, Model] = {}
+    for step in steps:
+        changed = step.phase == StepPhase.COMPLETED and not (step.message or "").startswith(SKIPPED)
+        revert_failed = step.phase == StepPhase.FAILED and step.revert is not None
+        if changed or revert_failed:
+            out[step.node] = target
+        elif step.phase in (StepPhase.REVERTING, StepPhase.REVERTED) and step.from_source:
+            out[step.node] = _previous(step)
+    return out

@@ -63,6 +63,8 @@ def _verdict(state: core.PlanState) -> conditions.Verdict:
         return conditions.Verdict(False, str(phase), text, stalled=True)
     if phase == core.PlanPhase.PAUSED:
         return conditions.Verdict(False, R.PAUSED, text)
+    if phase == core.PlanPhase.ROLLING_BACK:
+        return conditions.Verdict(False, R.ROLLING_BACK, text, reconciling=True)
     return conditions.Verdict(False, R.STEP_RUNNING, text, reconciling=True)
 
 
@@ -164,7 +166,8 @@ async def advance(
     md = mdep.ModelDeployment.model_validate(raw)
     nodes = list(plan.spec.nodes or sorted(p.node for p in md.status.placements))
     slot = naming.slot_name(namespace, md.metadata.name or "")
-    observed = await _observe(rt, nodes, slot) if previous.phase not in core.TERMINAL else {}
+    watched = list(dict.fromkeys([*nodes, *(s.node for s in previous.steps)]))
+    observed = await _observe(rt, watched, slot) if previous.phase not in core.TERMINAL else {}
     target = core.Target(plan.spec.target.source, plan.spec.target.revision)
     step = core.advance(
         previous,
@@ -179,7 +182,8 @@ async def advance(
         kopf.event(
             body,
             type="Warning"
-            if step.state.phase in (core.PlanPhase.ROLLED_BACK, core.PlanPhase.FAILED)
+            if step.state.phase
+            in (core.PlanPhase.ROLLING_BACK, core.PlanPhase.ROLLED_BACK, core.PlanPhase.FAILED)
             else "Normal",
             reason=f"SwapPlan{step.state.phase}",
             message=step.state.message or f"{step.state.phase} {step.state.progress}",
