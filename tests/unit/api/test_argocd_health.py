@@ -137,6 +137,18 @@ def _plan(phase: str | None, *conditions: dict[str, Any], paused: bool = False) 
             "RolledBack (1/2): RolledBack: mac-1: warm-up failed",
             id="rolled-back",
         ),
+        pytest.param(
+            _plan("RollingBack", cond("Ready", "False", "RollingBack", "step on mac-2 failed")),
+            "Progressing",
+            "RollingBack (1/2): RollingBack: step on mac-2 failed",
+            id="rolling-back",
+        ),
+        pytest.param(
+            _plan("RollingBack", paused=True),
+            "Progressing",
+            "RollingBack",
+            id="rolling-back-paused",
+        ),
         pytest.param(_plan("Progressing", STALLED), "Degraded", "SourceInvalid", id="stalled"),
         pytest.param(_plan(None, READY), "Healthy", "Ready", id="no-phase-ready"),
         pytest.param(_plan(None, RECONCILING), "Progressing", "loading", id="no-phase-reconciling"),

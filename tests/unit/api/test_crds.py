@@ -177,6 +177,7 @@ def test_bounds_and_enums_from_the_issue() -> None:
         "Pending",
         "Paused",
         "Progressing",
+        "RollingBack",
         "Completed",
         "Failed",
         "RolledBack",
