@@ -352,3 +352,100 @@ def test_agent_memory_refusal_is_waiting_for_capacity() -> None:
         False,
         True,
     )
+
+
+# ------------------------------------------------------------------ make-before-break moves
+
+SLOT = naming.slot_name("ns", "chat")
+
+
+def serving_fact(name: str, *, ready: bool = True, node_ready: bool = True) -> dep.NodeFacts:
+    slot = contract.SlotStatus(
+        name=SLOT, served_name="chat", source=A, phase="Ready" if ready else "Loading", ready=ready
+    )
+    return fact(name, state(slots=[slot]), ready=node_ready)
+
+
+def moved(placements: list[dict[str, Any]]) -> tuple[mdep.ModelDeployment, placement.Decision]:
+    """spec.placement.nodes changed from [n1, n2] to [n1, n3]."""
+    d = md(A, placements=placements, placement={"nodes": ["n1", "n3"]})
+    chosen = placement.Decision(
+        nodes=("n1", "n3"),
+        kept=("n1",),
+        added=("n3",),
+        dropped=tuple(p["node"] for p in placements if p["node"] not in ("n1", "n3")),
+        rejections=(),
+        missing=0,
+        fits_nowhere=False,
+    )
+    return d, chosen
+
+
+def status_of(
+    d: mdep.ModelDeployment, chosen: placement.Decision, facts: dict[str, dep.NodeFacts]
+) -> mdstatus.Result:
+    return mdstatus.status(
+        d,
+        decision=chosen,
+        facts=facts,
+        desired=dep.desired_models(d, chosen, None),
+        outcomes={},
+        plan=None,
+        footprint_bytes=GIB,
+        endpoint="http://chat.ns.svc:80",
+        now=NOW,
+        handover=dep.handover(d, chosen, facts, slot=SLOT),
+    )
+
+
+def test_dropped_replica_keeps_serving_until_its_replacement_serves_and_is_published() -> None:
+    ready = {"phase": "Ready", "ready": True, "source": A}
+    # 1. n3 is loading: n2 keeps its slot and stays a ready endpoint
+    d, chosen = moved([{"node": "n1", **ready}, {"node": "n2", **ready}])
+    facts = {
+        "n1": serving_fact("n1"),
+        "n2": serving_fact("n2"),
+        "n3": serving_fact("n3", ready=False),
+    }
+    assert dep.handover(d, chosen, facts, slot=SLOT) == dep.Handover(leaving=("n2",))
+    held = dep.handover(d, chosen, facts, slot=SLOT).held
+    assert dep.slots_to_delete(list(facts.values()), chosen, slot=SLOT, held=held) == ()
+    result = status_of(d, chosen, facts)
+    assert [(p.node, p.phase, p.ready) for p in result.status.placements] == [
+        ("n1", "Ready", True),
+        ("n3", "Loading", False),
+        ("n2", "Removing", True),
+    ]
+    assert (result.status.replicas, result.status.ready_replicas) == (2, 1)
+    assert ("n2", "http://n2:9000", True) in result.endpoints
+    # 2. n3 serves now, but no endpoint said so yet: n2 still stays
+    facts["n3"] = serving_fact("n3")
+    d, chosen = moved([p.model_dump(by_alias=True) for p in result.status.placements])
+    assert dep.handover(d, chosen, facts, slot=SLOT).leaving == ("n2",)
+    result = status_of(d, chosen, facts)
+    # 3. n3 was published ready: n2 leaves the endpoints, its slot stays one more round
+    d, chosen = moved([p.model_dump(by_alias=True) for p in result.status.placements])
+    assert dep.handover(d, chosen, facts, slot=SLOT) == dep.Handover(retiring=("n2",))
+    result = status_of(d, chosen, facts)
+    assert ("n2", "http://n2:9000", False) in result.endpoints
+    assert result.status.ready_replicas == 2
+    held = dep.handover(d, chosen, facts, slot=SLOT).held
+    assert dep.slots_to_delete(list(facts.values()), chosen, slot=SLOT, held=held) == ()
+    # 4. then the slot goes, and n2 leaves the status
+    d, chosen = moved([p.model_dump(by_alias=True) for p in result.status.placements])
+    gone = dep.handover(d, chosen, facts, slot=SLOT)
+    assert gone == dep.Handover()
+    assert dep.slots_to_delete(list(facts.values()), chosen, slot=SLOT, held=gone.held) == ("n2",)
+    result = status_of(d, chosen, facts)
+    assert [p.node for p in result.status.placements] == ["n1", "n3"]
+
+
+def test_replica_on_a_lost_node_is_not_held() -> None:
+    ready = {"phase": "Ready", "ready": True, "source": A}
+    d, chosen = moved([{"node": "n1", **ready}, {"node": "n2", **ready}])
+    facts = {
+        "n1": serving_fact("n1"),
+        "n2": serving_fact("n2", node_ready=False),
+        "n3": serving_fact("n3", ready=False),
+    }
+    assert dep.handover(d, chosen, facts, slot=SLOT) == dep.Handover()

@@ -288,14 +288,74 @@ def nodes_to_put(decision: placement.Decision, plan: PlanInfo | None) -> tuple[s
     return decision.nodes
 
 
+@dataclass(frozen=True)
+class Handover:
+    """Make-before-break for replicas that placement no longer wants but that still serve.
+
+    `leaving`: kept serving (and in the endpoints) until every chosen replica serves and was
+    published ready by an earlier reconcile; `retiring`: out of the endpoints now, the slot is
+    deleted on the next reconcile (so clients that read the EndpointSlice have moved on)."""
+
+    leaving: tuple[str, ...] = ()
+    retiring: tuple[str, ...] = ()
+
+    @property
+    def held(self) -> tuple[str, ...]:
+        return (*self.leaving, *self.retiring)
+
+
+def _serving(fact: NodeFacts | None, slot: str) -> bool:
+    observed = fact.slot(slot) if fact is not None else None
+    return bool(fact is not None and fact.ready and observed is not None and observed.ready)
+
+
+def handover(
+    md: mdep.ModelDeployment,
+    decision: placement.Decision,
+    facts: Mapping[str, NodeFacts],
+    *,
+    slot: str,
+) -> Handover:
+    """Which dropped replicas stay for now. A dropped replica on a node that is gone or not
+    serving goes at once (failover); one that serves stays until its replacements serve."""
+    before = {p.node: p for p in md.status.placements}
+    published = all(
+        _serving(facts.get(n), slot) and n in before and before[n].ready for n in decision.nodes
+    )
+    leaving: list[str] = []
+    retiring: list[str] = []
+    for node in decision.dropped:
+        if not _serving(facts.get(node), slot):
+            continue
+        prev = before.get(node)
+        was_retiring = (
+            prev is not None and prev.phase == mdep.PlacementPhase.REMOVING and not prev.ready
+        )
+        if was_retiring:
+            continue  # unpublished by the previous reconcile: delete the slot now
+        if published:
+            retiring.append(node)
+        else:
+            leaving.append(node)
+    return Handover(leaving=tuple(leaving), retiring=tuple(retiring))
+
+
 def slots_to_delete(
-    facts: Sequence[NodeFacts], decision: placement.Decision, *, slot: str
+    facts: Sequence[NodeFacts],
+    decision: placement.Decision,
+    *,
+    slot: str,
+    held: Sequence[str] = (),
 ) -> tuple[str, ...]:
-    """Nodes (answering now) that still run this deployment's slot but carry no replica."""
+    """Nodes (answering now) that still run this deployment's slot but carry no replica (and
+    are not held for a make-before-break handover)."""
     return tuple(
         f.name
         for f in facts
-        if f.name not in decision.nodes and f.ready and f.slot(slot) is not None
+        if f.name not in decision.nodes
+        and f.name not in held
+        and f.ready
+        and f.slot(slot) is not None
     )
 
 

@@ -68,6 +68,36 @@ def placements(
     return out
 
 
+def removing(
+    md: mdep.ModelDeployment,
+    handover: dep.Handover,
+    decision: placement.Decision,
+    facts: Mapping[str, dep.NodeFacts],
+) -> list[mdep.PlacementStatus]:
+    """Replicas on their way out (after the kept and new ones, so placement keeps those first)."""
+    before = {p.node: p for p in md.status.placements}
+    replacing = ", ".join(decision.added) or "the remaining replicas"
+    out = []
+    for node in handover.held:
+        prev = before.get(node)
+        fact = facts.get(node)
+        leaving = node in handover.leaving
+        out.append(
+            mdep.PlacementStatus(
+                node=node,
+                phase=mdep.PlacementPhase.REMOVING,
+                ready=leaving,
+                source=prev.source if prev is not None else None,
+                revision=prev.revision if prev is not None else None,
+                endpoint=fact.endpoint if fact is not None else None,
+                message=f"serving until {replacing} serve"
+                if leaving
+                else "out of the endpoints; its slot is removed next",
+            )
+        )
+    return out
+
+
 def verdict(
     md: mdep.ModelDeployment,
     decision: placement.Decision,
@@ -133,10 +163,12 @@ def status(
     footprint_bytes: int | None,
     endpoint: str,
     now: datetime,
+    handover: dep.Handover | None = None,
 ) -> Result:
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     placed = placements(facts, desired, outcomes, slot=slot)
     judged = verdict(md, decision, placed, outcomes, plan)
+    going = removing(md, handover, decision, facts) if handover is not None else []
     new = mdep.ModelDeploymentStatus(
         observed_generation=md.metadata.generation,
         conditions=conditions.apply_verdict(
@@ -145,12 +177,12 @@ def status(
         served_name=md.served_name(),
         replicas=len(placed),
         ready_replicas=sum(1 for p in placed if p.ready),
-        placements=placed,
+        placements=[*placed, *going],
         swap_plan=plan.name if plan is not None else md.status.swap_plan,
         estimated_memory_bytes=footprint_bytes,
         endpoint=endpoint,
     )
-    eps = tuple((p.node, p.endpoint, p.ready) for p in placed if p.endpoint)
+    eps = tuple((p.node, p.endpoint, p.ready) for p in [*placed, *going] if p.endpoint)
     return Result(status=new, verdict=judged, endpoints=eps)
 
 

@@ -123,8 +123,10 @@ async def _apply(
     decision: placement.Decision,
     desired: dict[str, dep.Model],
     plan: dep.PlanInfo | None,
+    handover: dep.Handover,
 ) -> dict[str, dep.Outcome]:
-    """PUT the desired slot where it differs; DELETE it where no replica is wanted."""
+    """PUT the desired slot where it differs; DELETE it where no replica is wanted (once a
+    dropped replica's replacements serve: make-before-break)."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     outcomes: dict[str, dep.Outcome] = {}
     for node in dep.nodes_to_put(decision, plan):
@@ -136,7 +138,7 @@ async def _apply(
         if observed is not None and observed.spec == spec:
             continue
         outcomes[node] = await _put(entry.client, slot, spec, node)
-    for node in dep.slots_to_delete(list(facts.values()), decision, slot=slot):
+    for node in dep.slots_to_delete(list(facts.values()), decision, slot=slot, held=handover.held):
         entry = rt.fleet.get(node)
         if entry is not None:
             try:
@@ -218,7 +220,9 @@ async def reconcile(
     if dep.plan_due(md, desired, decision, plan):
         plan = await _create_plan(rt, body, md, decision)
     by_name = {f.name: f for f in facts}
-    outcomes = await _apply(rt, md, by_name, decision, desired, plan)
+    slot = naming.slot_name(namespace, name)
+    handover = dep.handover(md, decision, by_name, slot=slot)
+    outcomes = await _apply(rt, md, by_name, decision, desired, plan, handover)
     result = mdstatus.status(
         md,
         decision=decision,
@@ -229,17 +233,19 @@ async def reconcile(
         footprint_bytes=size,
         endpoint=endpoint,
         now=now,
+        handover=handover,
     )
     await rt.kube.publish(
         body, [kube.Endpoint.from_url(n, url, ready=ok) for n, url, ok in result.endpoints]
     )
-    if decision.dropped and decision.added:
+    removing = {p.node for p in md.status.placements if p.phase == mdep.PlacementPhase.REMOVING}
+    moved = [n for n in decision.dropped if n not in removing]  # once, when a move starts
+    if moved and decision.added:
         kopf.event(
             body,
             type="Normal",
             reason="Rescheduled",
-            message=f"replicas moved from {', '.join(decision.dropped)} "
-            f"to {', '.join(decision.added)}",
+            message=f"replicas moved from {', '.join(moved)} to {', '.join(decision.added)}",
         )
     kube.write_status(patch, result.status, body)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)

@@ -164,7 +164,8 @@ async def advance(
         _write(body, plan, state, patch, reason=reason)
         return
     md = mdep.ModelDeployment.model_validate(raw)
-    nodes = list(plan.spec.nodes or sorted(p.node for p in md.status.placements))
+    carrying = [p.node for p in md.status.placements if p.phase != mdep.PlacementPhase.REMOVING]
+    nodes = list(plan.spec.nodes or sorted(carrying))
     slot = naming.slot_name(namespace, md.metadata.name or "")
     watched = list(dict.fromkeys([*nodes, *(s.node for s in previous.steps)]))
     observed = await _observe(rt, watched, slot) if previous.phase not in core.TERMINAL else {}
