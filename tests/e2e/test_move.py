@@ -1,6 +1,7 @@
-"""Moving replicas between nodes without dropping a request: a person changes a deployment's
-`spec.placement.nodes`; the new node's replica serves (and is in the EndpointSlice) before the
-old node's slot is deleted, while openai-client workers stream through the EndpointSlices."""
+"""Moving replicas between nodes without dropping a request, while openai-client workers stream
+through the EndpointSlices: a person changes a deployment's `spec.placement.nodes` (the new
+node's replica serves and is in the EndpointSlice before the old node's slot is deleted), or
+writes a SwapPlan whose `spec.nodes` names a node without a replica."""
 
 from __future__ import annotations
 
@@ -97,4 +98,51 @@ def test_changing_placement_nodes_moves_a_replica_make_before_break(
         "--field-selector", "involvedObject.name=chat,reason=Rescheduled", "-o", "json",
     )  # fmt: skip
     assert len(json.loads(events)["items"]) == 1
+    operator.assert_alive()
+
+
+def test_person_written_swapplan_moves_a_replica_to_a_node_without_one(
+    e2e: E2E, agents: Agents, operator: Operator, model_a: Path
+) -> None:
+    pool = {e2e.register(x): x for x in (agents.start("a"), agents.start("b"), agents.start("c"))}
+    e2e.apply(e2e.deployment("chat", model_a))
+    md = wait_for(
+        "deployment Ready", lambda: (d := e2e.get("mdep", "chat")) and is_true(d, "Ready") and d
+    )
+    placed = [p["node"] for p in md["status"]["placements"]]
+    spare = next(n for n in sorted(pool) if n not in placed)
+    stay, leave = placed
+    slot = naming.slot_name(e2e.namespace, "chat")
+    with DiscoveredLoad(lambda: ready_endpoints(e2e, "chat"), "chat", workers=3) as load:
+        time.sleep(2)
+        e2e.apply({
+            "apiVersion": "mlxfleet.io/v1alpha1",
+            "kind": "SwapPlan",
+            "metadata": {"name": "move", "namespace": e2e.namespace},
+            "spec": {
+                "deploymentRef": {"name": "chat"},
+                "target": {"source": f"file://{model_a}"},
+                "nodes": [stay, spare],
+            },
+        })  # fmt: skip
+        wait_for(
+            "plan Completed",
+            lambda: e2e.get("swp", "move").get("status", {}).get("phase") == "Completed",
+        )
+        wait_for(
+            "replicas on the listed nodes, the unlisted one's slot gone",
+            lambda: (
+                (d := e2e.get("mdep", "chat"))
+                and sorted(p["node"] for p in d["status"]["placements"]) == sorted([stay, spare])
+                and d["status"]["readyReplicas"] == 2
+                and is_true(d, "Ready")
+                and slot_of(pool[leave], slot) is None
+            ),
+        )
+        time.sleep(1)
+    assert load.failed == 0, load.errors[:5]
+    steps = e2e.get("swp", "move")["status"]["steps"]
+    assert [(s["node"], s.get("replaces")) for s in steps] == [(stay, None), (spare, leave)]
+    assert steps[1]["message"] == f"moved from {leave}"
+    assert ready_endpoints(e2e, "chat") == sorted([pool[stay].data_url, pool[spare].data_url])
     operator.assert_alive()

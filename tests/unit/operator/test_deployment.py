@@ -21,6 +21,7 @@ GIB = 2**30
 A = "file:///models/a"
 B = "file:///models/b"
 SHAPE = contract.ModelShape(num_layers=2, num_kv_heads=2, head_dim=16)
+T = NOW.isoformat()
 
 
 def md(
@@ -184,7 +185,12 @@ def test_rolled_back_plan_is_not_recreated_and_stalls() -> None:
     d = md(B, placements=[{"node": "n1", "phase": "Ready", "ready": True, "source": A}])
     chosen = decision(("n1",))
     plan = dep.PlanInfo(
-        name="p", target=(B, None), phase=swp.SwapPhase.ROLLED_BACK, paused=False, message="boom"
+        name="p",
+        target=(B, None),
+        phase=swp.SwapPhase.ROLLED_BACK,
+        paused=False,
+        message="boom",
+        started=True,
     )
     assert not dep.plan_due(d, dep.desired_models(d, chosen, plan), chosen, plan)
     verdict = mdstatus.verdict(d, chosen, d.status.placements, {}, plan)
@@ -200,8 +206,13 @@ def test_plan_rolled_back_everywhere_leaves_every_replica_on_the_old_model() -> 
             "status": {
                 "phase": "RolledBack",
                 "steps": [
-                    {"node": "n1", "phase": "Reverted", "fromSource": A},
-                    {"node": "n2", "phase": "RolledBack", "message": "load failed"},
+                    {"node": "n1", "phase": "Reverted", "fromSource": A, "startedAt": T},
+                    {
+                        "node": "n2",
+                        "phase": "RolledBack",
+                        "message": "load failed",
+                        "startedAt": T,
+                    },
                 ],
             },
         }
@@ -222,6 +233,15 @@ def test_plan_rolled_back_everywhere_leaves_every_replica_on_the_old_model() -> 
     verdict = mdstatus.verdict(d, chosen, d.status.placements, {}, info)
     assert (verdict.stalled, verdict.reason) == (True, "RolledBack")
     assert verdict.message.startswith("SwapPlan p step on n2: load failed")
+
+
+def test_plan_refused_before_any_step_does_not_stall_the_deployment() -> None:
+    d = md(B, placements=[{"node": "n1", "phase": "Ready", "ready": True, "source": B}])
+    chosen = decision(("n1",))
+    plan = dep.PlanInfo(name="p", target=(B, None), phase=swp.SwapPhase.FAILED, paused=False)
+    verdict = mdstatus.verdict(d, chosen, d.status.placements, {}, plan)
+    assert verdict.reason != "RolledBack"
+    assert not verdict.stalled
 
 
 def test_new_plan_is_deterministic_and_manual_is_paused() -> None:
@@ -449,3 +469,26 @@ def test_replica_on_a_lost_node_is_not_held() -> None:
         "n3": serving_fact("n3", ready=False),
     }
     assert dep.handover(d, chosen, facts, slot=SLOT) == dep.Handover()
+
+
+def test_a_plans_move_places_the_replica_on_the_new_node_and_keeps_the_old_until_it_serves() -> (
+    None
+):
+    ready = {"phase": "Ready", "ready": True, "source": A}
+    d = md(A, placements=[{"node": "n1", **ready}, {"node": "n2", **ready}])
+    assert dep.current_nodes(d, {"n2": "n3"}) == ["n1", "n3", "n2"]
+    facts = {
+        "n1": serving_fact("n1"),
+        "n2": serving_fact("n2"),
+        "n3": serving_fact("n3", ready=False),
+    }
+    chosen = dep.place(
+        d,
+        list(facts.values()),
+        footprint_bytes=GIB,
+        now=NOW,
+        failover_delay=timedelta(seconds=15),
+        moves={"n2": "n3"},
+    )
+    assert (chosen.kept, chosen.dropped) == (("n1", "n3"), ("n2",))
+    assert dep.handover(d, chosen, facts, slot=SLOT).leaving == ("n2",)

@@ -328,3 +328,104 @@ def test_rollback_runs_even_when_the_plan_is_paused() -> None:
     )
     assert out.state.phase == sp.PlanPhase.ROLLING_BACK
     assert out.actions == (sp.PutPrevious("a", OLD, None),)
+
+
+# ------------------------------------------------ a person's plan naming nodes without a replica
+
+
+def move(
+    state: sp.PlanState,
+    slots: dict[str, sp.NodeSlot],
+    now: float,
+    *,
+    nodes: list[str],
+    replicas: list[str],
+    allowed: list[str] | None = None,
+) -> sp.Advance:
+    return sp.advance(
+        state,
+        target=sp.Target(source=OLD),  # moving the model it already serves
+        nodes=nodes,
+        paused=False,
+        slots=slots,
+        now=at(now),
+        replicas=replicas,
+        allowed=allowed,
+    )
+
+
+def empty() -> sp.NodeSlot:
+    return sp.NodeSlot(reachable=True)
+
+
+def test_listed_nodes_without_a_replica_pair_with_unlisted_replicas() -> None:
+    steps = sp.initial_steps(["a", "c", "d"], replicas=["a", "b"])
+    assert [(s.node, s.replaces, s.phase) for s in steps] == [
+        ("a", None, sp.StepPhase.PENDING),
+        ("c", "b", sp.StepPhase.PENDING),
+        ("d", None, sp.StepPhase.COMPLETED),  # nothing left to move there
+    ]
+    assert (steps[2].message or "").startswith(sp.SKIPPED)
+    assert sp.initial_steps(["a", "c"]) == (  # without replicas: order and restrict only
+        sp.Step(node="a"),
+        sp.Step(node="c"),
+    )
+
+
+def test_move_step_brings_up_the_new_replica_then_the_deployment_drops_the_old() -> None:
+    slots = {"a": slot(OLD), "b": slot(OLD), "c": empty()}
+    nodes = ["a", "c"]  # a keeps its replica (already on the target); b's moves to c
+    first = move(sp.PlanState(), slots, 0, nodes=nodes, replicas=["a", "b"])
+    assert first.actions == (sp.PutTarget("c"),)
+    assert (first.state.steps[0].message or "").startswith(sp.SKIPPED)
+    step_c = first.state.steps[1]
+    assert (step_c.replaces, step_c.phase, step_c.from_source) == ("b", sp.StepPhase.LOADING, OLD)
+    assert sp.moves(first.state.steps) == {"b": "c"}
+    assert sp.moving_to(first.state.steps) == {"c"}
+    assert sp.serving(first.state.steps, (OLD, None)) == {"c": (OLD, None)}
+    loading = move(
+        first.state, {**slots, "c": slot(OLD, ready=False)}, 2, nodes=nodes, replicas=["a", "b"]
+    )
+    assert loading.actions == ()
+    assert loading.state.phase == sp.PlanPhase.PROGRESSING
+    done = move(loading.state, {**slots, "c": slot(OLD)}, 5, nodes=nodes, replicas=["a", "c"])
+    assert done.state.phase == sp.PlanPhase.COMPLETED
+    assert done.state.steps[1].message == "moved from b"
+    assert sp.moves(done.state.steps) == {"b": "c"}
+    assert sp.moving_to(done.state.steps) == frozenset()
+
+
+def test_failed_new_replica_rolls_back_the_plan_and_earlier_moves_go_back() -> None:
+    slots = {"a": slot(OLD), "b": slot(OLD), "c": empty(), "d": empty()}
+    nodes, replicas = ["c", "d"], ["a", "b"]
+    out = move(sp.PlanState(), slots, 0, nodes=nodes, replicas=replicas)
+    assert [s.replaces for s in out.state.steps] == ["a", "b"]
+    out = move(out.state, {**slots, "c": slot(OLD)}, 3, nodes=nodes, replicas=replicas)
+    assert out.actions == (sp.PutTarget("d"),)
+    broken = sp.NodeSlot(reachable=True, source=OLD, failed="out of memory")
+    failed = move(out.state, {**slots, "c": slot(OLD), "d": broken}, 6, nodes=nodes, replicas=[])
+    assert failed.state.phase == sp.PlanPhase.ROLLING_BACK
+    assert failed.state.steps[1].phase == sp.StepPhase.ROLLED_BACK
+    assert sp.moves(failed.state.steps) == {"c": "a"}  # the move to c goes back to a
+    assert failed.actions == (sp.PutPrevious("a", OLD, None),)
+    # a's replica serves again (the deployment then drops c): the plan ends RolledBack
+    gone_a = {**slots, "a": empty(), "c": slot(OLD), "d": empty()}
+    waiting = move(failed.state, gone_a, 7, nodes=nodes, replicas=[])
+    assert waiting.actions == (sp.PutPrevious("a", OLD, None),)  # re-sent while a has no slot
+    back = move(waiting.state, {**gone_a, "a": slot(OLD)}, 9, nodes=nodes, replicas=[])
+    assert back.state.phase == sp.PlanPhase.ROLLED_BACK
+    assert back.state.message == (
+        "step on d failed and was rolled back: new replica failed: out of memory; reverted c"
+    )
+    assert sp.serving(back.state.steps, (OLD, None)) == {"a": (OLD, None)}
+
+
+def test_move_that_explicit_placement_nodes_forbid_is_refused_not_fought() -> None:
+    slots = {"a": slot(OLD), "b": slot(OLD), "c": empty()}
+    out = move(sp.PlanState(), slots, 0, nodes=["c"], replicas=["a", "b"], allowed=["a", "b"])
+    assert out.state.phase == sp.PlanPhase.FAILED
+    assert out.actions == ()
+    assert "spec.placement.nodes" in (out.state.message or "")
+    assert "c" in (out.state.message or "")
+    fine = move(sp.PlanState(), slots, 0, nodes=["c"], replicas=["a", "b"], allowed=["a", "c"])
+    assert fine.actions == (sp.PutTarget("c"),)

@@ -75,6 +75,7 @@ class Reason(StrEnum):
     ROLLED_BACK = "RolledBack"
     FAILED = "Failed"
     DEPLOYMENT_NOT_FOUND = "DeploymentNotFound"
+    PLACEMENT_CONFLICT = "PlacementConflict"
     SUPERSEDED = "Superseded"
 
 

@@ -59,7 +59,9 @@ class SwapPlanSpec(base.ApiModel):
         default=None,
         max_length=modeldeployment.REPLICAS_MAX,
         description="Order in which nodes swap, one at a time. Unset: the deployment's "
-        "placements in name order.",
+        "placements in name order. A listed node without a replica gets one (with the target) "
+        "in place of a replica on a node not listed here, removed once the new one serves; "
+        "replicas on unlisted nodes are otherwise left as they are.",
         json_schema_extra=base.crd(list_type="set"),
     )
     strategy: fields.SwapStrategy | None = Field(
@@ -152,10 +154,16 @@ class SwapStep(base.ApiModel):
         default=None, ge=0, description="Longest time a request waited in the Hold queue (ms)."
     )
     message: str | None = Field(default=None, description="Details, such as why it failed.")
+    replaces: str | None = Field(
+        default=None,
+        description="Set when the node carried no replica: the node whose replica this step "
+        "moves here (the new replica starts with the target; the one on `replaces` is removed "
+        "once the new one serves).",
+    )
     from_source: str | None = Field(
         default=None,
-        description="Model source the node served before this step: what a rollback of the "
-        "plan swaps it back to.",
+        description="Model source the node (or `replaces`) served before this step: what a "
+        "rollback of the plan returns to.",
     )
     from_revision: str | None = Field(
         default=None, description="Revision the node served before this step."

@@ -63,8 +63,11 @@ class PlanInfo:
     paused: bool
     # nodes whose model the plan's steps changed (or reverted), and what each now serves
     serving: Mapping[str, Model] = field(default_factory=dict)
+    moves: Mapping[str, str] = field(default_factory=dict)  # replica from node -> to node
+    holds: frozenset[str] = frozenset()  # nodes where the plan is bringing up a replica
     message: str | None = None
     created: str | None = None  # creationTimestamp (ISO), to order plans
+    started: bool = False  # a step ran (a plan refused up front changed nothing)
 
     @property
     def active(self) -> bool:
@@ -92,8 +95,11 @@ class PlanInfo:
             phase=plan.status.phase,
             paused=plan.spec.paused,
             serving=plans.serving(plan.status.steps, target),
+            moves=plans.moves(plan.status.steps),
+            holds=plans.moving_to(plan.status.steps),
             message=message,
             created=ts.isoformat() if (ts := plan.metadata.creation_timestamp) else None,
+            started=any(s.started_at is not None for s in plan.status.steps),
         )
 
 
@@ -219,13 +225,27 @@ def place(
     footprint_bytes: int,
     now: datetime,
     failover_delay: timedelta,
+    moves: Mapping[str, str] | None = None,
 ) -> placement.Decision:
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
-    current = [p.node for p in md.status.placements]
+    current = current_nodes(md, moves or {})
     views = [node_view(f, slot=slot) for f in facts]
     return placement.place(
         request(md, footprint_bytes), views, current, now=now, failover_delay=failover_delay
     )
+
+
+def current_nodes(md: mdep.ModelDeployment, moves: Mapping[str, str]) -> list[str]:
+    """Where the replicas are, for placement's stability: the status's placements with a
+    SwapPlan's moves applied (the replica belongs on the new node), then the nodes moved from
+    (still placed: dropped unless a replica is missing, and held until the new one serves),
+    then replicas already on their way out."""
+    going = mdep.PlacementPhase.REMOVING
+    carrying = [p.node for p in md.status.placements if p.phase != going]
+    moved = [moves.get(n, n) for n in carrying]
+    left = [n for n in carrying if n in moves]
+    removing = [p.node for p in md.status.placements if p.phase == going]
+    return list(dict.fromkeys([*moved, *left, *removing]))
 
 
 def sizing_nodes(

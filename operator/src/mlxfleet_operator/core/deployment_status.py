@@ -125,6 +125,7 @@ def verdict(
     if (
         plan is not None
         and plan.phase in (swp.SwapPhase.ROLLED_BACK, swp.SwapPhase.FAILED)
+        and plan.started
         and plan.target == dep.spec_model(md)
     ):
         why = plan.message or f"SwapPlan {plan.name} failed"

@@ -79,6 +79,7 @@ class NodeSlot:
     ready: bool = False
     active_swap: str | None = None
     swaps: tuple[contract.SwapRecord, ...] = ()  # newest first
+    failed: str | None = None  # the slot's last error while its phase is Failed
 
 
 @dataclass(frozen=True)
@@ -151,8 +152,54 @@ def _update(step: Step, **changes: object) -> Step:
     return step.model_copy(update=changes)
 
 
-def initial_steps(nodes: Sequence[str]) -> tuple[Step, ...]:
-    return tuple(Step(node=n, phase=StepPhase.PENDING) for n in dict.fromkeys(nodes))
+def initial_steps(nodes: Sequence[str], replicas: Sequence[str] | None = None) -> tuple[Step, ...]:
+    """One step per node. With `replicas` (the nodes carrying the deployment's replicas, in
+    order): a listed node without a replica gets a move step, paired with the first replica on
+    a node that is not listed (none left: the step is skipped)."""
+    listed = list(dict.fromkeys(nodes))
+    if replicas is None:
+        return tuple(Step(node=n, phase=StepPhase.PENDING) for n in listed)
+    spare = [n for n in dict.fromkeys(replicas) if n not in listed]
+    steps = []
+    for node in listed:
+        if node in replicas:
+            steps.append(Step(node=node, phase=StepPhase.PENDING))
+        elif spare:
+            steps.append(Step(node=node, phase=StepPhase.PENDING, replaces=spare.pop(0)))
+        else:
+            why = SKIPPED + "no replica on a node outside spec.nodes to move here"
+            steps.append(Step(node=node, phase=StepPhase.COMPLETED, message=why))
+    return tuple(steps)
+
+
+def conflicts(nodes: Sequence[str], replicas: Sequence[str], allowed: Sequence[str]) -> str | None:
+    """A move the deployment's explicit spec.placement.nodes forbids: the spec wins."""
+    out = [n for n in nodes if n not in replicas and n not in allowed]
+    if not out:
+        return None
+    return (
+        f"spec.nodes names {', '.join(out)}, which the deployment's spec.placement.nodes "
+        f"({', '.join(allowed)}) does not list: change spec.placement.nodes to move replicas"
+    )
+
+
+def _running_move(
+    step: Step, slot: NodeSlot | None, target: Target, now: datetime
+) -> tuple[Step, bool, tuple[Action, ...]]:
+    """Follow a move step: the new replica on step.node loads the target from scratch (no swap
+    record). Returns the new step, whether it failed, and the actions."""
+    if slot is None or not slot.reachable:
+        return _update(step, message=f"waiting for node {step.node} to answer"), False, ()
+    if (slot.source, slot.revision) == (target.source, target.revision) and slot.ready:
+        done = _update(
+            step, phase=StepPhase.COMPLETED, finished_at=now, message=f"moved from {step.replaces}"
+        )
+        return done, False, ()
+    if slot.failed is not None and slot.source == target.source:
+        why = f"new replica failed: {slot.failed}"
+        return _update(step, phase=StepPhase.ROLLED_BACK, finished_at=now, message=why), True, ()
+    resend: tuple[Action, ...] = (PutTarget(step.node),) if slot.source is None else ()
+    return _update(step, message=f"new replica loading (replacing {step.replaces})"), False, resend
 
 
 def _running(
@@ -220,8 +267,14 @@ def advance(
     paused: bool,
     slots: Mapping[str, NodeSlot],
     now: datetime,
+    replicas: Sequence[str] | None = None,
+    allowed: Sequence[str] | None = None,
 ) -> Advance:
-    """One step of the plan: fold observations into the state and say what to send to agents."""
+    """One step of the plan: fold observations into the state and say what to send to agents.
+
+    `replicas`: the nodes carrying the deployment's replicas, when listed nodes without one
+    should get one moved there (a person's plan with spec.nodes); `allowed`: the deployment's
+    explicit spec.placement.nodes, which such a move must respect."""
     if state.phase in TERMINAL:
         return Advance(state, ())
     if state.phase == PlanPhase.ROLLING_BACK:
@@ -234,13 +287,22 @@ def advance(
                 ),
                 (),
             )
-        state = replace(state, steps=initial_steps(nodes))
+        clash = conflicts(nodes, replicas, allowed) if replicas is not None and allowed else None
+        if clash is not None:
+            return Advance(
+                replace(state, phase=PlanPhase.FAILED, completed_at=now, message=clash), ()
+            )
+        state = replace(state, steps=initial_steps(nodes, replicas))
     steps = list(state.steps)
     actions: tuple[Action, ...] = ()
     for i, step in enumerate(steps):
         if step.phase not in RUNNING:
             continue
-        new_step, failing, actions = _running(state, step, slots.get(step.node), target, now)
+        if step.replaces is not None:
+            new_step, broke, actions = _running_move(step, slots.get(step.node), target, now)
+            failing = replace(state, phase=PlanPhase.ROLLING_BACK) if broke else None
+        else:
+            new_step, failing, actions = _running(state, step, slots.get(step.node), target, now)
         steps[i] = new_step
         if failing is not None:
             rolled = _roll_back(replace(failing, steps=tuple(steps)), slots=slots, now=now)
@@ -269,6 +331,26 @@ def advance(
                 state, phase=PlanPhase.PROGRESSING, started_at=state.started_at or now, message=msg
             ),
             (),
+        )
+    if step.replaces is not None:  # a new replica here, in place of the one on step.replaces
+        old = slots.get(step.replaces)
+        steps[i] = _update(
+            step,
+            phase=StepPhase.LOADING,
+            started_at=now,
+            message=f"new replica requested (replacing {step.replaces})",
+            from_source=old.source if old is not None else None,
+            from_revision=old.revision if old is not None else None,
+        )
+        return Advance(
+            replace(
+                state,
+                phase=PlanPhase.PROGRESSING,
+                steps=tuple(steps),
+                started_at=state.started_at or now,
+                message=None,
+            ),
+            (PutTarget(step.node),),
         )
     if slot.source is None:
         steps[i] = _update(
@@ -342,7 +424,7 @@ def _previous(step: Step) -> Model:
 
 
 def _put_previous(step: Step) -> PutPrevious:
-    return PutPrevious(step.node, step.from_source or "", step.from_revision)
+    return PutPrevious(step.replaces or step.node, step.from_source or "", step.from_revision)
 
 
 def _revert_record(step: Step, slot: NodeSlot) -> contract.SwapRecord | None:
@@ -377,10 +459,31 @@ def _roll_back(state: PlanState, *, slots: Mapping[str, NodeSlot], now: datetime
     for i, step in enumerate(steps):
         if step.phase != StepPhase.REVERTING:
             continue
-        slot = slots.get(step.node)
+        slot = slots.get(step.replaces or step.node)
         doing = f"{cause}; reverting {step.node}"
         if slot is None or not slot.reachable:
             return Advance(replace(rolling, message=f"{doing}: waiting for the node to answer"), ())
+        if step.replaces is not None:  # a move goes back: the replica returns to step.replaces
+            if (slot.source, slot.revision) == _previous(step) and slot.ready:
+                steps[i] = _update(
+                    step, phase=StepPhase.REVERTED, message=f"moved back to {step.replaces}"
+                )
+                continue
+            if slot.failed is not None and slot.source == step.from_source:
+                why = f"replica on {step.replaces} failed: {slot.failed}"
+                steps[i] = _update(step, phase=StepPhase.FAILED, message=f"revert failed: {why}")
+                return Advance(
+                    replace(
+                        state,
+                        phase=PlanPhase.FAILED,
+                        steps=tuple(steps),
+                        completed_at=now,
+                        message=f"{cause}; reverting {step.node} failed: {why}",
+                    ),
+                    (),
+                )
+            resend = (_put_previous(step),) if slot.source is None else ()
+            return Advance(replace(rolling, steps=tuple(steps), message=doing), resend)
         record = _revert_record(step, slot)
         if record is None:  # not started on the agent yet (or lost in a restart): (re)send it
             return Advance(replace(rolling, message=doing), (_put_previous(step),))
@@ -423,6 +526,17 @@ def _roll_back(state: PlanState, *, slots: Mapping[str, NodeSlot], now: datetime
         )
     i = todo[0]
     step = steps[i]
+    if step.replaces is not None:
+        steps[i] = _update(
+            step,
+            phase=StepPhase.REVERTING,
+            revert=api.StepRevert(started_at=now),
+            message=f"moving back to {step.replaces}",
+        )
+        return Advance(
+            replace(rolling, steps=tuple(steps), message=f"{cause}; reverting {step.node}"),
+            (_put_previous(steps[i]),),
+        )
     slot = slots.get(step.node)
     if slot is None or not slot.reachable:
         message = f"{cause}; reverting {step.node}: waiting for the node to answer"
@@ -450,6 +564,12 @@ def serving(steps: Sequence[Step], target: Model) -> dict[str, Model]:
     target after a completed step (or a revert that failed), the previous model once reverted."""
     out: dict[str, Model] = {}
     for step in steps:
+        if step.replaces is not None:
+            if step.phase in RUNNING or step.phase in (StepPhase.COMPLETED, StepPhase.FAILED):
+                out[step.node] = target
+            elif step.phase in (StepPhase.REVERTING, StepPhase.REVERTED) and step.from_source:
+                out[step.replaces] = _previous(step)
+            continue
         changed = step.phase == StepPhase.COMPLETED and not (step.message or "").startswith(SKIPPED)
         revert_failed = step.phase == StepPhase.FAILED and step.revert is not None
         if changed or revert_failed:
@@ -457,3 +577,24 @@ def serving(steps: Sequence[Step], target: Model) -> dict[str, Model]:
         elif step.phase in (StepPhase.REVERTING, StepPhase.REVERTED) and step.from_source:
             out[step.node] = _previous(step)
     return out
+
+
+def moves(steps: Sequence[Step]) -> dict[str, str]:
+    """Replicas a plan's move steps relocate (from node -> to node): while a move runs or after
+    it completed, its replica belongs on the step's node; once reverted, back where it was."""
+    out: dict[str, str] = {}
+    for step in steps:
+        if step.replaces is None:
+            continue
+        if step.phase in RUNNING or step.phase in (StepPhase.COMPLETED, StepPhase.FAILED):
+            out[step.replaces] = step.node
+        elif step.phase in (StepPhase.REVERTING, StepPhase.REVERTED):
+            out[step.node] = step.replaces
+    return out
+
+
+def moving_to(steps: Sequence[Step]) -> frozenset[str]:
+    """Nodes where a running move (or its revert) brings up a replica: never delete that slot."""
+    out = {s.node for s in steps if s.replaces is not None and s.phase in RUNNING}
+    out |= {s.replaces for s in steps if s.replaces is not None and s.phase == StepPhase.REVERTING}
+    return frozenset(out)

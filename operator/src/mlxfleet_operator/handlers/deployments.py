@@ -138,7 +138,8 @@ async def _apply(
         if observed is not None and observed.spec == spec:
             continue
         outcomes[node] = await _put(entry.client, slot, spec, node)
-    for node in dep.slots_to_delete(list(facts.values()), decision, slot=slot, held=handover.held):
+    held = (*handover.held, *(plan.holds if plan is not None and plan.active else ()))
+    for node in dep.slots_to_delete(list(facts.values()), decision, slot=slot, held=held):
         entry = rt.fleet.get(node)
         if entry is not None:
             try:
@@ -215,6 +216,7 @@ async def reconcile(
         footprint_bytes=size,
         now=now,
         failover_delay=timedelta(seconds=CONFIG.failover_delay),
+        moves=plan.moves if plan is not None else None,
     )
     desired = dep.desired_models(md, decision, plan)
     if dep.plan_due(md, desired, decision, plan):

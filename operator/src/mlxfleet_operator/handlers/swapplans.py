@@ -13,6 +13,7 @@ from typing import Any
 
 import kopf
 
+from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import agent, kube, metrics, runtime
 from mlxfleet_operator.api import conditions as cond
@@ -50,6 +51,9 @@ async def _observe(rt: runtime.Runtime, nodes: list[str], slot: str) -> dict[str
             ready=bool(found and found.ready),
             active_swap=found.active_swap if found else None,
             swaps=tuple(swaps),
+            failed=(found.last_error or "backend failed")
+            if found and found.phase == contract.SlotPhase.FAILED
+            else None,
         )
     return out
 
@@ -167,7 +171,11 @@ async def advance(
     carrying = [p.node for p in md.status.placements if p.phase != mdep.PlacementPhase.REMOVING]
     nodes = list(plan.spec.nodes or sorted(carrying))
     slot = naming.slot_name(namespace, md.metadata.name or "")
-    watched = list(dict.fromkeys([*nodes, *(s.node for s in previous.steps)]))
+    # a person's plan may name nodes without a replica: those get one moved there
+    replicas = carrying if plan.spec.nodes else None
+    allowed = md.spec.placement.nodes
+    moved = [s.replaces for s in previous.steps if s.replaces]
+    watched = list(dict.fromkeys([*nodes, *carrying, *(s.node for s in previous.steps), *moved]))
     observed = await _observe(rt, watched, slot) if previous.phase not in core.TERMINAL else {}
     target = core.Target(plan.spec.target.source, plan.spec.target.revision)
     step = core.advance(
@@ -177,7 +185,12 @@ async def advance(
         paused=plan.spec.paused,
         slots=observed,
         now=runtime.now(),
+        replicas=replicas,
+        allowed=allowed,
     )
+    clash = None
+    if replicas is not None and allowed and not step.state.steps:
+        clash = core.conflicts(nodes, replicas, allowed)
     await _act(rt, body, plan, md, step.actions)
     if step.state.phase != previous.phase:
         kopf.event(
@@ -191,7 +204,8 @@ async def advance(
         )
         if step.state.phase in core.TERMINAL:
             metrics.SWAP_PLANS.labels(str(step.state.phase)).inc()
-    _write(body, plan, step.state, patch)
+    reason = R.PLACEMENT_CONFLICT if clash is not None else None
+    _write(body, plan, step.state, patch, reason=reason)
 
 
 def _write(
