@@ -30,10 +30,19 @@ class Runtime:
     kube: kube.Kube
     fleet: fleet.Fleet
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    announced: dict[str, str] = field(default_factory=dict)
 
     def lock(self, uid: str) -> asyncio.Lock:
         """One reconcile at a time per object (a timer and an event handler may overlap)."""
         return self.locks.setdefault(uid, asyncio.Lock())
+
+    def first_time(self, uid: str, what: str) -> bool:
+        """True once per (object, announcement): handlers may run on a body that predates
+        their own last status patch, so status alone cannot tell an Event was already sent."""
+        if self.announced.get(uid) == what:
+            return False
+        self.announced[uid] = what
+        return True
 
     async def aclose(self) -> None:
         await self.fleet.aclose()

@@ -242,7 +242,8 @@ async def reconcile(
     )
     removing = {p.node for p in md.status.placements if p.phase == mdep.PlacementPhase.REMOVING}
     moved = [n for n in decision.dropped if n not in removing]  # once, when a move starts
-    if moved and decision.added:
+    move = f"{sorted(moved)}->{sorted(decision.added)}"
+    if moved and decision.added and rt.first_time(str(body.metadata.uid), move):
         kopf.event(
             body,
             type="Normal",
@@ -292,6 +293,7 @@ async def teardown(
     rt = runtime.of(memo)
     namespace = namespace or ""
     slot = naming.slot_name(namespace, name)
+    rt.announced.pop(str(body.metadata.uid), None)
     async with rt.lock(str(body.metadata.uid)):  # let an in-flight reconcile finish first
         for node, entry in list(rt.fleet.entries.items()):
             try:

@@ -219,11 +219,21 @@ def _write(
     verdict = _verdict(state)
     if reason is not None:
         verdict = conditions.Verdict(False, reason, state.message or "", stalled=True)
+    finished = state.phase in core.TERMINAL and plan.status.phase == state.phase
+    if reason is None and finished and plan.status.conditions:
+        # A finished plan keeps the verdict it ended with (e.g. DeploymentNotFound): later
+        # reconciles refresh observedGeneration only, never why it ended.
+        new_conditions = [
+            c.model_copy(update={"observed_generation": plan.metadata.generation})
+            for c in plan.status.conditions
+        ]
+    else:
+        new_conditions = conditions.apply_verdict(
+            plan.status.conditions, verdict, generation=plan.metadata.generation, now=runtime.now()
+        )
     status = swp.SwapPlanStatus(
         observed_generation=plan.metadata.generation,
-        conditions=conditions.apply_verdict(
-            plan.status.conditions, verdict, generation=plan.metadata.generation, now=runtime.now()
-        ),
+        conditions=new_conditions,
         phase=state.phase,
         progress=state.progress,
         steps=list(state.steps),
