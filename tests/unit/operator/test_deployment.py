@@ -492,3 +492,50 @@ def test_a_plans_move_places_the_replica_on_the_new_node_and_keeps_the_old_until
     )
     assert (chosen.kept, chosen.dropped) == (("n1", "n3"), ("n2",))
     assert dep.handover(d, chosen, facts, slot=SLOT).leaving == ("n2",)
+
+
+def test_a_replica_serving_another_model_is_converging_not_ready() -> None:
+    """An agent restored an older desired state (model B) in the slot this deployment (model A)
+    now wants: the slot answers, but the replica is not ready nor published until it serves A."""
+    stale = contract.SlotStatus(
+        name=SLOT, served_name="chat", source=B, phase="Swapping", ready=True
+    )
+    facts = {"n1": fact("n1", state(slots=[stale]))}
+    d = md(A, replicas=1)
+    chosen = decision((), ("n1",))
+    result = mdstatus.status(
+        d,
+        decision=chosen,
+        facts=facts,
+        desired=dep.desired_models(d, chosen, None),
+        outcomes={},
+        plan=None,
+        footprint_bytes=GIB,
+        endpoint="http://chat.ns.svc:80",
+        now=NOW,
+    )
+    (placed,) = result.status.placements
+    assert placed.source == A
+    assert not placed.ready
+    assert placed.message == f"serving {B}, converging to {A}"
+    assert result.status.ready_replicas == 0
+    assert result.endpoints == (("n1", "http://n1:9000", False),)
+
+
+@pytest.mark.parametrize(
+    ("serving", "plan_phase", "ready"),
+    [
+        pytest.param(A, None, True, id="serves-the-wanted-model"),
+        pytest.param(B, None, False, id="serves-another-model-no-plan"),
+        pytest.param(B, "Progressing", True, id="switched-to-the-running-plans-target"),
+        pytest.param(B, "Completed", False, id="finished-plan-does-not-excuse-a-mismatch"),
+    ],
+)
+def test_serves_requires_the_wanted_model_or_a_running_plans_target(
+    serving: str, plan_phase: str | None, ready: bool
+) -> None:
+    slot = contract.SlotStatus(
+        name=SLOT, served_name="chat", source=serving, phase="Ready", ready=True
+    )
+    plan = dep.PlanInfo.from_plan(plan_obj("p", plan_phase, T)) if plan_phase else None
+    assert dep.serves(fact("n1", state(slots=[slot])), SLOT, (A, None), plan) is ready

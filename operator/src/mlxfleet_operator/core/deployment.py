@@ -329,6 +329,19 @@ def _serving(fact: NodeFacts | None, slot: str) -> bool:
     return bool(fact is not None and fact.ready and observed is not None and observed.ready)
 
 
+def serves(fact: NodeFacts | None, slot: str, model: Model, plan: PlanInfo | None) -> bool:
+    """The replica counts as ready: its node is Ready, its slot is ready, and the slot serves
+    `model` (or the target of a running plan that is swapping it). A slot left over with another
+    model (an agent restored an older desired state) is converging, not ready."""
+    if not _serving(fact, slot):
+        return False
+    observed = fact.slot(slot) if fact is not None else None
+    if observed is None:
+        return False
+    serving = (observed.source, observed.revision)
+    return serving == model or (plan is not None and plan.active and serving == plan.target)
+
+
 def handover(
     md: mdep.ModelDeployment,
     decision: placement.Decision,

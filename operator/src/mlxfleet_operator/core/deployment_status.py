@@ -42,16 +42,21 @@ def placements(
     outcomes: Mapping[str, dep.Outcome],
     *,
     slot: str,
+    plan: dep.PlanInfo | None = None,
 ) -> list[mdep.PlacementStatus]:
+    """One entry per chosen node: `source`/`revision` is what the replica should serve, `ready`
+    says it does (slot ready and serving that model), `phase` is the agent's slot phase."""
     out = []
     for node, (source, revision) in desired.items():
         fact = facts.get(node)
         observed = fact.slot(slot) if fact is not None else None
-        ready = bool(fact is not None and fact.ready and observed is not None and observed.ready)
+        ready = dep.serves(fact, slot, (source, revision), plan)
         phase = _PHASES[observed.phase] if observed is not None else mdep.PlacementPhase.PENDING
         message = outcomes[node].error if node in outcomes and outcomes[node].error else None
         if message is None and observed is not None and not observed.ready:
             message = observed.last_error
+        if message is None and observed is not None and observed.ready and not ready:
+            message = f"serving {observed.source}, converging to {source}"
         if fact is not None and not fact.ready:
             message = f"node {node} is not Ready"
         out.append(
@@ -167,7 +172,7 @@ def status(
     handover: dep.Handover | None = None,
 ) -> Result:
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
-    placed = placements(facts, desired, outcomes, slot=slot)
+    placed = placements(facts, desired, outcomes, slot=slot, plan=plan)
     judged = verdict(md, decision, placed, outcomes, plan)
     going = removing(md, handover, decision, facts) if handover is not None else []
     new = mdep.ModelDeploymentStatus(

@@ -312,13 +312,17 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
 
     from openai import OpenAI
 
+    def ask_each() -> None:
+        for endpoint in endpoints:
+            client = OpenAI(base_url=_base_url(endpoint), api_key="demo", max_retries=0)
+            reply = client.chat.completions.create(
+                model=DEPLOYMENT, messages=[{"role": "user", "content": "Hello!"}], max_tokens=16
+            )
+            tokens = reply.usage.completion_tokens if reply.usage else "?"
+            print(f"    {endpoint}: {reply.choices[0].message.content!r} ({tokens} tokens)")
+
     say("a chat completion through each endpoint with the openai client")
-    for endpoint in endpoints:
-        client = OpenAI(base_url=_base_url(endpoint), api_key="demo", max_retries=0)
-        reply = client.chat.completions.create(
-            model=DEPLOYMENT, messages=[{"role": "user", "content": "Hello!"}], max_tokens=16
-        )
-        print(f"    {endpoint}: {reply.choices[0].message.content!r} ({reply.usage})")
+    ask_each()
 
     say(f"changing the model to {sources['tiny-b']} while 6 streaming workers run")
     result, stop = LoadResult(), threading.Event()
@@ -356,6 +360,8 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
     )
     for err in result.errors[:5]:
         print(f"    error: {err}")
+    say("the same question after the swap (the other model answers now)")
+    ask_each()
 
     say("kubectl get mlxfleet -A")
     print(plane.kubectl("get", "mlxfleet", "-A").stdout)
