@@ -342,55 +342,33 @@ def advance(
             from_source=old.source if old is not None else None,
             from_revision=old.revision if old is not None else None,
         )
-        return Advance(
-            replace(
-                state,
-                phase=PlanPhase.PROGRESSING,
-                steps=tuple(steps),
-                started_at=state.started_at or now,
-                message=None,
-            ),
-            (PutTarget(step.node),),
-        )
-    if slot.source is None:
+    else:
+        on_target = (slot.source, slot.revision) == (target.source, target.revision)
+        skip = None
+        if slot.source is None:
+            skip = "no replica on this node"
+        elif on_target and slot.ready and slot.active_swap is None:
+            skip = "already on target"
+        if skip is not None:  # nothing to do on this node: complete it and take the next
+            steps[i] = _update(
+                step, phase=StepPhase.COMPLETED, finished_at=now, message=SKIPPED + skip
+            )
+            return advance(
+                replace(state, steps=tuple(steps)),
+                target=target,
+                nodes=nodes,
+                paused=paused,
+                slots=slots,
+                now=now,
+            )
         steps[i] = _update(
             step,
-            phase=StepPhase.COMPLETED,
-            finished_at=now,
-            message=SKIPPED + "no replica on this node",
+            phase=StepPhase.LOADING,
+            started_at=now,
+            message="swap requested",
+            from_source=slot.source,
+            from_revision=slot.revision,
         )
-        return advance(
-            replace(state, steps=tuple(steps)),
-            target=target,
-            nodes=nodes,
-            paused=paused,
-            slots=slots,
-            now=now,
-        )
-    if (
-        (slot.source, slot.revision) == (target.source, target.revision)
-        and slot.ready
-        and slot.active_swap is None
-    ):
-        steps[i] = _update(
-            step, phase=StepPhase.COMPLETED, finished_at=now, message=SKIPPED + "already on target"
-        )
-        return advance(
-            replace(state, steps=tuple(steps)),
-            target=target,
-            nodes=nodes,
-            paused=paused,
-            slots=slots,
-            now=now,
-        )
-    steps[i] = _update(
-        step,
-        phase=StepPhase.LOADING,
-        started_at=now,
-        message="swap requested",
-        from_source=slot.source,
-        from_revision=slot.revision,
-    )
     return Advance(
         replace(
             state,
