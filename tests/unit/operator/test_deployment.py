@@ -501,19 +501,7 @@ def test_a_replica_serving_another_model_is_converging_not_ready() -> None:
         name=SLOT, served_name="chat", source=B, phase="Swapping", ready=True
     )
     facts = {"n1": fact("n1", state(slots=[stale]))}
-    d = md(A, replicas=1)
-    chosen = decision((), ("n1",))
-    result = mdstatus.status(
-        d,
-        decision=chosen,
-        facts=facts,
-        desired=dep.desired_models(d, chosen, None),
-        outcomes={},
-        plan=None,
-        footprint_bytes=GIB,
-        endpoint="http://chat.ns.svc:80",
-        now=NOW,
-    )
+    result = status_of(md(A, replicas=1), decision((), ("n1",)), facts)
     (placed,) = result.status.placements
     assert placed.source == A
     assert not placed.ready

@@ -505,35 +505,28 @@ def _roll_back(state: PlanState, *, slots: Mapping[str, NodeSlot], now: datetime
     i = todo[0]
     step = steps[i]
     if step.replaces is not None:
-        steps[i] = _update(
-            step,
-            phase=StepPhase.REVERTING,
-            revert=api.StepRevert(started_at=now),
-            message=f"moving back to {step.replaces}",
-        )
-        return Advance(
-            replace(rolling, steps=tuple(steps), message=f"{cause}; reverting {step.node}"),
-            (_put_previous(steps[i]),),
-        )
-    slot = slots.get(step.node)
-    if slot is None or not slot.reachable:
-        message = f"{cause}; reverting {step.node}: waiting for the node to answer"
-        return Advance(replace(rolling, steps=tuple(steps), message=message), ())
-    if slot.source is None or (
-        (slot.source, slot.revision) == _previous(step) and slot.ready and slot.active_swap is None
-    ):
-        why = "no replica on this node" if slot.source is None else "already on the previous model"
-        steps[i] = _update(step, phase=StepPhase.REVERTED, message=SKIPPED + why)
-        return _roll_back(replace(rolling, steps=tuple(steps)), slots=slots, now=now)
+        undo = f"moving back to {step.replaces}"
+    else:
+        slot = slots.get(step.node)
+        if slot is None or not slot.reachable:
+            message = f"{cause}; reverting {step.node}: waiting for the node to answer"
+            return Advance(replace(rolling, steps=tuple(steps), message=message), ())
+        on_previous = (slot.source, slot.revision) == _previous(step)
+        if slot.source is None or (on_previous and slot.ready and slot.active_swap is None):
+            why = (
+                "no replica on this node"
+                if slot.source is None
+                else "already on the previous model"
+            )
+            steps[i] = _update(step, phase=StepPhase.REVERTED, message=SKIPPED + why)
+            return _roll_back(replace(rolling, steps=tuple(steps)), slots=slots, now=now)
+        undo = f"reverting to {step.from_source}"
     steps[i] = _update(
-        step,
-        phase=StepPhase.REVERTING,
-        revert=api.StepRevert(started_at=now),
-        message=f"reverting to {step.from_source}",
+        step, phase=StepPhase.REVERTING, revert=api.StepRevert(started_at=now), message=undo
     )
     return Advance(
         replace(rolling, steps=tuple(steps), message=f"{cause}; reverting {step.node}"),
-        (_put_previous(step),),
+        (_put_previous(steps[i]),),
     )
 
 
