@@ -34,7 +34,7 @@ def samples(cluster: Any) -> dict[str, dict[str, Any]]:
     """Every sample applied server-side (namespaced kinds into NAMESPACE); kind -> sample."""
     _ensure_namespace(cluster, NAMESPACE)
     applied: dict[str, dict[str, Any]] = {}
-    for path in sorted(SAMPLES.glob("*.yaml")):
+    for path in sorted(SAMPLES.rglob("*.yaml")):
         if path.name == "kustomization.yaml":
             continue
         doc = yaml.safe_load(path.read_text())
