@@ -27,14 +27,15 @@ def block(doc: str, name: str) -> str:
 
 def run_block(
     doc: str,
-    name: str,
+    name: str | tuple[str, ...],
     *,
     cwd: Path,
     replace: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
     prelude: str = "",
 ) -> subprocess.CompletedProcess[str]:
-    script = block(doc, name)
+    names = (name,) if isinstance(name, str) else name
+    script = "".join(block(doc, n) for n in names)  # one shell: variables carry over
     for old, new in (replace or {}).items():
         script = script.replace(old, new)
     return subprocess.run(
