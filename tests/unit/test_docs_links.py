@@ -37,9 +37,8 @@ def test_relative_links_resolve_inside_the_repository(page: Path) -> None:
             continue  # https:, mailto:
         path, _, anchor = target.partition("#")
         resolved = (page.parent / path).resolve() if path else page
-        if not resolved.is_relative_to(REPO) or not resolved.exists():
-            broken.append(target)
-        elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+        missing = not resolved.is_relative_to(REPO) or not resolved.exists()
+        if missing or (anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved)):
             broken.append(target)
     assert broken == []
 
