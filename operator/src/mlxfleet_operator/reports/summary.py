@@ -413,8 +413,8 @@ def _add_cost(
         )
     if silent:
         summary.cost_problems.append(
-            f"No telemetry this period from {', '.join(silent)}: their hardware and idle power "
-            "are counted, with no tokens served."
+            f"No telemetry this period from {', '.join(silent)}: hardware and idle power are "
+            "still counted, with no tokens served."
         )
     try:
         summary.fleet = cost.fleet_cost(rows, reference=reference)
