@@ -1,8 +1,8 @@
 """`mlxfleet-agent`: serve, print service definitions, make a tiny dev model.
 
     mlxfleet-agent serve --state-dir DIR --models-dir DIR [--config agent.yaml] [flags]
-    mlxfleet-agent launchd-plist [--user U] [--log-dir D] [-- <serve flags>]
-    mlxfleet-agent systemd-unit [--user U] [-- <serve flags>]
+    mlxfleet-agent launchd-plist [--user U] [--log-dir D] [--env K=V] [--env-file F] [-- flags]
+    mlxfleet-agent systemd-unit [--user U] [--env K=V] [--env-file F] [-- <serve flags>]
     mlxfleet-agent make-model --out DIR [--seed N] [--broken]
 
 May import: app, settings, service_units, devmodels, stdlib. Called by: the console script.
@@ -96,6 +96,26 @@ def _parser() -> argparse.ArgumentParser:
         unit = sub.add_parser(name, help=helptext)
         unit.add_argument("--program", help="path of mlxfleet-agent (default: found on PATH)")
         unit.add_argument("--user", help="account the agent runs as")
+        unit.add_argument(
+            "--env",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="an environment variable of the agent (repeatable), e.g. HF_HOME=/var/lib/hf",
+        )
+        unit.add_argument(
+            "--env-file",
+            action="append",
+            default=[],
+            metavar="PATH",
+            help=(
+                "KEY=VALUE lines (telemetry keys, ...): systemd reads the file at each start; "
+                "launchd has no such option, so its values are copied into the plist now"
+                if name == "systemd-unit"
+                else "KEY=VALUE lines (telemetry keys, ...), copied into the plist now: "
+                "install the plist 0600 when they are secret"
+            ),
+        )
         if name == "launchd-plist":
             unit.add_argument("--log-dir", default="/var/log/mlxfleet")
             unit.add_argument("--label", default=service_units.LABEL)
@@ -117,18 +137,40 @@ def main(argv: list[str] | None = None) -> int:
 
         return devmodels.main(argv[1:])
     args = _parser().parse_args(argv)
-    if args.command == "launchd-plist":
-        print(
-            service_units.launchd_plist(
-                _serve_argv(args), label=args.label, log_dir=args.log_dir, user=args.user
-            ),
-            end="",
-        )
-        return 0
-    if args.command == "systemd-unit":
-        print(service_units.systemd_unit(_serve_argv(args), user=args.user), end="")
+    if args.command in ("launchd-plist", "systemd-unit"):
+        try:
+            text = _unit(args)
+        except (service_units.UnitError, OSError) as exc:
+            print(f"mlxfleet-agent: {exc}", file=sys.stderr)
+            return 2
+        print(text, end="")
         return 0
     return _serve(args)
+
+
+def _unit(args: argparse.Namespace) -> str:
+    """The service definition a unit command prints."""
+    env = dict(service_units.env_assignment(item) for item in args.env)
+    if args.command == "systemd-unit":
+        return service_units.systemd_unit(
+            _serve_argv(args), user=args.user, environment=env, environment_files=args.env_file
+        )
+    from_files: dict[str, str] = {}
+    for path in args.env_file:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise service_units.UnitError(
+                f"--env-file {path}: {exc.strerror or exc} (launchd-plist reads it now)"
+            ) from exc
+        from_files |= service_units.env_file(text, origin=f"--env-file {path}")
+    return service_units.launchd_plist(
+        _serve_argv(args),
+        label=args.label,
+        log_dir=args.log_dir,
+        user=args.user,
+        environment=from_files | env,
+    )
 
 
 def _serve(args: argparse.Namespace) -> int:

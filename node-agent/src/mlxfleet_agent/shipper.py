@@ -6,6 +6,10 @@ its own idempotent key (`contract.telemetry_key`: node + interval start), so a r
 and never double counts. While the store is unreachable the queue grows up to `max_buffered`
 intervals, then the oldest are dropped and counted (`dropped_intervals` in the next interval).
 The open interval is checkpointed every tick and on stop, so an agent restart loses nothing.
+Without a bucket nothing is written to disk at all (intervals close into the metrics only).
+A checkpoint belongs to the node name it was written for: a restart under the same name in the
+same interval merges it; otherwise it is queued, closed, under its own name (after a nodeName
+change the old name's last partial interval still ships, and no count moves to the new name).
 May import: boto3/botocore, the standard library, contract, telemetry, hoststats.
 Called by: the agent's app lifespan (start/stop), tests.
 """
@@ -70,9 +74,13 @@ class ShipperConfig:
 
 def node_name(explicit: str | None = None) -> str:
     """The node's name in object keys: explicit, else the host name's first label (sanitised)."""
-    raw = explicit or socket.gethostname().split(".")[0] or "node"
+    raw = explicit or _host_name() or "node"
     name = re.sub(r"[^A-Za-z0-9._-]", "-", raw).strip("-.") or "node"
     return name[:253]
+
+
+def _host_name() -> str:
+    return socket.gethostname().split(".")[0]
 
 
 class Uploader(Protocol):
@@ -124,18 +132,21 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 class Spool:
-    """The on-disk queue of closed intervals (one file each, named by start) and the checkpoint."""
+    """The on-disk queue of closed intervals (one file each, named by start and node) and the
+    checkpoint. Folders are created on the first write, never just by looking."""
 
     def __init__(self, root: Path) -> None:
+        self.root = root
         self.queue_dir = root / "queue"
         self.checkpoint_path = root / "open-interval.json"
-        self.queue_dir.mkdir(parents=True, exist_ok=True)
 
     @staticmethod
     def _name(interval: contract.TelemetryInterval) -> str:
-        return f"{round(interval.interval_start.timestamp() * 1000):016d}.json"
+        start = round(interval.interval_start.timestamp() * 1000)
+        return f"{start:016d}-{interval.node}.json"  # two names in one window: two files
 
     def push(self, interval: contract.TelemetryInterval) -> None:
+        self.queue_dir.mkdir(parents=True, exist_ok=True)
         _atomic_write(self.queue_dir / self._name(interval), interval.model_dump_json().encode())
 
     def contains(self, interval: contract.TelemetryInterval) -> bool:
@@ -153,6 +164,7 @@ class Spool:
         return len(excess)
 
     def save_checkpoint(self, interval: contract.TelemetryInterval) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
         _atomic_write(self.checkpoint_path, interval.model_dump_json().encode())
 
     def load_checkpoint(self) -> contract.TelemetryInterval | None:
@@ -195,8 +207,23 @@ class Shipper:
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
+    @property
+    def shipping(self) -> bool:
+        """A bucket is configured: intervals are queued on disk and uploaded."""
+        return self._uploader is not None
+
     def recover(self) -> None:
-        """Take back the checkpoint of a previous run (merged, or queued if its interval ended)."""
+        """Take back the checkpoint of a previous run: merged when it is this node's open
+        interval, else queued closed under the node name it was written for. Without a bucket
+        it stays where it is (it was written while one was configured) and nothing is read."""
+        if not self.shipping:
+            if self.spool.checkpoint_path.exists() or self.spool.pending():
+                log.warning(
+                    "no telemetry bucket: intervals of an earlier run stay in %s until one is "
+                    "configured (delete the folder to discard them)",
+                    self.spool.root,
+                )
+            return
         saved = self.spool.load_checkpoint()
         if saved is None:
             return
@@ -205,6 +232,14 @@ class Shipper:
             return
         closed = self.telemetry.restore(saved)
         if closed is not None:
+            if closed.node != self.telemetry.node:
+                log.warning(
+                    "telemetry checkpoint of node %s (interval %s) ships under that name; "
+                    "this agent now ships as %s",
+                    closed.node,
+                    closed.interval_start.isoformat(),
+                    self.telemetry.node,
+                )
             self._enqueue(closed)
             self.spool.clear_checkpoint()
 
@@ -231,6 +266,8 @@ class Shipper:
         closed = self.telemetry.roll()
         if closed is not None:
             self._enqueue(closed)
+        if not self.shipping:
+            return  # nothing to ship: nothing is kept on disk
         if upload:
             self.flush()
         self._trim()  # only what the store could not take counts against the bound
@@ -240,7 +277,7 @@ class Shipper:
         """Upload queued intervals oldest first; stop at the first failure. Returns uploads."""
         m = self.telemetry.metrics
         if self._uploader is None:
-            m.buffered.set(len(self.spool.pending()))
+            m.buffered.set(0)
             return 0
         done = 0
         for path in self.spool.pending():
@@ -328,6 +365,12 @@ def build(
         interval_seconds=interval_seconds,
         max_buffered=env.max_buffered,
     )
+    if node is None and cfg.bucket is not None:
+        log.warning(
+            "telemetry ships under the host name %r: set nodeName in the agent config to this "
+            "Mac's InferenceNode name, which the reports match telemetry by",
+            node_name(None),
+        )
     tel = telemetry.Telemetry(
         node=node_name(node),
         interval_seconds=interval_seconds,

@@ -222,7 +222,8 @@ class Telemetry:
             return self._snapshot(now)
 
     def restore(self, saved: contract.TelemetryInterval) -> contract.TelemetryInterval | None:
-        """Take back a checkpoint: merged when it is the open interval, else returned closed."""
+        """Take back a checkpoint: merged when it is this node's open interval, else returned
+        closed, as it was written (a checkpoint of another node name keeps that name)."""
         with self._lock:
             if saved.node == self.node and saved.interval_start.timestamp() == self._open.start:
                 self._open.restore(saved)

@@ -226,3 +226,75 @@ def test_store_down_agent_restarted_store_back_every_interval_once_in_order(
     replayed = [k.rsplit("/", 1)[1] for k in shipped[: len(queued)]]
     assert len(replayed) == len(queued)
     assert list((spool / "queue").glob("*.json")) == []
+
+
+def test_a_run_without_a_bucket_leaves_nothing_to_ship_under_its_old_name(
+    s3_server: s3support.S3Server, tmp_path: Path
+) -> None:
+    """Issue 15 item 3, the way a new user gets there: the agent first runs with no bucket and
+    the default node name (the host name), then with a bucket and nodeName = its InferenceNode.
+    Before: the first run's checkpoint shipped under the host name, a phantom node."""
+    state = tmp_path / "state"
+    env = {
+        "MLXFLEET_TELEMETRY_ACCESS_KEY_ID": s3_server.access_key,
+        "MLXFLEET_TELEMETRY_SECRET_ACCESS_KEY": s3_server.secret_key,
+    }
+    tel, ship = shipper.build(state_dir=state, interval_seconds=1.0, environ=env)
+    old_name = tel.node
+    ship.start()
+    serve_requests(tel, 3)
+    time.sleep(1.2)  # at least one interval closes, and several ticks run
+    serve_requests(tel, 2)
+    ship.stop()
+    assert not (state / "telemetry").exists()
+
+    bucket = s3_server.make_bucket()
+    tel, ship = shipper.build(
+        state_dir=state,
+        node="mac-studio-1",
+        interval_seconds=1.0,
+        bucket=bucket,
+        prefix="fleet",
+        endpoint_url=s3_server.endpoint_url,
+        region=s3_server.region,
+        environ=env,
+    )
+    ship.start()
+    serve_requests(tel, 4)
+    deadline = time.monotonic() + 30
+    while not ship.uploaded_keys and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ship.stop()
+    found = objects(s3_server, bucket)
+    assert found, "the renamed agent shipped nothing"
+    assert {iv.node for iv in found.values()} == {"mac-studio-1"}, sorted(found)
+    assert not any(f"node={old_name}/" in key for key in found)
+    assert sum(s.requests for iv in found.values() for s in iv.slots) == 4
+
+
+def test_a_rename_ships_each_count_once_under_the_name_it_was_measured_under(
+    s3_server: s3support.S3Server, tmp_path: Path
+) -> None:
+    """With a bucket all along: the old name's unfinished interval (the checkpoint) ships under
+    the old name, the new name's intervals under the new one; nothing twice, nothing lost, even
+    when both start in the same minute."""
+    bucket = s3_server.make_bucket()
+    clock = Clock(T0 + 5)
+    tel = telemetry.Telemetry(node="Mac-Studio", interval_seconds=60, clock=clock)
+    ship = shipper.Shipper(tel, config(s3_server, tmp_path, bucket))
+    ship.recover()
+    serve_requests(tel, 3)
+    ship.tick(upload=False)  # checkpointed, then the agent is restarted with a new nodeName
+    clock.t = T0 + 30
+    tel = telemetry.Telemetry(node="mac-studio-1", interval_seconds=60, clock=clock)
+    ship = shipper.Shipper(tel, config(s3_server, tmp_path, bucket))
+    ship.recover()
+    serve_requests(tel, 2)
+    clock.t = T0 + 61
+    ship.tick()
+    found = objects(s3_server, bucket)
+    assert sorted((iv.node, iv.slots[0].requests) for iv in found.values()) == [
+        ("Mac-Studio", 3),
+        ("mac-studio-1", 2),
+    ]
+    assert not (tmp_path / "queue").exists() or ship.spool.pending() == []

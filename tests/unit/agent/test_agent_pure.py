@@ -236,11 +236,12 @@ def test_write_atomic_replaces_whole_file(tmp_path: Path) -> None:
 def test_shipped_service_examples_are_current() -> None:
     root = Path(__file__).resolve().parents[3] / "manifests" / "agent"
     argv = ["/opt/mlxfleet/bin/mlxfleet-agent", "serve", "--config", "/etc/mlxfleet/agent.yaml"]
+    env = service_units.env_file((root / "agent.env.example").read_text(), origin="example")
     assert (root / "io.mlxfleet.agent.plist").read_text() == service_units.launchd_plist(
-        argv, user="_mlxfleet"
+        argv, user="_mlxfleet", environment=env
     )
     assert (root / "mlxfleet-agent.service").read_text() == service_units.systemd_unit(
-        argv, user="mlxfleet"
+        argv, user="mlxfleet", environment_files=["/etc/mlxfleet/agent.env"]
     )
     values = settings.read_config_file(root / "agent.yaml")
     assert settings.build(file_values=values, flag_values={}).data_port == 8471

@@ -33,7 +33,7 @@ MODELS: dict[str, type[BaseModel]] = {
 
 def _samples() -> list[dict[str, Any]]:
     docs = []
-    for path in sorted((REPO / "manifests" / "samples").glob("*.yaml")):
+    for path in sorted((REPO / "manifests" / "samples").rglob("*.yaml")):
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] in MODELS]
     return docs
 

@@ -58,6 +58,15 @@ def test_cronjob_runs_a_command_the_cli_accepts(kind: str) -> None:
     mounted = {m["mountPath"] for m in container["volumeMounts"]}
     assert str(args.config.parent) in mounted
     assert str(args.out).startswith("/tmp")
-    assert pod["automountServiceAccountToken"] is False
+    assert args.from_cluster  # nodes and cost inputs from the InferenceNodes
+    rbac = list(yaml.safe_load_all((REPO / "manifests" / "cronjobs" / "rbac.yaml").read_text()))
+    account = next(d for d in rbac if d["kind"] == "ServiceAccount")
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert account["automountServiceAccountToken"] is False  # only the report pods opt in
+    assert pod["automountServiceAccountToken"] is True
+    (role,) = (d for d in rbac if d["kind"] == "ClusterRole")
+    assert role["rules"] == [
+        {"apiGroups": ["mlxfleet.io"], "resources": ["inferencenodes"], "verbs": ["list"]}
+    ]
     refs = {next(iter(v.values()))["name"] for v in container["envFrom"]}
     assert refs == {"mlxfleet-reports", "mlxfleet-telemetry-credentials"}
