@@ -7,6 +7,7 @@ operator's agent client adapter. Field names on the wire are camelCase; Python n
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from enum import StrEnum
@@ -107,6 +108,44 @@ class SwapOutcome(StrEnum):
     FAILED = "Failed"
 
 
+CHAT_TEMPLATE_ARGS_MAX_KEYS = 64
+CHAT_TEMPLATE_ARGS_MAX_DEPTH = 8
+CHAT_TEMPLATE_ARGS_MAX_BYTES = 16 * 1024
+
+
+def check_chat_template_args(value: dict[str, Any]) -> dict[str, Any]:
+    """Bound a free-form JSON object: nesting depth (each object or list is a level; checked
+    without recursion, so any depth is refused cheaply) and size as compact JSON (UTF-8)."""
+    limit = CHAT_TEMPLATE_ARGS_MAX_DEPTH
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            raise ValueError(f"is nested deeper than {limit} levels (each object or list is one)")
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"is not plain JSON: {exc}") from exc
+    size = len(text.encode())
+    if size > CHAT_TEMPLATE_ARGS_MAX_BYTES:
+        raise ValueError(
+            f"is {size} bytes as compact JSON; at most {CHAT_TEMPLATE_ARGS_MAX_BYTES} bytes"
+        )
+    return value
+
+
+ChatTemplateArgs = Annotated[
+    dict[str, Any],
+    Field(max_length=CHAT_TEMPLATE_ARGS_MAX_KEYS),
+    AfterValidator(check_chat_template_args),
+]
+"""Arguments for the tokenizer's chat template: a JSON object of at most 64 keys, 8 levels and
+16 KiB (it becomes one command-line argument of the backend and part of the persisted state)."""
+
+
 class ServerOptions(StrictWire):
     """mlx-lm server options; the same names as ModelDeployment spec.server."""
 
@@ -114,7 +153,7 @@ class ServerOptions(StrictWire):
     prompt_concurrency: int | None = Field(default=None, ge=1, le=1024)
     max_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
     kv_bits: Literal[4, 8] | None = None
-    chat_template_args: dict[str, Any] | None = None
+    chat_template_args: ChatTemplateArgs | None = None
 
 
 class SwapPolicy(StrictWire):

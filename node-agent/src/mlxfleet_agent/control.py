@@ -1,9 +1,10 @@
 """The control side of the agent, minus HTTP: the slot registry, admission and GET /v1/state.
 
 `Manager.apply` validates a desired slot (served name unique, file source under an allowed root,
-memory fit: 507), persists it atomically and hands it to the slot's convergence loop; identical
-specs are no-ops (declarative, idempotent). Domain errors (`Rejected`, `NoFit`) are mapped to HTTP
-once, in app.
+memory fit: 507), persists it atomically and only then hands it to the slot's convergence loop:
+a spec that fails any check, or a state file that cannot be written, changes nothing (never a
+half-applied slot); identical specs are no-ops (declarative, idempotent). Domain errors
+(`Rejected`, `NoFit`) are mapped to HTTP once, in app.
 May import: contract, memory, platform, slots, sources, state, store, hoststats, stdlib.
 Called by: app (control routes), router (lookup by served name).
 """
@@ -232,12 +233,12 @@ class Manager:
             return existing.status(), False
         self.models.check(spec)
         self._check_fit(name, spec)
+        self._save({**self._desired(), name: spec})  # first: if it fails, nothing changed
         if existing is None:
             slot = self._create(name, spec)
         else:
             existing.want(spec)
             slot = existing
-        self.persist()
         return slot.status(), True
 
     def delete(self, name: str) -> contract.SlotStatus | None:
@@ -245,8 +246,8 @@ class Manager:
         if slot is None:
             return None
         if not slot.deleted:
+            self._save({n: s for n, s in self._desired().items() if n != name})
             slot.delete()
-            self.persist()
             asyncio.get_running_loop().create_task(self._forget(slot))
         return slot.status()
 
@@ -262,9 +263,20 @@ class Manager:
         slot.start()
         return slot
 
+    def _desired(self) -> dict[str, contract.SlotSpec]:
+        return {n: s.desired for n, s in self.slots.items() if not s.deleted}
+
     def persist(self) -> None:
-        specs = {n: s.desired for n, s in self.slots.items() if not s.deleted}
-        state.save_slots(self.state_dir, specs)
+        state.save_slots(self.state_dir, self._desired())
+
+    def _save(self, specs: dict[str, contract.SlotSpec]) -> None:
+        """Write the desired state it is about to adopt; 503 (and no change) if it cannot."""
+        try:
+            state.save_slots(self.state_dir, specs)
+        except (OSError, ValueError) as exc:
+            raise Rejected(
+                503, f"cannot save the desired state in {self.state_dir}: {exc}; nothing changed"
+            ) from exc
 
     def record_backends(self) -> None:
         pids = [pid for s in self.slots.values() for pid in s.backend_pids()]

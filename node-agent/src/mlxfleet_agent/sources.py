@@ -371,23 +371,41 @@ def hf_offline() -> bool:
 
 
 def download_hf(src: HfSource, *, cache_dir: Path | None = None) -> Path:
-    """Snapshot folder of the repo at its revision (downloading unless offline)."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    """Snapshot folder of the repo at its revision (downloading unless offline).
 
+    What the hub said decides the error: no such repository or revision (or no access to it)
+    is `ModelNotFound` (404: it cannot be served as given); a hub that cannot be reached or
+    fails is `DownloadFailed` (502: worth retrying), with its error. huggingface_hub raises
+    `LocalEntryNotFoundError` both when offline and on connection errors; only the first is
+    "not in the cache and offline"."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = f"hf://{src.repo}@{src.revision or 'main'}"
+    offline = hf_offline()
     try:
         path = snapshot_download(
             src.repo,
             revision=src.revision,
             cache_dir=cache_dir or hf_cache_dir(),
-            local_files_only=hf_offline(),
+            local_files_only=offline,
             allow_patterns=HF_ALLOW_PATTERNS,
         )
     except LocalEntryNotFoundError as exc:
-        raise ModelNotFound(
-            f"hf://{src.repo}@{src.revision or 'main'} is not in the Hugging Face cache "
-            "and the hub is offline (HF_HUB_OFFLINE)"
-        ) from exc
+        if offline or _offline_mode(exc):
+            raise ModelNotFound(
+                f"{where} is not in the Hugging Face cache and the hub is offline (HF_HUB_OFFLINE)"
+            ) from exc
+        why = " ".join(str(exc).split())  # huggingface_hub's text spans lines
+        raise DownloadFailed(f"{where}: the hub could not be reached: {why}") from exc
+    except (RepositoryNotFoundError, RevisionNotFoundError) as exc:
+        field = "revision" if isinstance(exc, RevisionNotFoundError) else "source"
+        raise ModelNotFound(f"{where}: {exc}", field=field) from exc
     except HfHubHTTPError as exc:
         raise DownloadFailed(f"hf://{src.repo}: {exc}") from exc
     except (OSError, ValueError) as exc:
@@ -396,6 +414,13 @@ def download_hf(src: HfSource, *, cache_dir: Path | None = None) -> Path:
     if not (out / "config.json").is_file():
         raise ModelNotFound(f"hf://{src.repo} has no config.json at {src.revision or 'main'}")
     return out
+
+
+def _offline_mode(exc: BaseException) -> bool:
+    """huggingface_hub refused to go online (its own HF_HUB_OFFLINE, read at its import)."""
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    return isinstance(exc.__cause__, OfflineModeIsEnabled)
 
 
 def delete_hf_snapshot(snapshot: Path) -> None:

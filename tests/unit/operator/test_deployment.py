@@ -108,11 +108,27 @@ def test_footprint_override_and_fail_closed() -> None:
         dep.footprint(md(), [fact("n1", state(cached=[unsized]))])
 
 
-def test_budget_overrides() -> None:
-    assert dep.budget(fact("n1")) == 16 * GIB  # the agent's own budget
-    assert dep.budget(
-        fact("n1", hardware={"memory": "64Gi"}, reservedMemory="8Gi")
-    ) == memory.budget_bytes(64 * GIB, reserved_bytes=8 * GIB)
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({}, id="plain"),
+        pytest.param({"reservedMemory": "0"}, id="reserved-0"),
+        pytest.param({"reservedMemory": 0}, id="reserved-0-integer"),
+        pytest.param({"hardware": {"memory": "64Gi"}, "reservedMemory": "8Gi"}, id="hardware"),
+    ],
+)
+def test_budget_is_the_agents_whatever_the_spec_says(spec: dict[str, Any]) -> None:
+    """One budget: what the agent admits slots against (507 above it), as it reports it."""
+    n = fact("n1", **spec)
+    assert dep.budget(n) == 16 * GIB
+    status = nodes.status(
+        n.node, nodes.Poll(n.state), heartbeat.Health(ready=True), threshold=3, now=NOW
+    )
+    assert status.memory is not None
+    assert status.memory.allocatable_bytes == 16 * GIB
+    # before the first poll after a restart: what the status said
+    polled = n.node.model_copy(update={"status": status})
+    assert dep.budget(dep.NodeFacts(node=polled, state=None, endpoint=None)) == 16 * GIB
 
 
 def test_used_by_others_excludes_own_slot() -> None:
@@ -365,7 +381,7 @@ def test_agent_memory_refusal_is_waiting_for_capacity() -> None:
         mdep.PlacementStatus(node="n1", phase="Pending"),
         mdep.PlacementStatus(node="n2", phase="Ready", ready=True),
     ]
-    outcomes = {"n1": dep.Outcome("n1", "HTTP 507: needs more", no_fit=True)}
+    outcomes = {"n1": dep.Outcome("n1", "HTTP 507: needs more", status=507)}
     verdict = mdstatus.verdict(d, decision(("n1", "n2")), placed, outcomes, None)
     assert (verdict.reason, verdict.stalled, verdict.reconciling) == (
         "WaitingForCapacity",
@@ -527,3 +543,71 @@ def test_serves_requires_the_wanted_model_or_a_running_plans_target(
     )
     plan = dep.PlanInfo.from_plan(plan_obj("p", plan_phase, T)) if plan_phase else None
     assert dep.serves(fact("n1", state(slots=[slot])), SLOT, (A, None), plan) is ready
+
+
+@pytest.mark.parametrize(
+    ("outcome", "reason"),
+    [
+        pytest.param(dep.Outcome("n1", "HTTP 404: source: no such directory", status=404,
+                                 field="source"), "SourceInvalid", id="404-source"),
+        pytest.param(dep.Outcome("n1", "HTTP 403: source: outside the roots", status=403,
+                                 field="source"), "SourceInvalid", id="403-source"),
+        pytest.param(dep.Outcome("n1", "HTTP 422: server.chatTemplateArgs: too deep", status=422,
+                                 field="server.chatTemplateArgs"), "SpecRejected", id="422-server"),
+        pytest.param(dep.Outcome("n1", "HTTP 409: servedName: taken", status=409,
+                                 field="servedName"), "SpecRejected", id="409-served-name"),
+    ],
+)  # fmt: skip
+def test_an_agent_refusal_stalls_with_a_reason_by_status_and_field(
+    outcome: dep.Outcome, reason: str
+) -> None:
+    assert outcome.refused
+    decision = placement.Decision(
+        nodes=("n1",), kept=(), added=("n1",), dropped=(), rejections=(), missing=0,
+        fits_nowhere=False,
+    )  # fmt: skip
+    judged = mdstatus.verdict(md(replicas=1), decision, [], {"n1": outcome}, None)
+    assert (judged.ready, judged.reason, judged.stalled) == (False, reason, True)
+    assert outcome.error is not None
+    assert outcome.error in judged.message
+
+
+@pytest.mark.parametrize(
+    ("status", "permanent"),
+    [
+        pytest.param(400, True, id="400"),
+        pytest.param(403, True, id="403-outside-roots"),
+        pytest.param(404, True, id="404-not-found"),
+        pytest.param(422, True, id="422-invalid"),
+        pytest.param(409, True, id="409-conflict"),
+        pytest.param(502, False, id="502-download-failed"),
+        pytest.param(503, False, id="503-cancelled"),
+        pytest.param(507, False, id="507-no-room"),
+        pytest.param(None, False, id="no-answer"),
+    ],
+)
+def test_agent_answers_are_classified_by_status(status: int | None, permanent: bool) -> None:
+    assert dep.refusal_is_permanent(status) is permanent
+
+
+def test_service_conflict_stalls_and_names_the_object() -> None:
+    decision = placement.Decision(
+        nodes=(), kept=(), added=(), dropped=(), rejections=(), missing=0, fits_nowhere=False
+    )
+    result = mdstatus.status(
+        md(replicas=0),
+        decision=decision,
+        facts={},
+        desired={},
+        outcomes={},
+        plan=None,
+        footprint_bytes=GIB,
+        endpoint="http://chat.ns.svc:80",
+        now=NOW,
+        conflict="Service ns/chat exists and is not this deployment's",
+    )
+    ready = {c.type: c for c in result.status.conditions}
+    assert (ready["Ready"].status, ready["Ready"].reason) == ("False", "ServiceConflict")
+    assert ready["Stalled"].status == "True"
+    assert "Service ns/chat" in ready["Ready"].message
+    assert result.status.endpoint is None

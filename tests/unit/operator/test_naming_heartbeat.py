@@ -81,3 +81,34 @@ def test_new_node_waits_for_threshold_before_judging() -> None:
 def test_threshold_must_be_positive() -> None:
     with pytest.raises(ValueError, match="threshold"):
         heartbeat.observe(heartbeat.Health(), ok=True, now=NOW, threshold=0)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("chat", id="short"),
+        pytest.param("x" * 63, id="63"),
+        pytest.param("x" * 64, id="64"),
+        pytest.param(f"{'a' * 60}.{'b' * 60}.{'c' * 60}", id="dots-182"),
+        pytest.param("9" * 253, id="253"),
+    ],
+)
+def test_label_value_is_bounded_readable_and_collision_safe(name: str) -> None:
+    value = naming.label_value(name)
+    assert len(value) <= 63
+    assert re.fullmatch(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", value)
+    assert value == naming.label_value(name)
+    if len(name) <= 63:
+        assert value == name  # unchanged where it always worked: selectors keep matching
+    else:
+        assert value.startswith(name[:40])
+        assert value != naming.label_value(name[:-1] + "z")
+
+
+@pytest.mark.parametrize("length", [1, 63, 64, 100, 253])
+def test_service_names_are_dns_1035_labels_for_every_name_length(length: int) -> None:
+    name = ("a" + "b." * length)[:length].rstrip(".")
+    service = naming.service_name(name)
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", service)
+    assert len(service) <= 63
+    assert naming.service_name(name + "c") != service

@@ -138,8 +138,8 @@ def test_unreachable_node_waits_and_missing_slot_is_skipped() -> None:
     assert out.actions == ()
     assert "waiting for node a" in (out.state.message or "")
     skipped = step(out.state, {"a": sp.NodeSlot(reachable=True), "b": slot()}, 1)
-    assert skipped.state.steps[0].phase == sp.StepPhase.COMPLETED
-    assert (skipped.state.steps[0].message or "").startswith(sp.SKIPPED)
+    assert skipped.state.steps[0].phase == sp.StepPhase.SKIPPED
+    assert skipped.state.steps[0].message == "no replica on this node"
     assert skipped.actions == (sp.PutTarget("b"),)
 
 
@@ -289,7 +289,7 @@ def test_operator_restart_mid_revert_resumes_without_repeating() -> None:
         sp.PlanState(
             phase=sp.PlanPhase.ROLLING_BACK,
             steps=(
-                sp.Step(node="a", phase=sp.StepPhase.COMPLETED, from_source=OLD),
+                sp.Step(node="a", phase=sp.StepPhase.COMPLETED, from_source=OLD, started_at=at(1)),
                 sp.Step(node="b", phase=sp.StepPhase.ROLLED_BACK, message="x"),
             ),
         ),
@@ -363,9 +363,9 @@ def test_listed_nodes_without_a_replica_pair_with_unlisted_replicas() -> None:
     assert [(s.node, s.replaces, s.phase) for s in steps] == [
         ("a", None, sp.StepPhase.PENDING),
         ("c", "b", sp.StepPhase.PENDING),
-        ("d", None, sp.StepPhase.COMPLETED),  # nothing left to move there
+        ("d", None, sp.StepPhase.SKIPPED),  # nothing left to move there
     ]
-    assert (steps[2].message or "").startswith(sp.SKIPPED)
+    assert steps[2].message == "no replica on a node outside spec.nodes to move here"
     assert sp.initial_steps(["a", "c"]) == (  # without replicas: order and restrict only
         sp.Step(node="a"),
         sp.Step(node="c"),
@@ -377,7 +377,8 @@ def test_move_step_brings_up_the_new_replica_then_the_deployment_drops_the_old()
     nodes = ["a", "c"]  # a keeps its replica (already on the target); b's moves to c
     first = move(sp.PlanState(), slots, 0, nodes=nodes, replicas=["a", "b"])
     assert first.actions == (sp.PutTarget("c"),)
-    assert (first.state.steps[0].message or "").startswith(sp.SKIPPED)
+    assert first.state.steps[0].phase == sp.StepPhase.COMPLETED
+    assert first.state.steps[0].message == sp.ON_TARGET
     step_c = first.state.steps[1]
     assert (step_c.replaces, step_c.phase, step_c.from_source) == ("b", sp.StepPhase.LOADING, OLD)
     assert sp.moves(first.state.steps) == {"b": "c"}
@@ -429,3 +430,79 @@ def test_move_that_explicit_placement_nodes_forbid_is_refused_not_fought() -> No
     assert "c" in (out.state.message or "")
     fine = move(sp.PlanState(), slots, 0, nodes=["c"], replicas=["a", "b"], allowed=["a", "c"])
     assert fine.actions == (sp.PutTarget("c"),)
+
+
+def test_paused_plan_with_nothing_to_do_stays_paused_until_approved() -> None:
+    """The sample plan: paused; a node without a replica and a node that does not exist."""
+    slots = {"a": empty()}
+    out = sp.advance(
+        sp.PlanState(), target=TARGET, nodes=["a", "ghost"], paused=True, slots=slots, now=at(0),
+        replicas=[], known=["a"],
+    )  # fmt: skip
+    assert out.state.phase == sp.PlanPhase.PAUSED
+    assert out.actions == ()
+    assert [s.phase for s in out.state.steps] == ["Skipped", "Skipped"]
+    assert "no InferenceNode named ghost" in (out.state.steps[1].message or "")
+    again = sp.advance(
+        out.state, target=TARGET, nodes=["a", "ghost"], paused=True, slots=slots, now=at(5),
+        replicas=[], known=["a"],
+    )  # fmt: skip
+    assert again.state.phase == sp.PlanPhase.PAUSED
+    approved = sp.advance(
+        again.state, target=TARGET, nodes=["a", "ghost"], paused=False, slots=slots, now=at(9),
+        replicas=[], known=["a"],
+    )  # fmt: skip
+    assert approved.state.phase == sp.PlanPhase.FAILED
+    assert approved.state.reason == "NothingToDo"
+    assert approved.state.progress == "0/2"
+    assert approved.state.completed_at == at(9)
+    assert "ghost" in (approved.state.message or "")
+
+
+def test_step_for_an_unknown_node_is_skipped_with_a_reason_and_the_rest_runs() -> None:
+    slots = {"a": slot(), "b": slot()}
+    out = sp.advance(
+        sp.PlanState(), target=TARGET, nodes=["ghost", "a"], paused=False, slots=slots,
+        now=at(0), known=["a", "b"],
+    )  # fmt: skip
+    assert [s.phase for s in out.state.steps] == ["Skipped", "Loading"]
+    assert out.state.steps[0].message == "no InferenceNode named ghost"
+    assert out.actions == (sp.PutTarget("a"),)
+    done = sp.advance(
+        out.state, target=TARGET, nodes=["ghost", "a"], paused=False,
+        slots={"a": slot(NEW, record(1, contract.SwapOutcome.COMPLETED))}, now=at(5),
+        known=["a", "b"],
+    )  # fmt: skip
+    assert done.state.phase == sp.PlanPhase.COMPLETED
+    assert done.state.progress == "1/2"
+
+
+def test_node_deleted_before_its_step_is_skipped() -> None:
+    state = step(sp.PlanState(), {"a": slot(), "b": slot()}, 0).state
+    out = sp.advance(
+        state, target=TARGET, nodes=["a", "b"], paused=False,
+        slots={"a": slot(NEW, record(1, contract.SwapOutcome.COMPLETED))}, now=at(5),
+        known=["a"],
+    )  # fmt: skip
+    assert [s.phase for s in out.state.steps] == ["Completed", "Skipped"]
+    assert out.state.phase == sp.PlanPhase.COMPLETED
+    assert out.actions == ()
+
+
+def test_a_plan_whose_steps_all_had_nothing_to_do_is_not_completed() -> None:
+    out = sp.advance(
+        sp.PlanState(), target=TARGET, nodes=["a", "b"], paused=False,
+        slots={"a": empty(), "b": empty()}, now=at(0),
+    )  # fmt: skip
+    assert out.state.phase == sp.PlanPhase.FAILED
+    assert out.state.reason == "NothingToDo"
+    assert [s.phase for s in out.state.steps] == ["Skipped", "Skipped"]
+    assert all(s.message == "no replica on this node" for s in out.state.steps)
+
+
+def test_nodes_already_on_target_complete_the_plan() -> None:
+    """Nothing to change because the target already holds: that is Completed, not a failure."""
+    out = step(sp.PlanState(), {"a": slot(NEW), "b": slot(NEW)}, 0)
+    assert out.state.phase == sp.PlanPhase.COMPLETED
+    assert [s.message for s in out.state.steps] == ["already on target"] * 2
+    assert out.state.reason is None

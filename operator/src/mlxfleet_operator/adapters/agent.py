@@ -25,15 +25,18 @@ PREFETCH_TIMEOUT = httpx.Timeout(300.0, connect=3.0)
 
 
 class AgentError(Exception):
-    """A control API call that did not succeed."""
+    """A control API call that did not succeed; `status` and `field` come from the agent's answer
+    (none: no answer), so callers classify it by those, never by its text."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None, field: str | None = None):
         super().__init__(message)
         self.status = status
+        self.field = field
 
 
 class AgentUnreachable(AgentError):
-    """No answer: connection refused, timeout, TLS failure, or a 5xx gateway-type error."""
+    """No answer (connection refused, timeout, TLS failure) or a 5xx: the agent could not do it
+    now (e.g. 502: the model source could not be fetched). Worth retrying."""
 
 
 class AgentRefused(AgentError):
@@ -44,9 +47,10 @@ class AgentRefused(AgentError):
         message: str,
         *,
         status: int,
+        field: str | None = None,
         insufficient: contract.InsufficientMemory | None = None,
     ) -> None:
-        super().__init__(message, status=status)
+        super().__init__(message, status=status, field=field)
         self.insufficient = insufficient
 
 
@@ -72,15 +76,16 @@ def data_endpoint(agent_url: str, data_port: int) -> str:
     return urlunsplit(("http", f"{host}:{data_port}", "", "", ""))
 
 
-def _message(response: httpx.Response) -> str:
+def _message(response: httpx.Response) -> tuple[str, str | None]:
+    """The error text and the field the agent's error body names (if it is one of ours)."""
     try:
         body = contract.ErrorBody.model_validate_json(response.content)
     except ValidationError:
-        return f"HTTP {response.status_code}: {response.text[:300]}"
+        return f"HTTP {response.status_code}: {response.text[:300]}", None
     detail = body.error
     where = f"{detail.field}: " if detail.field else ""
     allowed = f" (allowed: {detail.allowed})" if detail.allowed else ""
-    return f"HTTP {response.status_code}: {where}{detail.message}{allowed}"
+    return f"HTTP {response.status_code}: {where}{detail.message}{allowed}", detail.field
 
 
 class AgentClient:
@@ -111,7 +116,8 @@ class AgentClient:
         except httpx.HTTPError as exc:
             raise AgentUnreachable(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         if response.status_code >= 500 and response.status_code != 507:
-            raise AgentUnreachable(_message(response), status=response.status_code)
+            text, field = _message(response)
+            raise AgentUnreachable(text, status=response.status_code, field=field)
         if response.status_code >= 400:
             insufficient = None
             if response.status_code == 507:
@@ -119,8 +125,9 @@ class AgentClient:
                     insufficient = contract.InsufficientMemory.model_validate_json(response.content)
                 except ValidationError:
                     insufficient = None
+            text, field = _message(response)
             raise AgentRefused(
-                _message(response), status=response.status_code, insufficient=insufficient
+                text, status=response.status_code, field=field, insufficient=insufficient
             )
         return response
 

@@ -22,6 +22,10 @@ class CredentialsError(Exception):
     """The token (or CA) Secret of a node cannot be read: a person must fix the reference."""
 
 
+class CredentialsNotAllowed(CredentialsError):
+    """The token (or CA) Secret is not labelled as agent credentials: it is never used."""
+
+
 @dataclass
 class Entry:
     client: agent.AgentClient
@@ -45,13 +49,15 @@ class Fleet:
         spec = node.spec.agent
         ref = spec.token_secret_ref
         try:
-            token = await self.kube.secret_value(
+            token = await self.kube.agent_credential(
                 namespace=ref.namespace, name=ref.name, key=ref.key
             )
             ca = None
             if spec.ca_secret_ref is not None:
                 c = spec.ca_secret_ref
-                ca = await self.kube.secret_value(namespace=c.namespace, name=c.name, key=c.key)
+                ca = await self.kube.agent_credential(namespace=c.namespace, name=c.name, key=c.key)
+        except kube.SecretNotAllowed as exc:
+            raise CredentialsNotAllowed(str(exc)) from exc
         except kube.SecretMissing as exc:
             raise CredentialsError(str(exc)) from exc
         return agent.Credentials(url=spec.url, token=token, ca_pem=ca)

@@ -10,7 +10,7 @@ Called by: core (placement, planning), handlers and adapters.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -104,10 +104,13 @@ class ServerOptions(base.ApiModel):
         description="Quantize the KV cache to 4 or 8 bits (smaller memory estimate). "
         "Unset keeps the model's dtype.",
     )
-    chat_template_args: dict[str, Any] | None = Field(
+    chat_template_args: contract.ChatTemplateArgs | None = Field(
         default=None,
-        description="Arguments passed to the tokenizer's chat template (any JSON object), "
-        'for example {"enable_thinking": false}.',
+        description="Arguments passed to the tokenizer's chat template (a JSON object), "
+        'for example {"enable_thinking": false}: at most '
+        f"{contract.CHAT_TEMPLATE_ARGS_MAX_KEYS} keys, {contract.CHAT_TEMPLATE_ARGS_MAX_DEPTH} "
+        f"levels deep and {contract.CHAT_TEMPLATE_ARGS_MAX_BYTES} bytes as JSON (the API server "
+        "checks the key count; the operator and the agent check all three).",
         json_schema_extra=base.crd(preserve_unknown_fields=True),
     )
 

@@ -102,6 +102,9 @@ class SwapPhase(StrEnum):
 
 
 class StepPhase(StrEnum):
+    """Phase of one step; `Skipped`: the step could do nothing (no replica on the node, no such
+    InferenceNode), its message says why."""
+
     PENDING = "Pending"
     LOADING = "Loading"
     WARMING = "Warming"
@@ -112,6 +115,7 @@ class StepPhase(StrEnum):
     ROLLED_BACK = "RolledBack"
     REVERTING = "Reverting"  # a completed step going back to its previous model
     REVERTED = "Reverted"
+    SKIPPED = "Skipped"
 
 
 class StepRevert(base.ApiModel):

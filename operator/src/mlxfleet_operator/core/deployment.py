@@ -8,12 +8,12 @@ the latest agent answers, and `Outcome`s of the slot requests it just made.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from mlxfleet_agent import contract, memory
-from mlxfleet_operator.api import base, quantity
+from mlxfleet_operator.api import base, resources
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import modeldeployment as mdep
@@ -117,14 +117,42 @@ def governing(plans: Sequence[swp.SwapPlan], *, named: str | None) -> PlanInfo |
     return next((i for i in infos if i.name == named), None)
 
 
+# Agent answers that no retry can change (a person must edit the spec): malformed (400),
+# outside the allowed roots (403), no such model (404), taken or being deleted (409), invalid
+# field (422). Everything else (507: no room now; 502/503: the source could not be fetched now;
+# no answer at all) is worth retrying.
+PERMANENT_STATUSES = frozenset({400, 403, 404, 409, 422})
+SOURCE_FIELDS = frozenset({"source", "revision"})
+
+
+def refusal_is_permanent(status: int | None) -> bool:
+    """An agent answer (HTTP status; None: no answer) that retrying cannot change."""
+    return status in PERMANENT_STATUSES
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What happened when the handler asked one node's agent for the slot."""
 
     node: str
     error: str | None = None
-    refused: bool = False  # 4xx: the request cannot work as is (bad source, ...)
-    no_fit: bool = False  # 507: the agent's own memory check refused it (busy node)
+    status: int | None = None  # the agent's HTTP status, if it answered with an error
+    field: str | None = None  # the field its error body names
+
+    @property
+    def refused(self) -> bool:
+        """The request cannot work as is (bad source, invalid field, name taken, ...)."""
+        return refusal_is_permanent(self.status)
+
+    @property
+    def no_fit(self) -> bool:
+        """507: the agent's own memory check refused it (busy node)."""
+        return self.status == 507
+
+    @property
+    def source_problem(self) -> bool:
+        """The refusal is about the model source (else another field of the spec)."""
+        return self.field in SOURCE_FIELDS or self.status in (403, 404)
 
 
 # ------------------------------------------------------------------------------- footprint
@@ -164,23 +192,14 @@ def footprint(
 
 
 def budget(fact: NodeFacts) -> int:
-    """Node allocatable: spec.hardware.memory / spec.reservedMemory override the agent's budget."""
-    spec = fact.node.spec
-    hardware = spec.hardware.memory if spec.hardware is not None else None
-    if hardware is None and spec.reserved_memory is None:
-        if fact.state is not None:
-            return fact.state.memory.budget_bytes
-        mem = fact.node.status.memory
-        return (mem.allocatable_bytes or 0) if mem is not None else 0
-    total = quantity.parse_bytes(hardware) if hardware is not None else None
-    if total is None:
-        total = fact.state.memory.total_bytes if fact.state is not None else 0
-    reserved = (
-        spec.reserved_memory_bytes()
-        if spec.reserved_memory is not None
-        else memory.DEFAULT_RESERVED_BYTES
-    )
-    return memory.budget_bytes(total, reserved_bytes=reserved)
+    """What placement may fill on the node: the agent's own budget (`memory.budgetBytes` of its
+    last answer; before the first answer after a restart, what status last said). The agent
+    admits slots against that number (507 above it), so it is the only one: placement never
+    promises what the agent would refuse. Set it on the Mac (agent `memory_budget`)."""
+    if fact.state is not None:
+        return fact.state.memory.budget_bytes
+    mem = fact.node.status.memory
+    return (mem.allocatable_bytes or 0) if mem is not None else 0
 
 
 def used_by_others(fact: NodeFacts, slot: str) -> int:
@@ -413,7 +432,8 @@ def new_plan(md: mdep.ModelDeployment, decision: placement.Decision) -> swp.Swap
         metadata=base.ObjectMeta(
             name=name,
             namespace=md.metadata.namespace,
-            labels={"mlxfleet.io/deployment": md.metadata.name or ""},
+            labels={resources.DEPLOYMENT_LABEL: naming.label_value(md.metadata.name or "")},
+            annotations={resources.DEPLOYMENT_ANNOTATION: md.metadata.name or ""},
         ),
         spec=swp.SwapPlanSpec(
             deployment_ref=swp.DeploymentRef(name=md.metadata.name or ""),
@@ -421,4 +441,38 @@ def new_plan(md: mdep.ModelDeployment, decision: placement.Decision) -> swp.Swap
             nodes=sorted(decision.kept),
             paused=md.spec.swap.approval == mdep.SwapApproval.MANUAL,
         ),
+    )
+
+
+# ------------------------------------------------------------------------ slot name claims
+
+
+@dataclass(frozen=True, order=True)
+class SlotClaim:
+    """A ModelDeployment whose agent slot name is `slot`, ordered oldest first."""
+
+    created: str  # creationTimestamp (ISO 8601, UTC: sorts as text)
+    namespace: str
+    name: str
+    uid: str = field(compare=False)
+
+
+def slot_owner(claims: Sequence[SlotClaim]) -> SlotClaim | None:
+    """Of the deployments whose slot names are equal (a hash collision), the one that keeps the
+    slot: the oldest (then by namespace and name, so every operator replica agrees)."""
+    return min(claims) if claims else None
+
+
+def slot_conflict(
+    claims: Mapping[str, Iterable[SlotClaim]], *, namespace: str, name: str, uid: str
+) -> str | None:
+    """Why this deployment may not use its slot name: another one (in `claims`, every
+    deployment by slot name) had it first."""
+    slot = naming.slot_name(namespace, name)
+    owner = slot_owner(list(claims.get(slot, ())))
+    if owner is None or owner.uid == uid:
+        return None
+    return (
+        f"agent slot name {slot} is already used by ModelDeployment {owner.namespace}/{owner.name} "
+        "(long names that start alike can share one): rename this ModelDeployment"
     )

@@ -109,10 +109,14 @@ def verdict(
     placed: Sequence[mdep.PlacementStatus],
     outcomes: Mapping[str, dep.Outcome],
     plan: dep.PlanInfo | None,
+    *,
+    conflict: str | None = None,
 ) -> conditions.Verdict:
     R = cond.Reason
     want = md.spec.replicas
     ready = sum(1 for p in placed if p.ready)
+    if conflict is not None:
+        return conditions.Verdict(False, R.SERVICE_CONFLICT, conflict, stalled=True)
     if decision.fits_nowhere:
         too_small = any(r.reason == placement.Reason.TOO_SMALL for r in decision.rejections)
         reason = R.INSUFFICIENT_MEMORY if too_small else R.NO_MATCHING_NODES
@@ -120,7 +124,8 @@ def verdict(
     refused = [o for o in outcomes.values() if o.refused]
     if refused and len(refused) >= len(decision.added or decision.nodes):
         text = "; ".join(f"{o.node}: {o.error}" for o in refused)
-        return conditions.Verdict(False, R.SOURCE_INVALID, text, stalled=True)
+        reason = R.SOURCE_INVALID if any(o.source_problem for o in refused) else R.SPEC_REJECTED
+        return conditions.Verdict(False, reason, text, stalled=True)
     if want == 0:
         return conditions.Verdict(True, R.SCALED_TO_ZERO, "spec.replicas is 0")
     if plan is not None and plan.active:
@@ -170,10 +175,13 @@ def status(
     endpoint: str,
     now: datetime,
     handover: dep.Handover | None = None,
+    conflict: str | None = None,
 ) -> Result:
+    """The whole status; `conflict`: why the Service cannot be published (then the status
+    names no endpoint: that address is someone else's)."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     placed = placements(facts, desired, outcomes, slot=slot, plan=plan)
-    judged = verdict(md, decision, placed, outcomes, plan)
+    judged = verdict(md, decision, placed, outcomes, plan, conflict=conflict)
     going = removing(md, handover, decision, facts) if handover is not None else []
     new = mdep.ModelDeploymentStatus(
         observed_generation=md.metadata.generation,
@@ -186,14 +194,30 @@ def status(
         placements=[*placed, *going],
         swap_plan=plan.name if plan is not None else md.status.swap_plan,
         estimated_memory_bytes=footprint_bytes,
-        endpoint=endpoint,
+        endpoint=endpoint if conflict is None else None,
     )
     eps = tuple((p.node, p.endpoint, p.ready) for p in [*placed, *going] if p.endpoint)
     return Result(status=new, verdict=judged, endpoints=eps)
 
 
+def invalid_status(
+    current: mdep.ModelDeploymentStatus, message: str, *, generation: int | None, now: datetime
+) -> mdep.ModelDeploymentStatus:
+    """Status of a deployment the API server admitted but the operator's model refuses (a bound
+    the CRD cannot express, such as the depth of a free-form object): Stalled, nothing done."""
+    judged = conditions.Verdict(False, cond.Reason.INVALID_SPEC, message, stalled=True)
+    return current.model_copy(
+        update={
+            "observed_generation": generation,
+            "conditions": conditions.apply_verdict(
+                current.conditions, judged, generation=generation, now=now
+            ),
+        }
+    )
+
+
 def unplaced_status(
-    md: mdep.ModelDeployment, judged: conditions.Verdict, *, now: datetime, endpoint: str
+    md: mdep.ModelDeployment, judged: conditions.Verdict, *, now: datetime, endpoint: str | None
 ) -> mdep.ModelDeploymentStatus:
     """Status when placement could not even run (size unknown, source refused): keep what runs."""
     return md.status.model_copy(

@@ -1,8 +1,11 @@
-"""Deterministic names: agent slot names, Service names and SwapPlan names.
+"""Deterministic names: agent slot names, Service names, SwapPlan names and label values.
 
 May import: the standard library. Called by: handlers (slot PUT/DELETE, Service, SwapPlan create).
 A name derived here must be the same on every operator replica and after every restart, so the
-agent's declarative API and `create` (409 = already there) make repeated work harmless.
+agent's declarative API and `create` (409 = already there) make repeated work harmless. A
+ModelDeployment name may be a DNS subdomain of up to 253 characters; what a name feeds must fit
+its own limit (DNS-1035 label for a Service, 63-character label values, DNS label slots), so long
+names are shortened with a hash of the whole name. Names that fit are used as they are.
 """
 
 from __future__ import annotations
@@ -11,13 +14,15 @@ import hashlib
 import re
 
 DNS_LABEL_MAX = 63
+LABEL_VALUE_MAX = 63
 _NOT_LABEL = re.compile(r"[^a-z0-9-]+")
 HASH_LEN = 8
+LABEL_HASH_LEN = 16
 
 
-def _digest(*parts: str) -> str:
+def _digest(*parts: str, length: int = HASH_LEN) -> str:
     joined = "\x00".join(parts).encode()
-    return hashlib.sha256(joined).hexdigest()[:HASH_LEN]
+    return hashlib.sha256(joined).hexdigest()[:length]
 
 
 def _label(text: str, *, limit: int) -> str:
@@ -26,10 +31,13 @@ def _label(text: str, *, limit: int) -> str:
 
 
 def slot_name(namespace: str, name: str) -> str:
-    """The agent slot name for a ModelDeployment: a DNS label, unique per (namespace, name).
+    """The agent slot name for a ModelDeployment: a DNS label, deterministic per (namespace, name).
 
     `<namespace>-<name>-<hash8>`: readable, and the hash (of the exact pair) keeps `a-b`/`c` and
-    `a`/`b-c` apart and keeps long names under 63 characters.
+    `a`/`b-c` apart and keeps long names under 63 characters. The 54-character prefix plus 32
+    bits of hash can collide for names that share their first characters (one pair in about 10^5
+    such names): the operator detects that (`SlotNameConflict`) instead of sharing a slot. The
+    scheme is unchanged since the first release, so agents' existing slots keep their names.
     """
     suffix = _digest(namespace, name)
     base = _label(f"{namespace}-{name}", limit=DNS_LABEL_MAX - HASH_LEN - 1)
@@ -64,3 +72,13 @@ def swap_plan_name(deployment: str, source: str, revision: str | None, *, genera
     """
     suffix = _digest(source, revision or "", str(generation))
     return f"{deployment[: 253 - HASH_LEN - 1]}-{suffix}"
+
+
+def label_value(name: str) -> str:
+    """A label value naming an object (`mlxfleet.io/deployment`): the name itself when it fits
+    (63 characters), else its first 46 characters and 64 bits of hash of the whole name. The full
+    name goes in an annotation next to it."""
+    if len(name) <= LABEL_VALUE_MAX:
+        return name
+    suffix = _digest(name, length=LABEL_HASH_LEN)
+    return f"{name[: LABEL_VALUE_MAX - LABEL_HASH_LEN - 1]}-{suffix}"

@@ -19,9 +19,10 @@ from mlxfleet_operator.core import deployment as dep
 
 
 class PollError(StrEnum):
-    """Why a poll failed; the first two need a person (Stalled)."""
+    """Why a poll failed; all but the last need a person (Stalled)."""
 
     SECRET_MISSING = "SecretNotFound"  # noqa: S105 - a condition reason, not a secret
+    SECRET_NOT_ALLOWED = "SecretNotAllowed"  # noqa: S105 - a condition reason, not a secret
     UNAUTHORIZED = "Unauthorized"
     UNREACHABLE = "AgentUnreachable"
 
@@ -105,7 +106,11 @@ def status(
             }
         )
     R = cond.Reason
-    stalled = poll.error in (PollError.SECRET_MISSING, PollError.UNAUTHORIZED)
+    stalled = poll.error in (
+        PollError.SECRET_MISSING,
+        PollError.SECRET_NOT_ALLOWED,
+        PollError.UNAUTHORIZED,
+    )
     if health.ready:
         verdict = conditions.Verdict(True, R.HEARTBEAT_OK, "agent answers")
     elif stalled:

@@ -1,25 +1,29 @@
 """SwapPlan progress as a pure state machine, fed by what the agents report.
 
-A plan runs its steps one node at a time. When a step fails (the agent rolled that node back),
-the plan goes `RollingBack`: its completed steps are swapped back to the model each of them
-swapped from (recorded in the step, so this survives a restart), one node at a time, last
-completed first, with the same agent swap; then the plan ends `RolledBack` with the failed step's
-reason. A revert that itself fails ends the plan `Failed` with both reasons.
+A plan runs its steps one node at a time. A step that can do nothing (its node carries no
+replica, or there is no such InferenceNode) is `Skipped` with the reason; a plan whose every step
+was skipped ends `Failed` (`NothingToDo`), never `Completed`. A paused plan that has not started
+stays `Paused` until it is approved, whatever its steps would do. When a step fails (the agent
+rolled that node back), the plan goes `RollingBack`: its completed steps are swapped back to the
+model each of them swapped from (recorded in the step, so this survives a restart), one node at a
+time, last completed first, with the same agent swap; then the plan ends `RolledBack` with the
+failed step's reason. A revert that itself fails ends the plan `Failed` with both reasons.
 
-May import: the standard library and the agent `contract` (swap records). Called by: the SwapPlan
-handler, which stores the returned `PlanState` in the plan's status and performs the returned
-actions (an idempotent `PUT /v1/slots/{name}`). Because every decision is recomputed from the
-status plus fresh observations, an operator killed mid-plan resumes without repeating a step:
-finished steps are never re-run, and re-sending the running step's desired slot is harmless.
+May import: the standard library, `api` and the agent `contract` (swap records). Called by: the
+SwapPlan handler, which stores the returned `PlanState` in the plan's status and performs the
+returned actions (an idempotent `PUT /v1/slots/{name}`). Because every decision is recomputed
+from the status plus fresh observations, an operator killed mid-plan resumes without repeating a
+step: finished steps are never re-run, and re-sending the running step's desired slot is harmless.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from mlxfleet_agent import contract
+from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import fields
 from mlxfleet_operator.api import swapplan as api
 
@@ -33,7 +37,8 @@ StepPhase = api.StepPhase
 Step = api.SwapStep
 TERMINAL = frozenset({PlanPhase.COMPLETED, PlanPhase.FAILED, PlanPhase.ROLLED_BACK})
 RUNNING = frozenset({StepPhase.LOADING, StepPhase.WARMING, StepPhase.SWITCHING, StepPhase.DRAINING})
-SKIPPED = "skipped: "  # message prefix of a step that had nothing to do (Completed)
+SKIPPED = "skipped: "  # message prefix of a revert that had nothing to do (Reverted)
+ON_TARGET = "already on target"  # a Completed step that had nothing to change
 Model = tuple[str, str | None]  # (source, revision)
 
 
@@ -46,6 +51,7 @@ class PlanState:
     started_at: datetime | None = None
     completed_at: datetime | None = None
     message: str | None = None
+    reason: cond.Reason | None = None  # why it ended, when the phase alone does not say
 
     @property
     def progress(self) -> str:
@@ -152,23 +158,36 @@ def _update(step: Step, **changes: object) -> Step:
     return step.model_copy(update=changes)
 
 
-def initial_steps(nodes: Sequence[str], replicas: Sequence[str] | None = None) -> tuple[Step, ...]:
+def _skipped(step: Step, why: str) -> Step:
+    return _update(step, phase=StepPhase.SKIPPED, message=why)
+
+
+def _unknown(node: str) -> str:
+    return f"no InferenceNode named {node}"
+
+
+def initial_steps(
+    nodes: Sequence[str],
+    replicas: Sequence[str] | None = None,
+    known: Collection[str] | None = None,
+) -> tuple[Step, ...]:
     """One step per node. With `replicas` (the nodes carrying the deployment's replicas, in
     order): a listed node without a replica gets a move step, paired with the first replica on
-    a node that is not listed (none left: the step is skipped)."""
+    a node that is not listed (none left: the step is skipped). With `known` (the InferenceNodes
+    that exist): a step for any other node is skipped, and takes no replica."""
     listed = list(dict.fromkeys(nodes))
-    if replicas is None:
-        return tuple(Step(node=n, phase=StepPhase.PENDING) for n in listed)
-    spare = [n for n in dict.fromkeys(replicas) if n not in listed]
     steps = []
+    spare = [n for n in dict.fromkeys(replicas or ()) if n not in listed]
     for node in listed:
-        if node in replicas:
-            steps.append(Step(node=node, phase=StepPhase.PENDING))
-        elif spare:
-            steps.append(Step(node=node, phase=StepPhase.PENDING, replaces=spare.pop(0)))
-        else:
-            why = SKIPPED + "no replica on a node outside spec.nodes to move here"
-            steps.append(Step(node=node, phase=StepPhase.COMPLETED, message=why))
+        step = Step(node=node, phase=StepPhase.PENDING)
+        if known is not None and node not in known:
+            step = _skipped(step, _unknown(node))
+        elif replicas is not None and node not in replicas:
+            if spare:
+                step = _update(step, replaces=spare.pop(0))
+            else:
+                step = _skipped(step, "no replica on a node outside spec.nodes to move here")
+        steps.append(step)
     return tuple(steps)
 
 
@@ -269,12 +288,14 @@ def advance(
     now: datetime,
     replicas: Sequence[str] | None = None,
     allowed: Sequence[str] | None = None,
+    known: Collection[str] | None = None,
 ) -> Advance:
     """One step of the plan: fold observations into the state and say what to send to agents.
 
     `replicas`: the nodes carrying the deployment's replicas, when listed nodes without one
     should get one moved there (a person's plan with spec.nodes); `allowed`: the deployment's
-    explicit spec.placement.nodes, which such a move must respect."""
+    explicit spec.placement.nodes, which such a move must respect; `known`: the InferenceNodes
+    that exist (a step for another node is skipped)."""
     if state.phase in TERMINAL:
         return Advance(state, ())
     if state.phase == PlanPhase.ROLLING_BACK:
@@ -289,10 +310,15 @@ def advance(
             )
         clash = conflicts(nodes, replicas, allowed) if replicas is not None and allowed else None
         if clash is not None:
-            return Advance(
-                replace(state, phase=PlanPhase.FAILED, completed_at=now, message=clash), ()
+            failed = replace(
+                state,
+                phase=PlanPhase.FAILED,
+                completed_at=now,
+                message=clash,
+                reason=cond.Reason.PLACEMENT_CONFLICT,
             )
-        state = replace(state, steps=initial_steps(nodes, replicas))
+            return Advance(failed, ())
+        state = replace(state, steps=initial_steps(nodes, replicas, known))
     steps = list(state.steps)
     actions: tuple[Action, ...] = ()
     for i, step in enumerate(steps):
@@ -312,17 +338,15 @@ def advance(
             return Advance(replace(state, phase=phase, steps=tuple(steps)), actions)
     state = replace(state, steps=tuple(steps))
     pending = [i for i, s in enumerate(steps) if s.phase == StepPhase.PENDING]
+    if paused and (pending or not started(state)):  # nothing runs before approval
+        return Advance(replace(state, phase=PlanPhase.PAUSED, message=_paused(state)), ())
     if not pending:
-        return Advance(
-            replace(state, phase=PlanPhase.COMPLETED, completed_at=now, message=None), ()
-        )
-    if paused:
-        return Advance(
-            replace(state, phase=PlanPhase.PAUSED, message="paused: set spec.paused=false to run"),
-            (),
-        )
+        return Advance(_finished(state, now), ())
     i = pending[0]
     step = steps[i]
+    if known is not None and step.node not in known:  # deleted since the plan was made
+        steps[i] = _skipped(step, _unknown(step.node))
+        return _again(state, steps, target, nodes, paused, slots, now, known)
     slot = slots.get(step.node)
     if slot is None or not slot.reachable:
         msg = f"waiting for node {step.node} to answer"
@@ -344,23 +368,12 @@ def advance(
         )
     else:
         on_target = (slot.source, slot.revision) == (target.source, target.revision)
-        skip = None
-        if slot.source is None:
-            skip = "no replica on this node"
-        elif on_target and slot.ready and slot.active_swap is None:
-            skip = "already on target"
-        if skip is not None:  # nothing to do on this node: complete it and take the next
-            steps[i] = _update(
-                step, phase=StepPhase.COMPLETED, finished_at=now, message=SKIPPED + skip
-            )
-            return advance(
-                replace(state, steps=tuple(steps)),
-                target=target,
-                nodes=nodes,
-                paused=paused,
-                slots=slots,
-                now=now,
-            )
+        if slot.source is None:  # nothing to do here: skip it and take the next
+            steps[i] = _skipped(step, "no replica on this node")
+            return _again(state, steps, target, nodes, paused, slots, now, known)
+        if on_target and slot.ready and slot.active_swap is None:  # its goal already holds
+            steps[i] = _update(step, phase=StepPhase.COMPLETED, finished_at=now, message=ON_TARGET)
+            return _again(state, steps, target, nodes, paused, slots, now, known)
         steps[i] = _update(
             step,
             phase=StepPhase.LOADING,
@@ -381,6 +394,51 @@ def advance(
     )
 
 
+def _again(
+    state: PlanState,
+    steps: list[Step],
+    target: Target,
+    nodes: Sequence[str],
+    paused: bool,
+    slots: Mapping[str, NodeSlot],
+    now: datetime,
+    known: Collection[str] | None,
+) -> Advance:
+    """Advance again after a step finished without running (skipped, or already on target)."""
+    return advance(
+        replace(state, steps=tuple(steps)),
+        target=target,
+        nodes=nodes,
+        paused=paused,
+        slots=slots,
+        now=now,
+        known=known,
+    )
+
+
+def _skips(state: PlanState) -> str:
+    return "; ".join(f"{s.node}: {s.message}" for s in state.steps if s.phase == StepPhase.SKIPPED)
+
+
+def _paused(state: PlanState) -> str:
+    skipped = _skips(state)
+    return "paused: set spec.paused=false to run" + (f" (skipped: {skipped})" if skipped else "")
+
+
+def _finished(state: PlanState, now: datetime) -> PlanState:
+    """No step left: Completed when a step reached the target, else nothing was done (every
+    step skipped) and the plan says so."""
+    if any(s.phase == StepPhase.COMPLETED for s in state.steps):
+        return replace(state, phase=PlanPhase.COMPLETED, completed_at=now, message=None)
+    return replace(
+        state,
+        phase=PlanPhase.FAILED,
+        completed_at=now,
+        message=f"no step had anything to do: {_skips(state)}",
+        reason=cond.Reason.NOTHING_TO_DO,
+    )
+
+
 # ------------------------------------------------------------------------------- rollback
 
 
@@ -388,13 +446,14 @@ def _cause(failed: Step) -> str:
     return f"step on {failed.node} failed and was rolled back: {failed.message or failed.phase}"
 
 
+def changed(step: Step) -> bool:
+    """A completed step that changed its node's model (one already on target never started)."""
+    return step.phase == StepPhase.COMPLETED and step.started_at is not None
+
+
 def revertible(step: Step) -> bool:
     """A completed step that changed its node's model, and knows what the node served before."""
-    return (
-        step.phase == StepPhase.COMPLETED
-        and not (step.message or "").startswith(SKIPPED)
-        and step.from_source is not None
-    )
+    return changed(step) and step.from_source is not None
 
 
 def _previous(step: Step) -> Model:
@@ -541,9 +600,8 @@ def serving(steps: Sequence[Step], target: Model) -> dict[str, Model]:
             elif step.phase in (StepPhase.REVERTING, StepPhase.REVERTED) and step.from_source:
                 out[step.replaces] = _previous(step)
             continue
-        changed = step.phase == StepPhase.COMPLETED and not (step.message or "").startswith(SKIPPED)
         revert_failed = step.phase == StepPhase.FAILED and step.revert is not None
-        if changed or revert_failed:
+        if changed(step) or revert_failed:
             out[step.node] = target
         elif step.phase in (StepPhase.REVERTING, StepPhase.REVERTED) and step.from_source:
             out[step.node] = _previous(step)

@@ -8,11 +8,13 @@ May import: kopf, adapters, core, api, settings. Called by: kopf.
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from datetime import timedelta
 from typing import Any
 
 import kopf
+import pydantic
 
 from mlxfleet_agent import contract, memory
 from mlxfleet_operator import settings as opsettings
@@ -59,6 +61,21 @@ def _facts(
     return facts, unpolled
 
 
+@kopf.index(*DEPLOYMENTS)
+def deployment_slots(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[str, dep.SlotClaim]:
+    """Every ModelDeployment by its agent slot name (two names may share one: a hash collision)."""
+    meta = body.get("metadata") or {}
+    claim = dep.SlotClaim(
+        created=str(meta.get("creationTimestamp") or ""),
+        namespace=namespace or "",
+        name=name,
+        uid=str(meta.get("uid") or ""),
+    )
+    return {naming.slot_name(namespace or "", name): claim}
+
+
 @kopf.index(*PLANS)
 def swap_plans(namespace: str | None, body: kopf.Body, **_: Any) -> dict[tuple[str, str], Any]:
     """SwapPlans by (namespace, deployment): people may write them too."""
@@ -92,15 +109,17 @@ async def _size(
         return conditions.Verdict(
             False, R.NO_MATCHING_NODES, probe.rejection_summary(), stalled=True
         )
+    failures: list[str] = []
     for node in candidates:
         entry = rt.fleet.get(node)
         if entry is None:
             continue
         try:
             cached = await entry.client.prefetch(*dep.spec_model(md))
-        except agent.AgentRefused as exc:
-            return conditions.Verdict(False, R.SOURCE_INVALID, f"{node}: {exc}", stalled=True)
-        except agent.AgentUnreachable:
+        except agent.AgentError as exc:
+            if dep.refusal_is_permanent(exc.status):  # cannot exist as given: a person must act
+                return conditions.Verdict(False, R.SOURCE_INVALID, f"{node}: {exc}", stalled=True)
+            failures.append(f"{node}: {exc}")  # e.g. 502: the hub did not answer; next node
             continue
         try:
             return dep.footprint(md, facts, extra=[cached] if cached else [])
@@ -108,6 +127,9 @@ async def _size(
             return conditions.Verdict(
                 False, R.SIZE_UNKNOWN, f"fetching on {node}: {exc}", reconciling=True
             )
+    if failures:  # retried on every reconcile (the timer), with the agents' own words
+        text = "fetching the model failed, retrying: " + "; ".join(failures)
+        return conditions.Verdict(False, R.SOURCE_UNAVAILABLE, text, reconciling=True)
     return conditions.Verdict(
         False,
         R.WAITING_FOR_CAPACITY,
@@ -158,10 +180,10 @@ async def _put(
         await client.put_slot(slot, spec)
     except agent.AgentRefused as exc:
         metrics.AGENT_CALLS.labels("put_slot", "refused").inc()
-        return dep.Outcome(node, str(exc), refused=exc.status != 507, no_fit=exc.status == 507)
+        return dep.Outcome(node, str(exc), status=exc.status, field=exc.field)
     except agent.AgentUnreachable as exc:
         metrics.AGENT_CALLS.labels("put_slot", "unreachable").inc()
-        return dep.Outcome(node, str(exc))
+        return dep.Outcome(node, str(exc), status=exc.status, field=exc.field)
     metrics.AGENT_CALLS.labels("put_slot", "ok").inc()
     return dep.Outcome(node)
 
@@ -190,14 +212,21 @@ async def _create_plan(
 
 async def reconcile(
     rt: runtime.Runtime,
+    md: mdep.ModelDeployment,
     body: kopf.Body,
     index: kopf.Index[str, Any],
     plans: kopf.Index[tuple[str, str], Any],
+    claims: kopf.Index[str, dep.SlotClaim],
     patch: kopf.Patch,
 ) -> None:
-    md = mdep.ModelDeployment.model_validate(dict(body))
     namespace, name = md.metadata.namespace or "", md.metadata.name or ""
     endpoint = kube.service_url(namespace, name)
+    clash = dep.slot_conflict(claims, namespace=namespace, name=name, uid=md.metadata.uid or "")
+    if clash is not None:  # another deployment's slot: never PUT, DELETE or publish for it
+        verdict = conditions.Verdict(False, R.SLOT_NAME_CONFLICT, clash, stalled=True)
+        status = mdstatus.unplaced_status(md, verdict, now=runtime.now(), endpoint=None)
+        kube.write_status(patch, status, body)
+        return
     facts, unpolled = _facts(rt, index)
     if unpolled:
         raise kopf.TemporaryError(
@@ -225,7 +254,8 @@ async def reconcile(
     slot = naming.slot_name(namespace, name)
     handover = dep.handover(md, decision, by_name, slot=slot)
     outcomes = await _apply(rt, md, by_name, decision, desired, plan, handover)
-    result = mdstatus.status(
+    judge = functools.partial(
+        mdstatus.status,
         md,
         decision=decision,
         facts=by_name,
@@ -237,9 +267,13 @@ async def reconcile(
         now=now,
         handover=handover,
     )
-    await rt.kube.publish(
-        body, [kube.Endpoint.from_url(n, url, ready=ok) for n, url, ok in result.endpoints]
-    )
+    result = judge()
+    try:
+        await rt.kube.publish(
+            body, [kube.Endpoint.from_url(n, url, ready=ok) for n, url, ok in result.endpoints]
+        )
+    except kube.ServiceConflict as exc:  # someone else's Service: leave it, say so
+        result = judge(conflict=str(exc))
     removing = {p.node for p in md.status.placements if p.phase == mdep.PlacementPhase.REMOVING}
     moved = [n for n in decision.dropped if n not in removing]  # once, when a move starts
     move = f"{sorted(moved)}->{sorted(decision.added)}"
@@ -262,14 +296,42 @@ async def _guarded(
         return  # being deleted: `teardown` owns it now; never re-create what it removes
     rt = runtime.of(memo)
     started = time.monotonic()
+    try:
+        md = mdep.ModelDeployment.model_validate(dict(body))
+    except pydantic.ValidationError as exc:  # admitted, but beyond what the CRD can check
+        metrics.RECONCILES.labels("ModelDeployment", "invalid").inc()
+        _invalid(body, patch, exc)
+        return
     async with rt.lock(str(body.metadata.uid)):
         try:
-            await reconcile(rt, body, kwargs["inference_nodes"], kwargs["swap_plans"], patch)
+            await reconcile(
+                rt,
+                md,
+                body,
+                kwargs["inference_nodes"],
+                kwargs["swap_plans"],
+                kwargs["deployment_slots"],
+                patch,
+            )
         except kube.KubeError as exc:
             metrics.RECONCILES.labels("ModelDeployment", "error").inc()
             raise kopf.TemporaryError(str(exc), delay=CONFIG.poll_seconds) from exc
     metrics.RECONCILES.labels("ModelDeployment", "ok").inc()
     metrics.RECONCILE_SECONDS.labels("ModelDeployment").observe(time.monotonic() - started)
+
+
+def _invalid(body: kopf.Body, patch: kopf.Patch, exc: pydantic.ValidationError) -> None:
+    """Stalled `InvalidSpec` naming each field; nothing is sent to agents."""
+    message = "; ".join(
+        f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()[:5]
+    )
+    try:
+        current = mdep.ModelDeploymentStatus.model_validate(body.get("status") or {})
+    except pydantic.ValidationError:
+        current = mdep.ModelDeploymentStatus()
+    generation = body.metadata.get("generation")
+    status = mdstatus.invalid_status(current, message, generation=generation, now=runtime.now())
+    kube.write_status(patch, status, body)
 
 
 @kopf.on.resume(*DEPLOYMENTS)
@@ -286,16 +348,19 @@ async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs
 
 @kopf.on.delete(*DEPLOYMENTS)
 async def teardown(
-    body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+    body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **kwargs: Any
 ) -> None:
     """Drop the slot on every agent that answers (DELETE is idempotent: ask them all, the
-    cached view may lag a fresh PUT), and the Service + EndpointSlices."""
+    cached view may lag a fresh PUT), and the Service + EndpointSlices it owns. A slot whose
+    name an older deployment holds (SlotNameConflict) is that one's: left alone."""
     rt = runtime.of(memo)
     namespace = namespace or ""
     slot = naming.slot_name(namespace, name)
     rt.announced.pop(str(body.metadata.uid), None)
+    claims = kwargs["deployment_slots"]
+    shared = dep.slot_conflict(claims, namespace=namespace, name=name, uid=str(body.metadata.uid))
     async with rt.lock(str(body.metadata.uid)):  # let an in-flight reconcile finish first
-        for node, entry in list(rt.fleet.entries.items()):
+        for node, entry in [] if shared else list(rt.fleet.entries.items()):
             try:
                 await entry.client.delete_slot(slot)
                 rt.fleet.slot_removed(node, slot)
@@ -304,6 +369,6 @@ async def teardown(
                     kopf.warn(body, reason="SlotNotRemoved", message=f"{node}: {exc}")
             except agent.AgentError as exc:
                 kopf.warn(body, reason="SlotNotRemoved", message=f"{node}: {exc}")
-    await rt.kube.unpublish(namespace, name)
+    await rt.kube.unpublish(body)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(0)

@@ -20,12 +20,15 @@ from mlxfleet_operator.core import nodes as core
 
 CONFIG = opsettings.current()
 NODES = (resources.GROUP, resources.VERSION, resources.INFERENCE_NODE.plural)
+IGNORED = "reservedMemory ignored"  # announced once per node and operator process
 
 
 async def _poll(rt: runtime.Runtime, node: inode.InferenceNode) -> core.Poll:
     try:
         client = await rt.fleet.client(node)
         state = await client.state()
+    except fleet.CredentialsNotAllowed as exc:
+        return core.Poll(None, core.PollError.SECRET_NOT_ALLOWED, str(exc))
     except fleet.CredentialsError as exc:
         return core.Poll(None, core.PollError.SECRET_MISSING, str(exc))
     except agent.AgentRefused as exc:
@@ -59,6 +62,13 @@ async def heartbeat_poll(
     status = core.status(node, poll, seen.health, threshold=CONFIG.misses, now=now)
     kube.write_status(patch, status, body)
     metrics.NODE_READY.labels(name).set(1 if seen.health.ready else 0)
+    if node.spec.reserved_memory is not None and rt.first_time(str(body.metadata.uid), IGNORED):
+        kopf.warn(
+            body,
+            reason="ReservedMemoryIgnored",
+            message="spec.reservedMemory is not used: placement uses the agent's own memory "
+            "budget (status.memory.allocatableBytes); set memory_budget in the agent config",
+        )
     if seen.flipped:
         ready = bool(seen.health.ready)
         kopf.event(

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 import kopf
+import pydantic
 
 from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
@@ -64,7 +65,7 @@ def _verdict(state: core.PlanState) -> conditions.Verdict:
     if phase == core.PlanPhase.COMPLETED:
         return conditions.Verdict(True, R.COMPLETED, f"all steps done ({state.progress})")
     if phase in (core.PlanPhase.ROLLED_BACK, core.PlanPhase.FAILED):
-        return conditions.Verdict(False, str(phase), text, stalled=True)
+        return conditions.Verdict(False, str(state.reason or phase), text, stalled=True)
     if phase == core.PlanPhase.PAUSED:
         return conditions.Verdict(False, R.PAUSED, text)
     if phase == core.PlanPhase.ROLLING_BACK:
@@ -130,8 +131,18 @@ def _others(
     return out
 
 
+def _waiting(body: kopf.Body, plan: swp.SwapPlan, patch: kopf.Patch, message: str) -> None:
+    """A plan that has not started and may not start yet: Pending, saying why."""
+    _write(body, plan, core.PlanState(phase=core.PlanPhase.PENDING, message=message), patch)
+
+
 async def advance(
-    rt: runtime.Runtime, body: kopf.Body, patch: kopf.Patch, index: kopf.Index[tuple[str, str], Any]
+    rt: runtime.Runtime,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    index: kopf.Index[tuple[str, str], Any],
+    nodes_index: kopf.Index[str, Any],
+    claims: kopf.Index[str, dep.SlotClaim],
 ) -> None:
     plan = swp.SwapPlan.model_validate(dict(body))
     namespace = plan.metadata.namespace or ""
@@ -146,10 +157,7 @@ async def advance(
             plan.metadata.name or "", plan.metadata.creation_timestamp, _others(plan, index)
         )
         if blocker is not None:
-            waiting = core.PlanState(
-                phase=core.PlanPhase.PENDING, message=f"waiting for SwapPlan {blocker} to finish"
-            )
-            _write(body, plan, waiting, patch)
+            _waiting(body, plan, patch, f"waiting for SwapPlan {blocker} to finish")
             return
     raw = await rt.kube.get_deployment(namespace, plan.spec.deployment_ref.name)
     if raw is None:
@@ -167,7 +175,18 @@ async def advance(
         reason = R.DEPLOYMENT_NOT_FOUND if previous.phase not in core.TERMINAL else None
         _write(body, plan, state, patch, reason=reason)
         return
-    md = mdep.ModelDeployment.model_validate(raw)
+    ref = plan.spec.deployment_ref.name
+    try:
+        md = mdep.ModelDeployment.model_validate(raw)
+    except pydantic.ValidationError:
+        if previous.phase not in core.TERMINAL and not core.started(previous):
+            _waiting(body, plan, patch, f"ModelDeployment {ref} is invalid (its Ready condition)")
+        return
+    clash = dep.slot_conflict(claims, namespace=namespace, name=ref, uid=md.metadata.uid or "")
+    if clash is not None:  # its slot name is another deployment's: never PUT into it
+        if previous.phase not in core.TERMINAL and not core.started(previous):
+            _waiting(body, plan, patch, f"ModelDeployment {ref}: {clash}")
+        return
     carrying = [p.node for p in md.status.placements if p.phase != mdep.PlacementPhase.REMOVING]
     nodes = list(plan.spec.nodes or sorted(carrying))
     slot = naming.slot_name(namespace, md.metadata.name or "")
@@ -187,10 +206,8 @@ async def advance(
         now=runtime.now(),
         replicas=replicas,
         allowed=allowed,
+        known=list(nodes_index),
     )
-    clash = None
-    if replicas is not None and allowed and not step.state.steps:
-        clash = core.conflicts(nodes, replicas, allowed)
     await _act(rt, body, plan, md, step.actions)
     if step.state.phase != previous.phase:
         kopf.event(
@@ -204,8 +221,7 @@ async def advance(
         )
         if step.state.phase in core.TERMINAL:
             metrics.SWAP_PLANS.labels(str(step.state.phase)).inc()
-    reason = R.PLACEMENT_CONFLICT if clash is not None else None
-    _write(body, plan, step.state, patch, reason=reason)
+    _write(body, plan, step.state, patch)
 
 
 def _write(
@@ -249,7 +265,14 @@ async def _guarded(
     rt = runtime.of(memo)
     started = time.monotonic()
     async with rt.lock(str(body.metadata.uid)):
-        await advance(rt, body, patch, kwargs["plans_by_deployment"])
+        await advance(
+            rt,
+            body,
+            patch,
+            kwargs["plans_by_deployment"],
+            kwargs["inference_nodes"],
+            kwargs["deployment_slots"],
+        )
     metrics.RECONCILES.labels("SwapPlan", "ok").inc()
     metrics.RECONCILE_SECONDS.labels("SwapPlan").observe(time.monotonic() - started)
 
