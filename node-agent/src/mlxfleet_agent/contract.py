@@ -19,7 +19,8 @@ from pydantic.alias_generators import to_camel
 API_PREFIX = "/v1"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 SOURCE_SCHEMES = ("file", "hf", "s3")
-HF_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# Hugging Face repo ids: org/name, each starting with a letter, digit or underscore, no "..".
+HF_REPO = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/\w[\w.-]{0,95}$")
 S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
@@ -53,6 +54,10 @@ class SourceError(ValueError):
 def check_source(value: str) -> str:
     """Validate a model source and return it unchanged; raise SourceError naming what is allowed."""
     allowed = "file:///<absolute path>, hf://<org>/<repo> or s3://<bucket>/<prefix>"
+    if not value.isprintable():  # urlsplit silently drops tabs and newlines: refuse them here
+        raise SourceError("model source must not contain control characters (NUL, newline, tab)")
+    if value != value.strip():
+        raise SourceError("model source must not start or end with whitespace")
     parts = urlsplit(value)
     if parts.scheme not in SOURCE_SCHEMES:
         raise SourceError(f"unknown scheme {parts.scheme!r}: allowed are {allowed}")
@@ -65,7 +70,7 @@ def check_source(value: str) -> str:
             raise SourceError("file source path must not contain '.' or '..' segments")
     elif parts.scheme == "hf":
         repo = parts.netloc + parts.path
-        if not HF_REPO.match(repo):
+        if not HF_REPO.match(repo) or ".." in repo:
             raise SourceError(f"hf source must be hf://<org>/<repo>, got {value!r}")
     else:
         if not S3_BUCKET.match(parts.netloc):
