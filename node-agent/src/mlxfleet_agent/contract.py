@@ -112,14 +112,51 @@ class SwapOutcome(StrEnum):
     FAILED = "Failed"
 
 
+def check_image_url_prefix(value: str) -> str:
+    """An allowed image URL prefix: http(s)://host[:port]/path/ (ends with '/', no user info,
+    query or fragment), so that a prefix can never match another host or a sibling path."""
+    parts = urlsplit(value)
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or "@" in parts.netloc
+        or not parts.path.endswith("/")
+        or parts.query
+        or parts.fragment
+        or not value.isprintable()
+        or " " in value
+    ):
+        raise ValueError(
+            f"allowedImageUrls entry {value!r} must look like https://host[:port]/path/ "
+            "(ending with '/', no user, query or fragment)"
+        )
+    return value
+
+
+ImageUrlPrefix = Annotated[
+    str, Field(min_length=8, max_length=2048), AfterValidator(check_image_url_prefix)
+]
+
+
 class ServerOptions(StrictWire):
     """mlx-lm server options; the same names as ModelDeployment spec.server."""
 
     decode_concurrency: int | None = Field(default=None, ge=1, le=1024)
     prompt_concurrency: int | None = Field(default=None, ge=1, le=1024)
-    max_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_048_576,
+        description="Default and most tokens per answer (the data plane clamps requests to it).",
+    )
     kv_bits: Literal[4, 8] | None = None
     chat_template_args: dict[str, Any] | None = None
+    allowed_image_urls: list[ImageUrlPrefix] | None = Field(
+        default=None,
+        max_length=32,
+        description="URL prefixes the backend may fetch images from (chat image parts); "
+        "unset: only data: URLs. Enforced by the data plane, no backend restart.",
+    )
 
 
 class SwapPolicy(StrictWire):
