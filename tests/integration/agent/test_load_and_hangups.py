@@ -72,9 +72,8 @@ def test_clients_that_hang_up_free_the_backend(
     ]
     agent.wait_slot("a", lambda s: s["inFlight"] == 4, timeout_s=30)
     time.sleep(0.5)  # they are generating now
-    assert _cpu_seconds(backend, 1.0) > 0.3, (
-        "the backend is not generating: the test proves nothing"
-    )
+    generating = _cpu_seconds(backend, 2.0)
+    assert generating > 0.3, "the backend is not generating: the test proves nothing"
     for sock in socks:
         sock.close()
     agent.wait_slot("a", lambda s: s["inFlight"] == 0, timeout_s=10)
