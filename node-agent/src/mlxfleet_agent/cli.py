@@ -66,6 +66,19 @@ SERVE_FLAGS: list[tuple[str, dict[str, Any]]] = [
     ),
     ("--shutdown-drain-s", {"type": float, "help": "drain of the data plane on exit (default 30)"}),
     ("--max-body-bytes", {"type": int, "help": "largest data-plane request body (default 16 MiB)"}),
+    (
+        "--max-header-bytes",
+        {"type": int, "help": "largest request head on both ports (default 32 KiB): 431"},
+    ),
+    (
+        "--header-timeout-s",
+        {"type": float, "help": "time to send a whole request head, both ports (default 10): 408"},
+    ),
+    ("--max-connections", {"type": int, "help": "open connections on the data port (default 512)"}),
+    (
+        "--control-max-connections",
+        {"type": int, "help": "open connections on the control port (default 64)"},
+    ),
     ("--log-level", {"help": "debug, info, warning, error (default info)"}),
     (
         "--no-caffeinate",
@@ -181,14 +194,18 @@ def _serve(args: argparse.Namespace) -> int:
         file_values = settings_mod.read_config_file(args.config) if args.config else {}
         cfg = settings_mod.build(file_values=file_values, flag_values=flags)
         app.check_tls(cfg)
-    except (settings_mod.SettingsError, OSError) as exc:
+        cfg.prepare()
+    except settings_mod.SettingsError as exc:
         print(f"mlxfleet-agent: {exc}", file=sys.stderr)
         return 2
     app.configure_logging(cfg.log_level)
     try:
         asyncio.run(app.serve(cfg))
-    except OSError as exc:  # e.g. a port already in use
+    except settings_mod.SettingsError as exc:  # the bind address or a port (checked when bound)
         print(f"mlxfleet-agent: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"mlxfleet-agent: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -20,7 +20,8 @@ from pydantic.alias_generators import to_camel
 API_PREFIX = "/v1"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 SOURCE_SCHEMES = ("file", "hf", "s3")
-HF_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# Hugging Face repo ids: org/name, each starting with a letter, digit or underscore, no "..".
+HF_REPO = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/\w[\w.-]{0,95}$")
 S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
@@ -54,6 +55,10 @@ class SourceError(ValueError):
 def check_source(value: str) -> str:
     """Validate a model source and return it unchanged; raise SourceError naming what is allowed."""
     allowed = "file:///<absolute path>, hf://<org>/<repo> or s3://<bucket>/<prefix>"
+    if not value.isprintable():  # urlsplit silently drops tabs and newlines: refuse them here
+        raise SourceError("model source must not contain control characters (NUL, newline, tab)")
+    if value != value.strip():
+        raise SourceError("model source must not start or end with whitespace")
     parts = urlsplit(value)
     if parts.scheme not in SOURCE_SCHEMES:
         raise SourceError(f"unknown scheme {parts.scheme!r}: allowed are {allowed}")
@@ -66,7 +71,7 @@ def check_source(value: str) -> str:
             raise SourceError("file source path must not contain '.' or '..' segments")
     elif parts.scheme == "hf":
         repo = parts.netloc + parts.path
-        if not HF_REPO.match(repo):
+        if not HF_REPO.match(repo) or ".." in repo:
             raise SourceError(f"hf source must be hf://<org>/<repo>, got {value!r}")
     else:
         if not S3_BUCKET.match(parts.netloc):
@@ -137,6 +142,27 @@ def check_chat_template_args(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+def check_image_url_prefix(value: str) -> str:
+    """An allowed image URL prefix: http(s)://host[:port]/path/ (ends with '/', no user info,
+    query or fragment), so that a prefix can never match another host or a sibling path."""
+    parts = urlsplit(value)
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or "@" in parts.netloc
+        or not parts.path.endswith("/")
+        or parts.query
+        or parts.fragment
+        or not value.isprintable()
+        or " " in value
+    ):
+        raise ValueError(
+            f"allowedImageUrls entry {value!r} must look like https://host[:port]/path/ "
+            "(ending with '/', no user, query or fragment)"
+        )
+    return value
+
+
 ChatTemplateArgs = Annotated[
     dict[str, Any],
     Field(max_length=CHAT_TEMPLATE_ARGS_MAX_KEYS),
@@ -145,15 +171,30 @@ ChatTemplateArgs = Annotated[
 """Arguments for the tokenizer's chat template: a JSON object of at most 64 keys, 8 levels and
 16 KiB (it becomes one command-line argument of the backend and part of the persisted state)."""
 
+ImageUrlPrefix = Annotated[
+    str, Field(min_length=8, max_length=2048), AfterValidator(check_image_url_prefix)
+]
+
 
 class ServerOptions(StrictWire):
     """mlx-lm server options; the same names as ModelDeployment spec.server."""
 
     decode_concurrency: int | None = Field(default=None, ge=1, le=1024)
     prompt_concurrency: int | None = Field(default=None, ge=1, le=1024)
-    max_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_048_576,
+        description="Default and most tokens per answer (the data plane clamps requests to it).",
+    )
     kv_bits: Literal[4, 8] | None = None
     chat_template_args: ChatTemplateArgs | None = None
+    allowed_image_urls: list[ImageUrlPrefix] | None = Field(
+        default=None,
+        max_length=32,
+        description="URL prefixes the backend may fetch images from (chat image parts); "
+        "unset: only data: URLs. Enforced by the data plane, no backend restart.",
+    )
 
 
 class SwapPolicy(StrictWire):

@@ -8,7 +8,7 @@ events; the pinned path in `model` fields is put back to the served name). The l
 until the last byte, so a swap never cuts a request. A stream whose backend dies ends with an
 OpenAI-style `error` event instead of hanging. Raw ASGI and raw sockets rather than a framework
 and an HTTP client keep the added latency per request small.
-May import: router, control, telemetry, stdlib. Called by: app (mounts it).
+May import: router, answers, control, slots, telemetry, stdlib. Called by: app (mounts it).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
 from typing import Any
 
-from mlxfleet_agent import control, router, telemetry
+from mlxfleet_agent import answers, control, router, slots, telemetry
 
 log = logging.getLogger(__name__)
 Scope = MutableMapping[str, Any]
@@ -53,6 +53,8 @@ CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 600.0  # longest silence of a backend within one answer
 CHUNK = 65536
 LIMIT = 1 << 20  # largest response head we accept from a backend
+ERROR_BODY_LIMIT = 64 * 1024  # of a backend's error body, what the client is shown
+RETRY_AFTER = router.RETRY_AFTER
 
 
 class DataPlane:
@@ -95,7 +97,7 @@ class DataPlane:
             else:
                 raise router.RouteError(404, f"no route {path}", code="not_found")
         except router.RouteError as exc:
-            await _send_json(send, exc.status, exc.body())
+            await _send_json(send, exc.status, exc.body(), exc.headers)
         except ClientGone:
             return
 
@@ -153,45 +155,17 @@ class DataPlane:
             ) from None
         routed = router.resolve(self.manager, router.parse(raw))
         slot = routed.slot
+        router.check_images(routed.body, allowed=slot.desired.server.allowed_image_urls or ())
         lease = await router.lease(slot, timeout_s=self.queue_timeout_s)
         handle = lease.handle
         self.telemetry.request_started(slot.name)
         outcome = _Outcome()
         try:
-            routed.body["model"] = handle.pinned
-            client_usage = telemetry.ask_for_usage(routed.body) if routed.stream else True
-            content = json.dumps(routed.body).encode()
-            served = json.dumps(handle.spec.served_name).encode()
-            swap = (b'"model": ' + json.dumps(handle.pinned).encode(), b'"model": ' + served)
-            headers = [(BACKEND_HEADER, f"{handle.backend.port}".encode())]
-            try:
-                reply = await call_backend(handle.backend.port, BACKEND_PATHS[endpoint], content)
-            except BackendError as exc:
-                outcome.error = "backend_unreachable"
-                raise router.RouteError(
-                    502,
-                    f"backend unreachable: {exc}",
-                    type_="server_error",
-                    code="backend_unreachable",
-                ) from exc
-            try:
-                if routed.stream and reply.status == 200:
-                    await self._stream(
-                        reply,
-                        receive,
-                        send,
-                        headers=headers,
-                        swap=swap,
-                        outcome=outcome,
-                        t0=t0,
-                        counter=telemetry.StreamCounter(forward_usage=client_usage),
-                    )
-                else:
-                    await self._whole(
-                        reply, send, headers=headers, swap=swap, outcome=outcome, t0=t0
-                    )
-            finally:
-                reply.close()
+            await self._forward(routed, handle, endpoint, receive, send, outcome=outcome, t0=t0)
+        except asyncio.CancelledError:  # the shutdown drain ended with this request still running
+            outcome.error = "shutdown"
+            await _cut_by_shutdown(send, outcome)
+            raise
         finally:
             slot.finished(lease, ok=outcome.error is None)
             self.telemetry.request_finished(
@@ -210,56 +184,181 @@ class DataPlane:
                 )
             )
 
+    async def _forward(
+        self,
+        routed: router.Routed,
+        handle: slots.Handle,
+        endpoint: str,
+        receive: Receive,
+        send: Send,
+        *,
+        outcome: _Outcome,
+        t0: float,
+    ) -> None:
+        """Ask the backend and pass its answer on; a client that leaves closes the backend's
+        connection, which stops mlx_lm at its next write (so whole answers are asked for as a
+        stream and assembled here: see `answers`)."""
+        body = routed.body
+        router.limit_tokens(body, handle.spec)
+        body["model"] = handle.pinned
+        assemble = not routed.stream and not answers.wants_logprobs(body)
+        client_usage = False
+        if routed.stream:
+            client_usage = telemetry.ask_for_usage(body)
+        elif assemble:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        served = handle.spec.served_name
+        rewrite = answers.rewriter(
+            pinned=handle.pinned, served=served, original_fingerprint=handle.fingerprint
+        )
+        headers = [(BACKEND_HEADER, f"{handle.backend.port}".encode())]
+        try:
+            reply = await call_backend(
+                handle.backend.port, BACKEND_PATHS[endpoint], json.dumps(body).encode()
+            )
+        except BackendError as exc:
+            outcome.error = "backend_unreachable"
+            raise router.RouteError(
+                502,
+                f"backend unreachable: {exc}",
+                type_="server_error",
+                code="backend_unreachable",
+            ) from exc
+        gone = asyncio.Event()
+        watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, gone, reply))
+        try:
+            if reply.status != 200:
+                await self._error(reply, send, headers=headers, outcome=outcome, handle=handle)
+            elif routed.stream:
+                await self._stream(
+                    reply,
+                    send,
+                    headers=headers,
+                    rewrite=rewrite,
+                    outcome=outcome,
+                    t0=t0,
+                    counter=telemetry.StreamCounter(forward_usage=client_usage),
+                    gone=gone,
+                )
+            elif assemble:
+                await self._assembled(
+                    reply,
+                    send,
+                    answers.Assembler(chat=endpoint == "chat.completions"),
+                    headers=headers,
+                    served=served,
+                    fingerprint=answers.fingerprint(handle.fingerprint or ""),
+                    outcome=outcome,
+                    t0=t0,
+                    gone=gone,
+                )
+            else:
+                await self._whole(
+                    reply, send, headers=headers, rewrite=rewrite, outcome=outcome, t0=t0, gone=gone
+                )
+        finally:
+            watcher.cancel()
+            reply.close()
+
+    async def _error(
+        self,
+        resp: BackendReply,
+        send: Send,
+        *,
+        headers: list[tuple[bytes, bytes]],
+        outcome: _Outcome,
+        handle: slots.Handle,
+    ) -> None:
+        """A backend's refusal, OpenAI-shaped, with its status."""
+        outcome.error = "backend_5xx" if resp.status >= 500 else "backend_4xx"
+        try:
+            raw = await resp.read_all(limit=ERROR_BODY_LIMIT)
+        except BackendError:
+            raw = b""
+        body = answers.backend_error(
+            resp.status, raw, pinned=handle.pinned, served=handle.spec.served_name
+        )
+        await _send_whole(send, resp.status, body, headers)
+
+    async def _assembled(
+        self,
+        resp: BackendReply,
+        send: Send,
+        builder: answers.Assembler,
+        *,
+        headers: list[tuple[bytes, bytes]],
+        served: str,
+        fingerprint: str,
+        outcome: _Outcome,
+        t0: float,
+        gone: asyncio.Event,
+    ) -> None:
+        """A whole answer, built from the backend's stream."""
+        try:
+            async with contextlib.aclosing(resp.chunks()) as chunks:
+                async for raw in chunks:
+                    builder.feed(raw)
+                    if outcome.ttft_s is None and builder.events:
+                        outcome.ttft_s = time.monotonic() - t0
+        except BackendError as exc:
+            if not gone.is_set():
+                log.warning("backend stream broke", extra={"error": str(exc)})
+        outcome.prompt_tokens = builder.prompt_tokens
+        outcome.completion_tokens = builder.completion_tokens
+        if gone.is_set():
+            outcome.error = "client_gone"
+            return
+        if not builder.done:
+            outcome.error = "backend_died"
+            raise router.RouteError(
+                502, "backend failed while answering", type_="server_error", code="backend_died"
+            )
+        body = builder.result(served=served, fingerprint=fingerprint)
+        outcome.started = True
+        await _send_whole(send, 200, body, headers)
+
     async def _whole(
         self,
         resp: BackendReply,
         send: Send,
         *,
         headers: list[tuple[bytes, bytes]],
-        swap: tuple[bytes, bytes],
+        rewrite: answers.Rewrite,
         outcome: _Outcome,
         t0: float,
+        gone: asyncio.Event,
     ) -> None:
+        """A whole answer generated whole by the backend (requests that ask for logprobs)."""
         try:
             body = await resp.read_all()
         except BackendError:
+            if gone.is_set():
+                outcome.error = "client_gone"
+                return
             outcome.error = "backend_died"
             raise router.RouteError(
                 502, "backend failed while answering", type_="server_error", code="backend_died"
             ) from None
         outcome.ttft_s = time.monotonic() - t0
-        if resp.status >= 500:
-            outcome.error = "backend_5xx"
-        elif resp.status >= 400:
-            outcome.error = "backend_4xx"
-        else:
-            body = body.replace(swap[0], swap[1], 1)
-            outcome.count_usage(body)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": resp.status,
-                "headers": [
-                    (b"content-type", resp.content_type or b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    *headers,
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        body = rewrite(body)
+        outcome.count_usage(body)
+        outcome.started = True
+        await _send_whole(send, 200, body, headers, content_type=resp.content_type)
 
     async def _stream(
         self,
         resp: BackendReply,
-        receive: Receive,
         send: Send,
         *,
         headers: list[tuple[bytes, bytes]],
-        swap: tuple[bytes, bytes],
+        rewrite: answers.Rewrite,
         outcome: _Outcome,
         t0: float,
         counter: telemetry.StreamCounter,
+        gone: asyncio.Event,
     ) -> None:
+        outcome.started = outcome.streaming = True
         await send(
             {
                 "type": "http.response.start",
@@ -271,8 +370,6 @@ class DataPlane:
                 ],
             }
         )
-        gone = asyncio.Event()
-        watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, gone))
         tail = b""
         try:
             async with contextlib.aclosing(resp.chunks()) as chunks:
@@ -285,26 +382,24 @@ class DataPlane:
                         await send(
                             {
                                 "type": "http.response.body",
-                                "body": chunk.replace(swap[0], swap[1]),
+                                "body": rewrite(chunk),
                                 "more_body": True,
                             }
                         )
                     if gone.is_set():
-                        outcome.error = "client_gone"
                         break
-                else:
-                    if DONE not in tail:
-                        outcome.error = "backend_died"
         except BackendError as exc:
-            outcome.error = "backend_died"
-            log.warning("backend stream broke", extra={"error": str(exc)})
-        finally:
-            watcher.cancel()
-        rest = counter.flush()
-        if rest and outcome.error is None:
-            await send({"type": "http.response.body", "body": rest, "more_body": True})
+            if not gone.is_set() and DONE not in tail:
+                log.warning("backend stream broke", extra={"error": str(exc)})
         outcome.prompt_tokens = counter.prompt_tokens
         outcome.completion_tokens = counter.completion_tokens
+        if DONE not in tail:  # a client that leaves after [DONE] got everything
+            outcome.error = "client_gone" if gone.is_set() else "backend_died"
+        if outcome.error == "client_gone":
+            return
+        rest = counter.flush()
+        if rest and outcome.error is None:
+            await send({"type": "http.response.body", "body": rewrite(rest), "more_body": True})
         if outcome.error == "backend_died":
             err = router.RouteError(
                 502,
@@ -386,17 +481,28 @@ class BackendReply:
         finally:
             timer[0].cancel()
 
-    async def read_all(self) -> bytes:
+    async def read_all(self, *, limit: int | None = None) -> bytes:
+        """The whole body (at most `limit` bytes of it when given)."""
         try:
             async with asyncio.timeout(READ_TIMEOUT_S):
-                if self._length is not None:
+                if self._length is not None and (limit is None or self._length <= limit):
                     return await self._reader.readexactly(self._length)
-                return await self._reader.read()
+                if limit is None:
+                    return await self._reader.read()
+                data = b""
+                while len(data) < limit and (chunk := await self._reader.read(limit - len(data))):
+                    data += chunk
+                return data
         except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             raise BackendError(f"{type(exc).__name__}: {exc}") from exc
 
     def close(self) -> None:
         self._writer.close()
+
+    def abort(self) -> None:
+        """Drop the connection now (the client left): a pending read ends, mlx_lm's next write
+        fails and it stops generating."""
+        self._writer.transport.abort()
 
 
 async def call_backend(port: int, path: str, body: bytes) -> BackendReply:
@@ -435,17 +541,22 @@ async def call_backend(port: int, path: str, body: bytes) -> BackendReply:
     ) as exc:
         writer.close()
         raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+    except asyncio.CancelledError:  # shutdown while waiting for the head: stop the backend too
+        writer.transport.abort()
+        raise
     return BackendReply(reader, writer, status=status, content_type=content_type, length=length)
 
 
 class _Outcome:
-    __slots__ = ("completion_tokens", "error", "prompt_tokens", "ttft_s")
+    __slots__ = ("completion_tokens", "error", "prompt_tokens", "started", "streaming", "ttft_s")
 
     def __init__(self) -> None:
         self.error: str | None = None
         self.ttft_s: float | None = None
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.started = False  # the response head went out
+        self.streaming = False
 
     def count_usage(self, body: bytes) -> None:
         with contextlib.suppress(ValueError, AttributeError, TypeError):
@@ -454,16 +565,62 @@ class _Outcome:
             self.completion_tokens = int(usage.get("completion_tokens", 0))
 
 
-async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
+async def _watch_disconnect(receive: Receive, gone: asyncio.Event, reply: BackendReply) -> None:
+    """The client hung up: say so and drop the backend connection (that stops generation)."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             gone.set()
+            reply.abort()
             return
 
 
-async def _send_json(send: Send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": JSON_HEADERS})
+async def _cut_by_shutdown(send: Send, outcome: _Outcome) -> None:
+    """The shutdown drain ran out: end this request with an OpenAI-style error (503, or an
+    `error` event when the stream is under way) instead of uvicorn's plain-text 500."""
+    err = router.RouteError(
+        503,
+        "the agent is shutting down and this request did not finish in time; retry it",
+        type_="server_error",
+        code="shutting_down",
+    )
+    with contextlib.suppress(Exception):
+        if not outcome.started:
+            await _send_json(send, 503, err.body(), RETRY_AFTER)
+        elif outcome.streaming:
+            event = b"data: " + err.body() + b"\n\n"
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _send_json(
+    send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    length = (b"content-length", str(len(body)).encode())
+    headers = [*JSON_HEADERS, length, *(extra or ())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_whole(
+    send: Send,
+    status: int,
+    body: bytes,
+    headers: list[tuple[bytes, bytes]],
+    *,
+    content_type: bytes | None = None,
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type or b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import httpx
 
@@ -21,6 +22,15 @@ class NotReady(RuntimeError):
     """The backend did not answer a warm-up completion (message says why)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Warm:
+    """A backend that answered its warm-up: how long it took, and the answer's
+    system_fingerprint (the data plane replaces that value in every answer)."""
+
+    seconds: float
+    fingerprint: str | None
+
+
 async def warm_up(
     client: httpx.AsyncClient,
     base_url: str,
@@ -29,8 +39,8 @@ async def warm_up(
     timeout_s: float,
     poll_s: float = 0.15,
     max_refusals: int = 3,
-) -> float:
-    """Poll until a warm-up completion succeeds; return seconds taken. Raise NotReady otherwise."""
+) -> Warm:
+    """Poll until a warm-up completion succeeds. Raise NotReady otherwise."""
     start = time.monotonic()
     deadline = start + timeout_s
     last = "no answer yet"
@@ -43,8 +53,12 @@ async def warm_up(
             resp = await client.post(
                 f"{base_url}/v1/completions", json=WARMUP_BODY, timeout=remaining
             )
-            if resp.status_code == 200 and resp.json().get("choices"):
-                return time.monotonic() - start
+            answer = resp.json() if resp.status_code == 200 else {}
+            if isinstance(answer, dict) and answer.get("choices"):
+                fingerprint = answer.get("system_fingerprint")
+                return Warm(
+                    time.monotonic() - start, fingerprint if isinstance(fingerprint, str) else None
+                )
             last = f"warm-up answered {resp.status_code}: {resp.text[:300]}"
             refusals += 1
             if refusals >= max_refusals:

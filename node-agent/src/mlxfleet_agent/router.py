@@ -1,21 +1,27 @@
 """Data-plane routing: request `model` -> slot -> leased backend, and OpenAI-style error bodies.
 
 Pure-ish glue between the HTTP edge (proxy) and the slots: it decides which slot serves a body,
+applies the slot's request policy (the `max_tokens` cap, which image URLs the backend may fetch),
 waits for a lease (bounded queue) and turns every refusal into the error shape OpenAI clients
 understand (`{"error": {"message", "type", "param", "code"}}`).
-May import: slots, control (lookup), the standard library. Called by: proxy.
+May import: slots, control (lookup), contract, the standard library. Called by: proxy, answers.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
-from mlxfleet_agent import control, slots
+from mlxfleet_agent import contract, control, slots
 
 # fields a client must not pass through: mlx_lm would load other weights from these paths
 STRIPPED_FIELDS = ("adapters", "draft_model")
+MLX_DEFAULT_MAX_TOKENS = 512  # mlx_lm.server's --max-tokens default
+IMAGE_PART_TYPES = ("image_url", "input_image", "image")  # what mlx_lm fetches (_image_url)
+RETRY_AFTER = [(b"retry-after", b"1")]
 
 
 class RouteError(Exception):
@@ -29,12 +35,14 @@ class RouteError(Exception):
         type_: str = "invalid_request_error",
         code: str | None = None,
         param: str | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.type = type_
         self.code = code
         self.param = param
+        self.headers = headers or []
 
     def body(self) -> bytes:
         err = {"message": str(self), "type": self.type, "param": self.param, "code": self.code}
@@ -82,14 +90,87 @@ def resolve(manager: control.Manager, body: dict[str, Any]) -> Routed:
     return Routed(slot=slot, body=body, stream=stream)
 
 
+def limit_tokens(body: dict[str, Any], spec: contract.SlotSpec) -> None:
+    """Apply the slot's cap on generated tokens to a request body (in place).
+
+    The cap is `server.maxTokens`, else the slot's `contextLength`. A request asking for more is
+    clamped to the cap (its answer ends with finish_reason "length"); a request asking for none
+    gets `server.maxTokens` (else mlx_lm's default, 512, within the cap). `max_completion_tokens`
+    wins over `max_tokens`, as in mlx_lm, and is folded into `max_tokens`. A value of the wrong
+    type is left for the backend to refuse (400).
+    """
+    cap = spec.server.max_tokens or spec.context_length
+    asked = body.get("max_completion_tokens")
+    if asked is None:
+        asked = body.get("max_tokens")
+    if asked is None:
+        body.pop("max_completion_tokens", None)
+        body["max_tokens"] = spec.server.max_tokens or min(MLX_DEFAULT_MAX_TOKENS, cap)
+        return
+    if isinstance(asked, bool) or not isinstance(asked, int):
+        return
+    body.pop("max_completion_tokens", None)
+    body["max_tokens"] = min(asked, cap)
+
+
+def check_images(body: dict[str, Any], *, allowed: Sequence[str]) -> None:
+    """Refuse (400) an image part whose URL the backend would fetch, unless it is allowed.
+
+    mlx_lm downloads every http(s) image URL of a chat request, whatever the model (server-side
+    request forgery from the backend's host). `data:` URLs are always fine; other URLs only under
+    one of the slot's `server.allowedImageUrls` prefixes, without '.'/'..' segments.
+    """
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") not in IMAGE_PART_TYPES:
+                continue
+            key = "image_url" if "image_url" in part else "image"
+            url, param = part.get(key), f"messages[{i}].content[{j}].{key}"
+            if isinstance(url, dict):
+                url, param = url.get("url"), param + ".url"
+            if not image_url_allowed(url, allowed):
+                where = ", ".join(allowed) if allowed else "none"
+                raise RouteError(
+                    400,
+                    "image URLs must be data: URLs; this deployment lets the backend fetch only "
+                    f"URLs under its spec.server.allowedImageUrls ({where})",
+                    param=param,
+                    code="image_url_not_allowed",
+                )
+
+
+def image_url_allowed(url: object, allowed: Sequence[str]) -> bool:
+    if not isinstance(url, str):
+        return False
+    if url.startswith("data:"):
+        return True
+    if not url.isprintable() or " " in url or "\\" in url:
+        return False
+    segments = unquote(urlsplit(url).path).split("/")
+    if "." in segments or ".." in segments:
+        return False
+    return any(url.startswith(prefix) for prefix in allowed)
+
+
 async def lease(slot: slots.Slot, *, timeout_s: float) -> slots.Lease:
-    """Lease the slot's backend (queueing while it is not ready); RouteError 429/503 on refusal."""
+    """Lease the slot's backend (queueing while it is not ready or at its maxConcurrency);
+    RouteError 429/503 (with Retry-After) on refusal."""
     try:
         return await slot.acquire(timeout_s=timeout_s)
     except slots.QueueFull as exc:
-        raise RouteError(429, str(exc), type_="rate_limit_error", code="queue_full") from exc
+        raise RouteError(
+            429, str(exc), type_="rate_limit_error", code="queue_full", headers=RETRY_AFTER
+        ) from exc
     except slots.QueueTimeout as exc:
-        raise RouteError(503, str(exc), type_="server_error", code="queue_timeout") from exc
+        raise RouteError(
+            503, str(exc), type_="server_error", code="queue_timeout", headers=RETRY_AFTER
+        ) from exc
     except slots.SlotUnavailable as exc:
         raise RouteError(
             503, f"model is not being served: {exc}", type_="server_error", code="unavailable"

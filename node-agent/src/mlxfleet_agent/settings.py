@@ -9,6 +9,7 @@ May import: pydantic, yaml and the standard library. Called by: cli (builds it),
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,11 @@ class Settings(BaseModel):
     stop_grace_s: float = Field(default=10.0, ge=0)
     shutdown_drain_s: float = Field(default=30.0, ge=0)
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    # both ports, before authentication (connlimits)
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024, le=1024 * 1024)
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    max_connections: int = Field(default=512, ge=1, le=100_000, description="data port")
+    control_max_connections: int = Field(default=64, ge=1, le=100_000)
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     log_level: str = "info"
     caffeinate: bool = True
@@ -73,33 +79,89 @@ class Settings(BaseModel):
         return out
 
     def read_token(self) -> str:
-        """The control API bearer token; a fresh one is written to state_dir/token if none given."""
+        """The control API bearer token; a fresh one is written to state_dir/token if none given.
+
+        The generated file is created 0600 in one step (O_CREAT|O_EXCL), never readable by
+        others, not even between its creation and a chmod."""
         path = self.token_file or self.state_dir / "token"
+        flag = "--token-file" if self.token_file is not None else "--state-dir"
         if not path.exists():
             if self.token_file is not None:
-                raise SettingsError(f"token_file {path} does not exist")
+                raise SettingsError(
+                    f"--token-file {path}: the file does not exist (write the control API token "
+                    "into it, or leave --token-file out to have one generated in --state-dir)"
+                )
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(secrets.token_urlsafe(32) + "\n")
-            path.chmod(0o600)
-        token = path.read_text().strip()
+            _create_private(path, secrets.token_urlsafe(32) + "\n")
+        token = _read_text(path, flag=flag, what="the control API token").strip()
         if not token:
-            raise SettingsError(f"token_file {path} is empty")
+            raise SettingsError(f"{flag} {path}: the token file is empty (write a token into it)")
         return token
 
     def read_data_keys(self) -> frozenset[str] | None:
         """API keys the data plane accepts (one a line), or None: the data plane is open."""
         if self.data_api_keys_file is None:
             return None
-        lines = self.data_api_keys_file.read_text().splitlines()
+        text = _read_text(
+            self.data_api_keys_file, flag="--data-api-keys-file", what="data-plane API keys"
+        )
+        lines = text.splitlines()
         keys = frozenset(s.strip() for s in lines if s.strip() and not s.startswith("#"))
         if not keys:
-            raise SettingsError(f"data_api_keys_file {self.data_api_keys_file} has no keys")
+            raise SettingsError(
+                f"--data-api-keys-file {self.data_api_keys_file}: the file has no keys "
+                "(one key a line; lines starting with # are comments)"
+            )
         return keys
+
+    def prepare(self) -> None:
+        """Start-up checks with messages naming the flag, the value and what to do: the state and
+        models directories exist and are writable, the token and key files can be read."""
+        for flag, path in (("--state-dir", self.state_dir), ("--models-dir", self.models_dir)):
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SettingsError(
+                    f"{flag} {path}: cannot create the directory ({reason(exc)}); "
+                    "choose a directory the agent's user may write"
+                ) from None
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise SettingsError(
+                    f"{flag} {path}: the directory is not writable by this user; "
+                    "fix its owner or permissions, or choose another directory"
+                )
+        self.read_token()
+        self.read_data_keys()
+
+
+def reason(exc: OSError) -> str:
+    """An OSError as words, without its errno prefix (the caller names the path and the flag)."""
+    return (exc.strerror or type(exc).__name__).lower()
+
+
+def _read_text(path: Path, *, flag: str, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = reason(exc) if isinstance(exc, OSError) else "not UTF-8 text"
+        raise SettingsError(
+            f"{flag} {path}: not a readable file ({why}); it should hold {what} as text"
+        ) from None
+
+
+def _create_private(path: Path, text: str) -> None:
+    """Create `path` with mode 0600 from the start; leave it alone if it appeared meanwhile."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
     """Parse a YAML or JSON config file into a mapping (JSON is YAML, but report JSON errors)."""
-    text = path.read_text()
+    text = _read_text(path, flag="--config", what="the agent settings (YAML or JSON)")
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:

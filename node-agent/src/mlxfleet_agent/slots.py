@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 
@@ -81,6 +81,7 @@ class Handle:
     retired: bool = False
     drained: asyncio.Event = field(default_factory=asyncio.Event)
     watcher: asyncio.Task[None] | None = None
+    fingerprint: str | None = None  # the backend's system_fingerprint (from its warm-up)
 
     @property
     def pinned(self) -> str:
@@ -109,7 +110,12 @@ class Lease:
 
 def same_runtime(a: contract.SlotSpec, b: contract.SlotSpec) -> bool:
     """True when two specs need the same backend process (only names/policies differ)."""
-    exclude = {"served_name", "swap", "memory_bytes"}
+    exclude: dict[str, Any] = {
+        "served_name": True,
+        "swap": True,
+        "memory_bytes": True,
+        "server": {"allowed_image_urls": True},  # data-plane policy only
+    }
     return a.model_dump(exclude=exclude) == b.model_dump(exclude=exclude)
 
 
@@ -134,53 +140,93 @@ class Slot:
         self.closing = False  # agent shutdown: queued requests give up, in-flight ones finish
         self.swaps: deque[contract.SwapRecord] = deque(maxlen=SWAP_HISTORY)
         self.current_swap: contract.SwapRecord | None = None
+        self._waiters: deque[asyncio.Future[Handle]] = deque()  # queued requests, oldest first
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     # ---- leases (router) ----------------------------------------------------------------------
 
     async def acquire(self, *, timeout_s: float) -> Lease:
-        """Lease the active backend, waiting (bounded) while the gate is shut."""
+        """Lease the active backend: at once while the gate is open and the backend has fewer
+        than `maxConcurrency` requests (and nobody queues before this one); else wait in the
+        bounded FIFO queue, where free places are handed over oldest first (`_dispatch`)."""
         handle = self.active
-        if handle is not None and self.gate.is_set():
+        if (
+            handle is not None
+            and self.gate.is_set()
+            and not self._waiters
+            and handle.in_flight < handle.spec.max_concurrency
+        ):
             handle.in_flight += 1
             return Lease(handle, 0.0, self.current_swap)
         if self.deleted or self.closing or (self.failed and handle is None):
             raise SlotUnavailable(self.last_error or "slot is not serving")
         if self.queued >= self.queue_limit:
-            raise QueueFull(f"slot {self.name} has {self.queued} queued requests")
+            raise QueueFull(
+                f"slot {self.name} is at its limit: {self.queued} requests queued behind "
+                f"its maxConcurrency; retry shortly"
+            )
         swap = self.current_swap  # a request queued by a swap counts towards it
+        waiter: asyncio.Future[Handle] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
         self.queued += 1
         start = time.monotonic()
         deadline = start + timeout_s
         try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise QueueTimeout(f"waited {timeout_s:.0f}s for slot {self.name}")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.gate.wait(), timeout=min(remaining, 0.5))
-                handle = self.active
-                if handle is not None and self.gate.is_set():
-                    break
-                if self.deleted or self.closing or (self.failed and self.active is None):
-                    raise SlotUnavailable(self.last_error or "slot is not serving")
+            handle = await self._wait_turn(waiter, deadline=deadline, timeout_s=timeout_s)
         finally:
             self.queued -= 1
         waited = time.monotonic() - start
-        handle.in_flight += 1
         swap = swap or self.current_swap
         if swap is not None:
             swap.max_queue_wait_ms = max(swap.max_queue_wait_ms, waited * 1000.0)
         return Lease(handle, waited, swap)
 
+    async def _wait_turn(
+        self, waiter: asyncio.Future[Handle], *, deadline: float, timeout_s: float
+    ) -> Handle:
+        """Wait until `_dispatch` hands this waiter a place (it then holds one in_flight)."""
+        try:
+            while True:
+                self._dispatch()  # the gate may have opened without a release (swap, restart)
+                if waiter.done():
+                    return waiter.result()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise QueueTimeout(f"waited {timeout_s:.0f}s for slot {self.name}")
+                await asyncio.wait({waiter}, timeout=min(remaining, 0.5))
+                if waiter.done():
+                    return waiter.result()
+                if self.deleted or self.closing or (self.failed and self.active is None):
+                    raise SlotUnavailable(self.last_error or "slot is not serving")
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                waiter.result().release()  # handed a place just as it gave up: pass it on
+                self._dispatch()
+            waiter.cancel()
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+            raise
+
+    def _dispatch(self) -> None:
+        """Hand free places of the active backend to queued requests, oldest first."""
+        handle = self.active
+        if handle is None or not self.gate.is_set():
+            return
+        while self._waiters and handle.in_flight < handle.spec.max_concurrency:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                handle.in_flight += 1
+                waiter.set_result(handle)
+
     def finished(self, lease: Lease, *, ok: bool) -> None:
-        """A leased request ended (ok=False: it failed).
+        """A leased request ended (ok=False: it failed): its place goes to the queue.
 
         It counts towards the swap that was running when it was admitted or queued, or else
         the one running now (requests in flight on A while a swap drains it).
         """
         lease.handle.release()
+        self._dispatch()
         swap = lease.swap or self.current_swap
         if swap is not None:
             if ok:
@@ -319,12 +365,13 @@ class Slot:
             self.deps.on_backends_changed()
             if self.active is None:
                 self.phase = contract.SlotPhase.WARMING
-            await readiness.warm_up(
+            warm = await readiness.warm_up(
                 self.deps.client,
                 backend.base_url,
                 alive=backend.alive,
                 timeout_s=self.deps.load_timeout_s,
             )
+            handle.fingerprint = warm.fingerprint
         except BaseException as exc:
             self.standby = None
             await backend.stop(grace_s=2.0)
@@ -348,6 +395,7 @@ class Slot:
         self.failed = False
         self.phase = contract.SlotPhase.READY
         self.gate.set()
+        self._dispatch()
         self.deps.telemetry.observe_slot(
             self.name, model=handle.spec.served_name, source=handle.spec.source
         )

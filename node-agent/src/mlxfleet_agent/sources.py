@@ -177,12 +177,16 @@ def model_id(source: str, revision: str | None) -> str:
 
 def resolve_file(src: FileSource, roots: Sequence[Path]) -> Path:
     """The resolved model directory, if inside an allowed root; containment is checked first
-    (on the resolved path, so symlinks cannot escape) and only then existence."""
-    real = Path(src.path).resolve(strict=False)
+    (on the resolved path, so symlinks cannot escape) and only then existence. The refusal names
+    the path as given, never where a symlink leads."""
+    try:
+        real = Path(src.path).resolve(strict=False)
+    except (ValueError, OSError) as exc:  # NUL byte, symlink loop
+        raise InvalidSource(f"file source {src.path!r} cannot be resolved: {exc}") from exc
     resolved_roots = [Path(r).resolve(strict=False) for r in roots]
     if not any(real == r or real.is_relative_to(r) for r in resolved_roots):
         raise SourceNotAllowed(
-            f"file source {src.path} resolves to {real}, outside the allowed roots",
+            f"file source {src.path} is outside the allowed roots (symlinks are followed)",
             allowed=", ".join(str(r) for r in resolved_roots),
         )
     if not real.is_dir():

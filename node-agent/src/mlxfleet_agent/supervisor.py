@@ -135,7 +135,7 @@ class Backend:
         except BaseException:
             await self.stop(grace_s=2.0)
             raise
-        log.info("backend ready", extra={"backend": self.label, "warmup_s": round(took, 3)})
+        log.info("backend ready", extra={"backend": self.label, "warmup_s": round(took.seconds, 3)})
 
     async def wait_exit(self) -> int:
         assert self.proc is not None

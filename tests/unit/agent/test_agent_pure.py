@@ -177,6 +177,23 @@ def test_token_is_created_private_once(tmp_path: Path) -> None:
     assert (tmp_path / "token").stat().st_mode & 0o077 == 0
 
 
+def test_token_file_is_never_readable_by_others_not_even_briefly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Created 0600 in one step: with every later chmod disabled the file is still private."""
+    import os
+
+    monkeypatch.setattr(Path, "chmod", lambda *a, **k: None)
+    monkeypatch.setattr(os, "chmod", lambda *a, **k: None)
+    old = os.umask(0o022)
+    try:
+        token = settings.Settings(state_dir=tmp_path, models_dir=tmp_path / "m").read_token()
+    finally:
+        os.umask(old)
+    assert len(token) >= 32
+    assert (tmp_path / "token").stat().st_mode & 0o777 == 0o600
+
+
 @pytest.mark.parametrize(
     ("raw", "status", "code"),
     [

@@ -10,7 +10,7 @@ Called by: core (placement, planning), handlers and adapters.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -83,6 +83,12 @@ class Placement(base.ApiModel):
     )
 
 
+# what contract.check_image_url_prefix accepts, as a pattern the API server checks too
+ImageUrlPrefix = Annotated[
+    str, Field(min_length=8, max_length=2048, pattern=r"^https?://[^/@?#\s]+/([^?#\s]*/)?$")
+]
+
+
 class ServerOptions(base.ApiModel):
     """mlx-lm server options; the same names and bounds as the agent contract's ServerOptions."""
 
@@ -112,6 +118,13 @@ class ServerOptions(base.ApiModel):
         f"levels deep and {contract.CHAT_TEMPLATE_ARGS_MAX_BYTES} bytes as JSON (the API server "
         "checks the key count; the operator and the agent check all three).",
         json_schema_extra=base.crd(preserve_unknown_fields=True),
+    )
+    allowed_image_urls: list[ImageUrlPrefix] | None = Field(
+        default=None,
+        max_length=32,
+        description="URL prefixes (https://host[:port]/path/, ending with '/') that image parts "
+        "of chat requests may name; the backend fetches them. Unset: only data: URLs, other "
+        "image URLs are refused with 400. Changing it does not restart the backend.",
     )
 
     def to_agent(self) -> contract.ServerOptions:
