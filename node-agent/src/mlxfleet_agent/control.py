@@ -24,6 +24,7 @@ from mlxfleet_agent import (
     hoststats,
     memory,
     platform,
+    sizing,
     slots,
     sources,
     state,
@@ -90,7 +91,7 @@ class ModelsFacade:
             return None
         try:
             return self.estimate(spec, model_dir)
-        except memory.UnknownModelSize as exc:
+        except sizing.UnknownModelSize as exc:
             raise Rejected(422, str(exc), field="source") from exc
 
     async def ensure(self, spec: contract.SlotSpec, *, holder: str | None = None) -> Path:
@@ -102,7 +103,7 @@ class ModelsFacade:
 
     def estimate(self, spec: contract.SlotSpec, model_dir: Path) -> int:
         size, shape = memory.inspect_model_dir(model_dir)
-        return memory.estimate(
+        return sizing.estimate(
             weights_bytes=size,
             shape=shape,
             context_length=spec.context_length,
@@ -287,7 +288,7 @@ class Manager:
     def budget(self) -> int:
         if self.memory_budget is not None:
             return self.memory_budget
-        return memory.budget_bytes(platform.memory().total_bytes)
+        return sizing.budget_bytes(platform.memory().total_bytes)
 
     def others_estimate(self, name: str) -> int:
         return sum(s.estimate() for n, s in self.slots.items() if n != name)

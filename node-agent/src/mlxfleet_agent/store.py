@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from mlxfleet_agent import contract, memory, sources
+from mlxfleet_agent import contract, memory, sizing, sources
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -193,7 +193,7 @@ class Store:
     ) -> IndexEntry:
         try:
             size, shape = memory.inspect_model_dir(path)
-        except memory.UnknownModelSize:
+        except sizing.UnknownModelSize:
             size, shape = memory.weights_bytes(path) if path.is_dir() else 0, None
         model = contract.CachedModel(
             id=mid,

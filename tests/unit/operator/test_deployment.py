@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_agent import contract, memory
+from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
@@ -95,7 +95,7 @@ def test_footprint_uses_the_shared_estimate_of_a_cached_copy() -> None:
     got = dep.footprint(
         md(contextLength=1024, maxConcurrency=2), [fact("n1", state(cached=[cached]))]
     )
-    expected = memory.estimate(
+    expected = sizing.estimate(
         weights_bytes=400_000, shape=SHAPE, context_length=1024, max_concurrency=2, kv_bits=None
     )
     assert got == expected.total_bytes
@@ -104,7 +104,7 @@ def test_footprint_uses_the_shared_estimate_of_a_cached_copy() -> None:
 def test_footprint_override_and_fail_closed() -> None:
     assert dep.footprint(md(resources={"memory": "3Gi"}), []) == 3 * GIB
     unsized = contract.CachedModel(id="a", source=A, size_bytes=0, shape=SHAPE)
-    with pytest.raises(memory.UnknownModelSize):
+    with pytest.raises(sizing.UnknownModelSize):
         dep.footprint(md(), [fact("n1", state(cached=[unsized]))])
 
 

@@ -1,7 +1,7 @@
 """ModelDeployment reconcile decisions (pure): the footprint, placement inputs, the slot each node
 should run, which slots go, whether a SwapPlan is due, and the resulting status and conditions.
 
-May import: the standard library, `api`, the agent `contract` and `memory`, sibling core modules.
+May import: the standard library, `api`, the agent `contract` and `sizing`, sibling core modules.
 Called by: the ModelDeployment handler, with `NodeFacts` built from the InferenceNode index and
 the latest agent answers, and `Outcome`s of the slot requests it just made.
 """
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from mlxfleet_agent import contract, memory
+from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.api import base, resources
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
@@ -169,7 +169,7 @@ def footprint(
 ) -> int:
     """Bytes per replica: spec.resources.memory, else the shared estimate from any node that has
     the weights cached (size + shape; `extra`: a prefetch answer). Raises
-    memory.UnknownModelSize when nobody knows yet."""
+    sizing.UnknownModelSize when nobody knows yet."""
     override = md.spec.memory_bytes()
     if override is not None:
         return override
@@ -180,7 +180,7 @@ def footprint(
             continue
         if cached.size_bytes <= 0:
             continue
-        est = memory.estimate(
+        est = sizing.estimate(
             weights_bytes=cached.size_bytes,
             shape=cached.shape,
             context_length=md.spec.context_length,
@@ -188,7 +188,7 @@ def footprint(
             kv_bits=md.spec.server.kv_bits,
         )
         return est.total_bytes
-    raise memory.UnknownModelSize(f"size of {source} is not known on any node yet")
+    raise sizing.UnknownModelSize(f"size of {source} is not known on any node yet")
 
 
 def budget(fact: NodeFacts) -> int:

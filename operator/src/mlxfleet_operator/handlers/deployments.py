@@ -16,7 +16,7 @@ from typing import Any
 import kopf
 import pydantic
 
-from mlxfleet_agent import contract, memory
+from mlxfleet_agent import contract, sizing
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import agent, kube, metrics, runtime
 from mlxfleet_operator.api import conditions as cond
@@ -102,7 +102,7 @@ async def _size(
     """The footprint, asking one eligible agent to fetch (and size) the model when nobody knows."""
     try:
         return dep.footprint(md, facts)
-    except memory.UnknownModelSize:
+    except sizing.UnknownModelSize:
         pass
     candidates, probe = dep.sizing_nodes(md, facts, now=runtime.now())
     if probe.fits_nowhere:
@@ -123,7 +123,7 @@ async def _size(
             continue
         try:
             return dep.footprint(md, facts, extra=[cached] if cached else [])
-        except memory.UnknownModelSize as exc:
+        except sizing.UnknownModelSize as exc:
             return conditions.Verdict(
                 False, R.SIZE_UNKNOWN, f"fetching on {node}: {exc}", reconciling=True
             )
