@@ -19,14 +19,16 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from starlette.applications import Starlette
@@ -367,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         executor.submit(mlx_encoder.warm, encoder).result()
     except (modelinfo.ModelDirError, OSError, ValueError) as exc:
         print(f"embed_server: cannot serve {args.model}: {exc}", flush=True)
+        executor.shutdown(wait=True)
         return 2
     info = encoder.info
     max_input = args.max_input_tokens or min(DEFAULT_MAX_INPUT_TOKENS, info.max_positions)
@@ -406,9 +409,19 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     finally:
-        executor.shutdown(wait=False, cancel_futures=True)
+        executor.shutdown(wait=True, cancel_futures=True)
     return 0
 
 
+def _leave(code: int) -> NoReturn:
+    """Exit without C++ static destructors: at interpreter exit mlx sometimes aborts
+    ("terminate called without an active exception", status -6, about 1 stop in 16 here) after
+    a thread that used it is gone. Everything worth flushing is flushed first."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _leave(main())
