@@ -43,9 +43,13 @@ class Engine:
     url: str
     name: str
     log_path: Path
+    _client: openai.OpenAI | None = None
 
     def openai(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0)
+        """One client per engine (closed by stop(), so no socket outlives the test)."""
+        if self._client is None:
+            self._client = openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0)
+        return self._client
 
     def post(self, path: str, body: object, **kwargs: object) -> httpx.Response:
         return httpx.post(self.url + path, json=body, timeout=60.0, **kwargs)  # type: ignore[arg-type]
@@ -58,6 +62,9 @@ class Engine:
 
     def stop(self, sig: signal.Signals = signal.SIGTERM, *, timeout_s: float = 20.0) -> float:
         """Signal the process and wait; returns how long it took to exit."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         began = time.monotonic()
         if self.proc.poll() is None:
             self.proc.send_signal(sig)

@@ -11,6 +11,8 @@ import base64
 import concurrent.futures
 import json
 import random
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -220,3 +222,28 @@ def test_embeddings_through_httpx_name_usage(embed_engine: Engine) -> None:
     assert resp["object"] == "list"
     assert resp["usage"]["prompt_tokens"] > 0
     assert [d["object"] for d in resp["data"]] == ["embedding", "embedding"]
+
+
+def test_the_end_token_is_appended_when_the_tokenizer_does_not(
+    embed_engine: Engine,
+    embedding_model: Path,
+    start_engine: Callable[..., Engine],
+    tmp_path: Path,
+) -> None:
+    # the same weights with a tokenizer that does not append <|endoftext|> (as older
+    # Qwen3-Embedding tokenizer.json files did not): the engine must still pool that token
+    plain = tmp_path / "plain-tokenizer"
+    shutil.copytree(embedding_model, plain)
+    tok = json.loads((plain / "tokenizer.json").read_text())
+    tok["post_processor"] = tok["post_processor"]["processors"][0]  # ByteLevel only
+    (plain / "tokenizer.json").write_text(json.dumps(tok))
+    engine = start_engine(plain, "plain")
+    want = _matrix(embed_engine.openai().embeddings.create(model=embed_engine.name, input=TEXTS))
+    got = _matrix(engine.openai().embeddings.create(model=engine.name, input=TEXTS))
+    assert np.abs(got - want).max() < TOL
+    engine.stop()
+    # and without it (--end-token ''), the vectors are another model's: the check can fail
+    bare = start_engine(plain, "bare", "--end-token=")
+    other = _matrix(bare.openai().embeddings.create(model=bare.name, input=TEXTS))
+    assert np.abs(other - want).max() > 0.1
+    bare.stop()
