@@ -181,6 +181,10 @@ async def _submit(rt: Runtime, seqs: list[list[int]]) -> list[Any]:
         raise embed_api.ApiError(
             503, "the engine is busy; retry shortly", type_="server_error", code="busy"
         ) from None
+    except Exception as exc:  # the forward pass failed (logged by the batcher)
+        raise embed_api.ApiError(
+            500, f"the model failed on this request: {exc}", type_="server_error"
+        ) from None
 
 
 async def embeddings(request: Request) -> Response:
