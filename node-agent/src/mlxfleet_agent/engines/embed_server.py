@@ -7,8 +7,8 @@ It loads the model first and only then listens, so any answer means ready (unlik
 static /health). Routes: `POST /v1/embeddings` (embed models), `POST /v1/rerank` (also
 `/rerank`, `/v2/rerank`; rerank models), `GET /v1/models`, `GET /health`. All model work runs
 on one worker thread; requests that arrive together are merged into shared padded batches
-(`Batcher`), so many small concurrent requests cost about what one large one does. It stops on
-SIGINT or SIGTERM (uvicorn's graceful shutdown).
+(`merge.Batcher`), so many small concurrent requests cost about what one large one does. It
+stops on SIGINT or SIGTERM (uvicorn's graceful shutdown).
 May import: mlx (through mlx_encoder), starlette, uvicorn, engines.*. Called by: the agent's
 engine plug-in (part 2 of issue 11), tests, the benchmark.
 """
@@ -24,7 +24,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mlxfleet_agent.engines import embed_api, vectors
-
-log = logging.getLogger("mlxfleet.engine")
+from mlxfleet_agent.engines import embed_api, merge, vectors
 
 DEFAULT_MAX_INPUTS = 2048  # OpenAI's own per-request limit
 DEFAULT_MAX_INPUT_TOKENS = 8192
@@ -49,87 +47,12 @@ DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_PENDING = 256  # requests waiting for the worker; more answer 503
 
 
-class Busy(Exception):
-    """Too many requests are waiting for the model."""
-
-
-class Batcher:
-    """Merges the sequences of concurrent requests into shared `run` calls on one thread."""
-
-    def __init__(
-        self,
-        run: Callable[[Sequence[Sequence[int]]], list[Any]],
-        *,
-        executor: ThreadPoolExecutor,
-        max_tokens: int,
-        max_pending: int,
-    ) -> None:
-        self._run = run
-        self._executor = executor
-        self._max_tokens = max_tokens  # tokens merged into one worker call
-        self._max_pending = max_pending
-        self._queue: list[tuple[list[list[int]], asyncio.Future[list[Any]]]] = []
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def submit(self, seqs: list[list[int]]) -> list[Any]:
-        if len(self._queue) >= self._max_pending:
-            raise Busy
-        fut: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        self._queue.append((seqs, fut))
-        self._wake.set()
-        return await fut
-
-    def _take(self) -> list[tuple[list[list[int]], asyncio.Future[list[Any]]]]:
-        taken: list[tuple[list[list[int]], asyncio.Future[list[Any]]]] = []
-        tokens = 0
-        while self._queue:
-            seqs, fut = self._queue[0]
-            size = sum(len(s) for s in seqs)
-            if taken and tokens + size > self._max_tokens:
-                break
-            self._queue.pop(0)
-            if not fut.done():  # a client that went away is skipped
-                taken.append((seqs, fut))
-                tokens += size
-        return taken
-
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while taken := self._take():
-                flat = [s for seqs, _ in taken for s in seqs]
-                try:
-                    results = await loop.run_in_executor(self._executor, self._run, flat)
-                except Exception as exc:  # the model failed: every waiting request learns it
-                    log.exception("engine forward failed")
-                    for _, fut in taken:
-                        if not fut.done():
-                            fut.set_exception(exc)
-                    continue
-                start = 0
-                for seqs, fut in taken:
-                    if not fut.done():
-                        fut.set_result(results[start : start + len(seqs)])
-                    start += len(seqs)
-
-
 @dataclass
 class Runtime:
     """Everything a request handler needs (built by `main`, or by tests around an Encoder)."""
 
     encoder: Any  # mlx_encoder.Encoder (Any: the agent-side type checker never imports mlx)
-    batcher: Batcher
+    batcher: merge.Batcher
     executor: ThreadPoolExecutor
     limits: embed_api.Limits
     facts: embed_api.ModelFacts
@@ -177,7 +100,7 @@ def _wrong_task(rt: Runtime, wanted: str) -> embed_api.ApiError:
 async def _submit(rt: Runtime, seqs: list[list[int]]) -> list[Any]:
     try:
         return await rt.batcher.submit(seqs)
-    except Busy:
+    except merge.Busy:
         raise embed_api.ApiError(
             503, "the engine is busy; retry shortly", type_="server_error", code="busy"
         ) from None
@@ -380,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     names = (*(args.served_model_name or [args.model.name]), str(args.model))
     runtime = Runtime(
         encoder=encoder,
-        batcher=Batcher(
+        batcher=merge.Batcher(
             encoder.run,
             executor=executor,
             max_tokens=max(args.batch_tokens * 4, max_input),

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from mlxfleet_agent.engines import embed_server
+from mlxfleet_agent.engines import merge
 
 
 class Model:
@@ -32,9 +32,7 @@ class Model:
 
 async def _with_batcher(model: Model, max_pending: int, body: object) -> object:
     with ThreadPoolExecutor(max_workers=1) as pool:
-        batcher = embed_server.Batcher(
-            model, executor=pool, max_tokens=1000, max_pending=max_pending
-        )
+        batcher = merge.Batcher(model, executor=pool, max_tokens=1000, max_pending=max_pending)
         batcher.start()
         try:
             return await body(batcher)  # type: ignore[operator]
@@ -46,7 +44,7 @@ async def _with_batcher(model: Model, max_pending: int, body: object) -> object:
 def test_requests_that_wait_together_share_one_run() -> None:
     model = Model()
 
-    async def body(batcher: embed_server.Batcher) -> list[list[int]]:
+    async def body(batcher: merge.Batcher) -> list[list[int]]:
         first = asyncio.ensure_future(batcher.submit([[1]]))
         await asyncio.sleep(0.05)  # the first run is blocked in the model
         rest = [asyncio.ensure_future(batcher.submit([[i, i], [10 * i]])) for i in range(2, 6)]
@@ -62,7 +60,7 @@ def test_requests_that_wait_together_share_one_run() -> None:
 def test_a_failed_run_fails_every_request_in_it() -> None:
     model = Model(fail=True)
 
-    async def body(batcher: embed_server.Batcher) -> list[object]:
+    async def body(batcher: merge.Batcher) -> list[object]:
         model.release.set()
         tasks = [batcher.submit([[1]]), batcher.submit([[2]])]
         return await asyncio.gather(*tasks, return_exceptions=True)
@@ -74,12 +72,12 @@ def test_a_failed_run_fails_every_request_in_it() -> None:
 def test_too_many_waiting_requests_are_refused() -> None:
     model = Model()
 
-    async def body(batcher: embed_server.Batcher) -> None:
+    async def body(batcher: merge.Batcher) -> None:
         first = asyncio.ensure_future(batcher.submit([[1]]))
         await asyncio.sleep(0.05)
         waiting = [asyncio.ensure_future(batcher.submit([[2]])) for _ in range(2)]
         await asyncio.sleep(0)
-        with pytest.raises(embed_server.Busy):
+        with pytest.raises(merge.Busy):
             await batcher.submit([[3]])
         model.release.set()
         await asyncio.gather(first, *waiting)
