@@ -19,6 +19,13 @@ OPERATOR_NAMESPACE = "mlxfleet-system"
 OPERATOR_SERVICE_ACCOUNT = "mlxfleet-operator"
 FINALIZER = f"{GROUP}/finalizer"
 ANNOTATION_PREFIX = GROUP
+DEPLOYMENT_LABEL = f"{GROUP}/deployment"
+"""Label naming the ModelDeployment on what the operator makes for it (Service, slices, plans)."""
+
+
+def deployment_selector(name: str) -> str:
+    """ModelDeployment status.selector, the scale subresource's selector (HPA requires one)."""
+    return f"{DEPLOYMENT_LABEL}={name}"
 
 
 class Scope(StrEnum):
