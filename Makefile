@@ -60,7 +60,7 @@ test: $(STAMP) control-plane tools  ## fast suites, then the slow ones once the 
 	$(BIN)/pytest -m "slow" $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -m "not slow and not cluster and not mlx and not s3" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not slow and not cluster and not mlx and not s3 and not tools" $(PYTEST_ARGS)
 
 cluster-up: $(STAMP) control-plane  ## start etcd + kube-apiserver on loopback; writes .dev/kubeconfig
 	$(BIN)/mlxfleet dev cluster-up
