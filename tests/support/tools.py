@@ -66,3 +66,11 @@ class Kstatus:
 @pytest.fixture(scope="session")
 def kstatus() -> Kstatus:
     return Kstatus(build("kstatus"))
+
+
+@pytest.fixture(scope="session")
+def helm_cli(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The real helm with a private home (tests/support/helm.py: Helm)."""
+    from tests.support.helm import Helm
+
+    return Helm(binary=helm, home=tmp_path_factory.mktemp("helm-home"))

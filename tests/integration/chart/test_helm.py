@@ -10,26 +10,24 @@ from __future__ import annotations
 
 import json
 import secrets
-import signal
 import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from mlxfleet_operator.dev import controlplane
-from tests.e2e.conftest import Agent, stop_process, wait_for
-from tests.integration.chart.helmcli import (
+from tests.e2e.conftest import Agent, wait_for
+from tests.support.helm import (
     CHART,
     NAMESPACE,
     RELEASE,
     REPO,
+    ChartOperator,
     Helm,
     chart_copy,
+    ensure_namespace,
     kinds,
     objects,
 )
@@ -39,19 +37,6 @@ pytestmark = pytest.mark.cluster
 PROMETHEUS_CRDS = ("servicemonitors.monitoring.coreos.com", "podmonitors.monitoring.coreos.com")
 FAST = ("--set=operator.pollSeconds=1", "--set=operator.misses=2")
 OPERATOR = "mlxfleet-operator"
-
-
-def ensure_namespace(plane: controlplane.ControlPlane, *, restricted: bool = True) -> None:
-    plane.kubectl("create", "namespace", NAMESPACE, check=False)
-    if restricted:
-        plane.kubectl(
-            "label",
-            "--overwrite",
-            "namespace",
-            NAMESPACE,
-            "pod-security.kubernetes.io/enforce=restricted",
-            "pod-security.kubernetes.io/warn=restricted",
-        )
 
 
 def install_prometheus_crds(plane: controlplane.ControlPlane, folder: Path) -> None:
@@ -121,78 +106,6 @@ def test_every_rendering_passes_server_side_validation(
 
 
 # ----------------------------------------------------------------------------- lifecycle
-
-
-@dataclass
-class ChartOperator:
-    """The operator as the kubelet would run it: the live Deployment's args, the chart's SA."""
-
-    plane: controlplane.ControlPlane
-    root: Path
-    proc: subprocess.Popen[bytes] | None = None
-    liveness: str = ""
-    starts: int = 0
-
-    def kubeconfig(self) -> Path:
-        """A kubeconfig holding a TokenRequest token of the chart's ServiceAccount."""
-        token = self.plane.kubectl(
-            "-n", NAMESPACE, "create", "token", OPERATOR, "--duration=1h"
-        ).stdout.strip()
-        admin = json.loads(self.plane.kubeconfig.read_text())
-        admin["users"] = [{"name": "chart-operator", "user": {"token": token}}]
-        admin["contexts"][0]["context"]["user"] = "chart-operator"
-        path = self.root / "chart-operator.kubeconfig"
-        self.root.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(admin))
-        path.chmod(0o600)
-        return path
-
-    def rendered_args(self) -> list[str]:
-        deployment = json.loads(
-            self.plane.kubectl("-n", NAMESPACE, "get", "deployment", OPERATOR, "-o", "json").stdout
-        )
-        (container,) = deployment["spec"]["template"]["spec"]["containers"]
-        assert container["command"] == ["mlxfleet-operator"]
-        return list(container["args"])
-
-    def start(self) -> list[str]:
-        """Start with the rendered args; only the listen addresses move to free loopback ports."""
-        health, metrics = controlplane.free_ports(2)
-        args = []
-        for arg in self.rendered_args():
-            if arg.startswith("--liveness="):
-                arg = f"--liveness=http://127.0.0.1:{health}/healthz"
-            elif arg.startswith("--metrics-host="):
-                arg = "--metrics-host=127.0.0.1"
-            elif arg.startswith("--metrics-port="):
-                arg = f"--metrics-port={metrics}"
-            args.append(arg)
-        self.liveness = f"http://127.0.0.1:{health}/healthz"
-        self.starts += 1
-        binary = Path(sys.executable).parent / "mlxfleet-operator"
-        cmd = [str(binary), f"--kubeconfig={self.kubeconfig()}", *args]
-        with (self.root / f"operator-{self.starts}.log").open("wb") as log:
-            self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        return args
-
-    def ready(self) -> bool:
-        assert self.proc is not None
-        assert self.proc.poll() is None, self.log()
-        try:
-            return httpx.get(self.liveness, timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def log(self) -> str:
-        return "\n".join(
-            p.read_text(errors="replace")[-3000:] for p in sorted(self.root.glob("*.log"))
-        )
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc, sig=signal.SIGINT, grace=20)
 
 
 @pytest.fixture

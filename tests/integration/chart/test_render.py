@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.chart.helmcli import CHART, NAMESPACE, REPO, Helm, chart_copy, kinds, one
+from tests.support.helm import CHART, NAMESPACE, REPO, Helm, chart_copy, kinds, one
 
 pytestmark = pytest.mark.tools
 

@@ -23,7 +23,8 @@ def test_every_reason_says_what_it_means_and_what_to_do(reason: str) -> None:
     text = entries().get(reason)
     assert text is not None, f"docs/troubleshooting.md has no `### `{reason}`` entry"
     means, _, do = text.partition("**Do:**")
-    assert "**Means:**" in means and len(means.split("**Means:**")[1].strip()) > 20, reason
+    assert "**Means:**" in means, reason
+    assert len(means.split("**Means:**")[1].strip()) > 20, f"{reason}: say what it means"
     assert len(do.strip()) > 5, f"{reason}: say what to do"
 
 
