@@ -162,6 +162,29 @@ def labelled_leftovers(plane: controlplane.ControlPlane) -> list[str]:
     return sorted(out.split())
 
 
+def uninstall_release(
+    helm: Helm, plane: controlplane.ControlPlane
+) -> subprocess.CompletedProcess[str]:
+    """`helm uninstall --wait`, after listing our kinds once.
+
+    kube-apiserver 1.37.2 here twice left a CRD Terminating for good ("could not list instances:
+    storage is (re)initializing") when it was deleted before anything had listed its objects:
+    the CRD finalizer then builds the kind's watch cache itself. Listing first avoids that path.
+    """
+    kinds = "inferencenodes.mlxfleet.io,modeldeployments.mlxfleet.io,swapplans.mlxfleet.io"
+    wait_for(
+        "our kinds listable",
+        lambda: plane.kubectl("get", kinds, "-A", check=False).returncode == 0,
+        timeout=30,
+    )
+    proc = helm("uninstall", RELEASE, f"--namespace={NAMESPACE}", "--wait", "--timeout=90s",
+                check=False)  # fmt: skip
+    if proc.returncode != 0:
+        crds = plane.kubectl("get", "crd", "-o", "yaml").stdout
+        raise AssertionError(f"helm uninstall failed: {proc.stderr}\n{crds[-3000:]}")
+    return proc
+
+
 def old_chart(dest: Path) -> Path:
     """The chart as it was before the scale subresource: the CRD change an upgrade must apply."""
     chart = chart_copy(dest)
@@ -294,7 +317,7 @@ def test_install_run_upgrade_uninstall(
 
     # --- uninstall: nothing left but the CRDs it was told to keep --------------------------
     before = release_objects(helm)
-    uninstall = helm("uninstall", RELEASE, f"--namespace={NAMESPACE}", "--wait")
+    uninstall = uninstall_release(helm, plane)
     assert "kept due to the resource policy" in uninstall.stdout
     for kind, namespace, name in before:
         assert exists(plane, kind, namespace, name) == (kind == "CustomResourceDefinition"), name
@@ -307,7 +330,7 @@ def test_install_run_upgrade_uninstall(
 
     # --- install again: the kept CRDs are adopted; crds.keep=false removes them at the end --
     helm("install", RELEASE, str(CHART), f"--namespace={NAMESPACE}", "--set=crds.keep=false")
-    helm("uninstall", RELEASE, f"--namespace={NAMESPACE}", "--wait")
+    uninstall_release(helm, plane)
     wait_for("no object of the release left", lambda: labelled_leftovers(plane) == [])
     assert "mlxfleet.io" not in plane.kubectl("get", "crd", "-o", "name").stdout
 
@@ -335,6 +358,6 @@ def test_a_kustomize_install_moves_under_helm(
     helm("install", RELEASE, str(CHART), f"--namespace={NAMESPACE}", "--set=crds.keep=false")
     deployment = get(plane, "-n", NAMESPACE, "deployment", OPERATOR)
     assert deployment["metadata"]["labels"]["helm.sh/chart"].startswith("mlxfleet-")
-    helm("uninstall", RELEASE, f"--namespace={NAMESPACE}", "--wait")
+    uninstall_release(helm, plane)
     wait_for("no object of the release left", lambda: labelled_leftovers(plane) == [])
     assert "mlxfleet.io" not in plane.kubectl("get", "crd", "-o", "name").stdout
