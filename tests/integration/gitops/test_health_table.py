@@ -20,12 +20,13 @@ import pytest
 from mlxfleet_operator.api import conditions as api
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
-from mlxfleet_operator.core import conditions, placement
+from mlxfleet_operator.core import conditions
 from mlxfleet_operator.core import deployment as dep
 from mlxfleet_operator.core import deployment_status as mdstatus
 from mlxfleet_operator.core import swapplan as core
 from mlxfleet_operator.handlers import swapplans
 from tests.support import argocd
+from tests.support import placement as decisions
 from tests.support.tools import Kstatus
 
 pytestmark = pytest.mark.tools
@@ -34,18 +35,6 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "gitops.md"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 A, B = "file:///models/a", "file:///models/b"
 OWNER = {"apiVersion": "mlxfleet.io/v1alpha1", "kind": "ModelDeployment", "name": "chat"}
-
-
-def _decision(nodes: tuple[str, ...], *, fits_nowhere: bool = False) -> placement.Decision:
-    return placement.Decision(
-        nodes=nodes,
-        kept=nodes,
-        added=(),
-        dropped=(),
-        rejections=(),
-        missing=0,
-        fits_nowhere=fits_nowhere,
-    )
 
 
 def deployment(
@@ -66,7 +55,7 @@ def deployment(
             "status": {"placements": placements},
         }
     )
-    chosen = _decision(("n0", "n1"), fits_nowhere=fits_nowhere)
+    chosen = decisions.kept(("n0", "n1"), fits_nowhere=fits_nowhere)
     verdict = mdstatus.verdict(md, chosen, md.status.placements, {}, plan)
     return _object(md.kind, verdict, observed=observed)
 

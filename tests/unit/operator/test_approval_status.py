@@ -15,9 +15,9 @@ from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.core import deployment as dep
 from mlxfleet_operator.core import deployment_status as mdstatus
-from mlxfleet_operator.core import placement
 from mlxfleet_operator.core import swapplan as core
 from mlxfleet_operator.handlers import swapplans
+from tests.support import placement as decisions
 
 A = "file:///models/a"
 B = "file:///models/b"
@@ -38,16 +38,7 @@ def md(ready: int, *, replicas: int = 2) -> mdep.ModelDeployment:
 
 
 def verdict(d: mdep.ModelDeployment, plan: dep.PlanInfo) -> Any:
-    nodes = tuple(p.node for p in d.status.placements)
-    chosen = placement.Decision(
-        nodes=nodes,
-        kept=nodes,
-        added=(),
-        dropped=(),
-        rejections=(),
-        missing=0,
-        fits_nowhere=False,
-    )
+    chosen = decisions.kept(tuple(p.node for p in d.status.placements))
     return mdstatus.verdict(d, chosen, d.status.placements, {}, plan)
 
 
