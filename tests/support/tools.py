@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.support.helm import Helm
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,8 +72,8 @@ def kstatus() -> Kstatus:
 
 
 @pytest.fixture(scope="session")
-def helm_cli(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The real helm with a private home (tests/support/helm.py: Helm)."""
+def helm_cli(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """The real helm with a private home (imported late: tests/support/helm.py uses e2e helpers)."""
     from tests.support.helm import Helm
 
     return Helm(binary=helm, home=tmp_path_factory.mktemp("helm-home"))
