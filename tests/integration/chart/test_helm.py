@@ -41,8 +41,7 @@ OPERATOR = "mlxfleet-operator"
 
 def install_prometheus_crds(plane: controlplane.ControlPlane, folder: Path) -> None:
     plane.kubectl("apply", "--server-side", f"--filename={folder}")
-    for name in PROMETHEUS_CRDS:
-        plane.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    plane.wait_established(*PROMETHEUS_CRDS)
 
 
 def remove_prometheus_crds(plane: controlplane.ControlPlane) -> None:
@@ -223,7 +222,7 @@ def test_install_run_upgrade_uninstall(
         assert not {"ServiceMonitor", "PodMonitor"} & {k for k, _, _ in installed}
         for kind, namespace, name in installed:
             assert exists(plane, kind, namespace, name), (kind, namespace, name)
-        plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        plane.wait_established()
 
         # --- the operator, as the chart's ServiceAccount, with the rendered flags -----------
         args = operator.start()

@@ -25,11 +25,9 @@ def docs(name: str) -> list[dict[str, Any]]:
 def test_flux_objects_pass_server_side_validation(cluster: controlplane.ControlPlane) -> None:
     crds = build("flux-crds")
     cluster.kubectl("apply", "--server-side", f"--filename={crds}")
-    for name in (
-        "kustomizations.kustomize.toolkit.fluxcd.io",
-        "gitrepositories.source.toolkit.fluxcd.io",
-    ):
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    cluster.wait_established(
+        "kustomizations.kustomize.toolkit.fluxcd.io", "gitrepositories.source.toolkit.fluxcd.io"
+    )
     cluster.kubectl("create", "namespace", "flux-system", check=False)
     proc = cluster.kubectl(
         "apply", "--server-side", "--dry-run=server", f"--filename={FLUX}", check=False
