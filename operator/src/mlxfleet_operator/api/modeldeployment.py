@@ -300,6 +300,11 @@ class ModelDeploymentStatus(base.ApiModel):
         default=None,
         description="In-cluster address of the OpenAI-compatible endpoint (the Service).",
     )
+    selector: str | None = Field(
+        default=None,
+        description="Label selector of the objects serving this deployment (its Service and "
+        "EndpointSlices), for the scale subresource: HorizontalPodAutoscaler and KEDA require one.",
+    )
 
 
 class ModelDeployment(base.ApiModel):

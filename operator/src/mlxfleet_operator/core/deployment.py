@@ -432,7 +432,7 @@ def new_plan(md: mdep.ModelDeployment, decision: placement.Decision) -> swp.Swap
         metadata=base.ObjectMeta(
             name=name,
             namespace=md.metadata.namespace,
-            labels={resources.DEPLOYMENT_LABEL: naming.label_value(md.metadata.name or "")},
+            labels=naming.deployment_labels(md.metadata.name or ""),
             annotations={resources.DEPLOYMENT_ANNOTATION: md.metadata.name or ""},
         ),
         spec=swp.SwapPlanSpec(

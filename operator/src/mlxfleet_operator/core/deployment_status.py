@@ -103,6 +103,11 @@ def removing(
     return out
 
 
+def awaiting_approval(plan: dep.PlanInfo) -> bool:
+    """The plan is paused with no step running (before its first step or between two)."""
+    return plan.paused and plan.phase in (None, swp.SwapPhase.PENDING, swp.SwapPhase.PAUSED)
+
+
 def verdict(
     md: mdep.ModelDeployment,
     decision: placement.Decision,
@@ -128,6 +133,16 @@ def verdict(
         return conditions.Verdict(False, reason, text, stalled=True)
     if want == 0:
         return conditions.Verdict(True, R.SCALED_TO_ZERO, "spec.replicas is 0")
+    if plan is not None and plan.active and awaiting_approval(plan):
+        # Nothing runs until a person approves: serving what it serves now is all the spec allows,
+        # so kstatus says Current and Argo CD Healthy and no GitOps sync waits on the approval.
+        text = (
+            f"SwapPlan {plan.name} to {plan.target[0]} awaits approval (set its spec.paused to "
+            f"false); {ready}/{want} replicas ready"
+        )
+        return conditions.Verdict(
+            ready >= want, R.AWAITING_APPROVAL, text, reconciling=ready < want
+        )
     if plan is not None and plan.active:
         reason = R.AWAITING_APPROVAL if plan.paused else R.SWAP_IN_PROGRESS
         text = f"SwapPlan {plan.name} to {plan.target[0]}: {plan.phase or 'Pending'}"
@@ -195,6 +210,7 @@ def status(
         swap_plan=plan.name if plan is not None else md.status.swap_plan,
         estimated_memory_bytes=footprint_bytes,
         endpoint=endpoint if conflict is None else None,
+        selector=naming.deployment_selector(md.metadata.name or ""),
     )
     eps = tuple((p.node, p.endpoint, p.ready) for p in [*placed, *going] if p.endpoint)
     return Result(status=new, verdict=judged, endpoints=eps)
@@ -228,5 +244,6 @@ def unplaced_status(
             ),
             "served_name": md.served_name(),
             "endpoint": endpoint,
+            "selector": naming.deployment_selector(md.metadata.name or ""),
         }
     )

@@ -1,6 +1,8 @@
 """Deterministic names: agent slot names, Service names, SwapPlan names and label values.
 
-May import: the standard library. Called by: handlers (slot PUT/DELETE, Service, SwapPlan create).
+May import: the standard library, `api.resources` (the label key). Called by: handlers (slot
+PUT/DELETE, Service, SwapPlan create), adapters.kube (Service labels), core (plan labels, the
+scale subresource's status.selector).
 A name derived here must be the same on every operator replica and after every restart, so the
 agent's declarative API and `create` (409 = already there) make repeated work harmless. A
 ModelDeployment name may be a DNS subdomain of up to 253 characters; what a name feeds must fit
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+
+from mlxfleet_operator.api import resources
 
 DNS_LABEL_MAX = 63
 LABEL_VALUE_MAX = 63
@@ -82,3 +86,17 @@ def label_value(name: str) -> str:
         return name
     suffix = _digest(name, length=LABEL_HASH_LEN)
     return f"{name[: LABEL_VALUE_MAX - LABEL_HASH_LEN - 1]}-{suffix}"
+
+
+def deployment_labels(name: str) -> dict[str, str]:
+    """The label the operator puts on what it makes for ModelDeployment `name` (Service,
+    EndpointSlices, SwapPlans): `mlxfleet.io/deployment` with the bounded `label_value`."""
+    return {resources.DEPLOYMENT_LABEL: label_value(name)}
+
+
+def deployment_selector(name: str) -> str:
+    """ModelDeployment status.selector, the scale subresource's selector (HPA requires one).
+
+    Built from `deployment_labels`, so it matches what the operator labels for every name,
+    including those longer than a label value may be."""
+    return ",".join(f"{key}={value}" for key, value in deployment_labels(name).items())

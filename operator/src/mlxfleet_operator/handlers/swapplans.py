@@ -66,8 +66,8 @@ def _verdict(state: core.PlanState) -> conditions.Verdict:
         return conditions.Verdict(True, R.COMPLETED, f"all steps done ({state.progress})")
     if phase in (core.PlanPhase.ROLLED_BACK, core.PlanPhase.FAILED):
         return conditions.Verdict(False, str(state.reason or phase), text, stalled=True)
-    if phase == core.PlanPhase.PAUSED:
-        return conditions.Verdict(False, R.PAUSED, text)
+    if phase == core.PlanPhase.PAUSED:  # Ready: where its spec puts it (GitOps syncs finish)
+        return conditions.Verdict(True, R.PAUSED, text)
     if phase == core.PlanPhase.ROLLING_BACK:
         return conditions.Verdict(False, R.ROLLING_BACK, text, reconciling=True)
     return conditions.Verdict(False, R.STEP_RUNNING, text, reconciling=True)
