@@ -26,7 +26,7 @@ from typing import Annotated, Any
 
 import httpx
 import uvicorn
-from fastapi import APIRouter, FastAPI, Path, Request, Response
+from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
@@ -37,6 +37,7 @@ from mlxfleet_agent import (
     connlimits,
     contract,
     control,
+    logtail,
     metrics,
     platform,
     proxy,
@@ -103,8 +104,9 @@ class JsonFormatter(logging.Formatter):
 def configure_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(JsonFormatter())
+    logtail.RING.setFormatter(JsonFormatter())
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [handler, logtail.RING]
     root.setLevel(level.upper())
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpcore").setLevel(logging.WARNING)
@@ -243,6 +245,13 @@ def control_app(manager: control.Manager) -> FastAPI:
     ) -> Response:
         await manager.models.evict(model_id)
         return Response(status_code=204)
+
+    @v1.get("/logs")
+    async def logs(
+        tail: Annotated[int, Query(ge=1, le=logtail.MAX_TAIL)] = 100,
+    ) -> dict[str, list[str]]:
+        """The agent's last `tail` log lines (JSON lines; never request text)."""
+        return {"lines": logtail.RING.tail(tail)}
 
     app.include_router(v1)
 

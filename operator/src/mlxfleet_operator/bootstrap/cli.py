@@ -1,0 +1,112 @@
+"""`mlxfleet token`: create, list and delete the bootstrap tokens Macs join with.
+
+    mlxfleet token create [--ttl 24h] [--description TEXT] [--group G] [--kubeconfig F]
+    mlxfleet token list [--kubeconfig F]
+    mlxfleet token delete (ID... | --expired) [--kubeconfig F]
+
+`create` prints the token alone on stdout (for scripts) and the join command on stderr.
+May import: kubernetes, bootstrap.tokens, kubectl_plugin.kubeconfig. Called by: the `mlxfleet` CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import sys
+from datetime import UTC, datetime
+
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+
+from mlxfleet_operator.bootstrap import tokens
+from mlxfleet_operator.kubectl_plugin import kubeconfig
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mlxfleet token", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    create = sub.add_parser("create", help="create a bootstrap token for `mlxfleet-agent join`")
+    create.add_argument("--ttl", default="24h", help="lifetime: 30m, 24h, 7d (1m to 30d)")
+    create.add_argument("--description", default="mlxfleet-agent join", help="shown by list")
+    create.add_argument(
+        "--group", default=tokens.DEFAULT_GROUP, help="extra group (chart join.group)"
+    )
+    listing = sub.add_parser("list", help="bootstrap tokens with their expiry (never the secret)")
+    delete = sub.add_parser("delete", help="delete tokens by id, or every expired one")
+    delete.add_argument("ids", nargs="*", metavar="ID")
+    delete.add_argument("--expired", action="store_true", help="delete every expired token")
+    for p in (create, listing, delete):
+        kubeconfig.add_flags(p, namespaced=False)
+    return parser
+
+
+def _tokens(core: kubernetes.client.CoreV1Api) -> list[tokens.Listed]:
+    found = core.list_namespaced_secret(
+        tokens.NAMESPACE, field_selector=f"type={tokens.SECRET_TYPE}"
+    )
+    out = []
+    for item in found.items:
+        data = {
+            k: base64.b64decode(v).decode(errors="replace") for k, v in (item.data or {}).items()
+        }
+        out.append(tokens.listed(data))
+    return out
+
+
+def create(
+    args: argparse.Namespace, core: kubernetes.client.CoreV1Api, target: kubeconfig.Target
+) -> int:
+    ttl = tokens.parse_ttl(args.ttl)
+    group = tokens.check_group(args.group)
+    token = tokens.generate()
+    now = datetime.now(UTC)
+    body = tokens.secret(token, now=now, ttl=ttl, group=group, description=args.description)
+    core.create_namespaced_secret(tokens.NAMESPACE, body)  # type: ignore[arg-type]
+    print(token)
+    ca = f" --ca-file {target.ca_file}" if target.ca_file else ""
+    print(
+        f"bootstrap token {token.id} expires {tokens.rfc3339(now + ttl)}; on each Mac:\n"
+        f"  mlxfleet-agent join --server {target.server} --token {token}{ca}\n"
+        "(--ca-file: the cluster's CA certificate, copied to the Mac; leave it out when the "
+        "API server's certificate is publicly trusted)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        target = kubeconfig.connect(args)
+        core = kubernetes.client.CoreV1Api(target.client)
+        if args.action == "create":
+            return create(args, core, target)
+        now = datetime.now(UTC)
+        if args.action == "list":
+            print(f"{'ID':<8} {'EXPIRES':<21} {'STATE':<8} {'GROUPS':<34} DESCRIPTION")
+            for t in sorted(_tokens(core), key=lambda t: t.id):
+                when = tokens.rfc3339(t.expiration) if t.expiration else "never"
+                state = "expired" if t.expired(now) else "valid"
+                print(f"{t.id:<8} {when:<21} {state:<8} {t.groups:<34} {t.description}")
+            return 0
+        if not args.ids and not args.expired:
+            print("mlxfleet token delete: give token ids or --expired", file=sys.stderr)
+            return 2
+        doomed = set(args.ids) | {t.id for t in _tokens(core) if args.expired and t.expired(now)}
+        for token_id in sorted(doomed):
+            try:
+                core.delete_namespaced_secret(tokens.SECRET_PREFIX + token_id, tokens.NAMESPACE)
+                print(f"deleted bootstrap token {token_id}")
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                print(f"bootstrap token {token_id}: not found", file=sys.stderr)
+        return 0
+    except (tokens.TokenError, kubeconfig.KubeconfigError) as exc:
+        print(f"mlxfleet token: {exc}", file=sys.stderr)
+        return 2
+    except ApiException as exc:
+        print(
+            f"mlxfleet token: the API server answered {exc.status}: {exc.reason}", file=sys.stderr
+        )
+        return 1
