@@ -9,7 +9,7 @@ deletes its objects and removes its files. Malformed input fails naming the flag
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import json
 import os
 import shlex
@@ -36,7 +36,9 @@ def run(
     *cmd: str, env: dict[str, str] | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"} | (env or {})
-    return subprocess.run(list(cmd), capture_output=True, text=True, env=full, timeout=timeout, check=False)  # fmt: skip
+    return subprocess.run(
+        list(cmd), capture_output=True, text=True, env=full, timeout=timeout, check=False
+    )
 
 
 def create_token(cluster: controlplane.ControlPlane, *extra: str) -> str:
@@ -71,7 +73,8 @@ def secret_body(name: str, *, labelled: bool = True, **data: str) -> dict[str, A
 def node_body(name: str, secret: str) -> dict[str, Any]:
     return {"apiVersion": "mlxfleet.io/v1alpha1", "kind": "InferenceNode",
             "metadata": {"name": name},
-            "spec": {"agent": {"url": "https://127.0.0.1:1", "tokenSecretRef": {"name": secret}}}}  # fmt: skip
+            "spec": {"agent": {"url": "https://127.0.0.1:1",
+                               "tokenSecretRef": {"name": secret}}}}  # fmt: skip
 
 
 def test_bootstrap_token_can_create_only_its_own_node_and_secret(
@@ -91,7 +94,7 @@ def test_bootstrap_token_can_create_only_its_own_node_and_secret(
         # no reads of any Secret, not even its own
         assert api.get(f"{secrets}/{victim}-agent").status_code == 403
         assert api.get(secrets).status_code == 403
-        assert api.get(f"/api/v1/namespaces/kube-system/secrets").status_code == 403
+        assert api.get("/api/v1/namespaces/kube-system/secrets").status_code == 403
         # no changes to other InferenceNodes (nor its own)
         for path in (f"{NODES}/{victim}", f"{NODES}/{mine}"):
             patch = api.patch(path, json={"spec": {"unschedulable": True}},
@@ -101,9 +104,11 @@ def test_bootstrap_token_can_create_only_its_own_node_and_secret(
             assert api.get(path).status_code == 403
         # no Secret of another shape: unlabelled, other name, extra keys, other namespace
         refused = {
-            "unlabelled": api.post(secrets, json=secret_body(f"{e2e.label}-x-agent", labelled=False)),
+            "unlabelled": api.post(secrets,
+                                   json=secret_body(f"{e2e.label}-x-agent", labelled=False)),
             "name": api.post(secrets, json=secret_body(f"{e2e.label}-anything")),
-            "keys": api.post(secrets, json=secret_body(f"{e2e.label}-y-agent", token="t", other="x")),
+            "keys": api.post(secrets,
+                             json=secret_body(f"{e2e.label}-y-agent", token="t", other="x")),
             "namespace": api.post("/api/v1/namespaces/default/secrets",
                                   json={**secret_body("z-agent"), "metadata": {"name": "z-agent"}}),
         }  # fmt: skip
@@ -134,7 +139,8 @@ def test_expired_token_is_refused_by_the_api_server_and_join_names_the_flag(
     )
     proc = join_cmd(cluster, tmp_path, "old123.0123456789abcdef", "expired")
     assert proc.returncode == 2
-    assert "--token" in proc.stderr and "401" in proc.stderr
+    assert "--token" in proc.stderr
+    assert "401" in proc.stderr
     pruned = run(
         str(BIN / "mlxfleet"),
         "token",
@@ -200,10 +206,8 @@ def joined_agent(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
     yield started
     for proc in started:
         stop_process(proc, sig=signal.SIGTERM, grace=30)
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def exec_start(unit: Path) -> list[str]:
@@ -269,12 +273,14 @@ def test_join_registers_rejoin_is_idempotent_and_leave_drains(
     assert (root / "etc" / "token").read_text() == token_before
     # another Mac claiming the same name is refused
     other = join_cmd(cluster, tmp_path / "other-mac", token, node, *extra)
-    assert other.returncode == 2 and "--node-name" in other.stderr
+    assert other.returncode == 2
+    assert "--node-name" in other.stderr
 
     # a replica on the joined node, then a second Mac: leave moves it there
     e2e.apply(e2e.deployment("chat", model_a, replicas=1))
     wait_for("replica on the joined node", lambda: [
-        p["node"] for p in e2e.get("mdep", "chat").get("status", {}).get("placements", []) if p.get("ready")
+        p["node"] for p in e2e.get("mdep", "chat").get("status", {}).get("placements", [])
+        if p.get("ready")
     ] == [node])  # fmt: skip
     e2e.register(agents.start("second"))
     leave = run(str(BIN / "mlxfleet-agent"), "leave", "--config-dir", str(root / "etc"),
