@@ -2,7 +2,7 @@
 what is allowed) and `NoFit` (the model does not fit the memory budget: 507).
 
 Raised by the slot registry (admission) and the model catalog (store errors); mapped to HTTP
-once, by the control API. Pure: no imports beyond the standard library.
+once, by the control API. May import: the standard library only (pure).
 Called by: slots.registry, models.catalog, controlapi.
 """
 

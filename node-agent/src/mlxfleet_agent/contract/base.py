@@ -1,6 +1,7 @@
 """Base of every wire model, the API prefix and the slot-name pattern.
 
-Pure: pydantic and the standard library only. Called by: the sibling contract modules.
+May import: pydantic and the standard library only (pure).
+Called by: the sibling contract modules.
 """
 
 from __future__ import annotations

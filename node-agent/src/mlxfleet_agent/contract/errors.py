@@ -1,7 +1,7 @@
 """Error bodies of the control API (4xx and the 507 of a model that does not fit).
 
-Pure: pydantic and the standard library only. Called by: the agent's control API, the
-operator's agent client.
+May import: pydantic and the standard library only (pure).
+Called by: the agent's control API, the operator's agent client.
 """
 
 from __future__ import annotations

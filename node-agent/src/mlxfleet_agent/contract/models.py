@@ -1,7 +1,7 @@
 """The model store on the wire: cached models, their shape (what sizing needs), prefetch.
 
-Pure: pydantic and the standard library only. Called by: the agent's model store and control
-API, the operator (placement facts, sizing).
+May import: pydantic and the standard library only (pure).
+Called by: the agent's model store and control API, the operator (placement facts, sizing).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Slots on the wire: the desired `SlotSpec` (PUT /v1/slots/{name}), its `SlotStatus`, the swap
 policy and the `SwapRecord` each swap leaves.
 
-Pure: pydantic and the standard library only. Called by: the agent (control API, slots, data
-plane), the operator's agent client and its API models.
+May import: pydantic and the standard library only (pure).
+Called by: the agent (control API, slots, data plane), the operator's agent client and its API
+models.
 """
 
 from __future__ import annotations

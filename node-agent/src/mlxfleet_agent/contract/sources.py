@@ -1,8 +1,8 @@
 """Model source strings: `file:///abs`, `hf://org/repo`, `s3://bucket/prefix`, checked as the
 wire contract does (the agent's `models.source` parses them further).
 
-Pure: pydantic and the standard library only. Called by: contract.slots, contract.models, the
-agent's model store, the operator's API models.
+May import: pydantic and the standard library only (pure).
+Called by: contract.slots, contract.models, the agent's model store, the operator's API models.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """GET /v1/state: what one agent reports about itself (versions, memory, disk, slots, cache).
 
-Pure: pydantic and the standard library only. Called by: the agent's control API, the
-operator's heartbeat and node status.
+May import: pydantic and the standard library only (pure).
+Called by: the agent's control API, the operator's heartbeat and node status.
 """
 
 from __future__ import annotations

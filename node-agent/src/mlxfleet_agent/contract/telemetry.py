@@ -1,8 +1,8 @@
 """Telemetry objects (agent -> S3 bucket -> operator reports): one `TelemetryInterval` JSON line
 per node and interval, and its object key. Counts and timings only, never request text.
 
-Pure: pydantic and the standard library only. Called by: the agent's telemetry, the operator's
-object store adapter and reports.
+May import: pydantic and the standard library only (pure).
+Called by: the agent's telemetry, the operator's object store adapter and reports.
 """
 
 from __future__ import annotations
