@@ -32,11 +32,9 @@ log = logging.getLogger("mlxfleet_agent")
 
 @dataclass(frozen=True, slots=True)
 class Runtime:
-    """Everything one serving agent holds; built by `lifespan`."""
+    """What `serve` runs and stops; built by `lifespan`."""
 
-    settings: settings.Settings
     registry: registry.Registry
-    telemetry: recorder.Telemetry
     control_app: guard.Guard
     data_app: data_app.DataPlane
 
@@ -99,9 +97,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     )
     control = control_app.build(slots=slots, models=models, view=view, agent_metrics=tel.metrics)
     runtime = Runtime(
-        settings=cfg,
         registry=slots,
-        telemetry=tel,
         control_app=guard.Guard(control, token=token),
         data_app=data_app.DataPlane(
             routes=slots,

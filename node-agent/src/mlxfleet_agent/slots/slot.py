@@ -265,9 +265,6 @@ class Slot:
 
     # ---- primitives of the swap protocol and the convergence loop -----------------------------
 
-    def set_phase(self, phase: contract.SlotPhase) -> None:
-        self.phase = phase
-
     def begin_swap(self, record: contract.SwapRecord) -> None:
         """A swap starts: it is recorded (newest first) and requests count towards it."""
         self.swaps.appendleft(record)

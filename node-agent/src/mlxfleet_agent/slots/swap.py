@@ -152,7 +152,7 @@ async def _bring_up(slot: Slot, prepared: Prepared, record: contract.SwapRecord)
     new = await slot.load(prepared)
     record.new_ready_at = _now()
     slot.switch(new)
-    slot.set_phase(contract.SlotPhase.SWAPPING)
+    slot.phase = contract.SlotPhase.SWAPPING
     record.switched_at = _now()
 
 
