@@ -123,10 +123,6 @@ class Slot:
         return self._active
 
     @property
-    def current_swap(self) -> contract.SwapRecord | None:
-        return self._swap
-
-    @property
     def queued(self) -> int:
         return self._gate.queued
 
