@@ -2,7 +2,8 @@
 fleet view and per-object locks. Lives in kopf's memo (`memo["runtime"]`).
 
 May import: the standard library, sibling adapters, `mlxfleet_operator.settings`.
-Called by: handlers (startup builds it; every handler reads it with `of(memo)`).
+Called by: `main` (builds it with `start(config)` before kopf runs) and handlers (every one
+reads it with `of(memo)`; `lifecycle` closes it).
 """
 
 from __future__ import annotations
@@ -60,5 +61,5 @@ def start(config: opsettings.OperatorSettings) -> Runtime:
 def of(memo: MutableMapping[str, Any]) -> Runtime:
     found = memo.get(KEY)
     if not isinstance(found, Runtime):
-        raise RuntimeError("operator runtime missing: the startup handler did not run")
+        raise RuntimeError("operator runtime missing: run the handlers through mlxfleet-operator")
     return found

@@ -1,6 +1,7 @@
 """Deterministic names: agent slot names, Service names, SwapPlan names and label values.
 
-May import: the standard library. Called by: handlers (slot PUT/DELETE, Service, SwapPlan create).
+May import: the standard library and `api.modelref`. Called by: core (slot names, SwapPlan names),
+adapters (Service, EndpointSlices) and the kopf index of slot names.
 A name derived here must be the same on every operator replica and after every restart, so the
 agent's declarative API and `create` (409 = already there) make repeated work harmless. A
 ModelDeployment name may be a DNS subdomain of up to 253 characters; what a name feeds must fit
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+
+from mlxfleet_operator.api.modelref import ModelRef
 
 DNS_LABEL_MAX = 63
 LABEL_VALUE_MAX = 63
@@ -62,7 +65,7 @@ def endpoint_slice_name(service: str, port: int) -> str:
     return f"{base}-p{port}"
 
 
-def swap_plan_name(deployment: str, source: str, revision: str | None, *, generation: int) -> str:
+def swap_plan_name(deployment: str, model: ModelRef, *, generation: int) -> str:
     """SwapPlan created by the operator for one model change: same change => same name.
 
     The hash covers the target and the deployment generation that asked for it, so an operator
@@ -70,7 +73,7 @@ def swap_plan_name(deployment: str, source: str, revision: str | None, *, genera
     making a second one, a plan that rolled back is not silently retried, and going back and
     forth between two models (A -> B -> A -> B) still gets a fresh plan each time.
     """
-    suffix = _digest(source, revision or "", str(generation))
+    suffix = _digest(model.source, model.revision or "", str(generation))
     return f"{deployment[: 253 - HASH_LEN - 1]}-{suffix}"
 
 
