@@ -77,15 +77,7 @@ async def reconcile(
     want = intent.intent(
         md, found, plan=plan, footprint_bytes=size, now=now, failover_delay=failover
     )
-    if want.create is not None and await rt.kube.create_swap_plan(namespace, _wire(want.create)):
-        events.post(body, plans.created_event(want.create))
-    slot = naming.slot_name(namespace, name)
-    outcomes: dict[str, facts.Outcome] = {}
-    for request in want.puts:
-        if (outcome := await rt.fleet.put_slot(slot, request)) is not None:
-            outcomes[request.node] = outcome
-    for node in want.deletes:
-        await rt.fleet.delete_slot(node, slot)
+    outcomes = await _perform(rt, body, want, slot=naming.slot_name(namespace, name))
     judge = functools.partial(
         mdstatus.status,
         md,
@@ -112,6 +104,24 @@ async def reconcile(
     kube.write_status(patch, result.status, body)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
+
+
+async def _perform(
+    rt: runtime.Runtime, body: kopf.Body, want: intent.Intent, *, slot: str
+) -> dict[str, facts.Outcome]:
+    """Create the SwapPlan, PUT and DELETE the slots core decided on; the agents' answers to
+    the PUTs, by node (a node without a client yet gets none)."""
+    if want.create is not None:
+        namespace = want.create.metadata.namespace or ""
+        if await rt.kube.create_swap_plan(namespace, _wire(want.create)):
+            events.post(body, plans.created_event(want.create))
+    outcomes: dict[str, facts.Outcome] = {}
+    for request in want.puts:
+        if (outcome := await rt.fleet.put_slot(slot, request)) is not None:
+            outcomes[request.node] = outcome
+    for node in want.deletes:
+        await rt.fleet.delete_slot(node, slot)
+    return outcomes
 
 
 async def _plan(
