@@ -117,7 +117,11 @@ def main(argv: list[str] | None = None) -> None:
     from mlxfleet_operator import handlers
     from mlxfleet_operator.adapters import runtime
 
-    memo = kopf.Memo({runtime.KEY: runtime.start(config)})
+    try:
+        memo = kopf.Memo({runtime.KEY: runtime.start(config)})
+    except runtime.StartError as exc:  # exit 2 naming the flag, as for a bad flag value
+        print(f"mlxfleet-operator: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
     asyncio.run(
         kopf.operator(
             registry=handlers.registry(config),
