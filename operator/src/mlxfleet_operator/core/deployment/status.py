@@ -1,13 +1,16 @@
 """ModelDeployment status (pure): placements as the agents report them, the kstatus verdict
 (Ready / Reconciling / Stalled and the reason), and the whole status object.
 
-May import: the standard library, `api`, the agent `contract`, sibling core modules.
+Every reason is decided from typed facts (node readiness, slot phases, the agents' HTTP
+statuses, the plan's phase), never from the text of a message written earlier.
+May import: the standard library, `api`, the agent `contract`, `core.conditions`,
+`core.naming`, `core.placement`, `facts`, `plan`, `slots`.
 Called by: the ModelDeployment handler after placement and the slot requests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -15,8 +18,11 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
+from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import conditions, naming, placement
-from mlxfleet_operator.core import deployment as dep
+from mlxfleet_operator.core.deployment import facts as f
+from mlxfleet_operator.core.deployment import slots
+from mlxfleet_operator.core.deployment.plan import PlanInfo
 
 _PHASES = {
     contract.SlotPhase.PENDING: mdep.PlacementPhase.PENDING,
@@ -36,21 +42,28 @@ class Result:
     endpoints: tuple[tuple[str, str, bool], ...] = field(default=())  # (node, data URL, ready)
 
 
+def lost_nodes(facts: Mapping[str, f.NodeFacts], nodes: Iterable[str]) -> tuple[str, ...]:
+    """Of `nodes`, those whose InferenceNode is known and not Ready (their replicas are lost
+    until the node returns or failover moves them)."""
+    return tuple(n for n in nodes if (fact := facts.get(n)) is not None and not fact.ready)
+
+
 def placements(
-    facts: Mapping[str, dep.NodeFacts],
-    desired: Mapping[str, dep.Model],
-    outcomes: Mapping[str, dep.Outcome],
+    facts: Mapping[str, f.NodeFacts],
+    desired: Mapping[str, ModelRef],
+    outcomes: Mapping[str, f.Outcome],
     *,
     slot: str,
-    plan: dep.PlanInfo | None = None,
+    plan: PlanInfo | None = None,
 ) -> list[mdep.PlacementStatus]:
     """One entry per chosen node: `source`/`revision` is what the replica should serve, `ready`
     says it does (slot ready and serving that model), `phase` is the agent's slot phase."""
     out = []
-    for node, (source, revision) in desired.items():
+    for node, model in desired.items():
+        source, revision = model.source, model.revision
         fact = facts.get(node)
         observed = fact.slot(slot) if fact is not None else None
-        ready = dep.serves(fact, slot, (source, revision), plan)
+        ready = slots.serves(fact, slot, model, plan)
         phase = _PHASES[observed.phase] if observed is not None else mdep.PlacementPhase.PENDING
         message = outcomes[node].error if node in outcomes and outcomes[node].error else None
         if message is None and observed is not None and not observed.ready:
@@ -75,9 +88,9 @@ def placements(
 
 def removing(
     md: mdep.ModelDeployment,
-    handover: dep.Handover,
+    handover: slots.Handover,
     decision: placement.Decision,
-    facts: Mapping[str, dep.NodeFacts],
+    facts: Mapping[str, f.NodeFacts],
 ) -> list[mdep.PlacementStatus]:
     """Replicas on their way out (after the kept and new ones, so placement keeps those first)."""
     before = {p.node: p for p in md.status.placements}
@@ -103,7 +116,7 @@ def removing(
     return out
 
 
-def awaiting_approval(plan: dep.PlanInfo) -> bool:
+def awaiting_approval(plan: PlanInfo) -> bool:
     """The plan is paused with no step running (before its first step or between two)."""
     return plan.paused and plan.phase in (None, swp.SwapPhase.PENDING, swp.SwapPhase.PAUSED)
 
@@ -112,11 +125,13 @@ def verdict(
     md: mdep.ModelDeployment,
     decision: placement.Decision,
     placed: Sequence[mdep.PlacementStatus],
-    outcomes: Mapping[str, dep.Outcome],
-    plan: dep.PlanInfo | None,
+    outcomes: Mapping[str, f.Outcome],
+    plan: PlanInfo | None,
     *,
+    lost: Sequence[str] = (),
     conflict: str | None = None,
 ) -> conditions.Verdict:
+    """The deployment's summary. `lost`: placed nodes whose InferenceNode is not Ready."""
     R = cond.Reason
     want = md.spec.replicas
     ready = sum(1 for p in placed if p.ready)
@@ -137,7 +152,7 @@ def verdict(
         # Nothing runs until a person approves: serving what it serves now is all the spec allows,
         # so kstatus says Current and Argo CD Healthy and no GitOps sync waits on the approval.
         text = (
-            f"SwapPlan {plan.name} to {plan.target[0]} awaits approval (set its spec.paused to "
+            f"SwapPlan {plan.name} to {plan.target.source} awaits approval (set its spec.paused to "
             f"false); {ready}/{want} replicas ready"
         )
         return conditions.Verdict(
@@ -145,14 +160,9 @@ def verdict(
         )
     if plan is not None and plan.active:
         reason = R.AWAITING_APPROVAL if plan.paused else R.SWAP_IN_PROGRESS
-        text = f"SwapPlan {plan.name} to {plan.target[0]}: {plan.phase or 'Pending'}"
+        text = f"SwapPlan {plan.name} to {plan.target.source}: {plan.phase or 'Pending'}"
         return conditions.Verdict(False, reason, text, reconciling=True)
-    if (
-        plan is not None
-        and plan.phase in (swp.SwapPhase.ROLLED_BACK, swp.SwapPhase.FAILED)
-        and plan.started
-        and plan.target == dep.spec_model(md)
-    ):
+    if plan is not None and plan.failed_after_start and plan.target == md.model_ref():
         why = plan.message or f"SwapPlan {plan.name} failed"
         text = f"{why}; still serving the previous model"
         return conditions.Verdict(False, R.ROLLED_BACK, text, stalled=True)
@@ -165,7 +175,6 @@ def verdict(
     if no_fit:
         text = "; ".join(f"{o.node}: {o.error}" for o in no_fit)
         return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, reconciling=True)
-    lost = [p.node for p in placed if p.message and "not Ready" in p.message]
     if lost:
         return conditions.Verdict(
             False, R.NODE_LOST, f"{ready}/{want} ready; lost: {', '.join(lost)}", reconciling=True
@@ -182,21 +191,22 @@ def status(
     md: mdep.ModelDeployment,
     *,
     decision: placement.Decision,
-    facts: Mapping[str, dep.NodeFacts],
-    desired: Mapping[str, dep.Model],
-    outcomes: Mapping[str, dep.Outcome],
-    plan: dep.PlanInfo | None,
+    facts: Mapping[str, f.NodeFacts],
+    desired: Mapping[str, ModelRef],
+    outcomes: Mapping[str, f.Outcome],
+    plan: PlanInfo | None,
     footprint_bytes: int | None,
     endpoint: str,
     now: datetime,
-    handover: dep.Handover | None = None,
+    handover: slots.Handover | None = None,
     conflict: str | None = None,
 ) -> Result:
     """The whole status; `conflict`: why the Service cannot be published (then the status
     names no endpoint: that address is someone else's)."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     placed = placements(facts, desired, outcomes, slot=slot, plan=plan)
-    judged = verdict(md, decision, placed, outcomes, plan, conflict=conflict)
+    gone = lost_nodes(facts, desired)
+    judged = verdict(md, decision, placed, outcomes, plan, lost=gone, conflict=conflict)
     going = removing(md, handover, decision, facts) if handover is not None else []
     new = mdep.ModelDeploymentStatus(
         observed_generation=md.metadata.generation,
@@ -247,3 +257,12 @@ def unplaced_status(
             "selector": naming.deployment_selector(md.metadata.name or ""),
         }
     )
+
+
+def slot_conflict_status(
+    md: mdep.ModelDeployment, conflict: str, *, now: datetime
+) -> mdep.ModelDeploymentStatus:
+    """Another deployment had the agent slot name first: Stalled, nothing sent to agents, and
+    no endpoint (nothing is published for a slot that is not this deployment's)."""
+    judged = conditions.Verdict(False, cond.Reason.SLOT_NAME_CONFLICT, conflict, stalled=True)
+    return unplaced_status(md, judged, now=now, endpoint=None)
