@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mlxfleet_agent import platform
+from mlxfleet_agent.host import platform
 from mlxfleet_agent.join import plan
 
 
