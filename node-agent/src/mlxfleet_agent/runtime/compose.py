@@ -76,7 +76,13 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     token = cfg.read_token()
     keys = cfg.read_data_keys()
     tel, ship = telemetry(cfg)
-    models = catalog.Catalog(store.Store(cfg.models_dir, allowed_roots=cfg.roots()))
+    models = catalog.Catalog(
+        store.Store(
+            cfg.models_dir,
+            allowed_roots=cfg.roots(),
+            max_download_bytes_per_s=cfg.download_max_bytes_per_s,
+        )
+    )
     backends = launcher.Launcher(
         log_dir=cfg.state_dir / "logs",
         python=cfg.python,

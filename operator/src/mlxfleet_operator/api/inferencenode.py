@@ -193,6 +193,9 @@ class SlotStatus(base.ApiModel):
         default=None, description="Agent slot phase: Pending, Downloading, Loading, Ready, ..."
     )
     ready: bool = Field(default=False, description="Whether the slot answers requests.")
+    download: fields.DownloadStatus | None = Field(
+        default=None, description="The download of the weights being prepared, while it runs."
+    )
 
 
 class CachedModelStatus(base.ApiModel):
