@@ -3,7 +3,8 @@
 `Meter.update(done, total)` is the store's progress callback (called from the download's worker
 thread); `Meter.snapshot()` is read by the slot's status on the event loop. The rate is measured
 over the last `WINDOW_S` seconds (from the newest report at or before the window's start), so it
-falls to 0 when the transfer stalls or ends.
+falls to 0 when the transfer stalls or ends; a span under `MIN_SPAN_S` counts as that long, so
+the first chunk is not reported as a burst rate.
 May import: the standard library, contract. Called by: slots.slot (one meter per prepare).
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from mlxfleet_agent import contract
 
 WINDOW_S = 5.0
+MIN_SPAN_S = 1.0  # a rate over less than this is a burst, not a rate
 
 
 class Meter:
@@ -54,8 +56,7 @@ class Meter:
             base_t, base_done = self._samples[0]
             _, done = self._samples[-1]
             total = self._total
-        elapsed = now - base_t
-        rate = (done - base_done) / elapsed if elapsed > 0 else 0.0
+        rate = (done - base_done) / max(now - base_t, MIN_SPAN_S)
         return contract.DownloadProgress(
             bytes_done=done, bytes_total=total, bytes_per_second=max(0.0, round(rate, 1))
         )
