@@ -83,7 +83,10 @@ def test_quickstart(
         # 2. each Mac: the quickstart's token, then its join command word for word, with
         # loopback addresses and private directories added (the unit rendered, run as a process)
         (create,) = commands("mlxfleet token create")
+        ca_out = tmp_path / "cluster-ca.crt"  # the quickstart's --ca-out, somewhere private
+        create[create.index("--ca-out") + 1] = str(ca_out)
         token = run_ok(str(BIN / "mlxfleet"), *create[1:], "--kubeconfig", str(plane.kubeconfig))
+        assert ca_out.read_text().startswith("-----BEGIN CERTIFICATE-----")
         join = join_command()
         assert join[:2] == ["mlxfleet-agent", "join"]
         macs = []
@@ -92,7 +95,7 @@ def test_quickstart(
             control, data = controlplane.free_ports(2)
             words = [w.replace("BOOTSTRAP", token.strip()) for w in join[2:]]
             words[words.index("--server") + 1] = plane.server
-            words[words.index("--ca-file") + 1] = str(plane.root / "pki/serving/apiserver.crt")
+            words[words.index("--ca-file") + 1] = str(ca_out)  # what `token create` wrote
             run_ok(
                 str(BIN / "mlxfleet-agent"), "join", *words, "--node-name", name,
                 "--advertise-address", "127.0.0.1", "--bind", "127.0.0.1",

@@ -1,10 +1,13 @@
 """`mlxfleet token`: create, list and delete the bootstrap tokens Macs join with.
 
-    mlxfleet token create [--ttl 24h] [--description TEXT] [--group G] [--kubeconfig F]
+    mlxfleet token create [--ttl 24h] [--description TEXT] [--group G] [--ca-out FILE]
+                          [--kubeconfig F]
     mlxfleet token list [--kubeconfig F]
     mlxfleet token delete (ID... | --expired) [--kubeconfig F]
 
-`create` prints the token alone on stdout (for scripts) and the join command on stderr.
+`create` prints the token alone on stdout (for scripts) and the join command on stderr;
+`--ca-out FILE` also writes the CA certificate the kubeconfig trusts for the API server (from a
+file or inline data) to FILE, for the Macs' `join --ca-file`.
 May import: kubernetes, bootstrap.tokens, kubectl_plugin.kubeconfig. Called by: the `mlxfleet` CLI.
 """
 
@@ -14,6 +17,7 @@ import argparse
 import base64
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -30,6 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--description", default="mlxfleet-agent join", help="shown by list")
     create.add_argument(
         "--group", default=tokens.DEFAULT_GROUP, help="extra group (chart join.group)"
+    )
+    create.add_argument(
+        "--ca-out",
+        type=Path,
+        help="write the API server's CA certificate (from the kubeconfig) here, for --ca-file",
     )
     listing = sub.add_parser("list", help="bootstrap tokens with their expiry (never the secret)")
     delete = sub.add_parser("delete", help="delete tokens by id, or every expired one")
@@ -53,17 +62,36 @@ def _tokens(core: kubernetes.client.CoreV1Api) -> list[tokens.Listed]:
     return out
 
 
+def _write_ca(target: kubeconfig.Target, out: Path) -> None:
+    """Copy the CA the kubeconfig trusts (the kubernetes client keeps inline data in a temporary
+    file, gone after this process) to `out`; TokenError naming --ca-out when there is none."""
+    if not target.ca_file:
+        raise tokens.TokenError(
+            f"--ca-out {out}: the kubeconfig names no CA certificate for {target.server} "
+            "(leave --ca-out out when the API server's certificate is publicly trusted)"
+        )
+    try:
+        pem = Path(target.ca_file).read_bytes()
+        out.write_bytes(pem)
+    except OSError as exc:
+        raise tokens.TokenError(f"--ca-out {out}: {exc.strerror or exc}") from None
+
+
 def create(
     args: argparse.Namespace, core: kubernetes.client.CoreV1Api, target: kubeconfig.Target
 ) -> int:
     ttl = tokens.parse_ttl(args.ttl)
     group = tokens.check_group(args.group)
+    ca_out: Path | None = args.ca_out
+    if ca_out is not None:
+        _write_ca(target, ca_out)
     token = tokens.generate()
     now = datetime.now(UTC)
     body = tokens.secret(token, now=now, ttl=ttl, group=group, description=args.description)
     core.create_namespaced_secret(tokens.NAMESPACE, body)  # type: ignore[arg-type]
     print(token)
-    ca = f" --ca-file {target.ca_file}" if target.ca_file else ""
+    ca_path = ca_out.name if ca_out is not None else target.ca_file
+    ca = f" --ca-file {ca_path}" if ca_path else ""
     print(
         f"bootstrap token {token.id} expires {tokens.rfc3339(now + ttl)}; on each Mac:\n"
         f"  mlxfleet-agent join --server {target.server} --token {token}{ca}\n"
