@@ -8,7 +8,7 @@
 # Direction of each copy:
 #   crds/*.yaml (from the pydantic models)       -> charts/mlxfleet/files/crds/
 #   manifests/grafana/mlxfleet-dashboard.json    -> charts/mlxfleet/files/grafana/
-#   charts/mlxfleet templates (helm template)    -> manifests/base/{namespace,serviceaccount,rbac,deployment}.yaml
+#   charts/mlxfleet templates (helm template)    -> manifests/base/{namespace,serviceaccount,rbac,deployment,join}.yaml
 #                                                -> manifests/cronjobs/{rbac,report-config,weekly-report,monthly-report}.yaml
 # The rendered files drop the two Helm-only labels (helm.sh/chart, managed-by: Helm).
 set -euo pipefail
@@ -43,6 +43,7 @@ render templates/namespace.yaml manifests/base/namespace.yaml --set namespace.cr
 for name in serviceaccount rbac deployment; do
   render "templates/operator/$name.yaml" "manifests/base/$name.yaml"
 done
+render templates/join/join.yaml manifests/base/join.yaml
 REPORTS=(--values manifests/cronjobs/chart-values.yaml)
 render templates/reports/rbac.yaml manifests/cronjobs/rbac.yaml "${REPORTS[@]}"
 render templates/reports/configmap.yaml manifests/cronjobs/report-config.yaml "${REPORTS[@]}"

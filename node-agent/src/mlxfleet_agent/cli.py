@@ -4,6 +4,8 @@
     mlxfleet-agent launchd-plist [--user U] [--log-dir D] [--env K=V] [--env-file F] [-- flags]
     mlxfleet-agent systemd-unit [--user U] [--env K=V] [--env-file F] [-- <serve flags>]
     mlxfleet-agent make-model --out DIR [--seed N] [--broken]
+    mlxfleet-agent join --server URL --token BOOTSTRAP [--labels k=v] [flags]
+    mlxfleet-agent leave [--kubeconfig F]
 
 May import: runtime (settings, serve, logs), service_units, devmodels, stdlib.
 Called by: the console script, `python -m mlxfleet_agent.cli`.
@@ -65,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
             unit.add_argument("--label", default=service_units.LABEL)
         unit.add_argument("serve_args", nargs=argparse.REMAINDER, help="-- then the serve flags")
     sub.add_parser("make-model", help="write a tiny dev model (see devmodels)", add_help=False)
+    sub.add_parser("join", help="join this Mac to a cluster (bootstrap token)", add_help=False)
+    sub.add_parser("leave", help="drain this Mac and remove it from the cluster", add_help=False)
     return parser
 
 
@@ -76,6 +80,10 @@ def _serve_argv(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["join"], ["leave"]):  # their own parsers: mlxfleet_agent.join.command
+        from mlxfleet_agent.join import command
+
+        return command.main(argv[0], argv[1:])
     if argv[:1] == ["make-model"]:
         from mlxfleet_agent import devmodels
 

@@ -16,6 +16,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "mlxfleet_operator.dev.cli",
         "local control plane and demo (cluster-up, demo, ...)",
     ),
+    "token": (
+        "mlxfleet_operator.bootstrap.cli",
+        "bootstrap tokens for `mlxfleet-agent join` (create, list, delete)",
+    ),
     "report": (
         "mlxfleet_operator.reports.cli",
         "weekly cost diff and monthly executive PDF",

@@ -18,12 +18,18 @@ def test_base_renders_and_passes_server_validation_and_pod_security(cluster: Any
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(rendered) if d)
     assert kinds == [
         "ClusterRole",
+        "ClusterRole",
+        "ClusterRoleBinding",
         "ClusterRoleBinding",
         "Deployment",
         "Namespace",
         "Role",
+        "Role",
+        "RoleBinding",
         "RoleBinding",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",  # join.yaml: what a bootstrap token may create
+        "ValidatingAdmissionPolicyBinding",
     ]
     proc = cluster.kubectl(
         "apply", "--server-side", "--dry-run=server", "-f", "-", input=rendered, check=False

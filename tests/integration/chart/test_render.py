@@ -52,6 +52,8 @@ def test_defaults_render_the_operator_crds_and_dashboard(helm_cli: Helm) -> None
     docs = helm_cli.template()
     assert kinds(docs) == [
         "ClusterRole",
+        "ClusterRole",  # join: the bootstrap identity may create InferenceNodes
+        "ClusterRoleBinding",
         "ClusterRoleBinding",
         "ConfigMap",
         "CustomResourceDefinition",
@@ -59,10 +61,15 @@ def test_defaults_render_the_operator_crds_and_dashboard(helm_cli: Helm) -> None
         "CustomResourceDefinition",
         "Deployment",
         "Role",
+        "Role",  # join: ... and Secrets in the agents' namespace
+        "RoleBinding",
         "RoleBinding",
         "Service",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
+    assert kinds(helm_cli.template("--set=join.enabled=false")).count("ClusterRole") == 1
     deployment = one(docs, "Deployment", "mlxfleet-operator")
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
@@ -237,7 +244,10 @@ def test_operator_flags_follow_the_values(helm_cli: Helm) -> None:
     ]
     role = one(docs, "Role", "mlxfleet-operator-secrets")
     assert role["metadata"]["namespace"] == "agents"
-    assert one(docs, "RoleBinding")["subjects"][0]["namespace"] == NAMESPACE
+    assert (
+        one(docs, "RoleBinding", "mlxfleet-operator-secrets")["subjects"][0]["namespace"]
+        == NAMESPACE
+    )
 
 
 def test_leader_election_branch_once_the_operator_has_it(helm_cli: Helm, tmp_path: Path) -> None:

@@ -30,11 +30,21 @@ def test_base_holds_exactly_the_expected_files() -> None:
         "serviceaccount.yaml",
         "rbac.yaml",
         "deployment.yaml",
+        "join.yaml",  # mlxfleet-agent join: the bootstrap identity's RBAC and admission policy
     }
     assert {p.name for p in BASE.iterdir()} == expected
     kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
     assert set(kustomization["resources"]) == expected - {"kustomization.yaml"}
     assert kustomization["namespace"] == resources.OPERATOR_NAMESPACE
+
+
+def test_join_identity_may_only_create() -> None:
+    roles = [d for d in _docs("join.yaml") if d["kind"] in ("ClusterRole", "Role")]
+    assert {verb for r in roles for rule in r["rules"] for verb in rule["verbs"]} == {"create"}
+    bindings = [d for d in _docs("join.yaml") if d["kind"].endswith("Binding") and "subjects" in d]
+    assert {s["name"] for b in bindings for s in b["subjects"]} == {"system:bootstrappers:mlxfleet"}
+    binding = _by_kind("join.yaml", "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["validationActions"] == ["Deny"]
 
 
 def test_namespace_and_service_account() -> None:

@@ -109,6 +109,25 @@ def test_cordon_does_not_evict() -> None:
     assert place(req(), [node("a", unschedulable=True), node("b")], current=("a",)).nodes == ("a",)
 
 
+def test_drain_moves_the_replica_to_another_node() -> None:
+    draining = node("a", unschedulable=True, draining=True)
+    decision = place(req(), [draining, node("b")], current=("a",))
+    assert (decision.nodes, decision.added, decision.dropped) == (("b",), ("b",), ("a",))
+
+
+def test_drain_with_nowhere_to_go_keeps_the_replica() -> None:
+    draining = node("a", unschedulable=True, draining=True)
+    full = node("b", used_bytes=100 * GIB)
+    decision = place(req(), [draining, full], current=("a",))
+    assert (decision.nodes, decision.dropped, decision.missing) == (("a",), (), 0)
+
+
+def test_draining_node_takes_no_new_replica() -> None:
+    decision = place(req(), [node("a", draining=True)], current=())
+    assert decision.nodes == ()
+    assert decision.rejections[0].reason is placement.Reason.CORDONED
+
+
 def test_lost_node_keeps_replica_within_delay_then_fails_over() -> None:
     lost = node("a", ready=False, not_ready_since=NOW - timedelta(seconds=5))
     assert place(req(), [lost, node("b")], current=("a",)).nodes == ("a",)

@@ -8,7 +8,7 @@ snake_case. Every public name of the submodules is re-exported here, so callers 
 - `base`: `Wire`/`StrictWire`, `API_PREFIX`, `DNS_LABEL`;
 - `sources`: the source string check (`check_source`, `ModelSource`);
 - `slots`: `SlotSpec`, `SlotStatus`, swap policy, `SwapRecord`;
-- `models`: the model store (`CachedModel`, `ModelShape`, `PrefetchRequest`);
+- `models`: the model store (`CachedModel`, `ModelShape`, `PrefetchRequest`, `DownloadProgress`);
 - `state`: GET /v1/state (`AgentState`);
 - `errors`: error bodies (`ErrorBody`, `InsufficientMemory`);
 - `telemetry`: `TelemetryInterval` and its object key.
@@ -19,7 +19,13 @@ operator (api, core, adapters, reports), the gateway.
 
 from mlxfleet_agent.contract.base import API_PREFIX, DNS_LABEL, StrictWire, Wire
 from mlxfleet_agent.contract.errors import ErrorBody, ErrorDetail, InsufficientMemory
-from mlxfleet_agent.contract.models import CachedModel, ModelList, ModelShape, PrefetchRequest
+from mlxfleet_agent.contract.models import (
+    CachedModel,
+    DownloadProgress,
+    ModelList,
+    ModelShape,
+    PrefetchRequest,
+)
 from mlxfleet_agent.contract.slots import (
     CHAT_TEMPLATE_ARGS_MAX_BYTES,
     CHAT_TEMPLATE_ARGS_MAX_DEPTH,
@@ -82,6 +88,7 @@ __all__ = [
     "CachedModel",
     "ChatTemplateArgs",
     "DiskInfo",
+    "DownloadProgress",
     "ErrorBody",
     "ErrorDetail",
     "HistogramData",

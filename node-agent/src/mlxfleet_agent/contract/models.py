@@ -1,4 +1,5 @@
-"""The model store on the wire: cached models, their shape (what sizing needs), prefetch.
+"""The model store on the wire: cached models, their shape (what sizing needs), prefetch, and
+the progress of a download (`DownloadProgress`, also in a slot's status).
 
 May import: pydantic and the standard library only (pure).
 Called by: the agent's model store and control API, the operator (placement facts, sizing).
@@ -23,6 +24,15 @@ class ModelShape(Wire):
     dtype_bytes: float = Field(default=2.0, gt=0, description="bytes per KV element unquantized")
 
 
+class DownloadProgress(Wire):
+    """The model download of a slot while it runs (phase Downloading, then Loading/Warming),
+    or of a prefetch (`CachedModel.download`)."""
+
+    bytes_done: int = Field(ge=0, description="bytes on disk so far (resumed bytes included)")
+    bytes_total: int = Field(ge=0, description="the model's size; 0 while unknown (hf://)")
+    bytes_per_second: float = Field(ge=0, description="recent transfer rate (last few seconds)")
+
+
 class CachedModel(Wire):
     id: str = Field(description="stable id of the cached copy (derived from source and revision)")
     source: str
@@ -32,6 +42,9 @@ class CachedModel(Wire):
     shape: ModelShape | None = None
     last_used: datetime | None = None
     in_use: bool = False
+    download: DownloadProgress | None = Field(
+        default=None, description="while a prefetch still fetches it (size 0 until done)"
+    )
 
 
 class ModelList(Wire):

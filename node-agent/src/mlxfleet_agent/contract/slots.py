@@ -1,5 +1,6 @@
-"""Slots on the wire: the desired `SlotSpec` (PUT /v1/slots/{name}), its `SlotStatus`, the swap
-policy and the `SwapRecord` each swap leaves.
+"""Slots on the wire: the desired `SlotSpec` (PUT /v1/slots/{name}), its `SlotStatus` (with the
+`DownloadProgress` of weights being fetched), the swap policy and the `SwapRecord` each swap
+leaves.
 
 May import: pydantic and the standard library only (pure).
 Called by: the agent (control API, slots, data plane), the operator's agent client and its API
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field
 
 from mlxfleet_agent.contract.base import StrictWire, Wire
+from mlxfleet_agent.contract.models import DownloadProgress
 from mlxfleet_agent.contract.sources import ModelSource
 
 
@@ -165,6 +167,10 @@ class SlotStatus(Wire):
     estimated_memory_bytes: int | None = None
     spec: SlotSpec | None = None
     active_swap: str | None = Field(default=None, description="id of the swap in progress")
+    download: DownloadProgress | None = Field(
+        default=None,
+        description="the download of the weights being prepared (absent when none runs)",
+    )
 
 
 class SwapRecord(Wire):

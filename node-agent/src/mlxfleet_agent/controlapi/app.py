@@ -1,8 +1,9 @@
 """The control API (FastAPI): desired slots, their status and swaps, the model store, the agent's
 state, `/metrics` and `/healthz`. Handlers are thin: parse (pydantic), call the registry or the
 catalog, answer. Domain refusals (`refusals.Rejected`, `NoFit`) and validation errors become
-`contract.ErrorBody` / `contract.InsufficientMemory` here, once. Every /v1 route needs the
-bearer token, which `guard.Guard` checks before any parsing.
+`contract.ErrorBody` / `contract.InsufficientMemory` here, once. `GET /v1/logs` answers the
+agent's log tail (the `log_tail` callable the composition root hands in). Every /v1 route needs
+the bearer token, which `guard.Guard` checks before any parsing.
 May import: fastapi/starlette, the standard library, contract, refusals, models.catalog,
 slots.registry, telemetry.metrics, controlapi.state. Never the data plane.
 Called by: runtime (builds it, wrapped in the guard).
@@ -10,9 +11,10 @@ Called by: runtime (builds it, wrapped in the guard).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Path, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
@@ -96,6 +98,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"model": contract.ErrorBody, "description": "invalid field (named in error.field)"},
 }
 
+MAX_LOG_TAIL = 2000
+
 
 def build(
     *,
@@ -103,6 +107,7 @@ def build(
     models: catalog.Catalog,
     view: state.StateView,
     agent_metrics: metrics.AgentMetrics,
+    log_tail: Callable[[int], list[str]] = lambda _count: [],
 ) -> FastAPI:
     """The control API: every /v1 route needs the bearer token (checked by `guard.Guard`)."""
     app = FastAPI(
@@ -159,6 +164,13 @@ def build(
     ) -> Response:
         await models.evict(model_id)
         return Response(status_code=204)
+
+    @v1.get("/logs")
+    async def logs(
+        tail: Annotated[int, Query(ge=1, le=MAX_LOG_TAIL)] = 100,
+    ) -> dict[str, list[str]]:
+        """The agent's last `tail` log lines (JSON lines; never request text)."""
+        return {"lines": log_tail(tail)}
 
     app.include_router(v1)
 

@@ -4,9 +4,10 @@ swap (pinned while a backend uses them), memory estimates, and the store routes 
 One `Catalog` per agent over its `store.Store`. A source is parsed once (`admit`, at the PUT)
 and the parsed `Source` is what every later call takes. Store errors become
 `refusals.Rejected` here (the HTTP status chosen by the store's error class), so the control API
-maps one kind of refusal.
+maps one kind of refusal. A prefetch still fetching answers with its `download` progress (one
+meter per model while any prefetch of it runs).
 May import: the standard library, contract, sizing, refusals, models (errors, source, local,
-modeldir, store). Called by: slots (registry: admission; slot: ensure/estimate/release),
+modeldir, progress, store). Called by: slots (registry: admission; slot: ensure/estimate/release),
 controlapi (models routes), runtime (builds and closes it).
 """
 
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mlxfleet_agent import contract, refusals, sizing
-from mlxfleet_agent.models import errors, local, modeldir, source, store
+from mlxfleet_agent.models import errors, local, modeldir, progress, source, store
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,8 @@ class Catalog:
 
     def __init__(self, store_: store.Store) -> None:
         self.store = store_
-        self._prefetches: set[asyncio.Task[Path]] = set()
+        self._prefetches: dict[str, set[asyncio.Task[Path]]] = {}
+        self._meters: dict[str, progress.Meter] = {}
 
     # ---- admission (PUT /v1/slots/{name}) -------------------------------------------------
 
@@ -64,10 +66,13 @@ class Catalog:
 
     # ---- slots ------------------------------------------------------------------------------
 
-    async def ensure(self, src: source.Source, *, holder: str) -> Path:
-        """The weights on disk (fetched if needed), pinned for `holder` until `release`."""
+    async def ensure(
+        self, src: source.Source, *, holder: str, progress: store.ProgressCallback | None = None
+    ) -> Path:
+        """The weights on disk (fetched if needed), pinned for `holder` until `release`;
+        `progress(done, total)` hears how far the download is (from a worker thread)."""
         with _mapped():
-            return await self.store.ensure(src, holder=holder)
+            return await self.store.ensure(src, progress, holder=holder)
 
     def release(self, holder: str) -> None:
         self.store.release(holder)
@@ -89,24 +94,35 @@ class Catalog:
         return self.store.list()
 
     async def prefetch(self, body: contract.PrefetchRequest) -> contract.CachedModel:
-        """Start fetching into the cache; answer with the cached entry (size 0 while fetching)."""
+        """Start fetching into the cache; answer with the cached entry (size 0 and the download's
+        progress while fetching)."""
         with _mapped():
             src = source.of(body)
-            task = asyncio.get_running_loop().create_task(self.store.ensure(src))
-            self._prefetches.add(task)
-            task.add_done_callback(self._prefetch_done)
+            mid = src.id
+            meter = self._meters.setdefault(mid, progress.Meter())
+            task = asyncio.get_running_loop().create_task(self.store.ensure(src, meter.update))
+            self._prefetches.setdefault(mid, set()).add(task)
+            task.add_done_callback(lambda t: self._prefetch_done(mid, t))
             done, _ = await asyncio.wait({task}, timeout=2.0)
             if done:
                 task.result()
             try:
-                return self.store.get(src.id)
+                return self.store.get(mid)
             except errors.ModelNotFound:
                 return contract.CachedModel(
-                    id=src.id, source=body.source, revision=body.revision, size_bytes=0
+                    id=mid,
+                    source=body.source,
+                    revision=body.revision,
+                    size_bytes=0,
+                    download=meter.snapshot(),
                 )
 
-    def _prefetch_done(self, task: asyncio.Task[Path]) -> None:
-        self._prefetches.discard(task)
+    def _prefetch_done(self, mid: str, task: asyncio.Task[Path]) -> None:
+        running = self._prefetches.get(mid, set())
+        running.discard(task)
+        if not running:
+            self._prefetches.pop(mid, None)
+            self._meters.pop(mid, None)
         if not task.cancelled() and task.exception() is not None:
             log.warning("prefetch failed", extra={"error": str(task.exception())})
 
@@ -116,8 +132,9 @@ class Catalog:
 
     def close(self) -> None:
         self.store.close()
-        for task in self._prefetches:
-            task.cancel()
+        for running in self._prefetches.values():
+            for task in running:
+                task.cancel()
 
 
 @contextlib.contextmanager

@@ -2,8 +2,10 @@
 
 Every object under the prefix is streamed into a partial folder; each file's size and (for
 single-part uploads) its MD5 ETag are verified, a `.part` file is resumed with a Range request,
-and the store renames the folder into place once complete. `revision` is part of the cached
-copy's identity only (S3 has no repository revisions). Blocking: runs in a worker thread.
+and the store renames the folder into place once complete. With `max_bytes_per_s` the transfer
+is paced (the worker waits while ahead of that rate; a shutdown interrupts the wait).
+`revision` is part of the cached copy's identity only (S3 has no repository revisions).
+Blocking: runs in a worker thread.
 May import: botocore (errors), the standard library, models.errors, models.source.
 Called by: models.store.
 """
@@ -16,6 +18,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,8 +111,17 @@ def _hash_file(path: Path) -> tuple[Any, int]:
 
 
 class _Progress:
-    def __init__(self, total: int, callback: ProgressCallback | None, abort: threading.Event):
+    def __init__(
+        self,
+        total: int,
+        callback: ProgressCallback | None,
+        abort: threading.Event,
+        max_bytes_per_s: int | None = None,
+    ):
         self.total, self.done, self.callback, self.abort = total, 0, callback, abort
+        self.max_bytes_per_s = max_bytes_per_s
+        self.fetched = 0  # bytes that came over the network (what the pace counts)
+        self.started = time.monotonic()
 
     def add(self, n: int) -> None:
         if self.abort.is_set():
@@ -117,6 +129,15 @@ class _Progress:
         self.done += n
         if self.callback is not None:
             self.callback(self.done, self.total)
+
+    def fetched_chunk(self, n: int) -> None:
+        """n bytes came over the network: count them, then wait while ahead of the pace."""
+        self.add(n)
+        self.fetched += n
+        if self.max_bytes_per_s:
+            ahead = self.fetched / self.max_bytes_per_s - (time.monotonic() - self.started)
+            if ahead > 0 and self.abort.wait(ahead):
+                raise errors.DownloadCancelled("model store is shutting down", field=None)
 
 
 def _fetch_object(
@@ -148,7 +169,7 @@ def _fetch_object(
                     f.write(chunk)
                     digest.update(chunk)
                     offset += len(chunk)
-                    progress.add(len(chunk))
+                    progress.fetched_chunk(len(chunk))
                 f.flush()
                 os.fsync(f.fileno())
         except ClientError as exc:
@@ -178,6 +199,7 @@ def download(
     *,
     progress: ProgressCallback | None,
     abort: threading.Event,
+    max_bytes_per_s: int | None = None,
 ) -> None:
     """Fill `partial` with a verified copy of `objects` (from list_objects), resuming what a
     previous try left there when the remote listing is unchanged, starting over otherwise."""
@@ -192,7 +214,7 @@ def download(
             shutil.rmtree(partial)
     partial.mkdir(parents=True, exist_ok=True)
     mpath.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-    tracker = _Progress(sum(o.size for o in objects), progress, abort)
+    tracker = _Progress(sum(o.size for o in objects), progress, abort, max_bytes_per_s)
     tracker.add(0)
     for obj in objects:
         _fetch_object(client, src, obj, partial.joinpath(*obj.rel.split("/")), tracker)

@@ -2,7 +2,8 @@
 
 `file://` models are used in place (under the allowed roots), `hf://` models live in the Hugging
 Face cache, `s3://` models are downloaded under `--models-dir` (see `index` for the layout and
-`s3` for the verification); all are indexed.
+`s3` for the verification); all are indexed. `s3://` downloads may be paced
+(`max_download_bytes_per_s`, the agent's `--download-max-bytes-per-s`).
 
 Concurrency: one download per model id; concurrent `ensure` calls share it (and its progress).
 A holder (a slot's backend label) that `ensure`s a model pins it until `release`; pinned models
@@ -57,6 +58,7 @@ class Store:
         min_free_bytes: int = DEFAULT_MIN_FREE_BYTES,
         max_cache_bytes: int | None = None,
         hf_cache_dir: Path | None = None,
+        max_download_bytes_per_s: int | None = None,
         now: Callable[[], datetime] = utcnow,
     ) -> None:
         self.models_dir = Path(models_dir).resolve()
@@ -67,6 +69,7 @@ class Store:
         self.min_free_bytes = min_free_bytes
         self.max_cache_bytes = max_cache_bytes
         self._hf_cache_dir = hf_cache_dir
+        self._max_rate = max_download_bytes_per_s
         self._root = self.models_dir / index.STORE_DIR
         self._pins: dict[str, set[str]] = {}
         self._inflight: dict[str, asyncio.Task[Path]] = {}
@@ -200,7 +203,14 @@ class Store:
             await self._make_room(sum(o.size for o in objects))
             partial = self._root / "partial" / src.id
             await asyncio.to_thread(
-                s3.download, client, where, objects, partial, progress=report, abort=self._abort
+                s3.download,
+                client,
+                where,
+                objects,
+                partial,
+                progress=report,
+                abort=self._abort,
+                max_bytes_per_s=self._max_rate,
             )
         finally:
             client.close()

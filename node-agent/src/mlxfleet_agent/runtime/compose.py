@@ -23,7 +23,7 @@ from mlxfleet_agent.controlapi import guard, state
 from mlxfleet_agent.dataplane import app as data_app
 from mlxfleet_agent.host import platform
 from mlxfleet_agent.models import catalog, store
-from mlxfleet_agent.runtime import settings
+from mlxfleet_agent.runtime import logs, settings
 from mlxfleet_agent.slots import registry
 from mlxfleet_agent.telemetry import recorder, shipper
 
@@ -76,7 +76,13 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     token = cfg.read_token()
     keys = cfg.read_data_keys()
     tel, ship = telemetry(cfg)
-    models = catalog.Catalog(store.Store(cfg.models_dir, allowed_roots=cfg.roots()))
+    models = catalog.Catalog(
+        store.Store(
+            cfg.models_dir,
+            allowed_roots=cfg.roots(),
+            max_download_bytes_per_s=cfg.download_max_bytes_per_s,
+        )
+    )
     backends = launcher.Launcher(
         log_dir=cfg.state_dir / "logs",
         python=cfg.python,
@@ -95,7 +101,9 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     view = state.StateView(
         slots=slots, models=models, telemetry=tel, models_dir=cfg.models_dir, data_port=data_port
     )
-    control = control_app.build(slots=slots, models=models, view=view, agent_metrics=tel.metrics)
+    control = control_app.build(
+        slots=slots, models=models, view=view, agent_metrics=tel.metrics, log_tail=logs.RING.tail
+    )
     runtime = Runtime(
         registry=slots,
         control_app=guard.Guard(control, token=token),

@@ -85,6 +85,11 @@ class Settings(BaseModel):
         Field(ge=0, description="bytes; overrides psutil"),
         Opt("bytes slots may use (default: from psutil and sizing.budget_bytes)"),
     ] = None
+    download_max_bytes_per_s: Annotated[
+        int | None,
+        Field(ge=1024, description="bytes per second; unset: as fast as the network goes"),
+        Opt("cap on the s3:// model download rate, bytes/s (default: none)"),
+    ] = None
     python: Annotated[
         str | None,
         Field(description="interpreter that runs mlx_lm"),

@@ -7,7 +7,7 @@ meanwhile: that is what makes `switch` atomic and drop-free. Everything the swap
 operations here (prepare, load, switch, take_offline, drain, stop_retired, revert, ...); the
 loop itself runs in a task the registry starts (`start(run)`).
 May import: the standard library, contract, backends (launcher, process, readiness),
-models (catalog, source), telemetry.recorder, slots (gate, handle, lease).
+models (catalog, progress, source), telemetry.recorder, slots (gate, handle, lease).
 Called by: slots (registry, swap, convergence); the data plane through `slots.lease` only.
 """
 
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from mlxfleet_agent import contract
 from mlxfleet_agent.backends import launcher, process, readiness
-from mlxfleet_agent.models import catalog, source
+from mlxfleet_agent.models import catalog, progress, source
 from mlxfleet_agent.slots import gate, lease
 from mlxfleet_agent.slots.handle import Handle, Prepared
 from mlxfleet_agent.telemetry import recorder
@@ -105,6 +105,7 @@ class Slot:
         self._retiring: list[Handle] = []
         self._gate = gate.Gate(slot=name, limit=queue_limit)
         self._swap: contract.SwapRecord | None = None
+        self._download: progress.Meter | None = None  # the weights being prepared
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -187,6 +188,7 @@ class Slot:
             estimated_memory_bytes=self.estimate(),
             spec=self.desired,
             active_swap=self._swap.id if self._swap is not None else None,
+            download=self._download.snapshot() if self._download is not None else None,
         )
 
     def estimate(self) -> int:
@@ -277,10 +279,16 @@ class Slot:
         if self._active is None:
             self.phase = Phase.DOWNLOADING
         label = f"{self.name}-{int(time.time() * 1000) % 10**9}"
-        model_dir = await self.deps.catalog.ensure(src, holder=label)
+        meter = self._download = progress.Meter()
+        try:
+            model_dir = await self.deps.catalog.ensure(src, holder=label, progress=meter.update)
+        except BaseException:
+            self._download = None
+            raise
         try:
             estimate = spec.memory_bytes or self.deps.catalog.estimate(spec, model_dir)
         except BaseException:
+            self._download = None
             self.deps.catalog.release(label)
             raise
         if self._active is None:
@@ -289,6 +297,7 @@ class Slot:
 
     def unprepare(self, prepared: Prepared) -> None:
         """Weights prepared but not loaded: unpin them."""
+        self._download = None
         self.deps.catalog.release(prepared.label)
 
     async def load(self, prepared: Prepared) -> Handle:
@@ -320,12 +329,14 @@ class Slot:
             handle.fingerprint = warm.fingerprint
         except BaseException as exc:
             self._standby = None
+            self._download = None
             await self.deps.launcher.stop(backend, grace_s=2.0)
             self.deps.catalog.release(prepared.label)
             self.deps.owner.backends_changed()
             if isinstance(exc, readiness.NotReady | OSError):
                 raise process.BackendFailed(f"{exc}; log: {backend.log_tail()}") from exc
             raise
+        self._download = None  # loaded: the download's figures are history
         handle.watcher = asyncio.get_running_loop().create_task(self._watch(handle))
         return handle
 

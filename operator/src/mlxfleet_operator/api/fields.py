@@ -1,4 +1,5 @@
-"""Field types shared by the kinds: model sources, quantities, names, secret refs, swap strategy.
+"""Field types shared by the kinds: model sources, quantities, names, secret refs, swap strategy,
+download progress.
 
 Each type carries its pydantic validation and the matching CRD rule (OpenAPI bounds or CEL), so
 the API server and the operator refuse the same input. Regular expressions are written in the
@@ -237,3 +238,53 @@ def from_agent_strategy(strategy: contract.SwapStrategy) -> SwapStrategy:
 DRAIN_TIMEOUT_MIN = 1
 DRAIN_TIMEOUT_MAX = 3600
 DRAIN_TIMEOUT_DEFAULT = 300
+
+
+# ---------------------------------------------------------------------------------------------
+# Download progress (the agent's slot `download`, copied into both kinds' status)
+# ---------------------------------------------------------------------------------------------
+
+
+class DownloadStatus(base.ApiModel):
+    """How far the download of a replica's weights is, as its agent last reported it."""
+
+    bytes_done: int = Field(
+        ge=0, description="Bytes on the node so far.", json_schema_extra={"format": "int64"}
+    )
+    bytes_total: int = Field(
+        ge=0,
+        description="The model's size in bytes; 0 while unknown (hf://).",
+        json_schema_extra={"format": "int64"},
+    )
+    bytes_per_second: int = Field(
+        ge=0,
+        description="Recent transfer rate, bytes per second.",
+        json_schema_extra={"format": "int64"},
+    )
+
+    @classmethod
+    def of(cls, reported: contract.DownloadProgress) -> DownloadStatus:
+        return cls(
+            bytes_done=reported.bytes_done,
+            bytes_total=reported.bytes_total,
+            bytes_per_second=int(reported.bytes_per_second),
+        )
+
+    def _unit(self) -> tuple[int, str]:
+        return (2**30, "GiB") if max(self.bytes_total, self.bytes_done) >= 2**30 else (2**20, "MiB")
+
+    def done_text(self) -> str:
+        """`1.20 GiB` (MiB below 1 GiB)."""
+        scale, unit = self._unit()
+        return f"{self.bytes_done / scale:.2f} {unit}"
+
+    def describe(self) -> str:
+        """`1.20/4.00 GiB (30%, 52.0 MiB/s)` (MiB below 1 GiB); `1.20 GiB (52.0 MiB/s, size
+        unknown)` without a total."""
+        rate = f"{self.bytes_per_second / 2**20:.1f} MiB/s"
+        if self.bytes_total <= 0:
+            return f"{self.done_text()} ({rate}, size unknown)"
+        scale, unit = self._unit()
+        percent = min(100, self.bytes_done * 100 // self.bytes_total)
+        done = f"{self.bytes_done / scale:.2f}/{self.bytes_total / scale:.2f} {unit}"
+        return f"{done} ({percent}%, {rate})"

@@ -138,6 +138,12 @@ class InferenceNodeSpec(base.ApiModel):
         default=False,
         description="Cordon: place no new replicas here (running ones stay until moved).",
     )
+    drain: bool = Field(
+        default=False,
+        description="Drain: move this node's replicas to other nodes, each kept serving until "
+        "its replacement serves (make-before-break); a replica with nowhere to go stays. Set "
+        "with unschedulable by `kubectl mlxfleet drain`; `kubectl mlxfleet uncordon` clears both.",
+    )
     cost: Cost | None = Field(default=None, description="Cost inputs for the reports.")
 
 
@@ -187,6 +193,9 @@ class SlotStatus(base.ApiModel):
         default=None, description="Agent slot phase: Pending, Downloading, Loading, Ready, ..."
     )
     ready: bool = Field(default=False, description="Whether the slot answers requests.")
+    download: fields.DownloadStatus | None = Field(
+        default=None, description="The download of the weights being prepared, while it runs."
+    )
 
 
 class CachedModelStatus(base.ApiModel):
@@ -262,6 +271,13 @@ PRINTER_COLUMNS: list[base.JsonDict] = [
         "type": "boolean",
         "jsonPath": ".spec.unschedulable",
         "description": "Cordoned.",
+        "priority": 1,
+    },
+    {
+        "name": "Drain",
+        "type": "boolean",
+        "jsonPath": ".spec.drain",
+        "description": "Draining: replicas move off (make-before-break).",
         "priority": 1,
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -266,6 +266,10 @@ class PlacementStatus(base.ApiModel):
         default=None, description="The agent's data-plane URL serving the replica."
     )
     message: str | None = Field(default=None, description="Why the replica is not ready.")
+    download: fields.DownloadStatus | None = Field(
+        default=None,
+        description="While the replica's weights download: bytes done and total, and the rate.",
+    )
 
 
 class ModelDeploymentStatus(base.ApiModel):
@@ -358,6 +362,13 @@ PRINTER_COLUMNS: list[base.JsonDict] = [
         "type": "string",
         "jsonPath": ".spec.model.source",
         "description": "Model source.",
+        "priority": 1,
+    },
+    {
+        "name": "Message",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].message',
+        "description": "Message of the Ready condition (download progress while loading).",
         "priority": 1,
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

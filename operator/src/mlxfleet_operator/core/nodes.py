@@ -15,8 +15,8 @@ from enum import StrEnum
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
+from mlxfleet_operator.api import fields, quantity
 from mlxfleet_operator.api import inferencenode as inode
-from mlxfleet_operator.api import quantity
 from mlxfleet_operator.core import conditions, events, heartbeat
 from mlxfleet_operator.core.deployment import facts
 
@@ -94,6 +94,7 @@ def status(
                         revision=s.revision,
                         phase=s.phase.value,
                         ready=s.ready,
+                        download=fields.DownloadStatus.of(s.download) if s.download else None,
                     )
                     for s in state.slots
                 ],

@@ -9,6 +9,8 @@ order of explicit nodes, weights already cached, then Spread (most room left) or
 room left), then name.
 Stability: a replica already placed on a node that is still eligible stays there, healthy or not
 yet failed over, even when a better node appeared; replicas are never counted twice.
+Drain: a replica on a draining node is dropped once another node takes it (the handover keeps it
+serving until its replacement serves); with nowhere to go it stays (drain never loses a replica).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class NodeView:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     unschedulable: bool = False
+    draining: bool = False  # spec.drain: its replicas move elsewhere (make-before-break)
     ready: bool = True
     not_ready_since: datetime | None = None
     budget_bytes: int = 0
@@ -151,9 +154,13 @@ def place(
             rejections[node.name] = rejected
 
     kept: list[str] = []
+    evacuating: list[str] = []
     for name in dict.fromkeys(current):  # de-duplicated, order kept: never count a replica twice
         held = by_name.get(name)
         if held is None or name in rejections or len(kept) >= request.replicas:
+            continue
+        if held.draining:
+            evacuating.append(name)
             continue
         if not _within_grace(held, now=now, failover_delay=failover_delay):
             continue
@@ -166,10 +173,9 @@ def place(
     for node in static_ok:
         if node.name in kept:
             continue
-        if node.unschedulable:
-            rejections[node.name] = Rejection(
-                node.name, Reason.CORDONED, "cordoned (spec.unschedulable)"
-            )
+        if node.unschedulable or node.draining:
+            why = "draining (spec.drain)" if node.draining else "cordoned (spec.unschedulable)"
+            rejections[node.name] = Rejection(node.name, Reason.CORDONED, why)
         elif not node.ready:
             rejections[node.name] = Rejection(node.name, Reason.NOT_READY, "node is not Ready")
         elif _free(node) < request.footprint_bytes:
@@ -186,6 +192,11 @@ def place(
             rejections[node.name] = Rejection(node.name, Reason.NOT_NEEDED, "enough replicas")
             continue
         added.append(node.name)
+    for name in evacuating:  # nowhere else to go (yet): the replica stays where it serves
+        if len(kept) + len(added) < request.replicas and _within_grace(
+            by_name[name], now=now, failover_delay=failover_delay
+        ):
+            kept.append(name)
 
     chosen = (*kept, *added)
     dropped = tuple(n for n in dict.fromkeys(current) if n not in chosen)

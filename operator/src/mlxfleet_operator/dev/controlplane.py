@@ -39,8 +39,9 @@ OPERATOR_GROUPS = (
     f"system:serviceaccounts:{OPERATOR_NAMESPACE}",
     "system:authenticated",
 )
-# What the harness applies so the operator identity has exactly the shipped permissions.
-BASE_MANIFESTS = ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml")
+# What the harness applies so the operator identity (and `mlxfleet-agent join`'s bootstrap
+# identity) has exactly the shipped permissions.
+BASE_MANIFESTS = ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml", "join.yaml")
 STATE_FILE = "control-plane.json"
 # Popen objects of processes this interpreter started, kept so they are reaped (not leaked) on stop.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -322,6 +323,7 @@ def start(
             "--service-cluster-ip-range=10.0.0.0/24",
             "--authorization-mode=RBAC",
             f"--token-auth-file={pki / 'tokens.csv'}",
+            "--enable-bootstrap-token-auth",  # `mlxfleet token create` + `mlxfleet-agent join`
             "--endpoint-reconciler-type=none",
             "--enable-priority-and-fairness=false",
             "--profiling=false",

@@ -4,7 +4,7 @@
 weights + KV cache + runtime overhead) from any node with the weights cached. When no node knows
 the model, the handler asks eligible agents one after another to fetch and size it (`Prefetch`
 answers, stopping at the first `settled` one); `sized` turns those answers into the footprint or
-the verdict the deployment shows meanwhile.
+the verdict the deployment shows meanwhile (with the download's progress while it fetches).
 May import: the standard library, `api`, the agent `contract` and `sizing`, `core.conditions`,
 `core.placement`, `facts`. Called by: the ModelDeployment handler.
 """
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.api import conditions as cond
+from mlxfleet_operator.api import fields
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import conditions, placement
@@ -82,6 +83,9 @@ def sized(
             return footprint(md, facts, extra=[last.cached] if last.cached else [])
         except sizing.UnknownModelSize as exc:
             text = f"fetching on {last.node}: {exc}"
+            if last.cached is not None and last.cached.download is not None:
+                got = fields.DownloadStatus.of(last.cached.download)
+                text = f"downloading {got.describe()} on {last.node} (sized once on disk)"
             return conditions.Verdict(False, R.SIZE_UNKNOWN, text, reconciling=True)
     if answers:
         failures = "; ".join(f"{a.node}: {a.error}" for a in answers)

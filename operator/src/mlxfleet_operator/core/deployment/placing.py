@@ -25,6 +25,7 @@ def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
         name=fact.name,
         labels=dict(fact.node.metadata.labels),
         unschedulable=fact.node.spec.unschedulable,
+        draining=fact.node.spec.drain,
         ready=fact.ready and fact.state is not None,
         not_ready_since=fact.not_ready_since,
         budget_bytes=f.budget(fact),

@@ -1,0 +1,294 @@
+"""`mlxfleet-agent join` and `mlxfleet-agent leave`, step by step with progress on stderr.
+
+join: check the flags; keep the credentials of an earlier join of this node (or make a token and
+a TLS certificate); write the agent config, token and key (0600, atomic); render the service unit
+(systemd on Linux, a LaunchDaemon on macOS) into --unit-dir; register the Secret then the
+InferenceNode with the bootstrap token; start the service (only when the unit went to the system
+directory). Re-running join with the same node is idempotent: objects this Mac created before
+(recorded in <config-dir>/join.json) answer 409 and count as done; a 409 for an object it did
+not create means another Mac has that name, and join stops.
+leave: with a kubeconfig allowed to patch and delete InferenceNodes and the Secret (an admin's;
+the bootstrap token can do neither): cordon and drain the node, wait until no replica is left on
+it, stop the service, delete the InferenceNode and the Secret, remove the unit and the files.
+May import: the standard library, join modules, `service_units`. Called by: mlxfleet_agent.cli.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlxfleet_agent import service_units
+from mlxfleet_agent.join import credentials, facts, files, kubeapi, plan
+
+MAC = sys.platform == "darwin"
+SYSTEM_UNIT_DIR = "/Library/LaunchDaemons" if MAC else "/etc/systemd/system"
+UNIT_NAME = f"{service_units.LABEL}.plist" if MAC else "mlxfleet-agent.service"
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def add_join_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--server", required=True, help="the API server, https://HOST:6443")
+    p.add_argument("--token", required=True, help="bootstrap token from `mlxfleet token create`")
+    p.add_argument("--labels", action="append", default=[], metavar="K=V[,K=V]",
+                   help="labels of this node's InferenceNode (repeatable)")  # fmt: skip
+    p.add_argument("--ca-file", type=Path, help="CA of the API server (default: system trust)")
+    p.add_argument("--node-name", help="InferenceNode name (default: the host name)")
+    p.add_argument("--advertise-address", help="name or IP the cluster reaches this Mac at "
+                   "(default: the host's name)")  # fmt: skip
+    p.add_argument("--bind", default="0.0.0.0", help="address the agent listens on (0.0.0.0)")
+    p.add_argument("--control-port", type=int, default=8470)
+    p.add_argument("--data-port", type=int, default=8471)
+    p.add_argument("--allowed-root", action="append", default=[], type=Path,
+                   help="a directory file:// sources may name (repeatable)")  # fmt: skip
+    add_local_flags(p)
+    p.add_argument("--state-dir", type=Path, default=Path("/var/lib/mlxfleet"))
+    p.add_argument("--models-dir", type=Path, help="model cache (default: <state-dir>/models)")
+    p.add_argument("--log-dir", type=Path, default=Path("/var/log/mlxfleet"))
+    p.add_argument("--no-start", dest="start", action="store_false", default=None,
+                   help="render the unit, do not start it (default when --unit-dir is not "
+                   "the system's)")  # fmt: skip
+
+
+def add_local_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config-dir", type=Path, default=Path("/etc/mlxfleet"))
+    p.add_argument("--unit-dir", type=Path, default=Path(SYSTEM_UNIT_DIR),
+                   help=f"where the service unit goes (default {SYSTEM_UNIT_DIR})")  # fmt: skip
+
+
+def add_leave_flags(p: argparse.ArgumentParser) -> None:
+    add_local_flags(p)
+    p.add_argument("--kubeconfig", type=Path, help="an admin kubeconfig (default: $KUBECONFIG)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the drain")
+    p.add_argument("--local-only", action="store_true",
+                   help="only remove the unit and files (the node is gone already)")  # fmt: skip
+
+
+def _record(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _service(action: str, unit: Path) -> None:
+    if MAC:
+        cmd = (["launchctl", "bootstrap", "system", str(unit)] if action == "start"
+               else ["launchctl", "bootout", "system", str(unit)])  # fmt: skip
+        subprocess.run(cmd, check=action == "start")
+    else:
+        subprocess.run(["systemctl", "daemon-reload"], check=False)
+        verb = ["enable", "--now"] if action == "start" else ["disable", "--now"]
+        subprocess.run(["systemctl", *verb, unit.name], check=action == "start")
+
+
+def join(args: argparse.Namespace) -> int:
+    server = plan.server(args.server)
+    token = plan.token(args.token)
+    labels = plan.labels(args.labels)
+    node = plan.node_name(args.node_name or plan.default_node_name(socket.gethostname()))
+    host = args.advertise_address or socket.getfqdn()
+    url = plan.advertise_url(host, args.control_port)
+    for flag, port in (("--control-port", args.control_port), ("--data-port", args.data_port)):
+        if not 1 <= port <= 65535:
+            raise plan.JoinError(f"{flag} {port}: a port from 1 to 65535")
+    layout = plan.Layout(
+        config_dir=str(args.config_dir.resolve()),
+        state_dir=str(args.state_dir.resolve()),
+        models_dir=str((args.models_dir or args.state_dir / "models").resolve()),
+        unit_dir=str(args.unit_dir.resolve()),
+        log_dir=str(args.log_dir),
+    )
+    record_path = Path(layout.record)
+    record = _record(record_path)
+    if record and (record.get("node") != node or record.get("server") != server):
+        raise plan.JoinError(
+            f"--config-dir {args.config_dir}: this Mac joined {record.get('server')} as "
+            f"{record.get('node')}; run `mlxfleet-agent leave` first"
+        )
+    api = kubeapi.bootstrap(server, token, args.ca_file)
+
+    say(f"joining {server} as {node} ({url})")
+    detected = facts.detect()
+    memory = f"{(detected.memory_bytes or 0) / 2**30:.0f} GiB"
+    say(f"hardware: {detected.chip or '?'}, {memory}, GPU cores {detected.gpu_cores or '?'}")
+    token_file, cert_file, key_file = (
+        Path(layout.token),
+        Path(layout.tls_cert),
+        Path(layout.tls_key),
+    )
+    if record and token_file.exists() and cert_file.exists() and key_file.exists():
+        say("keeping the credentials of the earlier join")
+        agent_token = token_file.read_text().strip()
+        cert_pem = cert_file.read_text()
+    else:
+        agent_token = credentials.token()
+        cert_pem, key_pem = credentials.self_signed(host)
+        files.write_private(key_file, key_pem)
+        files.write_private(cert_file, cert_pem)
+        files.write_private(token_file, agent_token + "\n")
+    config = plan.agent_config(
+        node, layout, bind=args.bind, control_port=args.control_port, data_port=args.data_port
+    )
+    if args.allowed_root:
+        config["allowedRoots"] = [str(p.resolve()) for p in args.allowed_root]
+    files.write_private(Path(layout.config), yaml.safe_dump(config, sort_keys=False))
+    say(f"wrote {layout.config}, {layout.token}, {layout.tls_cert}, {layout.tls_key}")
+
+    program = shutil.which("mlxfleet-agent") or str(Path(sys.argv[0]).resolve())
+    argv = [program, "serve", "--config", layout.config]
+    text = (service_units.launchd_plist(argv, log_dir=layout.log_dir) if MAC
+            else service_units.systemd_unit(argv))  # fmt: skip
+    unit = Path(layout.unit_dir) / UNIT_NAME
+    files.write_private(unit, text, mode=0o644)
+    say(f"wrote {unit}")
+
+    created = list(record.get("created", []))
+    record = {"server": server, "node": node, "url": url, "unit": str(unit), "created": created,
+              "caFile": str(args.ca_file.resolve()) if args.ca_file else None}  # fmt: skip
+    files.write_private(record_path, json.dumps(record, indent=2))
+    objects = [
+        ("secret", kubeapi.secrets_path(plan.NAMESPACE),
+         plan.secret(node, token=agent_token, ca_pem=cert_pem)),
+        ("inferencenode", kubeapi.NODES,
+         plan.inference_node(node, url=url, facts=detected, extra_labels=labels)),
+    ]  # fmt: skip
+    for kind, path, body in objects:
+        name = body["metadata"]["name"]
+        try:
+            fresh = api.create(path, body)
+        except kubeapi.KubeApiError as exc:
+            raise _refused(exc, kind, name) from None
+        if fresh:
+            created.append(kind)
+            files.write_private(record_path, json.dumps(record, indent=2))
+            say(f"created {kind}/{name}")
+        elif kind in created:
+            say(f"{kind}/{name} exists (registered by an earlier join)")
+        else:
+            raise plan.JoinError(
+                f"--node-name {node}: {kind} {name} already exists and this Mac did not create "
+                "it (another Mac with this name?); pick another --node-name, or have an admin "
+                "delete it"
+            )
+    start = args.start if args.start is not None else unit.parent == Path(SYSTEM_UNIT_DIR)
+    if start:
+        _service("start", unit)
+        record["started"] = True
+        files.write_private(record_path, json.dumps(record, indent=2))
+        say(f"started {unit.name}")
+    else:
+        say(f"not started: run `mlxfleet-agent serve --config {layout.config}` or install {unit}")
+    say(f"joined: kubectl get inode {node}")
+    return 0
+
+
+def _refused(exc: kubeapi.KubeApiError, kind: str, name: str) -> plan.JoinError:
+    if exc.status == 401:
+        return plan.JoinError(
+            "--token: the API server refused the bootstrap token (401: expired, deleted or "
+            "mistyped); create a new one with `mlxfleet token create`"
+        )
+    if exc.status == 0:
+        return plan.JoinError(f"--server: cannot reach the API server: {exc}")
+    return plan.JoinError(f"creating {kind} {name}: the API server answered {exc.status}: {exc}")
+
+
+def leave(args: argparse.Namespace) -> int:
+    record_path = args.config_dir / "join.json"
+    record = _record(record_path)
+    if not record:
+        raise plan.JoinError(f"--config-dir {args.config_dir}: no join.json; this Mac never joined")
+    node = str(record["node"])
+    unit = Path(record.get("unit") or args.unit_dir / UNIT_NAME)
+    if not args.local_only:
+        config = args.kubeconfig or (
+            Path(os.environ["KUBECONFIG"].split(os.pathsep)[0])
+            if os.environ.get("KUBECONFIG")
+            else None
+        )
+        if config is None:
+            raise plan.JoinError(
+                "--kubeconfig: leave needs an identity that may drain and delete the node (an "
+                "admin kubeconfig, or KUBECONFIG); --local-only skips the cluster"
+            )
+        api = kubeapi.from_kubeconfig(
+            config, flag="--kubeconfig" if args.kubeconfig else "KUBECONFIG"
+        )
+        _drain(api, node, timeout=args.timeout)
+    if record.get("started"):
+        _service("stop", unit)
+        say(f"stopped {unit.name}")
+    if not args.local_only:
+        api.delete(f"{kubeapi.NODES}/{node}")
+        say(f"deleted inferencenode/{node}")
+        api.delete(f"{kubeapi.secrets_path(plan.NAMESPACE)}/{plan.secret_name(node)}")
+        say(f"deleted secret/{plan.secret_name(node)}")
+    for path in (
+        unit,
+        *(args.config_dir / n for n in ("agent.yaml", "token", "tls.crt", "tls.key")),
+    ):
+        if files.remove(path):
+            say(f"removed {path}")
+    files.remove(record_path)
+    say(f"{node} left the fleet")
+    return 0
+
+
+def _drain(api: kubeapi.Api, node: str, *, timeout: float) -> None:
+    try:
+        body = {"spec": {"unschedulable": True, "drain": True}}
+        api.call("PATCH", f"{kubeapi.NODES}/{node}", body, patch=True)
+    except kubeapi.KubeApiError as exc:
+        if exc.status == 404:
+            say(f"inferencenode/{node} is gone already")
+            return
+        raise plan.JoinError(
+            f"--kubeconfig: cordoning {node} failed ({exc.status}): {exc}"
+        ) from None
+    say(f"cordoned and draining {node}")
+    start, last = time.monotonic(), None
+    while True:
+        found = api.call("GET", kubeapi.DEPLOYMENTS) or {}
+        left = sorted(
+            f"{d['metadata']['namespace']}/{d['metadata']['name']}"
+            for d in found.get("items", [])
+            if any(p.get("node") == node for p in (d.get("status") or {}).get("placements") or [])
+        )
+        elapsed = time.monotonic() - start
+        if not left:
+            say(f"drained {node} ({elapsed:.0f}s)")
+            return
+        if left != last:
+            say(f"[{elapsed:4.0f}s] waiting for {len(left)} replica(s) to move: {', '.join(left)}")
+            last = left
+        if elapsed > timeout:
+            raise plan.JoinError(
+                f"--timeout {timeout:.0f}: replicas still on {node}: {', '.join(left)} (no room "
+                "elsewhere?); the node stays cordoned and draining"
+            )
+        time.sleep(2)
+
+
+def main(command: str, argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog=f"mlxfleet-agent {command}")
+    (add_join_flags if command == "join" else add_leave_flags)(parser)
+    args = parser.parse_args(argv)
+    try:
+        return join(args) if command == "join" else leave(args)
+    except (plan.JoinError, kubeapi.KubeApiError) as exc:
+        print(f"mlxfleet-agent {command}: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, plan.JoinError) else 1

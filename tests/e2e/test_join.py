@@ -1,0 +1,301 @@
+"""`mlxfleet token create` + `mlxfleet-agent join` / `leave` against the real API server.
+
+The bootstrap identity's limits are proven with raw API calls as that identity (it cannot read
+Secrets, touch other InferenceNodes, or create anything but a Mac's own two objects); join
+registers a real agent started from the systemd unit join rendered (not installed), re-join is
+idempotent, and leave drains the node (its replica moves make-before-break to another Mac),
+deletes its objects and removes its files. Malformed input fails naming the flag.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import ssl
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mlxfleet_operator.dev import controlplane
+from tests.e2e.conftest import BIN, E2E, Agents, Operator, is_true, stop_process, wait_for
+
+pytestmark = [pytest.mark.cluster]
+NS = "mlxfleet-system"
+NODES = "/apis/mlxfleet.io/v1alpha1/inferencenodes"
+
+
+def run(
+    *cmd: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"} | (env or {})
+    return subprocess.run(
+        list(cmd), capture_output=True, text=True, env=full, timeout=timeout, check=False
+    )
+
+
+def create_token(cluster: controlplane.ControlPlane, *extra: str) -> str:
+    proc = run(
+        str(BIN / "mlxfleet"), "token", "create", "--kubeconfig", str(cluster.kubeconfig), *extra
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "mlxfleet-agent join --server" in proc.stderr
+    return proc.stdout.strip()
+
+
+def ca_file(cluster: controlplane.ControlPlane) -> Path:
+    return cluster.root / "pki" / "serving" / "apiserver.crt"
+
+
+def as_bootstrap(cluster: controlplane.ControlPlane, token: str) -> httpx.Client:
+    return httpx.Client(
+        base_url=cluster.server,
+        headers={"Authorization": f"Bearer {token}"},
+        verify=ssl.create_default_context(cafile=str(ca_file(cluster))),
+        timeout=30,
+    )
+
+
+def secret_body(name: str, *, labelled: bool = True, **data: str) -> dict[str, Any]:
+    labels = {"mlxfleet.io/agent-credentials": "true"} if labelled else {}
+    return {"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": NS, "labels": labels},
+            "stringData": data or {"token": "t"}}  # fmt: skip
+
+
+def node_body(name: str, secret: str) -> dict[str, Any]:
+    return {"apiVersion": "mlxfleet.io/v1alpha1", "kind": "InferenceNode",
+            "metadata": {"name": name},
+            "spec": {"agent": {"url": "https://127.0.0.1:1",
+                               "tokenSecretRef": {"name": secret}}}}  # fmt: skip
+
+
+def test_bootstrap_token_can_create_only_its_own_node_and_secret(
+    cluster: controlplane.ControlPlane, e2e: E2E
+) -> None:
+    victim = f"{e2e.label}-victim"
+    e2e.secret(f"{victim}-agent", {"token": "the-victims-token"})
+    e2e.node("victim", "https://127.0.0.1:2", f"{victim}-agent")
+    mine = f"{e2e.label}-mine"
+    e2e.nodes.append(mine)
+    e2e.secrets.append(f"{mine}-agent")
+    secrets = f"/api/v1/namespaces/{NS}/secrets"
+    with as_bootstrap(cluster, create_token(cluster, "--ttl", "10m")) as api:
+        # what join needs: its own Secret and InferenceNode
+        assert api.post(secrets, json=secret_body(f"{mine}-agent")).status_code == 201
+        assert api.post(NODES, json=node_body(mine, f"{mine}-agent")).status_code == 201
+        # no reads of any Secret, not even its own
+        assert api.get(f"{secrets}/{victim}-agent").status_code == 403
+        assert api.get(secrets).status_code == 403
+        assert api.get("/api/v1/namespaces/kube-system/secrets").status_code == 403
+        # no changes to other InferenceNodes (nor its own)
+        for path in (f"{NODES}/{victim}", f"{NODES}/{mine}"):
+            patch = api.patch(path, json={"spec": {"unschedulable": True}},
+                              headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+            assert patch.status_code == 403, patch.text
+            assert api.delete(path).status_code == 403
+            assert api.get(path).status_code == 403
+        # no Secret of another shape: unlabelled, other name, extra keys, other namespace
+        refused = {
+            "unlabelled": api.post(secrets,
+                                   json=secret_body(f"{e2e.label}-x-agent", labelled=False)),
+            "name": api.post(secrets, json=secret_body(f"{e2e.label}-anything")),
+            "keys": api.post(secrets,
+                             json=secret_body(f"{e2e.label}-y-agent", token="t", other="x")),
+            "namespace": api.post("/api/v1/namespaces/default/secrets",
+                                  json={**secret_body("z-agent"), "metadata": {"name": "z-agent"}}),
+        }  # fmt: skip
+        assert {k: r.status_code for k, r in refused.items()} == dict.fromkeys(refused, 403)
+        assert "agent-credentials" in refused["unlabelled"].json()["message"]
+        # no InferenceNode that points at another node's Secret (its token would go to our URL)
+        stolen = api.post(NODES, json=node_body(f"{e2e.label}-thief", f"{victim}-agent"))
+        assert stolen.status_code == 403
+        assert "tokenSecretRef" in stolen.json()["message"]
+    victim_obj = e2e.get("inferencenode", victim, namespaced=False)
+    assert victim_obj["spec"].get("unschedulable") is not True
+
+
+def test_expired_token_is_refused_by_the_api_server_and_join_names_the_flag(
+    cluster: controlplane.ControlPlane, tmp_path: Path
+) -> None:
+    past = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cluster.kubectl("-n", "kube-system", "apply", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
+        "metadata": {"name": "bootstrap-token-old123", "namespace": "kube-system"},
+        "stringData": {"token-id": "old123", "token-secret": "0123456789abcdef",
+                       "expiration": past, "usage-bootstrap-authentication": "true",
+                       "auth-extra-groups": "system:bootstrappers:mlxfleet"},
+    }))  # fmt: skip
+    listed = run(str(BIN / "mlxfleet"), "token", "list", "--kubeconfig", str(cluster.kubeconfig))
+    assert any(
+        line.startswith("old123") and "expired" in line for line in listed.stdout.splitlines()
+    )
+    proc = join_cmd(cluster, tmp_path, "old123.0123456789abcdef", "expired")
+    assert proc.returncode == 2
+    assert "--token" in proc.stderr
+    assert "401" in proc.stderr
+    pruned = run(
+        str(BIN / "mlxfleet"),
+        "token",
+        "delete",
+        "--expired",
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+    )
+    assert "deleted bootstrap token old123" in pruned.stdout
+
+
+def join_cmd(
+    cluster: controlplane.ControlPlane, root: Path, token: str, node: str, *extra: str,
+    control_port: int = 8470, data_port: int = 8471, server: str | None = None,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return run(
+        str(BIN / "mlxfleet-agent"), "join", "--server", server or cluster.server,
+        "--token", token, "--ca-file", str(ca_file(cluster)), "--node-name", node,
+        "--advertise-address", "127.0.0.1", "--bind", "127.0.0.1",
+        "--control-port", str(control_port), "--data-port", str(data_port),
+        "--config-dir", str(root / "etc"), "--state-dir", str(root / "state"),
+        "--unit-dir", str(root / "units"), "--log-dir", str(root / "log"), *extra,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        pytest.param(["--labels", "a=b,=c"], "--labels", id="label-without-key"),
+        pytest.param(["--labels", "nope"], "--labels", id="label-without-value"),
+        pytest.param(["--labels", "k=" + "v" * 64], "--labels", id="label-value-too-long"),
+        pytest.param(["--server", "http://127.0.0.1:6443"], "--server", id="plain-http"),
+        pytest.param(["--server", "https://127.0.0.1:1"], "--server", id="unreachable"),
+        pytest.param(["--token", "not-a-token"], "--token", id="token-format"),
+        pytest.param(["--node-name", "Bad_Name!"], "--node-name", id="node-name"),
+    ],
+)
+def test_join_refuses_malformed_input_naming_the_flag(
+    cluster: controlplane.ControlPlane, tmp_path: Path, flags: list[str], named: str
+) -> None:
+    token = "abcdef.0123456789abcdef"
+    server = None
+    args = list(flags)
+    if "--server" in args:
+        server = args[args.index("--server") + 1]
+        del args[args.index("--server") : args.index("--server") + 2]
+    if "--token" in args:
+        token = args[args.index("--token") + 1]
+        del args[args.index("--token") : args.index("--token") + 2]
+    node = "ok-node"
+    if "--node-name" in args:
+        node = args[args.index("--node-name") + 1]
+        del args[args.index("--node-name") : args.index("--node-name") + 2]
+    proc = join_cmd(cluster, tmp_path, token, node, *args, server=server)
+    assert proc.returncode == 2, proc.stderr
+    assert named in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.fixture
+def joined_agent(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        stop_process(proc, sig=signal.SIGTERM, grace=30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def exec_start(unit: Path) -> list[str]:
+    (line,) = [x for x in unit.read_text().splitlines() if x.startswith("ExecStart=")]
+    return shlex.split(line.removeprefix("ExecStart="))
+
+
+@pytest.mark.mlx
+def test_join_registers_rejoin_is_idempotent_and_leave_drains(
+    cluster: controlplane.ControlPlane,
+    operator: Operator,
+    e2e: E2E,
+    agents: Agents,
+    model_a: Path,
+    tmp_path: Path,
+    joined_agent: list[subprocess.Popen[bytes]],
+) -> None:
+    node = f"{e2e.label}-joined"
+    root = tmp_path / "mac"
+    control, data = controlplane.free_ports(2)
+    token = create_token(cluster, "--ttl", "15m")
+    extra = (
+        "--labels",
+        f"e2e={e2e.label},mlxfleet.io/room=lab-2",
+        "--allowed-root",
+        str(model_a.parent),
+    )
+    proc = join_cmd(cluster, root, token, node, *extra, control_port=control, data_port=data)
+    assert proc.returncode == 0, proc.stderr
+    e2e.nodes.append(node)
+    e2e.secrets.append(f"{node}-agent")
+    # files: private, atomic (no temporary left), the unit rendered and not started
+    for name in ("agent.yaml", "token", "tls.key", "tls.crt", "join.json"):
+        assert (root / "etc" / name).stat().st_mode & 0o777 == 0o600, name
+    assert not [p for p in (root / "etc").iterdir() if p.name.startswith(".")]
+    unit = root / "units" / "mlxfleet-agent.service"
+    argv = exec_start(unit)
+    assert argv[1:] == ["serve", "--config", str((root / "etc" / "agent.yaml").resolve())]
+    assert "not started" in proc.stderr
+    token_before = (root / "etc" / "token").read_text()
+
+    obj = e2e.get("inferencenode", node, namespaced=False)
+    assert obj["metadata"]["labels"]["mlxfleet.io/room"] == "lab-2"
+    assert obj["spec"]["hardware"]["memory"].endswith("Mi")  # /proc/meminfo on Linux
+    assert obj["spec"]["agent"]["tokenSecretRef"]["name"] == f"{node}-agent"
+
+    # the agent as the unit runs it: the operator reaches it over TLS with the joined token
+    with (tmp_path / "joined-agent.log").open("wb") as log:
+        joined_agent.append(subprocess.Popen(
+            [*argv, "--python", str(BIN / "python"), "--no-caffeinate", "--stop-grace-s", "5"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        ))  # fmt: skip
+    wait_for(
+        "joined node Ready",
+        lambda: is_true(e2e.get("inferencenode", node, namespaced=False), "Ready"),
+        timeout=90,
+    )
+
+    # re-join: same token, same objects, exit 0
+    again = join_cmd(cluster, root, token, node, *extra, control_port=control, data_port=data)
+    assert again.returncode == 0, again.stderr
+    assert "registered by an earlier join" in again.stderr
+    assert (root / "etc" / "token").read_text() == token_before
+    # another Mac claiming the same name is refused
+    other = join_cmd(cluster, tmp_path / "other-mac", token, node, *extra)
+    assert other.returncode == 2
+    assert "--node-name" in other.stderr
+
+    # a replica on the joined node, then a second Mac: leave moves it there
+    e2e.apply(e2e.deployment("chat", model_a, replicas=1))
+    wait_for("replica on the joined node", lambda: [
+        p["node"] for p in e2e.get("mdep", "chat").get("status", {}).get("placements", [])
+        if p.get("ready")
+    ] == [node])  # fmt: skip
+    e2e.register(agents.start("second"))
+    leave = run(str(BIN / "mlxfleet-agent"), "leave", "--config-dir", str(root / "etc"),
+                "--unit-dir", str(root / "units"), "--timeout", "150",
+                env={"KUBECONFIG": str(cluster.kubeconfig)})  # fmt: skip
+    assert leave.returncode == 0, leave.stderr
+    assert "waiting for 1 replica(s) to move" in leave.stderr
+    md = e2e.get("mdep", "chat")
+    assert [p["node"] for p in md["status"]["placements"]] == [f"{e2e.label}-second"]
+    assert md["status"]["readyReplicas"] == 1
+    wait_for(
+        "InferenceNode deleted",
+        lambda: not e2e.get("inferencenode", node, namespaced=False),
+        timeout=60,
+    )
+    assert cluster.kubectl("-n", NS, "get", "secret", f"{node}-agent", check=False).returncode != 0
+    assert not unit.exists()
+    assert sorted(p.name for p in (root / "etc").iterdir()) == []
