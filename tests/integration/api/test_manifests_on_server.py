@@ -21,7 +21,10 @@ def test_base_renders_and_passes_server_validation_and_pod_security(cluster: Any
         "ClusterRoleBinding",
         "Deployment",
         "Namespace",
+        "PodDisruptionBudget",
         "Role",
+        "Role",
+        "RoleBinding",
         "RoleBinding",
         "ServiceAccount",
     ]
