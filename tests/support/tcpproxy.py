@@ -6,7 +6,8 @@ moves either way and new ones are accepted and ignored (a pulled cable: clients 
 errors). `heal()` opens it again (connections held in a black hole are then closed). `delay(s, n)`:
 the next `n` requests (client-to-target chunks) are held `s` seconds before they are forwarded.
 Only the path through this proxy is affected: the target keeps running for everyone else.
-May import: the standard library. Called by: tests/faults, tests/integration/election, the telemetry tests (netgate).
+May import: the standard library.
+Called by: tests/faults, tests/integration/election, the telemetry tests (netgate).
 """
 
 from __future__ import annotations
