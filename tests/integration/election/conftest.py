@@ -8,97 +8,23 @@ May import: pytest, httpx, the control plane, tests.faults.tcpproxy. Called by: 
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
 import signal
-import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from mlxfleet_operator.dev import controlplane
 from tests.support import tcpproxy
-
-NAMESPACE = controlplane.OPERATOR_NAMESPACE
-LEASE = "mlxfleet-operator"
-
-
-class AdminApi:
-    """The API server as the admin identity (httpx, for frequent cheap reads)."""
-
-    def __init__(self, kubeconfig: Path) -> None:
-        config = json.loads(kubeconfig.read_text())
-        cluster = config["clusters"][0]["cluster"]
-        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
-        token = config["users"][0]["user"]["token"]
-        self.http = httpx.Client(
-            base_url=cluster["server"],
-            headers={"Authorization": f"Bearer {token}"},
-            verify=ssl.create_default_context(cadata=ca),
-            timeout=5,
-        )
-
-    def lease(self, name: str = LEASE) -> dict[str, Any] | None:
-        r = self.http.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{name}")
-        if r.status_code == 404:
-            return None
-        r.raise_for_status()
-        return dict(r.json())
-
-    def holder(self) -> str | None:
-        found = self.lease()
-        return None if found is None else found.get("spec", {}).get("holderIdentity")
-
-    def delete_lease(self, name: str = LEASE) -> None:
-        self.http.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{name}")
-
-    def put_lease(self, body: dict[str, Any]) -> httpx.Response:
-        name = body["metadata"]["name"]
-        return self.http.put(
-            f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{name}", json=body
-        )
-
-
-@dataclass
-class Sample:
-    sent: float
-    received: float
-    holder: str | None
-
-
-class LeaseSampler:
-    """Reads the Lease every `interval` seconds in a thread, recording who held it when."""
-
-    def __init__(self, api: AdminApi, interval: float = 0.05) -> None:
-        self.api = api
-        self.interval = interval
-        self.samples: list[Sample] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            sent = time.time()
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                holder = self.api.holder()
-                self.samples.append(Sample(sent, time.time(), holder))
-            self._stop.wait(self.interval)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+from tests.support.kubeapi import AdminApi, LeaseSampler, Sample
 
 
 @dataclass
@@ -251,4 +177,4 @@ def election(cluster: controlplane.ControlPlane, tmp_path: Path) -> Iterator[Ele
         if c.proxy is not None:
             c.proxy.stop()
     api.delete_lease()
-    api.http.close()
+    api.close()
