@@ -1,0 +1,163 @@
+"""Scenario 5: the disk of an agent's models dir fills up in the middle of a model download from
+S3, while the same agent serves another deployment under load.
+
+The download fails with a clear error in the deployment's status (it names the disk), no partial
+model is ever used or listed, the other deployment keeps serving (0 failed requests), and once
+space returns the download completes and the deployment becomes Ready. The agent's own answer to
+the download that hit ENOSPC is checked too (today an HTTP 500: a known defect)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from mlxfleet_agent import sources
+from tests.e2e.conftest import E2E, Agent, Agents, condition, is_true, wait_for
+from tests.faults import disk
+from tests.faults.conftest import KnownDefect, Operators, expect_fixed, traffic
+from tests.support import tcpproxy
+from tests.support.kubeapi import AdminApi
+from tests.support.s3 import S3Server
+
+pytestmark = [
+    pytest.mark.faults,
+    pytest.mark.cluster,
+    pytest.mark.mlx,
+    pytest.mark.s3,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(
+        sys.platform != "linux" or os.geteuid() != 0, reason="mounting a loop disk needs root"
+    ),
+]
+
+# The agent keeps 2 GiB free (store.DEFAULT_MIN_FREE_BYTES): a disk a little larger passes its
+# check before the download; filling it afterwards makes the download itself hit ENOSPC.
+DISK_MB = 2200
+LEAVE = 64 * 1024  # room for the small files, not for the weights
+
+
+def upload(s3_server: S3Server, bucket: str, model: Path, prefix: str) -> str:
+    for path in sorted(model.iterdir()):
+        s3_server.client().upload_file(str(path), bucket, f"{prefix}/{path.name}")
+    return f"s3://{bucket}/{prefix}"
+
+
+def prefetch_during_fill(
+    agent: Agent, store: tcpproxy.Proxy, small: disk.Disk, source: str
+) -> httpx.Response:
+    """POST /v1/models/prefetch (what the operator sends) and fill the disk once the download
+    has started (listing done, first object held): the agent's answer to ENOSPC."""
+    store.delay(0.5, count=2)
+    seen = store.delayed
+    answer: list[httpx.Response] = []
+    asking = threading.Thread(
+        target=lambda: answer.append(
+            httpx.post(
+                f"{agent.url}/v1/models/prefetch",
+                json={"source": source},
+                headers={"Authorization": f"Bearer {agent.token}"},
+                timeout=30,
+            )
+        )
+    )
+    asking.start()
+    wait_for("the download started", lambda: store.delayed >= seen + 2, interval=0.02)
+    small.fill(LEAVE)
+    asking.join(timeout=60)
+    return answer[0]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=KnownDefect,
+    reason="a download that hits ENOSPC is answered HTTP 500 'Internal Server Error' "
+    "(sources._fetch_object catches only botocore errors; the OSError escapes the control API); "
+    "status names the disk only once a retry is refused by the free-space check",
+)
+def test_disk_full_during_download_is_reported_and_recovers(
+    e2e: E2E,
+    agents: Agents,
+    operators: Operators,
+    admin: AdminApi,
+    s3_server: S3Server,
+    figures: dict[str, object],
+    model_a: Path,
+    model_b: Path,
+) -> None:
+    bucket = s3_server.make_bucket()
+    source = upload(s3_server, bucket, model_b, "chat-b")
+    other = upload(s3_server, bucket, model_a, "chat-a")
+    host, port = s3_server.endpoint_url.removeprefix("http://").rsplit(":", 1)
+    store = tcpproxy.Proxy(host, int(port))
+    env: dict[str, str | None] = {
+        **s3_server.env(),
+        "AWS_ENDPOINT_URL_S3": f"http://{store.address}",
+        "AWS_ENDPOINT_URL": f"http://{store.address}",
+    }
+    with disk.small_disk(agents.root / "d" / "models", size_mb=DISK_MB) as small:
+        agent = agents.start("d", env=env)
+        node = e2e.register(agent)
+        operators.start("op-1", standalone=True)
+        e2e.apply(e2e.deployment("steady", model_a, replicas=1))
+        wait_for("steady Ready", lambda: is_true(e2e.get("mdep", "steady"), "Ready"))
+        with traffic(admin, e2e, "steady") as load:
+            store.delay(1.0, count=3)  # hold the listing and the first download request
+            fresh = e2e.deployment("fresh", model_b, replicas=1)
+            fresh["spec"]["model"] = {"source": source}
+            e2e.apply(fresh)
+            wait_for("the download started", lambda: store.delayed >= 2, interval=0.05)
+            small.fill(LEAVE)
+            filled = time.time()
+            failing = wait_for(
+                "status names the full disk",
+                lambda: (
+                    (c := condition(e2e.get("mdep", "fresh"), "Ready")).get("reason")
+                    == "SourceUnavailable"
+                    and "disk" in c.get("message", "")
+                    and c
+                ),
+                timeout=30,
+            )
+            reported = time.time()
+            time.sleep(3)  # retried meanwhile: still failing, nothing half-downloaded used
+            mid = sources.model_id(source, None)
+            cached = {m["id"]: m for m in agent.state()["cachedModels"]}
+            complete = small.mount / ".mlxfleet-store" / "s3" / mid
+            still = condition(e2e.get("mdep", "fresh"), "Ready")
+            was_complete = complete.exists()
+            small.free()
+            freed = time.time()
+            wait_for("fresh Ready", lambda: is_true(e2e.get("mdep", "fresh"), "Ready"), timeout=120)
+            recovered = time.time()
+            time.sleep(1)
+        figures.update(
+            scenario="5 disk full during a model download",
+            reported_s=round(reported - filled, 2),
+            message=failing.get("message"),
+            recovered_s=round(recovered - freed, 2),
+            requests_ok=load.ok,
+            requests_failed=load.failed,
+        )
+        assert node in str(failing.get("message"))
+        assert mid not in cached or cached[mid]["sizeBytes"] == 0, cached.get(mid)
+        assert not was_complete
+        assert still.get("reason") == "SourceUnavailable"
+        assert load.failed == 0, load.errors[:5]
+        assert load.lost() == 0
+        assert all(s["ready"] for s in agent.state()["slots"])
+        for path in model_b.iterdir():  # the weights that serve are whole
+            assert (complete / path.name).stat().st_size == path.stat().st_size
+        answer = prefetch_during_fill(agent, store, small, other)
+        small.free()
+        store.stop()
+        figures["agent_answer_to_enospc"] = f"{answer.status_code} {answer.text[:120]}"
+        expect_fixed(
+            answer.status_code == 507 and "space" in answer.text,
+            f"agent answered {answer.status_code}: {answer.text[:200]}",
+        )
