@@ -6,7 +6,8 @@ By default every replica campaigns for the Lease `--lease-name` in the operator'
 leader runs kopf (handlers, agents); a standby only waits (docs/operator.md, "High availability").
 A leader that cannot renew before its renew deadline exits at once (fencing); on SIGTERM it stops
 kopf, lets in-flight Kubernetes calls finish, then releases the Lease so a standby takes over.
-`--standalone` is one operator with no election (tests, local demo).
+`--standalone` is one operator with no election (tests, local demo); it refuses to start while an
+elected leader renews the Lease.
 May import: kopf, settings, adapters.leader / adapters.election, handlers (lazily).
 Called by: the console script.
 """
@@ -130,10 +131,9 @@ def _flag_errors(exc: pydantic.ValidationError) -> str:
     )
 
 
-def parse_all(
-    argv: list[str],
-) -> tuple[opsettings.OperatorSettings, leader.ElectionSettings | None]:
-    """Operator settings, and the election's (None with --standalone)."""
+def parse_all(argv: list[str]) -> tuple[opsettings.OperatorSettings, leader.ElectionSettings]:
+    """Operator settings, and the election's (with --standalone: only to check that no elected
+    leader runs)."""
     p = _parser()
     ns = p.parse_args(argv)
     kubeconfig = ns.kubeconfig or os.environ.get("KUBECONFIG") or None
@@ -145,8 +145,6 @@ def parse_all(
         config = _settings(ns, kubeconfig)
     except pydantic.ValidationError as exc:
         p.error(_flag_errors(exc))
-    if ns.standalone:
-        return config, None
     try:
         elected = leader.ElectionSettings(
             namespace=(
@@ -217,8 +215,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per agent call is noise
     importlib.import_module("mlxfleet_operator.handlers")  # a standby is ready to lead at once
-    if elected is None:
-        asyncio.run(_operate(config))
+    if config.standalone:
+        asyncio.run(
+            election.alone(elected, kubeconfig=config.kubeconfig, operate=lambda: _operate(config))
+        )
     else:
         asyncio.run(
             election.run(

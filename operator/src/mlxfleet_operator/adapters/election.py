@@ -3,7 +3,8 @@
 The elector runs on a thread with its own event loop (`Candidate`): kopf's loop may be blocked
 for seconds by synchronous work (startup builds the Kubernetes client), and renewals must not
 wait for it. Fencing does not depend on either loop: a `leader.Watchdog` thread exits the process
-when the renew deadline passes. Order on SIGTERM: kopf stops (no handler runs), the worker
+when the renew deadline passes. `alone()` runs `--standalone` (no election), but not beside an
+elected leader that renews the Lease. Order on SIGTERM: kopf stops (no handler runs), the worker
 threads' last Kubernetes calls finish, the watchdog stops, the Lease is released.
 
 May import: `adapters.leader`, `adapters.lease`, the standard library.
@@ -28,6 +29,7 @@ T = TypeVar("T")
 # Kubernetes calls of worker threads still running when kopf stopped get this long to finish
 # (the lease is renewed meanwhile) before the leader exits without handing the lease over.
 DRAIN_SECONDS = 10.0
+EXIT_LED = 3  # --standalone refused: an elected leader is alive
 
 
 class Candidate:
@@ -194,3 +196,60 @@ async def run(
         operating.result()  # kopf's own error, if it stopped on one
     finally:
         await candidate.close()
+
+
+async def led_by(settings: leader.ElectionSettings, *, kubeconfig: str | None) -> str | None:
+    """The holder of the Lease if it is alive (renewed while we watched), else None. Watches at
+    most one lease duration; an unreadable Lease (RBAC, API server down) counts as not led."""
+    timing = settings.timing
+    store = lease.LeaseStore(
+        lease.connect(kubeconfig),
+        namespace=settings.namespace,
+        name=settings.lease_name,
+        default_duration=settings.lease_duration,
+    )
+    try:
+        async with asyncio.timeout(timing.renew_deadline):
+            first = await store.read()
+        if first is None or first.record.free:
+            return None
+        until = loop_time() + first.record.lease_duration + timing.retry_period
+        while loop_time() < until:
+            await asyncio.sleep(timing.retry_period)
+            async with asyncio.timeout(timing.renew_deadline):
+                again = await store.read()
+            if again is None or again.record.free:
+                return None
+            if again.record != first.record:
+                return again.record.holder
+        return None  # not renewed for its whole duration: its holder is gone
+    except (lease.LeaseError, TimeoutError) as exc:
+        log.warning("cannot read the lease, not checking for an elected leader: %s", exc)
+        return None
+    finally:
+        await store.aclose()
+
+
+def loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
+async def alone(
+    settings: leader.ElectionSettings,
+    *,
+    kubeconfig: str | None,
+    operate: Callable[[], Awaitable[None]],
+) -> None:
+    """`--standalone`: run without election, unless an elected leader is alive (a standalone
+    operator beside elected replicas would act at the same time as their leader)."""
+    holder = await led_by(settings, kubeconfig=kubeconfig)
+    if holder is not None:
+        log.error(
+            "refusing to run --standalone: %s leads (Lease %s/%s is being renewed); stop the "
+            "elected replicas first, or run without --standalone to stand by",
+            holder,
+            settings.namespace,
+            settings.lease_name,
+        )
+        raise SystemExit(EXIT_LED)
+    await operate()
