@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: install check lint format typecheck contracts crds crds-check test test-fast test-slow \
-        cluster-up cluster-down control-plane demo demo-down bench report-sample clean
+        test-faults cluster-up cluster-down control-plane demo demo-down bench report-sample clean
 
 $(STAMP): pyproject.toml
 	scripts/install-system-deps.sh
@@ -43,9 +43,13 @@ crds-check: $(STAMP)
 control-plane: $(STAMP)  ## build (once, cached) etcd + kube-apiserver
 	scripts/build-control-plane.sh
 
-test: $(STAMP) control-plane  ## fast suites, then the slow ones once the fast pass
-	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+test: $(STAMP) control-plane  ## fast suites, then the fault scenarios, then the slow ones
+	$(BIN)/pytest -m "not slow and not faults" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "faults and not slow" $(PYTEST_ARGS)
 	$(BIN)/pytest -m "slow" $(PYTEST_ARGS)
+
+test-faults: $(STAMP) control-plane  ## the fault-injection scenarios only (tests/faults, root)
+	$(BIN)/pytest -m "faults" $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not slow and not cluster and not mlx and not s3" $(PYTEST_ARGS)
