@@ -1,12 +1,15 @@
 """Scenario 1: the leader operator is SIGKILLed in the middle of a SwapPlan, two replicas elect a
 leader on the Lease: the standby takes over within the bound, finishes the plan from its status
 without repeating a step, and clients streaming through the EndpointSlices see no failure. The
-standby never talks to an agent while it stands by."""
+standby never talks to an agent while it stands by. And a leader that gets SIGTERM steps down:
+the standby takes over within a second of the release."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,7 @@ from tests.support.kubeapi import AdminApi, LeaseSampler
 pytestmark = [pytest.mark.faults, pytest.mark.cluster, pytest.mark.mlx, pytest.mark.timeout(600)]
 
 TAKEOVER_GOAL = 5.0
+STEP_DOWN_GOAL = 1.0
 
 
 def test_leader_sigkilled_mid_swapplan_standby_finishes_it(
@@ -108,3 +112,48 @@ def test_leader_sigkilled_mid_swapplan_standby_finishes_it(
     assert all(p["source"] == new for p in deployment["status"]["placements"])
     assert {n: len(s) for n, s in slots_everywhere(pool, slot).items()} == {"a": 1, "b": 1}
     assert leader.exits == [-9]  # restarted once, as a standby
+
+
+def logged_at(text: str, needle: str) -> float | None:
+    """Unix time of the first operator log line containing `needle` (asctime is UTC here)."""
+    for line in text.splitlines():
+        if needle in line:
+            stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            return stamp.replace(tzinfo=UTC).timestamp()
+    return None
+
+
+def test_leader_steps_down_on_sigterm_and_the_standby_takes_over_at_once(
+    e2e: E2E,
+    agents: Agents,
+    operators: Operators,
+    lease: LeaseSampler,
+    figures: dict[str, object],
+    model_a: Path,
+) -> None:
+    """A rolling update or a drain: SIGTERM stops the leader's kopf, then it releases the Lease;
+    the standby holds it within one second of the release."""
+    e2e.register(agents.start("a"))
+    operators.start("op-1")
+    leader = operators.leader()
+    standby = operators.start("op-2")
+    e2e.apply(e2e.deployment("chat", model_a, replicas=1))
+    wait_for("deployment Ready", lambda: is_true(e2e.get("mdep", "chat"), "Ready"))
+    time.sleep(2)  # timers and the poller are running on the leader
+    leader.supervised = False
+    asked = operators.kill(leader.name, signal.SIGTERM)
+    assert leader.proc is not None
+    assert leader.proc.wait(timeout=30) == 0
+    successor = operators.leader(other_than=leader.name, timeout=10)
+    took = takeover(lease, asked)
+    released = logged_at(leader.log(), "released the lease")
+    assert released is not None, leader.log()[-2000:]
+    figures.update(
+        scenario="1b leader SIGTERM (step-down)",
+        sigterm_to_release_s=round(released - asked, 3),
+        release_to_takeover_s=round(asked + took - released, 3),
+        sigterm_to_takeover_s=round(took, 3),
+    )
+    assert successor.name == standby.name
+    assert asked + took - released <= STEP_DOWN_GOAL, (released - asked, took)
+    wait_for("the new leader reconciles", lambda: is_true(e2e.get("mdep", "chat"), "Ready"))

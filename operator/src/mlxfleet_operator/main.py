@@ -19,6 +19,7 @@ import asyncio
 import importlib
 import logging
 import os
+import signal
 import sys
 
 import pydantic
@@ -191,17 +192,33 @@ def _settings(ns: argparse.Namespace, kubeconfig: str | None) -> opsettings.Oper
 
 
 async def _operate(config: opsettings.OperatorSettings, stop: asyncio.Event | None = None) -> None:
-    """kopf with our handlers; returns when it stopped (SIGTERM/SIGINT, or `stop` set). Never
-    kopf peering: one replica acts at a time, by the Lease or by `--standalone`."""
+    """kopf with our handlers; returns when it stopped. Never kopf peering: one replica acts at a
+    time, by the Lease or by `--standalone`. With `stop` (elected), SIGTERM/SIGINT set it instead
+    of kopf's own handlers, so the caller sees the signal and bounds kopf's shutdown."""
     import kopf
 
-    await kopf.operator(
-        stop_flag=stop,
+    namespaces, clusterwide = list(config.namespaces), not config.namespaces
+    if stop is None:
+        await kopf.operator(
+            standalone=True,
+            namespaces=namespaces,
+            clusterwide=clusterwide,
+            liveness_endpoint=config.liveness,
+        )
+        return
+    loop = asyncio.get_running_loop()
+    current = asyncio.current_task()
+    existing = {t for t in asyncio.all_tasks() if t is not current}
+    tasks = await kopf.spawn_tasks(
         standalone=True,
-        namespaces=list(config.namespaces),
-        clusterwide=not config.namespaces,
+        namespaces=namespaces,
+        clusterwide=clusterwide,
         liveness_endpoint=config.liveness,
+        stop_flag=stop,
     )
+    for sig in (signal.SIGTERM, signal.SIGINT):  # kopf installed its own: ours again
+        loop.add_signal_handler(sig, stop.set)
+    await kopf.run_tasks(tasks, ignored=existing)
 
 
 def main(argv: list[str] | None = None) -> None:

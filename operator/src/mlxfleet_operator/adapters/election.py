@@ -3,7 +3,8 @@
 The elector runs on a thread with its own event loop (`Candidate`): kopf's loop may be blocked
 for seconds by synchronous work (startup builds the Kubernetes client), and renewals must not
 wait for it. Fencing does not depend on either loop: a `leader.Watchdog` thread exits the process
-when the renew deadline passes. `alone()` runs `--standalone` (no election), but not beside an
+when the renew deadline passes. On SIGTERM kopf gets `STOP_GRACE` to stop, then what still runs
+is cancelled. `alone()` runs `--standalone` (no election), but not beside an
 elected leader that renews the Lease. Order on SIGTERM: kopf stops (no handler runs), the worker
 threads' last Kubernetes calls finish, the watchdog stops, the Lease is released.
 
@@ -29,6 +30,9 @@ T = TypeVar("T")
 # Kubernetes calls of worker threads still running when kopf stopped get this long to finish
 # (the lease is renewed meanwhile) before the leader exits without handing the lease over.
 DRAIN_SECONDS = 10.0
+# kopf's own shutdown waits up to 5 s for tasks that do not end by themselves; a leader that
+# steps down cancels them after this long (handlers resume from status on the next leader).
+STOP_GRACE = 0.5
 EXIT_LED = 3  # --standalone refused: an elected leader is alive
 
 
@@ -181,10 +185,21 @@ async def run(
         watchdog.start()
         leader.lead_with(candidate.elector)
         holding = candidate.hold()
-        operating = asyncio.ensure_future(operate(stop))
-        await asyncio.wait({holding, operating}, return_when=asyncio.FIRST_COMPLETED)
+        stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())  # before kopf: kopf
+        operating: asyncio.Future[Any] = asyncio.ensure_future(operate(stop))  # leaves it be
+        await asyncio.wait({holding, operating, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not operating.done() and not holding.done():  # stopping: kopf gets a short grace
+            await asyncio.wait(
+                {holding, operating}, timeout=STOP_GRACE, return_when=asyncio.FIRST_COMPLETED
+            )
         if holding.done():
             leader.fence("the lease could not be renewed in time or was taken over")
+        if not operating.done():  # what is still running is cancelled (it resumes from status)
+            operating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await operating
+        stopping.cancel()
+        log.info("kopf stopped; finishing Kubernetes calls before releasing the lease")
         try:  # kopf stopped; its handlers' Kubernetes calls run in worker threads: let them end
             async with asyncio.timeout(DRAIN_SECONDS):
                 await loop.shutdown_default_executor()
@@ -193,7 +208,8 @@ async def run(
         leader.lead_with(None)
         watchdog.stop()
         await candidate.release()
-        operating.result()  # kopf's own error, if it stopped on one
+        if not operating.cancelled():
+            operating.result()  # kopf's own error, if it stopped on one
     finally:
         await candidate.close()
 
