@@ -6,6 +6,8 @@
   each file's size and (for single-part uploads) its MD5 ETag are verified, a `.part` file is
   resumed with a Range request, and the caller renames the folder into place once complete.
   `revision` is part of the cached copy's identity only (S3 has no repository revisions).
+  A full disk (ENOSPC/EDQUOT) is `InsufficientDisk` naming the folder and the bytes free; what was
+  written stays partial (never listed) and is resumed once there is room.
 - `hf://org/repo` (+ `revision`): `huggingface_hub.snapshot_download` into the Hugging Face cache
   (`HF_HUB_CACHE` / `HF_HOME`), `local_files_only` when `HF_HUB_OFFLINE` is set; used in place.
 
@@ -17,6 +19,7 @@ May import: boto3, huggingface_hub, the standard library, contract. Called by: s
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -347,12 +350,28 @@ def download_s3(
             previous = None
         if previous != manifest:
             shutil.rmtree(partial)
-    partial.mkdir(parents=True, exist_ok=True)
-    mpath.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-    tracker = _Progress(sum(o.size for o in objects), progress, abort)
-    tracker.add(0)
-    for obj in objects:
-        _fetch_object(client, src, obj, partial.joinpath(*obj.rel.split("/")), tracker)
+    try:
+        partial.mkdir(parents=True, exist_ok=True)
+        mpath.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        tracker = _Progress(sum(o.size for o in objects), progress, abort)
+        tracker.add(0)
+        for obj in objects:
+            _fetch_object(client, src, obj, partial.joinpath(*obj.rel.split("/")), tracker)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise _disk_full(src, partial) from exc
+
+
+def _disk_full(src: S3Source, partial: Path) -> InsufficientDisk:
+    free = "unknown"
+    with contextlib.suppress(OSError):
+        free = str(shutil.disk_usage(partial.parent).free)
+    return InsufficientDisk(
+        f"{src.url()}: disk full, no space left in {partial.parent} ({free} bytes free); "
+        "the partial download is kept and resumed once there is room",
+        field=None,
+    )
 
 
 # --------------------------------------------------------------------------------------------
