@@ -35,6 +35,7 @@ from tests.e2e.conftest import (
     MISSES,
     POLL,
     Agent,
+    Agents,
     stop_process,
     wait_for,
 )
@@ -255,6 +256,14 @@ def admin(cluster: controlplane.ControlPlane) -> Iterator[AdminApi]:
     api = AdminApi(cluster.kubeconfig)
     yield api
     api.close()
+
+
+@pytest.fixture
+def fleet(e2e: E2E, agents: Agents, operators: Operators, admin: AdminApi) -> Any:
+    """`steps.Fleet`: the workspace, agents, operator replicas and the admin API together."""
+    from tests.faults import steps
+
+    return steps.Fleet(e2e=e2e, agents=agents, operators=operators, admin=admin)
 
 
 def slots_everywhere(pool: list[Agent], slot: str) -> dict[str, list[dict[str, Any]]]:

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import E2E, Agents, is_true, wait_for
-from tests.faults.conftest import KnownDefect, Operators, endpoint_urls, expect_fixed, traffic
-from tests.support.kubeapi import AdminApi
+from tests.faults.conftest import KnownDefect, expect_fixed
+from tests.faults.steps import Fleet
 
 LIBFAKETIME = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))
 pytestmark = [
@@ -48,17 +47,11 @@ def when(value: str | None) -> datetime | None:
 )
 @pytest.mark.parametrize("sign", [pytest.param(1, id="ahead"), pytest.param(-1, id="behind")])
 def test_clock_skew_between_operator_and_agent(
-    sign: int,
-    e2e: E2E,
-    agents: Agents,
-    operators: Operators,
-    admin: AdminApi,
-    figures: dict[str, object],
-    model_a: Path,
-    model_b: Path,
+    sign: int, fleet: Fleet, figures: dict[str, object], model_a: Path, model_b: Path
 ) -> None:
+    e2e = fleet.e2e
     offset = f"{'+' if sign > 0 else '-'}{int(SKEW.total_seconds())}"
-    skewed = agents.start(
+    skewed = fleet.agents.start(
         "skewed",
         env={
             "LD_PRELOAD": LIBFAKETIME[0],
@@ -67,21 +60,16 @@ def test_clock_skew_between_operator_and_agent(
         },
     )
     node = e2e.register(skewed)
-    operators.start("op-1", standalone=True)
-    e2e.apply(e2e.deployment("chat", model_a, replicas=1))
-    wait_for("deployment Ready", lambda: is_true(e2e.get("mdep", "chat"), "Ready"))
-    wait_for("endpoint", lambda: len(endpoint_urls(admin, e2e.namespace, "chat")) == 1)
+    fleet.operators.start("op-1", standalone=True)
+    fleet.deploy("chat", model_a, replicas=1)
     status = e2e.get("inode", node, namespaced=False)["status"]
     beat = when(status["lastHeartbeatTime"])
     assert beat is not None
     assert abs((datetime.now(UTC) - beat).total_seconds()) < 10  # the operator's clock
-    assert is_true(e2e.get("inode", node, namespaced=False), "Ready")
-    with traffic(admin, e2e, "chat") as load:
+    assert fleet.node_ready(node)
+    with fleet.traffic("chat") as load:
         time.sleep(1)
-        e2e.apply(e2e.deployment("chat", model_b, replicas=1))
-        plan = str(
-            wait_for("SwapPlan", lambda: e2e.get("mdep", "chat").get("status", {}).get("swapPlan"))
-        )
+        plan = fleet.change_model("chat", model_b, replicas=1)
         deadline = time.monotonic() + PLAN_WAIT
         while time.monotonic() < deadline:
             swp = e2e.get("swp", plan)
@@ -99,7 +87,7 @@ def test_clock_skew_between_operator_and_agent(
         requests_failed=load.failed,
     )
     assert load.failed == 0, load.errors[:5]  # the data plane never cares about clocks
-    assert is_true(e2e.get("inode", node, namespaced=False), "Ready")
+    assert fleet.node_ready(node)
     expect_fixed(st.get("phase") == "Completed", f"plan {st.get('phase')}, step {step}")
     times = [when(step.get(k)) for k in ("startedAt", "warmAt", "switchedAt", "finishedAt")]
     began, ended = when(st.get("startedAt")), when(st.get("completedAt"))

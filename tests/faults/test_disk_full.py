@@ -4,7 +4,8 @@ S3, while the same agent serves another deployment under load.
 The download fails with a clear error in the deployment's status (it names the disk), no partial
 model is ever used or listed, the other deployment keeps serving (0 failed requests), and once
 space returns the download completes and the deployment becomes Ready. The agent's own answer to
-the download that hit ENOSPC is checked too (today an HTTP 500: a known defect)."""
+the download that hit ENOSPC is checked too: HTTP 507 naming the disk (it was a 500 before
+sources.download_s3 mapped ENOSPC to InsufficientDisk)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,10 @@ import httpx
 import pytest
 
 from mlxfleet_agent import sources
-from tests.e2e.conftest import E2E, Agent, Agents, condition, is_true, wait_for
+from tests.e2e.conftest import Agent, condition, is_true, wait_for
 from tests.faults import disk
-from tests.faults.conftest import KnownDefect, Operators, expect_fixed, traffic
+from tests.faults.steps import Fleet
 from tests.support import tcpproxy
-from tests.support.kubeapi import AdminApi
 from tests.support.s3 import S3Server
 
 pytestmark = [
@@ -73,23 +73,14 @@ def prefetch_during_fill(
     return answer[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KnownDefect,
-    reason="a download that hits ENOSPC is answered HTTP 500 'Internal Server Error' "
-    "(sources._fetch_object catches only botocore errors; the OSError escapes the control API); "
-    "status names the disk only once a retry is refused by the free-space check",
-)
 def test_disk_full_during_download_is_reported_and_recovers(
-    e2e: E2E,
-    agents: Agents,
-    operators: Operators,
-    admin: AdminApi,
+    fleet: Fleet,
     s3_server: S3Server,
     figures: dict[str, object],
     model_a: Path,
     model_b: Path,
 ) -> None:
+    e2e, agents = fleet.e2e, fleet.agents
     bucket = s3_server.make_bucket()
     source = upload(s3_server, bucket, model_b, "chat-b")
     other = upload(s3_server, bucket, model_a, "chat-a")
@@ -103,10 +94,9 @@ def test_disk_full_during_download_is_reported_and_recovers(
     with disk.small_disk(agents.root / "d" / "models", size_mb=DISK_MB) as small:
         agent = agents.start("d", env=env)
         node = e2e.register(agent)
-        operators.start("op-1", standalone=True)
-        e2e.apply(e2e.deployment("steady", model_a, replicas=1))
-        wait_for("steady Ready", lambda: is_true(e2e.get("mdep", "steady"), "Ready"))
-        with traffic(admin, e2e, "steady") as load:
+        fleet.operators.start("op-1", standalone=True)
+        fleet.deploy("steady", model_a, replicas=1)
+        with fleet.traffic("steady") as load:
             store.delay(1.0, count=3)  # hold the listing and the first download request
             fresh = e2e.deployment("fresh", model_b, replicas=1)
             fresh["spec"]["model"] = {"source": source}
@@ -157,7 +147,6 @@ def test_disk_full_during_download_is_reported_and_recovers(
         small.free()
         store.stop()
         figures["agent_answer_to_enospc"] = f"{answer.status_code} {answer.text[:120]}"
-        expect_fixed(
-            answer.status_code == 507 and "space" in answer.text,
-            f"agent answered {answer.status_code}: {answer.text[:200]}",
-        )
+        assert answer.status_code == 507, answer.text[:200]
+        assert "no space left" in answer.text, answer.text[:200]
+        assert "disk full" in answer.text, answer.text[:200]

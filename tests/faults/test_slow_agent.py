@@ -5,7 +5,6 @@ dead, nothing moves, clients see no failure. Only `--misses` consecutive misses 
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from datetime import datetime
 from pathlib import Path
@@ -13,39 +12,32 @@ from pathlib import Path
 import pytest
 
 from mlxfleet_operator.adapters import agent as agent_client
-from tests.e2e.conftest import E2E, MISSES, Agents, is_true, wait_for
-from tests.faults.conftest import Operators, endpoint_urls, traffic
+from tests.e2e.conftest import MISSES, is_true
+from tests.faults.steps import Fleet
 from tests.support import tcpproxy
-from tests.support.kubeapi import AdminApi
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster, pytest.mark.mlx, pytest.mark.timeout(600)]
 
-POLL_TIMEOUT = agent_client.DEFAULT_TIMEOUT.read  # seconds the operator waits for /v1/state
-assert POLL_TIMEOUT is not None
+POLL_TIMEOUT: float = agent_client.DEFAULT_TIMEOUT.read or 0.0  # the operator waits for /v1/state
 
 
 def test_one_slow_answer_does_not_declare_the_node_dead(
-    e2e: E2E,
-    agents: Agents,
-    operators: Operators,
-    admin: AdminApi,
-    figures: dict[str, object],
-    model_a: Path,
+    fleet: Fleet, figures: dict[str, object], model_a: Path
 ) -> None:
     assert MISSES >= 2  # one slow answer is one miss
-    slow, other = agents.start("a"), agents.start("b")
+    assert POLL_TIMEOUT > 0
+    e2e, admin = fleet.e2e, fleet.admin
+    slow, other = fleet.agents.start("a"), fleet.agents.start("b")
     front = tcpproxy.Proxy("127.0.0.1", slow.control_port)
     secret = f"agent-{e2e.label}-a"
     e2e.secret(secret, {"token": slow.token})
     na = e2e.node("a", f"http://{front.address}", secret)
     e2e.register(other)
-    operators.start("op-1", standalone=True)
-    e2e.apply(e2e.deployment("chat", model_a))
-    wait_for("deployment Ready", lambda: is_true(e2e.get("mdep", "chat"), "Ready"))
-    wait_for("both endpoints", lambda: len(endpoint_urls(admin, e2e.namespace, "chat")) == 2)
-    before = sorted(p["node"] for p in e2e.get("mdep", "chat")["status"]["placements"])
+    fleet.operators.start("op-1", standalone=True)
+    fleet.deploy("chat", model_a)
+    before = fleet.placed("chat")
     ready, beats, placements = [], [], []
-    with traffic(admin, e2e, "chat") as load:
+    with fleet.traffic("chat") as load:
         time.sleep(2)
         held = time.time()
         front.delay(2 * POLL_TIMEOUT, count=1)
@@ -59,10 +51,7 @@ def test_one_slow_answer_does_not_declare_the_node_dead(
             md = admin.get(deployment) or {}
             placements.append(sorted(p["node"] for p in md["status"]["placements"]))
             time.sleep(0.2)
-    events = e2e.kubectl(
-        "get", "events", "-A", "--field-selector", f"involvedObject.name={na}", "-o", "json"
-    )
-    reasons = [e["reason"] for e in json.loads(events)["items"]]
+    reasons = fleet.event_reasons(na)
     changes = [b for i, b in enumerate(beats) if i == 0 or b != beats[i - 1]]
     stamps = [datetime.fromisoformat(b.replace("Z", "+00:00")) for b in changes if b]
     gap = max((b - a).total_seconds() for a, b in itertools.pairwise(stamps))

@@ -26,10 +26,10 @@ import httpx
 import pytest
 
 from mlxfleet_operator.core import naming
-from tests.e2e.conftest import E2E, Agent, Agents, is_true, wait_for
+from tests.e2e.conftest import Agent, Agents, wait_for
 from tests.e2e.loadgen import DiscoveredLoad, fixed
-from tests.faults.conftest import Operators, endpoint_urls, plan_status, slots_everywhere, traffic
-from tests.support.kubeapi import AdminApi
+from tests.faults.conftest import Operators
+from tests.faults.steps import Fleet, assert_swapped_cleanly, swap_during
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -61,59 +61,32 @@ def test_standalone_refuses_beside_an_elected_leader(operators: Operators) -> No
 
 @pytest.mark.mlx
 def test_two_standalone_operators_drive_one_plan_without_damage(
-    e2e: E2E,
-    agents: Agents,
-    operators: Operators,
-    admin: AdminApi,
-    figures: dict[str, object],
-    model_a: Path,
-    model_b: Path,
+    fleet: Fleet, figures: dict[str, object], model_a: Path, model_b: Path
 ) -> None:
-    pool = [agents.start("a"), agents.start("b")]
+    e2e = fleet.e2e
+    pool = [fleet.agents.start("a"), fleet.agents.start("b")]
     nodes = [e2e.register(agent) for agent in pool]
-    operators.start("op-1", standalone=True)
-    e2e.apply(e2e.deployment("chat", model_a))
-    wait_for("deployment Ready", lambda: is_true(e2e.get("mdep", "chat"), "Ready"))
-    operators.start("op-2", standalone=True)
-    wait_for("both endpoints", lambda: len(endpoint_urls(admin, e2e.namespace, "chat")) == 2)
-    with traffic(admin, e2e, "chat") as load:
-        time.sleep(3)  # both operators reconcile the same objects
-        e2e.apply(e2e.deployment("chat", model_b))
-        plan = str(
-            wait_for("SwapPlan", lambda: e2e.get("mdep", "chat").get("status", {}).get("swapPlan"))
-        )
-        started = time.time()
-        wait_for(
-            "plan Completed",
-            lambda: plan_status(e2e, plan).get("phase") == "Completed",
-            timeout=300,
-        )
-        completed = time.time()
-        wait_for("deployment Ready", lambda: is_true(e2e.get("mdep", "chat"), "Ready"))
-        time.sleep(2)
-    slot = naming.slot_name(e2e.namespace, "chat")
-    new = f"file://{model_b}"
+    fleet.operators.start("op-1", standalone=True)
+    fleet.deploy("chat", model_a)
+    fleet.operators.start("op-2", standalone=True)
+    time.sleep(3)  # both operators reconcile the same objects
+    swap = swap_during(fleet, model_b)
     events = json.loads(
         e2e.kubectl("get", "events", "-A", "-o", "json", "--field-selector", "reason=NodeReady")
     )["items"]
-    ready_events = sum(1 for e in events if e["involvedObject"]["name"] in nodes)
     figures.update(
         scenario="7 two operators without election",
-        plan_s=round(completed - started, 2),
-        requests_ok=load.ok,
-        requests_failed=load.failed,
-        node_ready_events=ready_events,
+        plan_s=round(swap.completed - swap.injected, 2),
+        requests_ok=swap.load.ok,
+        requests_failed=swap.load.failed,
+        node_ready_events=sum(1 for e in events if e["involvedObject"]["name"] in nodes),
     )
+    assert_swapped_cleanly(fleet, swap, pool, model_b)
+    slot = naming.slot_name(e2e.namespace, "chat")
     for agent in pool:
-        records = agent.swaps(slot)
-        assert [(r["toSource"], r["outcome"]) for r in records] == [(new, "Completed")]
-        assert_sequential(records)
-    plans = [p["metadata"]["name"] for p in e2e.list("swapplans")]
-    assert plans == [plan]
-    assert {n: len(s) for n, s in slots_everywhere(pool, slot).items()} == {"a": 1, "b": 1}
-    assert load.failed == 0, load.errors[:5]
-    assert load.lost() == 0
-    assert all(r.alive() for r in operators.replicas.values())
+        assert_sequential(agent.swaps(slot))
+    assert [p["metadata"]["name"] for p in e2e.list("swapplans")] == [swap.plan]
+    assert all(r.alive() for r in fleet.operators.replicas.values())
 
 
 def put_slot(agent: Agent, slot: str, source: Path) -> httpx.Response:
