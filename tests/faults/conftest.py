@@ -78,7 +78,7 @@ class Replica:
         self.starts += 1
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env["POD_NAME"] = self.name
-        with (self.log_dir / f"{self.name}-{self.starts}.log").open("wb") as log:
+        with self.log_path().open("wb") as log:
             self.proc = subprocess.Popen(
                 self.cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
@@ -90,6 +90,10 @@ class Replica:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def log_path(self) -> Path:
+        """The log of the current (latest) run."""
+        return self.log_dir / f"{self.name}-{self.starts}.log"
 
     def log(self) -> str:
         return "\n".join(
@@ -193,14 +197,19 @@ def operators(cluster: controlplane.ControlPlane, tmp_path: Path) -> Iterator[Op
     api.close()
 
 
-def takeover(lease: LeaseSampler, since: float) -> float:
-    """Seconds from `since` until the Lease named a holder other than the one it named then."""
-    before = [s.holder for s in lease.samples if s.received <= since]
-    old = before[-1] if before else None
-    return (
-        next(s.received for s in lease.samples if s.sent > since and s.holder not in (None, old))
-        - since
-    )
+def takeover(lease: LeaseSampler, since: float, *, timeout: float = 30) -> float:
+    """Seconds from `since` until the Lease named a holder other than the one it named then
+    (waits for the sampler to see it)."""
+
+    def changed() -> float | None:
+        samples = list(lease.samples)
+        before = [s.holder for s in samples if s.received <= since]
+        old = before[-1] if before else None
+        return next(
+            (s.received for s in samples if s.sent > since and s.holder not in (None, old)), None
+        )
+
+    return float(wait_for("the sampled Lease names a new holder", changed, timeout=timeout)) - since
 
 
 def plan_status(ws: E2E, plan: str) -> dict[str, Any]:
