@@ -124,6 +124,18 @@ def test_long_names_work_end_to_end(
         if s["metadata"]["labels"].get("kubernetes.io/service-name") == service
     ]
     assert [len(s["endpoints"]) for s in slices] == [1]
+    # the scale subresource's selector selects exactly this deployment's objects
+    scale = json.loads(e2e.kubectl("get", "--raw",
+                                   f"/apis/mlxfleet.io/v1alpha1/namespaces/{e2e.namespace}"
+                                   f"/modeldeployments/{name}/scale"))  # fmt: skip
+    selector = scale["status"]["selector"]
+    assert selector == md["status"]["selector"]
+    selected = e2e.kubectl("-n", e2e.namespace, "get", "services,endpointslices", "-l", selector,
+                           "-o", "name").split()  # fmt: skip
+    assert sorted(selected) == sorted(
+        [f"service/{service}"]
+        + [f"endpointslice.discovery.k8s.io/{s['metadata']['name']}" for s in slices]
+    )
     placement = md["status"]["placements"][0]
     client = openai.OpenAI(base_url=placement["endpoint"] + "/v1", api_key="-", max_retries=0)
     reply = client.completions.create(model=name, prompt="hi", max_tokens=4)
@@ -139,6 +151,8 @@ def test_long_names_work_end_to_end(
         timeout=240,
     )
     assert all(len(v) <= 63 for v in done["metadata"]["labels"].values())
+    plans = e2e.kubectl("-n", e2e.namespace, "get", "swp", "-l", selector, "-o", "name")
+    assert plans.split() == [f"swapplan.mlxfleet.io/{plan}"]
     slot = naming.slot_name(e2e.namespace, name)
     assert [s["source"] for s in agent.state()["slots"] if s["name"] == slot] == [
         f"file://{model_b}"

@@ -315,6 +315,9 @@ def test_paused_plan_stays_paused_and_a_plan_that_did_nothing_is_not_completed(
     paused = e2e.get("swp", "to-rev2")
     assert paused["status"]["phase"] == "Paused", paused["status"]
     assert condition(paused, "Ready")["reason"] == "Paused"
+    assert is_true(paused, "Ready")  # where its spec puts it: GitOps syncs finish (gitops.md)
+    assert not is_true(paused, "Stalled")
+    assert not is_true(paused, "Reconciling")
     steps = {s["node"]: s for s in paused["status"]["steps"]}
     assert ghost in steps[ghost]["message"]
     assert "no InferenceNode" in steps[ghost]["message"]

@@ -1,14 +1,17 @@
-"""`mlxfleet-operator`: run the kopf operator with mlxfleet's settings, as an elected leader.
+"""`mlxfleet-operator`: run the kopf operator with mlxfleet's settings, as an elected leader
+(the composition root).
 
-Parses flags into `settings.OperatorSettings` (and `leader.ElectionSettings`), configures them,
-then imports the handlers (their timer intervals come from the settings) and runs kopf.
+Parses flags into `settings.OperatorSettings` (and `leader.ElectionSettings`), builds the runtime
+from them (Kubernetes facade, fleet view, metrics server) and the kopf registry
+(`handlers.registry(config)`: timer intervals from the settings), then runs kopf with both.
 By default every replica campaigns for the Lease `--lease-name` in the operator's namespace: the
-leader runs kopf (handlers, agents); a standby only waits (docs/operator.md, "High availability").
-A leader that cannot renew before its renew deadline exits at once (fencing); on SIGTERM it stops
-kopf, lets in-flight Kubernetes calls finish, then releases the Lease so a standby takes over.
-`--standalone` is one operator with no election (tests, local demo); it refuses to start while an
-elected leader renews the Lease.
-May import: kopf, settings, adapters.leader / adapters.election, handlers (lazily).
+leader runs kopf (handlers, agents); a standby only waits, its runtime and registry already built
+(docs/operator.md, "High availability"). A leader that cannot renew before its renew deadline
+exits at once (fencing); on SIGTERM it stops kopf, lets in-flight Kubernetes calls finish, then
+releases the Lease so a standby takes over. `--standalone` is one operator with no election
+(tests, local demo); it refuses to start while an elected leader renews the Lease.
+May import: kopf, settings, adapters.leader / adapters.election, handlers and adapters.runtime
+(lazily, so `--help` stays fast).
 Called by: the console script.
 """
 
@@ -16,16 +19,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import pydantic
 
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import election, leader
+
+if TYPE_CHECKING:
+    import kopf
 
 DEPRECATED_PEERING = (
     "--priority and --peering-name are deprecated and ignored: replicas elect a leader on a "
@@ -191,7 +197,12 @@ def _settings(ns: argparse.Namespace, kubeconfig: str | None) -> opsettings.Oper
     )
 
 
-async def _operate(config: opsettings.OperatorSettings, stop: asyncio.Event | None = None) -> None:
+async def _operate(
+    config: opsettings.OperatorSettings,
+    registry: kopf.OperatorRegistry,
+    memo: kopf.Memo,
+    stop: asyncio.Event | None = None,
+) -> None:
     """kopf with our handlers; returns when it stopped. Never kopf peering: one replica acts at a
     time, by the Lease or by `--standalone`. With `stop` (elected), SIGTERM/SIGINT set it instead
     of kopf's own handlers, so the caller sees the signal and bounds kopf's shutdown."""
@@ -200,6 +211,8 @@ async def _operate(config: opsettings.OperatorSettings, stop: asyncio.Event | No
     namespaces, clusterwide = list(config.namespaces), not config.namespaces
     if stop is None:
         await kopf.operator(
+            registry=registry,
+            memo=memo,
             standalone=True,
             namespaces=namespaces,
             clusterwide=clusterwide,
@@ -210,6 +223,8 @@ async def _operate(config: opsettings.OperatorSettings, stop: asyncio.Event | No
     current = asyncio.current_task()
     existing = {t for t in asyncio.all_tasks() if t is not current}
     tasks = await kopf.spawn_tasks(
+        registry=registry,
+        memo=memo,
         standalone=True,
         namespaces=namespaces,
         clusterwide=clusterwide,
@@ -223,7 +238,6 @@ async def _operate(config: opsettings.OperatorSettings, stop: asyncio.Event | No
 
 def main(argv: list[str] | None = None) -> None:
     config, elected = parse_all(list(sys.argv[1:] if argv is None else argv))
-    opsettings.configure(config)
     if config.kubeconfig:
         os.environ["KUBECONFIG"] = config.kubeconfig  # kopf's own login reads it
     logging.basicConfig(
@@ -231,10 +245,24 @@ def main(argv: list[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per agent call is noise
-    importlib.import_module("mlxfleet_operator.handlers")  # a standby is ready to lead at once
+    import kopf
+
+    from mlxfleet_operator import handlers
+    from mlxfleet_operator.adapters import runtime
+
+    try:  # built before the campaign: a standby is ready to lead at once
+        memo = kopf.Memo({runtime.KEY: runtime.start(config)})
+    except runtime.StartError as exc:  # exit 2 naming the flag, as for a bad flag value
+        print(f"mlxfleet-operator: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+    registry = handlers.registry(config)
     if config.standalone:
         asyncio.run(
-            election.alone(elected, kubeconfig=config.kubeconfig, operate=lambda: _operate(config))
+            election.alone(
+                elected,
+                kubeconfig=config.kubeconfig,
+                operate=lambda: _operate(config, registry, memo),
+            )
         )
     else:
         asyncio.run(
@@ -242,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
                 elected,
                 kubeconfig=config.kubeconfig,
                 liveness=config.liveness,
-                operate=lambda stop: _operate(config, stop),
+                operate=lambda stop: _operate(config, registry, memo, stop),
             )
         )
 

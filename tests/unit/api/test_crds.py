@@ -130,8 +130,29 @@ def test_names_scope_and_subresources() -> None:
         assert spec["names"]["shortNames"] == list(resource.short_names)
         (version,) = spec["versions"]
         assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
-        assert version["subresources"] == {"status": {}}
+        scale = {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        }
+        expected = {"scale": scale} if resource.kind == "ModelDeployment" else {}
+        assert version["subresources"] == {"status": {}, **expected}
         assert version["schema"]["openAPIV3Schema"]["required"] == ["spec"]
+
+
+def test_scale_paths_exist_in_the_schema() -> None:
+    """Each path of the scale subresource names a field the schema has (an integer or string)."""
+    (version,) = _crds()["ModelDeployment"]["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
+    for key, kind in (
+        ("specReplicasPath", "integer"),
+        ("statusReplicasPath", "integer"),
+        ("labelSelectorPath", "string"),
+    ):
+        node = schema
+        for part in version["subresources"]["scale"][key].strip(".").split("."):
+            node = node["properties"][part]
+        assert node["type"] == kind, key
 
 
 @pytest.mark.parametrize(

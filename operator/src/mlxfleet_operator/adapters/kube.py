@@ -272,10 +272,7 @@ class Kube:
         namespace, name = meta["namespace"], meta["name"]
         service = naming.service_name(name)
         owner = [owner_reference(deployment)]
-        labels = {
-            "app.kubernetes.io/managed-by": MANAGED_BY,
-            resources.DEPLOYMENT_LABEL: naming.label_value(name),
-        }
+        labels = {"app.kubernetes.io/managed-by": MANAGED_BY, **naming.deployment_labels(name)}
         annotations = {resources.DEPLOYMENT_ANNOTATION: name}
         svc_body: JsonDict = {
             "apiVersion": "v1",

@@ -1,6 +1,8 @@
 """Deterministic names: agent slot names, Service names, SwapPlan names and label values.
 
-May import: the standard library. Called by: handlers (slot PUT/DELETE, Service, SwapPlan create).
+May import: the standard library, `api.modelref` and `api.resources` (the label key). Called by:
+core (slot names, SwapPlan names and labels, the scale subresource's status.selector), adapters
+(Service, EndpointSlices and their labels) and the kopf index of slot names.
 A name derived here must be the same on every operator replica and after every restart, so the
 agent's declarative API and `create` (409 = already there) make repeated work harmless. A
 ModelDeployment name may be a DNS subdomain of up to 253 characters; what a name feeds must fit
@@ -12,6 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+
+from mlxfleet_operator.api import resources
+from mlxfleet_operator.api.modelref import ModelRef
 
 DNS_LABEL_MAX = 63
 LABEL_VALUE_MAX = 63
@@ -62,7 +67,7 @@ def endpoint_slice_name(service: str, port: int) -> str:
     return f"{base}-p{port}"
 
 
-def swap_plan_name(deployment: str, source: str, revision: str | None, *, generation: int) -> str:
+def swap_plan_name(deployment: str, model: ModelRef, *, generation: int) -> str:
     """SwapPlan created by the operator for one model change: same change => same name.
 
     The hash covers the target and the deployment generation that asked for it, so an operator
@@ -70,7 +75,7 @@ def swap_plan_name(deployment: str, source: str, revision: str | None, *, genera
     making a second one, a plan that rolled back is not silently retried, and going back and
     forth between two models (A -> B -> A -> B) still gets a fresh plan each time.
     """
-    suffix = _digest(source, revision or "", str(generation))
+    suffix = _digest(model.source, model.revision or "", str(generation))
     return f"{deployment[: 253 - HASH_LEN - 1]}-{suffix}"
 
 
@@ -82,3 +87,17 @@ def label_value(name: str) -> str:
         return name
     suffix = _digest(name, length=LABEL_HASH_LEN)
     return f"{name[: LABEL_VALUE_MAX - LABEL_HASH_LEN - 1]}-{suffix}"
+
+
+def deployment_labels(name: str) -> dict[str, str]:
+    """The label the operator puts on what it makes for ModelDeployment `name` (Service,
+    EndpointSlices, SwapPlans): `mlxfleet.io/deployment` with the bounded `label_value`."""
+    return {resources.DEPLOYMENT_LABEL: label_value(name)}
+
+
+def deployment_selector(name: str) -> str:
+    """ModelDeployment status.selector, the scale subresource's selector (HPA requires one).
+
+    Built from `deployment_labels`, so it matches what the operator labels for every name,
+    including those longer than a label value may be."""
+    return ",".join(f"{key}={value}" for key, value in deployment_labels(name).items())
