@@ -40,9 +40,9 @@ def when(value: str | None) -> datetime | None:
 @pytest.mark.xfail(
     strict=True,
     raises=KnownDefect,
-    reason="core/swapplan._record_for matches the agent's swap record by record.started_at >= "
+    reason="core/swapplan/steps.record_to matches the agent's swap record by record.started_at >= "
     "step.started_at - 120 s (agent clock vs operator clock): 5 min behind, the record is never "
-    "matched and the plan hangs in Loading; 5 min ahead, _with_record copies the agent's "
+    "matched and the plan hangs in Loading; 5 min ahead, steps.with_record copies the agent's "
     "warmAt/switchedAt/finishedAt next to the operator's startedAt, 5 min apart",
 )
 @pytest.mark.parametrize("sign", [pytest.param(1, id="ahead"), pytest.param(-1, id="behind")])

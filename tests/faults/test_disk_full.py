@@ -5,7 +5,7 @@ The download fails with a clear error in the deployment's status (it names the d
 model is ever used or listed, the other deployment keeps serving (0 failed requests), and once
 space returns the download completes and the deployment becomes Ready. The agent's own answer to
 the download that hit ENOSPC is checked too: HTTP 507 naming the disk (it was a 500 before
-sources.download_s3 mapped ENOSPC to InsufficientDisk)."""
+models/s3.download mapped ENOSPC to InsufficientDisk)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mlxfleet_agent import sources
+from mlxfleet_agent.models import source as msource
 from tests.e2e.conftest import Agent, condition, is_true, wait_for
 from tests.faults import disk
 from tests.faults.steps import Fleet
@@ -36,8 +36,8 @@ pytestmark = [
     ),
 ]
 
-# The agent keeps 2 GiB free (store.DEFAULT_MIN_FREE_BYTES): a disk a little larger passes its
-# check before the download; filling it afterwards makes the download itself hit ENOSPC.
+# The agent keeps 2 GiB free (models/store.DEFAULT_MIN_FREE_BYTES): a disk a little larger passes
+# its check before the download; filling it afterwards makes the download itself hit ENOSPC.
 DISK_MB = 2200
 LEAVE = 64 * 1024  # room for the small files, not for the weights
 
@@ -116,7 +116,7 @@ def test_disk_full_during_download_is_reported_and_recovers(
             )
             reported = time.time()
             time.sleep(3)  # retried meanwhile: still failing, nothing half-downloaded used
-            mid = sources.model_id(source, None)
+            mid = msource.parse(source, None).id
             cached = {m["id"]: m for m in agent.state()["cachedModels"]}
             complete = small.mount / ".mlxfleet-store" / "s3" / mid
             still = condition(e2e.get("mdep", "fresh"), "Ready")
