@@ -7,8 +7,8 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: install check lint format typecheck contracts crds crds-check manifests manifests-check \
-        tools test test-fast test-slow cluster-up cluster-down control-plane demo demo-down bench \
-        report-sample clean
+        tools test test-fast test-slow test-faults cluster-up cluster-down control-plane demo \
+        demo-down bench report-sample clean
 
 $(STAMP): pyproject.toml
 	scripts/install-system-deps.sh
@@ -55,9 +55,13 @@ tools:  ## build (once, cached) helm and the kstatus checker (Flux's status logi
 	scripts/build-tools.sh helm >/dev/null
 	scripts/build-tools.sh kstatus >/dev/null
 
-test: $(STAMP) control-plane tools  ## fast suites, then the slow ones once the fast pass
-	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+test: $(STAMP) control-plane tools  ## fast suites, then the fault scenarios, then the slow ones
+	$(BIN)/pytest -m "not slow and not faults" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "faults and not slow" $(PYTEST_ARGS)
 	$(BIN)/pytest -m "slow" $(PYTEST_ARGS)
+
+test-faults: $(STAMP) control-plane  ## the fault-injection scenarios only (tests/faults, root)
+	$(BIN)/pytest -m "faults" $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not slow and not cluster and not mlx and not s3 and not tools" $(PYTEST_ARGS)

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # System libraries mlxfleet needs beyond Python packages, installed only when missing:
 #   - pango and harfbuzz-subset (weasyprint renders the monthly executive PDF and subsets fonts),
-#   - poppler-utils (tests read the PDF with pdftotext/pdftoppm).
+#   - poppler-utils (tests read the PDF with pdftotext/pdftoppm),
+#   - faketime (libfaketime: the clock-skew fault tests run an agent minutes off the real time).
 # Needs root (or passwordless sudo) and Debian/Ubuntu apt; elsewhere it says what to install.
 set -euo pipefail
 missing=()
 ldconfig -p 2>/dev/null | grep -q 'libpango-1.0.so' || missing+=(libpango-1.0-0 libpangoft2-1.0-0)
 command -v pdftotext >/dev/null || missing+=(poppler-utils)
 ldconfig -p 2>/dev/null | grep -q 'libharfbuzz-subset.so' || missing+=(libharfbuzz-subset0)
+command -v faketime >/dev/null || missing+=(faketime)
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 if [[ "$(uname)" == "Darwin" ]]; then
-  echo "install with Homebrew: brew install pango poppler" >&2; exit 0
+  echo "install with Homebrew: brew install pango poppler libfaketime" >&2; exit 0
 fi
 SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo -n"
 if command -v apt-get >/dev/null; then

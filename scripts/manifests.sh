@@ -8,7 +8,7 @@
 # Direction of each copy:
 #   crds/*.yaml (from the pydantic models)       -> charts/mlxfleet/files/crds/
 #   manifests/grafana/mlxfleet-dashboard.json    -> charts/mlxfleet/files/grafana/
-#   charts/mlxfleet templates (helm template)    -> manifests/base/{namespace,serviceaccount,rbac,deployment,join}.yaml
+#   charts/mlxfleet templates (helm template)    -> manifests/base/{namespace,serviceaccount,rbac,deployment,join,pdb}.yaml
 #                                                -> manifests/cronjobs/{rbac,report-config,weekly-report,monthly-report}.yaml
 # The rendered files drop the two Helm-only labels (helm.sh/chart, managed-by: Helm).
 set -euo pipefail
@@ -40,7 +40,7 @@ render() {  # render TEMPLATE DEST [helm flags...]
   } >"$OUT/$dest"
 }
 render templates/namespace.yaml manifests/base/namespace.yaml --set namespace.create=true
-for name in serviceaccount rbac deployment; do
+for name in serviceaccount rbac deployment pdb; do
   render "templates/operator/$name.yaml" "manifests/base/$name.yaml"
 done
 render templates/join/join.yaml manifests/base/join.yaml

@@ -79,13 +79,15 @@ class Agent:
     tls: tuple[Path, Path, Path] | None = None  # (cert, key, CA) for an https control API
     env: dict[str, str | None] = field(default_factory=dict)  # None: removed from the env
     flags: list[str] = field(default_factory=list)  # more `serve` flags
+    host: str = "127.0.0.1"  # --bind (fault tests: an address in a network namespace)
+    prefix: list[str] = field(default_factory=list)  # e.g. `ip netns exec NS`, `faketime ...`
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
     @property
     def url(self) -> str:
         scheme = "https" if self.tls else "http"
-        return f"{scheme}://127.0.0.1:{self.control_port}"
+        return f"{scheme}://{self.host}:{self.control_port}"
 
     @property
     def verify(self) -> ssl.SSLContext | bool:
@@ -93,7 +95,7 @@ class Agent:
 
     @property
     def data_url(self) -> str:
-        return f"http://127.0.0.1:{self.data_port}"
+        return f"http://{self.host}:{self.data_port}"
 
     def start(self) -> None:
         (self.root / "state").mkdir(parents=True, exist_ok=True)
@@ -101,7 +103,7 @@ class Agent:
         token_file.write_text(self.token + "\n")
         token_file.chmod(0o600)
         cmd = [
-            str(BIN / "mlxfleet-agent"), "serve",
+            *self.prefix, str(BIN / "mlxfleet-agent"), "serve", "--bind", self.host,
             "--state-dir", str(self.root / "state"),
             "--models-dir", str(self.root / "models"),
             "--allowed-root", str(self.models_root),
@@ -186,20 +188,21 @@ class Agents:
         memory_budget: int | None = None,
         tls: tuple[Path, Path, Path] | None = None,
         env: dict[str, str | None] | None = None,
-        flags: list[str] | None = None,
+        **more: Any,
     ) -> Agent:
+        """Start an agent; `more`: other `Agent` fields (host, prefix, models_root)."""
         control, data = controlplane.free_ports(2)
+        more.setdefault("models_root", self.models_root)
         agent = Agent(
             name=name,
             root=self.root / name,
-            models_root=self.models_root,
             control_port=control,
             data_port=data,
             token=secrets.token_urlsafe(24),
             memory_budget=memory_budget,
             tls=tls,
             env=dict(env or {}),
-            flags=list(flags or []),
+            **more,
         )
         self.started.append(agent)
         agent.start()

@@ -70,17 +70,16 @@ def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
     return found
 
 
-def chart_copy(dest: Path, *, leader_election: bool = False, gateway: bool = False) -> Path:
-    """A copy of the chart whose Chart.yaml says the image has Lease election / the gateway,
-    as the chart will once issues 13 and 9 land (the branches that are refused today)."""
+def chart_copy(dest: Path, *, leader_election: bool = True, gateway: bool = False) -> Path:
+    """A copy of the chart whose Chart.yaml says whether the image has Lease election (it has,
+    since issue 13; False: an older image) and the gateway (once issue 9 lands)."""
     chart = dest / "mlxfleet"
     shutil.copytree(CHART, chart)
     text = (chart / "Chart.yaml").read_text()
-    if leader_election:
-        text = text.replace(
-            'mlxfleet.io/operator-leader-election: "false"',
-            'mlxfleet.io/operator-leader-election: "true"',
-        )
+    shipped = 'mlxfleet.io/operator-leader-election: "true"'
+    assert shipped in text
+    if not leader_election:
+        text = text.replace(shipped, 'mlxfleet.io/operator-leader-election: "false"')
     if gateway:
         text = text.replace('mlxfleet.io/gateway: "false"', 'mlxfleet.io/gateway: "true"')
     (chart / "Chart.yaml").write_text(text)
@@ -124,13 +123,26 @@ class ChartOperator:
         path.chmod(0o600)
         return path
 
-    def rendered_args(self) -> list[str]:
+    def container(self) -> dict[str, Any]:
         deployment = json.loads(
             self.plane.kubectl("-n", NAMESPACE, "get", "deployment", OPERATOR, "-o", "json").stdout
         )
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
         assert container["command"] == ["mlxfleet-operator"]
-        return list(container["args"])
+        return dict(container)
+
+    def rendered_args(self) -> list[str]:
+        return list(self.container()["args"])
+
+    def rendered_env(self) -> dict[str, str]:
+        """The container's env as the kubelet would fill it: the downward API's pod name (this
+        process's) and namespace; plain values as they are."""
+        fields = {"metadata.name": f"{OPERATOR}-{self.starts}", "metadata.namespace": NAMESPACE}
+        out: dict[str, str] = {}
+        for var in self.container().get("env", []):
+            ref = var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+            out[var["name"]] = fields[ref] if ref else var["value"]
+        return out
 
     def start(self) -> list[str]:
         """Start with the rendered args; only the listen addresses move to free loopback ports."""
@@ -148,9 +160,10 @@ class ChartOperator:
         self.starts += 1
         binary = Path(sys.executable).parent / "mlxfleet-operator"
         cmd = [str(binary), f"--kubeconfig={self.kubeconfig()}", *args]
+        env = {**os.environ, **self.rendered_env()}
         with (self.root / f"operator-{self.starts}.log").open("wb") as log:
             self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
             )
         return args
 

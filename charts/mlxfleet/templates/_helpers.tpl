@@ -87,7 +87,7 @@ app.kubernetes.io/component: reports
 {{- define "mlxfleet.leaderElection" -}}
 {{- if .Values.operator.leaderElection.enabled -}}
 {{- if ne (index .Chart.Annotations "mlxfleet.io/operator-leader-election") "true" -}}
-{{- fail "operator.leaderElection.enabled: this operator image has no Lease leader election yet (issue 13); leave it false (one standalone replica)" -}}
+{{- fail "operator.leaderElection.enabled: this operator image has no Lease leader election; set it false (one standalone replica)" -}}
 {{- end -}}
 true
 {{- end -}}

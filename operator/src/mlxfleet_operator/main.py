@@ -1,10 +1,17 @@
-"""`mlxfleet-operator`: run the kopf operator with mlxfleet's settings (the composition root).
+"""`mlxfleet-operator`: run the kopf operator with mlxfleet's settings, as an elected leader
+(the composition root).
 
-Parses flags into `settings.OperatorSettings`, builds the runtime from them (Kubernetes facade,
-fleet view, metrics server) and the kopf registry (`handlers.registry(config)`: timer intervals
-from the settings), then runs kopf with both. One replica with `--standalone`; two with kopf
-peering and distinct `--priority` values (docs/operator.md).
-May import: kopf, settings, handlers and adapters.runtime (lazily, so `--help` stays fast).
+Parses flags into `settings.OperatorSettings` (and `leader.ElectionSettings`), builds the runtime
+from them (Kubernetes facade, fleet view, metrics server) and the kopf registry
+(`handlers.registry(config)`: timer intervals from the settings), then runs kopf with both.
+By default every replica campaigns for the Lease `--lease-name` in the operator's namespace: the
+leader runs kopf (handlers, agents); a standby only waits, its runtime and registry already built
+(docs/operator.md, "High availability"). A leader that cannot renew before its renew deadline
+exits at once (fencing); on SIGTERM it stops kopf, lets in-flight Kubernetes calls finish, then
+releases the Lease so a standby takes over. `--standalone` is one operator with no election
+(tests, local demo); it refuses to start while an elected leader renews the Lease.
+May import: kopf, settings, adapters.leader / adapters.election, handlers and adapters.runtime
+(lazily, so `--help` stays fast).
 Called by: the console script.
 """
 
@@ -14,19 +21,31 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
+from typing import TYPE_CHECKING
 
 import pydantic
 
 from mlxfleet_operator import settings as opsettings
+from mlxfleet_operator.adapters import election, leader
+
+if TYPE_CHECKING:
+    import kopf
+
+DEPRECATED_PEERING = (
+    "--priority and --peering-name are deprecated and ignored: replicas elect a leader on a "
+    "Lease (--lease-name); kopf peering is not used"
+)
 
 
-def parse(argv: list[str]) -> opsettings.OperatorSettings:
+def _parser() -> argparse.ArgumentParser:
     defaults = opsettings.OperatorSettings()
     p = argparse.ArgumentParser(
         prog="mlxfleet-operator",
         description="Kubernetes operator for mlxfleet: InferenceNode heartbeats, ModelDeployment "
-        "placement and endpoints, SwapPlan execution, failover.",
+        "placement and endpoints, SwapPlan execution, failover. Replicas elect a leader on a "
+        "Lease; only the leader acts.",
     )
     p.add_argument(
         "--kubeconfig", help="kubeconfig file (default: in-cluster ServiceAccount, or $KUBECONFIG)"
@@ -39,10 +58,48 @@ def parse(argv: list[str]) -> opsettings.OperatorSettings:
         "-A", "--all-namespaces", action="store_true", help="watch every namespace (default)"
     )
     p.add_argument(
-        "--standalone", action="store_true", help="no kopf peering (single replica, tests)"
+        "--standalone",
+        action="store_true",
+        help="one operator, no leader election (tests, local demo); never run two",
     )
-    p.add_argument("--priority", type=int, default=defaults.priority, help="kopf peering priority")
-    p.add_argument("--peering-name", default=defaults.peering_name, help="kopf peering object name")
+    election = p.add_argument_group("leader election (ignored with --standalone)")
+    election.add_argument(
+        "--leader-election-namespace",
+        default=None,
+        help="namespace of the Lease (default: $POD_NAMESPACE, the ServiceAccount's namespace "
+        "in a pod, else mlxfleet-system)",
+    )
+    election.add_argument(
+        "--lease-name", default=leader.DEFAULT_LEASE_NAME, help="name of the Lease"
+    )
+    election.add_argument(
+        "--identity",
+        default=None,
+        help="this replica's name in the Lease (default: $POD_NAME or the host name, plus a "
+        "random suffix)",
+    )
+    election.add_argument(
+        "--lease-duration",
+        type=int,
+        default=leader.ElectionSettings.model_fields["lease_duration"].default,
+        help="seconds a standby waits for an unrenewed lease before taking over (default 3)",
+    )
+    election.add_argument(
+        "--renew-deadline",
+        type=float,
+        default=leader.ElectionSettings.model_fields["renew_deadline"].default,
+        help="seconds a leader may go without renewing before it stops (default 2; less than "
+        "--lease-duration)",
+    )
+    election.add_argument(
+        "--retry-period",
+        type=float,
+        default=leader.ElectionSettings.model_fields["retry_period"].default,
+        help="seconds between renews and between a standby's tries (default 0.5)",
+    )
+    # Deprecated: kopf peering (replaced by the Lease). Accepted so old manifests still start.
+    p.add_argument("--priority", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--peering-name", default=None, help=argparse.SUPPRESS)
     p.add_argument(
         "--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz"
     )
@@ -71,19 +128,58 @@ def parse(argv: list[str]) -> opsettings.OperatorSettings:
         "--metrics-host", default=defaults.metrics_host, help="address of the metrics server"
     )
     p.add_argument("--log-level", default=defaults.log_level, help="DEBUG, INFO, WARNING")
+    return p
+
+
+def _flag_errors(exc: pydantic.ValidationError) -> str:
+    return "; ".join(
+        f"--{'-'.join(str(x) for x in e['loc']).replace('_', '-')}: {e['msg']}"
+        for e in exc.errors()
+    )
+
+
+def parse_all(argv: list[str]) -> tuple[opsettings.OperatorSettings, leader.ElectionSettings]:
+    """Operator settings, and the election's (with --standalone: only to check that no elected
+    leader runs)."""
+    p = _parser()
     ns = p.parse_args(argv)
     kubeconfig = ns.kubeconfig or os.environ.get("KUBECONFIG") or None
     if kubeconfig and not os.access(kubeconfig, os.R_OK):
         p.error(f"--kubeconfig {kubeconfig}: no such readable file")
+    if ns.priority is not None or ns.peering_name is not None:
+        print(f"mlxfleet-operator: warning: {DEPRECATED_PEERING}", file=sys.stderr)
     try:
-        return _settings(ns, kubeconfig)
+        config = _settings(ns, kubeconfig)
+    except pydantic.ValidationError as exc:
+        p.error(_flag_errors(exc))
+    try:
+        elected = leader.ElectionSettings(
+            namespace=(
+                leader.default_namespace()
+                if ns.leader_election_namespace is None
+                else ns.leader_election_namespace
+            ),
+            lease_name=ns.lease_name,
+            identity=leader.default_identity() if ns.identity is None else ns.identity,
+            lease_duration=ns.lease_duration,
+            renew_deadline=ns.renew_deadline,
+            retry_period=ns.retry_period,
+        )
     except pydantic.ValidationError as exc:
         p.error(
-            "; ".join(
-                f"--{'-'.join(str(x) for x in e['loc']).replace('_', '-')}: {e['msg']}"
-                for e in exc.errors()
-            )
+            "; ".join(f"--{_election_flag(e['loc'], e['msg'])}: {e['msg']}" for e in exc.errors())
         )
+    return config, elected
+
+
+def _election_flag(loc: tuple[int | str, ...], msg: str) -> str:
+    """The flag an election error is about (a cross-field check names it first in its message)."""
+    name = str(loc[0]) if loc else msg.removeprefix("Value error, ").split(":")[0]
+    return "leader-election-namespace" if name == "namespace" else name.replace("_", "-")
+
+
+def parse(argv: list[str]) -> opsettings.OperatorSettings:
+    return parse_all(argv)[0]
 
 
 def _settings(ns: argparse.Namespace, kubeconfig: str | None) -> opsettings.OperatorSettings:
@@ -91,8 +187,6 @@ def _settings(ns: argparse.Namespace, kubeconfig: str | None) -> opsettings.Oper
         kubeconfig=kubeconfig,
         namespaces=tuple(ns.namespace),
         standalone=ns.standalone,
-        priority=ns.priority,
-        peering_name=ns.peering_name,
         liveness=ns.liveness,
         poll_seconds=ns.poll_seconds,
         misses=ns.misses,
@@ -103,8 +197,47 @@ def _settings(ns: argparse.Namespace, kubeconfig: str | None) -> opsettings.Oper
     )
 
 
+async def _operate(
+    config: opsettings.OperatorSettings,
+    registry: kopf.OperatorRegistry,
+    memo: kopf.Memo,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """kopf with our handlers; returns when it stopped. Never kopf peering: one replica acts at a
+    time, by the Lease or by `--standalone`. With `stop` (elected), SIGTERM/SIGINT set it instead
+    of kopf's own handlers, so the caller sees the signal and bounds kopf's shutdown."""
+    import kopf
+
+    namespaces, clusterwide = list(config.namespaces), not config.namespaces
+    if stop is None:
+        await kopf.operator(
+            registry=registry,
+            memo=memo,
+            standalone=True,
+            namespaces=namespaces,
+            clusterwide=clusterwide,
+            liveness_endpoint=config.liveness,
+        )
+        return
+    loop = asyncio.get_running_loop()
+    current = asyncio.current_task()
+    existing = {t for t in asyncio.all_tasks() if t is not current}
+    tasks = await kopf.spawn_tasks(
+        registry=registry,
+        memo=memo,
+        standalone=True,
+        namespaces=namespaces,
+        clusterwide=clusterwide,
+        liveness_endpoint=config.liveness,
+        stop_flag=stop,
+    )
+    for sig in (signal.SIGTERM, signal.SIGINT):  # kopf installed its own: ours again
+        loop.add_signal_handler(sig, stop.set)
+    await kopf.run_tasks(tasks, ignored=existing)
+
+
 def main(argv: list[str] | None = None) -> None:
-    config = parse(list(sys.argv[1:] if argv is None else argv))
+    config, elected = parse_all(list(sys.argv[1:] if argv is None else argv))
     if config.kubeconfig:
         os.environ["KUBECONFIG"] = config.kubeconfig  # kopf's own login reads it
     logging.basicConfig(
@@ -117,24 +250,29 @@ def main(argv: list[str] | None = None) -> None:
     from mlxfleet_operator import handlers
     from mlxfleet_operator.adapters import runtime
 
-    try:
+    try:  # built before the campaign: a standby is ready to lead at once
         memo = kopf.Memo({runtime.KEY: runtime.start(config)})
     except runtime.StartError as exc:  # exit 2 naming the flag, as for a bad flag value
         print(f"mlxfleet-operator: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
-    asyncio.run(
-        kopf.operator(
-            registry=handlers.registry(config),
-            memo=memo,
-            standalone=config.standalone,
-            priority=config.priority,
-            # a peering name makes peering mandatory in kopf: only when not standalone
-            peering_name=None if config.standalone else config.peering_name,
-            namespaces=list(config.namespaces),
-            clusterwide=not config.namespaces,
-            liveness_endpoint=config.liveness,
+    registry = handlers.registry(config)
+    if config.standalone:
+        asyncio.run(
+            election.alone(
+                elected,
+                kubeconfig=config.kubeconfig,
+                operate=lambda: _operate(config, registry, memo),
+            )
         )
-    )
+    else:
+        asyncio.run(
+            election.run(
+                elected,
+                kubeconfig=config.kubeconfig,
+                liveness=config.liveness,
+                operate=lambda stop: _operate(config, registry, memo, stop),
+            )
+        )
 
 
 if __name__ == "__main__":

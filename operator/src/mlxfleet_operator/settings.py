@@ -16,9 +16,9 @@ class OperatorSettings(BaseModel):
 
     kubeconfig: str | None = Field(default=None, description="kubeconfig file; unset: in-cluster")
     namespaces: tuple[str, ...] = Field(default=(), description="empty: all namespaces")
-    standalone: bool = Field(default=False, description="no kopf peering (tests, one replica)")
-    priority: int = Field(default=0, description="kopf peering priority (two replicas)")
-    peering_name: str = "mlxfleet-operator"
+    standalone: bool = Field(
+        default=False, description="no leader election (tests, local demo; one replica)"
+    )
     liveness: str | None = Field(default=None, description="e.g. http://0.0.0.0:8080/healthz")
     poll_seconds: float = Field(default=5.0, gt=0, le=3600)
     misses: int = Field(default=3, ge=1, le=100)

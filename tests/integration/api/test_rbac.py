@@ -19,6 +19,7 @@ CRUD = ("get", "list", "watch", "create", "update", "patch", "delete", "deleteco
 # delete its own; list EndpointSlices of one Service to remove stale ones. Nothing else.
 SERVICE_VERBS = ("get", "create", "patch", "delete")
 SLICE_VERBS = ("get", "list", "create", "patch", "delete")
+LEASES, LEASE = "leases.coordination.k8s.io", "mlxfleet-operator"
 
 
 def _p(verb: str, resource: str, *extra: str) -> Any:
@@ -40,6 +41,10 @@ ALLOWED = [
     _p("list", "namespaces"),
     _p("watch", "namespaces"),
     _p("get", "secrets", "-n", SYSTEM),
+    # leader election: one Lease in its own namespace (create cannot be limited by name)
+    _p("create", LEASES, "-n", SYSTEM),
+    _p("get", f"{LEASES}/{LEASE}", "-n", SYSTEM),
+    _p("update", f"{LEASES}/{LEASE}", "-n", SYSTEM),
 ]
 
 DENIED = [
@@ -79,7 +84,16 @@ DENIED = [
     _p("delete", "namespaces"),
     _p("get", "nodes"),
     _p("update", "configmaps", "-n", "kube-system"),
-    _p("create", "leases.coordination.k8s.io", "-n", SYSTEM),
+    *(
+        _p(v, LEASES, "-n", ns)
+        for v in ("create", "get", "update")
+        for ns in ("default", "kube-system")
+    ),
+    *(_p(v, LEASES, ALL) for v in ("create", "get", "list", "watch", "update")),
+    *(_p(v, LEASES, "-n", SYSTEM) for v in ("get", "list", "watch", "update", "patch", "delete")),
+    *(_p(v, f"{LEASES}/{LEASE}", "-n", SYSTEM) for v in ("patch", "delete")),
+    *(_p(v, f"{LEASES}/other", "-n", SYSTEM) for v in ("get", "update")),
+    _p("deletecollection", LEASES, "-n", SYSTEM),
     _p("create", "validatingwebhookconfigurations.admissionregistration.k8s.io"),
 ]
 
@@ -154,3 +168,37 @@ def test_operator_writes_status_but_cannot_create_deployments(cluster: Any) -> N
         "get", "mdep", "api-rbac", "-n", "default", "-o", "json", as_operator=True
     )
     assert json.loads(got.stdout)["status"]["observedGeneration"] == 1
+
+
+def _lease(name: str, namespace: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"holderIdentity": "rbac-test", "leaseDurationSeconds": 1},
+        }
+    )
+
+
+def test_operator_writes_only_its_own_lease_in_its_namespace(cluster: Any) -> None:
+    for namespace, name in (("default", LEASE), ("kube-system", LEASE), (SYSTEM, "other")):
+        denied = cluster.kubectl(
+            "create", "-f", "-", as_operator=True, input=_lease(name, namespace), check=False
+        )
+        if denied.returncode == 0:  # create cannot be limited by name: any name in SYSTEM
+            assert namespace == SYSTEM
+            reread = cluster.kubectl(
+                "get", "lease", name, "-n", namespace, as_operator=True, check=False
+            )
+            assert "Forbidden" in reread.stderr  # but it can never read or renew it
+            cluster.kubectl("delete", "lease", name, "-n", namespace)
+        else:
+            assert "Forbidden" in denied.stderr
+    cluster.kubectl("delete", "lease", LEASE, "-n", SYSTEM, "--ignore-not-found")
+    cluster.kubectl("create", "-f", "-", as_operator=True, input=_lease(LEASE, SYSTEM))
+    got = cluster.kubectl("get", "lease", LEASE, "-n", SYSTEM, "-o", "json", as_operator=True)
+    body = json.loads(got.stdout)
+    body["spec"]["holderIdentity"] = "rbac-test-2"
+    cluster.kubectl("replace", "-f", "-", as_operator=True, input=json.dumps(body))
+    cluster.kubectl("delete", "lease", LEASE, "-n", SYSTEM)

@@ -226,7 +226,8 @@ def test_install_run_upgrade_uninstall(
 
         # --- the operator, as the chart's ServiceAccount, with the rendered flags -----------
         args = operator.start()
-        assert {"--standalone", "--all-namespaces", "--poll-seconds=1", "--misses=2"} <= set(args)
+        assert {"--all-namespaces", "--poll-seconds=1", "--misses=2"} <= set(args)
+        assert "--standalone" not in args  # elected, on the chart's Lease with the chart's RBAC
         wait_for("operator liveness (Ready)", operator.ready, timeout=60)
         whoami = subprocess.run(
             [plane.kubectl_path, f"--kubeconfig={operator.kubeconfig()}", "auth", "whoami",
@@ -235,6 +236,19 @@ def test_install_run_upgrade_uninstall(
         ).stdout  # fmt: skip
         user = json.loads(whoami)["status"]["userInfo"]["username"]
         assert user == f"system:serviceaccount:{NAMESPACE}:{OPERATOR}"
+
+        def holder() -> str:
+            proc = plane.kubectl("-n", NAMESPACE, "get", "lease", OPERATOR, "-o", "json",
+                                 check=False)  # fmt: skip
+            return (
+                str(json.loads(proc.stdout)["spec"].get("holderIdentity", ""))
+                if (proc.returncode == 0)
+                else ""
+            )
+
+        wait_for(  # the chart's Lease RBAC lets it lead (identity: the downward API's pod name)
+            "the operator holds the chart's Lease", lambda: holder().startswith(f"{OPERATOR}-1_")
+        )
 
         plane.kubectl("-n", NAMESPACE, "create", "secret", "generic", "mac-1-agent",
                       f"--from-literal=token={agent.token}")  # fmt: skip

@@ -21,6 +21,7 @@ EVERYTHING = (
     "--set=namespace.create=true",
 )
 HA = ("--set=operator.replicas=2", "--set=operator.leaderElection.enabled=true")
+STANDALONE = ("--set=operator.replicas=1", "--set=operator.leaderElection.enabled=false")
 MONITORING_APIS = (
     "--api-versions=monitoring.coreos.com/v1/ServiceMonitor",
     "--api-versions=monitoring.coreos.com/v1/PodMonitor",
@@ -33,6 +34,7 @@ MONITORING_APIS = (
         pytest.param((), {}, id="defaults"),
         pytest.param(EVERYTHING, {}, id="everything-on"),
         pytest.param(("--set=crds.install=false", "--set=crds.keep=false"), {}, id="no-crds"),
+        pytest.param(STANDALONE, {}, id="standalone"),
         pytest.param((*HA, "--set=gateway.enabled=true"), {"le": True, "gw": True}, id="ha-gw"),
     ],
 )
@@ -60,8 +62,11 @@ def test_defaults_render_the_operator_crds_and_dashboard(helm_cli: Helm) -> None
         "CustomResourceDefinition",
         "CustomResourceDefinition",
         "Deployment",
+        "PodDisruptionBudget",
+        "Role",  # the operator's Lease, by name
         "Role",
         "Role",  # join: ... and Secrets in the agents' namespace
+        "RoleBinding",
         "RoleBinding",
         "RoleBinding",
         "Service",
@@ -71,10 +76,9 @@ def test_defaults_render_the_operator_crds_and_dashboard(helm_cli: Helm) -> None
     ]
     assert kinds(helm_cli.template("--set=join.enabled=false")).count("ClusterRole") == 1
     deployment = one(docs, "Deployment", "mlxfleet-operator")
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["replicas"] == 2  # leader election is on by default
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert "--standalone" in container["args"]
+    assert "--standalone" not in container["args"]
     assert container["image"] == "ghcr.io/mlxfleet/operator:0.1.0"
     dashboard = one(docs, "ConfigMap", "mlxfleet-grafana-dashboard")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -199,11 +203,8 @@ def test_operator_rbac_touches_only_what_it_owns(helm_cli: Helm) -> None:
 @pytest.mark.parametrize(
     ("values", "names"),
     [
-        pytest.param(("--set=operator.replicas=2",), "operator.replicas", id="two-standalone"),
         pytest.param(
-            ("--set=operator.leaderElection.enabled=true",),
-            "operator.leaderElection.enabled",
-            id="election-not-shipped",
+            ("--set=operator.leaderElection.enabled=false",), "operator.replicas", id="two-alone"
         ),
         pytest.param(("--set=gateway.enabled=true",), "gateway.enabled", id="gateway-not-shipped"),
         pytest.param(("--set=operator.logLevel=LOUD",), "/operator/logLevel", id="schema-enum"),
@@ -233,7 +234,7 @@ def test_operator_flags_follow_the_values(helm_cli: Helm) -> None:
     assert args == [
         "--namespace=team-a",
         "--namespace=team-b",
-        "--standalone",
+        "--lease-name=mlxfleet-operator",
         "--liveness=http://0.0.0.0:8080/healthz",
         "--metrics-host=0.0.0.0",
         "--metrics-port=9090",
@@ -250,26 +251,81 @@ def test_operator_flags_follow_the_values(helm_cli: Helm) -> None:
     )
 
 
-def test_leader_election_branch_once_the_operator_has_it(helm_cli: Helm, tmp_path: Path) -> None:
-    """What issue 13 switches on by flipping one Chart.yaml annotation."""
-    chart = chart_copy(tmp_path, leader_election=True)
-    docs = helm_cli.template(*HA, chart=chart)
+def test_leader_election_by_default(helm_cli: Helm) -> None:
+    """Two replicas on the Lease named like the operator, rolled one at a time, a PDB, preferred
+    anti-affinity, identity from the downward API; RBAC: create, and get/update of that one Lease
+    in the release namespace only."""
+    docs = helm_cli.template()
     deployment = one(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 2
-    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     pod = deployment["spec"]["template"]["spec"]
-    assert "--standalone" not in pod["containers"][0]["args"]
-    assert "podAntiAffinity" in pod["affinity"]
-    assert one(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    (container,) = pod["containers"]
+    assert "--standalone" not in container["args"]
+    assert "--lease-name=mlxfleet-operator" in container["args"]
+    fields = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+        for e in container["env"]
+        if "valueFrom" in e
+    }
+    assert fields == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    preferred = pod["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert preferred[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert (
+        "requiredDuringSchedulingIgnoredDuringExecution" not in pod["affinity"]["podAntiAffinity"]
+    )
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels(deployment).items()
     lease = one(docs, "Role", "mlxfleet-operator-leader-election")
     assert lease["metadata"]["namespace"] == NAMESPACE
     assert lease["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch"],
-        }
+            "resourceNames": ["mlxfleet-operator"],
+            "verbs": ["get", "update"],
+        },
     ]
+    binding = one(docs, "RoleBinding", "mlxfleet-operator-leader-election")
+    assert binding["metadata"]["namespace"] == NAMESPACE
+    assert binding["subjects"][0]["name"] == "mlxfleet-operator"
+    cluster = one(docs, "ClusterRole", "mlxfleet-operator")
+    assert all("leases" not in rule["resources"] for rule in cluster["rules"])
+    other = helm_cli.template("--set=fullnameOverride=ops")  # the Lease follows the name
+    (container,) = one(other, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--lease-name=ops-operator" in container["args"]
+    rules = one(other, "Role", "ops-operator-leader-election")["rules"]
+    assert rules[1]["resourceNames"] == ["ops-operator"]
+
+
+def test_standalone_when_election_is_off(helm_cli: Helm) -> None:
+    docs = helm_cli.template(*STANDALONE)
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--standalone" in container["args"]
+    assert not any(a.startswith("--lease-name") for a in container["args"])
+    assert not any("valueFrom" in e for e in container["env"])
+    assert "PodDisruptionBudget" not in kinds(docs)
+    assert "mlxfleet-operator-leader-election" not in {d["metadata"]["name"] for d in docs}
+    single = helm_cli.template("--set=operator.replicas=1")  # elected, alone: no PDB to block
+    assert "PodDisruptionBudget" not in kinds(single)
+
+
+def test_an_image_without_election_refuses_it(helm_cli: Helm, tmp_path: Path) -> None:
+    old = chart_copy(tmp_path, leader_election=False)
+    proc = helm_cli("template", "mlxfleet", str(old), check=False)
+    assert proc.returncode != 0
+    assert "operator.leaderElection.enabled" in proc.stderr, proc.stderr
+    assert one(helm_cli.template(*STANDALONE, chart=old), "Deployment")["spec"]["replicas"] == 1
 
 
 def test_gateway_branch_once_the_image_has_it(helm_cli: Helm, tmp_path: Path) -> None:
@@ -296,7 +352,8 @@ def test_gateway_branch_once_the_image_has_it(helm_cli: Helm, tmp_path: Path) ->
     single = helm_cli.template(
         "--set=gateway.enabled=true", "--set=gateway.replicas=1", chart=chart
     )
-    assert "PodDisruptionBudget" not in kinds(single)  # minAvailable 1 of 1 would block drains
+    pdbs = {d["metadata"]["name"] for d in single if d["kind"] == "PodDisruptionBudget"}
+    assert "mlxfleet-gateway" not in pdbs  # minAvailable 1 of 1 would block drains
 
 
 def pod_labels(deployment: dict[str, Any]) -> dict[str, str]:

@@ -146,6 +146,30 @@ def test_corrupt_partial_fails_verification_then_recovers(
     assert same_files(asyncio.run(s.ensure(msource.parse(source))), model_a)
 
 
+def test_disk_full_mid_download_is_insufficient_disk_then_resumes(
+    s3_env: S3Server, tmp_path: Path, model_a: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel's ENOSPC (a `.part` that is /dev/full) is a 507 naming the disk, not a crash;
+    nothing is listed; once writes succeed again the download resumes and verifies."""
+    monkeypatch.setattr(s3fetch, "CHUNK_BYTES", 32 * 1024)
+    source = upload(s3_env, model_a, s3_env.make_bucket(), "tiny/a")
+    s, _ = new_store(tmp_path)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        asyncio.run(s.ensure(msource.parse(source), progress_cb=raise_after(100_000)))
+    partial = tmp_path / "models" / index.STORE_DIR / "partial" / msource.parse(source, None).id
+    part = partial / "model.safetensors.part"
+    part.unlink()
+    part.symlink_to("/dev/full")  # every write: OSError(ENOSPC)
+    with pytest.raises(errors.InsufficientDisk, match="no space left") as info:
+        asyncio.run(s.ensure(msource.parse(source)))
+    assert info.value.http_status == 507
+    assert str(partial.parent) in info.value.message
+    assert "disk full" in info.value.message
+    assert s.list() == []
+    part.unlink()
+    assert same_files(asyncio.run(s.ensure(msource.parse(source))), model_a)
+
+
 def test_changed_remote_restarts_download(
     s3_env: S3Server, tmp_path: Path, model_a: Path, model_b: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

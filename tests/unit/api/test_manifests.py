@@ -31,6 +31,7 @@ def test_base_holds_exactly_the_expected_files() -> None:
         "rbac.yaml",
         "deployment.yaml",
         "join.yaml",  # mlxfleet-agent join: the bootstrap identity's RBAC and admission policy
+        "pdb.yaml",
     }
     assert {p.name for p in BASE.iterdir()} == expected
     kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
@@ -53,17 +54,28 @@ def test_namespace_and_service_account() -> None:
     assert (account["name"], account["namespace"]) == ("mlxfleet-operator", "mlxfleet-system")
 
 
-def test_deployment_runs_one_hardened_replica() -> None:
+def test_deployment_runs_two_hardened_replicas_that_elect_a_leader() -> None:
     deployment = _by_kind("deployment.yaml", "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2
+    # a new pod (a standby) is up before an old one goes: never zero operators
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     pod = spec["template"]["spec"]
+    labels = spec["template"]["metadata"]["labels"]
+    [term] = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
     assert pod["serviceAccountName"] == resources.OPERATOR_SERVICE_ACCOUNT
     assert pod["securityContext"]["runAsNonRoot"] is True
     (container,) = pod["containers"]
     assert container["command"] == ["mlxfleet-operator"]
-    assert "--standalone" in container["args"]
+    assert "--standalone" not in container["args"]  # leader election is on
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}) for e in container["env"]}
+    assert env["POD_NAME"] == {"fieldPath": "metadata.name"}  # the Lease holder's identity
+    assert env["POD_NAMESPACE"] == {"fieldPath": "metadata.namespace"}  # where the Lease is
     assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
     assert "--metrics-port=9090" in container["args"]
     security = container["securityContext"]
@@ -79,15 +91,32 @@ def test_deployment_runs_one_hardened_replica() -> None:
     assert "/tmp" in mounts, "a read-only root filesystem needs a writable /tmp"
 
 
-def _rules(kind: str) -> list[dict[str, Any]]:
-    rules: list[dict[str, Any]] = _by_kind("rbac.yaml", kind)["rules"]
+def test_disruption_budget_keeps_one_operator() -> None:
+    pdb = _by_kind("pdb.yaml", "PodDisruptionBudget")
+    assert pdb["metadata"]["namespace"] == resources.OPERATOR_NAMESPACE
+    assert pdb["spec"]["maxUnavailable"] == 1
+    labels = _by_kind("deployment.yaml", "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+SECRETS_ROLE = "mlxfleet-operator-secrets"
+LEADER_ROLE = "mlxfleet-operator-leader-election"
+
+
+def _named(kind: str, name: str) -> dict[str, Any]:
+    (doc,) = [d for d in _docs("rbac.yaml") if d["kind"] == kind and d["metadata"]["name"] == name]
+    return doc
+
+
+def _rules(kind: str, name: str = "mlxfleet-operator") -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = _named(kind, name)["rules"]
     return rules
 
 
-def _grants(kind: str) -> set[tuple[str, str, str]]:
+def _grants(kind: str, name: str = "mlxfleet-operator") -> set[tuple[str, str, str]]:
     return {
         (group, resource, verb)
-        for rule in _rules(kind)
+        for rule in _rules(kind, name)
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
@@ -95,12 +124,32 @@ def _grants(kind: str) -> set[tuple[str, str, str]]:
 
 
 def test_rbac_has_no_wildcards() -> None:
-    for kind in ("ClusterRole", "Role"):
-        for rule in _rules(kind):
+    roles = [(d["kind"], d["metadata"]["name"]) for d in _docs("rbac.yaml") if "rules" in d]
+    assert sorted(roles) == [
+        ("ClusterRole", "mlxfleet-operator"),
+        ("Role", LEADER_ROLE),
+        ("Role", SECRETS_ROLE),
+    ]
+    for kind, name in roles:
+        for rule in _rules(kind, name):
             for key in ("apiGroups", "resources", "verbs"):
                 assert "*" not in rule[key], (kind, rule)
-            assert "resourceNames" not in rule
+            if name != LEADER_ROLE:  # the Lease rules, below, name their one object
+                assert "resourceNames" not in rule
             assert "nonResourceURLs" not in rule
+
+
+def test_leases_only_the_operators_own_in_its_namespace() -> None:
+    assert not any(r == "leases" for _, r, _ in _grants("ClusterRole"))
+    role = _named("Role", LEADER_ROLE)
+    assert role["metadata"]["namespace"] == resources.OPERATOR_NAMESPACE
+    rules = {
+        (tuple(r["verbs"]), tuple(r.get("resourceNames", ()))): (r["apiGroups"], r["resources"])
+        for r in role["rules"]
+    }
+    lease = (["coordination.k8s.io"], ["leases"])
+    # create cannot be limited by name; everything else only on the one Lease
+    assert rules == {(("create",), ()): lease, (("get", "update"), ("mlxfleet-operator",)): lease}
 
 
 def test_cluster_role_grants_exactly_what_the_operator_needs() -> None:
@@ -133,22 +182,26 @@ def test_cluster_role_grants_exactly_what_the_operator_needs() -> None:
 
 def test_secrets_only_through_a_namespaced_role() -> None:
     assert not any(resource == "secrets" for _, resource, _ in _grants("ClusterRole"))
-    role = _by_kind("rbac.yaml", "Role")
+    role = _named("Role", SECRETS_ROLE)
     assert role["metadata"]["namespace"] == resources.OPERATOR_NAMESPACE
-    assert _grants("Role") == {("", "secrets", "get")}  # by name; list would read them all
+    assert _grants("Role", SECRETS_ROLE) == {("", "secrets", "get")}  # by name, not list
 
 
 @pytest.mark.parametrize(
-    ("kind", "role_kind"),
+    ("kind", "role_kind", "name"),
     [
-        pytest.param("ClusterRoleBinding", "ClusterRole", id="cluster"),
-        pytest.param("RoleBinding", "Role", id="namespaced"),
+        pytest.param("ClusterRoleBinding", "ClusterRole", "mlxfleet-operator", id="cluster"),
+        pytest.param("RoleBinding", "Role", SECRETS_ROLE, id="secrets"),
+        pytest.param("RoleBinding", "Role", LEADER_ROLE, id="leader-election"),
     ],
 )
-def test_bindings_name_the_operator_service_account(kind: str, role_kind: str) -> None:
-    binding = _by_kind("rbac.yaml", kind)
+def test_bindings_name_the_operator_service_account(kind: str, role_kind: str, name: str) -> None:
+    binding = _named(kind, name)
     assert binding["roleRef"]["kind"] == role_kind
-    assert binding["roleRef"]["name"] == _by_kind("rbac.yaml", role_kind)["metadata"]["name"]
+    assert binding["roleRef"]["name"] == name
+    assert binding["metadata"].get("namespace") == _named(role_kind, name)["metadata"].get(
+        "namespace"
+    )
     assert binding["subjects"] == [
         {
             "kind": "ServiceAccount",

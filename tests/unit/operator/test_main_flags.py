@@ -43,6 +43,68 @@ def test_good_flags(tmp_path: Path) -> None:
     assert settings.standalone
 
 
+def test_election_is_on_by_default_with_pod_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_NAME", "mlxfleet-operator-7d9f-abcde")
+    monkeypatch.setenv("POD_NAMESPACE", "ops")
+    settings, election = main.parse_all([])
+    assert not settings.standalone
+    assert election.identity.startswith("mlxfleet-operator-7d9f-abcde_")
+    assert election.namespace == "ops"
+    assert election.lease_name == "mlxfleet-operator"
+    assert (election.lease_duration, election.renew_deadline, election.retry_period) == (3, 2, 0.5)
+    _, other = main.parse_all([])
+    assert other.identity != election.identity  # a restarted container is a new candidate
+
+
+def test_standalone_means_no_election() -> None:
+    settings, election = main.parse_all(["--standalone", "--lease-name", "other"])
+    assert settings.standalone
+    assert election.lease_name == "other"  # only to check that no elected leader runs
+
+
+def test_election_flags() -> None:
+    _, election = main.parse_all(
+        [
+            "--leader-election-namespace", "mlx", "--lease-name", "ops-lease",
+            "--identity", "me", "--lease-duration", "15", "--renew-deadline", "10",
+            "--retry-period", "2",
+        ]
+    )  # fmt: skip
+    assert (election.namespace, election.lease_name, election.identity) == (
+        "mlx",
+        "ops-lease",
+        "me",
+    )
+    assert election.timing.margin == 5
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        pytest.param(["--renew-deadline", "3"], "--renew-deadline", id="deadline-not-below-lease"),
+        pytest.param(["--retry-period", "2"], "--retry-period", id="retry-not-below-deadline"),
+        pytest.param(["--lease-duration", "0"], "--lease-duration", id="zero-lease"),
+        pytest.param(["--lease-duration", "2.5"], "--lease-duration", id="not-whole-seconds"),
+        pytest.param(["--leader-election-namespace", ""], "--leader-election-namespace", id="ns"),
+    ],
+)
+def test_bad_election_flags_exit_2_naming_the_flag(
+    argv: list[str], names: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main.parse_all(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert names in err
+    assert "Traceback" not in err
+
+
+def test_kopf_peering_flags_are_deprecated_not_fatal(capsys: pytest.CaptureFixture[str]) -> None:
+    settings, _ = main.parse_all(["--priority", "100", "--peering-name", "old"])
+    assert not settings.standalone
+    assert "deprecated and ignored" in capsys.readouterr().err
+
+
 def test_an_unusable_kubeconfig_exits_2_naming_the_flag(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

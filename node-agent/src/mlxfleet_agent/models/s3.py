@@ -6,6 +6,8 @@ and the store renames the folder into place once complete. With `max_bytes_per_s
 is paced (the worker waits while ahead of that rate; a shutdown interrupts the wait).
 `revision` is part of the cached copy's identity only (S3 has no repository revisions).
 Blocking: runs in a worker thread.
+A full disk (ENOSPC/EDQUOT) is `InsufficientDisk` naming the folder and the bytes free; what was
+written stays partial (never listed) and is resumed once there is room.
 May import: botocore (errors), the standard library, models.errors, models.source.
 Called by: models.store.
 """
@@ -13,6 +15,7 @@ Called by: models.store.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -212,9 +215,25 @@ def download(
             previous = None
         if previous != manifest:
             shutil.rmtree(partial)
-    partial.mkdir(parents=True, exist_ok=True)
-    mpath.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-    tracker = _Progress(sum(o.size for o in objects), progress, abort, max_bytes_per_s)
-    tracker.add(0)
-    for obj in objects:
-        _fetch_object(client, src, obj, partial.joinpath(*obj.rel.split("/")), tracker)
+    try:
+        partial.mkdir(parents=True, exist_ok=True)
+        mpath.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        tracker = _Progress(sum(o.size for o in objects), progress, abort, max_bytes_per_s)
+        tracker.add(0)
+        for obj in objects:
+            _fetch_object(client, src, obj, partial.joinpath(*obj.rel.split("/")), tracker)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise _disk_full(src, partial) from exc
+
+
+def _disk_full(src: source.S3Prefix, partial: Path) -> errors.InsufficientDisk:
+    free = "unknown"
+    with contextlib.suppress(OSError):
+        free = str(shutil.disk_usage(partial.parent).free)
+    return errors.InsufficientDisk(
+        f"{src.url()}: disk full, no space left in {partial.parent} ({free} bytes free); "
+        "the partial download is kept and resumed once there is room",
+        field=None,
+    )

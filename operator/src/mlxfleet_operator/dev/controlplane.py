@@ -25,8 +25,9 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import cast
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -344,6 +345,8 @@ def start(
         kubectl_path=find_kubectl(),
     )
     state = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(plane).items()}
+    for key, proc in (("etcd", etcd), ("apiserver", apiserver)):  # for restart()
+        state[f"{key}_cmd"] = [str(a) for a in cast("list[str]", proc.args)]
     (root / STATE_FILE).write_text(json.dumps(state, indent=2))
     try:
         _wait_ready(
@@ -457,6 +460,46 @@ def stop(root: Path, *, remove: bool = True) -> None:
         terminate([int(data["etcd_pid"])])
     if remove and root.exists():
         shutil.rmtree(root, ignore_errors=True)
+
+
+def restart(
+    plane: ControlPlane,
+    part: str,
+    *,
+    kill: bool = False,
+    down: float = 0.0,
+    timeout: float = 120,
+    die_with_parent: bool = True,
+) -> ControlPlane:
+    """Stop `part` ("etcd" or "kube-apiserver") and start it again with the same flags, ports and
+    data, after `down` seconds (fault tests: an upgrade or a crash of the control plane).
+    `kill`: SIGKILL instead of SIGTERM. Returns the plane with the new process id once the API
+    server is ready again."""
+    key = {"etcd": "etcd", "kube-apiserver": "apiserver"}[part]
+    state_file = plane.root / STATE_FILE
+    state = json.loads(state_file.read_text())
+    old = int(state[f"{key}_pid"])
+    if kill:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(old, signal.SIGKILL)
+    terminate([old])
+    time.sleep(down)
+    log = plane.root / "logs" / f"{part}.log"
+    proc = spawn(state[f"{key}_cmd"], log, die_with_parent=die_with_parent)
+    state[f"{key}_pid"] = proc.pid
+    state_file.write_text(json.dumps(state, indent=2))
+    admin = json.loads(plane.kubeconfig.read_text())["users"][0]["user"]["token"]
+    _wait_ready(
+        server=plane.server,
+        token=admin,
+        ca_file=plane.root / "pki" / "serving" / "apiserver.crt",
+        procs=[proc],
+        logs=[log],
+        timeout=timeout,
+    )
+    if key == "etcd":
+        return replace(plane, etcd_pid=proc.pid)
+    return replace(plane, apiserver_pid=proc.pid)
 
 
 @contextlib.contextmanager
