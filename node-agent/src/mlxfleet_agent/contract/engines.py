@@ -59,12 +59,28 @@ class EngineOptions(StrictWire):
 class EmbedOptions(EngineOptions):
     """Engine options of an `mlx-embed` / `mlx-rerank` ModelDeployment."""
 
-    max_inputs: int = Field(default=2048, ge=1, le=100_000)
-    max_input_tokens: int | None = Field(default=None, ge=1)
-    max_request_tokens: int = Field(default=300_000, ge=1)
-    batch_tokens: int = Field(default=8192, ge=16)
-    batch_rows: int = Field(default=64, ge=1)
-    matryoshka: Literal["auto", "on", "off"] = "auto"
+    max_inputs: int = Field(
+        default=2048,
+        ge=1,
+        le=100_000,
+        description="Most inputs (or documents) per request (413 above).",
+    )
+    max_input_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most tokens of one input (400 above; default min(8192, contextLength)).",
+    )
+    max_request_tokens: int = Field(
+        default=300_000, ge=1, description="Most tokens in one request (413 above)."
+    )
+    batch_tokens: int = Field(
+        default=8192, ge=16, description="Padded tokens per forward pass (sizes memory)."
+    )
+    batch_rows: int = Field(default=64, ge=1, description="Inputs per forward pass.")
+    matryoshka: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Whether `dimensions` may shorten vectors (auto: Qwen3 embedders).",
+    )
 
 
 # flags the agent sets itself, or that would move the server off the agent's loopback port
@@ -98,17 +114,33 @@ DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 class VllmOptions(EngineOptions):
     """Engine options of a vLLM ModelDeployment (validated at admission and again here)."""
 
-    task: Literal["generate", "embed", "rerank"] = "generate"
-    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
-    max_model_len: int | None = Field(default=None, ge=16)
-    tensor_parallel_size: int = Field(default=1, ge=1, le=64)
-    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = None
-    quantization: str | None = None
-    max_num_seqs: int | None = Field(default=None, ge=1)
-    enforce_eager: bool = False
-    trust_remote_code: bool = False
-    hf_overrides: dict[str, Any] | None = None
-    extra_args: tuple[str, ...] = ()
+    task: Literal["generate", "embed", "rerank"] = Field(
+        default="generate",
+        description="generate (chat, completions), embed or rerank (--runner pooling).",
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0.0, le=1.0, description="Share of each GPU vLLM takes at start."
+    )
+    max_model_len: int | None = Field(default=None, ge=16, description="--max-model-len.")
+    tensor_parallel_size: int = Field(
+        default=1, ge=1, le=64, description="GPUs per replica (--tensor-parallel-size)."
+    )
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = Field(
+        default=None, description="--dtype."
+    )
+    quantization: str | None = Field(
+        default=None, description="--quantization (awq, gptq, fp8, ...)."
+    )
+    max_num_seqs: int | None = Field(default=None, ge=1, description="--max-num-seqs.")
+    enforce_eager: bool = Field(default=False, description="--enforce-eager.")
+    trust_remote_code: bool = Field(default=False, description="--trust-remote-code.")
+    hf_overrides: dict[str, Any] | None = Field(
+        default=None,
+        max_length=64, description="--hf-overrides (a JSON object; Qwen3-Reranker needs one)."
+    )
+    extra_args: tuple[str, ...] = Field(
+        default=(), max_length=64, description="More `vllm serve` flags (not those the agent sets)."
+    )
 
     @pydantic.field_validator("quantization")
     @classmethod
@@ -168,16 +200,33 @@ class CommandOptions(EngineOptions):
     """Engine options of a `command` ModelDeployment."""
 
     argv: tuple[Annotated[str, Field(max_length=ARG_MAX_CHARS)], ...] = Field(
-        min_length=1, max_length=256
+        min_length=1,
+        max_length=256,
+        description="The server's command line: {model}, {host}, {port} are filled in; no shell.",
     )
-    env: dict[str, str] = Field(default_factory=dict, max_length=64)
-    capabilities: tuple[Capability, ...] = Field(min_length=1, max_length=4)
-    memory_bytes: int = Field(gt=0)
-    stop_signal: Literal["SIGTERM", "SIGINT"] = "SIGTERM"
-    stop_grace_s: float = Field(default=10.0, gt=0, le=300)
+    env: dict[str, str] = Field(
+        default_factory=dict, max_length=64, description="Environment added for the server."
+    )
+    capabilities: tuple[Capability, ...] = Field(
+        min_length=1,
+        max_length=4,
+        description="What it serves: chat, completions, embeddings, rerank.",
+    )
+    memory_bytes: int = Field(
+        gt=0, description="Memory it needs, in bytes (the agent cannot tell)."
+    )
+    stop_signal: Literal["SIGTERM", "SIGINT"] = Field(
+        default="SIGTERM", description="How it stops gracefully (mlx_lm.server: SIGINT)."
+    )
+    stop_grace_s: float = Field(
+        default=10.0, gt=0, le=300, description="Seconds before SIGKILL after the stop signal."
+    )
     # what the data plane puts in a request's `model`: the served name, or the local model path
     # (mlx_lm.server loads whatever `model` names, so it needs "path")
-    request_model: Literal["name", "path"] = "name"
+    request_model: Literal["name", "path"] = Field(
+        default="name",
+        description="`model` sent to it: the served name, or the local path (mlx_lm).",
+    )
 
     @pydantic.field_validator("argv")
     @classmethod
