@@ -178,7 +178,7 @@ def test_engines_the_node_cannot_run_are_refused_naming_them(
         "m", slot_spec(model_a, "m", engine={"name": "mlx-lm", "embed": {"maxInputs": 4}})
     )
     assert mismatched.status_code in (400, 422), mismatched.text
-    assert "engine.embed" in mismatched.text
+    assert "spec.engine.embed" in mismatched.text
 
 
 class Load:

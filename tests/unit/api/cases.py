@@ -136,15 +136,20 @@ INVALID: tuple[Invalid, ...] = (
     Invalid("md-engine-unknown", MD, {"engine": {"name": "llamacpp"}}, "spec.engine.name"),
     Invalid("md-engine-string", MD, {"engine": "mlx-embed"}, "spec.engine"),
     Invalid(
-        "md-engine-vllm-options-on-mlx", MD, {"engine": {"vllm": {"task": "embed"}}}, "spec.engine"
+        "md-engine-vllm-options-on-mlx",
+        MD,
+        {"engine": {"vllm": {"task": "embed"}}},
+        "spec.engine.vllm",
     ),
     Invalid(
         "md-engine-embed-options-on-vllm",
         MD,
         {"engine": {"name": "vllm", "embed": {"maxInputs": 4}}},
-        "spec.engine",
+        "spec.engine.embed",
     ),
-    Invalid("md-engine-command-missing", MD, {"engine": {"name": "command"}}, "spec.engine"),
+    Invalid(
+        "md-engine-command-missing", MD, {"engine": {"name": "command"}}, "spec.engine.command"
+    ),
     Invalid(
         "md-engine-command-no-port",
         MD,

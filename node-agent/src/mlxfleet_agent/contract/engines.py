@@ -136,7 +136,8 @@ class VllmOptions(EngineOptions):
     trust_remote_code: bool = Field(default=False, description="--trust-remote-code.")
     hf_overrides: dict[str, Any] | None = Field(
         default=None,
-        max_length=64, description="--hf-overrides (a JSON object; Qwen3-Reranker needs one)."
+        max_length=64,
+        description="--hf-overrides (a JSON object; Qwen3-Reranker needs one).",
     )
     extra_args: tuple[str, ...] = Field(
         default=(), max_length=64, description="More `vllm serve` flags (not those the agent sets)."
@@ -325,9 +326,14 @@ class EngineSpec(StrictWire):
         for key, engines in OPTION_KEYS.items():
             if getattr(self, key) is not None and self.name not in engines:
                 allowed = " or ".join(sorted(engines))
-                raise ValueError(f"engine.{key} is only for engine {allowed}, not {self.name}")
+                raise ValueError(
+                    f"spec.engine.{key} is allowed only with engine {allowed}, not {self.name}"
+                )
         if self.name is EngineName.COMMAND and self.command is None:
-            raise ValueError("engine.command (argv, capabilities, memoryBytes) is required")
+            raise ValueError(
+                "spec.engine.command (argv, capabilities, memoryBytes) is required for engine "
+                "command"
+            )
         return self
 
     @property

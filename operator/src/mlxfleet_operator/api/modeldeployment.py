@@ -252,7 +252,7 @@ class ModelDeploymentSpec(base.ApiModel):
         "completions; mlx-embed: /v1/embeddings; mlx-rerank: /v1/rerank; vllm; command) and "
         "that engine's options (embed, vllm or command). Only nodes whose agent can run it "
         "(InferenceNode status.engines) are chosen. Changing it swaps like a model change.",
-        json_schema_extra=base.crd(*_ENGINE_RULES, default={}),
+        json_schema_extra=base.crd(*_ENGINE_RULES, default={"name": "mlx-lm"}),
     )
     swap: SwapSettings = Field(
         default_factory=SwapSettings,
