@@ -3,7 +3,7 @@
     mlxfleet-agent serve --state-dir DIR --models-dir DIR [--config agent.yaml] [flags]
     mlxfleet-agent launchd-plist [--user U] [--log-dir D] [--env K=V] [--env-file F] [-- flags]
     mlxfleet-agent systemd-unit [--user U] [--env K=V] [--env-file F] [-- <serve flags>]
-    mlxfleet-agent make-model --out DIR [--seed N] [--broken]
+    mlxfleet-agent make-model --out DIR [--seed N] [--broken] [--kind chat|embedding|reranker]
 
 May import: runtime (settings, serve, logs), service_units, devmodels, stdlib.
 Called by: the console script, `python -m mlxfleet_agent.cli`.
