@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,27 +21,8 @@ import pytest
 
 from mlxfleet_agent.engines import testmodels
 from tests.integration.agent.conftest import Agent, slot_spec
-from tests.support import models as support_models
 
 pytestmark = [pytest.mark.mlx, pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-@pytest.fixture(scope="session")
-def embedder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = support_models.models_root(tmp_path_factory)
-    return testmodels.generate_embedding_model(root / "qwen3-embedding", seed=3)
-
-
-@pytest.fixture(scope="session")
-def embedder_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = support_models.models_root(tmp_path_factory)
-    return testmodels.generate_embedding_model(root / "qwen3-embedding-b", seed=4)
-
-
-@pytest.fixture(scope="session")
-def reranker(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = support_models.models_root(tmp_path_factory)
-    return testmodels.generate_reranker_model(root / "qwen3-reranker")
 
 
 def _embed_spec(model: Path, served: str, **embed: Any) -> dict[str, Any]:
@@ -53,15 +34,17 @@ def _embed_spec(model: Path, served: str, **embed: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def engines_agent(
-    agent_factory: Callable[..., Agent], embedder: Path, reranker: Path
-) -> Iterator[Agent]:
+    agent_factory: Callable[..., Agent], embedding_model: Path, reranker_model: Path
+) -> Agent:
     agent = agent_factory()
-    assert agent.put_slot("emb", _embed_spec(embedder, "tiny-embed", maxInputs=8)).status_code in (
+    assert agent.put_slot(
+        "emb", _embed_spec(embedding_model, "tiny-embed", maxInputs=8)
+    ).status_code in (
         200,
         201,
         202,
     )
-    rr = slot_spec(reranker, "tiny-rerank", engine={"name": "mlx-rerank"})
+    rr = slot_spec(reranker_model, "tiny-rerank", engine={"name": "mlx-rerank"})
     assert agent.put_slot("rr", rr).status_code in (200, 201, 202)
     agent.wait_ready("emb")
     agent.wait_ready("rr")
@@ -220,10 +203,10 @@ def _swap(agent: Agent, name: str, spec: dict[str, Any], count: int) -> dict[str
 
 
 def test_embeddings_swap_under_load_drops_nothing(
-    agent_factory: Callable[..., Agent], embedder: Path, embedder_b: Path
+    agent_factory: Callable[..., Agent], embedding_model: Path, embedding_model_b: Path
 ) -> None:
     agent = agent_factory()
-    assert agent.put_slot("e", _embed_spec(embedder, "emb")).status_code in (200, 201, 202)
+    assert agent.put_slot("e", _embed_spec(embedding_model, "emb")).status_code in (200, 201, 202)
     agent.wait_ready("e")
     client = agent.openai(timeout=120.0)
     before = client.embeddings.create(model="emb", input="the otter").data[0].embedding
@@ -235,9 +218,11 @@ def test_embeddings_swap_under_load_drops_nothing(
     with Load(call, workers=6) as load:
         time.sleep(1.0)
         surge = _swap(
-            agent, "e", {**_embed_spec(embedder_b, "emb"), "swap": {"strategy": "surge"}}, 1
+            agent, "e", {**_embed_spec(embedding_model_b, "emb"), "swap": {"strategy": "surge"}}, 1
         )
-        hold = _swap(agent, "e", {**_embed_spec(embedder, "emb"), "swap": {"strategy": "hold"}}, 2)
+        hold = _swap(
+            agent, "e", {**_embed_spec(embedding_model, "emb"), "swap": {"strategy": "hold"}}, 2
+        )
         time.sleep(1.0)
     assert surge["outcome"] == "Completed", surge
     assert hold["outcome"] == "Completed", hold
@@ -247,7 +232,7 @@ def test_embeddings_swap_under_load_drops_nothing(
     assert hold["requestsFailed"] == 0
     after = client.embeddings.create(model="emb", input="the otter").data[0].embedding
     assert np.allclose(before, after, atol=2e-3)  # back on the first model
-    _swap(agent, "e", _embed_spec(embedder_b, "emb"), 3)
+    _swap(agent, "e", _embed_spec(embedding_model_b, "emb"), 3)
     other = client.embeddings.create(model="emb", input="the otter").data[0].embedding
     assert not np.allclose(before, other, atol=2e-3)  # the swap really changed the weights
 
