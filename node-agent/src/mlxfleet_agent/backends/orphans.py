@@ -23,6 +23,10 @@ from mlxfleet_agent.host import files
 
 BACKENDS_FILE = "backends.json"
 CMDLINE_CHARS = 2048
+# what a backend's command line must contain to be killed: mlx_lm and the embeddings/rerank
+# server. vllm and command engines are not swept (their command lines are arbitrary; on Linux
+# PR_SET_PDEATHSIG stops them with the agent, on macOS a SIGKILLed agent leaves them running)
+SWEPT = (mlxlm.MARK, "mlxfleet_agent.engines.embed_server")
 
 
 def record(state_dir: Path, pids: list[int]) -> None:
@@ -56,11 +60,10 @@ def sweep(state_dir: Path) -> list[int]:
                 continue
             cmdline = " ".join(proc.cmdline())
             recorded = entry.get("cmdline")
-            if isinstance(recorded, str) and recorded:
-                if cmdline[:CMDLINE_CHARS] != recorded:
-                    continue
-            elif not mlxlm.is_backend(cmdline):  # a record of an agent before engines
+            if isinstance(recorded, str) and cmdline[:CMDLINE_CHARS] != recorded:
                 continue
+            if not any(mark in cmdline for mark in SWEPT):
+                continue  # only engines the agent runs from its own interpreter (see SWEPT)
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except OSError:
