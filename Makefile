@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install check lint format typecheck contracts crds crds-check manifests manifests-check \
         tools test test-fast test-slow test-faults cluster-up cluster-down control-plane demo \
-        demo-down bench report-sample clean
+        demo-down bench bench-embed report-sample clean
 
 $(STAMP): pyproject.toml
 	scripts/install-system-deps.sh
@@ -80,6 +80,9 @@ demo-down: $(STAMP)
 
 bench: $(STAMP)  ## data-plane + swap benchmark (agent vs mlx_lm.server directly)
 	$(BIN)/python -m benchmarks.agent_bench
+
+bench-embed: $(STAMP)  ## embeddings throughput through the agent vs the mlx-embed engine directly
+	$(BIN)/python -m benchmarks.embed_bench
 
 report-sample: $(STAMP)  ## sample weekly report + monthly executive PDF into out/
 	$(BIN)/mlxfleet report sample --out out/reports

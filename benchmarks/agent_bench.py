@@ -362,10 +362,11 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, text: str) -> None:
+def write_section(path: Path, text: str, *, section: str = SECTION) -> None:
+    """Replace (or append) the `section` heading's part of the benchmarks page with `text`."""
     old = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    if SECTION in old:
-        head, rest = old.split(SECTION, 1)
+    if section in old:
+        head, rest = old.split(section, 1)
         nxt = rest.find("\n## ")
         tail = rest[nxt + 1 :] if nxt >= 0 else ""
         new = head + text + ("\n" + tail if tail else "")

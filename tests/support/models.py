@@ -2,7 +2,10 @@
 
 `model_a` and `model_b` load in mlx_lm and differ in their weights (seeds 1 and 2), so a test can
 tell which one answered; `broken_model` looks like a model but fails to load (rollback tests).
-May import: pytest, mlxfleet_agent.devmodels. Called by: any test (loaded via tests/conftest.py).
+`embedding_model` (and `embedding_model_b`, other weights) / `reranker_model`: tiny Qwen3
+checkpoints of the mlx-embed / mlx-rerank engines (mlxfleet_agent.engines.testmodels).
+May import: pytest, mlxfleet_agent.devmodels, mlxfleet_agent.engines.testmodels (lazily).
+Called by: any test (loaded via tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -42,3 +45,28 @@ def model_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def broken_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_model(tmp_path_factory, "model-broken", seed=SEED_A, broken=True)
+
+
+@pytest.fixture(scope="session")
+def embedding_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from mlxfleet_agent.engines import testmodels
+
+    return testmodels.generate_embedding_model(
+        models_root(tmp_path_factory) / "qwen3-embedding", seed=3
+    )
+
+
+@pytest.fixture(scope="session")
+def embedding_model_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from mlxfleet_agent.engines import testmodels
+
+    return testmodels.generate_embedding_model(
+        models_root(tmp_path_factory) / "qwen3-embedding-b", seed=4
+    )
+
+
+@pytest.fixture(scope="session")
+def reranker_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from mlxfleet_agent.engines import testmodels
+
+    return testmodels.generate_reranker_model(models_root(tmp_path_factory) / "qwen3-reranker")

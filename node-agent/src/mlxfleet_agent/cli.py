@@ -3,7 +3,7 @@
     mlxfleet-agent serve --state-dir DIR --models-dir DIR [--config agent.yaml] [flags]
     mlxfleet-agent launchd-plist [--user U] [--log-dir D] [--env K=V] [--env-file F] [-- flags]
     mlxfleet-agent systemd-unit [--user U] [--env K=V] [--env-file F] [-- <serve flags>]
-    mlxfleet-agent make-model --out DIR [--seed N] [--broken]
+    mlxfleet-agent make-model --out DIR [--seed N] [--broken] [--kind chat|embedding|reranker]
     mlxfleet-agent join --server URL --token BOOTSTRAP [--labels k=v] [flags]
     mlxfleet-agent leave [--kubeconfig F]
 

@@ -248,14 +248,33 @@ def generate_broken_model(out_dir: Path, *, seed: int = 0) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    """CLI: `--out DIR --seed N [--broken]`; prints the model directory."""
+    """CLI: `--out DIR --seed N [--broken] [--kind chat|embedding|reranker]`; prints the model
+    directory. `embedding` / `reranker`: the tiny qwen3 models of the mlx-embed / mlx-rerank
+    engines (engines.testmodels)."""
     parser = argparse.ArgumentParser(
         prog="mlxfleet-agent make-model", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--out", type=Path, required=True, help="model directory to create")
     parser.add_argument("--seed", type=int, default=0, help="weights seed (default 0)")
     parser.add_argument("--broken", action="store_true", help="write a model that fails to load")
+    parser.add_argument(
+        "--kind",
+        choices=("chat", "embedding", "reranker"),
+        default="chat",
+        help="chat (mlx-lm, default), embedding (mlx-embed) or reranker (mlx-rerank)",
+    )
     args = parser.parse_args(argv)
+    if args.kind != "chat":
+        if args.broken:
+            parser.error("--broken makes chat models only")
+        from mlxfleet_agent.engines import testmodels  # numpy, mlx: only when asked
+
+        if args.kind == "embedding":
+            path = testmodels.generate_embedding_model(args.out, seed=args.seed)
+        else:
+            path = testmodels.generate_reranker_model(args.out)
+        print(path)
+        return 0
     path = generate_model(args.out, seed=args.seed, broken=args.broken)
     print(path)
     return 0

@@ -64,7 +64,7 @@ def _positive_int(config: dict[str, Any], key: str) -> int | None:
     return value if value > 0 else None
 
 
-def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
     """The language-model part of a config (multimodal configs nest it under text_config)."""
     for key in ("text_config", "language_config", "llm_config"):
         nested = config.get(key)
@@ -88,7 +88,7 @@ def dtype_bytes(config: dict[str, Any]) -> float:
 
 def shape_from_config(config: dict[str, Any]) -> contract.ModelShape:
     """Read layers, KV heads, head_dim and dtype from a (possibly multimodal) config.json."""
-    cfg = _text_config(config)
+    cfg = text_config(config)
     layers = _positive_int(cfg, "num_hidden_layers") or _positive_int(cfg, "n_layer")
     heads = _positive_int(cfg, "num_attention_heads") or _positive_int(cfg, "n_head")
     kv_heads = _positive_int(cfg, "num_key_value_heads") or heads

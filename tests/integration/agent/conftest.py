@@ -128,9 +128,13 @@ class Agent:
             return self.proc.wait(timeout=10)
 
 
+BACKEND_MARKS = ("mlx_lm", "mlxfleet_agent.engines.embed_server")
+
+
 def _is_backend(proc: psutil.Process) -> bool:
     with contextlib.suppress(psutil.Error):
-        return "mlx_lm" in " ".join(proc.cmdline())
+        cmdline = " ".join(proc.cmdline())
+        return any(mark in cmdline for mark in BACKEND_MARKS)
     return False
 
 
@@ -140,7 +144,8 @@ def backend_processes_using(state_dir: Path) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         with contextlib.suppress(psutil.Error):
-            if "mlx_lm" in " ".join(proc.info["cmdline"] or []) and any(
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if any(mark in cmdline for mark in BACKEND_MARKS) and any(
                 f.path.startswith(logs) for f in proc.open_files()
             ):
                 found.append(proc)

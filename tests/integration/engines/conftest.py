@@ -24,9 +24,6 @@ import httpx
 import openai
 import pytest
 
-from mlxfleet_agent.engines import testmodels
-from tests.support import models as support_models
-
 START_TIMEOUT_S = 120.0
 EMBED_LIMITS = {
     "max_inputs": 256,
@@ -126,18 +123,6 @@ def wait_ready(engine: Engine, *, timeout_s: float = START_TIMEOUT_S) -> Engine:
         time.sleep(0.2)
     engine.stop()
     raise AssertionError(f"engine not ready in {timeout_s}s:\n{engine.log_tail()}")
-
-
-@pytest.fixture(scope="session")
-def embedding_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = support_models.models_root(tmp_path_factory)
-    return testmodels.generate_embedding_model(root / "qwen3-embedding", seed=3)
-
-
-@pytest.fixture(scope="session")
-def reranker_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = support_models.models_root(tmp_path_factory)
-    return testmodels.generate_reranker_model(root / "qwen3-reranker")
 
 
 @pytest.fixture(scope="session")

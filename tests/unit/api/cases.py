@@ -91,6 +91,11 @@ class Invalid(Case):
 
 
 MD, IN, SWP = "ModelDeployment", "InferenceNode", "SwapPlan"
+_ARGV = ["llama-server", "-m", "{model}", "--host", "{host}", "--port", "{port}"]
+_COMMAND: JsonDict = {
+    "name": "command",
+    "command": {"argv": _ARGV, "capabilities": ["chat"], "memoryBytes": 2**30},
+}
 
 # Quantities (memory) are Kubernetes quantities: a string such as 48Gi, or an integer of bytes,
 # as in core Kubernetes objects; reservedMemory may be 0 either way.
@@ -102,6 +107,10 @@ VALID: tuple[Valid, ...] = (
     Valid("md-memory-integer-bytes", MD, {"resources": {"memory": 2**30}}),
     Valid("md-memory-exponent", MD, {"resources": {"memory": "2e9"}}),
     Valid("md-chat-template-args", MD, {"server": {"chatTemplateArgs": {"a": {"b": [1, "x"]}}}}),
+    Valid("md-engine-embed", MD, {"engine": {"name": "mlx-embed", "embed": {"maxInputs": 64}}}),
+    Valid("md-engine-rerank", MD, {"engine": {"name": "mlx-rerank"}}),
+    Valid("md-engine-vllm", MD, {"engine": {"name": "vllm", "vllm": {"task": "embed"}}}),
+    Valid("md-engine-command", MD, {"engine": _COMMAND}),
 )
 
 
@@ -122,6 +131,48 @@ INVALID: tuple[Invalid, ...] = (
     Invalid("md-model-missing", MD, {"model": DELETE}, "spec.model"),
     Invalid(
         "md-served-name-space", MD, {"model": {"servedName": "my model"}}, "spec.model.servedName"
+    ),
+    # ModelDeployment: the engine
+    Invalid("md-engine-unknown", MD, {"engine": {"name": "llamacpp"}}, "spec.engine.name"),
+    Invalid("md-engine-string", MD, {"engine": "mlx-embed"}, "spec.engine"),
+    Invalid(
+        "md-engine-vllm-options-on-mlx",
+        MD,
+        {"engine": {"vllm": {"task": "embed"}}},
+        "spec.engine.vllm",
+    ),
+    Invalid(
+        "md-engine-embed-options-on-vllm",
+        MD,
+        {"engine": {"name": "vllm", "embed": {"maxInputs": 4}}},
+        "spec.engine.embed",
+    ),
+    Invalid(
+        "md-engine-command-missing", MD, {"engine": {"name": "command"}}, "spec.engine.command"
+    ),
+    Invalid(
+        "md-engine-command-no-port",
+        MD,
+        {"engine": {**_COMMAND, "command": {**_COMMAND["command"], "argv": ["srv", "{host}"]}}},
+        "spec.engine.command.argv",
+    ),
+    Invalid(
+        "md-engine-command-no-memory",
+        MD,
+        {"engine": {**_COMMAND, "command": {"argv": _ARGV, "capabilities": ["chat"]}}},
+        "spec.engine.command.memoryBytes",
+    ),
+    Invalid(
+        "md-engine-embed-max-inputs-0",
+        MD,
+        {"engine": {"name": "mlx-embed", "embed": {"maxInputs": 0}}},
+        "spec.engine.embed.maxInputs",
+    ),
+    Invalid(
+        "md-engine-vllm-gpu-share",
+        MD,
+        {"engine": {"name": "vllm", "vllm": {"gpuMemoryUtilization": 1.5}}},
+        "spec.engine.vllm.gpuMemoryUtilization",
     ),
     # ModelDeployment: sizes
     Invalid("md-replicas-65", MD, {"replicas": 65, "placement": DELETE}, "spec.replicas"),

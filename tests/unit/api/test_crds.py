@@ -93,14 +93,18 @@ def test_every_field_has_a_description(kind: str) -> None:
         assert node.get("description"), f"{kind}{path} has no description (kubectl explain)"
 
 
-def test_only_chat_template_args_preserves_unknown_fields() -> None:
+def test_only_free_form_json_fields_preserve_unknown_fields() -> None:
+    # chatTemplateArgs and vLLM's hfOverrides are JSON objects handed to the engine as they are
     preserving = [
         f"{kind}{path}"
         for kind in _crds()
         for path, node in _walk(_schema(kind))
         if node.get("x-kubernetes-preserve-unknown-fields")
     ]
-    assert preserving == ["ModelDeployment.spec.server.chatTemplateArgs"]
+    assert sorted(preserving) == [
+        "ModelDeployment.spec.engine.vllm.hfOverrides",
+        "ModelDeployment.spec.server.chatTemplateArgs",
+    ]
 
 
 def test_every_memory_quantity_is_int_or_string() -> None:

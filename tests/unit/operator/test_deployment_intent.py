@@ -215,3 +215,31 @@ def test_node_events_a_ready_flip_and_an_ignored_field() -> None:
     ignored = nodes.ignored_fields(reserved)
     assert ignored is not None
     assert ignored.reason == "ReservedMemoryIgnored"
+
+
+def test_an_engine_no_node_can_run_is_ready_false_naming_it() -> None:
+    """An agent that cannot run the engine (and one older than engines) make the deployment
+    Ready=False EngineUnavailable (Stalled: waiting changes nothing), both at sizing and after."""
+    no_embed = state().model_copy(
+        update={
+            "engines": [
+                contract.EngineInfo(name="mlx-lm", available=True),
+                contract.EngineInfo(name="mlx-embed", available=False, reason="mlx not installed"),
+            ]
+        }
+    )
+    fleet = [fact("mac-1", no_embed), fact("mac-2")]
+    d = one(engine={"name": "mlx-embed"})
+    decision = placing.place(d, fleet, footprint_bytes=GIB, now=NOW, failover_delay=timedelta(0))
+    assert decision.fits_nowhere
+    verdict = mdstatus.verdict(d, decision, [], {}, None)
+    assert (verdict.ready, verdict.reason, verdict.stalled) == (False, "EngineUnavailable", True)
+    assert "mac-1: cannot run engine mlx-embed: mlx not installed" in verdict.message
+    assert "mac-2: cannot run engine mlx-embed" in verdict.message
+    sized = footprint.sized(d, fleet, probe=decision, answers=[])
+    assert not isinstance(sized, int)
+    assert sized.reason == "EngineUnavailable"
+    chat = placing.place(one(), fleet, footprint_bytes=GIB, now=NOW, failover_delay=timedelta(0))
+    assert chat.nodes  # the same fleet still takes mlx-lm
+    slot = dslots.slot_spec(d, d.model_ref())
+    assert slot.engine.name is contract.EngineName.MLX_EMBED

@@ -223,3 +223,29 @@ def test_placement_invariants(
     # dropped = current minus chosen; order of the node list does not matter
     assert set(decision.dropped) == set(current) - set(decision.nodes)
     assert place(request, list(reversed(nodes)), tuple(current)) == decision
+
+
+def test_nodes_whose_agent_cannot_run_the_engine_are_rejected_naming_it() -> None:
+    embed = frozenset({"mlx-lm", "mlx-embed"})
+    nodes = [
+        node("a", engines=embed),
+        node("b", engine_reasons={"mlx-embed": "tokenizers not installed"}),
+        node("c"),  # an agent older than engines: mlx-lm only
+    ]
+    decision = place(req(replicas=1, engine="mlx-embed"), nodes)
+    assert decision.nodes == ("a",)
+    rejected = {r.node: r for r in decision.rejections}
+    assert rejected["b"].reason == placement.Reason.ENGINE
+    assert "engine mlx-embed: tokenizers not installed" in rejected["b"].message
+    assert "engine mlx-embed" in rejected["c"].message
+    assert place(req(replicas=1), nodes).nodes  # mlx-lm still goes anywhere
+
+
+def test_an_engine_no_node_runs_is_engine_unavailable_not_waiting() -> None:
+    nodes = [node("a"), node("b", engine_reasons={"vllm": "no NVIDIA GPU found"})]
+    decision = place(req(replicas=1, engine="vllm"), nodes)
+    assert decision.fits_nowhere
+    assert placement.nowhere_reason(decision) == "EngineUnavailable"
+    assert "cannot run engine vllm: no NVIDIA GPU found" in decision.rejection_summary()
+    too_big = place(req(footprint=20 * GIB), [node("a")])
+    assert placement.nowhere_reason(too_big) == "InsufficientMemory"

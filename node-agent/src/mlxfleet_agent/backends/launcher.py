@@ -1,22 +1,27 @@
 """What every backend of one agent shares: the interpreter, the log folder, the load and stop
 timeouts and the HTTP client of warm-ups. The slots ask it for backends.
 
-`backend(...)` makes a (not yet started) mlx-lm backend for a model directory, `warm_up(...)`
-waits until it answers a completion (`readiness`), `stop(...)` stops it within the grace period.
-The engine specifics come from `mlxlm` (one place to plug another engine in).
-May import: httpx, the standard library, contract, backends (mlxlm, process, readiness).
+`backend(...)` makes a (not yet started) backend of the slot's engine for a model directory,
+`warm_up(...)` waits until it answers its engine's probes (`readiness`), `stop(...)` stops it
+within the grace period (the engine's own grace when longer, vLLM's 30 s). The engine
+specifics come from `recipes`; `check` refuses an engine this node cannot run; `engines` is
+what discovery found at start (GET /v1/state).
+May import: httpx, the standard library, contract, engines, backends (recipes, process,
+readiness).
 Called by: slots (the slot's primitives), runtime (builds and closes it).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 
 from mlxfleet_agent import contract
-from mlxfleet_agent.backends import mlxlm, process, readiness
+from mlxfleet_agent.backends import process, readiness, recipes
+from mlxfleet_agent.engines import plugin
 
 
 class Launcher:
@@ -29,9 +34,19 @@ class Launcher:
         python: str | None = None,
         load_timeout_s: float,
         stop_grace_s: float,
+        engines: Sequence[contract.EngineInfo] | None = None,
+        command_programs: Sequence[str] = (),
     ) -> None:
         self.log_dir = log_dir
         self.python = python or sys.executable
+        # without discovery (tests, embedders of the launcher): the MLX engines, as before
+        self.engines = list(engines) if engines is not None else _mlx_only()
+        self.host = recipes.Host(
+            python=self.python,
+            command_programs=tuple(command_programs),
+            runnable=frozenset(e.name for e in self.engines if e.available),
+            reasons=tuple((e.name, e.reason) for e in self.engines if not e.available),
+        )
         self.load_timeout_s = load_timeout_s
         self.stop_grace_s = stop_grace_s
         self._client = httpx.AsyncClient(
@@ -40,40 +55,47 @@ class Launcher:
             trust_env=False,
         )
 
+    def check(self, engine: contract.EngineSpec) -> None:
+        """recipes.EngineRefused unless this node can run `engine`."""
+        recipes.check(engine, self.host)
+
     def backend(
-        self,
-        *,
-        model_dir: Path,
-        options: contract.ServerOptions,
-        max_concurrency: int,
-        label: str,
-    ) -> process.Backend:
-        """A backend process for `model_dir`, not started yet."""
-        launch = mlxlm.LaunchSpec(
-            model_dir=model_dir,
-            options=options,
-            max_concurrency=max_concurrency,
-            python=self.python,
-        )
-        return process.Backend(
-            lambda port: mlxlm.command(launch, port=port),
+        self, *, model_dir: Path, spec: contract.SlotSpec, label: str
+    ) -> tuple[process.Backend, Sequence[plugin.Probe]]:
+        """A backend process of the spec's engine for `model_dir` (not started yet), and the
+        probes that say it is ready."""
+        backend = process.Backend(
+            lambda port: recipes.launch(spec, model_dir, port, self.host),
             label=label,
             log_dir=self.log_dir,
-            stop_signal=mlxlm.STOP_SIGNAL,
         )
+        return backend, recipes.probes(spec, upstream_model=backend.launch.upstream_model)
 
-    async def warm_up(self, backend: process.Backend) -> readiness.Warm:
-        """Wait until the started backend answers a completion (NotReady otherwise)."""
+    async def warm_up(
+        self, backend: process.Backend, probes: Sequence[plugin.Probe]
+    ) -> readiness.Warm:
+        """Wait until the started backend answers its probes (NotReady otherwise)."""
         return await readiness.warm_up(
             self._client,
-            backend.base_url + mlxlm.WARMUP_PATH,
-            body=mlxlm.WARMUP_BODY,
+            backend.base_url,
+            probes=probes,
             alive=backend.alive,
             timeout_s=self.load_timeout_s,
         )
 
     async def stop(self, backend: process.Backend, *, grace_s: float | None = None) -> None:
-        await backend.stop(grace_s=self.stop_grace_s if grace_s is None else grace_s)
+        if grace_s is None:
+            grace_s = max(self.stop_grace_s, backend.launch.stop_grace_s)
+        await backend.stop(grace_s=grace_s)
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _mlx_only() -> list[contract.EngineInfo]:
+    names = (
+        contract.EngineName.MLX_LM,
+        contract.EngineName.MLX_EMBED,
+        contract.EngineName.MLX_RERANK,
+    )
+    return [contract.EngineInfo(name=n.value, available=True, reason="assumed") for n in names]

@@ -72,6 +72,9 @@ def command(spec: LaunchSpec, *, port: int) -> list[str]:
     return argv
 
 
+MARK = "mlx_lm"
+
+
 def is_backend(cmdline: str) -> bool:
     """Whether a process command line is an mlx-lm backend (the orphan sweep kills only those)."""
-    return "mlx_lm" in cmdline
+    return MARK in cmdline

@@ -1,7 +1,8 @@
 """The backend processes this agent started, on disk, so a restarted agent can stop orphans.
 
-`record` writes `<state-dir>/backends.json` (pids with their start times, to tell a reused pid
-apart) whenever the set of live backends changes; `sweep`, at start-up, kills (process group and
+`record` writes `<state-dir>/backends.json` (pids with their start times and command lines, to
+tell a reused pid apart) whenever the set of live backends changes; `sweep`, at start-up, kills
+(process group and
 all) the recorded backends of a previous agent that still run: the macOS path after a SIGKILL,
 where PR_SET_PDEATHSIG does not exist.
 May import: psutil, the standard library, host.files, backends.mlxlm. Called by: slots.registry
@@ -21,14 +22,22 @@ from mlxfleet_agent.backends import mlxlm
 from mlxfleet_agent.host import files
 
 BACKENDS_FILE = "backends.json"
+CMDLINE_CHARS = 2048
+# what a backend's command line must contain to be killed: mlx_lm and the embeddings/rerank
+# server. vllm and command engines are not swept (their command lines are arbitrary; on Linux
+# PR_SET_PDEATHSIG stops them with the agent, on macOS a SIGKILLed agent leaves them running)
+SWEPT = (mlxlm.MARK, "mlxfleet_agent.engines.embed_server")
 
 
 def record(state_dir: Path, pids: list[int]) -> None:
-    """Remember live backend pids with their start times (to tell a reused pid apart)."""
+    """Remember live backend pids with their start times and command lines (to tell a reused
+    pid apart, whatever the engine)."""
     entries = []
     for pid in pids:
         try:
-            entries.append({"pid": pid, "created": psutil.Process(pid).create_time()})
+            proc = psutil.Process(pid)
+            cmd = " ".join(proc.cmdline())[:CMDLINE_CHARS]
+            entries.append({"pid": pid, "created": proc.create_time(), "cmdline": cmd})
         except psutil.Error:
             continue
     files.write_atomic(state_dir / BACKENDS_FILE, json.dumps(entries).encode())
@@ -49,8 +58,12 @@ def sweep(state_dir: Path) -> list[int]:
             proc = psutil.Process(int(entry["pid"]))
             if abs(proc.create_time() - float(entry["created"])) > 0.01:
                 continue
-            if not mlxlm.is_backend(" ".join(proc.cmdline())):
+            cmdline = " ".join(proc.cmdline())
+            recorded = entry.get("cmdline")
+            if isinstance(recorded, str) and cmdline[:CMDLINE_CHARS] != recorded:
                 continue
+            if not any(mark in cmdline for mark in SWEPT):
+                continue  # only engines the agent runs from its own interpreter (see SWEPT)
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except OSError:

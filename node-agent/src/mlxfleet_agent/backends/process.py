@@ -1,11 +1,13 @@
 """One backend process: spawn, watch, stop. No policy and no engine specifics here.
 
-A backend runs its command (see `mlxlm.command`) in its own process group (so a terminal's
+A backend runs its engine's launch (`recipes.launch`: argv, extra environment, stop signal) in
+its own process group (so a terminal's
 Ctrl+C reaches the agent only, which stops backends in order) and, on Linux, dies with the agent
 (PR_SET_PDEATHSIG). Stop is the engine's stop signal, then SIGKILL after a grace period. Output
 goes to `<state-dir>/logs/<label>.log`; its tail becomes the slot's lastError when the backend
 fails.
-May import: host.platform and the standard library. Called by: backends.launcher, slots.
+May import: host.platform, engines.plugin and the standard library. Called by: backends.launcher,
+slots.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+from mlxfleet_agent.engines import plugin
 from mlxfleet_agent.host import platform
 
 log = logging.getLogger(__name__)
@@ -40,17 +43,16 @@ class Backend:
 
     def __init__(
         self,
-        command: Callable[[int], list[str]],
+        recipe: Callable[[int], plugin.Launch],
         *,
         label: str,
         log_dir: Path,
-        stop_signal: signal.Signals = signal.SIGINT,
     ) -> None:
-        self.command = command
         self.label = label
         self.port = free_port()
+        self.launch = recipe(self.port)
         self.log_path = log_dir / f"{label}.log"
-        self.stop_signal = stop_signal
+        self.stop_signal = self.launch.stop_signal
         self.proc: asyncio.subprocess.Process | None = None
         self.stopping = False
 
@@ -68,10 +70,10 @@ class Backend:
     async def start(self) -> None:
         """Spawn the process (from the event loop's thread: PDEATHSIG is per forking thread)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.launch.env}
         with self.log_path.open("wb") as out:
             self.proc = await asyncio.create_subprocess_exec(
-                *self.command(self.port),
+                *self.launch.argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,

@@ -1,21 +1,26 @@
-"""When is a backend ready? When a warm-up completion succeeds (mlx_lm's /health lies early).
+"""When is a backend ready? When a real request of its engine succeeds (mlx_lm's /health lies
+early): a one-token completion for mlx-lm, one embedding or rerank for those engines.
 
-`warm_up` polls the engine's warm-up request (`mlxlm.WARMUP_BODY`) until it answers 200 with a
-choice, the process dies, the server keeps answering with an error (a model that fails to load
-leaves mlx_lm up, answering 404), or the deadline passes. `next_backoff` is the pure restart
+`warm_up` polls each of the engine's probes (`recipes.probes`) in turn until it answers 200 with
+the shape `plugin.accepts` expects, the process dies, the server keeps answering with an error (a
+model that fails to load leaves mlx_lm up, answering 404), or the deadline passes. `next_backoff` is
+the pure restart
 schedule of a crashed backend.
-May import: httpx and the standard library. Called by: backends.launcher, slots (backoff).
+May import: httpx, engines.plugin and the standard library. Called by: backends.launcher, slots
+(backoff).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from mlxfleet_agent.engines import plugin
 
 
 class NotReady(RuntimeError):
@@ -33,17 +38,45 @@ class Warm:
 
 async def warm_up(
     client: httpx.AsyncClient,
-    url: str,
+    base_url: str,
     *,
-    body: dict[str, Any],
+    probes: Sequence[plugin.Probe],
     alive: Callable[[], bool],
     timeout_s: float,
     poll_s: float = 0.15,
     max_refusals: int = 3,
 ) -> Warm:
-    """Poll `url` with `body` until a warm-up completion succeeds. Raise NotReady otherwise."""
+    """Poll each probe in turn until it is accepted. Raise NotReady otherwise."""
     start = time.monotonic()
     deadline = start + timeout_s
+    fingerprint: str | None = None
+    for probe in probes:
+        answer = await _until_accepted(
+            client,
+            base_url,
+            probe,
+            alive=alive,
+            deadline=deadline,
+            timeout_s=timeout_s,
+            poll_s=poll_s,
+            max_refusals=max_refusals,
+        )
+        value = answer.get("system_fingerprint")
+        fingerprint = value if isinstance(value, str) else fingerprint
+    return Warm(time.monotonic() - start, fingerprint)
+
+
+async def _until_accepted(
+    client: httpx.AsyncClient,
+    base_url: str,
+    probe: plugin.Probe,
+    *,
+    alive: Callable[[], bool],
+    deadline: float,
+    timeout_s: float,
+    poll_s: float,
+    max_refusals: int,
+) -> dict[str, Any]:
     last = "no answer yet"
     refusals = 0
     while time.monotonic() < deadline:
@@ -51,14 +84,17 @@ async def warm_up(
             raise NotReady(f"backend exited before it was ready ({last})")
         try:
             remaining = max(0.5, deadline - time.monotonic())
-            resp = await client.post(url, json=body, timeout=remaining)
+            resp = await client.request(
+                probe.method,
+                base_url + probe.path,
+                json=dict(probe.body) if probe.body is not None else None,
+                timeout=remaining,
+            )
             answer = resp.json() if resp.status_code == 200 else {}
-            if isinstance(answer, dict) and answer.get("choices"):
-                fingerprint = answer.get("system_fingerprint")
-                return Warm(
-                    time.monotonic() - start, fingerprint if isinstance(fingerprint, str) else None
-                )
-            last = f"warm-up answered {resp.status_code}: {resp.text[:300]}"
+            if plugin.accepts(probe, resp.status_code, answer):
+                assert isinstance(answer, dict)
+                return answer
+            last = f"warm-up {probe.path} answered {resp.status_code}: {resp.text[:300]}"
             refusals += 1
             if refusals >= max_refusals:
                 # the server is up and says no (mlx_lm answers 404 once its model failed to load)

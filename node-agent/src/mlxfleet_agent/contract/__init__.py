@@ -10,6 +10,7 @@ snake_case. Every public name of the submodules is re-exported here, so callers 
 - `slots`: `SlotSpec`, `SlotStatus`, swap policy, `SwapRecord`;
 - `models`: the model store (`CachedModel`, `ModelShape`, `PrefetchRequest`, `DownloadProgress`);
 - `state`: GET /v1/state (`AgentState`);
+- `engines`: `EngineSpec` (a slot's engine and its options), `Capability`, `EngineInfo`;
 - `errors`: error bodies (`ErrorBody`, `InsufficientMemory`);
 - `telemetry`: `TelemetryInterval` and its object key.
 
@@ -18,6 +19,17 @@ operator (api, core, adapters, reports), the gateway.
 """
 
 from mlxfleet_agent.contract.base import API_PREFIX, DNS_LABEL, StrictWire, Wire
+from mlxfleet_agent.contract.engines import (
+    ENDPOINTS,
+    Capability,
+    CommandOptions,
+    EmbedOptions,
+    EngineInfo,
+    EngineName,
+    EngineOptions,
+    EngineSpec,
+    VllmOptions,
+)
 from mlxfleet_agent.contract.errors import ErrorBody, ErrorDetail, InsufficientMemory
 from mlxfleet_agent.contract.models import (
     CachedModel,
@@ -76,6 +88,7 @@ __all__ = [
     "CHAT_TEMPLATE_ARGS_MAX_DEPTH",
     "CHAT_TEMPLATE_ARGS_MAX_KEYS",
     "DNS_LABEL",
+    "ENDPOINTS",
     "HF_REPO",
     "LATENCY_BUCKETS_S",
     "S3_BUCKET",
@@ -86,9 +99,16 @@ __all__ = [
     "TOKEN_LATENCY_BUCKETS_S",
     "AgentState",
     "CachedModel",
+    "Capability",
     "ChatTemplateArgs",
+    "CommandOptions",
     "DiskInfo",
     "DownloadProgress",
+    "EmbedOptions",
+    "EngineInfo",
+    "EngineName",
+    "EngineOptions",
+    "EngineSpec",
     "ErrorBody",
     "ErrorDetail",
     "HistogramData",
@@ -114,6 +134,7 @@ __all__ = [
     "SwapRecord",
     "SwapStrategy",
     "TelemetryInterval",
+    "VllmOptions",
     "Wire",
     "check_chat_template_args",
     "check_image_url_prefix",

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field
 
 from mlxfleet_agent.contract.base import StrictWire, Wire
+from mlxfleet_agent.contract.engines import EngineSpec
 from mlxfleet_agent.contract.models import DownloadProgress
 from mlxfleet_agent.contract.sources import ModelSource
 
@@ -149,6 +150,11 @@ class SlotSpec(StrictWire):
         description="Overrides the estimate (ModelDeployment spec.resources.memory).",
     )
     server: ServerOptions = Field(default_factory=ServerOptions)
+    engine: EngineSpec = Field(
+        default_factory=EngineSpec,
+        description="The server process the slot runs (default mlx-lm; ModelDeployment "
+        "spec.engine).",
+    )
     swap: SwapPolicy = Field(default_factory=SwapPolicy)
 
 

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from mlxfleet_agent.contract.base import Wire
+from mlxfleet_agent.contract.engines import EngineInfo
 from mlxfleet_agent.contract.models import CachedModel
 from mlxfleet_agent.contract.slots import SlotStatus
 
@@ -42,3 +43,8 @@ class AgentState(Wire):
     slots: list[SlotStatus]
     cached_models: list[CachedModel]
     counters: dict[str, float] = Field(default_factory=dict)
+    engines: list[EngineInfo] = Field(
+        default_factory=list,
+        description="Every engine this agent knows, whether it can run it here and why (found "
+        "at start); empty from agents older than engines (they run mlx-lm only).",
+    )

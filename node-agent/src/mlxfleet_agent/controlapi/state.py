@@ -2,7 +2,7 @@
 
 Versions, OS and chip (read once, at start-up), memory (total, available, the slots' budget
 and estimate, pressure), disk of the models dir, the data port, every slot's status, the cached
-models and the telemetry counters.
+models, the telemetry counters and the engines found at start.
 May import: the standard library, contract, host.platform, models.catalog, slots.registry,
 telemetry (recorder, hoststats). Called by: controlapi.app, runtime (builds it).
 """
@@ -30,7 +30,9 @@ class StateView:
         telemetry: recorder.Telemetry,
         models_dir: Path,
         data_port: int,
+        engines: list[contract.EngineInfo] | None = None,
     ) -> None:
+        self.engines = engines or []
         self.slots = slots
         self.models = models
         self.telemetry = telemetry
@@ -66,4 +68,5 @@ class StateView:
             slots=self.slots.statuses(),
             cached_models=self.models.cached(),
             counters=self.telemetry.counters(),
+            engines=self.engines,
         )

@@ -1,6 +1,8 @@
 """The data plane: an OpenAI-compatible reverse proxy in front of the slots' backends (raw ASGI).
 
 Per request: authorize (API keys, when configured), read the body (bounded), route by `model`
+(chat and completions to chat engines, embeddings and rerank to the slots whose engine serves
+them: `mlx-embed`, `mlx-rerank`, vllm pooling, a declared command)
 against the narrow `slots.lease.Routes` protocol, lease the route's backend (queueing while it is
 not ready) and hand it to `relay`, which forwards the request and passes the answer back as it
 arrives. The lease is held until the last byte, so a swap never cuts a request. Every refusal is
@@ -26,6 +28,18 @@ ENDPOINTS = {
     "/v1/chat/completions": "chat.completions",
     "/chat/completions": "chat.completions",
     "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+    "/embeddings": "embeddings",
+    "/v1/rerank": "rerank",
+    "/rerank": "rerank",
+    "/v2/rerank": "rerank",
+}
+# what a slot's engine must serve to receive an endpoint (contract.Capability values)
+CAPABILITY = {
+    "chat.completions": "chat",
+    "completions": "completions",
+    "embeddings": "embeddings",
+    "rerank": "rerank",
 }
 
 
@@ -137,6 +151,7 @@ class DataPlane:
             ) from None
         routed = routing.resolve(self.routes, routing.parse(raw))
         route = routed.route
+        routing.check_capability(route.desired, CAPABILITY[endpoint], path=scope["path"])
         routing.check_images(routed.body, allowed=route.desired.server.allowed_image_urls or ())
         held = await routing.lease(route, timeout_s=self.queue_timeout_s)
         backend = held.upstream

@@ -1,5 +1,7 @@
 """Relaying one leased request: ask the backend, pass its answer back as it arrives.
 
+Embeddings and rerank requests are forwarded as they are (only `model` rewritten) and answered
+whole; their `usage.prompt_tokens` is what telemetry counts.
 Per request: the body (already routed, `model` rewritten to the backend's pinned path and the
 token cap applied) goes to the backend over `upstream`; the answer comes back unbuffered (whole
 SSE events; the pinned path in `model` fields put back to the served name, the fingerprint made
@@ -24,7 +26,13 @@ from mlxfleet_agent.dataplane.errors import RETRY_AFTER, RouteError
 from mlxfleet_agent.slots import lease
 
 log = logging.getLogger(__name__)
-BACKEND_PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
+BACKEND_PATHS = {
+    "chat.completions": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+    "rerank": "/v1/rerank",
+}
+WHOLE_ONLY = frozenset({"embeddings", "rerank"})  # answered whole; no tokens generated
 DONE = b"data: [DONE]"
 BACKEND_HEADER = b"x-mlxfleet-backend"
 ERROR_BODY_LIMIT = 64 * 1024  # of a backend's error body, what the client is shown
@@ -92,9 +100,11 @@ async def forward(
     connection, which stops mlx_lm at its next write (so whole answers are asked for as a
     stream and assembled here: see `answers`)."""
     body = routed.body
-    routing.limit_tokens(body, backend.spec)
+    whole_only = endpoint in WHOLE_ONLY
+    if not whole_only:
+        routing.limit_tokens(body, backend.spec)
     body["model"] = backend.pinned
-    assemble = not routed.stream and not answers.wants_logprobs(body)
+    assemble = not whole_only and not routed.stream and not answers.wants_logprobs(body)
     client_usage = False
     if routed.stream:
         client_usage = tokens.ask_for_usage(body)
@@ -123,7 +133,7 @@ async def forward(
     try:
         if reply.status != 200:
             await _error(reply, send, headers=headers, outcome=outcome, backend=backend)
-        elif routed.stream:
+        elif routed.stream and not whole_only:
             await _stream(
                 reply,
                 send,
@@ -148,7 +158,13 @@ async def forward(
             )
         else:
             await _whole(
-                reply, send, headers=headers, rewrite=rewrite, outcome=outcome, t0=t0, gone=gone
+                reply,
+                send,
+                headers=headers,
+                rewrite=rewrite,
+                outcome=outcome,
+                t0=None if whole_only else t0,
+                gone=gone,
             )
     finally:
         watcher.cancel()
@@ -219,10 +235,11 @@ async def _whole(
     headers: list[tuple[bytes, bytes]],
     rewrite: answers.Rewrite,
     outcome: Outcome,
-    t0: float,
+    t0: float | None,
     gone: asyncio.Event,
 ) -> None:
-    """A whole answer generated whole by the backend (requests that ask for logprobs)."""
+    """A whole answer generated whole by the backend (requests that ask for logprobs;
+    embeddings and rerank, which have no first token: t0 None)."""
     try:
         body = await resp.read_all()
     except upstream.BackendError:
@@ -233,7 +250,8 @@ async def _whole(
         raise RouteError(
             502, "backend failed while answering", type_="server_error", code="backend_died"
         ) from None
-    outcome.ttft_s = time.monotonic() - t0
+    if t0 is not None:
+        outcome.ttft_s = time.monotonic() - t0
     body = rewrite(body)
     outcome.count_usage(body)
     outcome.started = True

@@ -67,6 +67,19 @@ def resolve(routes: lease_.Routes, body: dict[str, Any]) -> Routed:
     return Routed(route=route, body=body, stream=stream)
 
 
+def check_capability(spec: contract.SlotSpec, capability: str, *, path: str) -> None:
+    """Refuse (400) an endpoint the slot's engine does not serve, naming what it serves."""
+    serves = sorted(c.value for c in spec.engine.capabilities)
+    if capability not in serves:
+        raise RouteError(
+            400,
+            f"model `{spec.served_name}` (engine {spec.engine.name.value}) does not serve "
+            f"{path}; it serves: {', '.join(serves)}",
+            param="model",
+            code="unsupported_endpoint",
+        )
+
+
 def limit_tokens(body: dict[str, Any], spec: contract.SlotSpec) -> None:
     """Apply the slot's cap on generated tokens to a request body (in place).
 

@@ -18,40 +18,35 @@ registry (part 2), tests.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 from collections.abc import Mapping, Sequence
-from typing import Literal
 
-import pydantic
-
+from mlxfleet_agent.contract.engines import (
+    PLACEHOLDERS,
+    SHELLS,
+    TOKEN,
+    CommandOptions,
+    TemplateError,
+    fields,
+    validate_argv,
+)
 from mlxfleet_agent.engines import plugin
 
-PLACEHOLDERS = ("model", "host", "port")
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "busybox"})
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_FORBIDDEN_ENV = re.compile(
-    r"^(LD_|DYLD_)|^(PYTHONPATH|PYTHONSTARTUP|PYTHONHOME|PATH|BASH_ENV|ENV)$"
-)
-_TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
-
-
-class TemplateError(ValueError):
-    """The template cannot be used; the message names the argument and what is allowed."""
-
-
-def fields(arg: str) -> list[str]:
-    """Placeholder names in one argument; TemplateError on a lone brace."""
-    names = []
-    for m in _TOKEN.finditer(arg):
-        text = m.group(0)
-        if text in ("{{", "}}"):
-            continue
-        if m.group(1) is None:
-            raise TemplateError(f"{arg!r} has a lone {text!r} (write {text * 2} for a literal one)")
-        names.append(m.group(1))
-    return names
+# the options and template checks live in the contract (admission uses them too)
+__all__ = [
+    "PLACEHOLDERS",
+    "SHELLS",
+    "CommandOptions",
+    "TemplateError",
+    "check_allowed",
+    "fields",
+    "launch",
+    "memory",
+    "render",
+    "render_arg",
+    "validate_argv",
+]
 
 
 def render_arg(arg: str, values: Mapping[str, str]) -> str:
@@ -61,69 +56,7 @@ def render_arg(arg: str, values: Mapping[str, str]) -> str:
             return text[0]
         return values[m.group(1)]
 
-    return _TOKEN.sub(sub, arg)
-
-
-class CommandOptions(plugin.EngineOptions):
-    """Engine options of a `command` ModelDeployment."""
-
-    argv: tuple[str, ...] = pydantic.Field(min_length=1, max_length=256)
-    env: dict[str, str] = pydantic.Field(default_factory=dict)
-    capabilities: tuple[plugin.Capability, ...] = pydantic.Field(min_length=1)
-    memory_bytes: int = pydantic.Field(gt=0)
-    stop_signal: Literal["SIGTERM", "SIGINT"] = "SIGTERM"
-    stop_grace_s: float = pydantic.Field(default=10.0, gt=0, le=300)
-    # what the data plane puts in a request's `model`: the served name, or the local model path
-    # (mlx_lm.server loads whatever `model` names, so it needs "path")
-    request_model: Literal["name", "path"] = "name"
-
-    @pydantic.field_validator("argv")
-    @classmethod
-    def _argv(cls, argv: tuple[str, ...]) -> tuple[str, ...]:
-        validate_argv(argv)
-        return argv
-
-    @pydantic.field_validator("env")
-    @classmethod
-    def _env(cls, env: dict[str, str]) -> dict[str, str]:
-        for name, value in env.items():
-            if not _ENV_NAME.match(name):
-                raise ValueError(f"env name {name!r} must match [A-Za-z_][A-Za-z0-9_]*")
-            if _FORBIDDEN_ENV.match(name):
-                raise ValueError(
-                    f"env {name} may not be set (it changes what code the program runs)"
-                )
-            if "\x00" in value:
-                raise ValueError(f"env {name} contains a NUL byte")
-        return env
-
-
-def validate_argv(argv: Sequence[str]) -> None:
-    """TemplateError unless `argv` is a usable template (see the module docstring)."""
-    if not argv or not argv[0]:
-        raise TemplateError("argv must name a program first")
-    seen: set[str] = set()
-    for i, arg in enumerate(argv):
-        if "\x00" in arg:
-            raise TemplateError(f"argv[{i}] contains a NUL byte")
-        for name in fields(arg):
-            if name not in PLACEHOLDERS:
-                allowed = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
-                raise TemplateError(f"argv[{i}] uses {{{name}}}; the placeholders are {allowed}")
-            if i == 0:
-                raise TemplateError("argv[0] (the program) may not contain placeholders")
-            seen.add(name)
-    program = os.path.basename(argv[0])
-    if program in SHELLS:
-        raise TemplateError(
-            f"argv[0] is the shell {program!r}; give the server's own command line instead"
-        )
-    for needed in ("port", "host"):
-        if needed not in seen:
-            raise TemplateError(
-                f"the template must pass {{{needed}}} so the server listens where the agent "
-                "proxies (loopback, the slot's port)"
-            )
+    return TOKEN.sub(sub, arg)
 
 
 def check_allowed(program: str, allowed_programs: Sequence[str]) -> None:

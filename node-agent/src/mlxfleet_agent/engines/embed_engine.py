@@ -15,23 +15,13 @@ from __future__ import annotations
 import signal
 from typing import Literal
 
-import pydantic
-
+from mlxfleet_agent.contract.engines import EmbedOptions
 from mlxfleet_agent.engines import plugin
+
+__all__ = ["EmbedOptions", "Task", "command", "launch", "memory", "probe"]
 
 MODULE = "mlxfleet_agent.engines.embed_server"
 RUNTIME_BYTES = 512 << 20  # interpreter, mlx, tokenizer, HTTP server
-
-
-class EmbedOptions(plugin.EngineOptions):
-    """Engine options of an `mlx-embed` / `mlx-rerank` ModelDeployment."""
-
-    max_inputs: int = pydantic.Field(default=2048, ge=1, le=100_000)
-    max_input_tokens: int | None = pydantic.Field(default=None, ge=1)
-    max_request_tokens: int = pydantic.Field(default=300_000, ge=1)
-    batch_tokens: int = pydantic.Field(default=8192, ge=16)
-    batch_rows: int = pydantic.Field(default=64, ge=1)
-    matryoshka: Literal["auto", "on", "off"] = "auto"
 
 
 Task = Literal["embed", "rerank"]

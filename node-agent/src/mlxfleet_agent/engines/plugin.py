@@ -13,44 +13,14 @@ discovery}, tests.
 
 from __future__ import annotations
 
-import enum
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import pydantic
-from pydantic.alias_generators import to_camel
+__all__ = ["ENDPOINTS", "Capability", "EngineOptions"]
 
-
-class Capability(enum.StrEnum):
-    """An OpenAI-style endpoint family an engine answers."""
-
-    CHAT = "chat"  # POST /v1/chat/completions
-    COMPLETIONS = "completions"  # POST /v1/completions
-    EMBEDDINGS = "embeddings"  # POST /v1/embeddings
-    RERANK = "rerank"  # POST /v1/rerank
-
-
-ENDPOINTS: Mapping[Capability, tuple[str, ...]] = {
-    Capability.CHAT: ("/v1/chat/completions", "/chat/completions"),
-    Capability.COMPLETIONS: ("/v1/completions", "/completions"),
-    Capability.EMBEDDINGS: ("/v1/embeddings", "/embeddings"),
-    Capability.RERANK: ("/v1/rerank", "/rerank", "/v2/rerank"),
-}
-
-
-class EngineOptions(pydantic.BaseModel):
-    """Base of every engine's options: camelCase on the wire, unknown keys refused, frozen."""
-
-    model_config = pydantic.ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        extra="forbid",
-        frozen=True,
-    )
+from mlxfleet_agent.contract.engines import ENDPOINTS, Capability, EngineOptions
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,84 +21,24 @@ registry (part 2), tests.
 from __future__ import annotations
 
 import json
-import re
 import signal
 from collections.abc import Sequence
-from typing import Any, Literal
 
-import pydantic
-
+from mlxfleet_agent.contract.engines import RESERVED_FLAGS, VllmOptions
 from mlxfleet_agent.engines import plugin
 
-# flags the agent sets itself, or that would move the server off the agent's loopback port
-RESERVED_FLAGS = frozenset(
-    {
-        "--host",
-        "--port",
-        "--uds",
-        "--model",
-        "--served-model-name",
-        "--api-key",
-        "--gpu-memory-utilization",
-        "--tensor-parallel-size",
-        "-tp",
-        "--max-model-len",
-        "--trust-remote-code",
-        "--headless",
-        "--config",
-        "--runner",
-        "--hf-overrides",
-        "--ssl-keyfile",
-        "--ssl-certfile",
-        "--root-path",
-    }
-)
-_FLAG = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
-DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+__all__ = [
+    "RESERVED_FLAGS",
+    "VllmOptions",
+    "capabilities",
+    "command",
+    "environment",
+    "launch",
+    "memory",
+    "probes",
+]
+
 STOP_GRACE_S = 30.0  # vLLM frees GPU memory and its engine-core children on SIGTERM
-
-
-class VllmOptions(plugin.EngineOptions):
-    """Engine options of a vLLM ModelDeployment (validated at admission and again here)."""
-
-    task: Literal["generate", "embed", "rerank"] = "generate"
-    gpu_memory_utilization: float = pydantic.Field(default=0.9, gt=0.0, le=1.0)
-    max_model_len: int | None = pydantic.Field(default=None, ge=16)
-    tensor_parallel_size: int = pydantic.Field(default=1, ge=1, le=64)
-    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = None
-    quantization: str | None = None
-    max_num_seqs: int | None = pydantic.Field(default=None, ge=1)
-    enforce_eager: bool = False
-    trust_remote_code: bool = False
-    hf_overrides: dict[str, Any] | None = None
-    extra_args: tuple[str, ...] = ()
-
-    @pydantic.field_validator("quantization")
-    @classmethod
-    def _quantization(cls, value: str | None) -> str | None:
-        if value is not None and not _WORD.match(value):
-            raise ValueError("quantization must be a method name such as awq, gptq, fp8")
-        return value
-
-    @pydantic.field_validator("extra_args")
-    @classmethod
-    def _extra(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for i, arg in enumerate(value):
-            if "\x00" in arg or "\n" in arg:
-                raise ValueError(f"extraArgs[{i}] contains a NUL or newline")
-            if arg.startswith("-"):
-                flag = arg.split("=", 1)[0]
-                if not _FLAG.match(flag):
-                    raise ValueError(f"extraArgs[{i}] {arg!r} is not a command-line flag")
-                if flag in RESERVED_FLAGS or flag.replace("_", "-") in RESERVED_FLAGS:
-                    raise ValueError(
-                        f"extraArgs[{i}] sets {flag}, which the agent sets itself "
-                        "(use the matching option instead)"
-                    )
-            elif i == 0:
-                raise ValueError("extraArgs must start with a flag (--name)")
-        return value
 
 
 def command(target: plugin.Target, options: VllmOptions, *, executable: str = "vllm") -> list[str]:

@@ -1,13 +1,15 @@
 """The models as the rest of the agent sees them: admission of a source, weights on disk for a
-swap (pinned while a backend uses them), memory estimates, and the store routes of the API.
+swap (pinned while a backend uses them), memory estimates (per engine), and the store routes of the
+API.
 
 One `Catalog` per agent over its `store.Store`. A source is parsed once (`admit`, at the PUT)
 and the parsed `Source` is what every later call takes. Store errors become
 `refusals.Rejected` here (the HTTP status chosen by the store's error class), so the control API
 maps one kind of refusal. A prefetch still fetching answers with its `download` progress (one
 meter per model while any prefetch of it runs).
-May import: the standard library, contract, sizing, refusals, models (errors, source, local,
-modeldir, progress, store). Called by: slots (registry: admission; slot: ensure/estimate/release),
+May import: the standard library, contract, sizing, refusals, engines (their memory), models
+(errors, source, local, modeldir, progress, store). Called by: slots (registry: admission; slot:
+ensure/estimate/release),
 controlapi (models routes), runtime (builds and closes it).
 """
 
@@ -16,10 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from mlxfleet_agent import contract, refusals, sizing
+from mlxfleet_agent.engines import command, embed_engine, vllm
 from mlxfleet_agent.models import errors, local, modeldir, progress, source, store
 
 log = logging.getLogger(__name__)
@@ -79,7 +84,14 @@ class Catalog:
 
     def estimate(self, spec: contract.SlotSpec, model_dir: Path) -> int:
         """Bytes `spec` needs once loaded from `model_dir` (UnknownModelSize: refuse it)."""
+        engine = spec.engine
+        if engine.command is not None:  # the agent cannot know: the deployment declares it
+            return command.memory(engine.command).host_bytes
+        if engine.name is contract.EngineName.VLLM:  # GPU memory is vLLM's; host: its process
+            return vllm.memory(engine.vllm or contract.VllmOptions(), gpu_total_bytes=0).host_bytes
         size, shape = modeldir.inspect(model_dir)
+        if engine.name in (contract.EngineName.MLX_EMBED, contract.EngineName.MLX_RERANK):
+            return embed_memory(spec, size, modeldir.read_config(model_dir))
         return sizing.estimate(
             weights_bytes=size,
             shape=shape,
@@ -146,3 +158,25 @@ def _mapped() -> Iterator[None]:
         raise refusals.Rejected(
             exc.http_status, exc.message, field=exc.field, allowed=exc.allowed
         ) from exc
+
+
+def embed_memory(spec: contract.SlotSpec, weights_bytes: int, config: dict[str, Any]) -> int:
+    """An embeddings/rerank slot: weights + one batch's activations (no KV cache)."""
+    cfg = sizing.text_config(config)
+    options = spec.engine.embed or contract.EmbedOptions()
+
+    def need(key: str) -> int:
+        value = cfg.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise sizing.UnknownModelSize(f"config.json has no positive integer {key}")
+        return value
+
+    return embed_engine.memory(
+        weights_bytes=weights_bytes,
+        hidden_size=need("hidden_size"),
+        intermediate_size=need("intermediate_size"),
+        heads=need("num_attention_heads"),
+        max_input_tokens=options.max_input_tokens or min(8192, spec.context_length),
+        options=options,
+        attention_materialized=sys.platform != "darwin",  # mlx on CPU materialises scores
+    ).host_bytes

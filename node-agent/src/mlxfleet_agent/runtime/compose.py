@@ -1,7 +1,8 @@
 """The composition root: the one place the agent's parts are built, wired and torn down.
 
 Built in dependency order, each part given only what it needs: telemetry and its shipper, the
-model catalog (over the store), the backend launcher, the slot registry (which owns the slots
+model catalog (over the store), the engines this host can run (discovery), the backend
+launcher, the slot registry (which owns the slots
 and is their `Owner`), the data plane (given the registry as its narrow `slots.lease.Routes`),
 the control API (wrapped in its guard). No part is built before what it depends on, so nothing
 needs a late-bound callback. On exit: downloads stop, every slot and backend stops, the
@@ -17,10 +18,12 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from mlxfleet_agent import contract
 from mlxfleet_agent.backends import launcher, orphans
 from mlxfleet_agent.controlapi import app as control_app
 from mlxfleet_agent.controlapi import guard, state
 from mlxfleet_agent.dataplane import app as data_app
+from mlxfleet_agent.engines import discovery, facts
 from mlxfleet_agent.host import platform
 from mlxfleet_agent.models import catalog, store
 from mlxfleet_agent.runtime import logs, settings
@@ -83,11 +86,19 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
             max_download_bytes_per_s=cfg.download_max_bytes_per_s,
         )
     )
+    found = await asyncio.to_thread(facts.gather, command_programs=cfg.command_programs)
+    engines = [
+        contract.EngineInfo(name=a.engine, available=a.available, reason=a.reason)
+        for a in discovery.engines(found)
+    ]
+    log.info("engines", extra={"runnable": [e.name for e in engines if e.available]})
     backends = launcher.Launcher(
         log_dir=cfg.state_dir / "logs",
         python=cfg.python,
         load_timeout_s=cfg.load_timeout_s,
         stop_grace_s=cfg.stop_grace_s,
+        engines=engines,
+        command_programs=cfg.command_programs,
     )
     slots = registry.Registry(
         state_dir=cfg.state_dir,
@@ -99,7 +110,12 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         restart_backoff_max_s=cfg.restart_backoff_max_s,
     )
     view = state.StateView(
-        slots=slots, models=models, telemetry=tel, models_dir=cfg.models_dir, data_port=data_port
+        slots=slots,
+        models=models,
+        telemetry=tel,
+        models_dir=cfg.models_dir,
+        data_port=data_port,
+        engines=engines,
     )
     control = control_app.build(
         slots=slots, models=models, view=view, agent_metrics=tel.metrics, log_tail=logs.RING.tail

@@ -80,6 +80,15 @@ class Settings(BaseModel):
             action="append",
         ),
     ] = Field(default_factory=list)
+    command_programs: Annotated[
+        list[str],
+        Opt(
+            "a program the `command` engine may run, by name or absolute path (repeatable; "
+            "none: the engine is off)",
+            flag="--allow-command",
+            action="append",
+        ),
+    ] = Field(default_factory=list)
     memory_budget: Annotated[
         int | None,
         Field(ge=0, description="bytes; overrides psutil"),

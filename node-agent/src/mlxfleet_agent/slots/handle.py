@@ -46,8 +46,9 @@ class Handle:
 
     @property
     def pinned(self) -> str:
-        """The `model` value sent to the backend: its own --model path (never loads another)."""
-        return str(self.model_dir)
+        """The `model` value sent to the backend: what its engine answers to (mlx_lm: its own
+        --model path, so it never loads another; servers started with a served name: that)."""
+        return self.backend.launch.upstream_model or str(self.model_dir)
 
     @property
     def port(self) -> int:

@@ -19,7 +19,7 @@ import logging
 from pathlib import Path
 
 from mlxfleet_agent import contract, refusals, sizing
-from mlxfleet_agent.backends import launcher, orphans
+from mlxfleet_agent.backends import launcher, orphans, recipes
 from mlxfleet_agent.host import platform
 from mlxfleet_agent.models import catalog, errors, source
 from mlxfleet_agent.slots import convergence, statefile
@@ -118,6 +118,10 @@ class Registry:
                 )
         if existing is not None and existing.desired == spec:
             return existing.status(), False
+        try:
+            self._deps.launcher.check(spec.engine)
+        except recipes.EngineRefused as exc:
+            raise refusals.Rejected(422, str(exc), field="engine") from exc
         src = self.catalog.admit(spec)
         self._check_fit(name, spec, src)
         self._save({**self._desired(), name: spec})  # first: if it fails, nothing changed

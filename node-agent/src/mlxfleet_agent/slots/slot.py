@@ -306,11 +306,8 @@ class Slot:
         if self._active is None:
             self.phase = Phase.LOADING
         spec = prepared.spec
-        backend = self.deps.launcher.backend(
-            model_dir=prepared.model_dir,
-            options=spec.server,
-            max_concurrency=spec.max_concurrency,
-            label=prepared.label,
+        backend, probes = self.deps.launcher.backend(
+            model_dir=prepared.model_dir, spec=spec, label=prepared.label
         )
         handle = Handle(
             backend=backend,
@@ -325,7 +322,7 @@ class Slot:
             self.deps.owner.backends_changed()
             if self._active is None:
                 self.phase = Phase.WARMING
-            warm = await self.deps.launcher.warm_up(backend)
+            warm = await self.deps.launcher.warm_up(backend, probes)
             handle.fingerprint = warm.fingerprint
         except BaseException as exc:
             self._standby = None

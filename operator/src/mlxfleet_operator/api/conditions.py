@@ -48,6 +48,7 @@ class Reason(StrEnum):
     WAITING_FOR_CAPACITY = "WaitingForCapacity"
     INSUFFICIENT_MEMORY = "InsufficientMemory"
     NO_MATCHING_NODES = "NoMatchingNodes"
+    ENGINE_UNAVAILABLE = "EngineUnavailable"  # no node's agent can run spec.engine (Stalled)
     SOURCE_INVALID = "SourceInvalid"  # the source cannot exist as given (Stalled)
     SOURCE_UNAVAILABLE = "SourceUnavailable"  # it could not be fetched now (retried)
     SPEC_REJECTED = "SpecRejected"  # an agent refused another field of the slot (Stalled)

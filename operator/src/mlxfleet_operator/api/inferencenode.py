@@ -212,6 +212,16 @@ class CachedModelStatus(base.ApiModel):
     last_used: datetime | None = Field(default=None, description="When a slot last used them.")
 
 
+class EngineStatus(base.ApiModel):
+    """One engine the node's agent knows, found when the agent started."""
+
+    name: str = Field(description="Engine name (ModelDeployment spec.engine.name).")
+    available: bool = Field(description="Whether the agent can run it on this node.")
+    reason: str | None = Field(
+        default=None, description="Why not, or what it runs on (for example the GPUs)."
+    )
+
+
 class InferenceNodeStatus(base.ApiModel):
     """Observed state of an InferenceNode, written only by the operator."""
 
@@ -233,6 +243,12 @@ class InferenceNodeStatus(base.ApiModel):
     slots: list[SlotStatus] = Field(default_factory=list, description="Model slots on the agent.")
     cached_models: list[CachedModelStatus] = Field(
         default_factory=list, description="Weights on the node's disk."
+    )
+    engines: list[EngineStatus] = Field(
+        default_factory=list,
+        description="Engines the agent can run here (placement puts a deployment only on a "
+        "node whose agent lists its spec.engine.name as available). Empty: an agent older than "
+        "engines, which runs mlx-lm only.",
     )
 
 

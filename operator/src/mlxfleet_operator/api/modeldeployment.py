@@ -1,7 +1,8 @@
 """ModelDeployment (namespaced, `mdep`): a user's intent to serve one model, and its status.
 
 Spec: the model source and revision, replicas, the KV-cache budget (context length x concurrency),
-an optional memory override, placement constraints, mlx-lm server options, the swap policy.
+an optional memory override, placement constraints, mlx-lm server options, the engine (mlx-lm,
+mlx-embed, mlx-rerank, vllm, command, with its options), the swap policy.
 Status: placements per node, ready replicas, the endpoint, conditions (Ready/Reconciling/Stalled).
 May import: pydantic, the standard library, the sibling api modules and `mlxfleet_agent.contract`.
 Called by: core (placement, planning), handlers and adapters.
@@ -132,6 +133,33 @@ class ServerOptions(base.ApiModel):
         return contract.ServerOptions.model_validate(self.model_dump(by_alias=True))
 
 
+_ENGINE_RULES = (
+    base.rule(
+        "self.name == 'command' ? has(self.command) : !has(self.command)",
+        "spec.engine.command (argv, capabilities, memoryBytes) is required for engine command "
+        "and allowed only with it",
+        field_path=".command",
+    ),
+    base.rule(
+        "!has(self.vllm) || self.name == 'vllm'",
+        "spec.engine.vllm is allowed only with engine vllm",
+        field_path=".vllm",
+    ),
+    base.rule(
+        "!has(self.embed) || self.name == 'mlx-embed' || self.name == 'mlx-rerank'",
+        "spec.engine.embed is allowed only with engine mlx-embed or mlx-rerank",
+        field_path=".embed",
+    ),
+    base.rule(
+        "!has(self.command) || (self.command.argv.exists(a, a.contains('{port}')) && "
+        "self.command.argv.exists(a, a.contains('{host}')))",
+        "spec.engine.command.argv must pass {host} and {port} (the server listens where the "
+        "agent proxies)",
+        field_path=".command.argv",
+    ),
+)
+
+
 class SwapApproval(StrEnum):
     AUTOMATIC = "Automatic"
     MANUAL = "Manual"
@@ -217,6 +245,14 @@ class ModelDeploymentSpec(base.ApiModel):
         default_factory=ServerOptions,
         description="mlx-lm server options.",
         json_schema_extra=base.crd(default={}),
+    )
+    engine: contract.EngineSpec = Field(
+        default_factory=contract.EngineSpec,
+        description="The server each replica runs: name (mlx-lm by default: chat and "
+        "completions; mlx-embed: /v1/embeddings; mlx-rerank: /v1/rerank; vllm; command) and "
+        "that engine's options (embed, vllm or command). Only nodes whose agent can run it "
+        "(InferenceNode status.engines) are chosen. Changing it swaps like a model change.",
+        json_schema_extra=base.crd(*_ENGINE_RULES, default={"name": "mlx-lm"}),
     )
     swap: SwapSettings = Field(
         default_factory=SwapSettings,

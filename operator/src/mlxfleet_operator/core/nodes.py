@@ -107,6 +107,10 @@ def status(
                     )
                     for c in state.cached_models
                 ],
+                "engines": [
+                    inode.EngineStatus(name=e.name, available=e.available, reason=e.reason or None)
+                    for e in state.engines
+                ],
             }
         )
     R = cond.Reason

@@ -3,7 +3,9 @@
 May import: the standard library and `api.modelref`. Called by: `core.deployment.placing`, which
 turns InferenceNode facts into `NodeView`s and the shared memory estimate into `footprint`.
 
-Filters (each rejection names the node and why): explicit nodes, label selector, cordon, Ready,
+Filters (each rejection names the node and why): explicit nodes, label selector, the engine
+(the node's agent must list `spec.engine.name` as runnable; agents older than engines run
+mlx-lm only), cordon, Ready,
 memory fit (node budget minus what other slots already use), one replica per node. Scoring: the
 order of explicit nodes, weights already cached, then Spread (most room left) or BinPack (least
 room left), then name.
@@ -39,6 +41,16 @@ class Reason(StrEnum):
     TOO_SMALL = "LargerThanNodeBudget"
     HAS_REPLICA = "AlreadyHostsReplica"
     NOT_NEEDED = "NotNeeded"
+    ENGINE = "EngineUnavailable"
+
+
+# rejections that no amount of waiting for capacity fixes (a person must act)
+STATIC = (Reason.NOT_LISTED, Reason.SELECTOR, Reason.TOO_SMALL, Reason.ENGINE)
+# the deployment condition reason when every node is statically out, most specific first
+NOWHERE = (
+    (Reason.ENGINE, "EngineUnavailable"),
+    (Reason.TOO_SMALL, "InsufficientMemory"),
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,8 @@ class NodeView:
     budget_bytes: int = 0
     used_bytes: int = 0  # by other slots than this deployment's
     cached: frozenset[ModelRef] = frozenset()  # models with weights on disk
+    engines: frozenset[str] = frozenset({"mlx-lm"})  # what its agent can run
+    engine_reasons: Mapping[str, str] = field(default_factory=dict)  # why not, per engine
 
 
 @dataclass(frozen=True)
@@ -66,6 +80,7 @@ class Request:
     strategy: Strategy = Strategy.SPREAD
     node_selector: Mapping[str, str] = field(default_factory=dict)
     nodes: tuple[str, ...] | None = None  # explicit node names, or None for any
+    engine: str = "mlx-lm"  # spec.engine.name
 
 
 @dataclass(frozen=True)
@@ -91,6 +106,15 @@ class Decision:
         )
 
 
+def nowhere_reason(decision: Decision) -> str:
+    """The condition reason of a deployment no node can take (`fits_nowhere`)."""
+    found = {r.reason for r in decision.rejections}
+    for reason, condition in NOWHERE:
+        if reason in found:
+            return condition
+    return "NoMatchingNodes"
+
+
 def gib(value: int) -> str:
     return f"{value / 2**30:.2f} GiB"
 
@@ -103,6 +127,9 @@ def _static_reject(node: NodeView, request: Request) -> Rejection | None:
     if missing:
         wanted = ",".join(f"{k}={v}" for k, v in sorted(missing.items()))
         return Rejection(node.name, Reason.SELECTOR, f"labels do not match {wanted}")
+    if request.engine not in node.engines:
+        why = node.engine_reasons.get(request.engine, "its agent does not list it")
+        return Rejection(node.name, Reason.ENGINE, f"cannot run engine {request.engine}: {why}")
     if request.footprint_bytes > node.budget_bytes:
         return Rejection(
             node.name,
@@ -203,10 +230,7 @@ def place(
     for name in chosen:
         rejections.pop(name, None)
     eligible_budget = [
-        n
-        for n in nodes
-        if n.name not in rejections
-        or rejections[n.name].reason not in (Reason.NOT_LISTED, Reason.SELECTOR, Reason.TOO_SMALL)
+        n for n in nodes if n.name not in rejections or rejections[n.name].reason not in STATIC
     ]
     return Decision(
         nodes=chosen,

@@ -35,6 +35,9 @@ def footprint(
     override = md.spec.memory_bytes()
     if override is not None:
         return override
+    command = md.spec.engine.command
+    if command is not None:  # the command engine declares it: the agent cannot tell either
+        return command.memory_bytes
     model = md.model_ref()
     known = [c for fact in facts if fact.state is not None for c in fact.state.cached_models]
     for cached in [*extra, *known]:
@@ -72,7 +75,7 @@ def sized(
     words), or no Ready node may take the model yet."""
     if probe.fits_nowhere:
         return conditions.Verdict(
-            False, R.NO_MATCHING_NODES, probe.rejection_summary(), stalled=True
+            False, placement.nowhere_reason(probe), probe.rejection_summary(), stalled=True
         )
     last = answers[-1] if answers else None
     if last is not None and last.settled:

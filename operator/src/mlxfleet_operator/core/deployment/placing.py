@@ -2,7 +2,8 @@
 deployment's request, where its replicas are now (a SwapPlan's moves applied), and the nodes
 that may fetch and size a model nobody knows yet.
 
-May import: the standard library, `api`, `core.naming`, `core.placement`, `core.events`, `facts`.
+May import: the standard library, the agent `contract`, `api`, `core.naming`, `core.placement`,
+`core.events`, `facts`.
 Called by: the ModelDeployment handler (`place`, `sizing_nodes`, `rescheduled`).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
+from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import events, naming, placement
@@ -21,8 +23,11 @@ def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
     cached = frozenset(
         ModelRef.of(c) for c in (fact.state.cached_models if fact.state is not None else ())
     )
+    engines, reasons = engines_of(fact)
     return placement.NodeView(
         name=fact.name,
+        engines=engines,
+        engine_reasons=reasons,
         labels=dict(fact.node.metadata.labels),
         unschedulable=fact.node.spec.unschedulable,
         draining=fact.node.spec.drain,
@@ -34,6 +39,16 @@ def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
     )
 
 
+def engines_of(fact: f.NodeFacts) -> tuple[frozenset[str], dict[str, str]]:
+    """What the node's agent can run, and why not the others (an agent that reports no
+    engines predates them: it runs mlx-lm only)."""
+    listed = fact.state.engines if fact.state is not None else []
+    if not listed:
+        return frozenset({contract.EngineName.MLX_LM.value}), {}
+    runnable = frozenset(e.name for e in listed if e.available)
+    return runnable, {e.name: e.reason for e in listed if not e.available}
+
+
 def request(md: mdep.ModelDeployment, footprint_bytes: int) -> placement.Request:
     nodes = md.spec.placement.nodes
     return placement.Request(
@@ -43,6 +58,7 @@ def request(md: mdep.ModelDeployment, footprint_bytes: int) -> placement.Request
         strategy=placement.Strategy(md.spec.placement.strategy.value),
         node_selector=dict(md.spec.placement.node_selector),
         nodes=tuple(nodes) if nodes is not None else None,
+        engine=md.spec.engine.name.value,
     )
 
 

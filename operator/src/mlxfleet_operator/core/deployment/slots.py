@@ -49,6 +49,7 @@ def slot_spec(
         max_concurrency=md.spec.max_concurrency,
         memory_bytes=md.spec.memory_bytes(),
         server=md.spec.server.to_agent(),
+        engine=md.spec.engine,
         swap=policy,
     )
 

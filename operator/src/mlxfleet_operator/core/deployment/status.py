@@ -172,8 +172,7 @@ def verdict(
     if conflict is not None:
         return conditions.Verdict(False, R.SERVICE_CONFLICT, conflict, stalled=True)
     if decision.fits_nowhere:
-        too_small = any(r.reason == placement.Reason.TOO_SMALL for r in decision.rejections)
-        reason = R.INSUFFICIENT_MEMORY if too_small else R.NO_MATCHING_NODES
+        reason = placement.nowhere_reason(decision)
         return conditions.Verdict(False, reason, decision.rejection_summary(), stalled=True)
     refused = [o for o in outcomes.values() if o.refused]
     if refused and len(refused) >= len(decision.added or decision.nodes):
