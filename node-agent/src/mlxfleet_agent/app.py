@@ -51,6 +51,7 @@ from mlxfleet_agent import (
 from mlxfleet_agent import (
     settings as settings_mod,
 )
+from mlxfleet_agent.peers import server
 
 log = logging.getLogger("mlxfleet_agent")
 CONTROL_MAX_BODY = 1024 * 1024
@@ -381,7 +382,9 @@ async def lifespan(cfg: settings_mod.Settings) -> AsyncIterator[Runtime]:
         trust_env=False,
     )
     holder: list[control.Manager] = []
-    models = control.ModelsFacade(store.Store(cfg.models_dir, allowed_roots=cfg.roots()))
+    peer_token = cfg.read_peer_token()
+    model_store = store.Store(cfg.models_dir, allowed_roots=cfg.roots(), peer_token=peer_token)
+    models = control.ModelsFacade(model_store)
     deps = slots.Deps(
         models=models,
         client=client,
@@ -417,7 +420,12 @@ async def lifespan(cfg: settings_mod.Settings) -> AsyncIterator[Runtime]:
         manager=manager,
         telemetry=tel,
         client=client,
-        control_app=Guard(_with_metrics(control_app(manager), tel), token=token),
+        control_app=server.PeerServer(
+            Guard(_with_metrics(control_app(manager), tel), token=token),
+            holdings=model_store,
+            models_dir=cfg.models_dir,
+            token=peer_token,
+        ),
         data_app=data,
     )
     restored = manager.restore()

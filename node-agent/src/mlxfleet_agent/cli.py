@@ -37,6 +37,10 @@ SERVE_FLAGS: list[tuple[str, dict[str, Any]]] = [
         "--token-file",
         {"type": Path, "help": "control API bearer token (default: <state-dir>/token, created)"},
     ),
+    (
+        "--peer-token-file",
+        {"type": Path, "help": "fleet peer token: serve and fetch models Mac to Mac (optional)"},
+    ),
     ("--tls-cert", {"type": Path, "help": "PEM certificate of the control API"}),
     ("--tls-key", {"type": Path, "help": "PEM key of the control API"}),
     ("--data-api-keys-file", {"type": Path, "help": "API keys the data plane accepts, one a line"}),

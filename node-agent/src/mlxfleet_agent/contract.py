@@ -299,9 +299,40 @@ class ModelList(Wire):
     items: list[CachedModel]
 
 
+def check_peer(url: str) -> str:
+    """A peer agent's control URL: http(s)://host:port, nothing else."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        raise ValueError("peer must be an agent's control URL, http(s)://host:port")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError("peer must be an agent's control URL, http(s)://host:port")
+    return url
+
+
+PeerUrl = Annotated[str, Field(min_length=8, max_length=300), AfterValidator(check_peer)]
+
+
 class PrefetchRequest(StrictWire):
     source: ModelSource
     revision: str | None = Field(default=None, min_length=1, max_length=256)
+    peers: list[PeerUrl] = Field(
+        default_factory=list,
+        max_length=16,
+        description="control URLs of agents that hold the model: files come from them first "
+        "(verified against the origin's sizes and digests), the rest from the origin",
+    )
+
+
+class Transfer(Wire):
+    """A model download in progress (GET /v1/state `transfers`)."""
+
+    model_id: str
+    source: str
+    done_bytes: int = Field(ge=0)
+    total_bytes: int = Field(ge=0)
+    bytes_per_second: float = Field(ge=0)
+    peer_bytes: int = Field(default=0, ge=0, description="bytes of done_bytes that came from peers")
+    phase: Literal["peers", "origin"] = "origin"
 
 
 # --------------------------------------------------------------------------------------------
@@ -334,6 +365,7 @@ class AgentState(Wire):
     started_at: datetime
     slots: list[SlotStatus]
     cached_models: list[CachedModel]
+    transfers: list[Transfer] = Field(default_factory=list)
     counters: dict[str, float] = Field(default_factory=dict)
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -119,7 +121,7 @@ class ModelsFacade:
         with _mapped():
             sources.parse(body.source, body.revision)
             task = asyncio.get_running_loop().create_task(
-                self.store.ensure(body.source, body.revision)
+                self.store.ensure(body.source, body.revision, peers=body.peers)
             )
             self._prefetches.add(task)
             task.add_done_callback(self._prefetch_done)
@@ -328,7 +330,11 @@ class Manager:
             started_at=self.started_at,
             slots=statuses,
             cached_models=self.models.cached(),
-            counters=self.deps.telemetry.counters(),
+            transfers=[
+                contract.Transfer.model_validate(dataclasses.asdict(t), by_name=True)
+                for t in self.models.store.transfers.snapshot(time.monotonic())
+            ],
+            counters={**self.deps.telemetry.counters(), **self.models.store.counters},
         )
 
 

@@ -36,6 +36,7 @@ class Settings(BaseModel):
     control_port: int = Field(default=8470, ge=0, le=65535)
     data_port: int = Field(default=8471, ge=0, le=65535)
     token_file: Path | None = None
+    peer_token_file: Path | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
     data_api_keys_file: Path | None = None
@@ -98,6 +99,20 @@ class Settings(BaseModel):
             raise SettingsError(f"{flag} {path}: the token file is empty (write a token into it)")
         return token
 
+    def read_peer_token(self) -> str | None:
+        """The fleet's peer token (the same on every agent: it lets agents read each other's
+        models and nothing else), or None: this agent neither serves nor asks peers."""
+        if self.peer_token_file is None:
+            return None
+        path = self.peer_token_file
+        token = _read_text(path, flag="--peer-token-file", what="the fleet peer token").strip()
+        if len(token) < 16:
+            raise SettingsError(
+                f"--peer-token-file {path}: the token must be at least 16 characters "
+                "(the same secret on every agent of the fleet)"
+            )
+        return token
+
     def read_data_keys(self) -> frozenset[str] | None:
         """API keys the data plane accepts (one a line), or None: the data plane is open."""
         if self.data_api_keys_file is None:
@@ -131,6 +146,7 @@ class Settings(BaseModel):
                     "fix its owner or permissions, or choose another directory"
                 )
         self.read_token()
+        self.read_peer_token()
         self.read_data_keys()
 
 

@@ -327,17 +327,9 @@ def _fetch_object(
     part.rename(dest)
 
 
-def download_s3(
-    client: S3Client,
-    src: S3Source,
-    objects: Sequence[RemoteObject],
-    partial: Path,
-    *,
-    progress: ProgressCallback | None,
-    abort: threading.Event,
-) -> None:
-    """Fill `partial` with a verified copy of `objects` (from list_s3), resuming what a previous
-    try left there when the remote listing is unchanged, starting over otherwise."""
+def prepare_partial(src: S3Source, objects: Sequence[RemoteObject], partial: Path) -> None:
+    """Keep what a previous try left in `partial` when the remote listing is unchanged (the
+    peer fetcher fills the same folder first), start it over otherwise."""
     manifest = _manifest(src, objects)
     mpath = partial / MANIFEST
     if partial.exists():
@@ -349,6 +341,20 @@ def download_s3(
             shutil.rmtree(partial)
     partial.mkdir(parents=True, exist_ok=True)
     mpath.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+
+
+def download_s3(
+    client: S3Client,
+    src: S3Source,
+    objects: Sequence[RemoteObject],
+    partial: Path,
+    *,
+    progress: ProgressCallback | None,
+    abort: threading.Event,
+) -> None:
+    """Fill `partial` with a verified copy of `objects` (from list_s3), resuming what a previous
+    try left there when the remote listing is unchanged, starting over otherwise."""
+    prepare_partial(src, objects, partial)
     tracker = _Progress(sum(o.size for o in objects), progress, abort)
     tracker.add(0)
     for obj in objects:

@@ -11,7 +11,8 @@ are never evicted. LRU eviction (least recently used first, owned copies only) r
 download and on `gc()`: when free disk would fall below `min_free_bytes`, or the cache would exceed
 `max_cache_bytes`. One agent process per models dir (no cross-process locking).
 
-May import: sources, memory, contract, the standard library (boto3 only via sources).
+May import: sources, memory, contract, peers (checks, fetch, transfers), the standard library
+(boto3 only via sources).
 Called by: the agent (slots: ensure/release; control API: list, prefetch, evict; state: list).
 """
 
@@ -20,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
+import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from mlxfleet_agent import contract, memory, sizing, sources
+from mlxfleet_agent.peers import checks, fetch, transfers
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -46,6 +50,7 @@ DownloadCancelled = sources.DownloadCancelled
 ProgressCallback = sources.ProgressCallback
 
 STORE_DIR = ".mlxfleet-store"
+log = logging.getLogger(__name__)
 DEFAULT_MIN_FREE_BYTES = 2 * 1024**3
 Kind = Literal["file", "s3", "hf"]
 
@@ -146,8 +151,16 @@ class Store:
         max_cache_bytes: int | None = None,
         hf_cache_dir: Path | None = None,
         now: Callable[[], datetime] = utcnow,
+        peer_token: str | None = None,
     ) -> None:
         self.models_dir = Path(models_dir).resolve()
+        self.peer_token = peer_token
+        self.transfers = transfers.Transfers()
+        self.counters = {
+            "peer_bytes_received": 0.0,
+            "peer_bytes_sent": 0.0,
+            "peer_files_rejected": 0.0,
+        }
         self.roots = [self.models_dir] + [
             Path(r).resolve() for r in allowed_roots if Path(r).resolve() != self.models_dir
         ]
@@ -256,6 +269,7 @@ class Store:
         progress_cb: ProgressCallback | None = None,
         *,
         holder: str | None = None,
+        peers: Sequence[str] = (),
     ) -> Path:
         """Local directory of a loadable copy of (source, revision), fetching it if needed.
 
@@ -267,7 +281,7 @@ class Store:
         if holder is not None:
             self.pin(mid, holder)
         try:
-            return await self._ensure(mid, src, source, revision, progress_cb)
+            return await self._ensure(mid, src, source, revision, progress_cb, peers)
         except BaseException:
             if holder is not None:
                 holders = self._pins.get(mid)
@@ -284,6 +298,7 @@ class Store:
         source: str,
         revision: str | None,
         progress_cb: ProgressCallback | None,
+        peers: Sequence[str] = (),
     ) -> Path:
         if isinstance(src, sources.FileSource):
             path = await asyncio.to_thread(sources.resolve_file, src, self.roots)
@@ -306,7 +321,7 @@ class Store:
             callbacks.append(progress_cb)
         task = self._inflight.get(mid)
         if task is None:
-            task = asyncio.create_task(self._fetch(mid, src, source, revision))
+            task = asyncio.create_task(self._fetch(mid, src, source, revision, peers))
             self._inflight[mid] = task
             task.add_done_callback(lambda _t: self._fetch_done(mid))
         try:
@@ -318,16 +333,23 @@ class Store:
     def _fetch_done(self, mid: str) -> None:
         self._inflight.pop(mid, None)
         self._progress.pop(mid, None)
+        self.transfers.finish(mid)
 
     def _report(self, mid: str) -> ProgressCallback:
         def report(done: int, total: int) -> None:
+            self.transfers.update(mid, done, now=time.monotonic())
             for cb in tuple(self._progress.get(mid, ())):
                 cb(done, total)
 
         return report
 
     async def _fetch(
-        self, mid: str, src: sources.Source, source: str, revision: str | None
+        self,
+        mid: str,
+        src: sources.Source,
+        source: str,
+        revision: str | None,
+        peers: Sequence[str] = (),
     ) -> Path:
         report = self._report(mid)
         if isinstance(src, sources.HfSource):
@@ -342,8 +364,14 @@ class Store:
         client = await asyncio.to_thread(self._s3_client)
         try:
             objects = await asyncio.to_thread(sources.list_s3, client, src)
-            await self._make_room(sum(o.size for o in objects))
+            total = sum(o.size for o in objects)
+            await self._make_room(total)
             partial = self._root / "partial" / mid
+            if peers and self.peer_token:
+                await self._from_peers(mid, source, src, objects, partial, peers, report)
+            self.transfers.start(
+                mid, source=source, total=total, phase="origin", now=time.monotonic()
+            )
             await asyncio.to_thread(
                 sources.download_s3,
                 client,
@@ -361,6 +389,59 @@ class Store:
         partial.rename(final)
         self._record(mid, source=source, revision=revision, kind="s3", path=final, owned=True)
         return final
+
+    async def _from_peers(
+        self,
+        mid: str,
+        source: str,
+        src: sources.S3Source,
+        objects: Sequence[sources.RemoteObject],
+        partial: Path,
+        peers: Sequence[str],
+        report: ProgressCallback,
+    ) -> None:
+        """Fill `partial` with what the peers can deliver, verified against the origin's
+        listing (`objects`); the origin download that follows fetches the rest."""
+        assert self.peer_token is not None
+        total = sum(o.size for o in objects)
+        self.transfers.start(mid, source=source, total=total, phase="peers", now=time.monotonic())
+        expects = [checks.from_s3(o.rel, o.size, o.etag) for o in objects]
+
+        def progress(done: int) -> None:
+            report(done, total)
+
+        await asyncio.to_thread(sources.prepare_partial, src, objects, partial)
+        outcome = await asyncio.to_thread(
+            fetch.fetch,
+            expects,
+            model_id=mid,
+            peers=peers,
+            token=self.peer_token,
+            partial=partial,
+            progress=progress,
+            abort=self._abort,
+        )
+        self.counters["peer_bytes_received"] += outcome.peer_bytes
+        self.counters["peer_files_rejected"] += len(outcome.lying)
+        self.transfers.update(mid, None, now=time.monotonic(), peer_bytes=outcome.peer_bytes)
+        log.info(
+            "fetched from peers",
+            extra={
+                "model": mid,
+                "files": len(outcome.done),
+                "of": len(expects),
+                "peer_bytes": outcome.peer_bytes,
+                "lying": outcome.lying,
+                "dropped": outcome.dropped,
+            },
+        )
+
+    def served_dir(self, model_id: str) -> Path | None:
+        """The directory of a complete copy of `model_id` (peer server), else None."""
+        entry = self._index.get(model_id)
+        if entry is None or model_id in self._inflight:
+            return None
+        return Path(entry.path)
 
     # ---- eviction ------------------------------------------------------------------------
 

@@ -41,7 +41,9 @@ PART_SUFFIX = ".part"
 
 
 class Holdings(Protocol):
-    """What the server needs from the model store."""
+    """What the server needs from the model store (`counters["peer_bytes_sent"]` is added to)."""
+
+    counters: dict[str, float]
 
     def served_dir(self, model_id: str) -> Path | None:
         """The directory of a complete local copy of `model_id`, else None."""
@@ -200,6 +202,9 @@ class PeerServer:
                         break
                     offset += len(chunk)
                     left -= len(chunk)
+                    self.holdings.counters["peer_bytes_sent"] = self.holdings.counters.get(
+                        "peer_bytes_sent", 0.0
+                    ) + len(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": left > 0})
                 if left > 0:
                     await send({"type": "http.response.body", "body": b""})

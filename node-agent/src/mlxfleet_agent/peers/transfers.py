@@ -53,13 +53,15 @@ class Transfers:
             t.samples.append((now, t.done))
 
     def update(
-        self, model_id: str, done: int, *, now: float, peer_bytes: int | None = None
+        self, model_id: str, done: int | None, *, now: float, peer_bytes: int | None = None
     ) -> None:
+        """Bytes done so far (None: unchanged) and, when given, how many came from peers."""
         with self._lock:
             t = self._items.get(model_id)
             if t is None:
                 return
-            t.done = max(0, min(done, t.total) if t.total else done)
+            if done is not None:
+                t.done = max(0, min(done, t.total) if t.total else done)
             if peer_bytes is not None:
                 t.peer_bytes = peer_bytes
             t.samples.append((now, t.done))
