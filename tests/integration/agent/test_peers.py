@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import json
 import os
 import signal
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,12 +45,15 @@ def upload(s3: S3Server, model: Path, bucket: str, prefix: str) -> int:
 
 
 def big_model(root: Path, size: int) -> Path:
-    """A config.json plus one weights file of `size` pseudo-random bytes (not loadable: these
-    tests move bytes, they do not serve the model)."""
+    """A config.json plus one valid safetensors file holding a `size`-byte U8 tensor of
+    pseudo-random bytes (these tests move bytes; they never load the model)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.json").write_text('{"model_type": "llama"}')
+    header = json.dumps({"w": {"dtype": "U8", "shape": [size], "data_offsets": [0, size]}})
+    head = header.encode() + b" " * (-len(header) % 8)
     seed = hashlib.sha256(b"peers").digest() * 32768  # 1 MiB
     with (root / "model.safetensors").open("wb") as f:
+        f.write(struct.pack("<Q", len(head)) + head)
         for i in range(size // len(seed)):
             f.write(seed[i % 7 :] + seed[: i % 7])
     return root
