@@ -74,8 +74,9 @@ demo: $(STAMP) control-plane  ## the one-command local demo
 demo-down: $(STAMP)
 	$(BIN)/mlxfleet dev demo-down
 
-bench: $(STAMP)  ## data-plane + swap benchmark (agent vs mlx_lm.server directly)
+bench: $(STAMP)  ## data-plane + swap benchmark (agent vs mlx_lm.server directly); peer copies
 	$(BIN)/python -m benchmarks.agent_bench
+	$(BIN)/python -m benchmarks.peer_bench
 
 report-sample: $(STAMP)  ## sample weekly report + monthly executive PDF into out/
 	$(BIN)/mlxfleet report sample --out out/reports
