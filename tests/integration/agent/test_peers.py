@@ -1,7 +1,8 @@
 """Weights Mac to Mac with real agents and a real S3 origin (SeaweedFS): a second agent takes a
 model from the first, not from the origin (the origin's own byte counter proves it); a tampered
 byte on the peer is caught and that file comes from the origin instead; an interrupted peer
-transfer resumes where it stopped; the peer file server refuses bad credentials, paths and
+transfer (a link frozen a third of the way, the receiving agent killed) resumes where it
+stopped; the peer file server refuses bad credentials, paths and
 ranges without falling over."""
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import os
-import signal
 import struct
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ import pytest
 
 from tests.integration.agent.conftest import Agent
 from tests.support.s3 import S3Server
+from tests.support.tcpgate import Gate
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(300)]
 
@@ -70,10 +70,10 @@ def start(
     )
 
 
-def prefetch(agent: Agent, source: str, peers: list[Agent] | None = None) -> dict[str, Any]:
+def prefetch(agent: Agent, source: str, peers: list[Agent | str] | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"source": source}
     if peers:
-        body["peers"] = [p.control_url for p in peers]
+        body["peers"] = [p if isinstance(p, str) else p.control_url for p in peers]
     resp = agent.api("POST", "/v1/models/prefetch", json=body)
     assert resp.status_code == 202, resp.text
     body_out: dict[str, Any] = resp.json()
@@ -177,35 +177,29 @@ def test_interrupted_peer_transfer_resumes(
     wait_cached(first, source, timeout_s=240)
     (model / "model.safetensors").unlink()  # keep the disk free: the origin has it
 
-    second = start(agent_factory, tmp_path, "b", s3_server, peer_token_file)
-    prefetch(second, source, peers=[first])
-    deadline = time.monotonic() + 120
-    done = 0
-    transfers: list[dict[str, Any]] = []
-    while done < size // 8:  # let a good part arrive, then freeze the peer mid-stream
-        assert time.monotonic() < deadline, f"{transfers}\n{second.log_tail()}"
-        state = second.state()
-        transfers = state.get("transfers", [])
-        assert transfers or not state["cachedModels"], "finished before it could be interrupted"
-        done = transfers[0]["doneBytes"] if transfers else 0
-    os.kill(first.proc.pid, signal.SIGSTOP)
+    host, port = first.control_url.removeprefix("http://").split(":")
+    link = Gate(host, int(port), hold_after=size // 3)  # the link freezes a third of the way
     try:
-        time.sleep(0.3)
+        second = start(agent_factory, tmp_path, "b", s3_server, peer_token_file)
+        prefetch(second, source, peers=[link.url])
+        assert link.held.wait(120), f"the copy never reached the freeze\n{second.log_tail()}"
+        time.sleep(0.5)  # let the agent write what arrived before the freeze
         written = sum(p.stat().st_size for p in second.models_dir.rglob("*.part"))
         second.proc.kill()
         second.proc.wait(timeout=30)
-    finally:
-        os.kill(first.proc.pid, signal.SIGCONT)
-    assert 0 < written < size, f"nothing partial to resume ({written} bytes written)"
-    sent_before = first.state()["counters"]["peer_bytes_sent"]
+        assert size // 4 < written < size, f"nothing partial to resume ({written} bytes written)"
+        link.release()
+        sent_before = link.sent
 
-    before = s3_server.bytes_sent(bucket)
-    again = start(agent_factory, tmp_path, "b", s3_server, peer_token_file)
-    prefetch(again, source, peers=[first])
-    wait_cached(again, source, timeout_s=240)
-    assert s3_server.bytes_sent(bucket) - before == 0
-    resent = first.state()["counters"]["peer_bytes_sent"] - sent_before
-    assert resent <= size - written + 1024, f"sent {resent} again, {written} were already there"
+        before = s3_server.bytes_sent(bucket)
+        again = start(agent_factory, tmp_path, "b", s3_server, peer_token_file)
+        prefetch(again, source, peers=[link.url])
+        wait_cached(again, source, timeout_s=240)
+        assert s3_server.bytes_sent(bucket) - before == 0
+        resent = link.sent - sent_before
+        assert resent <= size - written + 64 * 1024, f"{resent} sent again, {written} were there"
+    finally:
+        link.close()
     cached = [m for m in again.state()["cachedModels"] if m["source"] == source]
     assert cached
     assert cached[0]["totalBytes"] >= size
