@@ -1,6 +1,7 @@
 """Peer transfer throughput: a generated model (config.json + several GB-scale safetensors
 files) copied Mac to Mac between real agents on loopback, against plain `cp` and one `curl` of
-the same bytes from the same peer server, in the same run; with 1 and 3 source agents.
+the same bytes from the same peer server (and `curl | md5sum`, since the agent checks every
+file's MD5), in the same run; with 1 and 3 source agents.
 
 The origin is a real SeaweedFS S3 server (tests/support/s3.py); the source agents fetch the
 model from it first. Each copy lands on a fresh agent (its own models dir) through
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -68,7 +70,7 @@ def fetch_into(a: Agent, source: str, peers: list[Agent]) -> float:
         busy = {t["modelId"] for t in state["transfers"]}
         if any(m["source"] == source and m["id"] not in busy for m in state["cachedModels"]):
             return time.perf_counter() - t0
-        time.sleep(0.02)
+        time.sleep(0.1)  # GET /v1/state costs tens of ms of the agent's CPU: do not poll hard
 
 
 def main() -> None:
@@ -115,6 +117,16 @@ def main() -> None:
         rows.append(("curl, 1 connection, from agent src0", time.perf_counter() - t0))
         shutil.rmtree(base / "curl")
 
+        (base / "curl").mkdir()
+        t0 = time.perf_counter()
+        for rel in rels:  # the like-for-like baseline: the agent checks every file's MD5
+            url = f"{sources[0].control_url}/peer/v1/models/{mid}/files/{rel}"
+            auth = f"Authorization: Bearer {TOKEN}"
+            pipe = f"curl -sSf -H '{auth}' '{url}' | tee '{base}/curl/{rel}' | md5sum"
+            subprocess.run(["sh", "-c", pipe], check=True, stdout=subprocess.DEVNULL)
+        rows.append(("curl | tee | md5sum, file by file", time.perf_counter() - t0))
+        shutil.rmtree(base / "curl")
+
         for n in (1, 3):
             dest = agent(base, f"dest{n}", env, token_file)
             agents.append(dest)
@@ -132,6 +144,7 @@ def main() -> None:
         for name, secs in rows:
             print(f"| {name} | {secs:.2f} | {total / 2**30 / secs:.2f} | {curl / secs:.2f} |")
         print("\norigin bytes sent during the peer copies: 0 (SeaweedFS metrics)")
+        print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         for a in agents:
             cleanup(a)

@@ -81,6 +81,8 @@ class Store:
             Path(r).resolve() for r in allowed_roots if Path(r).resolve() != self.models_dir
         ]
         self._s3_client = s3_client or default_s3_client
+        self._client: S3Client | None = None
+        self._client_lock = threading.Lock()
         self.min_free_bytes = min_free_bytes
         self.max_cache_bytes = max_cache_bytes
         self._hf_cache_dir = hf_cache_dir
@@ -217,22 +219,19 @@ class Store:
             report(entry.model.total_bytes, entry.model.total_bytes)
             return path
         assert isinstance(where, source.S3Prefix)
-        client = await asyncio.to_thread(self._s3_client)
-        try:
-            objects = await asyncio.to_thread(s3.list_objects, client, where)
-            total = sum(o.size for o in objects)
-            await self._make_room(total)
-            partial = self._root / "partial" / src.id
-            if peers and self.peer_token:
-                await self._from_peers(src, where, objects, partial, peers, report)
-            self.transfers.start(
-                src.id, source=src.text, total=total, phase="origin", now=time.monotonic()
-            )
-            await asyncio.to_thread(
-                s3.download, client, where, objects, partial, progress=report, abort=self._abort
-            )
-        finally:
-            client.close()
+        client = await asyncio.to_thread(self.s3_client)
+        objects = await asyncio.to_thread(s3.list_objects, client, where)
+        total = sum(o.size for o in objects)
+        await self._make_room(total)
+        partial = self._root / "partial" / src.id
+        if peers and self.peer_token:
+            await self._from_peers(src, where, objects, partial, peers, report)
+        self.transfers.start(
+            src.id, source=src.text, total=total, phase="origin", now=time.monotonic()
+        )
+        await asyncio.to_thread(
+            s3.download, client, where, objects, partial, progress=report, abort=self._abort
+        )
         final = self._root / "s3" / src.id
         if final.exists():
             await asyncio.to_thread(shutil.rmtree, final)
@@ -293,6 +292,14 @@ class Store:
             return None
         return Path(entry.path)
 
+    def s3_client(self) -> S3Client:
+        """The store's S3 client, made once (boto3's set-up costs about a second; clients are
+        thread-safe) and kept until `close`. Blocking: call it in a worker thread."""
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._s3_client()
+            return self._client
+
     # ---- eviction ------------------------------------------------------------------------
 
     def _room(self, need_bytes: int) -> evictions.Room:
@@ -348,6 +355,10 @@ class Store:
     def close(self) -> None:
         """Make running downloads stop at their next chunk (DownloadCancelled)."""
         self._abort.set()
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
     # ---- listing (last: the name shadows the builtin inside the class body) ----------------
 

@@ -16,6 +16,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from mlxfleet_agent.backends import launcher, orphans
 from mlxfleet_agent.controlapi import app as control_app
@@ -115,6 +116,9 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
             queue_timeout_s=cfg.queue_timeout_s,
         ),
     )
+    if peer_token is not None:  # a fleet that copies weights: boto3's set-up off the clock
+        warm = asyncio.get_running_loop().run_in_executor(None, model_store.s3_client)
+        warm.add_done_callback(_warmed)
     restored = slots.restore()
     if restored:
         log.info("restored slots", extra={"slots": restored})
@@ -130,3 +134,8 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         if caffeinate is not None:
             caffeinate.terminate()
         log.info("backends stopped")
+
+
+def _warmed(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("S3 client set-up failed", extra={"error": str(fut.exception())})
