@@ -78,6 +78,7 @@ class Agent:
     memory_budget: int | None = None
     tls: tuple[Path, Path, Path] | None = None  # (cert, key, CA) for an https control API
     env: dict[str, str | None] = field(default_factory=dict)  # None: removed from the env
+    extra: list[str] = field(default_factory=list)  # more `serve` flags
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -115,6 +116,7 @@ class Agent:
             cmd += ["--memory-budget", str(self.memory_budget)]
         if self.tls is not None:
             cmd += ["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1])]
+        cmd += self.extra
         self.starts += 1
         env = {k: v for k, v in {**os.environ, **self.env}.items() if v is not None}
         with (self.root / f"agent-{self.starts}.log").open("wb") as log:
@@ -184,6 +186,7 @@ class Agents:
         memory_budget: int | None = None,
         tls: tuple[Path, Path, Path] | None = None,
         env: dict[str, str | None] | None = None,
+        extra: list[str] | None = None,
     ) -> Agent:
         control, data = controlplane.free_ports(2)
         agent = Agent(
@@ -196,6 +199,7 @@ class Agents:
             memory_budget=memory_budget,
             tls=tls,
             env=dict(env or {}),
+            extra=list(extra or []),
         )
         self.started.append(agent)
         agent.start()
