@@ -89,3 +89,9 @@ def test_download_column_text() -> None:
     one = copying().transfers
     assert nodes.download_summary(one) == "1.0/4.0 GiB 350 MB/s"
     assert nodes.download_summary([*one, *one]) == "2.0/8.0 GiB 700 MB/s +1"
+
+
+def test_peers_for_a_sizing_prefetch_are_other_holders() -> None:
+    states = {"a": state(cached=[cached()]), "b": state(), "c": None}
+    assert prefetch.peers_for("b", TARGET, states, URLS) == (URLS["a"],)
+    assert prefetch.peers_for("a", TARGET, states, URLS) == ()  # never itself

@@ -6,12 +6,13 @@ plan will use that neither holds the target (`cachedModels`) nor is copying it (
 gets a prefetch, with the control URLs of up to `MAX_PEERS` other nodes that hold the target as
 its peers (the agent verifies every file against the origin; none: it fetches from the origin).
 Re-asking is harmless (the agent joins a copy in progress), so nothing is remembered here.
-`annotate` puts a node's download progress (bytes done/total, rate, share from peers) into the
-message of a running step on that node.
+`peers_for` is also what a sizing prefetch (a ModelDeployment whose model no node has sized)
+passes. `annotate` puts a node's download progress (bytes done/total, rate, share from peers)
+into the message of a step on that node that waits on it.
 A prefetch the agent refuses posts a `PrefetchFailed` warning (`refused`); the step's own slot
 request then fetches the model itself, or says why it cannot.
 May import: the standard library, `api`, the agent `contract`, `core.events`, `state`.
-Called by: the SwapPlan handler.
+Called by: the SwapPlan and ModelDeployment handlers.
 """
 
 from __future__ import annotations
@@ -59,17 +60,24 @@ def wanted(
     last polled agent state per node (None: not polled yet); `urls`: control URLs per node."""
     if plan.phase.terminal:
         return []
-    sources = tuple(
-        urls[n] for n in sorted(states) if (s := states[n]) is not None and holds(s, target)
-    )
     out = []
     for node in dict.fromkeys(nodes):
         state = states.get(node)
         if state is None or holds(state, target) or copying(state, target) is not None:
             continue
-        peers = tuple(u for u in sources if u != urls.get(node))[:MAX_PEERS]
-        out.append(Prefetch(node, target, peers))
+        out.append(Prefetch(node, target, peers_for(node, target, states, urls)))
     return out
+
+
+def peers_for(
+    node: str,
+    model: ModelRef,
+    states: Mapping[str, contract.AgentState | None],
+    urls: Mapping[str, str],
+) -> tuple[str, ...]:
+    """Control URLs of up to `MAX_PEERS` other nodes whose agents hold `model`, by node name."""
+    held = [n for n in sorted(states) if (s := states[n]) is not None and holds(s, model)]
+    return tuple(urls[n] for n in held if n != node and n in urls)[:MAX_PEERS]
 
 
 def refused(ask: Prefetch, error: str) -> events.Event:
