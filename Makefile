@@ -78,8 +78,9 @@ demo: $(STAMP) control-plane  ## the one-command local demo
 demo-down: $(STAMP)
 	$(BIN)/mlxfleet dev demo-down
 
-bench: $(STAMP)  ## data-plane + swap benchmark (agent vs mlx_lm.server directly)
+bench: $(STAMP)  ## data-plane + swap benchmark (agent vs mlx_lm.server directly); peer copies
 	$(BIN)/python -m benchmarks.agent_bench
+	$(BIN)/python -m benchmarks.peer_bench
 
 bench-embed: $(STAMP)  ## embeddings throughput through the agent vs the mlx-embed engine directly
 	$(BIN)/python -m benchmarks.embed_bench

@@ -2,7 +2,8 @@
 
 `s3_server` (session) starts `weed server -s3` on random free ports with one admin identity, waits
 until a bucket can be created, and stops it on teardown (SIGTERM, then SIGKILL). Tests that use it
-are marked `@pytest.mark.s3`. `S3Server.env()` gives the standard AWS_* variables for subprocesses.
+are marked `@pytest.mark.s3`. `S3Server.env()` gives the standard AWS_* variables for subprocesses;
+`S3Server.bytes_sent(bucket)` reads the server's own metrics (what the origin sent).
 May import: pytest, boto3 and the standard library. Called by: store, telemetry and agent tests.
 """
 
@@ -64,6 +65,7 @@ class S3Server:
     region: str = "us-east-1"
     data_dir: Path = field(default_factory=Path)
     process: subprocess.Popen[bytes] | None = None
+    metrics_url: str = ""
     _client: S3Client | None = field(default=None, repr=False)
 
     def client(self) -> S3Client:
@@ -99,6 +101,20 @@ class S3Server:
         with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
             client.create_bucket(Bucket=bucket)
         return bucket
+
+    def bytes_sent(self, bucket: str) -> int:
+        """Bytes the server has sent from `bucket` (object bodies), read from its own
+        Prometheus metrics (`SeaweedFS_s3_bucket_traffic_sent_bytes_total`): the origin's
+        side of "who downloaded what"."""
+        import urllib.request
+
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as resp:  # noqa: S310 (http)
+            text = resp.read().decode()
+        name = f'SeaweedFS_s3_bucket_traffic_sent_bytes_total{{bucket="{bucket}"}}'
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return int(float(line.split()[-1]))
+        return 0
 
     def close(self) -> None:
         """Close the shared client and stop the server."""
@@ -172,7 +188,7 @@ def start(root: Path) -> S3Server:
     }
     config_path = root / "s3.json"
     config_path.write_text(json.dumps(config))
-    master, master_g, volume, volume_g, filer, filer_g, s3, s3_g = free_ports(8)
+    master, master_g, volume, volume_g, filer, filer_g, s3, s3_g, metrics = free_ports(9)
     cmd = [
         weed_binary(),
         "server",
@@ -194,6 +210,7 @@ def start(root: Path) -> S3Server:
         "-s3.port.iceberg=0",
         "-s3.port.lance=0",
         f"-s3.config={config_path}",
+        f"-metricsPort={metrics}",
     ]
     log = root / "weed.log"
     with log.open("wb") as out:
@@ -204,6 +221,7 @@ def start(root: Path) -> S3Server:
         secret_key=secret,
         data_dir=data,
         process=proc,
+        metrics_url=f"http://127.0.0.1:{metrics}/metrics",
     )
     try:
         _wait_ready(server, proc, log)

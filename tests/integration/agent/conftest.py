@@ -231,14 +231,15 @@ def agent_factory(
     def factory(
         *,
         state_dir: Path | None = None,
+        models_dir: Path | None = None,
         extra: list[str] | None = None,
         env: dict[str, str] | None = None,
     ) -> Agent:
         agent = start_agent(
             state_dir=state_dir or tmp_path / "state",
-            models_dir=tmp_path / "models",
+            models_dir=models_dir or tmp_path / "models",
             allowed_root=root,
-            log_path=tmp_path / "agent.log",
+            log_path=(state_dir.parent if state_dir else tmp_path) / "agent.log",
             extra=extra,
             env=env,
         )

@@ -163,7 +163,9 @@ def test_scale_paths_exist_in_the_schema() -> None:
     ("kind", "columns"),
     [
         pytest.param("ModelDeployment", ["Model", "Replicas", "Ready", "Status", "Age"], id="mdep"),
-        pytest.param("InferenceNode", ["Ready", "Chip", "Memory", "Agent", "Age"], id="inode"),
+        pytest.param(
+            "InferenceNode", ["Ready", "Chip", "Memory", "Agent", "Download", "Age"], id="inode"
+        ),
         pytest.param("SwapPlan", ["Deployment", "Target", "Phase", "Progress", "Age"], id="swp"),
     ],
 )

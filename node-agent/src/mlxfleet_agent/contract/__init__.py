@@ -8,7 +8,8 @@ snake_case. Every public name of the submodules is re-exported here, so callers 
 - `base`: `Wire`/`StrictWire`, `API_PREFIX`, `DNS_LABEL`;
 - `sources`: the source string check (`check_source`, `ModelSource`);
 - `slots`: `SlotSpec`, `SlotStatus`, swap policy, `SwapRecord`;
-- `models`: the model store (`CachedModel`, `ModelShape`, `PrefetchRequest`, `DownloadProgress`);
+- `models`: the model store (`CachedModel`, `ModelShape`, `PrefetchRequest`, `DownloadProgress`,
+  `Transfer`);
 - `state`: GET /v1/state (`AgentState`);
 - `engines`: `EngineSpec` (a slot's engine and its options), `Capability`, `EngineInfo`;
 - `errors`: error bodies (`ErrorBody`, `InsufficientMemory`);
@@ -36,7 +37,9 @@ from mlxfleet_agent.contract.models import (
     DownloadProgress,
     ModelList,
     ModelShape,
+    PeerUrl,
     PrefetchRequest,
+    Transfer,
 )
 from mlxfleet_agent.contract.slots import (
     CHAT_TEMPLATE_ARGS_MAX_BYTES,
@@ -119,6 +122,7 @@ __all__ = [
     "ModelShape",
     "ModelSource",
     "NodeTelemetry",
+    "PeerUrl",
     "PrefetchRequest",
     "ServerOptions",
     "SlotPhase",
@@ -134,6 +138,7 @@ __all__ = [
     "SwapRecord",
     "SwapStrategy",
     "TelemetryInterval",
+    "Transfer",
     "VllmOptions",
     "Wire",
     "check_chat_template_args",

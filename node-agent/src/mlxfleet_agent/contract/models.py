@@ -8,8 +8,10 @@ Called by: the agent's model store and control API, the operator (placement fact
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from mlxfleet_agent.contract.base import StrictWire, Wire
 from mlxfleet_agent.contract.sources import ModelSource
@@ -51,6 +53,37 @@ class ModelList(Wire):
     items: list[CachedModel]
 
 
+def check_peer(url: str) -> str:
+    """A peer agent's control URL: http(s)://host:port, nothing else."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        raise ValueError("peer must be an agent's control URL, http(s)://host:port")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError("peer must be an agent's control URL, http(s)://host:port")
+    return url
+
+
+PeerUrl = Annotated[str, Field(min_length=8, max_length=300), AfterValidator(check_peer)]
+
+
 class PrefetchRequest(StrictWire):
     source: ModelSource
     revision: str | None = Field(default=None, min_length=1, max_length=256)
+    peers: list[PeerUrl] = Field(
+        default_factory=list,
+        max_length=16,
+        description="control URLs of agents that hold the model: files come from them first "
+        "(verified against the origin's sizes and digests), the rest from the origin",
+    )
+
+
+class Transfer(Wire):
+    """A model download in progress (GET /v1/state `transfers`)."""
+
+    model_id: str
+    source: str
+    done_bytes: int = Field(ge=0)
+    total_bytes: int = Field(ge=0)
+    bytes_per_second: float = Field(ge=0)
+    peer_bytes: int = Field(default=0, ge=0, description="bytes of done_bytes that came from peers")
+    phase: Literal["peers", "origin"] = "origin"

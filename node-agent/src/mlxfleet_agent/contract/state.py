@@ -13,7 +13,7 @@ from pydantic import Field
 
 from mlxfleet_agent.contract.base import Wire
 from mlxfleet_agent.contract.engines import EngineInfo
-from mlxfleet_agent.contract.models import CachedModel
+from mlxfleet_agent.contract.models import CachedModel, Transfer
 from mlxfleet_agent.contract.slots import SlotStatus
 
 
@@ -42,6 +42,9 @@ class AgentState(Wire):
     started_at: datetime
     slots: list[SlotStatus]
     cached_models: list[CachedModel]
+    transfers: list[Transfer] = Field(
+        default_factory=list, description="model downloads in progress (bytes, rate, peers)"
+    )
     counters: dict[str, float] = Field(default_factory=dict)
     engines: list[EngineInfo] = Field(
         default_factory=list,

@@ -2,13 +2,16 @@
 
 Versions, OS and chip (read once, at start-up), memory (total, available, the slots' budget
 and estimate, pressure), disk of the models dir, the data port, every slot's status, the cached
-models, the telemetry counters and the engines found at start.
+models, the downloads in progress (`transfers`), the telemetry and peer counters and the engines
+found at start.
 May import: the standard library, contract, host.platform, models.catalog, slots.registry,
 telemetry (recorder, hoststats). Called by: controlapi.app, runtime (builds it).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -67,6 +70,10 @@ class StateView:
             started_at=self.started_at,
             slots=self.slots.statuses(),
             cached_models=self.models.cached(),
-            counters=self.telemetry.counters(),
+            transfers=[
+                contract.Transfer.model_validate(dataclasses.asdict(t), by_name=True)
+                for t in self.models.store.transfers.snapshot(time.monotonic())
+            ],
+            counters={**self.telemetry.counters(), **self.models.store.counters},
             engines=self.engines,
         )

@@ -112,7 +112,9 @@ class Catalog:
             src = source.of(body)
             mid = src.id
             meter = self._meters.setdefault(mid, progress.Meter())
-            task = asyncio.get_running_loop().create_task(self.store.ensure(src, meter.update))
+            task = asyncio.get_running_loop().create_task(
+                self.store.ensure(src, meter.update, peers=body.peers)
+            )
             self._prefetches.setdefault(mid, set()).add(task)
             task.add_done_callback(lambda t: self._prefetch_done(mid, t))
             done, _ = await asyncio.wait({task}, timeout=2.0)

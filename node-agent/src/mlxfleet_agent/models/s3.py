@@ -194,6 +194,22 @@ def _fetch_object(
     part.rename(dest)
 
 
+def prepare_partial(src: source.S3Prefix, objects: Sequence[RemoteObject], partial: Path) -> None:
+    """Keep what a previous try left in `partial` when the remote listing is unchanged (the
+    peer fetcher fills the same folder first), start it over otherwise."""
+    manifest = _manifest(src, objects)
+    mpath = partial / MANIFEST
+    if partial.exists():
+        try:
+            previous = json.loads(mpath.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            previous = None
+        if previous != manifest:
+            shutil.rmtree(partial)
+    partial.mkdir(parents=True, exist_ok=True)
+    mpath.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+
+
 def download(
     client: S3Client,
     src: source.S3Prefix,
@@ -206,18 +222,8 @@ def download(
 ) -> None:
     """Fill `partial` with a verified copy of `objects` (from list_objects), resuming what a
     previous try left there when the remote listing is unchanged, starting over otherwise."""
-    manifest = _manifest(src, objects)
-    mpath = partial / MANIFEST
-    if partial.exists():
-        try:
-            previous = json.loads(mpath.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            previous = None
-        if previous != manifest:
-            shutil.rmtree(partial)
     try:
-        partial.mkdir(parents=True, exist_ok=True)
-        mpath.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        prepare_partial(src, objects, partial)
         tracker = _Progress(sum(o.size for o in objects), progress, abort, max_bytes_per_s)
         tracker.add(0)
         for obj in objects:

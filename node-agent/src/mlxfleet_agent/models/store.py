@@ -10,17 +10,24 @@ A holder (a slot's backend label) that `ensure`s a model pins it until `release`
 are in use and are never evicted. LRU eviction (`evictions`) runs before each download and on
 `gc()`. One agent process per models dir (no cross-process locking).
 
+Peers: with a fleet peer token and peer URLs, an `s3://` model's files come from peer agents
+first (`peers.fetch`, each file checked against the origin's listing), the rest from the origin;
+`transfers` tracks bytes done/total and rate, `served_dir` tells the peer server what it may
+serve (complete copies only).
+
 May import: the standard library, contract, host.s3client, models (errors, source, index,
-evictions, local, s3, hf). Called by: models.catalog (slots: ensure/release; control API: list,
-prefetch, evict), tests.
+evictions, local, s3, hf), peers (checks, fetch, transfers). Called by: models.catalog
+(slots: ensure/release; control API: list, prefetch, evict), tests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 import shutil
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,11 +36,13 @@ from typing import TYPE_CHECKING
 from mlxfleet_agent import contract
 from mlxfleet_agent.host import s3client
 from mlxfleet_agent.models import errors, evictions, hf, index, local, s3, source
+from mlxfleet_agent.peers import checks, fetch, transfers
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 DEFAULT_MIN_FREE_BYTES = 2 * 1024**3
+log = logging.getLogger(__name__)
 ProgressCallback = s3.ProgressCallback
 
 
@@ -60,12 +69,22 @@ class Store:
         hf_cache_dir: Path | None = None,
         max_download_bytes_per_s: int | None = None,
         now: Callable[[], datetime] = utcnow,
+        peer_token: str | None = None,
     ) -> None:
         self.models_dir = Path(models_dir).resolve()
+        self.peer_token = peer_token
+        self.transfers = transfers.Transfers()
+        self.counters = {
+            "peer_bytes_received": 0.0,
+            "peer_bytes_sent": 0.0,
+            "peer_files_rejected": 0.0,
+        }
         self.roots = [self.models_dir] + [
             Path(r).resolve() for r in allowed_roots if Path(r).resolve() != self.models_dir
         ]
         self._s3_client = s3_client or default_s3_client
+        self._client: S3Client | None = None
+        self._client_lock = threading.Lock()
         self.min_free_bytes = min_free_bytes
         self.max_cache_bytes = max_cache_bytes
         self._hf_cache_dir = hf_cache_dir
@@ -129,22 +148,26 @@ class Store:
         progress_cb: ProgressCallback | None = None,
         *,
         holder: str | None = None,
+        peers: Sequence[str] = (),
     ) -> Path:
         """Local directory of a loadable copy of `src`, fetching it if needed.
 
         `holder` pins the model from now until `release(holder, id)`; on failure the pin is
-        dropped again. `progress_cb(done, total)` is called from a worker thread.
+        dropped again. `progress_cb(done, total)` is called from a worker thread. `peers`:
+        control URLs of agents that hold the model (tried first for `s3://` models).
         """
         if holder is not None:
             self.pin(src.id, holder)
         try:
-            return await self._ensure(src, progress_cb)
+            return await self._ensure(src, progress_cb, peers)
         except BaseException:
             if holder is not None:
                 self._unpin(src.id, holder)
             raise
 
-    async def _ensure(self, src: source.Source, progress_cb: ProgressCallback | None) -> Path:
+    async def _ensure(
+        self, src: source.Source, progress_cb: ProgressCallback | None, peers: Sequence[str]
+    ) -> Path:
         mid = src.id
         if isinstance(src.location, source.FilePath):
             path = await asyncio.to_thread(local.resolve, src.location, self.roots)
@@ -165,7 +188,7 @@ class Store:
             callbacks.append(progress_cb)
         task = self._inflight.get(mid)
         if task is None:
-            task = asyncio.create_task(self._fetch(src))
+            task = asyncio.create_task(self._fetch(src, peers))
             self._inflight[mid] = task
             task.add_done_callback(lambda _t: self._fetch_done(mid))
         try:
@@ -177,15 +200,17 @@ class Store:
     def _fetch_done(self, mid: str) -> None:
         self._inflight.pop(mid, None)
         self._progress.pop(mid, None)
+        self.transfers.finish(mid)
 
     def _report(self, mid: str) -> ProgressCallback:
         def report(done: int, total: int) -> None:
+            self.transfers.update(mid, done, now=time.monotonic())
             for cb in tuple(self._progress.get(mid, ())):
                 cb(done, total)
 
         return report
 
-    async def _fetch(self, src: source.Source) -> Path:
+    async def _fetch(self, src: source.Source, peers: Sequence[str]) -> Path:
         report = self._report(src.id)
         where = src.location
         if isinstance(where, source.HfRepo):
@@ -197,29 +222,93 @@ class Store:
             report(entry.model.total_bytes, entry.model.total_bytes)
             return path
         assert isinstance(where, source.S3Prefix)
-        client = await asyncio.to_thread(self._s3_client)
-        try:
-            objects = await asyncio.to_thread(s3.list_objects, client, where)
-            await self._make_room(sum(o.size for o in objects))
-            partial = self._root / "partial" / src.id
-            await asyncio.to_thread(
-                s3.download,
-                client,
-                where,
-                objects,
-                partial,
-                progress=report,
-                abort=self._abort,
-                max_bytes_per_s=self._max_rate,
-            )
-        finally:
-            client.close()
+        client = await asyncio.to_thread(self.s3_client)
+        objects = await asyncio.to_thread(s3.list_objects, client, where)
+        total = sum(o.size for o in objects)
+        await self._make_room(total)
+        partial = self._root / "partial" / src.id
+        if peers and self.peer_token:
+            await self._from_peers(src, where, objects, partial, peers, report)
+        self.transfers.start(
+            src.id, source=src.text, total=total, phase="origin", now=time.monotonic()
+        )
+        await asyncio.to_thread(
+            s3.download,
+            client,
+            where,
+            objects,
+            partial,
+            progress=report,
+            abort=self._abort,
+            max_bytes_per_s=self._max_rate,
+        )
         final = self._root / "s3" / src.id
         if final.exists():
             await asyncio.to_thread(shutil.rmtree, final)
         partial.rename(final)
         self._index.record(src, kind="s3", path=final, owned=True)
         return final
+
+    async def _from_peers(
+        self,
+        src: source.Source,
+        where: source.S3Prefix,
+        objects: Sequence[s3.RemoteObject],
+        partial: Path,
+        peers: Sequence[str],
+        report: ProgressCallback,
+    ) -> None:
+        """Fill `partial` with what the peers can deliver, verified against the origin's
+        listing (`objects`); the origin download that follows fetches the rest."""
+        assert self.peer_token is not None
+        mid = src.id
+        total = sum(o.size for o in objects)
+        self.transfers.start(mid, source=src.text, total=total, phase="peers", now=time.monotonic())
+        expects = [checks.from_s3(o.rel, o.size, o.etag) for o in objects]
+
+        def progress(done: int) -> None:
+            report(done, total)
+
+        await asyncio.to_thread(s3.prepare_partial, where, objects, partial)
+        outcome = await asyncio.to_thread(
+            fetch.fetch,
+            expects,
+            model_id=mid,
+            peers=peers,
+            token=self.peer_token,
+            partial=partial,
+            progress=progress,
+            abort=self._abort,
+        )
+        self.counters["peer_bytes_received"] += outcome.peer_bytes
+        self.counters["peer_files_rejected"] += len(outcome.lying)
+        self.transfers.update(mid, None, now=time.monotonic(), peer_bytes=outcome.peer_bytes)
+        log.info(
+            "fetched from peers",
+            extra={
+                "model": mid,
+                "files": len(outcome.done),
+                "of": len(expects),
+                "peer_bytes": outcome.peer_bytes,
+                "lying": outcome.lying,
+                "dropped": outcome.dropped,
+            },
+        )
+
+    def served_dir(self, model_id: str) -> Path | None:
+        """The directory of a complete copy of `model_id` (peer server), else None."""
+        entry = self._index.get(model_id)
+        if entry is None or model_id in self._inflight:
+            return None
+        return Path(entry.path)
+
+    def s3_client(self) -> S3Client:
+        """The store's S3 client, made once (boto3's set-up costs about a second; clients are
+        thread-safe) and kept until `close`. Blocking: call it in a worker thread."""
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._s3_client()
+            return self._client
 
     # ---- eviction ------------------------------------------------------------------------
 
@@ -276,6 +365,10 @@ class Store:
     def close(self) -> None:
         """Make running downloads stop at their next chunk (DownloadCancelled)."""
         self._abort.set()
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
     # ---- listing (last: the name shadows the builtin inside the class body) ----------------
 

@@ -1,12 +1,12 @@
 """The composition root: the one place the agent's parts are built, wired and torn down.
 
-Built in dependency order, each part given only what it needs: telemetry and its shipper, the
-model catalog (over the store), the engines this host can run (discovery), the backend
-launcher, the slot registry (which owns the slots
-and is their `Owner`), the data plane (given the registry as its narrow `slots.lease.Routes`),
-the control API (wrapped in its guard). No part is built before what it depends on, so nothing
-needs a late-bound callback. On exit: downloads stop, every slot and backend stops, the
-shipper flushes, the warm-up client closes.
+Built in dependency order, each part given only what it needs: telemetry and its shipper, the model
+catalog (over the store), the engines this host can run (discovery), the backend launcher, the
+slot registry (which owns the slots and is their `Owner`), the data plane (given the registry as
+its narrow `slots.lease.Routes`), the control API (wrapped in its guard, behind the peer file
+server on `/peer/v1/`). No part is built before what it depends on, so nothing needs a late-bound
+callback. On exit: downloads stop, every slot and backend stops, the shipper flushes, the warm-up
+client closes.
 May import: everything in the agent except cli. Called by: runtime.serve, tests.
 """
 
@@ -17,6 +17,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from mlxfleet_agent import contract
 from mlxfleet_agent.backends import launcher, orphans
@@ -26,6 +27,7 @@ from mlxfleet_agent.dataplane import app as data_app
 from mlxfleet_agent.engines import discovery, facts
 from mlxfleet_agent.host import platform
 from mlxfleet_agent.models import catalog, store
+from mlxfleet_agent.peers import server as peer_server
 from mlxfleet_agent.runtime import logs, settings
 from mlxfleet_agent.slots import registry
 from mlxfleet_agent.telemetry import recorder, shipper
@@ -38,7 +40,7 @@ class Runtime:
     """What `serve` runs and stops; built by `lifespan`."""
 
     registry: registry.Registry
-    control_app: guard.Guard
+    control_app: peer_server.PeerServer
     data_app: data_app.DataPlane
 
 
@@ -79,13 +81,14 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     token = cfg.read_token()
     keys = cfg.read_data_keys()
     tel, ship = telemetry(cfg)
-    models = catalog.Catalog(
-        store.Store(
-            cfg.models_dir,
-            allowed_roots=cfg.roots(),
-            max_download_bytes_per_s=cfg.download_max_bytes_per_s,
-        )
+    peer_token = cfg.read_peer_token()
+    model_store = store.Store(
+        cfg.models_dir,
+        allowed_roots=cfg.roots(),
+        max_download_bytes_per_s=cfg.download_max_bytes_per_s,
+        peer_token=peer_token,
     )
+    models = catalog.Catalog(model_store)
     found = await asyncio.to_thread(facts.gather, command_programs=cfg.command_programs)
     engines = [
         contract.EngineInfo(name=a.engine, available=a.available, reason=a.reason)
@@ -122,7 +125,12 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     )
     runtime = Runtime(
         registry=slots,
-        control_app=guard.Guard(control, token=token),
+        control_app=peer_server.PeerServer(
+            guard.Guard(control, token=token),
+            holdings=model_store,
+            models_dir=cfg.models_dir,
+            token=peer_token,
+        ),
         data_app=data_app.DataPlane(
             routes=slots,
             telemetry=tel,
@@ -131,6 +139,9 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
             queue_timeout_s=cfg.queue_timeout_s,
         ),
     )
+    if peer_token is not None:  # a fleet that copies weights: boto3's set-up off the clock
+        warm = asyncio.get_running_loop().run_in_executor(None, model_store.s3_client)
+        warm.add_done_callback(_warmed)
     restored = slots.restore()
     if restored:
         log.info("restored slots", extra={"slots": restored})
@@ -146,3 +157,8 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         if caffeinate is not None:
             caffeinate.terminate()
         log.info("backends stopped")
+
+
+def _warmed(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("S3 client set-up failed", extra={"error": str(fut.exception())})

@@ -67,6 +67,9 @@ class Settings(BaseModel):
     token_file: Annotated[
         Path | None, Opt("control API bearer token (default: <state-dir>/token, created)")
     ] = None
+    peer_token_file: Annotated[
+        Path | None, Opt("fleet peer token: serve and fetch models Mac to Mac (optional)")
+    ] = None
     tls_cert: Annotated[Path | None, Opt("PEM certificate of the control API")] = None
     tls_key: Annotated[Path | None, Opt("PEM key of the control API")] = None
     data_api_keys_file: Annotated[
@@ -206,6 +209,20 @@ class Settings(BaseModel):
             raise SettingsError(f"{flag} {path}: the token file is empty (write a token into it)")
         return token
 
+    def read_peer_token(self) -> str | None:
+        """The fleet's peer token (the same on every agent: it lets agents read each other's
+        models and nothing else), or None: this agent neither serves nor asks peers."""
+        if self.peer_token_file is None:
+            return None
+        path = self.peer_token_file
+        token = _read_text(path, flag="--peer-token-file", what="the fleet peer token").strip()
+        if len(token) < 16:
+            raise SettingsError(
+                f"--peer-token-file {path}: the token must be at least 16 characters "
+                "(the same secret on every agent of the fleet)"
+            )
+        return token
+
     def read_data_keys(self) -> frozenset[str] | None:
         """API keys the data plane accepts (one a line), or None: the data plane is open."""
         if self.data_api_keys_file is None:
@@ -239,6 +256,7 @@ class Settings(BaseModel):
                     "fix its owner or permissions, or choose another directory"
                 )
         self.read_token()
+        self.read_peer_token()
         self.read_data_keys()
 
 

@@ -9,6 +9,7 @@ errors come back as `AgentError` subclasses so callers can tell "unreachable" fr
 from __future__ import annotations
 
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -183,9 +184,14 @@ class AgentClient:
             return []
         return contract.SwapList.model_validate_json(response.content).items
 
-    async def prefetch(self, model: ModelRef) -> contract.CachedModel | None:
-        """Ask the agent to fetch (and size) a model; None when it answers without a body yet."""
-        body = contract.PrefetchRequest(source=model.source, revision=model.revision)
+    async def prefetch(
+        self, model: ModelRef, peers: Sequence[str] = ()
+    ) -> contract.CachedModel | None:
+        """Ask the agent to fetch (and size) a model, from `peers` (agents' control URLs) before
+        the origin; None when it answers without a body yet."""
+        body = contract.PrefetchRequest(
+            source=model.source, revision=model.revision, peers=list(peers)
+        )
         response = await self._call(
             "prefetch",
             "POST",

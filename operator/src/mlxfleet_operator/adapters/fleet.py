@@ -13,7 +13,7 @@ May import: the standard library, `agent`, `kube`, `api`, `core` (fact types), t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -168,16 +168,27 @@ class Fleet:
         self.slot_removed(name, slot)
         return facts.Outcome(name)
 
-    async def prefetch(self, name: str, model: ModelRef) -> facts.Prefetch | None:
-        """Ask the node's agent to fetch and size `model` (None: no client for that node yet)."""
+    async def prefetch(
+        self, name: str, model: ModelRef, peers: Sequence[str] = ()
+    ) -> facts.Prefetch | None:
+        """Ask the node's agent to fetch and size `model`, from `peers` (control URLs) before the
+        origin (None: no client for that node yet)."""
         entry = self.entries.get(name)
         if entry is None:
             return None
         try:
-            cached = await entry.client.prefetch(model)
+            cached = await entry.client.prefetch(model, peers)
         except agent.AgentError as exc:
             return facts.Prefetch(name, error=str(exc), status=exc.status)
         return facts.Prefetch(name, cached=cached)
+
+    def states(self) -> dict[str, contract.AgentState | None]:
+        """The last polled agent state of every node with a client (None: not polled yet)."""
+        return {name: e.state for name, e in self.entries.items()}
+
+    def control_urls(self) -> dict[str, str]:
+        """Every node's agent control URL (where its peer file server answers too)."""
+        return {name: e.client.credentials.url for name, e in self.entries.items()}
 
     async def observe(self, names: Iterable[str], slot: str) -> dict[str, plan_state.NodeSlot]:
         """Fresh slot state and swap records from each node's agent (not the poller's copy)."""

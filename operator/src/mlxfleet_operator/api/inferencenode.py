@@ -222,6 +222,22 @@ class EngineStatus(base.ApiModel):
     )
 
 
+INT64: base.JsonDict = {"format": "int64"}
+
+
+class TransferStatus(base.ApiModel):
+    """A model download in progress on the node (from peers first, then the origin)."""
+
+    source: str = Field(description="The model being copied.")
+    done_bytes: int = Field(ge=0, description="Bytes on disk so far.", json_schema_extra=INT64)
+    total_bytes: int = Field(ge=0, description="Bytes of the whole model.", json_schema_extra=INT64)
+    bytes_per_second: float = Field(ge=0, description="Rate over the last seconds.")
+    peer_bytes: int = Field(
+        default=0, ge=0, description="Bytes of doneBytes from peers.", json_schema_extra=INT64
+    )
+    phase: Literal["peers", "origin"] = Field(description="Where the bytes come from now.")
+
+
 class InferenceNodeStatus(base.ApiModel):
     """Observed state of an InferenceNode, written only by the operator."""
 
@@ -249,6 +265,15 @@ class InferenceNodeStatus(base.ApiModel):
         description="Engines the agent can run here (placement puts a deployment only on a "
         "node whose agent lists its spec.engine.name as available). Empty: an agent older than "
         "engines, which runs mlx-lm only.",
+    )
+    transfers: list[TransferStatus] = Field(
+        default_factory=list, description="Model downloads in progress on the node."
+    )
+    download: str | None = Field(
+        default=None,
+        max_length=200,
+        description="The downloads in one line (`kubectl get inode` column Download), "
+        "e.g. `1.2/4.0 GiB 350 MB/s`; unset when none runs.",
     )
 
 
@@ -281,6 +306,12 @@ PRINTER_COLUMNS: list[base.JsonDict] = [
         "type": "string",
         "jsonPath": ".spec.agent.url",
         "description": "URL of the node agent.",
+    },
+    {
+        "name": "Download",
+        "type": "string",
+        "jsonPath": ".status.download",
+        "description": "Model downloads in progress: GiB done/total and rate (status.transfers).",
     },
     {
         "name": "Unschedulable",

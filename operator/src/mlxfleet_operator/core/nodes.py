@@ -9,6 +9,7 @@ adapter (which turns a poll's errors into `PollError`s).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -58,6 +59,17 @@ def _memory(node: inode.InferenceNode, state: contract.AgentState) -> inode.Memo
         allocatable_bytes=facts.budget(fact),
         used_bytes=state.memory.slots_estimated_bytes,
     )
+
+
+def download_summary(transfers: Sequence[contract.Transfer]) -> str | None:
+    """`1.2/4.0 GiB 350 MB/s` (all downloads together; `+1` per further model), None when idle."""
+    if not transfers:
+        return None
+    done = sum(t.done_bytes for t in transfers) / 1024**3
+    total = sum(t.total_bytes for t in transfers) / 1024**3
+    rate = sum(t.bytes_per_second for t in transfers) / 1e6
+    more = f" +{len(transfers) - 1}" if len(transfers) > 1 else ""
+    return f"{done:.1f}/{total:.1f} GiB {rate:.0f} MB/s{more}"
 
 
 def status(
@@ -111,6 +123,18 @@ def status(
                     inode.EngineStatus(name=e.name, available=e.available, reason=e.reason or None)
                     for e in state.engines
                 ],
+                "transfers": [
+                    inode.TransferStatus(
+                        source=t.source,
+                        done_bytes=t.done_bytes,
+                        total_bytes=t.total_bytes,
+                        bytes_per_second=t.bytes_per_second,
+                        peer_bytes=t.peer_bytes,
+                        phase=t.phase,
+                    )
+                    for t in state.transfers
+                ],
+                "download": download_summary(state.transfers),
             }
         )
     R = cond.Reason

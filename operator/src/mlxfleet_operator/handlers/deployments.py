@@ -24,6 +24,7 @@ from mlxfleet_operator.core import conditions, naming
 from mlxfleet_operator.core.deployment import facts, footprint, intent, placing, slots
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.deployment import status as mdstatus
+from mlxfleet_operator.core.swapplan import prefetch
 from mlxfleet_operator.handlers import guard, indexes
 
 KIND = resources.MODEL_DEPLOYMENT
@@ -146,8 +147,10 @@ async def _size(
         return known
     candidates, probe = placing.sizing_nodes(md, found, now=runtime.now())
     answers: list[facts.Prefetch] = []
+    states, urls = rt.fleet.states(), rt.fleet.control_urls()
     for node in () if probe.fits_nowhere else candidates:
-        answer = await rt.fleet.prefetch(node, md.model_ref())
+        peers = prefetch.peers_for(node, md.model_ref(), states, urls)
+        answer = await rt.fleet.prefetch(node, md.model_ref(), peers)
         if answer is not None:
             answers.append(answer)
             if answer.settled:

@@ -1,6 +1,8 @@
 """SwapPlan execution: one node at a time, each step an idempotent slot PUT to that node's agent,
 progress folded from the agents' swap records (core.swapplan), written to the plan's status.
 Because progress lives in status, a restarted operator resumes without repeating a step.
+As soon as the plan exists, every node it will use starts copying the target weights (from peers
+that hold them first: core.swapplan.prefetch), and a step waiting on that copy shows its progress.
 
 May import: kopf, pydantic, adapters, core, api, settings, `guard`, `indexes`. Called by: kopf.
 """
@@ -19,7 +21,7 @@ from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import naming
-from mlxfleet_operator.core.swapplan import gate, progress, requests
+from mlxfleet_operator.core.swapplan import gate, prefetch, progress, requests
 from mlxfleet_operator.core.swapplan import state as st
 from mlxfleet_operator.core.swapplan import status as plan_status
 from mlxfleet_operator.handlers import guard, indexes
@@ -71,9 +73,15 @@ async def advance(
         return
     slot = naming.slot_name(namespace, ref)
     scope = gate.scope(plan, md, previous)
+    target = ModelRef.of(plan.spec.target)
+    states = rt.fleet.states()
+    for ask in prefetch.wanted(previous, target, scope.nodes, states, rt.fleet.control_urls()):
+        answer = await rt.fleet.prefetch(ask.node, ask.model, ask.peers)  # failed: asked again
+        if answer is not None and answer.error is not None:
+            events.post(body, prefetch.refused(ask, answer.error))
     step = progress.advance(
         previous,
-        target=ModelRef.of(plan.spec.target),
+        target=target,
         nodes=scope.nodes,
         paused=plan.spec.paused,
         slots=await rt.fleet.observe(scope.watched, slot),
@@ -88,7 +96,7 @@ async def advance(
     events.post(body, plan_status.announcement(previous, step.state))
     if step.state.phase.terminal and step.state.phase != previous.phase:
         metrics.SWAP_PLANS.labels(str(step.state.phase)).inc()
-    _write(plan, step.state, body, patch)
+    _write(plan, prefetch.annotate(step.state, target, states), body, patch)
 
 
 def _hold(
