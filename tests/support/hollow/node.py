@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -63,6 +64,7 @@ class HollowNode:
         self.started_at = datetime.now(UTC)
         self.port = cfg.port
         self.requests = 0
+        self.answers: Counter[str] = Counter()  # "<method> <route> <status>" (hollow.server)
         self._random = random.Random(f"{fleet.seed}-{cfg.name}")
 
     # ---- the Host protocol of slots -----------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 from collections import Counter
 from http import HTTPStatus
@@ -165,7 +166,10 @@ class NodeServer:
             return None
         if n.faults.slow_s:
             await asyncio.sleep(n.faults.slow_s)
-        return await api.handle(n, request)
+        response = await api.handle(n, request)
+        route = re.sub(r"^(/v1/(?:slots|models)/)[^/]+", r"\1*", request.path)
+        n.answers[f"{request.method} {route} {response.status}"] += 1
+        return response
 
     async def set_faults(self, faults: config.Faults) -> None:
         n = self.node
@@ -242,9 +246,13 @@ class Fleet:
                     "source": slot.active.spec.source if slot.active else slot.desired.source,
                     "deleted": slot.deleted,
                 }
+        answers: Counter[str] = Counter()
+        for s in self.servers.values():
+            answers.update(s.node.answers)
         return {
             "nodes": len(self.servers),
             "requests": sum(s.node.requests for s in self.servers.values()),
+            "answers": dict(answers.most_common()),
             "phases": dict(phases),
             "slots": slots,
             "swaps": sum(
