@@ -1,0 +1,51 @@
+"""The scale benchmark's generated workload fits its fleet, and its profile folding is right."""
+
+from __future__ import annotations
+
+import pytest
+from benchmarks.scale import observe, workload
+
+from mlxfleet_agent import memory
+from tests.support.hollow import config
+
+GIB = 1024**3
+
+
+@pytest.mark.parametrize("nodes", [50, 200, 500])
+def test_every_deployment_fits_somewhere_and_demand_leaves_room(nodes: int) -> None:
+    fleet = config.FleetConfig.generate(nodes, seed=1)
+    entries = [
+        {"name": n.name, "memoryBytes": n.memory_bytes, "url": "http://x", "token": n.token}
+        for n in fleet.nodes
+    ]
+    labelled = [workload.inference_node(e, i)["metadata"]["labels"] for i, e in enumerate(entries)]
+    budgets = [memory.budget_bytes(n.memory_bytes) for n in fleet.nodes]
+    items = workload.deployments(2 * nodes, namespace="scale", seed=1)
+    assert workload.demand_bytes(items) < 0.5 * sum(budgets)
+    for d in items:
+        need = int(d["spec"]["resources"]["memory"].removesuffix("Gi")) * GIB
+        selector = d["spec"]["placement"].get("nodeSelector", {})
+        fits = [
+            b
+            for b, labels in zip(budgets, labelled, strict=True)
+            if b >= need and all(labels.get(k) == v for k, v in selector.items())
+        ]
+        assert len(fits) >= d["spec"]["replicas"], d["metadata"]["name"]
+    changed = workload.changed(items[0])
+    assert changed["spec"]["model"]["source"] == items[0]["spec"]["model"]["source"] + "-v2"
+    assert changed["spec"]["replicas"] == items[0]["spec"]["replicas"]
+
+
+def test_profiles_fold_into_inclusive_and_own_shares() -> None:
+    raw = "\n".join(
+        [
+            "main (x/mlxfleet_operator/main.py:1);reconcile (x/mlxfleet_operator/h.py:9) 30",
+            "main (x/mlxfleet_operator/main.py:1);reconcile (x/mlxfleet_operator/h.py:12) 10",
+            "main (x/mlxfleet_operator/main.py:1);poll (x/kopf/t.py:3) 60",
+        ]
+    )
+    folded = observe.fold(raw)
+    assert folded.samples == 100
+    assert dict(folded.inclusive)["main (mlxfleet_operator/main.py)"] == 1.0
+    assert dict(folded.inclusive)["reconcile (mlxfleet_operator/h.py)"] == 0.4
+    assert folded.own[0] == ("poll (kopf/t.py)", 0.6)
