@@ -5,7 +5,7 @@ telemetry joins its day, and raw objects go only after their day object is verif
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -201,3 +201,117 @@ def test_a_corrupt_day_object_is_named(week_bucket: Bucket) -> None:
     week_bucket.store().put_object(key, b"not parquet", content_type=source.CONTENT_TYPE)
     with pytest.raises(ValueError, match=key):
         figures(week_bucket.source(), summary.Period(day, day + timedelta(days=1), "day"))
+
+
+def _extra(day: date, *, node: str, hour: int) -> contract.TelemetryInterval:
+    """A fixture interval of `day`, moved to another node and hour (not in the fixture)."""
+    first = next(fixture.intervals(interval_hours=6, first=day, last=day))
+    start = datetime(day.year, day.month, day.day, hour, tzinfo=UTC)
+    return first.model_copy(
+        update={"node": node, "interval_start": start, "interval_seconds": 3600.0}
+    )
+
+
+def test_a_partly_readable_raw_object_is_counted_and_never_deleted(week_bucket: Bucket) -> None:
+    """An object cut off mid-line (an upload that broke) and one with a line of a newer schema:
+    their readable intervals count, once, and the objects stay (what could not be read is not
+    thrown away with them)."""
+    day = date(2026, 10, 13)
+    store = week_bucket.store()
+    cut = _extra(day, node="mini-8", hour=5)
+    cut_key = contract.telemetry_key(PREFIX, cut.node, cut.interval_start)
+    body = cut.model_dump_json().encode() + b"\n" + cut.model_dump_json().encode()[:40]
+    store.put_object(cut_key, body, content_type="application/x-ndjson")
+    newer = _extra(day, node="mini-9", hour=7)
+    newer_key = contract.telemetry_key(PREFIX, newer.node, newer.interval_start)
+    future = newer.model_copy(
+        update={
+            "schema_version": contract.TELEMETRY_SCHEMA_VERSION + 1,
+            "interval_start": newer.interval_start + timedelta(minutes=30),
+        }
+    )
+    lines = [newer.model_dump_json(), future.model_dump_json()]
+    store.put_object(newer_key, "\n".join(lines).encode(), content_type="application/x-ndjson")
+    period = summary.Period(day, day + timedelta(days=1), "one day")
+    raw = figures(week_bucket.source(), period)
+    assert raw.nodes["mini-8"].covered_seconds == 3600  # the whole line, not the cut one
+    assert raw.nodes["mini-9"].covered_seconds == 3600  # the newer-schema line skipped
+    run(week_bucket.source(), [day], delete_raw=True, retention_days=30)
+    left = week_bucket.keys(f"date={day}/")
+    assert sorted(left) == sorted([cut_key, newer_key])  # the other raw objects went
+    assert figures(week_bucket.source(), period) == raw
+    run(week_bucket.source(), [day], delete_raw=True, retention_days=30)  # and stay on reruns
+    assert sorted(week_bucket.keys(f"date={day}/")) == sorted([cut_key, newer_key])
+    assert figures(week_bucket.source(), period) == raw
+
+
+class Crash(BaseException):
+    """The process dying at this point (no handler sees it, like SIGKILL)."""
+
+
+class CrashingStore(objectstore.TelemetryStore):
+    """The real store against the real server, dying at one step of a compaction."""
+
+    def __init__(self, config: objectstore.StoreConfig, *, at: str) -> None:
+        super().__init__(config)
+        self.at = at
+
+    def put_object(self, key: str, data: bytes, **kwargs: object) -> None:
+        daily = "/daily/" in key
+        if daily and self.at == "before-put":
+            raise Crash(self.at)
+        super().put_object(key, data, **kwargs)  # type: ignore[arg-type]
+        if daily and self.at == "after-put":
+            raise Crash(self.at)
+
+    def delete_objects(self, keys: Sequence[str]) -> int:
+        if all("/daily/" in k for k in keys):
+            done = super().delete_objects(keys)
+            if self.at == "after-old-deleted":
+                raise Crash(self.at)
+            return done
+        if self.at == "mid-raw-delete":
+            super().delete_objects(list(keys)[: len(keys) // 2])
+            raise Crash(self.at)
+        return super().delete_objects(keys)
+
+
+@pytest.mark.parametrize("at", ["before-put", "after-put", "after-old-deleted", "mid-raw-delete"])
+def test_a_crash_mid_compaction_loses_nothing_and_counts_nothing_twice(
+    week_bucket: Bucket, at: str
+) -> None:
+    day = date(2026, 10, 14)
+    period = summary.Period(day, day + timedelta(days=1), "one day")
+    run(week_bucket.source(), [day])  # an older day object, then a late interval
+    (old,) = week_bucket.keys(f"daily/date={day}/")
+    week_bucket.store().put_interval(_extra(day, node="mini-9", hour=3))
+    before = figures(week_bucket.source(), period)  # the old day object: without mini-9
+    raw = figures(source.BucketSource(_RawOnly(week_bucket.store().config)), period)
+    assert "mini-9" in raw.nodes
+    assert "mini-9" not in before.nodes
+    crashing = CrashingStore(week_bucket.store().config, at=at)
+    with pytest.raises(Crash):
+        compaction.compact_day(
+            source.BucketSource(crashing),
+            day,
+            now=AFTER,
+            options=compaction.Options(delete_raw=True, retention_days=30),
+        )
+    # a report right after the crash: the old or the new day, never both added up
+    assert figures(week_bucket.source(), period) in (before, raw)
+    if at == "after-put":
+        assert len(week_bucket.keys(f"daily/date={day}/")) == 2  # read as their union
+        assert figures(week_bucket.source(), period) == raw
+    # the next run finishes the job: one day object with everything, raw objects gone
+    run(week_bucket.source(), [day], delete_raw=True, retention_days=30)
+    (new,) = week_bucket.keys(f"daily/date={day}/")
+    assert new != old
+    assert week_bucket.keys(f"date={day}/") == []
+    assert figures(week_bucket.source(), period) == raw
+
+
+class _RawOnly(objectstore.TelemetryStore):
+    """Sees no compacted objects: reports from the per-interval objects alone."""
+
+    def list_objects(self, prefix: str) -> list[objectstore.ObjectInfo]:
+        return [] if "/daily/" in prefix else super().list_objects(prefix)

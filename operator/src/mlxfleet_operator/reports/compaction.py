@@ -11,7 +11,8 @@ that saw the same objects write the same bytes to the same key; when one saw a l
 other missed, both day objects stay (readers take their union) until the next run joins them. A
 run deletes only objects it listed itself and that the object it verified contains, so neither
 run deletes what the other one wrote, and no interval is ever only in a deleted object. A raw
-object whose intervals cannot be read is never deleted.
+object with any line that cannot be read (cut off, malformed, a newer schema) is never deleted:
+its readable intervals are compacted, the object stays for a reader that can read the rest.
 May import: the standard library, `mlxfleet_agent.contract`, adapters.objectstore,
 reports.columnar, reports.source. Called by: reports.cli (`mlxfleet report compact`).
 """
@@ -122,7 +123,7 @@ def deletable(
     prefix: str,
 ) -> list[str]:
     """Raw keys whose intervals the verified day object holds. `read`: the intervals found in
-    each object read this run (an object with none readable is kept)."""
+    each object read this run, empty for an object with a line that could not be read (kept)."""
     out = []
     for o in raw:
         if o.key in read:
@@ -177,24 +178,20 @@ def _compact_day(
     for table in existing:
         held |= columnar.interval_keys(table)
     raw = store.raw_objects(day)
-    fetch = to_fetch(raw, held=held, watermark=watermark, prefix=prefix)
-    read: dict[str, set[Interval]] = {}
-    tables: list[pa.Table] = list(existing)
-    for i in range(0, len(fetch), CHUNK):  # bounded memory: a day of 500 nodes is 720,000
-        chunk = fetch[i : i + CHUNK]
-        fresh: list[contract.TelemetryInterval] = []
-        for o, body in zip(chunk, store.get_many([o.key for o in chunk]), strict=True):
-            found = store.parse(o.key, body)
-            read[o.key] = {(iv.node, iv.interval_start.astimezone(UTC)) for iv in found}
-            fresh += found
-        if fresh:
-            tables.append(columnar.to_table(fresh))
+    lacking = to_fetch(raw, held=held, watermark=watermark, prefix=prefix)
+    deleting = options.delete_raw and past_retention(
+        day, now=now, retention_days=options.retention_days
+    )
+    # before raw objects go, each is read again: only one read whole (every line) may be deleted
+    fetch = list(raw) if deleting else lacking
+    fresh, read = _read_raw(store, fetch, add={o.key for o in lacking})
+    tables: list[pa.Table] = [*existing, *fresh]
     if not tables:
         return DayResult(day, len(raw), len(fetch), 0, None, False, 0, 0)
     table = columnar.union(tables)
     data = columnar.encode(table)
     key = source.daily_key(prefix, day, columnar.digest(data))
-    marks = [m for m in (watermark, *(o.last_modified for o in fetch)) if m is not None]
+    marks = [m for m in (watermark, *(o.last_modified for o in lacking)) if m is not None]
     mark = max(marks, default=None)
     written = [p.key for p in parts] != [key] or mark != watermark
     if written:
@@ -211,6 +208,30 @@ def _compact_day(
     if old:
         store.delete_objects(old)
     removed = 0
-    if options.delete_raw and past_retention(day, now=now, retention_days=options.retention_days):
+    if deleting:
         removed = store.delete_objects(deletable(raw, held=held, read=read, prefix=prefix))
     return DayResult(day, len(raw), len(fetch), len(held), key, written, len(old), removed)
+
+
+def _read_raw(
+    store: objectstore.TelemetryStore, fetch: Sequence[objectstore.ObjectInfo], *, add: set[str]
+) -> tuple[list[pa.Table], dict[str, set[Interval]]]:
+    """Read raw objects in chunks: tables of the intervals in the objects named in `add`, and
+    the intervals found in each object read (empty when a line of it could not be read)."""
+    tables: list[pa.Table] = []
+    read: dict[str, set[Interval]] = {}
+    for i in range(0, len(fetch), CHUNK):  # bounded memory: a day of 500 nodes is 720,000
+        chunk = fetch[i : i + CHUNK]
+        fresh: list[contract.TelemetryInterval] = []
+        for o, body in zip(chunk, store.get_many([o.key for o in chunk]), strict=True):
+            found = store.parse(o.key, body)
+            lines = body.decode(errors="replace").splitlines()
+            whole = len(found) == sum(1 for line in lines if line.strip())
+            read[o.key] = (
+                {(iv.node, iv.interval_start.astimezone(UTC)) for iv in found} if whole else set()
+            )
+            if o.key in add:
+                fresh += found
+        if fresh:
+            tables.append(columnar.to_table(fresh))
+    return tables, read
