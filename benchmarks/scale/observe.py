@@ -70,14 +70,15 @@ def request_counts(admin: Admin) -> Counter[Key]:
 
 
 _OP_SAMPLE = re.compile(
-    r"^mlxfleet_operator_(reconcile_seconds_sum|reconcile_seconds_count|agent_calls_total)"
-    r"\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)$"
+    r"^mlxfleet_operator_(reconcile_seconds_sum|reconcile_seconds_count|reconcile_seconds_bucket"
+    r"|agent_calls_total)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)$"
 )
 
 
 def operator_counts(url: str) -> Counter[str]:
-    """The operator's own counters: reconciles (count, seconds) by kind, agent calls by op and
-    result, as `reconciles:<kind>`, `reconcile_s:<kind>`, `calls:<op>:<result>`."""
+    """The operator's own counters: reconciles (count, seconds, cumulative histogram buckets) by
+    kind, agent calls by op and result, as `reconciles:<kind>`, `reconcile_s:<kind>`,
+    `le:<kind>:<upper bound>` and `calls:<op>:<result>`."""
     try:
         text = httpx.get(url, timeout=30).text
     except httpx.HTTPError:
@@ -92,11 +93,34 @@ def operator_counts(url: str) -> Counter[str]:
         name = found.group(1)
         if name == "agent_calls_total":
             out[f"calls:{labels.get('op')}:{labels.get('result')}"] += value  # type: ignore[assignment]
+        elif name.endswith("_bucket"):
+            out[f"le:{labels.get('kind')}:{labels.get('le')}"] += value  # type: ignore[assignment]
         elif name.endswith("_sum"):
             out[f"reconcile_s:{labels.get('kind')}"] += value  # type: ignore[assignment]
         else:
             out[f"reconciles:{labels.get('kind')}"] += value  # type: ignore[assignment]
     return out
+
+
+def quantile(q: float, buckets: dict[float, float]) -> float | None:
+    """The q-quantile of a cumulative histogram ({upper bound: count <= bound}, +Inf included),
+    interpolated linearly inside its bucket as Prometheus' histogram_quantile does; a quantile in
+    the +Inf bucket is reported as the largest finite bound. None without observations."""
+    bounds = sorted(buckets)
+    total = buckets.get(float("inf"), 0.0)
+    if not bounds or total <= 0:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            inside = count - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = bound, count
+    return lower
 
 
 def delta(after: Counter[Key], before: Counter[Key]) -> Counter[Key]:

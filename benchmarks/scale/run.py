@@ -238,9 +238,15 @@ class Window:
         out: dict[str, Any] = {}
         for kind in ("InferenceNode", "ModelDeployment", "SwapPlan"):
             n = d.get(f"reconciles:{kind}", 0)
+            buckets = {
+                float(k.rsplit(":", 1)[1]): v for k, v in d.items() if k.startswith(f"le:{kind}:")
+            }
+            p50, p99 = observe.quantile(0.5, buckets), observe.quantile(0.99, buckets)
             out[kind] = {
                 "per_s": round(n / seconds, 2),
                 "mean_ms": round(1000 * d.get(f"reconcile_s:{kind}", 0) / n, 1) if n else None,
+                "p50_ms": round(1000 * p50, 1) if p50 is not None else None,
+                "p99_ms": round(1000 * p99, 1) if p99 is not None else None,
             }
         polls = sum(v for k, v in d.items() if k.startswith("calls:state:"))
         out["agent_polls_per_s"] = round(polls / seconds, 2)
@@ -260,6 +266,7 @@ class Window:
             "requests": sum(counts.values()),
             "writes": observe.writes(counts),
             "writes_per_s": round(observe.writes(counts) / seconds, 2) if seconds else 0.0,
+            "writes_per_min": round(60 * observe.writes(counts) / seconds) if seconds else 0,
             "requests_per_s": round(sum(counts.values()) / seconds, 2) if seconds else 0.0,
             "by_verb": observe.by_verb(counts),
             "top": observe.top_requests(counts),

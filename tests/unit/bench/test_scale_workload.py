@@ -49,3 +49,16 @@ def test_profiles_fold_into_inclusive_and_own_shares() -> None:
     assert dict(folded.inclusive)["main (mlxfleet_operator/main.py)"] == 1.0
     assert dict(folded.inclusive)["reconcile (mlxfleet_operator/h.py)"] == 0.4
     assert folded.own[0] == ("poll (kopf/t.py)", 0.6)
+
+
+def test_quantile_interpolates_inside_the_bucket_like_histogram_quantile() -> None:
+    inf = float("inf")
+    # 10 observations <= 0.01, 90 more <= 0.1, none slower: p50 falls in (0.01, 0.1]
+    buckets = {0.01: 10.0, 0.1: 100.0, 1.0: 100.0, inf: 100.0}
+    assert observe.quantile(0.5, buckets) == pytest.approx(0.01 + 0.09 * 40 / 90)
+    assert observe.quantile(0.99, buckets) == pytest.approx(0.01 + 0.09 * 89 / 90)
+    assert observe.quantile(0.05, buckets) == pytest.approx(0.005)
+    # beyond the largest finite bound: that bound, not a made-up figure
+    assert observe.quantile(0.99, {0.5: 1.0, inf: 10.0}) == 0.5
+    assert observe.quantile(0.5, {0.5: 0.0, inf: 0.0}) is None
+    assert observe.quantile(0.5, {}) is None
