@@ -241,12 +241,11 @@ class Window:
             buckets = {
                 float(k.rsplit(":", 1)[1]): v for k, v in d.items() if k.startswith(f"le:{kind}:")
             }
-            p50, p99 = observe.quantile(0.5, buckets), observe.quantile(0.99, buckets)
             out[kind] = {
                 "per_s": round(n / seconds, 2),
                 "mean_ms": round(1000 * d.get(f"reconcile_s:{kind}", 0) / n, 1) if n else None,
-                "p50_ms": round(1000 * p50, 1) if p50 is not None else None,
-                "p99_ms": round(1000 * p99, 1) if p99 is not None else None,
+                "p50_ms": _ms(0.5, buckets),
+                "p99_ms": _ms(0.99, buckets),
             }
         polls = sum(v for k, v in d.items() if k.startswith("calls:state:"))
         out["agent_polls_per_s"] = round(polls / seconds, 2)
@@ -281,6 +280,18 @@ class Window:
             if seconds
             else {},
         }
+
+
+def _ms(q: float, buckets: dict[float, float]) -> float | str | None:
+    """A reconcile-duration quantile in ms; `">30000"` when it lies beyond the largest bucket."""
+    found = observe.quantile(q, buckets)
+    finite = [b for b in buckets if b != float("inf")]
+    if found is None or not finite:
+        return None
+    top = max(finite)
+    if q * buckets.get(float("inf"), 0) > buckets[top]:
+        return f">{1000 * top:.0f}"
+    return round(1000 * found, 1)
 
 
 def run(s: Settings) -> dict[str, Any]:

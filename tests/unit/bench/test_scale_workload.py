@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from benchmarks.scale import observe, workload
+from benchmarks.scale import observe, run, workload
 
 from mlxfleet_agent import memory
 from tests.support.hollow import config
@@ -62,3 +62,11 @@ def test_quantile_interpolates_inside_the_bucket_like_histogram_quantile() -> No
     assert observe.quantile(0.99, {0.5: 1.0, inf: 10.0}) == 0.5
     assert observe.quantile(0.5, {0.5: 0.0, inf: 0.0}) is None
     assert observe.quantile(0.5, {}) is None
+
+
+def test_a_quantile_beyond_the_largest_bucket_is_shown_as_such() -> None:
+    inf = float("inf")
+    buckets = {0.01: 10.0, 30.0: 50.0, inf: 100.0}
+    assert run._ms(0.99, buckets) == ">30000"
+    assert run._ms(0.5, buckets) == 30000.0  # the 50th observation is still <= 30 s
+    assert run._ms(0.5, {0.01: 0.0, inf: 0.0}) is None
