@@ -17,5 +17,5 @@ Modules: `config` (pydantic settings of a fleet), `slots` (one slot's state mach
 asyncio sockets, the admin API), `__main__` (`python -m tests.support.hollow`).
 May import: the standard library, pydantic, httptools, `mlxfleet_agent.contract` and
 `mlxfleet_agent.memory` (the agent's wire contract and pure estimate, as the operator does).
-Called by: benchmarks/scale_bench.py, tests/integration/hollow, tests/scale.
+Called by: benchmarks/scale (`make bench-scale`), tests/integration/hollow, tests/scale.
 """
