@@ -464,8 +464,13 @@ def _failover(
                 detected[name] = now
         snap = deps.snapshot()
         for name in affected:
-            o = snap.get(name)
-            if name not in settled and o and deployment_ready(o) and not gone & set(placed(o)):
+            dep = snap.get(name)
+            if (
+                name not in settled
+                and dep
+                and deployment_ready(dep)
+                and not gone & set(placed(dep))
+            ):
                 settled[name] = now
         return len(settled) == len(affected)
 
