@@ -89,7 +89,7 @@ def test_get_mlxfleet_lists_all_three_kinds_with_their_columns(
         pytest.param("modeldeployment.spec.model", "hf://<org>/<repo>", id="model"),
         pytest.param("modeldeployment.spec.model", "servedName", id="model-fields"),
         pytest.param("mdep.spec.swap.strategy", "Surge", id="short-name"),
-        pytest.param("inferencenode.spec.agent.url", "https://mac-studio-1.lan:8443", id="url"),
+        pytest.param("inferencenode.spec.agent.url", "https://mac-studio-1.lan:8470", id="url"),
         pytest.param("swapplan.spec.paused", "approve", id="paused"),
         pytest.param("modeldeployment.status.conditions", "Reconciling", id="conditions"),
     ],

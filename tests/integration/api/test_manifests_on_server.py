@@ -58,7 +58,7 @@ def test_samples_apply_server_side_with_the_documented_commands(cluster: Any) ->
         cluster.kubectl("get", "secret", "mac-studio-1-agent", "-n", "mlxfleet-system", "-o",
                         "yaml").stdout
     )  # fmt: skip
-    assert secret["metadata"]["labels"]["mlxfleet.io/agent-token"] == "true"
+    assert secret["metadata"]["labels"]["mlxfleet.io/agent-credentials"] == "true"
     assert set(secret["data"]) == {"token", "ca.crt"}
     names = cluster.kubectl("get", "mdep,swp", "-n", namespace, "-o", "name").stdout.split()
     assert sorted(names) == [

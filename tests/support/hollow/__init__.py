@@ -16,6 +16,6 @@ Modules: `config` (pydantic settings of a fleet), `slots` (one slot's state mach
 (admission, GET /v1/state, models), `api` (routes and error bodies), `server` (HTTP/1.1 on
 asyncio sockets, the admin API), `__main__` (`python -m tests.support.hollow`).
 May import: the standard library, pydantic, httptools, `mlxfleet_agent.contract` and
-`mlxfleet_agent.memory` (the agent's wire contract and pure estimate, as the operator does).
+`mlxfleet_agent.sizing` and `models.modeldir` (the agent's wire contract and pure estimate, as the operator does).
 Called by: benchmarks/scale (`make bench-scale`), tests/integration/hollow, tests/scale.
 """

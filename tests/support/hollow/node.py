@@ -20,7 +20,8 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mlxfleet_agent import __version__, contract, memory
+from mlxfleet_agent import __version__, contract, sizing
+from mlxfleet_agent.models import modeldir
 from tests.support.hollow import config, slots
 
 
@@ -88,7 +89,7 @@ class HollowNode:
     def budget(self) -> int:
         if self.cfg.memory_budget_bytes is not None:
             return self.cfg.memory_budget_bytes
-        return memory.budget_bytes(self.cfg.memory_bytes)
+        return sizing.budget_bytes(self.cfg.memory_bytes)
 
     def others_estimate(self, name: str) -> int:
         return sum(s.estimate() for n, s in self.slots.items() if n != name)
@@ -117,7 +118,7 @@ class HollowNode:
     async def _download(self, spec: contract.SlotSpec, mid: str) -> contract.CachedModel:
         try:
             if spec.source.startswith("file://"):
-                size, shape = memory.inspect_model_dir(self._file_dir(spec.source))
+                size, shape = modeldir.inspect(self._file_dir(spec.source))
             else:
                 await self.step(self.fleet.timing.download_s)
                 info = self.fleet.model(spec.source)
@@ -142,7 +143,7 @@ class HollowNode:
     def estimate(self, spec: contract.SlotSpec, cached: contract.CachedModel) -> int:
         if spec.memory_bytes:
             return spec.memory_bytes
-        return memory.estimate(
+        return sizing.estimate(
             weights_bytes=cached.size_bytes,
             shape=cached.shape,
             context_length=spec.context_length,
@@ -176,7 +177,7 @@ class HollowNode:
             return spec.memory_bytes
         cached = self.cache.get(model_id(spec.source, spec.revision))
         if cached is None and spec.source.startswith("file://"):
-            size, shape = memory.inspect_model_dir(self._file_dir(spec.source))
+            size, shape = modeldir.inspect(self._file_dir(spec.source))
             cached = contract.CachedModel(id="", source=spec.source, size_bytes=size, shape=shape)
         if cached is None:
             return None  # checked again after the download (as the real agent does)
@@ -205,7 +206,7 @@ class HollowNode:
             self._file_dir(spec.source)
         try:
             estimate = self._known_estimate(spec)
-        except memory.UnknownModelSize as exc:
+        except sizing.UnknownModelSize as exc:
             raise Rejected(422, str(exc), field="source") from exc
         if estimate is not None:
             free = max(0, self.budget() - self.others_estimate(name))
@@ -273,7 +274,7 @@ class HollowNode:
     def state(self) -> contract.AgentState:
         total = self.cfg.memory_bytes
         used = sum(s.estimate() for s in self.slots.values())
-        available = max(0, total - used - memory.DEFAULT_RESERVED_BYTES)
+        available = max(0, total - used - sizing.DEFAULT_RESERVED_BYTES)
         share = available / total
         return contract.AgentState(
             agent_version=__version__,

@@ -13,12 +13,12 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from mlxfleet_agent import settings
+from mlxfleet_agent.runtime import settings
 from mlxfleet_operator.api import inferencenode, modeldeployment, resources, swapplan
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLES = REPO / "manifests" / "samples"
-AGENT_TOKEN_LABEL = "mlxfleet.io/agent-token"
+AGENT_CREDENTIALS_LABEL = "mlxfleet.io/agent-credentials"
 SECRET_EXAMPLE = "agent-secret.example.yaml"
 
 
@@ -83,7 +83,7 @@ def test_the_node_reaches_the_sample_agent() -> None:
 def test_the_secret_holds_what_the_node_refers_to_and_is_labelled() -> None:
     node = inferencenode.InferenceNode.model_validate(_one(_folder("node"), "InferenceNode"))
     secret = _secret()
-    assert secret["metadata"]["labels"][AGENT_TOKEN_LABEL] == "true"
+    assert secret["metadata"]["labels"][AGENT_CREDENTIALS_LABEL] == "true"
     refs = [node.spec.agent.token_secret_ref, node.spec.agent.ca_secret_ref]
     for ref in refs:
         assert ref is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from benchmarks.scale import observe, run, workload
 
-from mlxfleet_agent import memory
+from mlxfleet_agent import sizing
 from tests.support.hollow import config
 
 GIB = 1024**3
@@ -19,7 +19,7 @@ def test_every_deployment_fits_somewhere_and_demand_leaves_room(nodes: int) -> N
         for n in fleet.nodes
     ]
     labelled = [workload.inference_node(e, i)["metadata"]["labels"] for i, e in enumerate(entries)]
-    budgets = [memory.budget_bytes(n.memory_bytes) for n in fleet.nodes]
+    budgets = [sizing.budget_bytes(n.memory_bytes) for n in fleet.nodes]
     items = workload.deployments(2 * nodes, namespace="scale", seed=1)
     assert workload.demand_bytes(items) < 0.5 * sum(budgets)
     for d in items:
