@@ -6,6 +6,8 @@ read it (data-plane port, cached models with their shapes, slots) and ask agents
 `poll`, `put_slot`, `delete_slot`, `prefetch` and `observe` never raise on an agent's error, they
 return it as a `nodes.Poll`, `facts.Outcome`, `facts.Prefetch` or `swapplan.state.NodeSlot`.
 It is memory only: after a restart the handlers wait for the first poll of each node.
+Credentials are read from their Secrets at most every `credentials_ttl` seconds per node (not
+on every poll), and again at once when the agent answers 401/403 (a rotated token).
 May import: the standard library, `agent`, `kube`, `api`, `core` (fact types), the agent
 `contract`. Called by: handlers (through `runtime.Runtime.fleet`).
 """
@@ -13,7 +15,8 @@ May import: the standard library, `agent`, `kube`, `api`, `core` (fact types), t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -47,13 +50,52 @@ class Entry:
         return agent.data_endpoint(self.client.credentials.url, self.state.data_port)
 
 
+CREDENTIALS_TTL_S = 60.0
+
+
+@dataclass(frozen=True)
+class _Cached:
+    refs: tuple[object, ...]  # the node's URL and Secret references the credentials came from
+    credentials: agent.Credentials
+    read_at: float
+
+
 class Fleet:
-    def __init__(self, kube_: kube.Kube) -> None:
+    def __init__(
+        self,
+        kube_: kube.Kube,
+        *,
+        credentials_ttl: float = CREDENTIALS_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.kube = kube_
         self.entries: dict[str, Entry] = {}
         self._lock = asyncio.Lock()
+        self._credentials: dict[str, _Cached] = {}
+        self._ttl = credentials_ttl
+        self._clock = clock
 
     async def credentials(self, node: inode.InferenceNode) -> agent.Credentials:
+        """The node's URL, token and CA; the Secrets are read again only when the node's
+        references changed, `credentials_ttl` passed, or `forget_credentials` was called."""
+        name, spec = node.metadata.name or "", node.spec.agent
+        refs = (spec.url, spec.token_secret_ref, spec.ca_secret_ref)
+        cached = self._credentials.get(name)
+        if (
+            cached is not None
+            and cached.refs == refs
+            and self._clock() - cached.read_at < self._ttl
+        ):
+            return cached.credentials
+        creds = await self._read_credentials(node)
+        self._credentials[name] = _Cached(refs, creds, self._clock())
+        return creds
+
+    def forget_credentials(self, name: str) -> bool:
+        """Drop the node's cached credentials (True: there were some)."""
+        return self._credentials.pop(name, None) is not None
+
+    async def _read_credentials(self, node: inode.InferenceNode) -> agent.Credentials:
         spec = node.spec.agent
         ref = spec.token_secret_ref
         try:
@@ -128,7 +170,16 @@ class Fleet:
     # ------------------------------------------------------------------ agent requests
 
     async def poll(self, node: inode.InferenceNode) -> nodes.Poll:
-        """`GET /v1/state` of the node's agent, failures named by what a person must fix."""
+        """`GET /v1/state` of the node's agent, failures named by what a person must fix. A
+        401/403 with cached credentials asks once more with the Secret read again (rotated)."""
+        answer = await self._poll(node)
+        if answer.error is nodes.PollError.UNAUTHORIZED and self.forget_credentials(
+            node.metadata.name or ""
+        ):
+            answer = await self._poll(node)
+        return answer
+
+    async def _poll(self, node: inode.InferenceNode) -> nodes.Poll:
         try:
             client = await self.client(node)
             state = await client.state()
@@ -198,6 +249,7 @@ class Fleet:
         return out
 
     async def forget(self, name: str) -> None:
+        self.forget_credentials(name)
         entry = self.entries.pop(name, None)
         if entry is not None:
             await entry.client.aclose()
