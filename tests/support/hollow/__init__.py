@@ -15,7 +15,8 @@ the same requests like a real agent does. No data plane (`dataPort` is the contr
 Modules: `config` (pydantic settings of a fleet), `slots` (one slot's state machine), `node`
 (admission, GET /v1/state, models), `api` (routes and error bodies), `server` (HTTP/1.1 on
 asyncio sockets, the admin API), `__main__` (`python -m tests.support.hollow`).
-May import: the standard library, pydantic, httptools, `mlxfleet_agent.contract` and
-`mlxfleet_agent.sizing` and `models.modeldir` (the agent's wire contract and pure estimate, as the operator does).
+May import: the standard library, pydantic, httptools, `mlxfleet_agent.contract`,
+`mlxfleet_agent.sizing` and `mlxfleet_agent.models.modeldir` (the agent's wire contract, its
+pure estimate and how it reads a model folder).
 Called by: benchmarks/scale (`make bench-scale`), tests/integration/hollow, tests/scale.
 """

@@ -72,6 +72,7 @@ class Fleet:
         self.entries: dict[str, Entry] = {}
         self._lock = asyncio.Lock()
         self._credentials: dict[str, _Cached] = {}
+        self.version = 0  # bumped when an answer changes what a deployment's decisions read
         self._ttl = credentials_ttl
         self._clock = clock
 
@@ -131,6 +132,8 @@ class Fleet:
     def record(self, name: str, state: contract.AgentState | None, *, now: datetime) -> None:
         entry = self.entries.get(name)
         if entry is not None and state is not None:
+            if entry.state is None or decisive(entry.state) != decisive(state):
+                self.version += 1
             entry.state = state
             entry.polled_at = now
 
@@ -140,6 +143,7 @@ class Fleet:
         if entry is not None and entry.state is not None:
             kept = [s for s in entry.state.slots if s.name != slot]
             entry.state = entry.state.model_copy(update={"slots": kept})
+            self.version += 1
 
     def get(self, name: str) -> Entry | None:
         return self.entries.get(name)
@@ -250,6 +254,7 @@ class Fleet:
 
     async def forget(self, name: str) -> None:
         self.forget_credentials(name)
+        self.version += 1
         entry = self.entries.pop(name, None)
         if entry is not None:
             await entry.client.aclose()
@@ -257,6 +262,21 @@ class Fleet:
     async def aclose(self) -> None:
         for name in list(self.entries):
             await self.forget(name)
+
+
+def decisive(state: contract.AgentState) -> object:
+    """The part of an agent's answer that deployment decisions and statuses read: everything
+    but request counters, free memory and disk, and when a cached model was last used."""
+    return state.model_dump(
+        exclude={
+            "counters": True,
+            "disk": True,
+            "started_at": True,
+            "memory": {"available_bytes", "pressure"},
+            "slots": {"__all__": {"in_flight", "queued"}},
+            "cached_models": {"__all__": {"last_used", "in_use"}},
+        }
+    )
 
 
 def _outcome(node: str, exc: agent.AgentError) -> facts.Outcome:
