@@ -1,6 +1,7 @@
 """The convergence timer skips a deployment whose inputs did not change (issue 12: every
 deployment was fully reconciled every 5 s with nothing changing): what counts as a change of the
-agents' answers (`Fleet.version`), of the rest (`deployments._inputs`), and the resync."""
+agents' answers (`Fleet.version`), of the rest (`deployments._inputs`), and the resync; and the
+memory a decision reserves in the shared fleet view until the agent lists the slot."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import kubernetes
 from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import agent, fleet, kube, runtime
+from mlxfleet_operator.core.deployment import facts as dfacts
+from mlxfleet_operator.core.deployment import slots as dslots
 from mlxfleet_operator.handlers import deployments, indexes
 from tests.unit.operator.builders import GIB, NOW, node, state
 
@@ -92,3 +95,31 @@ def test_inputs_change_with_nodes_agents_and_the_object_and_never_skip_a_lost_no
     assert deployments._inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "1"))) != base
     lost = idx(_ready("n1", "1"), _ready("n2", "1", ready=False))
     assert deployments._inputs(rt, body, lost) is None  # failover is timed: always reconcile
+
+
+def test_a_decided_slot_counts_on_its_node_until_a_poll_lists_it() -> None:
+    """Two decisions before the next poll must not promise the same memory (issue 12: 316 PUTs
+    answered 507 at 100 x 300): `reserve` at decision time, gone once listed or refused."""
+    clock = [0.0]
+    f = fleet.Fleet(kube.Kube(kubernetes.client.ApiClient()), clock=lambda: clock[0])
+    f.entries["n1"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
+    f.record("n1", state(), now=NOW)
+    spec = contract.SlotSpec.model_validate({"source": "file:///m", "servedName": "m"})
+    f.reserve("ns-a", dslots.SlotRequest("n1", spec), 6 * GIB)
+    (seen,) = f.node_facts([node("n1")])
+    assert dfacts.used_by_others(seen, "ns-b") == 6 * GIB  # the next decision sees it
+    assert dfacts.used_by_others(seen, "ns-a") == 0
+    f.record("n1", state(), now=NOW)  # a poll sent before the PUT arrived: still reserved
+    assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 6 * GIB
+    listed = SLOT.model_copy(update={"name": "ns-a", "estimated_memory_bytes": 6 * GIB})
+    f.record("n1", state(slots=[listed]), now=NOW)  # the agent lists it: counted once
+    assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 6 * GIB
+    f.record("n1", state(), now=NOW)
+    assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 0
+    f.reserve("ns-c", dslots.SlotRequest("n1", spec), 4 * GIB)
+    f.release("n1", "ns-c")  # the PUT was refused
+    assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 0
+    f.reserve("ns-d", dslots.SlotRequest("n1", spec), 4 * GIB)
+    clock[0] = fleet.RESERVATION_S + 1
+    f.record("n1", state(), now=NOW)  # never listed: stops counting
+    assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 0

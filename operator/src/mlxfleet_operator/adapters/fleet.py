@@ -51,6 +51,7 @@ class Entry:
 
 
 CREDENTIALS_TTL_S = 60.0
+RESERVATION_S = 30.0  # a slot decided on and not listed by a poll since stops counting
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class Fleet:
         self._lock = asyncio.Lock()
         self._credentials: dict[str, _Cached] = {}
         self.version = 0  # bumped when an answer changes what a deployment's decisions read
+        # node -> slot -> (placeholder, when): slots decided on that no poll has listed yet
+        self._reserved: dict[str, dict[str, tuple[contract.SlotStatus, float]]] = {}
         self._ttl = credentials_ttl
         self._clock = clock
 
@@ -129,8 +132,34 @@ class Fleet:
             await old.aclose()
         return self.entries[name].client
 
+    def reserve(self, slot: str, request: slots.SlotRequest, footprint_bytes: int) -> None:
+        """Count the slot's memory on its node from the decision on, so a decision taken before
+        the agent's next answer does not promise the same memory again (the agent would 507).
+        Kept until a poll lists the slot, the PUT fails, or RESERVATION_S passes."""
+        entry = self.entries.get(request.node)
+        if entry is None or entry.state is None or any(s.name == slot for s in entry.state.slots):
+            return
+        placeholder = contract.SlotStatus(
+            name=slot,
+            served_name=request.spec.served_name,
+            source=str(request.spec.source),
+            revision=request.spec.revision,
+            phase=contract.SlotPhase.PENDING,
+            ready=False,
+            estimated_memory_bytes=footprint_bytes,
+        )
+        self._reserved.setdefault(request.node, {})[slot] = (placeholder, self._clock())
+
+    def release(self, name: str, slot: str) -> None:
+        """Drop a reservation (the PUT was refused or never reached the agent)."""
+        self._reserved.get(name, {}).pop(slot, None)
+
     def record(self, name: str, state: contract.AgentState | None, *, now: datetime) -> None:
         entry = self.entries.get(name)
+        if state is not None and (held := self._reserved.get(name)):
+            listed, stale = {s.name for s in state.slots}, self._clock() - RESERVATION_S
+            for slot in [k for k, (_, at) in held.items() if k in listed or at < stale]:
+                del held[slot]
         if entry is not None and state is not None:
             if entry.state is None or decisive(entry.state) != decisive(state):
                 self.version += 1
@@ -161,13 +190,14 @@ class Fleet:
         """Each InferenceNode with its agent's last answer (None: not polled yet)."""
         out = []
         for node in found:
-            entry = self.entries.get(node.metadata.name or "")
+            name = node.metadata.name or ""
+            entry = self.entries.get(name)
+            state = entry.state if entry else None
+            if state is not None and (held := self._reserved.get(name)):
+                more = [p for p, _ in held.values()]
+                state = state.model_copy(update={"slots": [*state.slots, *more]})
             out.append(
-                facts.NodeFacts(
-                    node=node,
-                    state=entry.state if entry else None,
-                    endpoint=entry.endpoint if entry else None,
-                )
+                facts.NodeFacts(node=node, state=state, endpoint=entry.endpoint if entry else None)
             )
         return out
 
@@ -207,6 +237,7 @@ class Fleet:
         try:
             await entry.client.put_slot(slot, request.spec)
         except agent.AgentError as exc:
+            self.release(request.node, slot)
             return _outcome(request.node, exc)
         return facts.Outcome(request.node)
 
@@ -254,6 +285,7 @@ class Fleet:
 
     async def forget(self, name: str) -> None:
         self.forget_credentials(name)
+        self._reserved.pop(name, None)
         self.version += 1
         entry = self.entries.pop(name, None)
         if entry is not None:

@@ -100,9 +100,12 @@ async def reconcile(
         )
         return
     failover = timedelta(seconds=rt.config.failover_delay)
+    found = rt.fleet.node_facts(idx.inference_nodes())  # with what others decided meanwhile
     want = intent.intent(
         md, found, plan=plan, footprint_bytes=size, now=now, failover_delay=failover
     )
+    for request in want.puts:  # before any await: the next decision sees this one's memory
+        rt.fleet.reserve(naming.slot_name(namespace, name), request, size)
     outcomes = await _perform(rt, body, want, slot=naming.slot_name(namespace, name))
     judge = functools.partial(
         mdstatus.status,
