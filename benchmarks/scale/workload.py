@@ -19,6 +19,7 @@ VERSION = "v1alpha1"
 LABEL_POOL = "bench.mlxfleet.io/pool"
 LABEL_SIZE = "bench.mlxfleet.io/size"
 SECRET_NAMESPACE = "mlxfleet-system"  # noqa: S105 - a namespace, not a password
+AGENT_CREDENTIALS_LABEL = "mlxfleet.io/agent-credentials"  # api.resources: only these are sent
 SMALL_GIB = (1, 2, 2, 3, 4, 4, 6, 8)
 LARGE_GIB = (16, 24, 32)
 
@@ -32,7 +33,11 @@ def secret(node: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": f"agent-{node['name']}", "namespace": SECRET_NAMESPACE},
+        "metadata": {
+            "name": f"agent-{node['name']}",
+            "namespace": SECRET_NAMESPACE,
+            "labels": {AGENT_CREDENTIALS_LABEL: "true"},  # the operator uses no other Secret
+        },
         "stringData": {"token": node["token"]},
     }
 

@@ -6,6 +6,7 @@ import pytest
 from benchmarks.scale import observe, run, workload
 
 from mlxfleet_agent import sizing
+from mlxfleet_operator.api import resources
 from tests.support.hollow import config
 
 GIB = 1024**3
@@ -70,3 +71,8 @@ def test_a_quantile_beyond_the_largest_bucket_is_shown_as_such() -> None:
     assert run._ms(0.99, buckets) == ">30000"
     assert run._ms(0.5, buckets) == 30000.0  # the 50th observation is still <= 30 s
     assert run._ms(0.5, {0.01: 0.0, inf: 0.0}) is None
+
+
+def test_token_secrets_carry_the_label_the_operator_requires() -> None:
+    labels = workload.secret({"name": "n0", "token": "t"})["metadata"]["labels"]
+    assert labels == {resources.AGENT_CREDENTIALS_LABEL: "true"}
