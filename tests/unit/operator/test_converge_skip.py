@@ -105,7 +105,9 @@ def test_a_decided_slot_counts_on_its_node_until_a_poll_lists_it() -> None:
     f.entries["n1"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
     f.record("n1", state(), now=NOW)
     spec = contract.SlotSpec.model_validate({"source": "file:///m", "servedName": "m"})
+    before = f.version
     f.reserve("ns-a", dslots.SlotRequest("n1", spec), 6 * GIB)
+    assert f.version == before + 1  # a reconcile that waited rebuilds its view
     (seen,) = f.node_facts([node("n1")])
     assert dfacts.used_by_others(seen, "ns-b") == 6 * GIB  # the next decision sees it
     assert dfacts.used_by_others(seen, "ns-a") == 0

@@ -149,10 +149,12 @@ class Fleet:
             estimated_memory_bytes=footprint_bytes,
         )
         self._reserved.setdefault(request.node, {})[slot] = (placeholder, self._clock())
+        self.version += 1
 
     def release(self, name: str, slot: str) -> None:
         """Drop a reservation (the PUT was refused or never reached the agent)."""
-        self._reserved.get(name, {}).pop(slot, None)
+        if self._reserved.get(name, {}).pop(slot, None) is not None:
+            self.version += 1
 
     def record(self, name: str, state: contract.AgentState | None, *, now: datetime) -> None:
         entry = self.entries.get(name)

@@ -86,6 +86,7 @@ async def reconcile(
         status = mdstatus.slot_conflict_status(md, clash, now=runtime.now())
         kube.write_status(patch, status, body)
         return
+    view = rt.fleet.version
     found = rt.fleet.node_facts(idx.inference_nodes())
     if unpolled := facts.unpolled(found):
         waiting = f"waiting for the first poll of {', '.join(unpolled)}"
@@ -100,7 +101,8 @@ async def reconcile(
         )
         return
     failover = timedelta(seconds=rt.config.failover_delay)
-    found = rt.fleet.node_facts(idx.inference_nodes())  # with what others decided meanwhile
+    if rt.fleet.version != view:  # others decided (or agents answered) while this one waited
+        found = rt.fleet.node_facts(idx.inference_nodes())
     want = intent.intent(
         md, found, plan=plan, footprint_bytes=size, now=now, failover_delay=failover
     )
