@@ -110,7 +110,9 @@ def test_a_decided_slot_counts_on_its_node_until_a_poll_lists_it() -> None:
     assert f.version == before + 1  # a reconcile that waited rebuilds its view
     (seen,) = f.node_facts([node("n1")])
     assert dfacts.used_by_others(seen, "ns-b") == 6 * GIB  # the next decision sees it
-    assert dfacts.used_by_others(seen, "ns-a") == 0
+    assert seen.slot("ns-a") is not None
+    (own,) = f.node_facts([node("n1")], slot="ns-a")
+    assert own.slot("ns-a") is None  # a deployment sees its replicas as the agents report them
     f.record("n1", state(), now=NOW)  # a poll sent before the PUT arrived: still reserved
     assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 6 * GIB
     listed = SLOT.model_copy(update={"name": "ns-a", "estimated_memory_bytes": 6 * GIB})

@@ -188,15 +188,19 @@ class Fleet:
             and any(s.name == slot for s in entry.state.slots)
         )
 
-    def node_facts(self, found: Iterable[inode.InferenceNode]) -> list[facts.NodeFacts]:
-        """Each InferenceNode with its agent's last answer (None: not polled yet)."""
+    def node_facts(
+        self, found: Iterable[inode.InferenceNode], *, slot: str | None = None
+    ) -> list[facts.NodeFacts]:
+        """Each InferenceNode with its agent's last answer (None: not polled yet), plus the
+        slots other decisions reserved there (`reserve`; never `slot`'s own: a deployment
+        sees its replicas as the agents report them)."""
         out = []
         for node in found:
             name = node.metadata.name or ""
             entry = self.entries.get(name)
             state = entry.state if entry else None
             if state is not None and (held := self._reserved.get(name)):
-                more = [p for p, _ in held.values()]
+                more = [p for name_, (p, _) in held.items() if name_ != slot]
                 state = state.model_copy(update={"slots": [*state.slots, *more]})
             out.append(
                 facts.NodeFacts(node=node, state=state, endpoint=entry.endpoint if entry else None)

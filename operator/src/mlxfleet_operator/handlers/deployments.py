@@ -86,8 +86,8 @@ async def reconcile(
         status = mdstatus.slot_conflict_status(md, clash, now=runtime.now())
         kube.write_status(patch, status, body)
         return
-    view = rt.fleet.version
-    found = rt.fleet.node_facts(idx.inference_nodes())
+    view, slot = rt.fleet.version, naming.slot_name(namespace, name)
+    found = rt.fleet.node_facts(idx.inference_nodes(), slot=slot)
     if unpolled := facts.unpolled(found):
         waiting = f"waiting for the first poll of {', '.join(unpolled)}"
         raise kopf.TemporaryError(waiting, delay=rt.config.poll_seconds)
@@ -102,13 +102,13 @@ async def reconcile(
         return
     failover = timedelta(seconds=rt.config.failover_delay)
     if rt.fleet.version != view:  # others decided (or agents answered) while this one waited
-        found = rt.fleet.node_facts(idx.inference_nodes())
+        found = rt.fleet.node_facts(idx.inference_nodes(), slot=slot)
     want = intent.intent(
         md, found, plan=plan, footprint_bytes=size, now=now, failover_delay=failover
     )
     for request in want.puts:  # before any await: the next decision sees this one's memory
-        rt.fleet.reserve(naming.slot_name(namespace, name), request, size)
-    outcomes = await _perform(rt, body, want, slot=naming.slot_name(namespace, name))
+        rt.fleet.reserve(slot, request, size)
+    outcomes = await _perform(rt, body, want, slot=slot)
     judge = functools.partial(
         mdstatus.status,
         md,
