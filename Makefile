@@ -5,10 +5,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+NODES ?= 50
+DEPLOYMENTS ?= 100
+BENCH_ARGS ?=
 
 .PHONY: install check lint format typecheck contracts crds crds-check manifests manifests-check \
         tools test test-fast test-slow test-faults cluster-up cluster-down control-plane demo \
-        demo-down bench bench-embed report-sample clean
+        demo-down bench bench-embed bench-scale bench-report report-sample clean
 
 $(STAMP): pyproject.toml
 	scripts/install-system-deps.sh
@@ -84,6 +87,12 @@ bench: $(STAMP)  ## data-plane + swap benchmark (agent vs mlx_lm.server directly
 
 bench-embed: $(STAMP)  ## embeddings throughput through the agent vs the mlx-embed engine directly
 	$(BIN)/python -m benchmarks.embed_bench
+
+bench-scale: $(STAMP) control-plane  ## operator vs NODES hollow Macs x DEPLOYMENTS (+ BENCH_ARGS)
+	$(BIN)/python -m benchmarks.scale --nodes $(NODES) --deployments $(DEPLOYMENTS) $(BENCH_ARGS)
+
+bench-report: $(STAMP)  ## monthly report over a generated month of NODES Macs (real S3 server)
+	$(BIN)/python -m benchmarks.report_bench --nodes $(NODES) $(BENCH_ARGS)
 
 report-sample: $(STAMP)  ## sample weekly report + monthly executive PDF into out/
 	$(BIN)/mlxfleet report sample --out out/reports

@@ -9,7 +9,7 @@
 #   crds/*.yaml (from the pydantic models)       -> charts/mlxfleet/files/crds/
 #   manifests/grafana/mlxfleet-dashboard.json    -> charts/mlxfleet/files/grafana/
 #   charts/mlxfleet templates (helm template)    -> manifests/base/{namespace,serviceaccount,rbac,deployment,join,pdb}.yaml
-#                                                -> manifests/cronjobs/{rbac,report-config,weekly-report,monthly-report}.yaml
+#                                                -> manifests/cronjobs/{rbac,report-config,weekly-report,monthly-report,telemetry-compaction}.yaml
 # The rendered files drop the two Helm-only labels (helm.sh/chart, managed-by: Helm).
 set -euo pipefail
 
@@ -49,6 +49,7 @@ render templates/reports/rbac.yaml manifests/cronjobs/rbac.yaml "${REPORTS[@]}"
 render templates/reports/configmap.yaml manifests/cronjobs/report-config.yaml "${REPORTS[@]}"
 render templates/reports/weekly.yaml manifests/cronjobs/weekly-report.yaml "${REPORTS[@]}"
 render templates/reports/monthly.yaml manifests/cronjobs/monthly-report.yaml "${REPORTS[@]}"
+render templates/reports/compaction.yaml manifests/cronjobs/telemetry-compaction.yaml "${REPORTS[@]}"
 
 # --- write or compare --------------------------------------------------------------------------
 mapfile -t generated < <(cd "$OUT" && find . -type f | sed 's|^\./||' | sort)

@@ -122,6 +122,12 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a node may be NotReady before its replicas move (default 15)",
     )
     p.add_argument(
+        "--heartbeat-write-seconds",
+        type=float,
+        default=defaults.heartbeat_write_seconds,
+        help="write an unchanged node's lastHeartbeatTime at most this often (default 60)",
+    )
+    p.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
     )
     p.add_argument(
@@ -191,6 +197,7 @@ def _settings(ns: argparse.Namespace, kubeconfig: str | None) -> opsettings.Oper
         poll_seconds=ns.poll_seconds,
         misses=ns.misses,
         failover_delay=ns.failover_delay,
+        heartbeat_write_seconds=ns.heartbeat_write_seconds,
         metrics_host=ns.metrics_host,
         metrics_port=ns.metrics_port,
         log_level=ns.log_level.upper(),

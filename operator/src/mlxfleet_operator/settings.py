@@ -23,6 +23,7 @@ class OperatorSettings(BaseModel):
     poll_seconds: float = Field(default=5.0, gt=0, le=3600)
     misses: int = Field(default=3, ge=1, le=100)
     failover_delay: float = Field(default=15.0, ge=0, le=86400)
+    heartbeat_write_seconds: float = Field(default=60.0, ge=0, le=3600)
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     log_level: str = "INFO"

@@ -545,3 +545,59 @@ def test_service_conflict_stalls_and_names_the_object() -> None:
     assert ready["Stalled"].status == "True"
     assert "Service ns/chat" in ready["Ready"].message
     assert result.status.endpoint is None
+
+
+def test_node_status_debounces_an_unchanged_heartbeat() -> None:
+    """A quiet node's status is written only every `heartbeat_every` (issue 12: 500 nodes wrote
+    100 statuses a second); a Ready flip is written at once."""
+    every = timedelta(seconds=60)
+    first = nodes.status(
+        node("n1"),
+        nodes.Poll(state()),
+        heartbeat.Health(ready=True, last_heartbeat=NOW),
+        threshold=3,
+        now=NOW,
+        heartbeat_every=every,
+    )
+    n = node("n1").model_copy(update={"status": first})
+    for seconds in (5, 30, 59):
+        at = NOW + timedelta(seconds=seconds)
+        again = nodes.status(
+            n,
+            nodes.Poll(state()),
+            heartbeat.Health(ready=True, last_heartbeat=at),
+            threshold=3,
+            now=at,
+            heartbeat_every=every,
+        )
+        assert again == first  # nothing to write: no PATCH, no watch event
+    at = NOW + timedelta(seconds=60)
+    due = nodes.status(
+        n,
+        nodes.Poll(state()),
+        heartbeat.Health(ready=True, last_heartbeat=at),
+        threshold=3,
+        now=at,
+        heartbeat_every=every,
+    )
+    assert due.last_heartbeat_time == at
+    at = NOW + timedelta(seconds=15)
+    lost = nodes.status(
+        n,
+        nodes.Poll(None, nodes.PollError.UNREACHABLE, "refused"),
+        heartbeat.Health(ready=False, misses=3, last_heartbeat=NOW),
+        threshold=3,
+        now=at,
+        heartbeat_every=every,
+    )
+    ready = {c.type: c for c in lost.conditions}["Ready"]
+    assert (ready.status, ready.last_transition_time) == ("False", at)
+    # without debounce (0 s) every answer moves the time, as before
+    undamped = nodes.status(
+        n,
+        nodes.Poll(state()),
+        heartbeat.Health(ready=True, last_heartbeat=NOW + timedelta(seconds=5)),
+        threshold=3,
+        now=NOW + timedelta(seconds=5),
+    )
+    assert undamped.last_heartbeat_time == NOW + timedelta(seconds=5)

@@ -12,7 +12,16 @@ import pytest
 import yaml
 
 from mlxfleet_operator.api import inferencenode
-from mlxfleet_operator.reports import cli, config, fixture, inventory, monthly, render, summary
+from mlxfleet_operator.reports import (
+    cli,
+    columnar,
+    config,
+    fixture,
+    inventory,
+    monthly,
+    render,
+    summary,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 OCTOBER = summary.month(2026, 10)
@@ -161,3 +170,28 @@ def test_without_a_cluster_report_yaml_is_the_inventory() -> None:
 def test_bad_aliases_name_the_field(text: str, names: str) -> None:
     with pytest.raises(config.ConfigError, match=names.replace(".", r"\.")):
         config.ReportConfig.from_yaml(text)
+
+
+def test_page_one_of_a_big_fleet_shows_the_largest_ten() -> None:
+    """30 nodes and their models: page 1's tables and charts keep to the ten that cost most (or
+    served most tokens); page 2 still lists every one."""
+    from datetime import date
+
+    from benchmarks import report_bench
+
+    day = date(2026, 6, 3)
+    data = columnar.encode(report_bench.day_table(day, report_bench._node_names(30), seed=3))
+
+    class OneDay:
+        def day_parquet(self, d: date) -> bytes | None:
+            return data if d == day else None
+
+    june = summary.month(2026, 6)
+    report = monthly.build(cli.summarise(OneDay(), june, report_bench._report_config([])))
+    assert len(report.nodes) == 30
+    assert len(report.top_nodes) == monthly.SUMMARY_ROWS
+    costs = sorted((n.total_usd or 0.0 for n in report.nodes), reverse=True)
+    assert [n.total_usd or 0.0 for n in report.top_nodes] == costs[: monthly.SUMMARY_ROWS]
+    html = render.monthly_html(report, generated="now")
+    assert "the 10 that cost most; all 30 on page 2" in html
+    assert html.count("<tr><td>mac-0") == 10 + 30  # page 1 + the page 2 table

@@ -70,3 +70,23 @@ def test_cronjob_runs_a_command_the_cli_accepts(kind: str) -> None:
     ]
     refs = {next(iter(v.values()))["name"] for v in container["envFrom"]}
     assert refs == {"mlxfleet-reports", "mlxfleet-telemetry-credentials"}
+
+
+def test_compaction_cronjob_runs_a_command_the_cli_accepts() -> None:
+    folder = REPO / "manifests" / "cronjobs"
+    doc = yaml.safe_load((folder / "telemetry-compaction.yaml").read_text())
+    assert "telemetry-compaction.yaml" in (folder / "kustomization.yaml").read_text()
+    pod = doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    command = container["command"]
+    assert command[:3] == ["mlxfleet", "report", "compact"]
+    args = cli._parser().parse_args(command[2:])
+    assert args.delete_raw
+    assert args.retention_days >= 31
+    assert args.days >= 2  # late telemetry of yesterday's day is joined in the next night
+    assert pod["automountServiceAccountToken"] is False  # the bucket only, no API server
+    assert doc["spec"]["concurrencyPolicy"] == "Forbid"
+    refs = {next(iter(v.values()))["name"] for v in container["envFrom"]}
+    assert refs == {"mlxfleet-reports", "mlxfleet-telemetry-compaction-credentials"}
+    example = yaml.safe_load((folder / "telemetry-compaction-credentials.example.yaml").read_text())
+    assert example["metadata"]["name"] == "mlxfleet-telemetry-compaction-credentials"

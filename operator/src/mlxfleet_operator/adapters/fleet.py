@@ -6,6 +6,8 @@ read it (data-plane port, cached models with their shapes, slots) and ask agents
 `poll`, `put_slot`, `delete_slot`, `prefetch` and `observe` never raise on an agent's error, they
 return it as a `nodes.Poll`, `facts.Outcome`, `facts.Prefetch` or `swapplan.state.NodeSlot`.
 It is memory only: after a restart the handlers wait for the first poll of each node.
+Credentials are read from their Secrets at most every `credentials_ttl` seconds per node (not
+on every poll), and again at once when the agent answers 401/403 (a rotated token).
 May import: the standard library, `agent`, `kube`, `api`, `core` (fact types), the agent
 `contract`. Called by: handlers (through `runtime.Runtime.fleet`).
 """
@@ -13,7 +15,8 @@ May import: the standard library, `agent`, `kube`, `api`, `core` (fact types), t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -47,13 +50,56 @@ class Entry:
         return agent.data_endpoint(self.client.credentials.url, self.state.data_port)
 
 
+CREDENTIALS_TTL_S = 60.0
+RESERVATION_S = 30.0  # a slot decided on and not listed by a poll since stops counting
+
+
+@dataclass(frozen=True)
+class _Cached:
+    refs: tuple[object, ...]  # the node's URL and Secret references the credentials came from
+    credentials: agent.Credentials
+    read_at: float
+
+
 class Fleet:
-    def __init__(self, kube_: kube.Kube) -> None:
+    def __init__(
+        self,
+        kube_: kube.Kube,
+        *,
+        credentials_ttl: float = CREDENTIALS_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.kube = kube_
         self.entries: dict[str, Entry] = {}
         self._lock = asyncio.Lock()
+        self._credentials: dict[str, _Cached] = {}
+        self.version = 0  # bumped when an answer changes what a deployment's decisions read
+        # node -> slot -> (placeholder, when): slots decided on that no poll has listed yet
+        self._reserved: dict[str, dict[str, tuple[contract.SlotStatus, float]]] = {}
+        self._ttl = credentials_ttl
+        self._clock = clock
 
     async def credentials(self, node: inode.InferenceNode) -> agent.Credentials:
+        """The node's URL, token and CA; the Secrets are read again only when the node's
+        references changed, `credentials_ttl` passed, or `forget_credentials` was called."""
+        name, spec = node.metadata.name or "", node.spec.agent
+        refs = (spec.url, spec.token_secret_ref, spec.ca_secret_ref)
+        cached = self._credentials.get(name)
+        if (
+            cached is not None
+            and cached.refs == refs
+            and self._clock() - cached.read_at < self._ttl
+        ):
+            return cached.credentials
+        creds = await self._read_credentials(node)
+        self._credentials[name] = _Cached(refs, creds, self._clock())
+        return creds
+
+    def forget_credentials(self, name: str) -> bool:
+        """Drop the node's cached credentials (True: there were some)."""
+        return self._credentials.pop(name, None) is not None
+
+    async def _read_credentials(self, node: inode.InferenceNode) -> agent.Credentials:
         spec = node.spec.agent
         ref = spec.token_secret_ref
         try:
@@ -86,9 +132,39 @@ class Fleet:
             await old.aclose()
         return self.entries[name].client
 
+    def reserve(self, slot: str, request: slots.SlotRequest, footprint_bytes: int) -> None:
+        """Count the slot's memory on its node from the decision on, so a decision taken before
+        the agent's next answer does not promise the same memory again (the agent would 507).
+        Kept until a poll lists the slot, the PUT fails, or RESERVATION_S passes."""
+        entry = self.entries.get(request.node)
+        if entry is None or entry.state is None or any(s.name == slot for s in entry.state.slots):
+            return
+        placeholder = contract.SlotStatus(
+            name=slot,
+            served_name=request.spec.served_name,
+            source=str(request.spec.source),
+            revision=request.spec.revision,
+            phase=contract.SlotPhase.PENDING,
+            ready=False,
+            estimated_memory_bytes=footprint_bytes,
+        )
+        self._reserved.setdefault(request.node, {})[slot] = (placeholder, self._clock())
+        self.version += 1
+
+    def release(self, name: str, slot: str) -> None:
+        """Drop a reservation (the PUT was refused or never reached the agent)."""
+        if self._reserved.get(name, {}).pop(slot, None) is not None:
+            self.version += 1
+
     def record(self, name: str, state: contract.AgentState | None, *, now: datetime) -> None:
         entry = self.entries.get(name)
+        if state is not None and (held := self._reserved.get(name)):
+            listed, stale = {s.name for s in state.slots}, self._clock() - RESERVATION_S
+            for slot in [k for k, (_, at) in held.items() if k in listed or at < stale]:
+                del held[slot]
         if entry is not None and state is not None:
+            if entry.state is None or decisive(entry.state) != decisive(state):
+                self.version += 1
             entry.state = state
             entry.polled_at = now
 
@@ -98,6 +174,7 @@ class Fleet:
         if entry is not None and entry.state is not None:
             kept = [s for s in entry.state.slots if s.name != slot]
             entry.state = entry.state.model_copy(update={"slots": kept})
+            self.version += 1
 
     def get(self, name: str) -> Entry | None:
         return self.entries.get(name)
@@ -111,24 +188,38 @@ class Fleet:
             and any(s.name == slot for s in entry.state.slots)
         )
 
-    def node_facts(self, found: Iterable[inode.InferenceNode]) -> list[facts.NodeFacts]:
-        """Each InferenceNode with its agent's last answer (None: not polled yet)."""
+    def node_facts(
+        self, found: Iterable[inode.InferenceNode], *, slot: str | None = None
+    ) -> list[facts.NodeFacts]:
+        """Each InferenceNode with its agent's last answer (None: not polled yet), plus the
+        slots other decisions reserved there (`reserve`; never `slot`'s own: a deployment
+        sees its replicas as the agents report them)."""
         out = []
         for node in found:
-            entry = self.entries.get(node.metadata.name or "")
+            name = node.metadata.name or ""
+            entry = self.entries.get(name)
+            state = entry.state if entry else None
+            if state is not None and (held := self._reserved.get(name)):
+                more = [p for name_, (p, _) in held.items() if name_ != slot]
+                state = state.model_copy(update={"slots": [*state.slots, *more]})
             out.append(
-                facts.NodeFacts(
-                    node=node,
-                    state=entry.state if entry else None,
-                    endpoint=entry.endpoint if entry else None,
-                )
+                facts.NodeFacts(node=node, state=state, endpoint=entry.endpoint if entry else None)
             )
         return out
 
     # ------------------------------------------------------------------ agent requests
 
     async def poll(self, node: inode.InferenceNode) -> nodes.Poll:
-        """`GET /v1/state` of the node's agent, failures named by what a person must fix."""
+        """`GET /v1/state` of the node's agent, failures named by what a person must fix. A
+        401/403 with cached credentials asks once more with the Secret read again (rotated)."""
+        answer = await self._poll(node)
+        if answer.error is nodes.PollError.UNAUTHORIZED and self.forget_credentials(
+            node.metadata.name or ""
+        ):
+            answer = await self._poll(node)
+        return answer
+
+    async def _poll(self, node: inode.InferenceNode) -> nodes.Poll:
         try:
             client = await self.client(node)
             state = await client.state()
@@ -152,6 +243,7 @@ class Fleet:
         try:
             await entry.client.put_slot(slot, request.spec)
         except agent.AgentError as exc:
+            self.release(request.node, slot)
             return _outcome(request.node, exc)
         return facts.Outcome(request.node)
 
@@ -209,6 +301,9 @@ class Fleet:
         return out
 
     async def forget(self, name: str) -> None:
+        self.forget_credentials(name)
+        self._reserved.pop(name, None)
+        self.version += 1
         entry = self.entries.pop(name, None)
         if entry is not None:
             await entry.client.aclose()
@@ -216,6 +311,21 @@ class Fleet:
     async def aclose(self) -> None:
         for name in list(self.entries):
             await self.forget(name)
+
+
+def decisive(state: contract.AgentState) -> object:
+    """The part of an agent's answer that deployment decisions and statuses read: everything
+    but request counters, free memory and disk, and when a cached model was last used."""
+    return state.model_dump(
+        exclude={
+            "counters": True,
+            "disk": True,
+            "started_at": True,
+            "memory": {"available_bytes", "pressure"},
+            "slots": {"__all__": {"in_flight", "queued"}},
+            "cached_models": {"__all__": {"last_used", "in_use"}},
+        }
+    )
 
 
 def _outcome(node: str, exc: agent.AgentError) -> facts.Outcome:

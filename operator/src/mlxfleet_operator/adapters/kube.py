@@ -5,6 +5,8 @@ The `kubernetes` client is synchronous, so every call goes through `asyncio.to_t
 event loop never blocks. Owned objects are written with server-side apply (field manager
 `mlxfleet-operator`), so a repeated call is a no-op and nobody else's fields are touched.
 Status of the object a handler is working on is written by kopf's own patch, not here.
+`publish` remembers what it last published per deployment and skips an unchanged one (no GET,
+LIST or apply) until `PUBLISH_RESYNC_S` passes, so a quiet fleet does not write at all.
 May import: kubernetes, the standard library, `api`, `core.naming`. Called by: handlers.
 """
 
@@ -13,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import ipaddress
-from collections.abc import Mapping, MutableMapping, Sequence
+import time
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -30,6 +33,7 @@ APPLY = "application/apply-patch+yaml"
 MANAGED_BY = "mlxfleet.io"
 SERVICE_PORT_NAME = "http"
 SERVICE_PORT = 80
+PUBLISH_RESYNC_S = 300.0  # unchanged endpoints are applied again this often (repairs edits)
 JsonDict = dict[str, Any]
 
 
@@ -173,8 +177,18 @@ def service_url(namespace: str, deployment: str) -> str:
 class Kube:
     """Thin async facade over the synchronous client (one instance per operator)."""
 
-    def __init__(self, api: kubernetes.client.ApiClient) -> None:
+    def __init__(
+        self,
+        api: kubernetes.client.ApiClient,
+        *,
+        publish_resync: float = PUBLISH_RESYNC_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.api = api
+        # (namespace, name) -> (what was last published, when): publish skips an unchanged one
+        self._published: dict[tuple[str, str], tuple[object, float]] = {}
+        self._resync = publish_resync
+        self._clock = clock
         self.core = kubernetes.client.CoreV1Api(api)
         self.discovery = kubernetes.client.DiscoveryV1Api(api)
         self.custom = kubernetes.client.CustomObjectsApi(api)
@@ -262,6 +276,18 @@ class Kube:
     # -------------------------------------------------------------- Service + EndpointSlices
 
     async def publish(self, deployment: Mapping[str, Any], endpoints: Sequence[Endpoint]) -> None:
+        """`_publish`, skipped (no read, list or write) when this process already published the
+        same endpoints for the same deployment less than `publish_resync` seconds ago."""
+        meta = deployment["metadata"]
+        key, want = (meta["namespace"], meta["name"]), (meta["uid"], tuple(endpoints))
+        last = self._published.get(key)
+        if last is not None and last[0] == want and self._clock() - last[1] < self._resync:
+            return
+        self._published.pop(key, None)
+        await self._publish(deployment, endpoints)
+        self._published[key] = (want, self._clock())
+
+    async def _publish(self, deployment: Mapping[str, Any], endpoints: Sequence[Endpoint]) -> None:
         """Service without selector + one EndpointSlice per (address type, port); stale ones go.
 
         Only objects this deployment owns are written (`owns`): a new one is created (POST, which
@@ -334,6 +360,7 @@ class Kube:
         where garbage collection runs); a Service with that name that is not its own stays."""
         meta = deployment["metadata"]
         namespace, service = meta["namespace"], naming.service_name(meta["name"])
+        self._published.pop((namespace, meta["name"]), None)
         await self._delete_slices(deployment, service, keep=set())
         found = await self._read(self._services, service, namespace)
         if found is not None and owns(deployment, found):

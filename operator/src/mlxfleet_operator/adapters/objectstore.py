@@ -2,7 +2,10 @@
 
 Layout (written by the agent's shipper, defined in `mlxfleet_agent.contract`):
 `<prefix>/v1/date=YYYY-MM-DD/node=<node>/<interval-start>.jsonl`, one `TelemetryInterval` per
-line. Works with any S3 endpoint (AWS, R2, MinIO, SeaweedFS): path-style addressing, SigV4.
+line. Besides those, plain object operations (list with sizes and times, get, conditional-free
+put with metadata, batch delete) for the compacted days the reports layer writes. Every request
+is counted by operation (`calls`), so benchmarks can say how many GETs a report made.
+Works with any S3 endpoint (AWS, R2, MinIO, SeaweedFS): path-style addressing, SigV4.
 May import: boto3, the standard library, `mlxfleet_agent.contract`. Called by: reports.
 """
 
@@ -11,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Mapping
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -25,6 +30,7 @@ from mlxfleet_agent import contract
 log = logging.getLogger("mlxfleet_operator.objectstore")
 ENV_PREFIX = "MLXFLEET_TELEMETRY_"
 FETCH_WORKERS = 16
+DELETE_BATCH = 1000  # S3 DeleteObjects takes at most 1,000 keys
 
 
 class ObjectStoreError(OSError):
@@ -72,6 +78,15 @@ class StoreConfig:
         return cls(**values)
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """One listed object."""
+
+    key: str
+    size: int
+    last_modified: datetime
+
+
 class TelemetryStore:
     """The telemetry bucket: list and parse one day's intervals; put report files."""
 
@@ -94,34 +109,96 @@ class TelemetryStore:
                 ),
             )
         self._s3 = client
+        self.calls: Counter[str] = Counter()  # S3 requests by operation (GetObject, ...)
+        self._calls_lock = threading.Lock()
+        self._s3.meta.events.register("before-call.s3", self._count)
 
-    def _keys(self, prefix: str) -> Iterator[str]:
+    def _count(self, model: Any = None, **_: Any) -> None:
+        with self._calls_lock:
+            self.calls[str(getattr(model, "name", "?"))] += 1
+
+    def list_objects(self, prefix: str) -> list[ObjectInfo]:
+        """Every object under `prefix` (all pages), with size and modification time."""
         paginator = self._s3.get_paginator("list_objects_v2")
         with _store_errors(f"list s3://{self.config.bucket}/{prefix}"):
             pages = list(paginator.paginate(Bucket=self.config.bucket, Prefix=prefix))
-        for page in pages:
-            for obj in page.get("Contents", []):
-                yield str(obj["Key"])
+        return [
+            ObjectInfo(str(o["Key"]), int(o.get("Size", 0)), o["LastModified"])
+            for page in pages
+            for o in page.get("Contents", [])
+        ]
+
+    def raw_objects(self, day: date) -> list[ObjectInfo]:
+        """The per-interval objects the agents shipped for one UTC day."""
+        prefix = contract.telemetry_date_prefix(self.config.prefix, day.isoformat())
+        return [o for o in self.list_objects(prefix) if o.key.endswith(".jsonl")]
 
     def intervals_for_day(self, day: date) -> list[contract.TelemetryInterval]:
         """Every interval stored under one UTC day (fetched in parallel: one object per node
         and minute adds up); unreadable lines are logged and skipped."""
-        prefix = contract.telemetry_date_prefix(self.config.prefix, day.isoformat())
-        keys = [k for k in self._keys(prefix) if k.endswith(".jsonl")]
-        with ThreadPoolExecutor(max_workers=FETCH_WORKERS) as pool:
-            bodies = list(pool.map(self._get, keys))
+        return self.read_intervals([o.key for o in self.raw_objects(day)])
+
+    def read_intervals(self, keys: Sequence[str]) -> list[contract.TelemetryInterval]:
+        """The intervals in these objects (fetched in parallel); unreadable lines skipped."""
+        bodies = self.get_many(keys)
         out: list[contract.TelemetryInterval] = []
         for key, body in zip(keys, bodies, strict=True):
-            out += self._parse(key, body)
+            out += self.parse(key, body)
         return out
 
+    def get_many(self, keys: Sequence[str]) -> list[bytes]:
+        with ThreadPoolExecutor(max_workers=FETCH_WORKERS) as pool:
+            return list(pool.map(self._get, keys))
+
     def _get(self, key: str) -> bytes:
+        return self.get_object(key)[0]
+
+    def get_object(self, key: str) -> tuple[bytes, dict[str, str]]:
+        """An object's body and its user metadata (`x-amz-meta-*`, lower-case names)."""
         with _store_errors(f"read s3://{self.config.bucket}/{key}"):
-            data: bytes = self._s3.get_object(Bucket=self.config.bucket, Key=key)["Body"].read()
-        return data
+            found = self._s3.get_object(Bucket=self.config.bucket, Key=key)
+            data: bytes = found["Body"].read()
+        return data, {str(k).lower(): str(v) for k, v in (found.get("Metadata") or {}).items()}
+
+    def put_object(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        content_type: str,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        with _store_errors(f"write s3://{self.config.bucket}/{key}"):
+            self._s3.put_object(
+                Bucket=self.config.bucket,
+                Key=key,
+                Body=data,
+                ContentType=content_type,
+                Metadata=dict(metadata or {}),
+            )
+
+    def delete_objects(self, keys: Sequence[str]) -> int:
+        """Delete these keys (batches of 1,000; a missing key is no error); returns the count."""
+        for i in range(0, len(keys), DELETE_BATCH):
+            batch = keys[i : i + DELETE_BATCH]
+            with _store_errors(f"delete {len(batch)} objects in s3://{self.config.bucket}"):
+                answer = self._s3.delete_objects(
+                    Bucket=self.config.bucket,
+                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                )
+            errors = answer.get("Errors") or []
+            if errors:
+                first = errors[0]
+                raise ObjectStoreError(
+                    f"delete s3://{self.config.bucket}/{first.get('Key')}: "
+                    f"{first.get('Code', '?')} {first.get('Message', '')} "
+                    f"({len(errors)} of {len(batch)} keys not deleted)"
+                )
+        return len(keys)
 
     @staticmethod
-    def _parse(key: str, body: bytes) -> list[contract.TelemetryInterval]:
+    def parse(key: str, body: bytes) -> list[contract.TelemetryInterval]:
+        """The intervals in one raw object's body; unreadable or newer-schema lines skipped."""
         out: list[contract.TelemetryInterval] = []
         for line in body.decode(errors="replace").splitlines():
             if not line.strip():
@@ -140,20 +217,12 @@ class TelemetryStore:
     def put_interval(self, interval: contract.TelemetryInterval) -> str:
         """Write one interval at its canonical key (fixtures, backfills); returns the key."""
         key = contract.telemetry_key(self.config.prefix, interval.node, interval.interval_start)
-        with _store_errors(f"write s3://{self.config.bucket}/{key}"):
-            self._s3.put_object(
-                Bucket=self.config.bucket,
-                Key=key,
-                Body=interval.model_dump_json().encode() + b"\n",
-                ContentType="application/x-ndjson",
-            )
+        body = interval.model_dump_json().encode() + b"\n"
+        self.put_object(key, body, content_type="application/x-ndjson")
         return key
 
     def put_report(self, name: str, data: bytes, *, content_type: str) -> str:
         """Write a rendered report under `<prefix>/reports/<name>`; returns the key."""
         key = "/".join(p for p in (self.config.prefix.strip("/"), "reports", name) if p)
-        with _store_errors(f"write s3://{self.config.bucket}/{key}"):
-            self._s3.put_object(
-                Bucket=self.config.bucket, Key=key, Body=data, ContentType=content_type
-            )
+        self.put_object(key, data, content_type=content_type)
         return key

@@ -35,6 +35,7 @@ class Runtime:
     fleet: fleet.Fleet
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     announced: dict[str, str] = field(default_factory=dict)
+    settled: dict[str, tuple[object, float]] = field(default_factory=dict)
 
     def lock(self, uid: str) -> asyncio.Lock:
         """One reconcile at a time per object (a timer and an event handler may overlap)."""
@@ -47,6 +48,19 @@ class Runtime:
             return False
         self.announced[uid] = what
         return True
+
+    def unchanged(self, uid: str, inputs: object, *, at: float, resync: float) -> bool:
+        """The object's last full run saw these same `inputs` less than `resync` seconds before
+        `at` (a monotonic time): running again would decide the same (see `settle`)."""
+        last = self.settled.get(uid)
+        return last is not None and last[0] == inputs and at - last[1] < resync
+
+    def settle(self, uid: str, inputs: object | None, *, at: float) -> None:
+        """Remember what a full run saw (None: forget, the next run is a full one)."""
+        if inputs is None:
+            self.settled.pop(uid, None)
+        else:
+            self.settled[uid] = (inputs, at)
 
     async def aclose(self) -> None:
         await self.fleet.aclose()

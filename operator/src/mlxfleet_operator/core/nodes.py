@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from mlxfleet_agent import contract
@@ -72,6 +72,15 @@ def download_summary(transfers: Sequence[contract.Transfer]) -> str | None:
     return f"{done:.1f}/{total:.1f} GiB {rate:.0f} MB/s{more}"
 
 
+def _heartbeat_time(
+    written: datetime | None, seen: datetime | None, every: timedelta
+) -> datetime | None:
+    """The heartbeat time to write: the one already written while it is younger than `every`."""
+    if written is None or seen is None or seen < written or seen - written >= every:
+        return seen
+    return written
+
+
 def status(
     node: inode.InferenceNode,
     poll: Poll,
@@ -79,8 +88,13 @@ def status(
     *,
     threshold: int,
     now: datetime,
+    heartbeat_every: timedelta = timedelta(0),
 ) -> inode.InferenceNodeStatus:
-    """The whole new status (conditions keep their transition times unless they flip)."""
+    """The whole new status (conditions keep their transition times unless they flip).
+
+    `lastHeartbeatTime` moves only when it is `heartbeat_every` old (or was never written): a
+    poll that changes nothing else then writes nothing (Kubernetes' NodeStatus does the same:
+    written on change or every few minutes). Ready flips are conditions: written at once."""
     old = node.status
     gen = node.metadata.generation
     new = old.model_copy(update={"observed_generation": gen})
@@ -93,7 +107,9 @@ def status(
         )
         new = new.model_copy(
             update={
-                "last_heartbeat_time": health.last_heartbeat,
+                "last_heartbeat_time": _heartbeat_time(
+                    old.last_heartbeat_time, health.last_heartbeat, heartbeat_every
+                ),
                 "agent_version": state.agent_version,
                 "chip": chip,
                 "memory": _memory(node, state),

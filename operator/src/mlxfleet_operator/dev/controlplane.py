@@ -321,7 +321,7 @@ def start(
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.key'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            "--service-cluster-ip-range=10.0.0.0/16",  # one Service per ModelDeployment
             "--authorization-mode=RBAC",
             f"--token-auth-file={pki / 'tokens.csv'}",
             "--enable-bootstrap-token-auth",  # `mlxfleet token create` + `mlxfleet-agent join`

@@ -9,6 +9,7 @@ May import: kopf, pydantic, adapters, core, api, settings, `guard`, `indexes`. C
 from __future__ import annotations
 
 import functools
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -29,6 +30,7 @@ from mlxfleet_operator.handlers import guard, indexes
 
 KIND = resources.MODEL_DEPLOYMENT
 DEPLOYMENTS = (resources.GROUP, resources.VERSION, KIND.plural)
+CONVERGE_RESYNC_S = 60.0  # the timer runs a full reconcile at least this often
 
 
 async def changed(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
@@ -45,7 +47,31 @@ async def changed(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs:
 
 
 async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
+    """The timer: a full reconcile, skipped while none of its inputs changed since the last one
+    (the deployment object, the InferenceNodes, the agents' answers, its SwapPlans), at most
+    CONVERGE_RESYNC_S seconds; never skipped while a node is not Ready (failover is timed)."""
+    rt, uid = runtime.of(memo), str(body.metadata.uid)
+    seen = _inputs(rt, body, indexes.Indexes.of(kwargs))
+    if seen is not None and rt.unchanged(uid, seen, at=time.monotonic(), resync=CONVERGE_RESYNC_S):
+        return
+    rt.settle(uid, None, at=0)
     await changed(body, memo, patch, **kwargs)
+    rt.settle(uid, seen, at=time.monotonic())
+
+
+def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> object | None:
+    """What a reconcile of `body` reads, as a comparable value (None: always reconcile)."""
+    found = idx.inference_nodes()
+    if not all(facts.NodeFacts(node=n, state=None, endpoint=None).ready for n in found):
+        return None
+    meta = body.metadata
+    plans = idx.plans_of(meta.namespace or "", meta.name or "")
+    return (
+        meta.get("resourceVersion"),
+        rt.fleet.version,
+        tuple((n.metadata.name, n.metadata.resource_version) for n in found),
+        tuple((p.metadata.name, p.metadata.resource_version) for p in plans),
+    )
 
 
 async def reconcile(
@@ -61,7 +87,8 @@ async def reconcile(
         status = mdstatus.slot_conflict_status(md, clash, now=runtime.now())
         kube.write_status(patch, status, body)
         return
-    found = rt.fleet.node_facts(idx.inference_nodes())
+    view, slot = rt.fleet.version, naming.slot_name(namespace, name)
+    found = rt.fleet.node_facts(idx.inference_nodes(), slot=slot)
     if unpolled := facts.unpolled(found):
         waiting = f"waiting for the first poll of {', '.join(unpolled)}"
         raise kopf.TemporaryError(waiting, delay=rt.config.poll_seconds)
@@ -75,10 +102,14 @@ async def reconcile(
         )
         return
     failover = timedelta(seconds=rt.config.failover_delay)
+    if rt.fleet.version != view:  # others decided (or agents answered) while this one waited
+        found = rt.fleet.node_facts(idx.inference_nodes(), slot=slot)
     want = intent.intent(
         md, found, plan=plan, footprint_bytes=size, now=now, failover_delay=failover
     )
-    outcomes = await _perform(rt, body, want, slot=naming.slot_name(namespace, name))
+    for request in want.puts:  # before any await: the next decision sees this one's memory
+        rt.fleet.reserve(slot, request, size)
+    outcomes = await _perform(rt, body, want, slot=slot)
     judge = functools.partial(
         mdstatus.status,
         md,
@@ -187,6 +218,7 @@ async def teardown(
     async with guard.guarded(KIND, body, memo) as run:  # an in-flight reconcile finishes first
         rt = run.rt
         rt.announced.pop(uid, None)
+        rt.settle(uid, None, at=0)
         for node in [] if shared else list(rt.fleet.entries):
             gone = await rt.fleet.delete_slot(node, slot)
             if gone is not None:

@@ -1,11 +1,13 @@
 """InferenceNode heartbeat: poll the agent's /v1/state every --poll-seconds, debounce misses,
-write status (memory, disk, slots, cached models, conditions), post an Event on Ready flips.
+write status (memory, disk, slots, cached models, conditions) when it changed (lastHeartbeatTime
+alone only every --heartbeat-write-seconds), post an Event on Ready flips.
 
 May import: kopf, adapters, core, api, settings, `guard`. Called by: kopf.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import kopf
@@ -36,7 +38,10 @@ async def heartbeat_poll(
         )
         memo["health"] = seen.health
         rt.fleet.record(name, poll.state, now=now)
-        status = nodes.status(node, poll, seen.health, threshold=misses, now=now)
+        every = timedelta(seconds=rt.config.heartbeat_write_seconds)
+        status = nodes.status(
+            node, poll, seen.health, threshold=misses, now=now, heartbeat_every=every
+        )
         kube.write_status(patch, status, body)
         metrics.NODE_READY.labels(name).set(1 if seen.health.ready else 0)
         ignored = nodes.ignored_fields(node)

@@ -1,9 +1,12 @@
-"""`mlxfleet report weekly|monthly|sample`: render the reports from the telemetry bucket.
+"""`mlxfleet report weekly|monthly|sample|compact`: the reports, and the telemetry compaction.
 
 - `weekly [--week YYYY-Www]`: Markdown + HTML placement/cost diff against the week before
   (default: the last complete ISO week).
 - `monthly [--month YYYY-MM]`: executive PDF (default: the last complete month).
 - `sample --out DIR`: both, from the built-in fixture month (no bucket needed).
+- `compact [--days N | --day YYYY-MM-DD ...] [--delete-raw [--retention-days N]]`: roll each
+  day's per-interval objects into one Parquet object (see reports.compaction); the reports read
+  compacted days with one GET each and only the other days object by object.
 The bucket comes from `--bucket/--prefix/--endpoint-url/--region` or `MLXFLEET_TELEMETRY_*`;
 credentials from `MLXFLEET_TELEMETRY_ACCESS_KEY_ID/SECRET_ACCESS_KEY` or boto3's AWS_* chain.
 `--write-back` also stores the files under `<prefix>/reports/` in the same bucket.
@@ -26,11 +29,14 @@ from pathlib import Path
 from mlxfleet_operator.adapters import objectstore
 from mlxfleet_operator.reports import (
     cluster,
+    compaction,
     config,
     fixture,
     inventory,
     monthly,
+    partials,
     render,
+    source,
     summary,
     weekly,
 )
@@ -50,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--out", type=Path, default=Path("reports-out"), help="output folder")
         if name == "sample":
             continue
+        _bucket_flags(sp)
         if name == "weekly":
             sp.add_argument("--week", help="ISO week, e.g. 2026-W42 (default: last complete)")
         else:
@@ -68,14 +75,81 @@ def _parser() -> argparse.ArgumentParser:
             "--kubeconfig", help="with --from-cluster (default: $KUBECONFIG, in-cluster)"
         )
         sp.add_argument("--node-selector", help="with --from-cluster: label selector of the nodes")
-        sp.add_argument("--bucket")
-        sp.add_argument("--prefix")
-        sp.add_argument("--endpoint-url")
-        sp.add_argument("--region")
         sp.add_argument(
             "--write-back", action="store_true", help="also put the files in the bucket"
         )
+    cp = sub.add_parser(
+        "compact", help="roll each day's per-interval telemetry objects into one Parquet object"
+    )
+    _bucket_flags(cp)
+    cp.add_argument(
+        "--days",
+        type=_positive,
+        default=7,
+        help="the last N complete UTC days (default 7: late telemetry is joined in)",
+    )
+    cp.add_argument(
+        "--day",
+        action="append",
+        type=date.fromisoformat,
+        default=[],
+        help="compact this day, YYYY-MM-DD (repeatable; replaces --days)",
+    )
+    cp.add_argument(
+        "--delete-raw",
+        action="store_true",
+        help="delete per-interval objects once their day is compacted and past the retention",
+    )
+    cp.add_argument(
+        "--retention-days",
+        type=_positive,
+        default=35,
+        help="keep per-interval objects this many days after their day (default 35)",
+    )
     return p
+
+
+def _bucket_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--bucket")
+    sp.add_argument("--prefix")
+    sp.add_argument("--endpoint-url")
+    sp.add_argument("--region")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of days >= 1, got {text!r}")
+    return value
+
+
+def _store(args: argparse.Namespace) -> objectstore.TelemetryStore:
+    return objectstore.TelemetryStore(
+        objectstore.StoreConfig.from_env(
+            bucket=args.bucket,
+            prefix=args.prefix,
+            endpoint_url=args.endpoint_url,
+            region=args.region,
+        )
+    )
+
+
+def compact(args: argparse.Namespace, *, now: datetime) -> int:
+    """`mlxfleet report compact`: one line per day; exit 2 when a day could not be done."""
+    options = compaction.Options(delete_raw=args.delete_raw, retention_days=args.retention_days)
+    days = sorted(set(args.day)) or compaction.window(now.date(), days=args.days, options=options)
+    src = source.BucketSource(_store(args))
+    failed = 0
+    for day in days:
+        try:
+            print(compaction.compact_day(src, day, now=now, options=options).line())
+        except (compaction.CompactionError, ValueError, OSError) as exc:
+            failed += 1
+            print(f"mlxfleet report compact: {day}: {exc}", file=sys.stderr)
+    return 2 if failed else 0
 
 
 def parse_week(text: str | None, *, today: date) -> summary.Period:
@@ -99,18 +173,20 @@ def parse_month(text: str | None, *, today: date) -> summary.Period:
 
 
 def summarise(
-    source: summary.TelemetrySource,
+    source: summary.TelemetrySource | partials.Partial,
     period: summary.Period,
     cfg: config.ReportConfig,
     *,
     cluster: list[inventory.ClusterNode] | None = None,
     extra_nodes: set[str] | None = None,
 ) -> summary.PeriodSummary:
-    """One period's figures: telemetry renamed by the aliases, priced from the inventory."""
+    """One period's figures (from a source, or its telemetry `summary.load`ed already):
+    telemetry renamed by the aliases, priced from the inventory."""
     inv = inventory.build(cfg, cluster)
     inputs, problems = inv.cost_inputs()
+    loaded = source if isinstance(source, partials.Partial) else summary.load(source, period)
     s = summary.summarise(
-        summary.rename(summary.load(source, period), cfg.aliases),
+        summary.rename(loaded, cfg.aliases),
         period,
         known_nodes=set(inv.nodes) | (extra_nodes or set()),
         namespaces=cfg.namespaces,
@@ -134,9 +210,10 @@ def weekly_files(
         period.start,
         _week_label(period.start - timedelta(days=7)),
     )
-    this = summarise(source, period, cfg, cluster=cluster)
-    before = summarise(source, previous, cfg, cluster=cluster, extra_nodes=set(this.nodes))
-    this = summarise(source, period, cfg, cluster=cluster, extra_nodes=set(before.nodes))
+    loaded, loaded_before = summary.load(source, period), summary.load(source, previous)
+    this = summarise(loaded, period, cfg, cluster=cluster)
+    before = summarise(loaded_before, previous, cfg, cluster=cluster, extra_nodes=set(this.nodes))
+    this = summarise(loaded, period, cfg, cluster=cluster, extra_nodes=set(before.nodes))
     report = weekly.build(this, before)
     name = f"weekly-{period.label}"
     return {
@@ -185,6 +262,8 @@ def main(argv: list[str]) -> int:
             files |= monthly_files(src, summary.month(*fixture.MONTH), cfg)
             _write(args.out, files)
             return 0
+        if args.kind == "compact":
+            return compact(args, now=datetime.now(UTC))
         cfg = config.ReportConfig.from_file(args.config)
         if (args.kubeconfig or args.node_selector) and not args.from_cluster:
             raise ValueError("--kubeconfig and --node-selector need --from-cluster")
@@ -193,18 +272,13 @@ def main(argv: list[str]) -> int:
             if args.from_cluster
             else None
         )
-        store = objectstore.TelemetryStore(
-            objectstore.StoreConfig.from_env(
-                bucket=args.bucket,
-                prefix=args.prefix,
-                endpoint_url=args.endpoint_url,
-                region=args.region,
-            )
-        )
+        store = _store(args)
+        bucket = source.BucketSource(store)
         if args.kind == "weekly":
-            files = weekly_files(store, parse_week(args.week, today=today), cfg, cluster=nodes)
+            files = weekly_files(bucket, parse_week(args.week, today=today), cfg, cluster=nodes)
         else:
-            files = monthly_files(store, parse_month(args.month, today=today), cfg, cluster=nodes)
+            month = parse_month(args.month, today=today)
+            files = monthly_files(bucket, month, cfg, cluster=nodes)
     except (ValueError, OSError) as exc:
         print(f"mlxfleet report: {exc}", file=sys.stderr)
         return 2

@@ -10,7 +10,8 @@ Three Macs, two models, constant hourly rates so every figure can be computed by
 - Nobody reports on 27 Oct (site power work): a fleet-wide gap.
 - Swaps: 8 Oct 10:00 mini-1 search rolled back; 20 Oct 09:00 studio-1 chat completed (surge).
 Energy is estimated from nominal watts (studio 12/95 W, minis 5/38 W idle/busy).
-May import: the standard library, `mlxfleet_agent.contract`. Called by: cli (sample), tests.
+May import: the standard library, `mlxfleet_agent.contract`, reports.columnar. Called by: cli
+(sample), tests.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from mlxfleet_agent import contract
+from mlxfleet_operator.reports import columnar
 
 GIB = 1024**3
 MONTH = (2026, 10)
@@ -200,3 +202,7 @@ class FixtureSource:
 
     def intervals_for_day(self, day: date) -> list[contract.TelemetryInterval]:
         return list(self._by_day.get(day, []))
+
+    def day_parquet(self, day: date) -> bytes | None:
+        found = self._by_day.get(day)
+        return columnar.encode(columnar.to_table(found)) if found else None

@@ -8,10 +8,15 @@ May import: the standard library, `core.cost`, reports.summary, reports.charts. 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from mlxfleet_operator.core import cost
 from mlxfleet_operator.reports import charts, summary
+
+SUMMARY_ROWS = 10  # models and nodes on page 1 (the largest); page 2 lists them all
+Row = TypeVar("Row")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +81,8 @@ class MonthlyReport:
     cpm_chart: str = ""
     split_chart: str = ""
     reference_name: str | None = None
+    top_models: list[ModelRow] = field(default_factory=list)  # page 1 (all on page 2)
+    top_nodes: list[NodeRow] = field(default_factory=list)
 
 
 def _reference_cpm(ref: cost.ReferencePrice | None, prompt: int, completion: int) -> float | None:
@@ -220,13 +227,28 @@ def build(s: summary.PeriodSummary) -> MonthlyReport:
         r.notes.append(f"{s.dropped_intervals} intervals were dropped by full agent buffers.")
     days = s.period.days
     r.daily_chart = charts.daily_bars(days, [s.daily_tokens[d] for d in days])
+    r.top_models = _top(r.models, key=lambda m: m.tokens)
+    r.top_nodes = _top(r.nodes, key=lambda n: n.total_usd or 0.0)
     r.cpm_chart = charts.cost_per_million_bars(
-        [charts.PairBar(m.model, m.cpm, m.reference_cpm) for m in r.models]
+        [charts.PairBar(m.model, m.cpm, m.reference_cpm) for m in r.top_models]
     )
+    shown = {n.node for n in r.top_nodes}
     r.split_chart = charts.split_bars(
-        [(n.node, n.total_usd - n.idle_usd, n.idle_usd) for n in (f.nodes if f else [])]
+        [
+            (n.node, n.total_usd - n.idle_usd, n.idle_usd)
+            for n in (f.nodes if f else [])
+            if n.node in shown
+        ]
     )
     return r
+
+
+def _top(rows: list[Row], *, key: Callable[[Row], float]) -> list[Row]:
+    """Page 1 of a big fleet: the SUMMARY_ROWS largest by `key`; a small fleet: every row, in
+    its order."""
+    if len(rows) <= SUMMARY_ROWS:
+        return list(rows)
+    return sorted(rows, key=key, reverse=True)[:SUMMARY_ROWS]
 
 
 def _cost_note(f: cost.FleetCost | None, *, unpriced: int) -> str:

@@ -1,28 +1,37 @@
-"""Turns a period's telemetry intervals into per-model and per-node figures (and their cost).
+"""Turns a period's telemetry into per-model and per-node figures (and their cost).
 
+`load` reduces each day of the period (a Parquet object from a `TelemetrySource`: a compacted
+day, or the raw objects of a day put in the same form) with `dayagg.reduce`; `summarise` turns
+the merged result into figures, after renaming aliased nodes and resolving namespaces.
 Missing data stays missing: a node-day without intervals is a gap (listed, never zero), a day
 without any node is a fleet gap, and coverage says how much of the period was reported.
-May import: the standard library, `mlxfleet_agent.contract`, `core.cost`. Called by: weekly,
-monthly, cli.
+May import: the standard library, `mlxfleet_agent.contract`, `core.cost`, reports.dayagg,
+reports.partials.
+Called by: weekly, monthly, cli.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Protocol
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.core import cost
+from mlxfleet_operator.reports import dayagg, partials
 
-DAY_S = 86_400.0
+DAY_S = partials.DAY_S
 PARTIAL_DAY = 0.98  # a node-day below this coverage is reported as partial
+Hist = partials.Hist
 
 
 class TelemetrySource(Protocol):
-    def intervals_for_day(self, day: date) -> list[contract.TelemetryInterval]: ...
+    def day_parquet(self, day: date) -> bytes | None:
+        """The day's intervals as one columnar object (`columnar.encode`), None: none."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,43 +69,6 @@ def month(year: int, month_no: int) -> Period:
     start = date(year, month_no, 1)
     end = date(year + (month_no == 12), month_no % 12 + 1, 1)
     return Period(start, end, f"{start:%B %Y}")
-
-
-# ---- histograms ------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Hist:
-    bounds: tuple[float, ...] = ()
-    counts: list[int] = field(default_factory=list)
-    count: int = 0
-    total: float = 0.0
-
-    def add(self, data: contract.HistogramData | None) -> None:
-        if data is None or data.count == 0:
-            return
-        if not self.bounds:
-            self.bounds, self.counts = tuple(data.bounds), [0] * len(data.counts)
-        if tuple(data.bounds) != self.bounds:
-            raise ValueError("histograms with different buckets cannot be merged")
-        self.counts = [a + b for a, b in zip(self.counts, data.counts, strict=True)]
-        self.count += data.count
-        self.total += data.sum
-
-    def quantile(self, q: float) -> float | None:
-        """Prometheus-style: linear interpolation inside the bucket holding rank q x count."""
-        if self.count == 0:
-            return None
-        rank = q * self.count
-        cumulative = 0
-        for i, n in enumerate(self.counts):
-            if n and cumulative + n >= rank:
-                if i >= len(self.bounds):
-                    return self.bounds[-1]  # +Inf bucket: the largest finite bound
-                lower = self.bounds[i - 1] if i > 0 else 0.0
-                return lower + (self.bounds[i] - lower) * (rank - cumulative) / n
-            cumulative += n
-        return self.bounds[-1]
 
 
 # ---- summaries -------------------------------------------------------------------------------
@@ -238,31 +210,45 @@ class PeriodSummary:
         )
 
 
-def load(source: TelemetrySource, period: Period) -> list[contract.TelemetryInterval]:
-    """All intervals of the period, one per (node, start) even if stored twice."""
-    seen: dict[tuple[str, float], contract.TelemetryInterval] = {}
-    for day in period.days:
-        for iv in source.intervals_for_day(day):
-            seen[(iv.node, iv.interval_start.timestamp())] = iv
-    return [seen[k] for k in sorted(seen, key=lambda k: (k[1], k[0]))]
+def load(source: TelemetrySource, period: Period, *, workers: int = 2) -> partials.Partial:
+    """The reduced telemetry of every day of the period (intervals starting inside it). Days
+    are fetched and reduced `workers` at a time (the reading and the decoding release the GIL)
+    and merged in day order, so the figures do not depend on which finished first."""
+
+    def one(day: date) -> partials.Partial | None:
+        data = source.day_parquet(day)
+        return dayagg.reduce(data, start=period.start, end=period.end) if data else None
+
+    total = partials.Partial()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for part in pool.map(one, period.days):
+            if part is not None:
+                total.merge(part)
+    return total
 
 
-def rename(
-    intervals: Iterable[contract.TelemetryInterval], aliases: Mapping[str, str]
-) -> list[contract.TelemetryInterval]:
+def rename(partial: partials.Partial, aliases: Mapping[str, str]) -> partials.Partial:
     """Telemetry shipped under another name counted for the node it belongs to (`aliases`)."""
-    return [
-        iv.model_copy(update={"node": aliases[iv.node]}) if iv.node in aliases else iv
-        for iv in intervals
-    ]
+    if not aliases:
+        return partial
+    out = partials.Partial(daily_tokens=dict(partial.daily_tokens))
+    for name, part in partial.nodes.items():
+        out.nodes.setdefault(aliases.get(name, name), partials.NodePart()).merge(part)
+    for (node, namespace, model), mpart in partial.models.items():
+        key = (aliases.get(node, node), namespace, model)
+        out.models.setdefault(key, partials.ModelPart()).merge(mpart)
+    out.events = [((at, st, aliases.get(n, n), seq), ev) for (at, st, n, seq), ev in partial.events]
+    return out
 
 
-def _outages(node: str, spans: list[tuple[float, float]], period: Period) -> list[Outage]:
+def _outages(
+    node: str, spans: list[tuple[float, float]], period: Period, *, shortest: float | None
+) -> list[Outage]:
     """Holes longer than twice the interval (at least 5 minutes) between reported spans."""
     out: list[Outage] = []
     cursor = period.start_ts
     end_ts = period.start_ts + period.seconds
-    typical = min((e - s for s, e in spans), default=60.0)
+    typical = 60.0 if shortest is None else shortest
     threshold = max(2 * typical, 300.0)
     for s, e in [*sorted(spans), (end_ts, end_ts)]:
         if s - cursor > threshold:
@@ -273,8 +259,24 @@ def _outages(node: str, spans: list[tuple[float, float]], period: Period) -> lis
     return out
 
 
+def _node_summary(ns: NodeSummary, p: partials.NodePart) -> None:
+    ns.covered_seconds = p.covered_seconds
+    ns.day_coverage = dict(sorted(p.day_coverage.items()))
+    ns.busy_seconds = p.busy_seconds
+    ns.energy_wh = p.energy_wh if p.energy_known else 0.0
+    ns.energy_known = p.energy_known
+    ns.power_sources = set(p.power_sources)
+    ns.memory_total_bytes = p.memory_total_bytes
+    ns.memory_used_max = p.memory_used_max
+    ns.memory_available_min = p.memory_available_min
+    ns.pressure_max = partials.PRESSURE[p.pressure]
+    ns.requests = p.requests
+    ns.tokens = p.tokens
+    ns.models = set(p.models)
+
+
 def summarise(
-    intervals: Iterable[contract.TelemetryInterval],
+    partial: partials.Partial,
     period: Period,
     *,
     known_nodes: Iterable[str] = (),
@@ -286,82 +288,56 @@ def summarise(
     """Figures of the period; with `cost_inputs`, cost too. `inventory`: the nodes the report
     knows (InferenceNodes, report.yaml), so telemetry under any other name is named as such."""
     nodes = {n: NodeSummary(node=n) for n in known_nodes}
+    for name, part in partial.nodes.items():
+        _node_summary(nodes.setdefault(name, NodeSummary(node=name)), part)
     models: dict[cost.ModelKey, ModelSummary] = {}
     per_node_models: dict[str, dict[cost.ModelKey, cost.ModelUsage]] = {}
-    daily: dict[date, int | None] = dict.fromkeys(period.days)
-    spans: dict[str, list[tuple[float, float]]] = {}
-    swaps: list[NodeSwap] = []
     placements: set[tuple[str, str]] = set()
     presence: dict[tuple[str, str], tuple[datetime, datetime]] = {}
-    dropped = 0
-    for iv in intervals:
-        start = iv.interval_start.astimezone(UTC)
-        day = start.date()
-        if day not in daily:
-            continue
-        ns = nodes.setdefault(iv.node, NodeSummary(node=iv.node))
-        t0 = start.timestamp()
-        spans.setdefault(iv.node, []).append((t0, t0 + iv.interval_seconds))
-        ns.covered_seconds += iv.interval_seconds
-        ns.day_coverage[day] = ns.day_coverage.get(day, 0.0) + iv.interval_seconds / DAY_S
-        h = iv.host
-        ns.busy_seconds += h.busy_seconds
-        if h.power_source != "unknown":
-            ns.energy_wh += h.energy_wh
-            ns.energy_known = True
-            ns.power_sources.add(h.power_source)
-        ns.memory_total_bytes = max(ns.memory_total_bytes, h.memory_total_bytes)
-        ns.memory_used_max = max(ns.memory_used_max, h.memory_used_bytes_max)
-        if h.memory_available_bytes_min:
-            ns.memory_available_min = min(
-                ns.memory_available_min or h.memory_available_bytes_min,
-                h.memory_available_bytes_min,
-            )
-        order = ("normal", "warn", "critical")
-        if order.index(h.memory_pressure_max) > order.index(ns.pressure_max):
-            ns.pressure_max = h.memory_pressure_max
-        dropped += iv.dropped_intervals
-        day_tokens = daily[day] or 0
-        for s in iv.slots:
-            namespace = s.namespace or (namespaces or {}).get(s.model) or "default"
-            key = cost.ModelKey(namespace=namespace, model=s.model)
-            ms = models.setdefault(key, ModelSummary(key=key))
-            ms.requests += s.requests
-            ms.errors += sum(s.errors.values())
-            ms.prompt_tokens += s.prompt_tokens
-            ms.completion_tokens += s.completion_tokens
-            ms.busy_seconds += s.busy_seconds
-            ms.nodes.add(iv.node)
-            ms.e2e.add(s.end_to_end_seconds)
-            ms.ttft.add(s.ttft_seconds)
-            ns.requests += s.requests
-            ns.tokens += s.prompt_tokens + s.completion_tokens
-            ns.models.add(s.model)
-            placements.add((s.model, iv.node))
-            end = start + timedelta(seconds=iv.interval_seconds)
-            first, last = presence.get((s.model, iv.node), (start, end))
-            presence[(s.model, iv.node)] = (min(first, start), max(last, end))
-            day_tokens += s.prompt_tokens + s.completion_tokens
-            usage = per_node_models.setdefault(iv.node, {}).get(key)
-            per_node_models[iv.node][key] = cost.ModelUsage(
-                key=key,
-                busy_seconds=(usage.busy_seconds if usage else 0.0) + s.busy_seconds,
-                prompt_tokens=(usage.prompt_tokens if usage else 0) + s.prompt_tokens,
-                completion_tokens=(usage.completion_tokens if usage else 0) + s.completion_tokens,
-            )
-        daily[day] = day_tokens
-        swaps.extend(NodeSwap(iv.node, ev) for ev in iv.swap_events)
+    for (node, shipped_ns, model), mp in partial.models.items():
+        namespace = shipped_ns or (namespaces or {}).get(model) or "default"
+        key = cost.ModelKey(namespace=namespace, model=model)
+        ms = models.setdefault(key, ModelSummary(key=key))
+        ms.requests += mp.requests
+        ms.errors += mp.errors
+        ms.prompt_tokens += mp.prompt_tokens
+        ms.completion_tokens += mp.completion_tokens
+        ms.busy_seconds += mp.busy_seconds
+        ms.nodes.add(node)
+        ms.e2e.merge(mp.e2e)
+        ms.ttft.merge(mp.ttft)
+        placements.add((model, node))
+        if mp.first is not None and mp.last is not None:
+            first, last = presence.get((model, node), (mp.first, mp.last))
+            presence[(model, node)] = (min(first, mp.first), max(last, mp.last))
+        usage = per_node_models.setdefault(node, {}).get(key)
+        per_node_models[node][key] = cost.ModelUsage(
+            key=key,
+            busy_seconds=(usage.busy_seconds if usage else 0.0) + mp.busy_seconds,
+            prompt_tokens=(usage.prompt_tokens if usage else 0) + mp.prompt_tokens,
+            completion_tokens=(usage.completion_tokens if usage else 0) + mp.completion_tokens,
+        )
+    daily: dict[date, int | None] = dict.fromkeys(period.days)
+    for day, tokens in partial.daily_tokens.items():
+        if day in daily:
+            daily[day] = tokens
     for name, ns in nodes.items():
-        ns.outages = _outages(name, spans.get(name, []), period)
+        reported = partial.nodes.get(name)
+        ns.outages = _outages(
+            name,
+            reported.spans if reported else [],
+            period,
+            shortest=reported.shortest if reported else None,
+        )
     summary = PeriodSummary(
         period=period,
         nodes=dict(sorted(nodes.items())),
         models=dict(sorted(models.items())),
         daily_tokens=daily,
-        swaps=sorted(swaps, key=lambda s: s.event.at),
+        swaps=[NodeSwap(k[2], ev) for k, ev in sorted(partial.events, key=lambda x: x[0])],
         placements=placements,
         presence=presence,
-        dropped_intervals=dropped,
+        dropped_intervals=sum(p.dropped for p in partial.nodes.values()),
     )
     if cost_inputs is not None:
         _add_cost(summary, per_node_models, cost_inputs, reference, inventory=inventory)

@@ -1,0 +1,332 @@
+"""What the scale benchmark measures with: API server request counts (its own /metrics, read as
+admin), watches that keep the latest objects of a kind, the operator process's CPU and memory,
+and py-spy profiles folded into the functions that took the time.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}
+_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+Key = tuple[str, str, str]  # (verb, resource, subresource)
+
+
+@dataclass(frozen=True)
+class Admin:
+    """The control plane's admin identity, from its kubeconfig."""
+
+    server: str
+    token: str
+    ca: ssl.SSLContext
+
+    @classmethod
+    def from_kubeconfig(cls, path: Path) -> Admin:
+        config = json.loads(path.read_text())
+        cluster = config["clusters"][0]["cluster"]
+        ca = ssl.create_default_context(
+            cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
+        )
+        return cls(cluster["server"], config["users"][0]["user"]["token"], ca)
+
+    def client(self, timeout: float = 30) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.server,
+            headers={"Authorization": f"Bearer {self.token}"},
+            verify=self.ca,
+            timeout=timeout,
+        )
+
+
+def request_counts(admin: Admin) -> Counter[Key]:
+    """apiserver_request_total summed by (verb, resource, subresource)."""
+    with admin.client() as c:
+        text = c.get("/metrics").text
+    out: Counter[Key] = Counter()
+    for line in text.splitlines():
+        found = _SAMPLE.match(line)
+        if found is None:
+            continue
+        labels = dict(_LABEL.findall(found.group("labels")))
+        key = (labels.get("verb", "?"), labels.get("resource", ""), labels.get("subresource", ""))
+        out[key] += int(float(found.group("value")))
+    return out
+
+
+_OP_SAMPLE = re.compile(
+    r"^mlxfleet_operator_(reconcile_seconds_sum|reconcile_seconds_count|reconcile_seconds_bucket"
+    r"|agent_calls_total)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)$"
+)
+
+
+def operator_counts(url: str) -> Counter[str]:
+    """The operator's own counters: reconciles (count, seconds, cumulative histogram buckets) by
+    kind, agent calls by op and result, as `reconciles:<kind>`, `reconcile_s:<kind>`,
+    `le:<kind>:<upper bound>` and `calls:<op>:<result>`."""
+    try:
+        text = httpx.get(url, timeout=30).text
+    except httpx.HTTPError:
+        return Counter()
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        found = _OP_SAMPLE.match(line)
+        if found is None:
+            continue
+        labels = dict(_LABEL.findall(found.group("labels")))
+        value = float(found.group("value"))
+        name = found.group(1)
+        if name == "agent_calls_total":
+            out[f"calls:{labels.get('op')}:{labels.get('result')}"] += value  # type: ignore[assignment]
+        elif name.endswith("_bucket"):
+            out[f"le:{labels.get('kind')}:{labels.get('le')}"] += value  # type: ignore[assignment]
+        elif name.endswith("_sum"):
+            out[f"reconcile_s:{labels.get('kind')}"] += value  # type: ignore[assignment]
+        else:
+            out[f"reconciles:{labels.get('kind')}"] += value  # type: ignore[assignment]
+    return out
+
+
+def quantile(q: float, buckets: dict[float, float]) -> float | None:
+    """The q-quantile of a cumulative histogram ({upper bound: count <= bound}, +Inf included),
+    interpolated linearly inside its bucket as Prometheus' histogram_quantile does; a quantile in
+    the +Inf bucket is reported as the largest finite bound. None without observations."""
+    bounds = sorted(buckets)
+    total = buckets.get(float("inf"), 0.0)
+    if not bounds or total <= 0:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            inside = count - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = bound, count
+    return lower
+
+
+def delta(after: Counter[Key], before: Counter[Key]) -> Counter[Key]:
+    return Counter({k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)})
+
+
+def writes(counts: Counter[Key]) -> int:
+    return sum(v for (verb, _, _), v in counts.items() if verb in WRITE_VERBS)
+
+
+def by_verb(counts: Counter[Key]) -> dict[str, int]:
+    out: Counter[str] = Counter()
+    for (verb, _, _), v in counts.items():
+        out[verb] += v
+    return dict(out.most_common())
+
+
+def top_requests(counts: Counter[Key], n: int = 12) -> list[tuple[str, int]]:
+    def name(k: Key) -> str:
+        verb, resource, sub = k
+        return f"{verb} {resource}{'/' + sub if sub else ''}"
+
+    return [(name(k), v) for k, v in counts.most_common(n)]
+
+
+class Watcher:
+    """The latest object of each name of one kind, kept by LIST + WATCH in a thread; `on_event`
+    sees every change (with the monotonic time it arrived)."""
+
+    def __init__(
+        self,
+        admin: Admin,
+        path: str,
+        *,
+        on_event: Callable[[str, dict[str, Any], float], None] | None = None,
+    ) -> None:
+        self.admin = admin
+        self.path = path
+        self.on_event = on_event
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"watch {path}")
+        self.synced = threading.Event()
+
+    def start(self) -> Watcher:
+        self._thread.start()
+        if not self.synced.wait(60):
+            raise TimeoutError(f"no initial list of {self.path}")
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        with self.lock:
+            return dict(self.objects)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._list_and_watch()
+            except (httpx.HTTPError, ValueError):
+                time.sleep(1)
+
+    def _list_and_watch(self) -> None:
+        with self.admin.client(timeout=120) as c:
+            listed = c.get(self.path).json()
+            with self.lock:
+                self.objects = {o["metadata"]["name"]: o for o in listed["items"]}
+            self.synced.set()
+            rv = listed["metadata"]["resourceVersion"]
+            while not self._stop.is_set():
+                params = {"watch": "1", "resourceVersion": rv, "timeoutSeconds": "300"}
+                with c.stream("GET", self.path, params=params, timeout=None) as stream:
+                    for line in stream.iter_lines():
+                        if not line:
+                            continue
+                        event = json.loads(line)
+                        obj = event["object"]
+                        if event["type"] == "ERROR":
+                            return  # usually 410 Gone: list again
+                        rv = obj["metadata"]["resourceVersion"]
+                        name = obj["metadata"]["name"]
+                        with self.lock:
+                            if event["type"] == "DELETED":
+                                self.objects.pop(name, None)
+                            else:
+                                self.objects[name] = obj
+                        if self.on_event is not None:
+                            self.on_event(event["type"], obj, time.monotonic())
+                        if self._stop.is_set():
+                            return
+
+
+@dataclass
+class ProcessSampler:
+    """CPU seconds and resident memory of one process (and its children), sampled in a thread."""
+
+    pid: int
+    interval: float = 0.5
+    rss_max: int = 0
+    rss_last: int = 0
+    samples: list[tuple[float, float, int]] = field(default_factory=list)  # (t, cpu_s, rss)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> ProcessSampler:
+        threading.Thread(target=self._run, daemon=True, name=f"sample {self.pid}").start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def cpu_seconds(self) -> float:
+        proc = psutil.Process(self.pid)
+        t = proc.cpu_times()
+        return float(t.user + t.system)
+
+    def _run(self) -> None:
+        try:
+            proc = psutil.Process(self.pid)
+            while not self._stop.is_set():
+                t = proc.cpu_times()
+                rss = int(proc.memory_info().rss)
+                self.rss_last = rss
+                self.rss_max = max(self.rss_max, rss)
+                self.samples.append((time.monotonic(), float(t.user + t.system), rss))
+                time.sleep(self.interval)
+        except psutil.Error:
+            return
+
+    def window(self, start: float, end: float) -> tuple[float, int]:
+        """(CPU seconds used, max RSS) between two monotonic times."""
+        inside = [s for s in self.samples if start <= s[0] <= end]
+        if len(inside) < 2:
+            return 0.0, self.rss_last
+        return inside[-1][1] - inside[0][1], max(s[2] for s in inside)
+
+
+@dataclass
+class Profile:
+    """py-spy samples of a process, folded by function."""
+
+    samples: int
+    inclusive: list[tuple[str, float]]  # (function, share of samples)
+    own: list[tuple[str, float]]
+
+
+def profile(pid: int, seconds: float, *, out: Path | None = None, rate: int = 50) -> Profile:
+    """Sample `pid` with py-spy for `seconds` (non-blocking: the process is not paused)."""
+    target = out or Path(tempfile.mkdtemp()) / "pyspy.txt"
+    proc = subprocess.run(
+        [
+            str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "py-spy"),
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(max(1, int(seconds))),
+            "--rate",
+            str(rate),
+            "--format",
+            "raw",
+            "--nonblocking",
+            "--output",
+            str(target),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+        check=False,
+    )
+    if proc.returncode != 0 or not target.exists():
+        raise RuntimeError(f"py-spy failed: {proc.stderr.strip()[-500:]}")
+    return fold(target.read_text())
+
+
+def fold(raw: str, *, top: int = 15) -> Profile:
+    """Collapsed stacks (`a;b;c N` lines) -> inclusive and own shares per function."""
+    inclusive: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [_short(f) for f in stack.split(";")]
+        for name in set(frames):
+            inclusive[name] += n
+        own[frames[-1]] += n
+    share = 1 / total if total else 0.0
+    return Profile(
+        samples=total,
+        inclusive=[(k, v * share) for k, v in inclusive.most_common(top)],
+        own=[(k, v * share) for k, v in own.most_common(top)],
+    )
+
+
+def _short(frame: str) -> str:
+    """`func (path/to/module.py:123)` -> `func (module.py)`: lines apart, one function."""
+    name, _, where = frame.partition(" (")
+    path = where.rstrip(")").rsplit(":", 1)[0]
+    parts = path.split("/")
+    for anchor in ("mlxfleet_operator", "kopf", "kubernetes", "pydantic", "httpx", "asyncio"):
+        if anchor in parts:
+            return f"{name} ({'/'.join(parts[parts.index(anchor) :])})"
+    return f"{name} ({parts[-1]})"

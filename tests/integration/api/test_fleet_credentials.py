@@ -1,0 +1,82 @@
+"""The operator reads a node's token Secret once per `credentials_ttl`, not on every poll (issue 12:
+500 nodes x one GET per 5 s poll), and reads it again when the node's references change, the TTL
+passes or the cache is dropped (a 401 from the agent). Real API server, the operator's identity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import secrets
+
+import pytest
+
+from mlxfleet_operator.adapters import fleet, kube
+from mlxfleet_operator.api import inferencenode, resources
+from mlxfleet_operator.dev import controlplane
+
+pytestmark = pytest.mark.cluster
+NS = controlplane.OPERATOR_NAMESPACE
+
+
+def _secret(cluster: controlplane.ControlPlane, name: str, token: str) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {resources.AGENT_CREDENTIALS_LABEL: "true"},
+        },
+        "data": {"token": base64.b64encode(token.encode()).decode()},
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
+
+
+def _node(secret: str) -> inferencenode.InferenceNode:
+    return inferencenode.InferenceNode.model_validate(
+        {
+            "apiVersion": resources.API_VERSION,
+            "kind": "InferenceNode",
+            "metadata": {"name": f"node-{secret}"},
+            "spec": {
+                "agent": {
+                    "url": "http://127.0.0.1:9",
+                    "tokenSecretRef": {"name": secret, "namespace": NS},
+                }
+            },
+        }
+    )
+
+
+def test_token_secret_is_read_once_per_ttl(cluster: controlplane.ControlPlane) -> None:
+    cluster.kubectl("create", "namespace", NS, check=False)
+    name = f"creds-{secrets.token_hex(3)}"
+    _secret(cluster, name, "first")
+    clock = [0.0]
+    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+
+    async def scenario() -> list[str]:
+        f = fleet.Fleet(k, credentials_ttl=60, clock=lambda: clock[0])
+        node = _node(name)
+        seen = [(await f.credentials(node)).token]
+        _secret(cluster, name, "second")  # rotated on the API server
+        clock[0] = 59.0
+        seen.append((await f.credentials(node)).token)  # cached: no GET within the TTL
+        clock[0] = 60.0
+        seen.append((await f.credentials(node)).token)  # TTL passed: read again
+        _secret(cluster, name, "third")
+        assert f.forget_credentials(node.metadata.name or "")  # what a 401 does
+        seen.append((await f.credentials(node)).token)
+        _secret(cluster, name, "fourth")
+        moved = node.model_copy(deep=True)
+        moved.spec.agent.url = "http://127.0.0.1:10"  # another reference: read again
+        seen.append((await f.credentials(moved)).token)
+        return seen
+
+    try:
+        assert asyncio.run(scenario()) == ["first", "first", "second", "third", "fourth"]
+    finally:
+        k.close()
+        cluster.kubectl("-n", NS, "delete", "secret", name, check=False)

@@ -1,0 +1,80 @@
+"""`Kube.publish` writes the Service and EndpointSlices only when the endpoints changed (issue 12:
+32 of 47 API writes per second at steady state were unchanged re-publishes), and again after
+`publish_resync` (so an edit by someone else is repaired). Real API server, operator identity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import uuid
+from typing import Any
+
+import pytest
+
+from mlxfleet_operator.adapters import kube
+from mlxfleet_operator.api import resources
+from mlxfleet_operator.core import naming
+from mlxfleet_operator.dev import controlplane
+
+pytestmark = pytest.mark.cluster
+NS = controlplane.OPERATOR_NAMESPACE
+
+
+def _slices(cluster: controlplane.ControlPlane, service: str) -> list[dict[str, Any]]:
+    out = cluster.kubectl(
+        "-n",
+        NS,
+        "get",
+        "endpointslices",
+        "-l",
+        f"kubernetes.io/service-name={service}",
+        "-o",
+        "json",
+    )
+    return list(json.loads(out.stdout)["items"])
+
+
+def test_unchanged_endpoints_are_not_written_again(cluster: controlplane.ControlPlane) -> None:
+    cluster.kubectl("create", "namespace", NS, check=False)
+    name = f"pub-{secrets.token_hex(3)}"
+    service = naming.service_name(name)
+    deployment = {
+        "apiVersion": resources.API_VERSION,
+        "kind": resources.MODEL_DEPLOYMENT.kind,
+        "metadata": {"name": name, "namespace": NS, "uid": str(uuid.uuid4())},
+    }
+    one = [kube.Endpoint("n1", "10.1.0.1", 9000, ready=True)]
+    two = [*one, kube.Endpoint("n2", "10.1.0.2", 9000, ready=False)]
+    clock = [0.0]
+    k = kube.Kube(
+        kube.client_from(str(cluster.operator_kubeconfig)),
+        publish_resync=300,
+        clock=lambda: clock[0],
+    )
+
+    async def publish(endpoints: list[kube.Endpoint]) -> None:
+        await k.publish(deployment, endpoints)
+
+    try:
+        asyncio.run(publish(one))
+        (made,) = _slices(cluster, service)
+        cluster.kubectl("-n", NS, "delete", "endpointslice", made["metadata"]["name"])
+        clock[0] = 299.0
+        asyncio.run(publish(one))  # the same endpoints: nothing read, listed or written
+        assert _slices(cluster, service) == []
+        asyncio.run(publish(two))  # changed: written
+        (changed,) = _slices(cluster, service)
+        assert [e["conditions"]["ready"] for e in changed["endpoints"]] == [True, False]
+        cluster.kubectl("-n", NS, "delete", "endpointslice", changed["metadata"]["name"])
+        clock[0] = 299.0 + 300.0
+        asyncio.run(publish(two))  # resync: applied again, the deleted slice comes back
+        assert len(_slices(cluster, service)) == 1
+        asyncio.run(k.unpublish(deployment))
+        assert _slices(cluster, service) == []
+        asyncio.run(publish(two))  # after unpublish nothing is remembered
+        assert len(_slices(cluster, service)) == 1
+    finally:
+        asyncio.run(k.unpublish(deployment))
+        k.close()

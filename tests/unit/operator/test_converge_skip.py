@@ -1,0 +1,129 @@
+"""The convergence timer skips a deployment whose inputs did not change (issue 12: every
+deployment was fully reconciled every 5 s with nothing changing): what counts as a change of the
+agents' answers (`Fleet.version`), of the rest (`deployments._inputs`), and the resync; and the
+memory a decision reserves in the shared fleet view until the agent lists the slot."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import kopf
+import kubernetes
+
+from mlxfleet_agent import contract
+from mlxfleet_operator import settings as opsettings
+from mlxfleet_operator.adapters import agent, fleet, kube, runtime
+from mlxfleet_operator.core.deployment import facts as dfacts
+from mlxfleet_operator.core.deployment import slots as dslots
+from mlxfleet_operator.handlers import deployments, indexes
+from tests.unit.operator.builders import GIB, NOW, node, state
+
+SLOT = contract.SlotStatus.model_validate(
+    {"name": "s", "servedName": "m", "source": "file:///m", "phase": "Loading", "ready": False}
+)
+
+
+def _fleet() -> fleet.Fleet:
+    f = fleet.Fleet(kube.Kube(kubernetes.client.ApiClient()))
+    f.entries["n1"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
+    return f
+
+
+def test_fleet_version_moves_only_when_a_decision_could() -> None:
+    f = _fleet()
+    f.record("n1", state(slots=[SLOT]), now=NOW)
+    first = f.version
+    f.record("n1", state(slots=[SLOT]), now=NOW + timedelta(seconds=5))
+    busy = state(slots=[SLOT.model_copy(update={"in_flight": 3, "queued": 1})])
+    busy = busy.model_copy(update={"counters": {"requests": 9.0}})
+    busy.memory.available_bytes = 3 * GIB
+    busy.disk.free_bytes = 1
+    f.record("n1", busy, now=NOW + timedelta(seconds=10))
+    assert f.version == first  # the same answer, or only its counters / free memory moved
+    ready = SLOT.model_copy(update={"phase": contract.SlotPhase.READY, "ready": True})
+    f.record("n1", state(slots=[ready]), now=NOW + timedelta(seconds=15))
+    assert f.version == first + 1
+    f.record("n1", state(slots=[ready], budget=8 * GIB), now=NOW + timedelta(seconds=20))
+    assert f.version == first + 2
+    f.slot_removed("n1", "s")
+    assert f.version == first + 3
+
+
+def test_runtime_remembers_inputs_until_resync() -> None:
+    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=None)  # type: ignore[arg-type]
+    assert not rt.unchanged("u", ("a",), at=0.0, resync=60)
+    rt.settle("u", ("a",), at=100.0)
+    assert rt.unchanged("u", ("a",), at=159.0, resync=60)
+    assert not rt.unchanged("u", ("b",), at=101.0, resync=60)
+    assert not rt.unchanged("u", ("a",), at=160.0, resync=60)
+    rt.settle("u", None, at=0)
+    assert not rt.unchanged("u", ("a",), at=101.0, resync=60)
+
+
+class _Index(dict[Any, list[Any]]):
+    """kopf.Index's read side (a mapping of key -> store of values)."""
+
+
+def _ready(name: str, rv: str, *, ready: bool = True) -> Any:
+    n = node(name)
+    n.metadata.resource_version = rv
+    cond = {"type": "Ready", "status": "True" if ready else "False", "reason": "x", "message": ""}
+    cond["lastTransitionTime"] = NOW.isoformat()
+    return n.model_copy(update={"status": n.status.model_validate({"conditions": [cond]})})
+
+
+def test_inputs_change_with_nodes_agents_and_the_object_and_never_skip_a_lost_node() -> None:
+    f = _fleet()
+    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=f)  # type: ignore[arg-type]
+    body = kopf.Body(
+        {"metadata": {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}}
+    )
+
+    def idx(*nodes_: Any) -> indexes.Indexes:
+        return indexes.Indexes(
+            nodes=_Index({n.metadata.name: [n] for n in nodes_}),  # type: ignore[arg-type]
+            claims=_Index(),  # type: ignore[arg-type]
+            plans=_Index(),  # type: ignore[arg-type]
+        )
+
+    base = deployments._inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "1")))
+    assert base is not None
+    assert deployments._inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "1"))) == base
+    assert deployments._inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "2"))) != base
+    f.version += 1
+    assert deployments._inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "1"))) != base
+    lost = idx(_ready("n1", "1"), _ready("n2", "1", ready=False))
+    assert deployments._inputs(rt, body, lost) is None  # failover is timed: always reconcile
+
+
+def test_a_decided_slot_counts_on_its_node_until_a_poll_lists_it() -> None:
+    """Two decisions before the next poll must not promise the same memory (issue 12: 316 PUTs
+    answered 507 at 100 x 300): `reserve` at decision time, gone once listed or refused."""
+    clock = [0.0]
+    f = fleet.Fleet(kube.Kube(kubernetes.client.ApiClient()), clock=lambda: clock[0])
+    f.entries["n1"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
+    f.record("n1", state(), now=NOW)
+    spec = contract.SlotSpec.model_validate({"source": "file:///m", "servedName": "m"})
+    before = f.version
+    f.reserve("ns-a", dslots.SlotRequest("n1", spec), 6 * GIB)
+    assert f.version == before + 1  # a reconcile that waited rebuilds its view
+    (seen,) = f.node_facts([node("n1")])
+    assert dfacts.used_by_others(seen, "ns-b") == 6 * GIB  # the next decision sees it
+    assert seen.slot("ns-a") is not None
+    (own,) = f.node_facts([node("n1")], slot="ns-a")
+    assert own.slot("ns-a") is None  # a deployment sees its replicas as the agents report them
+    f.record("n1", state(), now=NOW)  # a poll sent before the PUT arrived: still reserved
+    assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 6 * GIB
+    listed = SLOT.model_copy(update={"name": "ns-a", "estimated_memory_bytes": 6 * GIB})
+    f.record("n1", state(slots=[listed]), now=NOW)  # the agent lists it: counted once
+    assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 6 * GIB
+    f.record("n1", state(), now=NOW)
+    assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 0
+    f.reserve("ns-c", dslots.SlotRequest("n1", spec), 4 * GIB)
+    f.release("n1", "ns-c")  # the PUT was refused
+    assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 0
+    f.reserve("ns-d", dslots.SlotRequest("n1", spec), 4 * GIB)
+    clock[0] = fleet.RESERVATION_S + 1
+    f.record("n1", state(), now=NOW)  # never listed: stops counting
+    assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 0

@@ -1,0 +1,242 @@
+"""Columnar telemetry: the Parquet day layout is lossless and canonical, and the vectorised
+reduction gives the same figures as folding the intervals one by one."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from mlxfleet_agent import contract
+from mlxfleet_operator.reports import columnar, dayagg, fixture, partials
+
+DAY = date(2026, 10, 1)
+
+
+def _hist(r: random.Random, bounds: tuple[float, ...]) -> contract.HistogramData | None:
+    if r.random() < 0.3:
+        return None
+    counts = [r.randint(0, 5) for _ in range(len(bounds) + 1)]
+    return contract.HistogramData(
+        bounds=list(bounds), counts=counts, sum=r.random() * 10, count=sum(counts)
+    )
+
+
+def intervals(seed: int) -> list[contract.TelemetryInterval]:
+    """Random nodes over two days and a bit: odd interval lengths, holes, overlaps, 0-3 slots
+    with or without namespace and histograms, errors, swap events, every power source."""
+    r = random.Random(seed)
+    out = []
+    base = datetime(2026, 10, 1, tzinfo=UTC)
+    for n in range(r.randint(1, 5)):
+        t = base - timedelta(hours=2)
+        while t < base + timedelta(days=2, hours=2):
+            step = r.choice([60.0, 60.0, 30.5, 3600.0])
+            if r.random() < 0.05:
+                t += timedelta(minutes=r.randint(5, 600))
+            slots = [
+                contract.SlotTelemetry(
+                    slot=f"s{k}",
+                    model=r.choice(["m1", "m2", "m3"]),
+                    source=r.choice([None, "hf://org/m"]),
+                    namespace=r.choice([None, "", "ns1", "ns2"]),
+                    requests=r.randint(0, 50),
+                    errors={e: r.randint(0, 3) for e in r.sample(["a", "b", "c"], r.randint(0, 2))},
+                    prompt_tokens=r.randint(0, 1000),
+                    completion_tokens=r.randint(0, 1000),
+                    busy_seconds=r.random() * 60,
+                    max_in_flight=r.randint(0, 8),
+                    ttft_seconds=_hist(r, contract.LATENCY_BUCKETS_S),
+                    time_per_output_token_seconds=_hist(r, contract.TOKEN_LATENCY_BUCKETS_S),
+                    end_to_end_seconds=_hist(r, contract.LATENCY_BUCKETS_S),
+                    queue_wait_seconds=_hist(r, contract.LATENCY_BUCKETS_S),
+                    swaps={"Completed": 1} if r.random() < 0.02 else {},
+                )
+                for k in range(r.randint(0, 3))
+            ]
+            events = []
+            if r.random() < 0.03:
+                events.append(
+                    contract.SwapEvent(
+                        slot="s0",
+                        outcome=r.choice(["Completed", "RolledBack"]),
+                        at=t + timedelta(seconds=r.randint(0, 59)),
+                        strategy=r.choice([None, "surge"]),
+                        requests_failed=r.randint(0, 2),
+                    )
+                )
+            out.append(
+                contract.TelemetryInterval(
+                    node=f"node-{n}",
+                    interval_start=t,
+                    interval_seconds=step,
+                    agent_started_at=r.choice([None, base]),
+                    slots=slots,
+                    swap_events=events,
+                    dropped_intervals=r.choice([0, 0, 1]),
+                    host=contract.NodeTelemetry(
+                        memory_total_bytes=r.choice([16, 32]) << 30,
+                        memory_used_bytes_max=r.randint(0, 1 << 34),
+                        memory_available_bytes_min=r.choice([0, r.randint(1, 1 << 34)]),
+                        memory_pressure_max=r.choice(["normal", "warn", "critical"]),
+                        uptime_seconds=r.random() * 1e5,
+                        busy_seconds=r.random() * step,
+                        energy_wh=r.random(),
+                        average_power_watts=r.random() * 90,
+                        power_source=r.choice(["unknown", "estimated", "powermetrics"]),
+                    ),
+                )
+            )
+            t += timedelta(seconds=step)
+            if r.random() < 0.05:  # the next one overlaps this one (a restarted agent)
+                t -= timedelta(seconds=step / 2 + 0.25)
+    return out
+
+
+def fold(ivs: list[contract.TelemetryInterval], *, start: date, end: date) -> partials.Partial:
+    """The reference: every interval folded one at a time, in plain Python."""
+    out = partials.Partial()
+    for iv in sorted(ivs, key=lambda i: (i.node, i.interval_start)):
+        s = iv.interval_start.astimezone(UTC)
+        if not start <= s.date() < end:
+            continue
+        t0 = s.timestamp()
+        h = iv.host
+        known = h.power_source != "unknown"
+        part = partials.NodePart(
+            covered_seconds=iv.interval_seconds,
+            day_coverage={s.date(): iv.interval_seconds / partials.DAY_S},
+            busy_seconds=h.busy_seconds,
+            energy_wh=h.energy_wh if known else 0.0,
+            energy_known=known,
+            power_sources={h.power_source} if known else set(),
+            memory_total_bytes=h.memory_total_bytes,
+            memory_used_max=h.memory_used_bytes_max,
+            memory_available_min=h.memory_available_bytes_min or None,
+            pressure=partials.PRESSURE.index(h.memory_pressure_max),
+            requests=sum(x.requests for x in iv.slots),
+            tokens=sum(x.prompt_tokens + x.completion_tokens for x in iv.slots),
+            models={x.model for x in iv.slots},
+            spans=[(t0, t0 + iv.interval_seconds)],
+            shortest=(t0 + iv.interval_seconds) - t0,
+            dropped=iv.dropped_intervals,
+        )
+        out.nodes.setdefault(iv.node, partials.NodePart()).merge(part)
+        tokens = 0
+        for x in iv.slots:
+            m = partials.ModelPart(
+                requests=x.requests,
+                errors=sum(x.errors.values()),
+                prompt_tokens=x.prompt_tokens,
+                completion_tokens=x.completion_tokens,
+                busy_seconds=x.busy_seconds,
+                first=s,
+                last=s + timedelta(seconds=iv.interval_seconds),
+            )
+            m.e2e.add(x.end_to_end_seconds)
+            m.ttft.add(x.ttft_seconds)
+            out.models.setdefault((iv.node, x.namespace, x.model), partials.ModelPart()).merge(m)
+            tokens += x.prompt_tokens + x.completion_tokens
+        out.daily_tokens[s.date()] = out.daily_tokens.get(s.date(), 0) + tokens
+        for i, ev in enumerate(iv.swap_events):
+            out.events.append(((ev.at, s, iv.node, i), ev))
+    return out
+
+
+def same(a: Any, b: Any, path: str = "") -> None:
+    """Equal, with floats equal up to summation order."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9), (path, a, b)
+    elif isinstance(a, dict):
+        assert sorted(a, key=repr) == sorted(b, key=repr), path
+        for k in a:
+            same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), (path, a, b)
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            same(x, y, f"{path}[{i}]")
+    elif hasattr(a, "__dataclass_fields__"):
+        for name in a.__dataclass_fields__:
+            same(getattr(a, name), getattr(b, name), f"{path}.{name}")
+    else:
+        assert a == b, (path, a, b)
+
+
+def test_every_contract_field_has_a_column() -> None:
+    """A field added to the telemetry contract must be stored, or compaction would lose it."""
+    for model, stored in columnar.FIELDS.items():
+        assert set(model.model_fields) == stored, model.__name__
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_round_trip_is_exact(seed: int) -> None:
+    ivs = intervals(seed)
+    back = columnar.to_intervals(columnar.decode(columnar.encode(columnar.to_table(ivs))))
+    assert sorted(back, key=lambda i: (i.node, i.interval_start)) == sorted(
+        ivs, key=lambda i: (i.node, i.interval_start)
+    )
+
+
+def test_equal_content_gives_equal_bytes_whatever_the_order() -> None:
+    ivs = intervals(7)
+    a = columnar.encode(columnar.to_table(ivs))
+    b = columnar.encode(columnar.to_table(list(reversed(ivs))))
+    c = columnar.encode(columnar.union([columnar.decode(a), columnar.to_table(ivs[:10])]))
+    assert a == b == c
+
+
+def test_union_takes_a_repeated_interval_whole_from_the_last_table() -> None:
+    ivs = intervals(3)[:20]
+    changed = [iv.model_copy(update={"slots": [], "dropped_intervals": 99}) for iv in ivs[:5]]
+    merged = columnar.to_intervals(
+        columnar.union([columnar.to_table(ivs), columnar.to_table(changed)])
+    )
+    by_key = {(iv.node, iv.interval_start): iv for iv in merged}
+    assert len(merged) == 20
+    for iv in changed:
+        assert by_key[(iv.node, iv.interval_start)] == iv
+
+
+@pytest.mark.parametrize(
+    ("seed", "row_group"),
+    [pytest.param(s, g, id=f"seed{s}-rows{g}") for s in range(5) for g in (37, 131_072)],
+)
+def test_vectorised_reduction_equals_the_plain_fold(
+    seed: int, row_group: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(columnar, "ROW_GROUP", row_group)  # small: rows split across groups
+    ivs = intervals(seed)
+    start, end = DAY, DAY + timedelta(days=2)
+    got = dayagg.reduce(columnar.encode(columnar.to_table(ivs)), start=start, end=end)
+    want = fold(ivs, start=start, end=end)
+    got.events.sort(key=lambda e: e[0])
+    want.events.sort(key=lambda e: e[0])
+    same(got, want)
+
+
+def test_histograms_with_other_buckets_cannot_be_merged() -> None:
+    ivs = list(fixture.intervals(interval_hours=6, first=DAY, last=DAY))
+    odd = (
+        ivs[0]
+        .slots[0]
+        .model_copy(
+            update={
+                "end_to_end_seconds": contract.HistogramData(
+                    bounds=[1.0], counts=[1, 0], sum=0.5, count=1
+                )
+            }
+        )
+    )
+    ivs[0] = ivs[0].model_copy(update={"slots": [odd]})
+    with pytest.raises(ValueError, match="different buckets"):
+        dayagg.reduce(
+            columnar.encode(columnar.to_table(ivs)), start=DAY, end=DAY + timedelta(days=1)
+        )
+
+
+def test_a_file_that_is_not_a_telemetry_day_is_refused_by_name() -> None:
+    with pytest.raises(columnar.ColumnarError, match="not a readable Parquet object"):
+        columnar.check(b"PAR1 not really")
