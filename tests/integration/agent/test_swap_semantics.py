@@ -111,3 +111,35 @@ def test_hold_queues_new_requests_and_releases_them_to_b(
     assert record["maxQueueWaitMs"] > 0
     assert record["requestsServed"] == 4
     assert _ts(record["oldStoppedAt"]) <= _ts(record["newReadyAt"]), "hold: A stops before B loads"
+
+
+def test_swap_record_echoes_the_request_id_and_state_reports_the_agent_clock(
+    agent_factory: Callable[..., Agent], model_a: Path, model_b: Path
+) -> None:
+    """The operator finds its own swap by the id it PUT with (not by comparing two clocks), and
+    reads the agent's clock in /v1/state to put the record's times on its own."""
+    agent = agent_factory()
+    assert agent.put_slot("s", slot_spec(model_a, "tiny")).status_code == 202
+    agent.wait_ready("s")
+    before = time.time()
+    now = agent.state()["now"]
+    assert before - 1 <= _ts(now) <= time.time() + 1
+
+    bad = agent.api("PUT", "/v1/slots/s?requestId=no%20spaces", json=slot_spec(model_b, "tiny"))
+    assert bad.status_code == 422, bad.text
+    assert "requestId" in bad.text
+    assert agent.slot("s")["spec"]["source"] == slot_spec(model_a, "tiny")["source"]  # unchanged
+
+    uid = "0b6c1a52-6a8e-4c55-9d5e-2f1f3f1b7c11.0"
+    put = agent.api("PUT", f"/v1/slots/s?requestId={uid}", json=slot_spec(model_b, "tiny"))
+    assert put.status_code == 202, put.text
+    record = agent.wait_swap("s", 1)
+    assert record["outcome"] == "Completed"
+    assert record["requestId"] == uid
+    again = agent.api("PUT", f"/v1/slots/s?requestId={uid}", json=slot_spec(model_b, "tiny"))
+    assert again.status_code == 202  # the same request again: no second swap
+    assert agent.put_slot("s", slot_spec(model_a, "tiny")).status_code == 202  # no id
+    back = agent.wait_swap("s", 2)
+    assert back["outcome"] == "Completed"
+    assert back.get("requestId") is None
+    assert [r.get("requestId") for r in agent.swaps("s")] == [None, uid]

@@ -95,6 +95,14 @@ def check_image_url_prefix(value: str) -> str:
     return value
 
 
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+REQUEST_ID_MAX = 128
+RequestId = Annotated[
+    str, Field(min_length=1, max_length=REQUEST_ID_MAX, pattern=REQUEST_ID_PATTERN)
+]
+"""The caller's id for the swap a PUT /v1/slots/{name}?requestId=... may start: the swap's record
+echoes it, so the caller finds its own swap without comparing clocks."""
+
 ChatTemplateArgs = Annotated[
     dict[str, Any],
     Field(max_length=CHAT_TEMPLATE_ARGS_MAX_KEYS),
@@ -190,7 +198,11 @@ class SwapRecord(Wire):
     from_revision: str | None = None
     to_source: str
     to_revision: str | None = None
-    started_at: datetime
+    request_id: RequestId | None = Field(
+        default=None,
+        description="the requestId of the PUT that asked for this swap (absent: none given)",
+    )
+    started_at: datetime = Field(description="the agent's wall clock, as all times here")
     new_ready_at: datetime | None = None
     switched_at: datetime | None = None
     old_drained_at: datetime | None = None

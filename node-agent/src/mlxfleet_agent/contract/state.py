@@ -40,6 +40,11 @@ class AgentState(Wire):
     disk: DiskInfo
     data_port: int
     started_at: datetime
+    now: datetime | None = Field(
+        default=None,
+        description="the agent's wall clock when it answered (absent: an agent too old to say); "
+        "the operator puts the agent's swap times on its own clock with it",
+    )
     slots: list[SlotStatus]
     cached_models: list[CachedModel]
     transfers: list[Transfer] = Field(

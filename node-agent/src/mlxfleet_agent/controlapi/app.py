@@ -34,6 +34,15 @@ SlotName = Annotated[
         description="a DNS label: lowercase letters, digits and '-', at most 63",
     ),
 ]
+RequestIdQuery = Annotated[
+    str | None,
+    Query(
+        alias="requestId",
+        pattern=contract.REQUEST_ID_PATTERN,
+        max_length=contract.REQUEST_ID_MAX,
+        description="the caller's id for the swap this PUT starts; its swap record echoes it",
+    ),
+]
 
 
 def _error(
@@ -134,8 +143,10 @@ def build(
         response_model=contract.SlotStatus,
         responses={507: {"model": contract.InsufficientMemory, "description": "does not fit"}},
     )
-    async def put_slot(name: SlotName, spec: contract.SlotSpec) -> contract.SlotStatus:
-        status, _changed = slots.apply(name, spec)
+    async def put_slot(
+        name: SlotName, spec: contract.SlotSpec, request_id: RequestIdQuery = None
+    ) -> contract.SlotStatus:
+        status, _changed = slots.apply(name, spec, request_id=request_id)
         return status
 
     @v1.get("/slots/{name}", response_model=contract.SlotStatus)

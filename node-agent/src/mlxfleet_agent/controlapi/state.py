@@ -68,6 +68,7 @@ class StateView:
             disk=contract.DiskInfo(free_bytes=free, total_bytes=total),
             data_port=self.data_port,
             started_at=self.started_at,
+            now=datetime.now(UTC),
             slots=self.slots.statuses(),
             cached_models=self.models.cached(),
             transfers=[

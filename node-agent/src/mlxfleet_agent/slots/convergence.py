@@ -48,7 +48,7 @@ async def converge(slot: Slot) -> None:
     elif swap.same_runtime(handle.spec, target):
         slot.update_in_place(target)
     else:
-        await swap.run(slot, target, src)
+        await swap.run(slot, target, src, request_id=slot.request_id)
 
 
 async def cold_start(slot: Slot, spec: contract.SlotSpec, src: source.Source) -> None:

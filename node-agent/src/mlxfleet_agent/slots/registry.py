@@ -98,8 +98,12 @@ class Registry:
             raise refusals.Rejected(404, f"no slot named {name}", field="name")
         return slot
 
-    def apply(self, name: str, spec: contract.SlotSpec) -> tuple[contract.SlotStatus, bool]:
-        """Set the desired spec of slot `name`; returns (status, changed)."""
+    def apply(
+        self, name: str, spec: contract.SlotSpec, *, request_id: str | None = None
+    ) -> tuple[contract.SlotStatus, bool]:
+        """Set the desired spec of slot `name`; returns (status, changed). `request_id`: the
+        caller's id for the swap this may start (its record echoes it); given again with the same
+        spec before that swap began, it replaces the id the swap will carry."""
         existing = self.slots.get(name)
         if existing is not None and existing.deleted:
             raise refusals.Rejected(
@@ -117,6 +121,8 @@ class Registry:
                     field="servedName",
                 )
         if existing is not None and existing.desired == spec:
+            if request_id is not None:
+                existing.request_id = request_id
             return existing.status(), False
         try:
             self._deps.launcher.check(spec.engine)
@@ -128,7 +134,7 @@ class Registry:
         if existing is None:
             slot = self._create(name, spec, src)
         else:
-            existing.want(spec, src)
+            existing.want(spec, src, request_id=request_id)
             slot = existing
         return slot.status(), True
 

@@ -100,6 +100,7 @@ class Slot:
         self.phase = Phase.PENDING
         self.swaps: deque[contract.SwapRecord] = deque(maxlen=SWAP_HISTORY)
         self._desired = (spec, src)
+        self.request_id: str | None = None  # the caller's id for a swap to the desired spec
         self._active: Handle | None = None
         self._standby: Handle | None = None  # B while it loads, before the switch
         self._retiring: list[Handle] = []
@@ -209,9 +210,13 @@ class Slot:
         self._task = asyncio.get_running_loop().create_task(run(self), name=f"slot-{self.name}")
         self._wake.set()
 
-    def want(self, spec: contract.SlotSpec, src: source.Source) -> None:
-        """A new desired spec (admitted by the registry): converge to it."""
+    def want(
+        self, spec: contract.SlotSpec, src: source.Source, *, request_id: str | None = None
+    ) -> None:
+        """A new desired spec (admitted by the registry): converge to it; a swap to it carries
+        `request_id` in its record."""
         self._desired = (spec, src)
+        self.request_id = request_id
         self._wake.set()
 
     def delete(self) -> None:
@@ -378,6 +383,7 @@ class Slot:
         spec is again the one `to` serves (and is saved)."""
         if self.desired == target:
             self._desired = (to.spec, to.source)
+            self.request_id = None
             self.deps.owner.persist()
 
     async def drain(self, handle: Handle, *, timeout_s: float) -> bool:

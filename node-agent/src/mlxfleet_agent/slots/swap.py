@@ -62,11 +62,16 @@ def _now() -> datetime:
 
 
 def new_record(
-    slot_name: str, *, old: contract.SlotSpec, new: contract.SlotSpec
+    slot_name: str,
+    *,
+    old: contract.SlotSpec,
+    new: contract.SlotSpec,
+    request_id: str | None = None,
 ) -> contract.SwapRecord:
     return contract.SwapRecord(
         id=uuid.uuid4().hex[:12],
         slot=slot_name,
+        request_id=request_id,
         requested_strategy=new.swap.strategy,
         strategy=new.swap.strategy,
         from_source=old.source,
@@ -77,11 +82,14 @@ def new_record(
     )
 
 
-async def run(slot: Slot, target: contract.SlotSpec, src: source.Source) -> contract.SwapRecord:
-    """Swap `slot` from its active backend to `target`; never raises for a failed B."""
+async def run(
+    slot: Slot, target: contract.SlotSpec, src: source.Source, *, request_id: str | None = None
+) -> contract.SwapRecord:
+    """Swap `slot` from its active backend to `target`; never raises for a failed B. The record
+    echoes `request_id`, the caller's id for this swap (PUT ...?requestId=)."""
     old = slot.active
     assert old is not None, "swap needs a serving backend; cold start otherwise"
-    record = new_record(slot.name, old=old.spec, new=target)
+    record = new_record(slot.name, old=old.spec, new=target, request_id=request_id)
     slot.begin_swap(record)
     try:
         prepared = await slot.prepare(target, src)

@@ -1,6 +1,7 @@
 """Async client of one node agent's control API (`/v1`, bearer token, optional private CA).
 
-May import: httpx, the agent `contract`, `api.modelref`, `metrics`, the standard library.
+May import: httpx, the agent `contract`, `api.modelref`, `core.clocks`, `metrics`, the standard
+library.
 Called by: `fleet` (which keeps one client per InferenceNode) and, through it, the handlers.
 Every call has a timeout and is counted (`mlxfleet_operator_agent_calls_total{op,result}`);
 errors come back as `AgentError` subclasses so callers can tell "unreachable" from "refused".
@@ -9,8 +10,10 @@ errors come back as `AgentError` subclasses so callers can tell "unreachable" fr
 from __future__ import annotations
 
 import ssl
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -20,6 +23,7 @@ from pydantic import ValidationError
 from mlxfleet_agent import contract
 from mlxfleet_operator.adapters import metrics
 from mlxfleet_operator.api.modelref import ModelRef
+from mlxfleet_operator.core import clocks
 
 PREFIX = contract.API_PREFIX
 DEFAULT_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
@@ -167,9 +171,22 @@ class AgentClient:
         except ValidationError as exc:
             raise AgentUnreachable(f"GET /state: unexpected body: {exc}") from exc
 
-    async def put_slot(self, name: str, spec: contract.SlotSpec) -> contract.SlotStatus:
+    async def clocked_state(self) -> tuple[contract.AgentState, timedelta | None]:
+        """`GET /state` and the agent's clock minus ours (None: an agent too old to say)."""
+        sent, start = datetime.now(UTC), time.monotonic()
+        state = await self.state()
+        round_trip = timedelta(seconds=time.monotonic() - start)
+        return state, clocks.offset(state.now, sent, round_trip)
+
+    async def put_slot(
+        self, name: str, spec: contract.SlotSpec, *, request_id: str | None = None
+    ) -> contract.SlotStatus:
+        """PUT the desired slot; `request_id`: the caller's id for the swap it may start (the
+        agent's record of that swap echoes it)."""
         body = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
         path = f"/slots/{quote(name)}"
+        if request_id is not None:
+            path += f"?requestId={quote(request_id, safe='')}"
         response = await self._call("put_slot", "PUT", path, json=body, budget=SLOT_TIMEOUT)
         return contract.SlotStatus.model_validate_json(response.content)
 

@@ -241,7 +241,7 @@ class Fleet:
         if entry is None:
             return None
         try:
-            await entry.client.put_slot(slot, request.spec)
+            await entry.client.put_slot(slot, request.spec, request_id=request.request_id)
         except agent.AgentError as exc:
             self.release(request.node, slot)
             return _outcome(request.node, exc)
@@ -283,7 +283,8 @@ class Fleet:
         return {name: e.client.credentials.url for name, e in self.entries.items()}
 
     async def observe(self, names: Iterable[str], slot: str) -> dict[str, plan_state.NodeSlot]:
-        """Fresh slot state and swap records from each node's agent (not the poller's copy)."""
+        """Fresh slot state and swap records from each node's agent (not the poller's copy), with
+        the agent's clock offset measured on this very answer."""
         out: dict[str, plan_state.NodeSlot] = {}
         for name in names:
             entry = self.entries.get(name)
@@ -291,13 +292,13 @@ class Fleet:
                 out[name] = plan_state.NodeSlot(reachable=False)
                 continue
             try:
-                state = await entry.client.state()
+                state, offset = await entry.client.clocked_state()
                 swaps = await entry.client.swaps(slot)
             except agent.AgentError:
                 out[name] = plan_state.NodeSlot(reachable=False)
                 continue
             found = next((s for s in state.slots if s.name == slot), None)
-            out[name] = plan_state.NodeSlot.observed(found, swaps)
+            out[name] = plan_state.NodeSlot.observed(found, swaps, offset)
         return out
 
     async def forget(self, name: str) -> None:

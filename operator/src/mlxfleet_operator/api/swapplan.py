@@ -130,6 +130,11 @@ class StepRevert(base.ApiModel):
     requests_failed: int | None = Field(
         default=None, ge=0, description="Requests that failed on the node during the revert."
     )
+    request_id: str | None = Field(
+        default=None,
+        max_length=128,
+        description="Id the operator sent with the revert; the agent's record of it echoes it.",
+    )
 
 
 class SwapStep(base.ApiModel):
@@ -172,6 +177,12 @@ class SwapStep(base.ApiModel):
     )
     from_revision: str | None = Field(
         default=None, description="Revision the node served before this step."
+    )
+    request_id: str | None = Field(
+        default=None,
+        max_length=128,
+        description="Id the operator sends with the step's swap (the plan's uid and the step's "
+        "index: any operator sends the same); the agent's record of that swap echoes it.",
     )
     revert: StepRevert | None = Field(
         default=None,

@@ -26,6 +26,7 @@ class SlotRequest:
 
     node: str
     spec: contract.SlotSpec
+    request_id: str | None = None  # a SwapPlan step's id for the swap (its record echoes it)
 
 
 def slot_spec(

@@ -56,12 +56,13 @@ def _running(
     rolled back), and the actions."""
     if slot is None or not slot.reachable:
         return st.update(step, message=st.waiting_for_node(step.node)), None, ()
-    record = steps.record_to(slot, target, step.started_at)
+    record = steps.record_to(slot, target, step.request_id, step.started_at)
     if record is None:
         # No record yet: (re)send the desired slot; the agent's API is declarative: harmless.
-        return st.update(step, message="swap requested"), None, (st.PutTarget(step.node),)
-    step = steps.with_record(step, record)
-    finished_at = record.finished_at or now
+        resend = st.PutTarget(step.node, step.request_id)
+        return st.update(step, message="swap requested"), None, (resend,)
+    step = steps.with_record(step, record, slot.offset, now)
+    finished_at = step.finished_at or now
     if record.outcome == contract.SwapOutcome.COMPLETED:
         done = st.update(step, phase=StepPhase.COMPLETED, finished_at=finished_at, message=None)
         return done, None, ()
@@ -184,7 +185,7 @@ def advance(
     elif slot.serves(target):  # its goal already holds
         plan[i] = st.update(step, phase=StepPhase.COMPLETED, finished_at=now, message=st.ON_TARGET)
         return _again(state, plan, target, nodes, paused, slots, now, known)
-    else:
+    else:  # its id is in the step (status) before any operator sends it
         plan[i] = st.update(
             step,
             phase=StepPhase.LOADING,
@@ -192,6 +193,7 @@ def advance(
             message="swap requested",
             from_source=slot.model.source,
             from_revision=slot.model.revision,
+            request_id=steps.request_id(state.plan_id, i),
         )
     running = replace(
         state,
@@ -200,7 +202,7 @@ def advance(
         started_at=state.started_at or now,
         message=None,
     )
-    return st.Advance(running, (st.PutTarget(step.node),))
+    return st.Advance(running, (st.PutTarget(step.node, plan[i].request_id),))
 
 
 def _again(

@@ -31,7 +31,7 @@ def slot_requests(
             strategy=fields.to_agent_strategy(strategy) if strategy is not None else None,
             drain_timeout_seconds=plan.spec.drain_timeout_seconds,
         )
-        out.append(slots.SlotRequest(action.node, spec))
+        out.append(slots.SlotRequest(action.node, spec, action.request_id))
     return tuple(out)
 
 

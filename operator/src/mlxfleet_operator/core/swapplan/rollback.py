@@ -3,7 +3,7 @@ swapped from (recorded in the step, so this survives a restart), one node at a t
 completed first, with the same agent swap; then end the plan `RolledBack` with the failed
 step's reason. A revert that itself fails ends the plan `Failed` with both reasons.
 
-May import: the standard library, `api`, the agent `contract`, `state`, `steps`.
+May import: the standard library, `api`, the agent `contract`, `clocks`, `state`, `steps`.
 Called by: `progress` (a step failed, or the plan is already `RollingBack`).
 """
 
@@ -16,6 +16,7 @@ from datetime import datetime
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
+from mlxfleet_operator.core import clocks
 from mlxfleet_operator.core.swapplan import state as st
 from mlxfleet_operator.core.swapplan import steps
 
@@ -33,13 +34,22 @@ def _before(step: swp.SwapStep) -> ModelRef:
 
 
 def _put_previous(step: swp.SwapStep) -> st.PutPrevious:
-    return st.PutPrevious(step.replaces or step.node, _before(step))
+    request = step.revert.request_id if step.revert is not None else None
+    return st.PutPrevious(step.replaces or step.node, _before(step), request)
 
 
-def _with_revert(step: swp.SwapStep, record: contract.SwapRecord) -> swp.SwapStep:
+def _with_revert(
+    step: swp.SwapStep, record: contract.SwapRecord, slot: st.NodeSlot, now: datetime
+) -> swp.SwapStep:
+    """The revert's timeline and counters from the agent's record, on the operator's clock."""
+    began = step.revert.started_at if step.revert is not None else None
+    ended = None
+    if record.finished_at is not None:
+        ended = clocks.to_operator(record.finished_at, slot.offset, floor=began, ceiling=now)
     revert = swp.StepRevert(
-        started_at=step.revert.started_at if step.revert is not None else record.started_at,
-        finished_at=record.finished_at,
+        started_at=began or clocks.to_operator(record.started_at, slot.offset, ceiling=now),
+        finished_at=ended,
+        request_id=step.revert.request_id if step.revert is not None else None,
         requests_served=record.requests_served,
         requests_failed=record.requests_failed,
     )
@@ -76,10 +86,11 @@ def _reverting(
         resend = (_put_previous(step),) if slot.model is None else ()
         return st.Advance(replace(rolling, steps=tuple(plan), message=doing), resend)
     since = step.revert.started_at if step.revert is not None else None
-    record = steps.record_to(slot, _before(step), since)
+    request = step.revert.request_id if step.revert is not None else None
+    record = steps.record_to(slot, _before(step), request, since)
     if record is None:  # not started on the agent yet (or lost in a restart): (re)send it
         return st.Advance(replace(rolling, message=doing), (_put_previous(step),))
-    step = _with_revert(step, record)
+    step = _with_revert(step, record, slot, now)
     if record.outcome is None:
         plan[i] = step
         return st.Advance(replace(rolling, steps=tuple(plan), message=doing), ())
@@ -136,9 +147,10 @@ def roll_back(
             plan[i] = st.update(step, phase=StepPhase.REVERTED, message=st.SKIPPED + nothing)
             return roll_back(replace(rolling, steps=tuple(plan)), slots=slots, now=now)
         undo = f"reverting to {step.from_source}"
-    plan[i] = st.update(
-        step, phase=StepPhase.REVERTING, revert=swp.StepRevert(started_at=now), message=undo
+    revert = swp.StepRevert(
+        started_at=now, request_id=steps.request_id(state.plan_id, i, revert=True)
     )
+    plan[i] = st.update(step, phase=StepPhase.REVERTING, revert=revert, message=undo)
     return st.Advance(
         replace(rolling, steps=tuple(plan), message=f"{why}; reverting {step.node}"),
         (_put_previous(plan[i]),),

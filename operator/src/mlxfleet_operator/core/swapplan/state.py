@@ -9,7 +9,7 @@ and performs the actions).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from mlxfleet_agent import contract
@@ -17,8 +17,9 @@ from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
 
-# A record belongs to a step when it started after the step did (agent and operator clocks may
-# differ a little; plans for the same target are minutes apart in practice).
+# An agent too old to echo a step's requestId (or a step started by an operator too old to send
+# one): its record belongs to the step when it started after the step did, on the operator's
+# clock (less this tolerance; plans for the same target are minutes apart in practice).
 CLOCK_SKEW = timedelta(seconds=120)
 
 RUNNING = frozenset(
@@ -43,6 +44,9 @@ class PlanState:
     completed_at: datetime | None = None
     message: str | None = None
     reason: cond.Reason | None = None  # why it ended, when the phase alone does not say
+    plan_id: str = (
+        "plan"  # the plan's uid: the stem of its steps' request ids (identity, no status)
+    )
 
     @property
     def progress(self) -> str:
@@ -72,6 +76,7 @@ class PlanState:
             started_at=status.started_at,
             completed_at=status.completed_at,
             message=ready.message if ready is not None and phase.terminal else None,
+            plan_id=plan.metadata.uid or plan.metadata.name or "plan",
         )
 
 
@@ -85,14 +90,20 @@ class NodeSlot:
     active_swap: str | None = None
     swaps: tuple[contract.SwapRecord, ...] = ()  # newest first
     failed: str | None = None  # the slot's last error while its phase is Failed
+    # The agent's clock minus the operator's at this observation (None: an agent too old to
+    # report its clock, nor to echo request ids).
+    offset: timedelta | None = None
 
     @classmethod
     def observed(
-        cls, slot: contract.SlotStatus | None, swaps: Sequence[contract.SwapRecord]
+        cls,
+        slot: contract.SlotStatus | None,
+        swaps: Sequence[contract.SwapRecord],
+        offset: timedelta | None = None,
     ) -> NodeSlot:
         """What an agent that answered says about the slot (None: it runs no such slot)."""
         if slot is None:
-            return cls(reachable=True, swaps=tuple(swaps))
+            return cls(reachable=True, swaps=tuple(swaps), offset=offset)
         failed = slot.phase == contract.SlotPhase.FAILED
         return cls(
             reachable=True,
@@ -101,6 +112,7 @@ class NodeSlot:
             active_swap=slot.active_swap,
             swaps=tuple(swaps),
             failed=(slot.last_error or "backend failed") if failed else None,
+            offset=offset,
         )
 
     def serves(self, model: ModelRef) -> bool:
@@ -110,9 +122,11 @@ class NodeSlot:
 
 @dataclass(frozen=True)
 class PutTarget:
-    """Ask the node's agent for the target model in the plan's slot (starts or continues a swap)."""
+    """Ask the node's agent for the target model in the plan's slot (starts or continues a swap);
+    `request_id`: the step's id, which the agent's record of the swap echoes."""
 
     node: str
+    request_id: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -121,6 +135,7 @@ class PutPrevious:
 
     node: str
     model: ModelRef
+    request_id: str | None = field(default=None, compare=False)  # a revert's (None: no record)
 
 
 Action = PutTarget | PutPrevious

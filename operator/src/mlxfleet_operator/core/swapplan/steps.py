@@ -1,18 +1,22 @@
 """A SwapPlan's steps: the steps a plan starts with, and how an agent's swap record fills one.
 
-May import: the standard library, `api`, the agent `contract`, `state`. Called by: `progress`,
-`rollback` and `gate`.
+A step's swap is the agent's swap record that echoes the step's request id (from the plan's uid
+and the step's index, kept in the step: a restarted or new leader asks with the same id); the
+record's times are the agent's clock and are put on the operator's (`clocks`) when copied.
+May import: the standard library, `api`, the agent `contract`, `clocks`, `state`. Called by:
+`progress`, `rollback` and `gate`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import fields
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
+from mlxfleet_operator.core import clocks
 from mlxfleet_operator.core.swapplan import state as st
 
 
@@ -69,16 +73,29 @@ def revertible(step: swp.SwapStep) -> bool:
     return changed(step) and step.from_source is not None
 
 
+def request_id(plan_id: str, index: int, *, revert: bool = False) -> str:
+    """The id of step `index`'s swap (or of its revert): unique per plan and step, and the same
+    however often the step's request is sent, by whichever operator."""
+    return f"{plan_id}.{index}" + (".revert" if revert else "")
+
+
 def record_to(
-    slot: st.NodeSlot, model: ModelRef, since: datetime | None
+    slot: st.NodeSlot, model: ModelRef, request: str | None, since: datetime | None
 ) -> contract.SwapRecord | None:
-    """The agent's newest swap to `model` that started after `since` (less the clock skew)."""
+    """The agent's swap to `model` that the step (started at `since`, operator clock) asked for
+    with `request`: the record that echoes that id. An agent too old to echo ids (it reports no
+    clock either), or a step started by an operator too old to send one: the newest record that
+    started after `since`, on the operator's clock, less `state.CLOCK_SKEW`."""
     if since is None:
         return None
+    by_id = request is not None and slot.offset is not None
     for record in slot.swaps:
         if ModelRef(record.to_source, record.to_revision) != model:
             continue
-        if record.started_at >= since - st.CLOCK_SKEW:
+        if by_id:
+            if record.request_id == request:
+                return record
+        elif clocks.to_operator(record.started_at, slot.offset) >= since - st.CLOCK_SKEW:
             return record
     return None
 
@@ -100,8 +117,18 @@ def _phase(record: contract.SwapRecord) -> swp.StepPhase:
     return swp.StepPhase.LOADING
 
 
-def with_record(step: swp.SwapStep, record: contract.SwapRecord) -> swp.SwapStep:
-    """The step's timeline and counters from the agent's record of its swap."""
+def with_record(
+    step: swp.SwapStep, record: contract.SwapRecord, offset: timedelta | None, now: datetime
+) -> swp.SwapStep:
+    """The step's timeline and counters from the agent's record of its swap, its times on the
+    operator's clock (`offset`: the agent's clock minus the operator's), between the step's
+    start and `now`."""
+
+    def local(when: datetime | None) -> datetime | None:
+        if when is None:
+            return None
+        return clocks.to_operator(when, offset, floor=step.started_at, ceiling=now)
+
     before: dict[str, object] = {}
     if step.from_source is None and record.from_source is not None:  # started by an older operator
         before = {"from_source": record.from_source, "from_revision": record.from_revision}
@@ -110,10 +137,10 @@ def with_record(step: swp.SwapStep, record: contract.SwapRecord) -> swp.SwapStep
             **before,
             "phase": _phase(record),
             "strategy": fields.from_agent_strategy(record.strategy),
-            "warm_at": record.new_ready_at,
-            "switched_at": record.switched_at,
-            "drained_at": record.old_drained_at,
-            "finished_at": record.finished_at,
+            "warm_at": local(record.new_ready_at),
+            "switched_at": local(record.switched_at),
+            "drained_at": local(record.old_drained_at),
+            "finished_at": local(record.finished_at),
             "requests_served": record.requests_served,
             "requests_failed": record.requests_failed,
             "max_queue_wait_ms": record.max_queue_wait_ms,
