@@ -203,7 +203,8 @@ class Manager:
 
     def route(self, served_name: str) -> slots.Slot | None:
         for slot in self.slots.values():
-            if slot.desired.served_name == served_name and not slot.deleted:
+            follower = slot.desired.shard is not None and not slot.desired.shard.leader
+            if slot.desired.served_name == served_name and not slot.deleted and not follower:
                 return slot
         return None
 

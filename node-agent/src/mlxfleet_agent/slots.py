@@ -5,7 +5,7 @@ while the slot's gate is open and keep that handle until they finish, whatever h
 slot meanwhile; that is what makes the switch in `swap` atomic and drop-free. With the gate shut
 (loading, hold swap, restart) requests wait in a bounded queue. One task per slot applies desired
 specs one at a time: cold start, swap (see `swap`), restart after a crash, drain and stop on delete.
-May import: contract, supervisor, readiness, swap (at run time), telemetry, httpx, stdlib.
+May import: contract, ranks, supervisor, readiness, swap (at run time), telemetry, httpx, stdlib.
 Called by: manager (slot registry), router (leases), swap (switch primitives).
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from mlxfleet_agent import contract, readiness, supervisor, telemetry
+from mlxfleet_agent import contract, ranks, readiness, supervisor, telemetry
 
 log = logging.getLogger(__name__)
 SWAP_HISTORY = 50
@@ -313,7 +313,8 @@ class Slot:
                 if self.active is None:
                     self.phase = contract.SlotPhase.FAILED
                     self.failed = True
-                    self._schedule_retry()
+                    if self.desired.shard is None:  # a rank waits for the operator to re-form
+                        self._schedule_retry()
 
     async def _converge(self) -> None:
         from mlxfleet_agent import swap  # swap imports slots; resolve the cycle at run time
@@ -324,6 +325,12 @@ class Slot:
             await self.cold_start(target)
         elif same_runtime(handle.spec, target):
             handle.spec = target
+        elif handle.spec.shard is not None or target.shard is not None:
+            # a group re-forms as a whole: stop this rank, start the new one (no surge)
+            self.gate.clear()
+            self.active = None
+            await self._stop_handle(handle)
+            await self.cold_start(target)
         else:
             await swap.run(self, target)
 
@@ -356,7 +363,13 @@ class Slot:
             options=spec.server,
             max_concurrency=spec.max_concurrency,
             python=self.deps.python,
+            shard=spec.shard,
         )
+        if spec.shard is not None:
+            why = ranks.check_model(spec.shard, ranks.read_config(model_dir))
+            if why is not None:
+                self.deps.models.release(label)
+                raise supervisor.BackendFailed(why)
         backend = supervisor.Backend(launch, label=label, log_dir=self.deps.log_dir)
         handle = Handle(backend=backend, spec=spec, model_dir=model_dir, estimate=estimate)
         self.standby = handle
@@ -365,13 +378,18 @@ class Slot:
             self.deps.on_backends_changed()
             if self.active is None:
                 self.phase = contract.SlotPhase.WARMING
-            warm = await readiness.warm_up(
-                self.deps.client,
-                backend.base_url,
-                alive=backend.alive,
-                timeout_s=self.deps.load_timeout_s,
-            )
-            handle.fingerprint = warm.fingerprint
+            if spec.shard is not None and not spec.shard.leader:
+                # a follower has no HTTP server: it is up while it runs; rank 0's warm-up
+                # proves the whole group (it cannot answer without every rank)
+                await ranks.follower_started(alive=backend.alive)
+            else:
+                warm = await readiness.warm_up(
+                    self.deps.client,
+                    backend.base_url,
+                    alive=backend.alive,
+                    timeout_s=self.deps.load_timeout_s,
+                )
+                handle.fingerprint = warm.fingerprint
         except BaseException as exc:
             self.standby = None
             await backend.stop(grace_s=2.0)
@@ -446,6 +464,9 @@ class Slot:
 
     async def _watch(self, handle: Handle) -> None:
         """Notice a backend that exits on its own: fail over to a restart with backoff."""
+        if handle.spec.shard is not None:
+            await self._watch_rank(handle)
+            return
         code = await handle.backend.wait_exit()
         if handle.backend.stopping:
             return
@@ -467,3 +488,27 @@ class Slot:
         await self._stop_handle(handle)
         await asyncio.sleep(delay if self.restarts > 1 else 0.0)
         self._wake.set()
+
+    async def _watch_rank(self, handle: Handle) -> None:
+        """A rank whose process exits or, for rank 0, whose group broke (a peer was lost) is
+        stopped and the slot fails: no rank keeps running alone, and none restarts alone (the
+        operator re-forms the group with a new group id)."""
+        shard = handle.spec.shard
+        assert shard is not None
+        backend = handle.backend
+        if shard.leader:
+            why = await ranks.watch_leader(self.deps.client, backend.base_url, alive=backend.alive)
+        else:
+            code = await backend.wait_exit()
+            why = f"rank {shard.rank} exited with code {code}: a peer rank was lost"
+        if backend.stopping:
+            return
+        log.error("rank stopped", extra={"slot": self.name, "pid": backend.pid, "reason": why})
+        self.last_error = f"{why}; log: {backend.log_tail()}"
+        backend.stopping = True
+        if handle is self.active:
+            self.gate.clear()
+            self.active = None
+            self.phase = contract.SlotPhase.FAILED
+            self.failed = True
+        await self._stop_handle(handle)

@@ -5,7 +5,8 @@ group (so a terminal's Ctrl+C reaches the agent only, which stops backends in or
 Linux, dies with the agent (PR_SET_PDEATHSIG). Stop is SIGINT (mlx_lm ignores SIGTERM), then
 SIGKILL after a grace period. Output goes to `<state-dir>/logs/<label>.log`; its tail becomes the
 slot's lastError when the backend fails.
-May import: contract, platform, readiness, httpx and the standard library. Called by: slots, swap.
+May import: contract, platform, ranks, readiness, httpx and the standard library.
+Called by: slots, swap.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from mlxfleet_agent import contract, platform, readiness
+from mlxfleet_agent import contract, platform, ranks, readiness
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class LaunchSpec:
     options: contract.ServerOptions
     max_concurrency: int
     python: str
+    shard: contract.RankSpec | None = None  # one rank of a sharded group (see ranks)
 
 
 def command(spec: LaunchSpec, *, port: int) -> list[str]:
@@ -71,6 +73,8 @@ def command(spec: LaunchSpec, *, port: int) -> list[str]:
         argv += ["--chat-template-args", json.dumps(opts.chat_template_args)]
     if opts.kv_bits is not None:
         argv += ["--kv-bits", str(opts.kv_bits)]
+    if spec.shard is not None:
+        argv += ranks.arguments(spec.shard)
     return argv
 
 
@@ -107,6 +111,8 @@ class Backend:
         """Spawn the process (from the event loop's thread: PDEATHSIG is per forking thread)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self.spec.shard is not None:
+            env.update(ranks.environment(self.spec.shard, run_dir=self.log_path.parent / "ranks"))
         with self.log_path.open("wb") as out:
             self.proc = await asyncio.create_subprocess_exec(
                 *command(self.spec, port=self.port),

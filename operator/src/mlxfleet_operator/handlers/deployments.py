@@ -27,6 +27,7 @@ from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.core import conditions, naming, placement
 from mlxfleet_operator.core import deployment as dep
 from mlxfleet_operator.core import deployment_status as mdstatus
+from mlxfleet_operator.handlers import sharded
 
 CONFIG = opsettings.current()
 DEPLOYMENTS = (resources.GROUP, resources.VERSION, resources.MODEL_DEPLOYMENT.plural)
@@ -232,6 +233,10 @@ async def reconcile(
         raise kopf.TemporaryError(
             f"waiting for the first poll of {', '.join(unpolled)}", delay=CONFIG.poll_seconds
         )
+    if md.spec.sharding is not None:  # groups of ranks: their own placement and status
+        size = await _size(rt, md, facts)
+        await sharded.reconcile(rt, md, body, facts, patch, endpoint=endpoint, sized=size)
+        return
     plan = await _plan(rt, md, plans)
     size = await _size(rt, md, facts)
     now = runtime.now()
