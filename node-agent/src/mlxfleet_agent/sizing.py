@@ -1,8 +1,8 @@
 """Memory sizing of a loaded model: weights + KV cache + runtime overhead, and the node budget.
 
 Pure functions over a model's shape (parsed from its config.json) and its weight size: no file
-reads (those live in `mlxfleet_agent.memory`). Unknown size fails closed (`UnknownModelSize`):
-an unsized model once wired all of a Mac's memory.
+reads (those live in `mlxfleet_agent.models.modeldir`). Unknown size fails closed
+(`UnknownModelSize`): an unsized model once wired all of a Mac's memory.
 
 KV cache: 2 (K and V) x layers x kv_heads (GQA: not attention heads) x head_dim x context_length x
 max_concurrency x bytes per element. Unquantized elements take the model's dtype (2 bytes for
@@ -11,9 +11,9 @@ element plus, per group of `KV_GROUP_SIZE` (64) elements, a scale and a bias in 
 bytes/element = bits/8 + 2 x dtype_bytes / group_size (8-bit fp16: 1.0625; 4-bit fp16: 0.5625).
 
 May import: the standard library and `mlxfleet_agent.contract` only (no mlx, no psutil, no
-file I/O): the operator imports this module for placement. Called by: the agent (admission,
-auto swap strategy, GET /v1/state), the model store (shapes of cached models), the operator's
-placement core.
+file I/O): the operator imports this module for placement. Called by: the agent (models.catalog
+for admission and swaps, slots.registry for the budget), models.store (shapes of cached
+models), the operator's placement core.
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ def test_backends_left_by_a_dead_agent_are_killed_on_start(
 ) -> None:
     """The macOS path (no PR_SET_PDEATHSIG): backends.json names survivors; the next agent kills
     them, and only processes that are still the recorded ones (pid + start time + mlx_lm)."""
-    from mlxfleet_agent import state
+    from mlxfleet_agent.backends import orphans
 
     state_dir = tmp_path / "state"
     survivor = subprocess.Popen(
@@ -157,13 +157,13 @@ def test_backends_left_by_a_dead_agent_are_killed_on_start(
     )
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        state.record_backends(state_dir, [survivor.pid, bystander.pid])
+        orphans.record(state_dir, [survivor.pid, bystander.pid])
         agent_factory(state_dir=state_dir)
         assert survivor.wait(timeout=10) == -signal.SIGKILL
         assert bystander.poll() is None, "a process that is not a backend was killed"
         assert (
-            not (state_dir / state.BACKENDS_FILE).exists()
-            or json.loads((state_dir / state.BACKENDS_FILE).read_text()) == []
+            not (state_dir / orphans.BACKENDS_FILE).exists()
+            or json.loads((state_dir / orphans.BACKENDS_FILE).read_text()) == []
         )
     finally:
         for proc in (survivor, bystander):

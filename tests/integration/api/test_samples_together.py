@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mlxfleet_agent import settings
+from mlxfleet_agent.runtime import settings
 from mlxfleet_operator.adapters import agent as agent_client
 from mlxfleet_operator.adapters import fleet, kube
 from mlxfleet_operator.api import inferencenode

@@ -20,11 +20,12 @@ import pytest
 from mlxfleet_operator.api import conditions as api
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
+from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import conditions
-from mlxfleet_operator.core import deployment as dep
-from mlxfleet_operator.core import deployment_status as mdstatus
-from mlxfleet_operator.core import swapplan as core
-from mlxfleet_operator.handlers import swapplans
+from mlxfleet_operator.core.deployment import plan as dplan
+from mlxfleet_operator.core.deployment import status as mdstatus
+from mlxfleet_operator.core.swapplan import state as st
+from mlxfleet_operator.core.swapplan import status as plan_status
 from tests.support import argocd
 from tests.support import placement as decisions
 from tests.support.tools import Kstatus
@@ -40,7 +41,7 @@ OWNER = {"apiVersion": "mlxfleet.io/v1alpha1", "kind": "ModelDeployment", "name"
 def deployment(
     *,
     ready: int = 2,
-    plan: dep.PlanInfo | None = None,
+    plan: dplan.PlanInfo | None = None,
     fits_nowhere: bool = False,
     observed: int | None = 4,
     conflict: str | None = None,
@@ -73,10 +74,10 @@ def invalid_deployment() -> dict[str, Any]:
     return _body(md.kind, status.conditions, observed=4, generation=4)
 
 
-def plan_info(phase: swp.SwapPhase | None, *, paused: bool, failed: bool = False) -> dep.PlanInfo:
-    return dep.PlanInfo(
+def plan_info(phase: swp.SwapPhase | None, *, paused: bool, failed: bool = False) -> dplan.PlanInfo:
+    return dplan.PlanInfo(
         name="chat-b",
-        target=(B, None),
+        target=ModelRef(B),
         phase=phase,
         paused=paused,
         started=failed,
@@ -85,7 +86,7 @@ def plan_info(phase: swp.SwapPhase | None, *, paused: bool, failed: bool = False
 
 
 def swap_plan(
-    phase: core.PlanPhase,
+    phase: swp.SwapPhase,
     *,
     owned: bool = False,
     paused: bool = False,
@@ -93,8 +94,8 @@ def swap_plan(
 ) -> dict[str, Any]:
     """A SwapPlan with the status the SwapPlan handler writes for `phase` (and `reason`)."""
     message = "step on n1 failed" if "Back" in phase else None
-    state = core.PlanState(phase=phase, message=message, reason=reason)
-    body = _object("SwapPlan", swapplans._verdict(state), observed=1, generation=1)
+    state = st.PlanState(phase=phase, message=message, reason=reason)
+    body = _object("SwapPlan", plan_status.verdict(state), observed=1, generation=1)
     body["spec"]["paused"] = paused
     body["status"].update(phase=str(phase), progress="0/2")
     if owned:
@@ -185,38 +186,38 @@ ROWS = [
     ),
     Row(
         "SwapPlan from Git, paused (awaiting approval)",
-        lambda: swap_plan(core.PlanPhase.PAUSED, paused=True),
+        lambda: swap_plan(swp.SwapPhase.PAUSED, paused=True),
         "Current",
         "Healthy",
     ),
     Row(
         "SwapPlan made by the operator, paused (awaiting approval)",
-        lambda: swap_plan(core.PlanPhase.PAUSED, paused=True, owned=True),
+        lambda: swap_plan(swp.SwapPhase.PAUSED, paused=True, owned=True),
         "Current",
         "Suspended",
     ),
     Row(
         "SwapPlan, a step running",
-        lambda: swap_plan(core.PlanPhase.PROGRESSING),
+        lambda: swap_plan(swp.SwapPhase.PROGRESSING),
         "InProgress",
         "Progressing",
     ),
     Row(
         "SwapPlan, rolling back",
-        lambda: swap_plan(core.PlanPhase.ROLLING_BACK),
+        lambda: swap_plan(swp.SwapPhase.ROLLING_BACK),
         "InProgress",
         "Progressing",
     ),
-    Row("SwapPlan, completed", lambda: swap_plan(core.PlanPhase.COMPLETED), "Current", "Healthy"),
+    Row("SwapPlan, completed", lambda: swap_plan(swp.SwapPhase.COMPLETED), "Current", "Healthy"),
     Row(
         "SwapPlan, rolled back",
-        lambda: swap_plan(core.PlanPhase.ROLLED_BACK),
+        lambda: swap_plan(swp.SwapPhase.ROLLED_BACK),
         "Failed",
         "Degraded",
     ),
     Row(
         "SwapPlan, every step skipped (nothing to do)",
-        lambda: swap_plan(core.PlanPhase.FAILED, reason=api.Reason.NOTHING_TO_DO),
+        lambda: swap_plan(swp.SwapPhase.FAILED, reason=api.Reason.NOTHING_TO_DO),
         "Failed",
         "Degraded",
     ),

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from mlxfleet_agent import contract, shipper, telemetry
+from mlxfleet_agent import contract
+from mlxfleet_agent.runtime import compose, settings
+from mlxfleet_agent.telemetry import recorder, shipper
 from tests.integration.telemetry import netgate
 from tests.support import s3 as s3support
 
@@ -56,13 +58,21 @@ def config(s3: s3support.S3Server, spool: Path, bucket: str, **kw: object) -> sh
     return shipper.ShipperConfig(**values)  # type: ignore[arg-type]
 
 
+def agent_settings(
+    state: Path, file_values: dict[str, object], environ: dict[str, str]
+) -> settings.Settings:
+    """The agent's settings as `serve` builds them: a config file and the environment."""
+    values = {"stateDir": str(state), "modelsDir": str(state / "models"), "telemetryIntervalS": 1}
+    return settings.build(file_values={**values, **file_values}, flag_values={}, environ=environ)
+
+
 def serve_requests(
-    tel: telemetry.Telemetry, n: int, *, prompt: int = 4, completion: int = 6
+    tel: recorder.Telemetry, n: int, *, prompt: int = 4, completion: int = 6
 ) -> None:
     for _ in range(n):
         tel.request_started("chat")
         tel.request_finished(
-            telemetry.RequestRecord(
+            recorder.RequestRecord(
                 slot="chat",
                 served_name="tiny",
                 source="file:///m",
@@ -96,7 +106,7 @@ def test_each_interval_lands_once_at_its_partitioned_key(
 ) -> None:
     bucket = s3_server.make_bucket()
     clock = Clock(T0 + 1)
-    tel = telemetry.Telemetry(node="mini-1", interval_seconds=60, clock=clock)
+    tel = recorder.Telemetry(node="mini-1", interval_seconds=60, clock=clock)
     ship = shipper.Shipper(tel, config(s3_server, tmp_path, bucket))
     serve_requests(tel, 5)
     clock.t = T0 + 61
@@ -129,7 +139,7 @@ def test_full_buffer_drops_the_oldest_and_says_how_many(
 ) -> None:
     bucket = s3_server.make_bucket()
     clock = Clock(T0 + 1)
-    tel = telemetry.Telemetry(node="mini-1", interval_seconds=60, clock=clock)
+    tel = recorder.Telemetry(node="mini-1", interval_seconds=60, clock=clock)
     cfg = config(s3_server, tmp_path, bucket, endpoint_url=gate.url, max_buffered=2)
     ship = shipper.Shipper(tel, cfg)
     gate.close_gate()
@@ -239,7 +249,7 @@ def test_a_run_without_a_bucket_leaves_nothing_to_ship_under_its_old_name(
         "MLXFLEET_TELEMETRY_ACCESS_KEY_ID": s3_server.access_key,
         "MLXFLEET_TELEMETRY_SECRET_ACCESS_KEY": s3_server.secret_key,
     }
-    tel, ship = shipper.build(state_dir=state, interval_seconds=1.0, environ=env)
+    tel, ship = compose.telemetry(agent_settings(state, {}, env))
     old_name = tel.node
     ship.start()
     serve_requests(tel, 3)
@@ -249,16 +259,14 @@ def test_a_run_without_a_bucket_leaves_nothing_to_ship_under_its_old_name(
     assert not (state / "telemetry").exists()
 
     bucket = s3_server.make_bucket()
-    tel, ship = shipper.build(
-        state_dir=state,
-        node="mac-studio-1",
-        interval_seconds=1.0,
-        bucket=bucket,
-        prefix="fleet",
-        endpoint_url=s3_server.endpoint_url,
-        region=s3_server.region,
-        environ=env,
-    )
+    file_values = {
+        "nodeName": "mac-studio-1",
+        "telemetryBucket": bucket,
+        "telemetryPrefix": "fleet",
+        "telemetryEndpointUrl": s3_server.endpoint_url,
+        "telemetryRegion": s3_server.region,
+    }
+    tel, ship = compose.telemetry(agent_settings(state, file_values, env))
     ship.start()
     serve_requests(tel, 4)
     deadline = time.monotonic() + 30
@@ -280,13 +288,13 @@ def test_a_rename_ships_each_count_once_under_the_name_it_was_measured_under(
     when both start in the same minute."""
     bucket = s3_server.make_bucket()
     clock = Clock(T0 + 5)
-    tel = telemetry.Telemetry(node="Mac-Studio", interval_seconds=60, clock=clock)
+    tel = recorder.Telemetry(node="Mac-Studio", interval_seconds=60, clock=clock)
     ship = shipper.Shipper(tel, config(s3_server, tmp_path, bucket))
     ship.recover()
     serve_requests(tel, 3)
     ship.tick(upload=False)  # checkpointed, then the agent is restarted with a new nodeName
     clock.t = T0 + 30
-    tel = telemetry.Telemetry(node="mac-studio-1", interval_seconds=60, clock=clock)
+    tel = recorder.Telemetry(node="mac-studio-1", interval_seconds=60, clock=clock)
     ship = shipper.Shipper(tel, config(s3_server, tmp_path, bucket))
     ship.recover()
     serve_requests(tel, 2)

@@ -11,7 +11,12 @@ from typing import Any, cast
 
 import pytest
 
-from mlxfleet_agent import answers, contract, router, slots
+from mlxfleet_agent import contract
+from mlxfleet_agent.dataplane import answers, errors, routing
+from mlxfleet_agent.models import source
+from mlxfleet_agent.slots import handle as handle_
+from mlxfleet_agent.slots import lease, slot, swap
+from mlxfleet_agent.telemetry import recorder
 
 FP = "0.32.2-0.32.4-Linux-6.8.0-1-x86_64-with-glibc2.36-cpu"
 
@@ -58,7 +63,7 @@ def _spec(**extra: Any) -> contract.SlotSpec:
 def test_max_tokens_cap(
     server: dict[str, Any], context: int, body: dict[str, Any], expected: dict[str, Any]
 ) -> None:
-    router.limit_tokens(body, _spec(server=server, contextLength=context))
+    routing.limit_tokens(body, _spec(server=server, contextLength=context))
     assert body == expected
 
 
@@ -103,8 +108,8 @@ def _chat(*parts: Any) -> dict[str, Any]:
     ],
 )
 def test_remote_images_are_refused_by_default(part: dict[str, Any], param: str) -> None:
-    with pytest.raises(router.RouteError) as caught:
-        router.check_images(_chat(part), allowed=[])
+    with pytest.raises(errors.RouteError) as caught:
+        routing.check_images(_chat(part), allowed=[])
     assert caught.value.status == 400
     assert caught.value.param == param
     assert caught.value.code == "image_url_not_allowed"
@@ -127,19 +132,19 @@ def test_allowed_image_prefixes(url: str, ok: bool) -> None:
     body = _chat({"type": "image_url", "image_url": {"url": url}})
     allowed = ["https://img.example.com/pub/"]
     if ok:
-        router.check_images(body, allowed=allowed)
+        routing.check_images(body, allowed=allowed)
     else:
-        with pytest.raises(router.RouteError):
-            router.check_images(body, allowed=allowed)
+        with pytest.raises(errors.RouteError):
+            routing.check_images(body, allowed=allowed)
 
 
 def test_data_urls_and_text_pass() -> None:
-    router.check_images(
+    routing.check_images(
         _chat({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}), allowed=[]
     )
-    router.check_images({"messages": [{"role": "user", "content": "hi"}]}, allowed=[])
-    router.check_images({"messages": "not a list"}, allowed=[])
-    router.check_images({"prompt": "x"}, allowed=[])
+    routing.check_images({"messages": [{"role": "user", "content": "hi"}]}, allowed=[])
+    routing.check_images({"messages": "not a list"}, allowed=[])
+    routing.check_images({"prompt": "x"}, allowed=[])
 
 
 @pytest.mark.parametrize(
@@ -161,7 +166,7 @@ def test_allowed_image_url_prefixes_are_validated(prefix: str) -> None:
 def test_image_allow_list_does_not_restart_the_backend() -> None:
     before = _spec()
     after = _spec(server={"allowedImageUrls": ["https://img.example.com/pub/"]})
-    assert slots.same_runtime(before, after)
+    assert swap.same_runtime(before, after)
 
 
 # ---- backend errors --------------------------------------------------------------------------
@@ -363,28 +368,35 @@ def test_garbage_events_do_not_crash_the_assembler() -> None:
 def test_a_ready_slot_admits_max_concurrency_then_queues_then_refuses() -> None:
     async def scenario() -> None:
         spec = _spec(maxConcurrency=2)
-        slot = slots.Slot("s", spec, deps=cast(slots.Deps, None), queue_limit=1)
-        handle = slots.Handle(
-            backend=cast(Any, None), spec=spec, model_dir=Path("/m/a"), estimate=1
+        src = source.of(spec)
+        deps = slot.Deps(
+            catalog=cast(Any, None),
+            launcher=cast(Any, None),
+            telemetry=recorder.Telemetry(),
+            owner=cast(Any, None),
+            restart_backoff_max_s=1.0,
         )
-        slot.active = handle
-        slot.gate.set()
-        first = await slot.acquire(timeout_s=1)
-        await slot.acquire(timeout_s=1)
-        waiter = asyncio.get_running_loop().create_task(slot.acquire(timeout_s=5))
+        one = slot.Slot("s", spec, src, deps=deps, queue_limit=1)
+        handle = handle_.Handle(
+            backend=cast(Any, None), spec=spec, source=src, model_dir=Path("/m/a"), estimate=1
+        )
+        one.switch(handle)  # ready: the gate opens on this backend
+        first = await one.lease(timeout_s=1)
+        await one.lease(timeout_s=1)
+        waiter = asyncio.get_running_loop().create_task(one.lease(timeout_s=5))
         await asyncio.sleep(0.01)
-        assert slot.queued == 1
+        assert one.queued == 1
         assert handle.in_flight == 2
-        with pytest.raises(slots.QueueFull):
-            await slot.acquire(timeout_s=1)
-        slot.finished(first, ok=True)
+        with pytest.raises(lease.QueueFull):
+            await one.lease(timeout_s=1)
+        first.release(ok=True)
         third = await asyncio.wait_for(waiter, timeout=1)
-        assert third.handle is handle
+        assert third.upstream is handle
         assert handle.in_flight == 2
-        assert slot.queued == 0
-        with pytest.raises(slots.QueueTimeout):
-            await slot.acquire(timeout_s=0.05)
-        assert slot.queued == 0
+        assert one.queued == 0
+        with pytest.raises(lease.QueueTimeout):
+            await one.lease(timeout_s=0.05)
+        assert one.queued == 0
         assert handle.in_flight == 2
 
     asyncio.run(scenario())

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mlxfleet_agent import contract, memory, sizing
+from mlxfleet_agent import contract, sizing
+from mlxfleet_agent.models import modeldir
 
 GIB = 1024**3
 LLAMA3_8B: dict[str, Any] = {
@@ -176,7 +177,7 @@ def test_inspect_model_dir_sums_shards(tmp_path: Path) -> None:
     _write_safetensors(tmp_path / "model-00001-of-00002.safetensors", {"a": 100, "b": 28})
     _write_safetensors(tmp_path / "model-00002-of-00002.safetensors", {"c": 72})
     (tmp_path / "config.json").write_text(json.dumps(LLAMA3_8B))
-    size, shape = memory.inspect_model_dir(tmp_path)
+    size, shape = modeldir.inspect(tmp_path)
     assert size == 200
     assert shape.num_kv_heads == 8
 
@@ -206,7 +207,7 @@ def test_inspect_model_dir_unknown(tmp_path: Path, files: dict[str, Any], needle
         else:
             (tmp_path / name).write_text(content)
     with pytest.raises(sizing.UnknownModelSize, match=needle):
-        memory.inspect_model_dir(tmp_path)
+        modeldir.inspect(tmp_path)
 
 
 shapes = st.builds(

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from mlxfleet_agent import settings
+from mlxfleet_agent.runtime import settings
 from mlxfleet_operator.api import inferencenode, modeldeployment, resources, swapplan
 
 REPO = Path(__file__).resolve().parents[3]

@@ -14,11 +14,12 @@ import pytest
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
-from mlxfleet_operator.core import deployment as dep
-from mlxfleet_operator.core import deployment_status as mdstatus
+from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import naming
-from mlxfleet_operator.core import swapplan as core
-from mlxfleet_operator.handlers import swapplans
+from mlxfleet_operator.core.deployment import plan as dplan
+from mlxfleet_operator.core.deployment import status as mdstatus
+from mlxfleet_operator.core.swapplan import state as st
+from mlxfleet_operator.core.swapplan import status as plan_status
 from tests.support import placement as decisions
 
 A = "file:///models/a"
@@ -39,13 +40,13 @@ def md(ready: int, *, replicas: int = 2) -> mdep.ModelDeployment:
     )
 
 
-def verdict(d: mdep.ModelDeployment, plan: dep.PlanInfo) -> Any:
+def verdict(d: mdep.ModelDeployment, plan: dplan.PlanInfo) -> Any:
     chosen = decisions.kept(tuple(p.node for p in d.status.placements))
     return mdstatus.verdict(d, chosen, d.status.placements, {}, plan)
 
 
-def plan(phase: swp.SwapPhase | None, *, paused: bool) -> dep.PlanInfo:
-    return dep.PlanInfo(name="chat-b", target=(B, None), phase=phase, paused=paused)
+def plan(phase: swp.SwapPhase | None, *, paused: bool) -> dplan.PlanInfo:
+    return dplan.PlanInfo(name="chat-b", target=ModelRef(B), phase=phase, paused=paused)
 
 
 @pytest.mark.parametrize(
@@ -94,10 +95,10 @@ def test_a_running_step_is_reconciling(phase: swp.SwapPhase, paused: bool, reaso
 
 
 def test_paused_swap_plan_is_ready_where_its_spec_puts_it() -> None:
-    state = core.PlanState(phase=core.PlanPhase.PAUSED, message="paused: set spec.paused=false")
-    out = swapplans._verdict(state)
+    state = st.PlanState(phase=swp.SwapPhase.PAUSED, message="paused: set spec.paused=false")
+    out = plan_status.verdict(state)
     assert (out.ready, out.reason, out.reconciling, out.stalled) == (True, "Paused", False, False)
-    running = swapplans._verdict(core.PlanState(phase=core.PlanPhase.PROGRESSING))
+    running = plan_status.verdict(st.PlanState(phase=swp.SwapPhase.PROGRESSING))
     assert (running.ready, running.reconciling) == (False, True)
 
 
@@ -129,6 +130,6 @@ def test_scale_selector_is_the_label_the_operator_puts_on_its_objects(name: str)
     assert key == resources.DEPLOYMENT_LABEL
     assert len(value) <= 63
     assert (value == name) is (len(name) <= 63)
-    planned = dep.new_plan(d, decisions.kept(("n0", "n1")))
+    planned = dplan.new_plan(d, decisions.kept(("n0", "n1")))
     assert planned.metadata.labels == {key: value}
     assert naming.deployment_labels(name) == {key: value}

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import heartbeat, naming
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -41,11 +42,19 @@ def test_service_name() -> None:
 
 
 def test_swap_plan_name_depends_on_target_and_generation() -> None:
-    a = naming.swap_plan_name("chat", "file:///a", None, generation=2)
-    assert a == naming.swap_plan_name("chat", "file:///a", None, generation=2)
-    assert a != naming.swap_plan_name("chat", "file:///b", None, generation=2)
-    assert a != naming.swap_plan_name("chat", "file:///a", "v2", generation=2)
-    assert a != naming.swap_plan_name("chat", "file:///a", None, generation=3)
+    a = naming.swap_plan_name("chat", ModelRef("file:///a"), generation=2)
+    assert a == naming.swap_plan_name("chat", ModelRef("file:///a"), generation=2)
+    assert a != naming.swap_plan_name("chat", ModelRef("file:///b"), generation=2)
+    assert a != naming.swap_plan_name("chat", ModelRef("file:///a", "v2"), generation=2)
+    assert a != naming.swap_plan_name("chat", ModelRef("file:///a"), generation=3)
+
+
+def test_swap_plan_names_are_those_of_earlier_releases() -> None:
+    """An operator restarted across an upgrade finds the plan it made (409), never a second."""
+    assert naming.swap_plan_name("chat", ModelRef("file:///a"), generation=2) == "chat-05d06b60"
+    assert naming.swap_plan_name("chat", ModelRef("file:///a", "v2"), generation=2) == (
+        "chat-cd9dc989"
+    )
 
 
 def run(

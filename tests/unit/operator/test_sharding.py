@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import placement, sharding
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -26,7 +27,7 @@ def request(**kw: object) -> sharding.GroupRequest:
         "overhead_bytes": GIB,
         "num_layers": 80,
         "num_kv_heads": 8,
-        "model": "hf://m",
+        "model": ModelRef("hf://m"),
     }
     base.update(kw)
     return sharding.GroupRequest(**base)  # type: ignore[arg-type]
@@ -73,9 +74,9 @@ def test_prefers_one_fabric_then_cached_weights() -> None:
     ring = {sharding.FABRIC_LABEL: "tb5-ring-1"}
     nodes = [
         node("a", budget=128 * GIB),
-        node("b", budget=128 * GIB, cached=frozenset({"hf://m"})),
+        node("b", budget=128 * GIB, cached=frozenset({ModelRef("hf://m")})),
         node("r1", labels=ring),
-        node("r2", labels=ring, cached=frozenset({"hf://m"})),
+        node("r2", labels=ring, cached=frozenset({ModelRef("hf://m")})),
     ]
     (group,) = place(request(), nodes).groups
     assert group.nodes == ("r2", "r1")
@@ -126,7 +127,7 @@ nodes_st = st.lists(
             used_bytes=used * GIB,
             ready=ready,
             labels={sharding.FABRIC_LABEL: fabric} if fabric else {},
-            cached=frozenset({"hf://m"}) if cached else frozenset(),
+            cached=frozenset({ModelRef("hf://m")}) if cached else frozenset(),
         ),
         st.integers(0, 10_000),
         st.integers(0, 256),

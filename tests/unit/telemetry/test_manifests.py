@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlxfleet_agent import intervals, telemetry
+from mlxfleet_agent.telemetry import intervals, recorder
 from mlxfleet_operator.adapters import metrics as operator_metrics
 from mlxfleet_operator.reports import cli
 
@@ -18,7 +18,7 @@ DASHBOARD = REPO / "manifests" / "grafana" / "mlxfleet-dashboard.json"
 
 
 def exposed_names() -> set[str]:
-    tel = telemetry.Telemetry(idle_watts=1, busy_watts=2)
+    tel = recorder.Telemetry(idle_watts=1, busy_watts=2)
     tel.add_host_sample(
         intervals.HostSample(
             memory_total_bytes=8, memory_used_bytes=4, memory_available_bytes=4, pressure="normal"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mlxfleet_agent import contract, shipper, telemetry
+from mlxfleet_agent import contract
+from mlxfleet_agent.telemetry import recorder, shipper, spool
 
 T0 = datetime(2026, 10, 1, 12, 0, tzinfo=UTC).timestamp()
 
@@ -23,7 +24,7 @@ class Clock:
 
 def agent(spool: Path, clock: Clock) -> shipper.Shipper:
     """One agent lifetime: telemetry + shipper with a bucket configured but never reached."""
-    tel = telemetry.Telemetry(node="mini-1", interval_seconds=60, clock=clock)
+    tel = recorder.Telemetry(node="mini-1", interval_seconds=60, clock=clock)
     cfg = shipper.ShipperConfig(spool_dir=spool, bucket="b", endpoint_url="http://127.0.0.1:9")
     ship = shipper.Shipper(tel, cfg)
     ship.recover()
@@ -34,7 +35,7 @@ def serve(ship: shipper.Shipper, n: int) -> None:
     for _ in range(n):
         ship.telemetry.request_started("chat")
         ship.telemetry.request_finished(
-            telemetry.RequestRecord(
+            recorder.RequestRecord(
                 slot="chat",
                 served_name="m",
                 source="file:///m",
@@ -96,18 +97,18 @@ def test_a_checkpoint_already_queued_is_not_counted_twice(tmp_path: Path) -> Non
 
 
 def test_trim_drops_the_oldest(tmp_path: Path) -> None:
-    spool = shipper.Spool(tmp_path)
+    queue = spool.Spool(tmp_path)
     for minute in range(5):
-        spool.push(
+        queue.push(
             contract.TelemetryInterval(
                 node="n",
                 interval_start=datetime.fromtimestamp(T0 + 60 * minute, UTC),
                 interval_seconds=60,
             )
         )
-    assert spool.trim(2) == 3
+    assert queue.trim(2) == 3
     starts = [
-        contract.TelemetryInterval.model_validate_json(p.read_bytes()) for p in spool.pending()
+        contract.TelemetryInterval.model_validate_json(p.read_bytes()) for p in queue.pending()
     ]
     assert [iv.interval_start.minute for iv in starts] == [3, 4]
 
@@ -119,7 +120,7 @@ def test_node_name_is_usable_in_keys() -> None:
 
 def bucketless(spool: Path, clock: Clock, node: str = "Mac-Studio") -> shipper.Shipper:
     """One agent lifetime without a telemetry bucket."""
-    tel = telemetry.Telemetry(node=node, interval_seconds=60, clock=clock)
+    tel = recorder.Telemetry(node=node, interval_seconds=60, clock=clock)
     ship = shipper.Shipper(tel, shipper.ShipperConfig(spool_dir=spool))
     ship.recover()
     return ship
@@ -149,7 +150,7 @@ def test_a_checkpoint_ships_under_the_node_name_it_was_written_for(tmp_path: Pat
     serve(first, 3)
     first.tick(upload=False)  # checkpoint of mini-1, then the agent stops without closing it
     clock.t = T0 + 20
-    tel = telemetry.Telemetry(node="mac-mini-1", interval_seconds=60, clock=clock)
+    tel = recorder.Telemetry(node="mac-mini-1", interval_seconds=60, clock=clock)
     cfg = shipper.ShipperConfig(spool_dir=tmp_path, bucket="b", endpoint_url="http://127.0.0.1:9")
     second = shipper.Shipper(tel, cfg)
     second.recover()
@@ -187,12 +188,12 @@ def test_the_default_node_name_is_announced(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="mlxfleet_agent.shipper"):
-        tel, _ = shipper.build(state_dir=tmp_path, bucket="b", environ={})
+        tel, _ = shipper.build(shipper.ShipperConfig(spool_dir=tmp_path, bucket="b"))
     (record,) = caplog.records
     assert tel.node in record.getMessage()
     assert "nodeName" in record.getMessage()
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="mlxfleet_agent.shipper"):
-        shipper.build(state_dir=tmp_path, node="mac-studio-1", bucket="b", environ={})
-        shipper.build(state_dir=tmp_path, environ={})  # no bucket: no telemetry leaves
+        shipper.build(shipper.ShipperConfig(spool_dir=tmp_path, bucket="b"), node="mac-studio-1")
+        shipper.build(shipper.ShipperConfig(spool_dir=tmp_path))  # no bucket: nothing leaves
     assert caplog.records == []

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from mlxfleet_agent import contract
-from mlxfleet_operator.api import base, fields, quantity, resources
+from mlxfleet_operator.api import base, fields, modelref, quantity, resources
 from mlxfleet_operator.api import conditions as cond
 
 REPLICAS_MAX = 64
@@ -24,7 +24,7 @@ CONTEXT_LENGTH_MAX = 1_048_576
 MAX_CONCURRENCY_MAX = 256
 
 
-class ModelRef(base.ApiModel):
+class ModelSpec(base.ApiModel):
     """Which weights to serve and under which name clients ask for them."""
 
     source: fields.ModelSource = Field(
@@ -232,7 +232,7 @@ class ModelDeploymentSpec(base.ApiModel):
         json_schema_extra=base.crd(_NODES_RULE, _SHARD_NODES_RULE, _MAX_TOKENS_RULE)
     )
 
-    model: ModelRef = Field(description="The model to serve: source, revision and served name.")
+    model: ModelSpec = Field(description="The model to serve: source, revision and served name.")
     replicas: int = Field(
         default=1,
         ge=0,
@@ -409,6 +409,10 @@ class ModelDeployment(base.ApiModel):
     metadata: base.ObjectMeta = Field(default_factory=base.ObjectMeta)
     spec: ModelDeploymentSpec
     status: ModelDeploymentStatus = Field(default_factory=ModelDeploymentStatus)
+
+    def model_ref(self) -> modelref.ModelRef:
+        """The model the spec asks for (spec.model's source and revision)."""
+        return modelref.ModelRef.of(self.spec.model)
 
     def served_name(self) -> str:
         """What clients send as `model`: spec.model.servedName, else metadata.name."""

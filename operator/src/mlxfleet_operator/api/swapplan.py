@@ -35,7 +35,7 @@ class DeploymentRef(base.ApiModel):
 
 
 class SwapTarget(base.ApiModel):
-    """The model the deployment moves to."""
+    """The model the deployment moves to (`spec.target`; as a value: `modelref.ModelRef.of`)."""
 
     model_config = ConfigDict(
         json_schema_extra=base.crd(
@@ -98,6 +98,7 @@ class SwapPhase(StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """A final phase: the plan does nothing more (the one definition of "finished")."""
         return self in (SwapPhase.COMPLETED, SwapPhase.FAILED, SwapPhase.ROLLED_BACK)
 
 

@@ -1,8 +1,8 @@
 """Deterministic names: agent slot names, Service names, SwapPlan names and label values.
 
-May import: the standard library, `api.resources` (the label key). Called by: handlers (slot
-PUT/DELETE, Service, SwapPlan create), adapters.kube (Service labels), core (plan labels, the
-scale subresource's status.selector).
+May import: the standard library, `api.modelref` and `api.resources` (the label key). Called by:
+core (slot names, SwapPlan names and labels, the scale subresource's status.selector), adapters
+(Service, EndpointSlices and their labels) and the kopf index of slot names.
 A name derived here must be the same on every operator replica and after every restart, so the
 agent's declarative API and `create` (409 = already there) make repeated work harmless. A
 ModelDeployment name may be a DNS subdomain of up to 253 characters; what a name feeds must fit
@@ -16,6 +16,7 @@ import hashlib
 import re
 
 from mlxfleet_operator.api import resources
+from mlxfleet_operator.api.modelref import ModelRef
 
 DNS_LABEL_MAX = 63
 LABEL_VALUE_MAX = 63
@@ -66,7 +67,7 @@ def endpoint_slice_name(service: str, port: int) -> str:
     return f"{base}-p{port}"
 
 
-def swap_plan_name(deployment: str, source: str, revision: str | None, *, generation: int) -> str:
+def swap_plan_name(deployment: str, model: ModelRef, *, generation: int) -> str:
     """SwapPlan created by the operator for one model change: same change => same name.
 
     The hash covers the target and the deployment generation that asked for it, so an operator
@@ -74,7 +75,7 @@ def swap_plan_name(deployment: str, source: str, revision: str | None, *, genera
     making a second one, a plan that rolled back is not silently retried, and going back and
     forth between two models (A -> B -> A -> B) still gets a fresh plan each time.
     """
-    suffix = _digest(source, revision or "", str(generation))
+    suffix = _digest(model.source, model.revision or "", str(generation))
     return f"{deployment[: 253 - HASH_LEN - 1]}-{suffix}"
 
 

@@ -15,7 +15,7 @@ before the new one loads); see `sharding.swap_mode` for the surge test, not used
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,8 +24,10 @@ from urllib.parse import urlsplit
 from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import conditions, naming, placement, sharding
-from mlxfleet_operator.core import deployment as dep
+from mlxfleet_operator.core.deployment import facts as dep
+from mlxfleet_operator.core.deployment import placing, slots
 
 PORT_BASE = 30_000
 PORT_SPAN = 2_000  # x 16 ports per group: 30000-61999
@@ -35,10 +37,10 @@ R = cond.Reason
 def cached_model(
     md: mdep.ModelDeployment, facts: Sequence[dep.NodeFacts]
 ) -> contract.CachedModel | None:
-    source, revision = dep.spec_model(md)
+    want = md.model_ref()
     for f in facts:
         for c in f.state.cached_models if f.state is not None else ():
-            if (c.source, c.revision) == (source, revision) and c.shape is not None:
+            if ModelRef.of(c) == want and c.shape is not None:
                 return c
     return None
 
@@ -68,7 +70,7 @@ def group_request(md: mdep.ModelDeployment, cached: contract.CachedModel) -> sha
         overhead_bytes=est.overhead_bytes,
         num_layers=shape.num_layers,
         num_kv_heads=shape.num_kv_heads,
-        model=placement.model_key(*dep.spec_model(md)),
+        model=md.model_ref(),
         node_selector=dict(md.spec.placement.node_selector),
         nodes=tuple(nodes) if nodes is not None else None,
     )
@@ -78,7 +80,7 @@ def node_view(
     fact: dep.NodeFacts, *, slot: str, fresh: bool, last_seen: datetime | None
 ) -> placement.NodeView:
     """Placement's view; a node whose last poll failed counts as not ready from then on."""
-    view = dep.node_view(fact, slot=slot)
+    view = placing.node_view(fact, slot=slot)
     if fresh or not view.ready:
         return view
     return placement.NodeView(
@@ -116,7 +118,8 @@ class Formation:
 
 
 def ring_port(slot: str, group_id: str, rank: int) -> int:
-    return PORT_BASE + (zlib.crc32(f"{slot}/{group_id}".encode()) % PORT_SPAN) * 16 + rank
+    digest = hashlib.sha256(f"{slot}/{group_id}".encode()).digest()
+    return PORT_BASE + (int.from_bytes(digest[:4], "big") % PORT_SPAN) * 16 + rank
 
 
 def ring_host(fact: dep.NodeFacts) -> str:
@@ -138,7 +141,7 @@ def formations(
     out = []
     for plan in decision.groups:
         old = before.get(plan.index)
-        same_model = old is not None and (old.source, old.revision) == dep.spec_model(md)
+        same_model = old is not None and ModelRef(old.source or "", old.revision) == md.model_ref()
         if old is not None and plan.kept and plan.index not in broken and same_model:
             gid = old.id
         else:
@@ -155,7 +158,7 @@ def rank_spec(
 ) -> contract.SlotSpec:
     sh = md.spec.sharding
     assert sh is not None
-    base = dep.slot_spec(md, dep.spec_model(md))
+    base = slots.slot_spec(md, md.model_ref())
     shard = contract.RankSpec(
         group=formation.id,
         rank=rank.rank,
@@ -229,7 +232,7 @@ def status(
     groups: list[mdep.GroupStatus] = []
     placements: list[mdep.PlacementStatus] = []
     eps: list[tuple[str, str, bool]] = []
-    source, revision = dep.spec_model(md)
+    source, revision = md.model_ref().source, md.model_ref().revision
     before = {g.index: g for g in md.status.groups}
     for f in forms:
         ranks = []

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import placement
 
 FABRIC_LABEL = "topology.mlxfleet.io/fabric"
@@ -46,7 +47,7 @@ class GroupRequest:
     overhead_bytes: int
     num_layers: int
     num_kv_heads: int | None
-    model: str  # placement.model_key of the model
+    model: ModelRef  # the model the ranks load
     node_selector: Mapping[str, str] = field(default_factory=dict)
     nodes: tuple[str, ...] | None = None
     surge_bytes: Mapping[str, int] = field(default_factory=dict)

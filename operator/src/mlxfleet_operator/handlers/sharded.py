@@ -2,8 +2,8 @@
 rank (slot spec with rank, world size and the ring hostfile), stop the ranks of broken groups,
 publish rank 0 of each group (ready only when every rank is), write status with the groups.
 
-May import: kopf, adapters, core, api, settings. Called by: handlers.deployments (reconcile of a
-ModelDeployment whose spec.sharding is set).
+May import: kopf, adapters, core, api. Called by: handlers.deployments (reconcile of a
+ModelDeployment whose spec.sharding is set; not a registered handler of its own).
 """
 
 from __future__ import annotations
@@ -12,22 +12,21 @@ from datetime import timedelta
 
 import kopf
 
-from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import agent, kube, metrics, runtime
+from mlxfleet_operator.adapters import events, kube, metrics, runtime
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.core import conditions, naming, sharded, sharding
-from mlxfleet_operator.core import deployment as dep
-from mlxfleet_operator.core import deployment_status as mdstatus
-
-CONFIG = opsettings.current()
+from mlxfleet_operator.core import events as core_events
+from mlxfleet_operator.core.deployment import facts as dep
+from mlxfleet_operator.core.deployment import slots
+from mlxfleet_operator.core.deployment import status as mdstatus
 
 
 def _fresh(rt: runtime.Runtime, facts: list[dep.NodeFacts]) -> frozenset[str]:
     """Nodes whose agent answered the latest poll (a rank's node that stopped answering takes
     its group out of the endpoints at once, before the heartbeat misses add up)."""
     now = runtime.now()
-    limit = timedelta(seconds=CONFIG.poll_seconds * 1.5 + 0.5)
+    limit = timedelta(seconds=rt.config.poll_seconds * 1.5 + 0.5)
     out = set()
     for f in facts:
         entry = rt.fleet.get(f.name)
@@ -76,7 +75,7 @@ async def reconcile(
         views,
         sharded.current(md),
         now=now,
-        failover_delay=timedelta(seconds=CONFIG.failover_delay),
+        failover_delay=timedelta(seconds=rt.config.failover_delay),
     )
     forms = sharded.formations(md, decision, by_name, broken, slot=slot)
     outcomes: dict[str, dep.Outcome] = {}
@@ -84,33 +83,21 @@ async def reconcile(
     for form in forms:
         for rank in form.plan.ranks:
             wanted.add(rank.node)
-            entry, fact = rt.fleet.get(rank.node), by_name.get(rank.node)
-            if entry is None or fact is None or rank.node not in fresh:
+            fact = by_name.get(rank.node)
+            if fact is None or rank.node not in fresh:
                 continue
             spec = sharded.rank_spec(md, form, rank)
             observed = fact.slot(slot)
             if observed is not None and observed.spec == spec:
                 continue
-            try:
-                await entry.client.put_slot(slot, spec)
-                metrics.AGENT_CALLS.labels("put_slot", "ok").inc()
-                outcomes[rank.node] = dep.Outcome(rank.node)
-            except agent.AgentError as exc:
-                metrics.AGENT_CALLS.labels("put_slot", "error").inc()
-                outcomes[rank.node] = dep.Outcome(
-                    rank.node, str(exc), status=exc.status, field=exc.field
-                )
+            put = slots.SlotRequest(rank.node, spec)
+            if (outcome := await rt.fleet.put_slot(slot, put)) is not None:
+                outcomes[rank.node] = outcome
     # survivors of broken groups not re-formed yet, and nodes no group wants: stop their ranks
     for f in facts:
         if f.name in wanted or f.name not in fresh or f.slot(slot) is None:
             continue
-        entry = rt.fleet.get(f.name)
-        if entry is not None:
-            try:
-                await entry.client.delete_slot(slot)
-                rt.fleet.slot_removed(f.name, slot)
-            except agent.AgentError:
-                metrics.AGENT_CALLS.labels("delete_slot", "error").inc()
+        await rt.fleet.delete_slot(f.name, slot)
     result = sharded.status(
         md,
         decision=decision,
@@ -131,12 +118,8 @@ async def reconcile(
             str(body.metadata.uid),
             f"broken-{index}-{md.status.groups[0].id if md.status.groups else ''}",
         ):
-            kopf.event(
-                body,
-                type="Warning",
-                reason="GroupReforming",
-                message=f"group {index} lost a rank: re-forming",
-            )
+            lost = f"group {index} lost a rank: re-forming"
+            events.post(body, core_events.Event(cond.Reason.GROUP_REFORMING, lost, warning=True))
     kube.write_status(patch, result.status, body)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
