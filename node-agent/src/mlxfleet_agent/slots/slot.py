@@ -107,6 +107,7 @@ class Slot:
         self._swap: contract.SwapRecord | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping: asyncio.Task[None] | None = None  # an abandoned rank being stopped
 
     # ---- what it serves -----------------------------------------------------------------------
 
@@ -208,13 +209,28 @@ class Slot:
         self._wake.set()
 
     def want(self, spec: contract.SlotSpec, src: source.Source) -> None:
-        """A new desired spec (admitted by the registry): converge to it."""
+        """A new desired spec (admitted by the registry): converge to it. A rank still forming
+        a group the operator gave up on (its id changed) is stopped at once: it may wait in
+        the ring's accept for a peer that is gone, and the loop must get to the new group."""
         self._desired = (spec, src)
         self._wake.set()
+        self._abandon_forming(spec)
 
     def delete(self) -> None:
         self.deleted = True
         self._wake.set()
+        self._abandon_forming(None)
+
+    def _abandon_forming(self, spec: contract.SlotSpec | None) -> None:
+        """Stop a rank still forming its group when that group is no longer wanted (`spec`:
+        the new desired spec; None: the slot is deleted). It may wait in the ring's accept for
+        a peer that is gone, which would hold this slot's loop until the load timeout."""
+        forming = self._standby
+        if forming is None or forming.spec.shard is None or forming.spec == spec:
+            return
+        log.info("rank of an abandoned group stopped", extra={"slot": self.name})
+        stop = self.deps.launcher.stop(forming.backend, grace_s=2.0)
+        self._stopping = asyncio.get_running_loop().create_task(stop)
 
     def begin_shutdown(self) -> None:
         """Queued requests are refused from now on; requests in flight go on."""
