@@ -137,5 +137,6 @@ def test_two_rank_group_serves_fails_over_and_reforms(
         f"old ranks gone {orphans_gone:.2f}s; re-formed Ready {reform:.1f}s "
         f"(failover delay {FAILOVER_DELAY}s)"
     )
-    assert left < 3.0, left  # see the report: poll 1 s, the bound asked for is 1 s
+    assert left < 1.0, left  # issue 10: the group leaves the endpoints within 1 s (kubectl
+    # included: the operator's group watch withdraws rank 0 ~0.2 s after its agent saw the loss)
     operator.assert_alive()

@@ -65,7 +65,9 @@ async def reconcile(
         waiting = f"waiting for the first poll of {', '.join(unpolled)}"
         raise kopf.TemporaryError(waiting, delay=rt.config.poll_seconds)
     endpoint = kube.service_url(namespace, name)
-    if md.spec.sharding is not None:  # groups of ranks: their own placement and status
+    if md.spec.sharding is None:
+        rt.watch(md.metadata.uid or "", None)  # no longer sharded: no group watch
+    else:  # groups of ranks: their own placement and status
         size = await _size(rt, md, found)
         await sharded.reconcile(rt, md, body, found, patch, endpoint=endpoint, sized=size)
         return
@@ -188,6 +190,7 @@ async def teardown(
     async with guard.guarded(KIND, body, memo) as run:  # an in-flight reconcile finishes first
         rt = run.rt
         rt.announced.pop(uid, None)
+        rt.watch(uid, None)
         for node in [] if shared else list(rt.fleet.entries):
             gone = await rt.fleet.delete_slot(node, slot)
             if gone is not None:
