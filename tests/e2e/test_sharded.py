@@ -140,3 +140,39 @@ def test_two_rank_group_serves_fails_over_and_reforms(
     assert left < 1.0, left  # issue 10: the group leaves the endpoints within 1 s (kubectl
     # included: the operator's group watch withdraws rank 0 ~0.2 s after its agent saw the loss)
     operator.assert_alive()
+
+
+def test_three_rank_group_answers_like_one_node(
+    e2e: E2E, agents: Agents, operator: Operator, model_tri: Path
+) -> None:
+    """A 3-rank tensor group of a model with 3 KV heads: Ready on three agents, every rank
+    running, rank 0 alone published, and its greedy answer equals a single node's."""
+    pool = {e2e.register(a): a for a in (agents.start("a"), agents.start("b"), agents.start("c"))}
+    names = sorted(pool)
+    e2e.apply(e2e.deployment("solo3", model_tri, replicas=1, placement={"nodes": [names[0]]}))
+    started = time.monotonic()
+    e2e.apply(
+        e2e.deployment(
+            "big3",
+            model_tri,
+            replicas=1,
+            sharding={"size": 3, "mode": "Tensor"},
+            placement={"nodes": names},
+        )
+    )
+    md: dict[str, Any] = wait_for(
+        "3-rank group Ready",
+        lambda: (d := e2e.get("mdep", "big3")) and is_true(d, "Ready") and d,
+    )
+    to_ready = time.monotonic() - started
+    group = md["status"]["groups"][0]
+    assert [r["rank"] for r in group["ranks"]] == [0, 1, 2]
+    assert sorted(r["node"] for r in group["ranks"]) == names
+    assert len(rank_processes(group["id"])) == 3
+    leader = group["ranks"][0]
+    assert leader_ready(e2e, "big3") == [True]
+    wait_for("solo3 Ready", lambda: is_true(e2e.get("mdep", "solo3"), "Ready"))
+    solo = answer(e2e.get("mdep", "solo3")["status"]["placements"][0]["endpoint"], "solo3")
+    assert answer(leader["endpoint"], "big3") == solo
+    print(f"\nsharded x3: Ready in {to_ready:.1f}s")
+    operator.assert_alive()

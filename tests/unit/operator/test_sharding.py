@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import placement, sharding
+from mlxfleet_operator.core import placement, sharded, sharding
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 DELAY = timedelta(seconds=15)
@@ -187,3 +187,11 @@ def test_properties(
         assert rej.message
     if d.missing and d.unsplittable is None:  # else one message names the model
         assert {r.node for r in d.rejections} == set(by_name) - set(chosen)
+
+
+@given(st.text(min_size=1, max_size=40), st.integers(1, 10_000), st.integers(0, 15))
+def test_ring_ports_stay_below_the_ephemeral_ranges(slot: str, epoch: int, rank: int) -> None:
+    """Linux hands out 32768-60999 and macOS 49152-65535 to outgoing connections: a ring port
+    there can be taken (EADDRINUSE at the rank's bind)."""
+    port = sharded.ring_port(slot, f"g0-{epoch}", rank)
+    assert 20_000 <= port < 32_768

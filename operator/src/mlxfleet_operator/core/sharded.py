@@ -29,8 +29,11 @@ from mlxfleet_operator.core import conditions, naming, placement, sharding
 from mlxfleet_operator.core.deployment import facts as dep
 from mlxfleet_operator.core.deployment import placing, slots
 
-PORT_BASE = 30_000
-PORT_SPAN = 2_000  # x 16 ports per group: 30000-61999
+# Ring ports stay below every OS's ephemeral range (Linux 32768-60999, macOS 49152-65535): a
+# port there may be held by any outgoing connection (or its TIME_WAIT) and the rank's bind
+# fails (EADDRINUSE; seen in e2e runs on a busy machine).
+PORT_BASE = 20_000
+PORT_SPAN = 750  # x 16 ports per group (ranks): 20000-31999
 R = cond.Reason
 
 
