@@ -6,10 +6,12 @@ re-forms on the spare node; no process of the old formation is left anywhere."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import openai
 import pytest
 
@@ -53,6 +55,37 @@ def leader_ready(e2e: E2E, service: str) -> list[bool]:
         if s["metadata"]["labels"].get("kubernetes.io/service-name") == service
         for ep in s.get("endpoints", [])
     ]
+
+
+def watch_withdrawal(e2e: E2E, service: str) -> list[float]:
+    """Watch the service's EndpointSlices from now on (the API server's own events, not a
+    kubectl round trip): the returned list gets the monotonic time when an endpoint turns not
+    ready."""
+    api = kubernetes.client.DiscoveryV1Api(
+        kubernetes.config.new_client_from_config(str(e2e.cluster.kubeconfig))
+    )
+    seen: list[float] = []
+    started = threading.Event()
+
+    def run() -> None:
+        w = kubernetes.watch.Watch()
+        stream = w.stream(
+            api.list_namespaced_endpoint_slice,
+            e2e.namespace,
+            label_selector=f"kubernetes.io/service-name={service}",
+            timeout_seconds=60,
+        )
+        for event in stream:
+            started.set()
+            eps = event["object"].endpoints or []
+            if any(not (ep.conditions and ep.conditions.ready) for ep in eps):
+                seen.append(time.monotonic())
+                w.stop()
+                return
+
+    threading.Thread(target=run, daemon=True).start()
+    assert started.wait(10), "EndpointSlice watch did not start"
+    return seen
 
 
 def test_two_rank_group_serves_fails_over_and_reforms(
@@ -100,11 +133,12 @@ def test_two_rank_group_serves_fails_over_and_reforms(
     old = group["id"]
     assert len(rank_processes(old)) == 2
 
+    withdrawn = watch_withdrawal(e2e, "big")
     killed = time.monotonic()
     pool[follower].kill()
     wait_for("group out of the endpoints", lambda: leader_ready(e2e, "big") == [False],
              interval=0.05)  # fmt: skip
-    left = time.monotonic() - killed
+    left = withdrawn[0] - killed
     wait_for("no rank of the old formation left", lambda: not rank_processes(old), timeout=30)
     orphans_gone = time.monotonic() - killed
     spare = next(n for n in pool if n not in first)
@@ -137,19 +171,25 @@ def test_two_rank_group_serves_fails_over_and_reforms(
         f"old ranks gone {orphans_gone:.2f}s; re-formed Ready {reform:.1f}s "
         f"(failover delay {FAILOVER_DELAY}s)"
     )
-    assert left < 1.0, left  # issue 10: the group leaves the endpoints within 1 s (kubectl
-    # included: the operator's group watch withdraws rank 0 ~0.2 s after its agent saw the loss)
+    assert left < 1.0, left  # issue 10: the group leaves the endpoints within 1 s (the API
+    # server's watch event; the operator's group watch withdraws rank 0 once its agent saw it)
     operator.assert_alive()
 
 
-def test_three_rank_group_answers_like_one_node(
+def test_three_rank_group_answers_like_one_node_and_survives_losing_rank_0(
     e2e: E2E, agents: Agents, operator: Operator, model_tri: Path
 ) -> None:
     """A 3-rank tensor group of a model with 3 KV heads: Ready on three agents, every rank
-    running, rank 0 alone published, and its greedy answer equals a single node's."""
-    pool = {e2e.register(a): a for a in (agents.start("a"), agents.start("b"), agents.start("c"))}
-    names = sorted(pool)
-    e2e.apply(e2e.deployment("solo3", model_tri, replicas=1, placement={"nodes": [names[0]]}))
+    running, rank 0 alone published, and its greedy answer equals a single node's. SIGKILL of
+    rank 0's agent: the group leaves the endpoints within 1 s, the followers stop, and the group
+    re-forms on the two survivors plus the spare."""
+    pool = {
+        e2e.register(a): a
+        for a in (agents.start("a"), agents.start("b"), agents.start("c"), agents.start("d"))
+    }
+    names = sorted(pool)[:3]
+    spare = sorted(pool)[3]
+    e2e.apply(e2e.deployment("solo3", model_tri, replicas=1, placement={"nodes": [spare]}))
     started = time.monotonic()
     e2e.apply(
         e2e.deployment(
@@ -157,7 +197,7 @@ def test_three_rank_group_answers_like_one_node(
             model_tri,
             replicas=1,
             sharding={"size": 3, "mode": "Tensor"},
-            placement={"nodes": names},
+            placement={"nodes": [*names, spare]},
         )
     )
     md: dict[str, Any] = wait_for(
@@ -174,5 +214,32 @@ def test_three_rank_group_answers_like_one_node(
     wait_for("solo3 Ready", lambda: is_true(e2e.get("mdep", "solo3"), "Ready"))
     solo = answer(e2e.get("mdep", "solo3")["status"]["placements"][0]["endpoint"], "solo3")
     assert answer(leader["endpoint"], "big3") == solo
-    print(f"\nsharded x3: Ready in {to_ready:.1f}s")
+
+    old = group["id"]
+    withdrawn = watch_withdrawal(e2e, "big3")
+    killed = time.monotonic()
+    pool[leader["node"]].kill()
+    wait_for("group out of the endpoints", lambda: leader_ready(e2e, "big3") == [False],
+             interval=0.05)  # fmt: skip
+    left = withdrawn[0] - killed
+    wait_for("no rank of the old formation left", lambda: not rank_processes(old), timeout=30)
+    survivors = sorted([*(n for n in names if n != leader["node"]), spare])
+    reformed: dict[str, Any] = wait_for(
+        "group re-formed on the survivors and the spare",
+        lambda: (
+            (d := e2e.get("mdep", "big3"))
+            and is_true(d, "Ready")
+            and sorted(r["node"] for r in d["status"]["groups"][0]["ranks"]) == survivors
+            and d
+        ),
+    )
+    reform = time.monotonic() - killed
+    new = reformed["status"]["groups"][0]
+    assert answer(new["ranks"][0]["endpoint"], "big3") == solo
+    assert len(rank_processes(new["id"])) == 3
+    print(
+        f"\nsharded x3: Ready in {to_ready:.1f}s; rank 0's agent killed: out of endpoints "
+        f"{left:.2f}s, re-formed Ready {reform:.1f}s"
+    )
+    assert left < 1.0, left
     operator.assert_alive()

@@ -27,7 +27,7 @@ import httpx
 
 from mlxfleet_agent import contract
 
-HEALTH_INTERVAL_S = 0.2
+HEALTH_INTERVAL_S = 0.1
 SILENT_LIMIT = 3
 
 
