@@ -1,7 +1,8 @@
 """Fixtures: tiny llama models generated locally (mlxfleet_agent.devmodels), once per session.
 
 `model_a` and `model_b` load in mlx_lm and differ in their weights (seeds 1 and 2), so a test can
-tell which one answered; `broken_model` looks like a model but fails to load (rollback tests).
+tell which one answered; `broken_model` looks like a model but fails to load (rollback tests);
+`model_tri` has 6 heads / 3 KV heads (hidden 96), so tensor sharding splits it over 3 ranks.
 `embedding_model` (and `embedding_model_b`, other weights) / `reranker_model`: tiny Qwen3
 checkpoints of the mlx-embed / mlx-rerank engines (mlxfleet_agent.engines.testmodels).
 May import: pytest, mlxfleet_agent.devmodels, mlxfleet_agent.engines.testmodels (lazily).
@@ -26,10 +27,17 @@ def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def make_model(
-    tmp_path_factory: pytest.TempPathFactory, name: str, *, seed: int, broken: bool = False
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    *,
+    seed: int,
+    broken: bool = False,
+    **shape: int,
 ) -> Path:
-    """Generate (or reuse, within the session) the model `name` under models_root()."""
-    return devmodels.generate_model(models_root(tmp_path_factory) / name, seed=seed, broken=broken)
+    """Generate (or reuse, within the session) the model `name` under models_root(); `shape`:
+    devmodels.generate_model's size arguments (hidden_size, num_heads, num_kv_heads ...)."""
+    root = models_root(tmp_path_factory)
+    return devmodels.generate_model(root / name, seed=seed, broken=broken, **shape)
 
 
 @pytest.fixture(scope="session")
@@ -70,3 +78,10 @@ def reranker_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from mlxfleet_agent.engines import testmodels
 
     return testmodels.generate_reranker_model(models_root(tmp_path_factory) / "qwen3-reranker")
+
+
+@pytest.fixture(scope="session")
+def model_tri(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model(
+        tmp_path_factory, "model-tri", seed=SEED_A, hidden_size=96, num_heads=6, num_kv_heads=3
+    )

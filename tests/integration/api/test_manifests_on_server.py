@@ -71,6 +71,7 @@ def test_samples_apply_server_side_with_the_documented_commands(cluster: Any) ->
     assert set(secret["data"]) == {"token", "ca.crt"}
     names = cluster.kubectl("get", "mdep,swp", "-n", namespace, "-o", "name").stdout.split()
     assert sorted(names) == [
+        "modeldeployment.mlxfleet.io/llama-70b",  # the sharded sample
         "modeldeployment.mlxfleet.io/qwen3-8b",
         "swapplan.mlxfleet.io/qwen3-8b-to-2025-06",
     ]

@@ -111,6 +111,16 @@ VALID: tuple[Valid, ...] = (
     Valid("md-engine-rerank", MD, {"engine": {"name": "mlx-rerank"}}),
     Valid("md-engine-vllm", MD, {"engine": {"name": "vllm", "vllm": {"task": "embed"}}}),
     Valid("md-engine-command", MD, {"engine": _COMMAND}),
+    Valid("md-sharded-tensor", MD, {"replicas": 1, "sharding": {"size": 2}}),
+    Valid(
+        "md-sharded-pipeline-jaccl",
+        MD,
+        {
+            "replicas": 2,
+            "sharding": {"size": 16, "mode": "Pipeline", "backend": "jaccl"},
+            "placement": {"nodes": DELETE},
+        },
+    ),
 )
 
 
@@ -225,6 +235,26 @@ INVALID: tuple[Invalid, ...] = (
         "md-node-name-invalid",
         MD,
         {"replicas": 1, "placement": {"nodes": ["Mac_1"]}},
+        "spec.placement.nodes",
+    ),
+    # ModelDeployment: sharding
+    Invalid("md-shard-size-1", MD, {"sharding": {"size": 1}}, "spec.sharding.size"),
+    Invalid(
+        "md-shard-engine",
+        MD,
+        {"sharding": {"size": 2}, "engine": {"name": "mlx-embed"}},
+        "spec.sharding",
+    ),
+    Invalid("md-shard-size-17", MD, {"sharding": {"size": 17}}, "spec.sharding.size"),
+    Invalid("md-shard-size-missing", MD, {"sharding": {"mode": "Tensor"}}, "spec.sharding.size"),
+    Invalid("md-shard-mode", MD, {"sharding": {"size": 2, "mode": "Expert"}}, "spec.sharding.mode"),
+    Invalid(
+        "md-shard-backend", MD, {"sharding": {"size": 2, "backend": "mpi"}}, "spec.sharding.backend"
+    ),
+    Invalid(
+        "md-shard-nodes-fewer-than-ranks",
+        MD,
+        {"replicas": 2, "sharding": {"size": 2}, "placement": {"nodes": ["a", "b", "c"]}},
         "spec.placement.nodes",
     ),
     Invalid(

@@ -39,7 +39,12 @@ def _samples() -> list[dict[str, Any]]:
 
 
 def test_every_kind_has_a_sample() -> None:
-    assert sorted(d["kind"] for d in _samples()) == sorted(MODELS)
+    assert sorted({d["kind"] for d in _samples()}) == sorted(MODELS)
+
+
+def test_a_sample_is_sharded() -> None:  # scripts find it by a spec key containing "shard"
+    sharded = [d for d in _samples() if any("shard" in k for k in d.get("spec", {}))]
+    assert [d["kind"] for d in sharded] == ["ModelDeployment"]
 
 
 def _contains(outer: Any, inner: Any) -> bool:

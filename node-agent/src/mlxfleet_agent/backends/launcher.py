@@ -6,13 +6,15 @@ timeouts and the HTTP client of warm-ups. The slots ask it for backends.
 within the grace period (the engine's own grace when longer, vLLM's 30 s). The engine
 specifics come from `recipes`; `check` refuses an engine this node cannot run; `engines` is
 what discovery found at start (GET /v1/state).
-May import: httpx, the standard library, contract, engines, backends (recipes, process,
-readiness).
+A rank of a sharded group gets mlx.distributed's environment (`ranks`) on top of its engine's.
+May import: httpx, the standard library, contract, engines, backends (ranks, recipes,
+process, readiness).
 Called by: slots (the slot's primitives), runtime (builds and closes it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from mlxfleet_agent import contract
-from mlxfleet_agent.backends import process, readiness, recipes
+from mlxfleet_agent.backends import process, ranks, readiness, recipes
 from mlxfleet_agent.engines import plugin
 
 
@@ -63,9 +65,22 @@ class Launcher:
         self, *, model_dir: Path, spec: contract.SlotSpec, label: str
     ) -> tuple[process.Backend, Sequence[plugin.Probe]]:
         """A backend process of the spec's engine for `model_dir` (not started yet), and the
-        probes that say it is ready."""
+        probes that say it is ready (`spec.shard`: one rank of a group, started with
+        mlx.distributed's environment; see `ranks`)."""
+        shard_env = (
+            None
+            if spec.shard is None
+            else ranks.environment(spec.shard, run_dir=self.log_dir / "ranks")
+        )
+
+        def launch(port: int) -> plugin.Launch:
+            made = recipes.launch(spec, model_dir, port, self.host)
+            if shard_env is None:
+                return made
+            return dataclasses.replace(made, env={**made.env, **shard_env})
+
         backend = process.Backend(
-            lambda port: recipes.launch(spec, model_dir, port, self.host),
+            launch,
             label=label,
             log_dir=self.log_dir,
         )
@@ -82,6 +97,14 @@ class Launcher:
             alive=backend.alive,
             timeout_s=self.load_timeout_s,
         )
+
+    async def watch_rank(self, backend: process.Backend, shard: contract.RankSpec) -> str:
+        """Return (why) once a rank stops: a follower's process exits, rank 0 exits or turns
+        unhealthy (a peer was lost)."""
+        if shard.leader:
+            return await ranks.watch_leader(self._client, backend.base_url, alive=backend.alive)
+        code = await backend.wait_exit()
+        return f"rank {shard.rank} exited with code {code}: a peer rank was lost"
 
     async def stop(self, backend: process.Backend, *, grace_s: float | None = None) -> None:
         if grace_s is None:

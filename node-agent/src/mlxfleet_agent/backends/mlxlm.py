@@ -38,6 +38,7 @@ class LaunchSpec:
     options: contract.ServerOptions
     max_concurrency: int
     python: str
+    shard: contract.RankSpec | None = None  # one rank of a sharded group (see backends.ranks)
 
 
 def command(spec: LaunchSpec, *, port: int) -> list[str]:
@@ -69,6 +70,8 @@ def command(spec: LaunchSpec, *, port: int) -> list[str]:
         argv += ["--chat-template-args", json.dumps(opts.chat_template_args)]
     if opts.kv_bits is not None:
         argv += ["--kv-bits", str(opts.kv_bits)]
+    if spec.shard is not None and spec.shard.mode == contract.ShardMode.PIPELINE:
+        argv += ["--pipeline"]
     return argv
 
 

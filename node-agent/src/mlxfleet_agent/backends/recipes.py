@@ -64,6 +64,7 @@ def launch(spec: contract.SlotSpec, model_dir: Path, port: int, host: Host) -> p
                 options=spec.server,
                 max_concurrency=spec.max_concurrency,
                 python=host.python,
+                shard=spec.shard,
             ),
             port=port,
         )

@@ -8,6 +8,7 @@ snake_case. Every public name of the submodules is re-exported here, so callers 
 - `base`: `Wire`/`StrictWire`, `API_PREFIX`, `DNS_LABEL`;
 - `sources`: the source string check (`check_source`, `ModelSource`);
 - `slots`: `SlotSpec`, `SlotStatus`, swap policy, `SwapRecord`;
+- `shards`: `RankSpec` (one rank of a sharded group), its backend and mode;
 - `models`: the model store (`CachedModel`, `ModelShape`, `PrefetchRequest`, `DownloadProgress`,
   `Transfer`);
 - `state`: GET /v1/state (`AgentState`);
@@ -40,6 +41,14 @@ from mlxfleet_agent.contract.models import (
     PeerUrl,
     PrefetchRequest,
     Transfer,
+)
+from mlxfleet_agent.contract.shards import (
+    SHARD_SIZE_MAX,
+    SHARD_SIZE_MIN,
+    RankAddress,
+    RankSpec,
+    ShardBackend,
+    ShardMode,
 )
 from mlxfleet_agent.contract.slots import (
     CHAT_TEMPLATE_ARGS_MAX_BYTES,
@@ -100,6 +109,8 @@ __all__ = [
     "REQUEST_ID_MAX",
     "REQUEST_ID_PATTERN",
     "S3_BUCKET",
+    "SHARD_SIZE_MAX",
+    "SHARD_SIZE_MIN",
     "SOURCE_SCHEMES",
     "TELEMETRY_KEY_LAYOUT",
     "TELEMETRY_NODE",
@@ -129,8 +140,12 @@ __all__ = [
     "NodeTelemetry",
     "PeerUrl",
     "PrefetchRequest",
+    "RankAddress",
+    "RankSpec",
     "RequestId",
     "ServerOptions",
+    "ShardBackend",
+    "ShardMode",
     "SlotPhase",
     "SlotSpec",
     "SlotStatus",

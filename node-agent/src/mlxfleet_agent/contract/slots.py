@@ -20,6 +20,7 @@ from pydantic import AfterValidator, Field
 from mlxfleet_agent.contract.base import StrictWire, Wire
 from mlxfleet_agent.contract.engines import EngineSpec
 from mlxfleet_agent.contract.models import DownloadProgress
+from mlxfleet_agent.contract.shards import RankSpec
 from mlxfleet_agent.contract.sources import ModelSource
 
 
@@ -164,6 +165,10 @@ class SlotSpec(StrictWire):
         "spec.engine).",
     )
     swap: SwapPolicy = Field(default_factory=SwapPolicy)
+    shard: RankSpec | None = Field(
+        default=None,
+        description="Set for one rank of a sharded group (ModelDeployment spec.sharding).",
+    )
 
 
 class SlotStatus(Wire):

@@ -2,7 +2,8 @@
 
 Each wake-up (a new spec, a retry after a failure, a restart after a crash) converges the slot:
 cold start when no backend serves, in-place adoption when only names or policies changed
-(`swap.same_runtime`), else a swap (`swap.run`). A failure without a serving backend marks the
+(`swap.same_runtime`), a restart for a rank of a sharded group (groups re-form as a whole),
+else a swap (`swap.run`). A failure without a serving backend marks the
 slot Failed and retries with backoff; a deletion drains and stops every backend and ends the
 loop. Written over the slot's public operations; the registry starts it (`slot.start(run)`).
 May import: the standard library, contract, models.source, slots (slot, swap).
@@ -35,8 +36,8 @@ async def run(slot: Slot) -> None:
             raise
         except Exception as exc:
             log.exception("slot convergence failed", extra={"slot": slot.name})
-            if slot.fail(f"{type(exc).__name__}: {exc}"):
-                slot.retry_later()
+            if slot.fail(f"{type(exc).__name__}: {exc}") and slot.desired.shard is None:
+                slot.retry_later()  # a rank waits for the operator to re-form its group
 
 
 async def converge(slot: Slot) -> None:
@@ -47,6 +48,8 @@ async def converge(slot: Slot) -> None:
         await cold_start(slot, target, src)
     elif swap.same_runtime(handle.spec, target):
         slot.update_in_place(target)
+    elif handle.spec.shard is not None or target.shard is not None:
+        await slot.restart_rank(target, src)
     else:
         await swap.run(slot, target, src, request_id=slot.request_id)
 

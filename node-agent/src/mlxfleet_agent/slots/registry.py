@@ -83,7 +83,8 @@ class Registry:
 
     def route(self, served_name: str) -> Slot | None:
         for slot in self.slots.values():
-            if slot.desired.served_name == served_name and not slot.deleted:
+            follower = slot.desired.shard is not None and not slot.desired.shard.leader
+            if slot.desired.served_name == served_name and not slot.deleted and not follower:
                 return slot
         return None
 

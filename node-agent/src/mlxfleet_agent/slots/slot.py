@@ -6,7 +6,7 @@ meanwhile: that is what makes `switch` atomic and drop-free. Everything the swap
 (`swap`) and the convergence loop (`convergence`) do to a slot goes through the public
 operations here (prepare, load, switch, take_offline, drain, stop_retired, revert, ...); the
 loop itself runs in a task the registry starts (`start(run)`).
-May import: the standard library, contract, backends (launcher, process, readiness),
+May import: the standard library, contract, backends (launcher, process, ranks, readiness),
 models (catalog, progress, source), telemetry.recorder, slots (gate, handle, lease).
 Called by: slots (registry, swap, convergence); the data plane through `slots.lease` only.
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mlxfleet_agent import contract
-from mlxfleet_agent.backends import launcher, process, readiness
+from mlxfleet_agent.backends import launcher, process, ranks, readiness
 from mlxfleet_agent.models import catalog, progress, source
 from mlxfleet_agent.slots import gate, lease
 from mlxfleet_agent.slots.handle import Handle, Prepared
@@ -109,6 +109,7 @@ class Slot:
         self._download: progress.Meter | None = None  # the weights being prepared
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping: asyncio.Task[None] | None = None  # an abandoned rank being stopped
 
     # ---- what it serves -----------------------------------------------------------------------
 
@@ -214,14 +215,29 @@ class Slot:
         self, spec: contract.SlotSpec, src: source.Source, *, request_id: str | None = None
     ) -> None:
         """A new desired spec (admitted by the registry): converge to it; a swap to it carries
-        `request_id` in its record."""
+        `request_id` in its record. A rank still forming a group the operator gave up on (its id
+        changed) is stopped at once: it may wait in the ring's accept for a peer that is gone, and
+        the loop must get to the new group."""
         self._desired = (spec, src)
         self.request_id = request_id
         self._wake.set()
+        self._abandon_forming(spec)
 
     def delete(self) -> None:
         self.deleted = True
         self._wake.set()
+        self._abandon_forming(None)
+
+    def _abandon_forming(self, spec: contract.SlotSpec | None) -> None:
+        """Stop a rank still forming its group when that group is no longer wanted (`spec`:
+        the new desired spec; None: the slot is deleted). It may wait in the ring's accept for
+        a peer that is gone, which would hold this slot's loop until the load timeout."""
+        forming = self._standby
+        if forming is None or forming.spec.shard is None or forming.spec == spec:
+            return
+        log.info("rank of an abandoned group stopped", extra={"slot": self.name})
+        stop = self.deps.launcher.stop(forming.backend, grace_s=2.0)
+        self._stopping = asyncio.get_running_loop().create_task(stop)
 
     def begin_shutdown(self) -> None:
         """Queued requests are refused from now on; requests in flight go on."""
@@ -311,6 +327,11 @@ class Slot:
         if self._active is None:
             self.phase = Phase.LOADING
         spec = prepared.spec
+        if spec.shard is not None:
+            why = ranks.check_model(spec.shard, ranks.read_config(prepared.model_dir))
+            if why is not None:
+                self.deps.catalog.release(prepared.label)
+                raise process.BackendFailed(why)
         backend, probes = self.deps.launcher.backend(
             model_dir=prepared.model_dir, spec=spec, label=prepared.label
         )
@@ -327,8 +348,13 @@ class Slot:
             self.deps.owner.backends_changed()
             if self._active is None:
                 self.phase = Phase.WARMING
-            warm = await self.deps.launcher.warm_up(backend, probes)
-            handle.fingerprint = warm.fingerprint
+            if spec.shard is not None and not spec.shard.leader:
+                # a follower has no HTTP server: it is up while it runs; rank 0's warm-up
+                # proves the whole group (it cannot answer without every rank)
+                await ranks.follower_started(alive=backend.alive)
+            else:
+                warm = await self.deps.launcher.warm_up(backend, probes)
+                handle.fingerprint = warm.fingerprint
         except BaseException as exc:
             self._standby = None
             self._download = None
@@ -426,6 +452,9 @@ class Slot:
 
     async def _watch(self, handle: Handle) -> None:
         """Notice a backend that exits on its own: fail over to a restart with backoff."""
+        if handle.spec.shard is not None:
+            await self._watch_rank(handle, handle.spec.shard)
+            return
         code = await handle.backend.wait_exit()
         if handle.backend.stopping:
             return
@@ -447,3 +476,31 @@ class Slot:
         await self._stop_handle(handle)
         await asyncio.sleep(delay if self.restarts > 1 else 0.0)
         self._wake.set()
+
+    async def _watch_rank(self, handle: Handle, shard: contract.RankSpec) -> None:
+        """A rank whose process exits or, for rank 0, whose group broke (a peer was lost) is
+        stopped and the slot fails: no rank keeps running alone, and none restarts alone (the
+        operator re-forms the group with a new group id)."""
+        backend = handle.backend
+        why = await self.deps.launcher.watch_rank(backend, shard)
+        if backend.stopping:
+            return
+        log.error("rank stopped", extra={"slot": self.name, "pid": backend.pid, "reason": why})
+        self.last_error = f"{why}; log: {backend.log_tail()}"
+        backend.stopping = True
+        if handle is self._active:
+            self._gate.close()
+            self._active = None
+            self.phase = Phase.FAILED
+            self.failed = True
+        await self._stop_handle(handle)
+
+    async def restart_rank(self, spec: contract.SlotSpec, src: source.Source) -> None:
+        """A group re-forms as a whole: stop this rank's backend, start the new one (no surge)."""
+        handle = self._active
+        if handle is not None:
+            self._gate.close()
+            self._active = None
+            await self._stop_handle(handle)
+        handle = await self.load(await self.prepare(spec, src))
+        self.switch(handle)

@@ -42,6 +42,14 @@ class Entry:
     client: agent.AgentClient
     state: contract.AgentState | None = None
     polled_at: datetime | None = None
+    failed_at: datetime | None = None  # the last request that got no state (poll or watch)
+
+    @property
+    def answering(self) -> bool:
+        """The agent answered its latest request (no failure since the last state)."""
+        return self.polled_at is not None and (
+            self.failed_at is None or self.failed_at < self.polled_at
+        )
 
     @property
     def endpoint(self) -> str | None:
@@ -167,6 +175,8 @@ class Fleet:
                 self.version += 1
             entry.state = state
             entry.polled_at = now
+        elif entry is not None:
+            entry.failed_at = now
 
     def slot_removed(self, name: str, slot: str) -> None:
         """Forget a slot we just deleted, so the next reconcile does not trust the old answer."""

@@ -315,6 +315,21 @@ class Kube:
             },
         }
         await self._own(self._services, deployment, svc_body)
+        wanted = await self.publish_slices(deployment, endpoints)
+        await self._delete_slices(deployment, service, keep=wanted)
+
+    async def publish_slices(
+        self, deployment: Mapping[str, Any], endpoints: Sequence[Endpoint]
+    ) -> set[str]:
+        """Only the EndpointSlices of `publish` (no Service write, no pruning of stale slices):
+        the fast path of a sharded group's withdrawal, only after `publish` succeeded (the
+        Service is ours). Returns the slices' names."""
+        meta = deployment["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        service = naming.service_name(name)
+        owner = [owner_reference(deployment)]
+        labels = {"app.kubernetes.io/managed-by": MANAGED_BY, **naming.deployment_labels(name)}
+        annotations = {resources.DEPLOYMENT_ANNOTATION: name}
         groups: dict[tuple[str, int], list[tuple[str, Endpoint]]] = {}
         for ep in endpoints:
             kind, address = slice_address(ep.host)
@@ -353,7 +368,7 @@ class Kube:
                 ],
             }
             await self._own(self._slices, deployment, body)
-        await self._delete_slices(deployment, service, keep=wanted)
+        return wanted
 
     async def unpublish(self, deployment: Mapping[str, Any]) -> None:
         """Remove the deployment's own Service and EndpointSlices (ownerReferences do this too

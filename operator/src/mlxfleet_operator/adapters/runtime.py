@@ -36,6 +36,19 @@ class Runtime:
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     announced: dict[str, str] = field(default_factory=dict)
     settled: dict[str, tuple[object, float]] = field(default_factory=dict)
+    watches: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # by object uid
+    withdrawn: dict[str, set[str]] = field(default_factory=dict)  # group ids a watch withdrew
+
+    def watch(self, uid: str, task: asyncio.Task[None] | None) -> None:
+        """Keep one background watch per object (a sharded deployment's ready groups): the
+        previous one is cancelled; None cancels it and forgets what it withdrew."""
+        old = self.watches.pop(uid, None)
+        if old is not None and old is not asyncio.current_task():
+            old.cancel()
+        if task is not None:
+            self.watches[uid] = task
+        else:
+            self.withdrawn.pop(uid, None)
 
     def lock(self, uid: str) -> asyncio.Lock:
         """One reconcile at a time per object (a timer and an event handler may overlap)."""
@@ -63,6 +76,8 @@ class Runtime:
             self.settled[uid] = (inputs, at)
 
     async def aclose(self) -> None:
+        for uid in list(self.watches):
+            self.watch(uid, None)
         await self.fleet.aclose()
         self.kube.close()
 

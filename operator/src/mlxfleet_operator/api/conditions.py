@@ -63,6 +63,8 @@ class Reason(StrEnum):
     AWAITING_APPROVAL = "AwaitingApproval"
     BACKEND_FAILED = "BackendFailed"
     NODE_LOST = "NodeLost"
+    SHARDING_UNSUPPORTED = "ShardingUnsupported"  # the model cannot be split so (Stalled)
+    GROUP_REFORMING = "GroupReforming"  # a rank of a sharded group was lost; re-forming
     # InferenceNode
     HEARTBEAT_OK = "HeartbeatOK"
     HEARTBEAT_MISSED = "HeartbeatMissed"

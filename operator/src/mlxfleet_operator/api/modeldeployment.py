@@ -160,6 +160,45 @@ _ENGINE_RULES = (
 )
 
 
+class ShardingMode(StrEnum):
+    TENSOR = "Tensor"
+    PIPELINE = "Pipeline"
+
+
+class ShardingBackend(StrEnum):
+    RING = "ring"
+    JACCL = "jaccl"
+
+
+class Sharding(base.ApiModel):
+    """Split each replica over several nodes (mlx.distributed): a replica is then a group of
+    `size` ranks on distinct nodes, Ready only when every rank is; rank 0 serves requests."""
+
+    size: int = Field(
+        ge=contract.SHARD_SIZE_MIN,
+        le=contract.SHARD_SIZE_MAX,
+        description=f"Ranks (nodes) per replica ({contract.SHARD_SIZE_MIN}-"
+        f"{contract.SHARD_SIZE_MAX}).",
+    )
+    mode: ShardingMode = Field(
+        default=ShardingMode.TENSOR,
+        description="Tensor splits every layer by KV heads (the model's KV heads must divide "
+        "by size); Pipeline splits the layers, in proportion to each node's free memory "
+        "(only for architectures whose mlx-lm model supports it, e.g. DeepSeek V3; not llama).",
+    )
+    backend: ShardingBackend = Field(
+        default=ShardingBackend.RING,
+        description="ring: TCP between the nodes (Ethernet or Thunderbolt IP); jaccl: RDMA over "
+        "Thunderbolt 5 (macOS 26.2+, see docs/sharding.md).",
+    )
+
+    def to_agent_mode(self) -> contract.ShardMode:
+        return contract.ShardMode(self.mode.value.lower())
+
+    def to_agent_backend(self) -> contract.ShardBackend:
+        return contract.ShardBackend(self.backend.value)
+
+
 class SwapApproval(StrEnum):
     AUTOMATIC = "Automatic"
     MANUAL = "Manual"
@@ -199,6 +238,18 @@ _NODES_RULE = base.rule(
     "spec.placement.nodes must list at least spec.replicas nodes",
     field_path=".placement.nodes",
 )
+_SHARD_NODES_RULE = base.rule(
+    "!has(self.sharding) || !has(self.placement) || !has(self.placement.nodes) || "
+    "size(self.placement.nodes) >= (has(self.replicas) ? self.replicas : 1) * self.sharding.size",
+    "spec.placement.nodes must list at least spec.replicas x spec.sharding.size nodes "
+    "(every rank needs its own node)",
+    field_path=".placement.nodes",
+)
+_SHARD_ENGINE_RULE = base.rule(
+    "!has(self.sharding) || !has(self.engine) || self.engine.name == 'mlx-lm'",
+    "spec.sharding is supported only with engine mlx-lm (mlx_lm.server's distributed serving)",
+    field_path=".sharding",
+)
 _MAX_TOKENS_RULE = base.rule(
     "!has(self.server) || !has(self.server.maxTokens) || "
     "self.server.maxTokens <= (has(self.contextLength) ? self.contextLength : 8192)",
@@ -210,7 +261,11 @@ _MAX_TOKENS_RULE = base.rule(
 class ModelDeploymentSpec(base.ApiModel):
     """Desired state of a ModelDeployment."""
 
-    model_config = ConfigDict(json_schema_extra=base.crd(_NODES_RULE, _MAX_TOKENS_RULE))
+    model_config = ConfigDict(
+        json_schema_extra=base.crd(
+            _NODES_RULE, _SHARD_NODES_RULE, _SHARD_ENGINE_RULE, _MAX_TOKENS_RULE
+        )
+    )
 
     model: ModelSpec = Field(description="The model to serve: source, revision and served name.")
     replicas: int = Field(
@@ -259,6 +314,12 @@ class ModelDeploymentSpec(base.ApiModel):
         description="How a change of spec.model is rolled out.",
         json_schema_extra=base.crd(default={}),
     )
+    sharding: Sharding | None = Field(
+        default=None,
+        description="Serve each replica from a group of nodes (a model larger than one Mac). "
+        "spec.replicas then counts groups. Unset: whole replicas on single nodes.",
+        json_schema_extra=base.crd(nullable=False),
+    )
 
     @model_validator(mode="after")
     def _cross_field(self) -> ModelDeploymentSpec:
@@ -267,6 +328,16 @@ class ModelDeploymentSpec(base.ApiModel):
             raise ValueError(
                 f"spec.placement.nodes lists {len(nodes)} nodes, fewer than spec.replicas "
                 f"({self.replicas})"
+            )
+        if self.sharding is not None and self.engine.name != contract.EngineName.MLX_LM:
+            raise ValueError(
+                f"spec.sharding is supported only with engine mlx-lm, not {self.engine.name}"
+            )
+        ranks = self.replicas * (self.sharding.size if self.sharding is not None else 1)
+        if nodes is not None and self.sharding is not None and len(nodes) < ranks:
+            raise ValueError(
+                f"spec.placement.nodes lists {len(nodes)} nodes, fewer than spec.replicas x "
+                f"spec.sharding.size ({ranks})"
             )
         if nodes is not None and len(set(nodes)) != len(nodes):
             raise ValueError("spec.placement.nodes must not repeat a node")
@@ -308,6 +379,36 @@ class PlacementStatus(base.ApiModel):
     )
 
 
+class RankStatus(base.ApiModel):
+    """One rank of a sharded group."""
+
+    rank: int = Field(ge=0, description="Rank in the group (0 serves requests).")
+    node: str = Field(description="InferenceNode running the rank.")
+    ready: bool = Field(default=False, description="Whether the rank runs (rank 0: serves).")
+    endpoint: str | None = Field(
+        default=None, description="Rank 0: the agent's data-plane URL; others: their ring address."
+    )
+    memory_bytes: int | None = Field(
+        default=None, ge=0, description="Memory placed for this rank (its share).",
+        json_schema_extra=base.crd(int_format="int64"),
+    )  # fmt: skip
+    message: str | None = Field(default=None, description="Why the rank is not ready.")
+
+
+class GroupStatus(base.ApiModel):
+    """One replica of a sharded deployment: a group of ranks."""
+
+    index: int = Field(ge=0, description="Replica (group) number.")
+    id: str = Field(description="Id of this formation; a re-formed group gets a new one.")
+    ready: bool = Field(default=False, description="Every rank is ready.")
+    source: str | None = Field(default=None, description="Model source the group serves.")
+    revision: str | None = Field(default=None, description="Revision the group serves.")
+    broken_at: str | None = Field(
+        default=None, description="When a rank of this formation was lost (RFC 3339)."
+    )
+    ranks: list[RankStatus] = Field(default_factory=list, description="Ranks by number.")
+
+
 class ModelDeploymentStatus(base.ApiModel):
     """Observed state of a ModelDeployment, written only by the operator."""
 
@@ -329,6 +430,10 @@ class ModelDeploymentStatus(base.ApiModel):
     )
     swap_plan: str | None = Field(
         default=None, description="Name of the SwapPlan rolling out the current model, if any."
+    )
+    groups: list[GroupStatus] = Field(
+        default_factory=list,
+        description="Sharded deployments: one entry per group (replica) with its ranks.",
     )
     estimated_memory_bytes: int | None = Field(
         default=None,

@@ -26,7 +26,7 @@ from mlxfleet_operator.core.deployment import facts, footprint, intent, placing,
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.swapplan import prefetch
-from mlxfleet_operator.handlers import guard, indexes
+from mlxfleet_operator.handlers import guard, indexes, sharded
 
 KIND = resources.MODEL_DEPLOYMENT
 DEPLOYMENTS = (resources.GROUP, resources.VERSION, KIND.plural)
@@ -92,10 +92,16 @@ async def reconcile(
     if unpolled := facts.unpolled(found):
         waiting = f"waiting for the first poll of {', '.join(unpolled)}"
         raise kopf.TemporaryError(waiting, delay=rt.config.poll_seconds)
+    endpoint = kube.service_url(namespace, name)
+    if md.spec.sharding is None:
+        rt.watch(md.metadata.uid or "", None)  # no longer sharded: no group watch
+    else:  # groups of ranks: their own placement and status
+        size = await _size(rt, md, found)
+        await sharded.reconcile(rt, md, body, found, patch, endpoint=endpoint, sized=size)
+        return
     plan = await _plan(rt, md, idx)
     size = await _size(rt, md, found)
     now = runtime.now()
-    endpoint = kube.service_url(namespace, name)
     if isinstance(size, conditions.Verdict):
         kube.write_status(
             patch, mdstatus.unplaced_status(md, size, now=now, endpoint=endpoint), body
@@ -219,6 +225,7 @@ async def teardown(
         rt = run.rt
         rt.announced.pop(uid, None)
         rt.settle(uid, None, at=0)
+        rt.watch(uid, None)
         for node in [] if shared else list(rt.fleet.entries):
             gone = await rt.fleet.delete_slot(node, slot)
             if gone is not None:

@@ -1,0 +1,209 @@
+"""Sharded ModelDeployment reconcile: place groups (core.sharding), tell each chosen agent its
+rank (slot spec with rank, world size and the ring hostfile), stop the ranks of broken groups,
+publish rank 0 of each group (ready only when every rank is), write status with the groups.
+
+Between reconciles (every --poll-seconds) a watch asks the agents of every ready group's ranks
+for their state every WATCH_INTERVAL_S (0.15 s): a rank that is not ready any more (rank 0's
+agent saw a peer lost) or whose agent stops answering takes its group's rank 0 out of the
+EndpointSlice at once, writing only the slices (the issue's bound is 1 s; the poll alone would
+take up to two poll periods). The next reconcile treats such a group as broken and decides the
+rest (re-forming); each reconcile replaces the watch with one over its own ready groups. The
+withdrawal is not taken under the object's lock (a reconcile under load may hold it long): a
+reconcile running meanwhile checks `Runtime.withdrawn` before it publishes.
+
+May import: kopf, adapters, core, api. Called by: handlers.deployments (reconcile of a
+ModelDeployment whose spec.sharding is set; not a registered handler of its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+
+import kopf
+
+from mlxfleet_operator.adapters import agent, events, kube, metrics, runtime
+from mlxfleet_operator.api import conditions as cond
+from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.core import conditions, naming, sharded, sharding
+from mlxfleet_operator.core import events as core_events
+from mlxfleet_operator.core.deployment import facts as dep
+from mlxfleet_operator.core.deployment import slots
+from mlxfleet_operator.core.deployment import status as mdstatus
+
+log = logging.getLogger(__name__)
+WATCH_INTERVAL_S = 0.15
+WATCH_MISSES = 2  # consecutive unanswered state requests that count as a lost rank
+
+
+def _fresh(rt: runtime.Runtime, facts: list[dep.NodeFacts]) -> frozenset[str]:
+    """Nodes whose agent answered the latest poll (a rank's node that stopped answering takes
+    its group out of the endpoints at once, before the heartbeat misses add up)."""
+    now = runtime.now()
+    limit = timedelta(seconds=rt.config.poll_seconds * 1.5 + 0.5)
+    out = set()
+    for f in facts:
+        entry = rt.fleet.get(f.name)
+        if entry is None or not entry.answering or entry.polled_at is None:
+            continue
+        if now - entry.polled_at <= limit:
+            out.add(f.name)
+    return frozenset(out)
+
+
+async def reconcile(
+    rt: runtime.Runtime,
+    md: mdep.ModelDeployment,
+    body: kopf.Body,
+    facts: list[dep.NodeFacts],
+    patch: kopf.Patch,
+    *,
+    endpoint: str,
+    sized: int | conditions.Verdict,
+) -> None:
+    namespace, name = md.metadata.namespace or "", md.metadata.name or ""
+    slot = naming.slot_name(namespace, name)
+    now = runtime.now()
+    uid = str(body.metadata.uid)
+    cached = sharded.cached_model(md, facts)
+    if isinstance(sized, conditions.Verdict) or cached is None:
+        verdict = sized if isinstance(sized, conditions.Verdict) else conditions.Verdict(
+            False, cond.Reason.SIZE_UNKNOWN, "waiting for the model's shape", reconciling=True
+        )  # fmt: skip
+        kube.write_status(
+            patch, mdstatus.unplaced_status(md, verdict, now=now, endpoint=endpoint), body
+        )
+        return
+    by_name = {f.name: f for f in facts}
+    fresh = _fresh(rt, facts)
+    views = [
+        sharded.node_view(
+            f,
+            slot=slot,
+            fresh=f.name in fresh,
+            last_seen=e.polled_at if (e := rt.fleet.get(f.name)) is not None else None,
+        )
+        for f in facts
+    ]
+    request = sharded.group_request(md, cached)
+    broken = sharded.broken_groups(md, by_name, fresh, slot=slot)
+    withdrawn = rt.withdrawn.pop(uid, set())  # lost between reconciles: broken too
+    broken |= {g.index for g in md.status.groups if g.id in withdrawn}
+    decision = sharding.place_groups(
+        request,
+        views,
+        sharded.current(md),
+        now=now,
+        failover_delay=timedelta(seconds=rt.config.failover_delay),
+    )
+    forms = sharded.formations(md, decision, by_name, broken, slot=slot)
+    outcomes: dict[str, dep.Outcome] = {}
+    wanted: set[str] = set()
+    for form in forms:
+        for rank in form.plan.ranks:
+            wanted.add(rank.node)
+            fact = by_name.get(rank.node)
+            if fact is None or rank.node not in fresh:
+                continue
+            spec = sharded.rank_spec(md, form, rank)
+            observed = fact.slot(slot)
+            if observed is not None and observed.spec == spec:
+                continue
+            put = slots.SlotRequest(rank.node, spec)
+            if (outcome := await rt.fleet.put_slot(slot, put)) is not None:
+                outcomes[rank.node] = outcome
+    # survivors of broken groups not re-formed yet, and nodes no group wants: stop their ranks
+    for f in facts:
+        if f.name in wanted or f.name not in fresh or f.slot(slot) is None:
+            continue
+        await rt.fleet.delete_slot(f.name, slot)
+    result = sharded.status(
+        md,
+        decision=decision,
+        forms=forms,
+        facts=by_name,
+        fresh=fresh,
+        outcomes=outcomes,
+        endpoint=endpoint,
+        now=now,
+        reforming=broken,
+        slot=slot,
+    )
+    lost_now = rt.withdrawn.get(uid, set())  # a watch withdrew a group while this ran
+    gone = {g.ranks[0].node for g in result.status.groups if g.id in lost_now and g.ranks}
+    await rt.kube.publish(
+        body,
+        [
+            kube.Endpoint.from_url(n, url, ready=ok and n not in gone)
+            for n, url, ok in result.endpoints
+        ],
+    )
+    for index in sorted(broken):
+        if rt.first_time(
+            str(body.metadata.uid),
+            f"broken-{index}-{md.status.groups[0].id if md.status.groups else ''}",
+        ):
+            lost = f"group {index} lost a rank: re-forming"
+            events.post(body, core_events.Event(cond.Reason.GROUP_REFORMING, lost, warning=True))
+    kube.write_status(patch, result.status, body)
+    watched = {g.id: [r.node for r in g.ranks] for g in result.status.groups if g.ready and g.ranks}
+    if watched:
+        watch = _watch(rt, uid, dict(body), watched, result.endpoints, by_name, slot=slot)
+        rt.watch(uid, asyncio.get_running_loop().create_task(watch, name=f"groups-{name}"))
+    metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
+    metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
+
+
+async def _watch(
+    rt: runtime.Runtime,
+    uid: str,
+    body: Mapping[str, object],
+    watched: Mapping[str, Sequence[str]],
+    endpoints: Sequence[tuple[str, str, bool]],
+    facts: Mapping[str, dep.NodeFacts],
+    *,
+    slot: str,
+) -> None:
+    """Withdraw the rank 0 of a ready group as soon as one of its ranks is lost (see the module
+    docstring); returns after withdrawing, or runs until the next reconcile cancels it."""
+    misses: dict[str, int] = {}
+
+    async def rank_lost(node: str, group: str) -> bool:
+        entry, fact = rt.fleet.get(node), facts.get(node)
+        if entry is None or fact is None:
+            return False
+        try:
+            state = await entry.client.state()
+        except agent.AgentError:
+            misses[node] = misses.get(node, 0) + 1
+            if misses[node] < WATCH_MISSES:
+                return False
+            rt.fleet.record(node, None, now=runtime.now())
+            return True
+        misses[node] = 0
+        rt.fleet.record(node, state, now=runtime.now())
+        seen = dataclasses.replace(fact, state=state)
+        return not sharded.rank_health(seen, slot=slot, group_id=group, fresh=True).ready
+
+    while True:
+        await asyncio.sleep(WATCH_INTERVAL_S)
+        checks = [(g, n) for g, nodes in watched.items() for n in nodes]
+        answers = await asyncio.gather(*(rank_lost(n, g) for g, n in checks))
+        lost = {g for (g, _), gone in zip(checks, answers, strict=True) if gone}
+        if not lost:
+            continue
+        leaders = {watched[g][0] for g in lost}
+        rt.withdrawn.setdefault(uid, set()).update(lost)  # the next reconcile: broken
+        await rt.kube.publish_slices(  # not under the object's lock (a reconcile may hold it)
+            body,
+            [
+                kube.Endpoint.from_url(n, url, ready=ok and n not in leaders)
+                for n, url, ok in endpoints
+            ],
+        )
+        log.warning("sharded group lost a rank: rank 0 withdrawn", extra={"groups": sorted(lost)})
+        rt.watches.pop(uid, None)
+        return

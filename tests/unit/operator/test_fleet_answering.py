@@ -1,0 +1,30 @@
+"""The fleet view's notion of an agent that answers: a failed request after the last state makes
+the node not fresh for sharded groups (no group re-forms on it) until it answers again."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from mlxfleet_agent import contract
+from mlxfleet_operator.adapters import agent, fleet
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def state() -> contract.AgentState:
+    return contract.AgentState.model_construct(slots=[])  # the fleet only stores it
+
+
+def test_a_failed_request_after_the_last_state_is_not_answering() -> None:
+    view = fleet.Fleet(None)  # type: ignore[arg-type]  # no Kubernetes needed here
+    creds = agent.Credentials(url="http://127.0.0.1:1", token="t")
+    view.entries["n"] = fleet.Entry(client=agent.AgentClient(creds))
+    entry = view.entries["n"]
+    assert not entry.answering  # never polled
+    view.record("n", state(), now=T0)
+    assert entry.answering
+    view.record("n", None, now=T0 + timedelta(seconds=1))
+    assert not entry.answering
+    assert entry.state is not None  # the last answer is kept, only its freshness changes
+    view.record("n", state(), now=T0 + timedelta(seconds=2))
+    assert entry.answering
