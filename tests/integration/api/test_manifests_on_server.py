@@ -37,4 +37,4 @@ def test_base_renders_and_passes_server_validation_and_pod_security(cluster: Any
 def test_samples_kustomization_renders_every_sample(cluster: Any) -> None:
     rendered = cluster.kubectl("kustomize", str(REPO / "manifests" / "samples")).stdout
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(rendered) if d)
-    assert kinds == ["InferenceNode", "ModelDeployment", "Secret", "SwapPlan"]
+    assert kinds == ["InferenceNode", "ModelDeployment", "ModelRoute", "Secret", "SwapPlan"]

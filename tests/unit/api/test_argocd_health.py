@@ -12,7 +12,7 @@ lupa = pytest.importorskip("lupa.lua51", reason="the lupa package (real Lua) is 
 
 REPO = Path(__file__).resolve().parents[3]
 PREFIX = "resource.customizations.health.mlxfleet.io_"
-KINDS = ("ModelDeployment", "InferenceNode", "SwapPlan")
+KINDS = ("ModelDeployment", "InferenceNode", "SwapPlan", "ModelRoute")
 
 
 def _scripts() -> dict[str, str]:
@@ -91,7 +91,7 @@ COMMON = [
 ]
 
 
-@pytest.mark.parametrize("kind", ["ModelDeployment", "InferenceNode"])
+@pytest.mark.parametrize("kind", ["ModelDeployment", "InferenceNode", "ModelRoute"])
 @pytest.mark.parametrize(("body", "expected", "message"), COMMON)
 def test_conditions_map_to_health(
     kind: str, body: dict[str, Any], expected: str, message: str
@@ -158,6 +158,15 @@ def test_swap_plan_phases_map_to_health(body: dict[str, Any], expected: str, mes
     status, text = health("SwapPlan", body)
     assert status == expected
     assert message in text
+
+
+def test_model_route_that_only_has_its_fallback_is_degraded() -> None:
+    fallback = cond("Ready", "False", "FallbackOnly", "rule default: no ready backend")
+    assert health("ModelRoute", obj(fallback)) == (
+        "Degraded",
+        "FallbackOnly: rule default: no ready backend",
+    )
+    assert health("ModelRoute", obj())[1] == "Waiting for the Ready condition"
 
 
 def test_swap_plan_without_status() -> None:

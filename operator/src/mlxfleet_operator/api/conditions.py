@@ -1,4 +1,4 @@
-"""Condition types, reasons and the metav1.Condition model shared by all three kinds.
+"""Condition types, reasons and the metav1.Condition model shared by all four kinds.
 
 kstatus conventions (what Flux and our Argo CD health check read): `Ready` summarises,
 `Reconciling=True` while converging, `Stalled=True` on an error that needs a human. Each reason
@@ -77,6 +77,10 @@ class Reason(StrEnum):
     DEPLOYMENT_NOT_FOUND = "DeploymentNotFound"
     PLACEMENT_CONFLICT = "PlacementConflict"
     SUPERSEDED = "Superseded"
+    # ModelRoute
+    BACKEND_NOT_FOUND = "BackendNotFound"
+    NO_READY_BACKEND = "NoReadyBackend"
+    FALLBACK_ONLY = "FallbackOnly"
 
 
 class Condition(base.ApiModel):
