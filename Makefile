@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	scripts/install-system-deps.sh
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=25.1"
-	$(BIN)/python -m pip install -q -e ".[operator,agent]" --group dev
+	$(BIN)/python -m pip install -q -e ".[operator,agent,gateway]" --group dev
 	@touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install mlxfleet editable with dev tools (idempotent)

@@ -76,6 +76,7 @@ class Agent:
     token: str
     memory_budget: int | None = None
     tls: tuple[Path, Path, Path] | None = None  # (cert, key, CA) for an https control API
+    data_key: str | None = None  # the data plane accepts only this key (--data-api-keys-file)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -113,6 +114,11 @@ class Agent:
             cmd += ["--memory-budget", str(self.memory_budget)]
         if self.tls is not None:
             cmd += ["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1])]
+        if self.data_key is not None:
+            keys_file = self.root / "data-keys"
+            keys_file.write_text(self.data_key + "\n")
+            keys_file.chmod(0o600)
+            cmd += ["--data-api-keys-file", str(keys_file)]
         self.starts += 1
         with (self.root / f"agent-{self.starts}.log").open("wb") as log:
             self.proc = subprocess.Popen(
@@ -157,8 +163,19 @@ class Agent:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
 
+    def freeze(self) -> None:
+        """SIGSTOP the agent's whole process group: a hung or sleeping Mac (sockets stay open)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGCONT)  # a frozen agent cannot stop itself
             stop_process(self.proc, sig=signal.SIGTERM, grace=30)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -180,6 +197,7 @@ class Agents:
         *,
         memory_budget: int | None = None,
         tls: tuple[Path, Path, Path] | None = None,
+        data_key: str | None = None,
     ) -> Agent:
         control, data = controlplane.free_ports(2)
         agent = Agent(
@@ -191,6 +209,7 @@ class Agents:
             token=secrets.token_urlsafe(24),
             memory_budget=memory_budget,
             tls=tls,
+            data_key=data_key,
         )
         self.started.append(agent)
         agent.start()

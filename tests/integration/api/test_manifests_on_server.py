@@ -18,11 +18,16 @@ def test_base_renders_and_passes_server_validation_and_pod_security(cluster: Any
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(rendered) if d)
     assert kinds == [
         "ClusterRole",
+        "ClusterRole",
+        "ClusterRoleBinding",
         "ClusterRoleBinding",
         "Deployment",
         "Namespace",
         "Role",
+        "Role",
         "RoleBinding",
+        "RoleBinding",
+        "ServiceAccount",
         "ServiceAccount",
     ]
     proc = cluster.kubectl(

@@ -30,6 +30,7 @@ def test_base_holds_exactly_the_expected_files() -> None:
         "serviceaccount.yaml",
         "rbac.yaml",
         "deployment.yaml",
+        "gateway-rbac.yaml",
     }
     assert {p.name for p in BASE.iterdir()} == expected
     kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
