@@ -3,9 +3,10 @@
 `parse(raw, headers)` turns the raw JSON body into a `Traits` (and the parsed body, which the
 proxy re-serialises only when it must change it). Prompt size is estimated as characters / 4
 (no tokenizer in the gateway). The affinity key is a stable 64-bit hash of the first
-`AFFINITY_CHARS` characters of the prompt, only for prompts of at least `min_affinity_chars`:
-requests that share a long prefix (one system prompt, one conversation) get the same key, so the
-balancer can send them to the replica whose prompt cache already holds it. Never logs or stores
+`AFFINITY_CHARS` characters of the prompt (roles included), only for prompts of at least
+`min_affinity_chars`: requests that share that prefix (one long system prompt, the turns of one
+conversation) get the same key, so the balancer can send them to the replica whose prompt cache
+already holds it. Never logs or stores
 the text itself.
 May import: the standard library, `errors`. Called by: the proxy.
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 from mlxfleet_gateway.core import errors
 
-AFFINITY_CHARS = 4096  # the prefix hashed for affinity
+AFFINITY_CHARS = 1024  # the prefix hashed for affinity (about 256 tokens)
 MIN_AFFINITY_CHARS = 1024  # shorter prompts gain little from a prompt cache
 CHARS_PER_TOKEN = 4
 # fields a client must not pass through: mlx_lm would load other weights from these paths
