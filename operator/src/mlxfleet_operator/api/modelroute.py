@@ -14,7 +14,7 @@ Called by: the gateway (routing), the operator's ModelRoute status handler, crdg
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Collection
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -408,13 +408,11 @@ class ModelRoute(base.ApiModel):
         return [self.metadata.name]
 
 
-def split(
-    backends: list[RouteBackend], *, ready: Callable[[RouteBackend], bool]
-) -> dict[str, float]:
-    """Percent of requests per backend name: weights over the ready backends (all backends when
-    none is ready, so the shares still say what the route intends)."""
+def split(backends: list[RouteBackend], *, ready: Collection[str]) -> dict[str, float]:
+    """Percent of requests per backend name: weights over the `ready` backends (all backends
+    when none is ready, so the shares still say what the route intends)."""
     named = [(b.display_name(i), b) for i, b in enumerate(backends)]
-    live = [(n, b) for n, b in named if b.weight > 0 and ready(b)]
+    live = [(n, b) for n, b in named if b.weight > 0 and n in ready]
     chosen = dict(live or [(n, b) for n, b in named if b.weight > 0])
     total = sum(b.weight for b in chosen.values())
     return {n: (100.0 * b.weight / total if n in chosen else 0.0) for n, b in named}
