@@ -7,7 +7,9 @@ which moves requests still waiting for their first byte there to another replica
 catches a frozen (SIGSTOPped, hung, asleep) Mac, whose kernel still accepts connections. An
 ejected agent comes back after its minimum ejection when a probe succeeds again. External
 backends are not probed (they come back when their ejection ends; the next failure ejects again).
-One probe per agent is in flight at a time, so detection takes at most interval + timeout.
+One probe per agent is in flight at a time, so detection takes at most interval + timeout. An
+agent that sent answer bytes within the last interval is alive and is not probed (under load the
+probes cost nothing).
 May import: the standard library, upstream, core.balancer, metrics. Called by: server.
 """
 
@@ -29,24 +31,25 @@ class Prober:
     def __init__(
         self,
         *,
-        pool: upstream.Pool,
         balance: balancer.Balancer,
         gauges: metrics.GatewayMetrics,
         on_dead: Callable[[str], None],
         on_alive: Callable[[str], None],
+        last_heard: Callable[[str], float] = lambda origin: 0.0,
         interval_s: float = 0.2,
         timeout_s: float = 0.5,
+        pool: upstream.Pool | None = None,
     ) -> None:
         self.pool = pool
         self.balancer = balance
         self.metrics = gauges
         self.on_dead = on_dead
         self.on_alive = on_alive
+        self.last_heard = last_heard
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self._busy: set[str] = set()
+        self.checks: dict[str, upstream.HealthCheck] = {}
         self._task: asyncio.Task[None] | None = None
-        self._probes: set[asyncio.Task[None]] = set()
 
     def origins(self) -> tuple[set[str], set[str]]:
         """(agent origins to probe, external origins) known to the balancer."""
@@ -56,21 +59,20 @@ class Prober:
             (externals if cid.startswith("external:") else agents).add(state.origin)
         return agents, externals
 
-    async def probe(self, origin_url: str) -> None:
-        origin, base = upstream.Origin.from_url(origin_url)
-        ok, why = False, ""
-        try:
-            resp = await self.pool.request(
+    def _check(self, origin_url: str) -> upstream.HealthCheck:
+        check = self.checks.get(origin_url)
+        if check is None:
+            origin, base = upstream.Origin.from_url(origin_url)
+            check = self.checks[origin_url] = upstream.HealthCheck(
                 origin,
-                b"GET",
-                (base + "/healthz").encode(),
-                connect_timeout_s=self.timeout_s,
-                head_timeout_s=self.timeout_s,
+                base + "/healthz",
+                timeout_s=self.timeout_s,
+                on_result=lambda ok, why: self.result(origin_url, ok, why),
             )
-            await asyncio.wait_for(resp.read(4096), self.timeout_s)
-            ok, why = resp.status == 200, f"healthz answered {resp.status}"
-        except (upstream.UpstreamError, TimeoutError) as exc:
-            why = f"{type(exc).__name__}: {exc}"
+        return check
+
+    def result(self, origin_url: str, ok: bool, why: str) -> None:
+        """One probe's outcome: bring the agent back, or eject it and tell the proxy."""
         now = time.monotonic()
         if ok:
             self.on_alive(origin_url)
@@ -78,43 +80,44 @@ class Prober:
                 log.info("replica back in rotation", extra={"replica": cid})
                 self.metrics.replica_up.labels(cid).set(1)
             return
-        ejected = self.balancer.probe_failed(origin_url, now=now, reason="unresponsive")
-        for cid in ejected:
+        for cid in self.balancer.probe_failed(origin_url, now=now, reason="unresponsive"):
             log.warning("replica ejected: agent unresponsive", extra={"replica": cid, "why": why})
             self.metrics.ejections.labels(cid, "unresponsive").inc()
             self.metrics.replica_up.labels(cid).set(0)
-        self.pool.drop(origin)
+        if self.pool is not None:
+            self.pool.drop(upstream.Origin.from_url(origin_url)[0])
         self.on_dead(origin_url)
 
-    async def _one(self, origin: str) -> None:
-        try:
-            await self.probe(origin)
-        except Exception:  # a probe must never take the prober down
-            log.exception("probe of %s failed unexpectedly", origin)
-        finally:
-            self._busy.discard(origin)
+    def tick(self) -> None:
+        """Fire the probes due now (one per agent at a time; none for one heard from just now)."""
+        agents, externals = self.origins()
+        now = time.monotonic()
+        for origin in agents:
+            if now - self.last_heard(origin) < self.interval_s:
+                continue  # it sent answer bytes just now: alive, no probe needed
+            self._check(origin).fire()
+        for gone in set(self.checks) - agents:
+            self.checks.pop(gone).close()
+        for origin in externals & self.balancer.ejected_origins(now=now):
+            for cid in self.balancer.probe_ok(origin, now=now):
+                self.metrics.replica_up.labels(cid).set(1)
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            agents, externals = self.origins()
-            now = time.monotonic()
-            for origin in agents - self._busy:
-                self._busy.add(origin)
-                task = loop.create_task(self._one(origin))
-                self._probes.add(task)
-                task.add_done_callback(self._probes.discard)
-            for origin in externals & self.balancer.ejected_origins(now=now):
-                for cid in self.balancer.probe_ok(origin, now=now):
-                    self.metrics.replica_up.labels(cid).set(1)
+            try:
+                self.tick()
+            except Exception:  # the prober must never stop
+                log.exception("probe tick failed")
             await asyncio.sleep(self.interval_s)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        for task in [self._task, *self._probes]:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for check in self.checks.values():
+            check.close()
+        self.checks.clear()

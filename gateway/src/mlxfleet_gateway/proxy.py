@@ -741,6 +741,15 @@ class Proxy:
     def on_alive(self, origin: str) -> None:
         self.dead_since.pop(origin, None)
 
+    def last_heard(self, origin: str) -> float:
+        """When an exchange in flight on `origin` last received bytes (0: none in flight)."""
+        latest = 0.0
+        for exchange in self.inflight.get(origin, ()):
+            response = exchange.response
+            if response is not None and response.heard > latest:
+                latest = response.heard
+        return latest
+
     async def sweep(self, interval_s: float = 5.0) -> None:
         """Cut exchanges whose upstream has been silent longer than read_timeout_s."""
         while True:
@@ -748,7 +757,7 @@ class Proxy:
             edge = time.monotonic() - self.config.read_timeout_s
             for exchanges in self.inflight.values():
                 for ex in list(exchanges):
-                    if ex.response is not None and ex.response.last_read < edge:
+                    if ex.response is not None and ex.response.idle_since < edge:
                         ex.abort(f"upstream silent for {self.config.read_timeout_s:.0f}s")
 
 

@@ -171,6 +171,7 @@ async def serve(
         gauges=gauges,
         on_dead=app.on_dead,
         on_alive=app.on_alive,
+        last_heard=app.last_heard,
         interval_s=cfg.probe_interval_s,
         timeout_s=cfg.probe_timeout_s,
     )

@@ -249,3 +249,52 @@ def test_garbage_is_a_response_error() -> None:
         await pool.aclose()
 
     run(main())
+
+
+def test_health_checks_reuse_one_connection_and_report_every_failure() -> None:
+    connections = []
+    answers = iter([b"200 OK", b"200 OK", b"500 Oops", b"silence", b"200 OK"])
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"GET /healthz HTTP/1.1")
+            status = next(answers)
+            if status == b"silence":
+                await reader.read()
+                return
+            writer.write(
+                b"HTTP/1.1 %s\r\nTransfer-Encoding: chunked\r\n\r\n%s"
+                % (status, chunked(b'{"status":"ok"}'))
+            )
+
+    async def main() -> None:
+        results: list[tuple[bool, str]] = []
+        done = asyncio.Event()
+
+        def record(ok: bool, why: str) -> None:
+            results.append((ok, why))
+            done.set()
+
+        async with server(handler) as origin:
+            check = upstream.HealthCheck(origin, "/healthz", timeout_s=0.3, on_result=record)
+            for _ in range(5):
+                done.clear()
+                check.fire()
+                check.fire()  # one in flight at a time: ignored
+                await asyncio.wait_for(done.wait(), 5)
+            check.close()
+        assert [ok for ok, _ in results] == [True, True, False, False, True]
+        assert "500" in results[2][1]
+        assert "no answer" in results[3][1]
+        assert len(connections) == 2  # one kept alive; a new one after the silent answer
+        refused = upstream.HealthCheck(origin, "/healthz", timeout_s=0.3, on_result=record)
+        done.clear()
+        refused.fire()
+        await asyncio.wait_for(done.wait(), 5)
+        assert results[-1][0] is False
+        assert "connect" in results[-1][1]
+        refused.close()
+
+    run(main())
