@@ -119,6 +119,7 @@ class Call:
     exchange: Exchange | None = None
     served_by: str | None = None  # replica or external id
     backend: str = ""  # deployment id or external id (metrics, telemetry)
+    served: str | None = None  # served name of the deployment that answered
     external: bool = False
     fallback: When | None = None
     tried: list[str] = field(default_factory=list)
@@ -366,7 +367,7 @@ class Proxy:
                 break
             if attempt:
                 self.metrics.retries.labels("busy" if busy else "failed").inc()
-            call.backend = target.id
+            call.backend, call.served, call.external = target.id, target.served_name, False
             result = await self._attempt(call, c, local=target, step=step)
             if result == DONE:
                 return None
@@ -389,7 +390,7 @@ class Proxy:
         c = balancer.Candidate(target.id, target.url, 1_000_000)
         if not self.balancer.healthy(c.id):
             return When.UNAVAILABLE
-        call.backend, call.external = target.id, True
+        call.backend, call.served, call.external = target.id, None, True
         result = await self._attempt(call, c, external=target, step=step)
         if result == DONE:
             return None
@@ -695,6 +696,7 @@ class Proxy:
             prompt=call.prompt_tokens,
             completion=call.completion_tokens,
             error=call.error,
+            served=call.served,
         )
 
     def _record_use(
@@ -709,6 +711,7 @@ class Proxy:
         completion: int = 0,
         error: str | None = None,
         rate_limited: bool = False,
+        served: str | None = None,
     ) -> None:
         if self.usage is None:
             return
@@ -725,6 +728,7 @@ class Proxy:
                 completion_tokens=completion,
                 error=error,
                 rate_limited=rate_limited,
+                served=served,
             )
         )
 

@@ -389,7 +389,10 @@ class KeyTelemetry(Wire):
     team: str | None = None
     namespace: str | None = Field(default=None, description="namespace of the model served")
     model: str = Field(description="the name the client asked for")
-    backend: str = Field(description="deployment name, or external:<name> for a provider")
+    served: str | None = Field(
+        default=None, description="served name of the ModelDeployment that answered (local only)"
+    )
+    backend: str = Field(description="<namespace>/<deployment>, or external:... for a provider")
     external: bool = False
     requests: int = 0
     errors: dict[str, int] = Field(default_factory=dict, description="failed requests by kind")

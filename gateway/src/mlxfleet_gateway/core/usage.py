@@ -31,6 +31,7 @@ class Use:
     completion_tokens: int = 0
     error: str | None = None
     rate_limited: bool = False
+    served: str | None = None  # served name of the deployment that answered (local only)
 
 
 @dataclass(slots=True)
@@ -59,6 +60,7 @@ class UsageBook:
                 team=use.team,
                 namespace=use.namespace,
                 model=use.model,
+                served=use.served,
                 backend=use.backend,
                 external=use.external,
             )

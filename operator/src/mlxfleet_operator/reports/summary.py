@@ -183,6 +183,7 @@ class PeriodSummary:
     fleet: cost.FleetCost | None = None
     cost_problems: list[str] = field(default_factory=list)
     dropped_intervals: int = 0
+    gateway: list[contract.TelemetryInterval] = field(default_factory=list)  # per-key usage
 
     @property
     def fleet_gap_days(self) -> list[date]:
@@ -280,10 +281,14 @@ def summarise(
     placements: set[tuple[str, str]] = set()
     presence: dict[tuple[str, str], tuple[datetime, datetime]] = {}
     dropped = 0
+    gateway: list[contract.TelemetryInterval] = []
     for iv in intervals:
         start = iv.interval_start.astimezone(UTC)
         day = start.date()
         if day not in daily:
+            continue
+        if iv.component == "gateway":  # per-key usage (reports.teams); not a node
+            gateway.append(iv)
             continue
         ns = nodes.setdefault(iv.node, NodeSummary(node=iv.node))
         t0 = start.timestamp()
@@ -348,6 +353,7 @@ def summarise(
         placements=placements,
         presence=presence,
         dropped_intervals=dropped,
+        gateway=gateway,
     )
     if cost_inputs is not None:
         _add_cost(summary, per_node_models, cost_inputs, reference)
