@@ -62,8 +62,9 @@ demo: $(STAMP) control-plane  ## the one-command local demo
 demo-down: $(STAMP)
 	$(BIN)/mlxfleet dev demo-down
 
-bench: $(STAMP)  ## data-plane + swap benchmark (agent vs mlx_lm.server directly)
+bench: $(STAMP) control-plane  ## data-plane, swap and gateway benchmarks (each against its baseline)
 	$(BIN)/python -m benchmarks.agent_bench
+	$(BIN)/python -m benchmarks.gateway_bench
 
 report-sample: $(STAMP)  ## sample weekly report + monthly executive PDF into out/
 	$(BIN)/mlxfleet report sample --out out/reports
