@@ -76,21 +76,29 @@ def _assert_failover(load: gwfleet.GatewayLoad, figures: dict[str, float]) -> No
     assert figures["route_around_s"] <= ROUTE_AROUND_S, figures
 
 
+def _under_load(
+    fl: gwfleet.Fleet, label: str, *, freeze: bool, after_s: float
+) -> tuple[gwfleet.GatewayLoad, float, str]:
+    """14 openai clients on `chat`; then n1 is SIGKILLed or SIGSTOPped; report the figures."""
+    assert fl.gateway is not None
+    victim = fl.node("n1")
+    load = gwfleet.GatewayLoad(fl.gateway.base_url, "anonymous", "chat")
+    with load:
+        load.wait_count(30, after=0.0)
+        assert any(r.touched(f"@{victim}") for r in load.snapshot())
+        at = time.monotonic()
+        (fl.nodes[victim].freeze if freeze else fl.nodes[victim].kill)()
+        time.sleep(after_s)
+    _assert_failover(load, _report(load, label, at, victim))
+    return load, at, victim
+
+
 def test_a_sigkilled_agent_stops_getting_requests_within_a_second(
     cluster: controlplane.ControlPlane, tmp_path: Path, model_a: Path
 ) -> None:
     with _serving_fleet(cluster, tmp_path, model_a) as fl:
+        _under_load(fl, "SIGKILL", freeze=False, after_s=6)
         assert fl.gateway is not None
-        victim = fl.node("n1")
-        load = gwfleet.GatewayLoad(fl.gateway.base_url, "anonymous", "chat")
-        with load:
-            load.wait_count(30, after=0.0)
-            assert any(r.touched(f"@{victim}") for r in load.snapshot())
-            killed = time.monotonic()
-            fl.nodes[victim].kill()
-            time.sleep(6)
-        figures = _report(load, "SIGKILL", killed, victim)
-        _assert_failover(load, figures)
         assert fl.gateway.proc.poll() is None
 
 
@@ -99,16 +107,10 @@ def test_a_frozen_agent_stops_getting_requests_within_a_second(
 ) -> None:
     with _serving_fleet(cluster, tmp_path, model_a) as fl:
         assert fl.gateway is not None
-        victim = fl.node("n1")
-        load = gwfleet.GatewayLoad(fl.gateway.base_url, "anonymous", "chat")
-        with load:
-            load.wait_count(30, after=0.0)
-            frozen = time.monotonic()
-            fl.nodes[victim].freeze()
-            time.sleep(STREAM_CUT_S + 4)
-        figures = _report(load, "SIGSTOP", frozen, victim)
-        fl.nodes[victim].thaw()
-        _assert_failover(load, figures)
+        try:
+            load, frozen, victim = _under_load(fl, "SIGSTOP", freeze=True, after_s=STREAM_CUT_S + 4)
+        finally:
+            fl.nodes[fl.node("n1")].thaw()
         # streams that were mid-flight on the frozen agent were cut after STREAM_CUT_S, apart
         assert all(r.end - frozen >= STREAM_CUT_S - 0.5 for r in load.cut())
         # thawed, it answers probes again and gets traffic back
