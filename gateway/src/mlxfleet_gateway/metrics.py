@@ -7,6 +7,8 @@ May import: prometheus_client, the standard library. Called by: proxy, health, s
 
 from __future__ import annotations
 
+from typing import Any
+
 import prometheus_client
 
 NAMESPACE = "mlxfleet_gateway"
@@ -89,6 +91,16 @@ class GatewayMetrics:
             "Telemetry intervals by result (closed, uploaded, upload_failed, dropped).",
             ["result"],
         )
+
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, remembered: the request path skips the label checks."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)

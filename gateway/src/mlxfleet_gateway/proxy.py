@@ -456,7 +456,8 @@ class Proxy:
         live = self.inflight.setdefault(c.origin, set())
         live.add(exchange)
         self.balancer.started(c)
-        self.metrics.outstanding.labels(c.id).inc()
+        m = self.metrics
+        m.child(m.outstanding, c.id).inc()
         try:
             return await self._exchange(
                 call,
@@ -474,7 +475,7 @@ class Proxy:
             live.discard(exchange)
             call.exchange = None
             self.balancer.finished(c)
-            self.metrics.outstanding.labels(c.id).dec()
+            m.child(m.outstanding, c.id).dec()
 
     def _failed(self, c: balancer.Candidate, *, fatal: bool, reason: str) -> None:
         self.metrics.attempts.labels(c.id, reason).inc()
@@ -658,7 +659,7 @@ class Proxy:
 
     def _succeeded(self, call: Call, c: balancer.Candidate, name: str) -> None:
         self.balancer.succeeded(c, now=self.clock())
-        self.metrics.attempts.labels(c.id, "ok").inc()
+        self.metrics.child(self.metrics.attempts, c.id, "ok").inc()
         call.served_by = name
 
     async def _send_error(self, call: Call, failure: errors.GatewayError) -> None:
@@ -676,17 +677,17 @@ class Proxy:
         key, req, m = call.key, call.req, self.metrics
         outcome = "ok" if call.error is None else ("cut" if call.error == "cut" else "error")
         backend = call.backend or "none"
-        m.requests.labels(key.name, req.model, backend, outcome).inc()
+        m.child(m.requests, key.name, req.model, backend, outcome).inc()
         team = key.spec.team or ""
         if call.prompt_tokens:
-            m.prompt_tokens.labels(key.name, team, req.model).inc(call.prompt_tokens)
+            m.child(m.prompt_tokens, key.name, team, req.model).inc(call.prompt_tokens)
         if call.completion_tokens:
-            m.completion_tokens.labels(key.name, team, req.model).inc(call.completion_tokens)
+            m.child(m.completion_tokens, key.name, team, req.model).inc(call.completion_tokens)
         if call.error is not None:
-            m.errors.labels(key.name, call.error).inc()
+            m.child(m.errors, key.name, call.error).inc()
         if call.ttfb is not None:
-            m.ttft.labels(req.model).observe(call.ttfb)
-        m.duration.labels(req.model).observe(self.clock() - call.t0)
+            m.child(m.ttft, req.model).observe(call.ttfb)
+        m.child(m.duration, req.model).observe(self.clock() - call.t0)
         self._record_use(
             key,
             call.plan.namespace,

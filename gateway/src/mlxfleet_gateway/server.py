@@ -20,7 +20,7 @@ import secrets
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
@@ -99,27 +99,33 @@ def _uvicorn(app: Any, *, drain_s: float) -> _Server:
     return _Server(config)
 
 
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+async def serve_metrics(
+    sock: socket.socket, gauges: metrics.GatewayMetrics
+) -> asyncio.AbstractServer:
+    """`GET /metrics` and `/healthz` on their own port: a plain asyncio server (one request per
+    connection), so the metrics port costs nothing between scrapes."""
 
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            path = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b""
+            if path == b"/metrics":
+                status, kind, body = b"200 OK", b"text/plain; version=0.0.4", gauges.exposition()
+            elif path == b"/healthz":
+                status, kind, body = b"200 OK", b"application/json", b'{"status":"ok"}'
+            else:
+                status, kind, body = b"404 Not Found", b"text/plain", b"not found"
+            writer.write(
+                b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+                b"Connection: close\r\n\r\n%s" % (status, kind, len(body), body)
+            )
+            await writer.drain()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
 
-def metrics_app(gauges: metrics.GatewayMetrics) -> Any:
-    async def app(scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return
-        if scope["path"] == "/metrics":
-            body, kind = gauges.exposition(), b"text/plain; version=0.0.4; charset=utf-8"
-            status = 200
-        elif scope["path"] == "/healthz":
-            body, kind, status = b'{"status":"ok"}', b"application/json", 200
-        else:
-            body, kind, status = b"not found", b"text/plain", 404
-        await send(
-            {"type": "http.response.start", "status": status, "headers": [(b"content-type", kind)]}
-        )
-        await send({"type": "http.response.body", "body": body})
-
-    return app
+    return await asyncio.start_server(handle, sock=sock)
 
 
 async def serve(
@@ -191,10 +197,8 @@ async def serve(
     data_sock = bind(*cfg.listen)
     metrics_sock = bind(*cfg.metrics_listen) if cfg.metrics_listen else None
     data_srv = _uvicorn(app, drain_s=cfg.drain_s)
-    metrics_srv = _uvicorn(metrics_app(gauges), drain_s=1)
     tasks = [loop.create_task(data_srv.serve(sockets=[data_sock]))]
-    if metrics_sock is not None:
-        tasks.append(loop.create_task(metrics_srv.serve(sockets=[metrics_sock])))
+    metrics_srv = await serve_metrics(metrics_sock, gauges) if metrics_sock is not None else None
     prober.start()
     usage.start()
     sweeper = loop.create_task(app.sweep())
@@ -217,8 +221,9 @@ async def serve(
     await asyncio.wait({stopper, *tasks}, return_when=asyncio.FIRST_COMPLETED)
     log.info("shutting down: draining requests in flight")
     data_srv.should_exit = True
-    metrics_srv.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)
+    if metrics_srv is not None:
+        metrics_srv.close()
     stopper.cancel()
     sweeper.cancel()
     await prober.stop()
