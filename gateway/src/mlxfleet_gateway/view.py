@@ -62,24 +62,30 @@ class View:
         self.synced.add(kind)
         self.rebuild()
 
-    def _parse(self, kind: str, model: type[pydantic.BaseModel]) -> list[Any]:
+    def _parse(
+        self, kind: str, model: type[pydantic.BaseModel], found: dict[str, str]
+    ) -> list[Any]:
         out = []
         for name, raw in sorted(self.raw[kind].items()):
             try:
                 out.append(model.model_validate(raw))
-                self.problems.pop(f"{kind}/{name}", None)
             except pydantic.ValidationError as exc:
-                self._problem(f"{kind}/{name}", str(exc).splitlines()[0])
+                found[f"{kind}/{name}"] = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
+                )
         return out
 
-    def _problem(self, what: str, why: str) -> None:
-        if self.problems.get(what) != why:
-            log.warning("ignoring %s: %s", what, why)
-        self.problems[what] = why
-
     def rebuild(self) -> None:
-        deployments = self._parse("deployments", mdep.ModelDeployment)
-        routes = self._parse("routes", mroute.ModelRoute)
+        found: dict[str, str] = {}
+        self._rebuild(found)
+        for what, why in found.items():
+            if self.problems.get(what) != why:
+                log.warning("ignoring %s: %s", what, why)
+        self.problems = found
+
+    def _rebuild(self, found: dict[str, str]) -> None:
+        deployments = self._parse("deployments", mdep.ModelDeployment, found)
+        routes = self._parse("routes", mroute.ModelRoute, found)
         providers = []
         for name, raw in sorted(self.raw["provider-keys"].items()):
             annotations = (raw.get("metadata") or {}).get("annotations") or {}
@@ -96,9 +102,8 @@ class View:
             secret = (raw.get("metadata") or {}).get("name", name)
             try:
                 ring.append(keys.from_secret(secret, secret_data(raw)))
-                self.problems.pop(f"api-keys/{name}", None)
             except keys.InvalidKey as exc:
-                self._problem(f"api-keys/{name}", str(exc))
+                found[f"api-keys/{name}"] = str(exc)
         self.catalog = catalog.build(deployments, routes, providers)
         self.keys = keys.KeyRing(ring)
         self.balancer.sync(self.candidates())
