@@ -30,6 +30,7 @@ import json
 import os
 import platform
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -378,6 +379,14 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gateway_bench")
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds (x10 for TTFT)")
@@ -412,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         floor = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.floor_proxy", str(port), n1_data, gws.FLEET_KEY]
         )
-        time.sleep(2)
+        gwfleet.wait_for("the floor proxy listens", lambda: _listening(port), timeout=60)
         try:
             results = asyncio.run(
                 measure(args, fl, fl.gateway, plain, floor.pid, f"http://127.0.0.1:{port}")

@@ -21,6 +21,8 @@ import openai
 
 from mlxfleet_operator.dev import controlplane
 from tests.e2e.conftest import E2E, Agent, Agents, Operator, is_true, wait_for
+
+__all__ = ["Fleet", "GatewayLoad", "Record", "fleet", "wait_for"]
 from tests.support import gateway as gws
 
 
