@@ -46,7 +46,7 @@ import psutil
 from tests.e2e import gwfleet
 from tests.support import gateway as gws
 
-from benchmarks.agent_bench import PROMPT, pct, write_section
+from benchmarks.agent_bench import PROMPT, pct
 from mlxfleet_agent import devmodels
 from mlxfleet_operator.dev import controlplane
 
@@ -377,6 +377,19 @@ def render(results: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def write_section(path: Path, text: str) -> None:
+    """Replace the "## Gateway" section of `path` (up to the next "## "), or append it."""
+    old = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    if SECTION in old:
+        head, rest = old.split(SECTION, 1)
+        nxt = rest.find("\n## ")
+        tail = rest[nxt + 1 :] if nxt >= 0 else ""
+        new = head + text + ("\n" + tail if tail else "")
+    else:
+        new = old.rstrip() + "\n\n" + text
+    path.write_text(new)
 
 
 def _listening(port: int) -> bool:
