@@ -370,9 +370,10 @@ def render(results: dict[str, Any]) -> str:
         "A killed agent refuses connections: the first attempt that meets it ejects it and is "
         "retried on the other replica. A frozen agent's kernel still accepts connections, so the "
         "gateway probes every agent's `/healthz` every 0.2 s with a 0.5 s deadline; a missed "
-        "probe ejects it and moves the requests still waiting for their first byte there; streams "
-        "already flowing from it are cut after `--stream-cut-after-s` (10 s by default, 3 s "
-        "here). Least outstanding requests also steers new requests away from an agent whose "
+        "probe ejects it, the requests still waiting for their first byte there move after "
+        "`--move-after-s` (1 s) of silence, and streams already flowing from it are cut after "
+        "`--stream-cut-after-s` (10 s by default, 3 s here). Least outstanding requests also "
+        "steers new requests away from an agent whose "
         "requests stop finishing, which is why few new requests reach it even before the probe.",
         "",
     ]

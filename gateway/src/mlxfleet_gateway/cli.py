@@ -74,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
         "--max-attempts", type=int, default=3, help="replicas tried per backend (default 3)"
     )
     p.add_argument(
+        "--move-after-s",
+        type=float,
+        default=1.0,
+        help="move requests waiting for their first byte off an agent unresponsive this long "
+        "(default 1)",
+    )
+    p.add_argument(
         "--stream-cut-after-s",
         type=float,
         default=10.0,
@@ -129,6 +136,7 @@ def parse(argv: list[str]) -> settings_mod.Settings:
             "probe_interval_s": ns.probe_interval_s,
             "probe_timeout_s": ns.probe_timeout_s,
             "max_attempts": ns.max_attempts,
+            "move_after_s": ns.move_after_s,
             "stream_cut_after_s": ns.stream_cut_after_s,
             "read_timeout_s": ns.read_timeout_s,
             "affinity": not ns.no_affinity,

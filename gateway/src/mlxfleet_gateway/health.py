@@ -1,10 +1,11 @@
 """Active health: a fast liveness probe of every agent the gateway routes to.
 
 Every `interval_s` each agent origin gets `GET /healthz` on its data plane (answered by the
-agent's own event loop, over a pooled keep-alive connection) with a `timeout_s` bound on connect
-and answer. A probe that fails ejects every replica on that agent at once and tells the proxy,
-which moves requests still waiting for their first byte there to another replica; this is what
-catches a frozen (SIGSTOPped, hung, asleep) Mac, whose kernel still accepts connections. An
+agent's own event loop, over a kept-alive connection, driven by callbacks) with a `timeout_s`
+bound on connect and answer. A probe that fails ejects every replica on that agent at once (no
+new request goes there) and tells the proxy, which moves the requests still waiting for their
+first byte there once the agent has been silent for `move_after_s`; this is what catches a frozen
+(SIGSTOPped, hung, asleep) Mac, whose kernel still accepts connections. An
 ejected agent comes back after its minimum ejection when a probe succeeds again. External
 backends are not probed (they come back when their ejection ends; the next failure ejects again).
 One probe per agent is in flight at a time, so detection takes at most interval + timeout. An

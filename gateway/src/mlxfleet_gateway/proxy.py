@@ -71,6 +71,7 @@ class ProxyConfig:
     external_connect_timeout_s: float = 5.0
     external_timeout_s: float = 600.0
     read_timeout_s: float = 600.0  # longest silence of an upstream within one answer
+    move_after_s: float = 1.0  # an agent unresponsive this long: its unanswered requests move
     stream_cut_after_s: float = 10.0  # an agent unresponsive this long: its streams are cut
     affinity: bool = True
     min_affinity_chars: int = traits_mod.MIN_AFFINITY_CHARS
@@ -736,11 +737,16 @@ class Proxy:
     # ---- health hooks (called by the prober) --------------------------------------------------
 
     def on_dead(self, origin: str) -> None:
-        """An agent stopped answering: move what has not started; cut streams after a while."""
+        """An agent stopped answering probes (it is already out of rotation for new requests):
+        once it has been silent for `move_after_s`, move the requests still waiting for their
+        first byte there; after `stream_cut_after_s`, cut its streams too. A stall shorter than
+        that (a busy Mac) costs nothing but a moment out of rotation."""
         now = self.clock()
-        since = self.dead_since.setdefault(origin, now)
+        silent = now - self.dead_since.setdefault(origin, now)
+        if silent < self.config.move_after_s:
+            return
         for exchange in list(self.inflight.get(origin, ())):
-            if not exchange.started or now - since >= self.config.stream_cut_after_s:
+            if not exchange.started or silent >= self.config.stream_cut_after_s:
                 exchange.abort("the agent stopped answering")
 
     def on_alive(self, origin: str) -> None:

@@ -167,6 +167,7 @@ async def serve(
             max_attempts=cfg.max_attempts,
             connect_timeout_s=cfg.connect_timeout_s,
             read_timeout_s=cfg.read_timeout_s,
+            move_after_s=cfg.move_after_s,
             stream_cut_after_s=cfg.stream_cut_after_s,
             affinity=cfg.affinity,
         ),

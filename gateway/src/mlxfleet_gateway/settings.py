@@ -50,6 +50,7 @@ class Settings(BaseModel):
     probe_interval_s: float = Field(default=0.2, gt=0, le=60)
     probe_timeout_s: float = Field(default=0.5, gt=0, le=60)
     max_attempts: int = Field(default=3, ge=1, le=10)
+    move_after_s: float = Field(default=1.0, ge=0)
     stream_cut_after_s: float = Field(default=10.0, ge=0)
     read_timeout_s: float = Field(default=600.0, gt=0)
     eject_min_s: float = Field(default=1.0, gt=0)
