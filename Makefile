@@ -6,8 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install check lint format typecheck contracts crds crds-check test test-fast test-slow \
-        cluster-up cluster-down control-plane demo demo-down bench report-sample clean
+.PHONY: install check lint format typecheck contracts crds crds-check manifests manifests-check \
+        tools test test-fast test-slow cluster-up cluster-down control-plane demo demo-down bench \
+        report-sample clean
 
 $(STAMP): pyproject.toml
 	scripts/install-system-deps.sh
@@ -18,7 +19,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv and install mlxfleet editable with dev tools (idempotent)
 
-check: $(STAMP) lint typecheck contracts crds-check  ## everything CI checks besides tests
+check: $(STAMP) lint typecheck contracts crds-check manifests-check  ## everything CI checks besides tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -34,21 +35,32 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(BIN)/lint-imports
 
-crds: $(STAMP)  ## regenerate crds/ from the pydantic models
+crds: $(STAMP)  ## regenerate crds/ from the pydantic models (and the chart's copies)
 	$(BIN)/mlxfleet crds --out crds
+	scripts/manifests.sh
 
 crds-check: $(STAMP)
 	$(BIN)/mlxfleet crds --check --out crds
 
+manifests:  ## regenerate manifests/base + cronjobs from charts/mlxfleet, and the chart's copies
+	scripts/manifests.sh
+
+manifests-check:
+	scripts/manifests.sh --check
+
 control-plane: $(STAMP)  ## build (once, cached) etcd + kube-apiserver
 	scripts/build-control-plane.sh
 
-test: $(STAMP) control-plane  ## fast suites, then the slow ones once the fast pass
+tools:  ## build (once, cached) helm and the kstatus checker (Flux's status logic)
+	scripts/build-tools.sh helm >/dev/null
+	scripts/build-tools.sh kstatus >/dev/null
+
+test: $(STAMP) control-plane tools  ## fast suites, then the slow ones once the fast pass
 	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 	$(BIN)/pytest -m "slow" $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -m "not slow and not cluster and not mlx and not s3" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not slow and not cluster and not mlx and not s3 and not tools" $(PYTEST_ARGS)
 
 cluster-up: $(STAMP) control-plane  ## start etcd + kube-apiserver on loopback; writes .dev/kubeconfig
 	$(BIN)/mlxfleet dev cluster-up

@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.support.cluster",
     "tests.support.models",
     "tests.support.s3",
+    "tests.support.tools",
 ]

@@ -34,6 +34,7 @@ POLL = 1.0
 MISSES = 2
 FAILOVER_DELAY = 3.0
 WAIT = 180.0
+CREDENTIALS_LABEL = "mlxfleet.io/agent-credentials"  # docs/operator.md: Secrets the operator uses
 
 
 def wait_for(
@@ -77,6 +78,7 @@ class Agent:
     memory_budget: int | None = None
     tls: tuple[Path, Path, Path] | None = None  # (cert, key, CA) for an https control API
     data_key: str | None = None  # the data plane accepts only this key (--data-api-keys-file)
+    env: dict[str, str | None] = field(default_factory=dict)  # None: removed from the env
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -120,9 +122,10 @@ class Agent:
             keys_file.chmod(0o600)
             cmd += ["--data-api-keys-file", str(keys_file)]
         self.starts += 1
+        env = {k: v for k, v in {**os.environ, **self.env}.items() if v is not None}
         with (self.root / f"agent-{self.starts}.log").open("wb") as log:
             self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         wait_for(f"agent {self.name} control API", self.healthy, timeout=60, interval=0.2)
 
@@ -198,6 +201,7 @@ class Agents:
         memory_budget: int | None = None,
         tls: tuple[Path, Path, Path] | None = None,
         data_key: str | None = None,
+        env: dict[str, str | None] | None = None,
     ) -> Agent:
         control, data = controlplane.free_ports(2)
         agent = Agent(
@@ -210,6 +214,7 @@ class Agents:
             memory_budget=memory_budget,
             tls=tls,
             data_key=data_key,
+            env=dict(env or {}),
         )
         self.started.append(agent)
         agent.start()
@@ -299,6 +304,7 @@ class E2E:
     namespace: str
     label: str  # value of the `e2e` label on this test's InferenceNodes
     nodes: list[str] = field(default_factory=list)
+    secrets: list[str] = field(default_factory=list)  # in mlxfleet-system
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         return self.cluster.kubectl(*args, input=input, check=check).stdout
@@ -318,33 +324,57 @@ class E2E:
             json.loads(self.kubectl("get", kind, "-n", self.namespace, "-o", "json"))["items"]
         )
 
-    def register(self, agent: Agent) -> str:
-        """Token Secret (and CA) + InferenceNode for `agent`, labelled for this test only."""
-        name = f"{self.label}-{agent.name}"
-        secret = f"agent-{name}"
-        extra = [f"--from-file=ca.crt={agent.tls[2]}"] if agent.tls else []
-        self.kubectl(
-            "-n",
-            "mlxfleet-system",
-            "create",
-            "secret",
-            "generic",
-            secret,
-            f"--from-literal=token={agent.token}",
-            *extra,
-        )
+    def secret(self, name: str, data: dict[str, str], *, labelled: bool = True) -> None:
+        """A Secret in mlxfleet-system; `labelled`: marked as agent credentials (the only kind
+        the operator sends to an agent)."""
+        labels = {CREDENTIALS_LABEL: "true"} if labelled else {}
+        self.secrets.append(name)
+        self.apply({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": "mlxfleet-system", "labels": labels},
+            "stringData": data,
+        })  # fmt: skip
+
+    def node(self, suffix: str, url: str, secret: str, **spec: Any) -> str:
+        """An InferenceNode `<label>-<suffix>` for an agent at `url` (token in Secret `secret`),
+        labelled for this test only; `spec`: more spec fields."""
+        name = f"{self.label}-{suffix}"
+        agent: dict[str, Any] = {"url": url, "tokenSecretRef": {"name": secret}}
+        if url.startswith("https://"):
+            agent["caSecretRef"] = {"name": secret}
         self.apply({
             "apiVersion": "mlxfleet.io/v1alpha1",
             "kind": "InferenceNode",
             "metadata": {"name": name, "labels": {"e2e": self.label}},
-            "spec": {"agent": {
-                "url": agent.url,
-                "tokenSecretRef": {"name": secret},
-                **({"caSecretRef": {"name": secret}} if agent.tls else {}),
-            }},
+            "spec": {"agent": agent, **spec},
         })  # fmt: skip
         self.nodes.append(name)
         return name
+
+    def register(self, agent: Agent, **spec: Any) -> str:
+        """Token Secret (and CA) + InferenceNode for `agent`; `spec`: more spec fields."""
+        secret = f"agent-{self.label}-{agent.name}"
+        data = {"token": agent.token}
+        if agent.tls:
+            data["ca.crt"] = agent.tls[2].read_text()
+        self.secret(secret, data)
+        return self.node(agent.name, agent.url, secret, **spec)
+
+    def unplaced(self, name: str) -> dict[str, Any]:
+        """A ModelDeployment that needs no agent: 0 replicas, memory given (it still publishes
+        its Service and status)."""
+        return {
+            "apiVersion": "mlxfleet.io/v1alpha1",
+            "kind": "ModelDeployment",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {
+                "model": {"source": "hf://mlx-community/tiny"},
+                "replicas": 0,
+                "resources": {"memory": "1Gi"},
+                "placement": {"nodeSelector": {"e2e": self.label}},
+            },
+        }
 
     def deployment(self, name: str, source: Path, **spec: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -399,4 +429,5 @@ def e2e(cluster: controlplane.ControlPlane) -> Iterator[E2E]:
             cluster.kubectl("-n", ws.namespace, "delete", obj, "--wait=false", check=False)
     for node in ws.nodes:
         cluster.kubectl("delete", "inferencenode", node, "--wait=false", check=False)
-        cluster.kubectl("-n", "mlxfleet-system", "delete", "secret", f"agent-{node}", check=False)
+    for secret in ws.secrets:
+        cluster.kubectl("-n", "mlxfleet-system", "delete", "secret", secret, check=False)

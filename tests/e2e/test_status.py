@@ -3,13 +3,18 @@ specs that pass the schema get a clear condition, never a crash loop; kstatus on
 
 from __future__ import annotations
 
+import http.server
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from mlxfleet_operator.dev import controlplane
 from tests.e2e.conftest import E2E, Agents, Operator, condition, is_true, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.mlx]
+pytestmark = [pytest.mark.cluster]
 
 
 def reconciled(obj: dict[str, object]) -> bool:
@@ -20,6 +25,7 @@ def reconciled(obj: dict[str, object]) -> bool:
     return bool(status) and status.get("observedGeneration") == meta.get("generation")
 
 
+@pytest.mark.mlx
 def test_too_big_is_stalled_with_numbers_and_kstatus_on_all_kinds(
     e2e: E2E, agents: Agents, operator: Operator, model_a: Path
 ) -> None:
@@ -62,6 +68,7 @@ def test_too_big_is_stalled_with_numbers_and_kstatus_on_all_kinds(
     operator.assert_alive()
 
 
+@pytest.mark.mlx
 @pytest.mark.parametrize(
     ("name", "spec", "reason"),
     [
@@ -127,4 +134,208 @@ def test_node_with_missing_token_secret_is_stalled(e2e: E2E, operator: Operator)
     )
     assert condition(node, "Ready")["reason"] == "SecretNotFound"
     assert "does-not-exist" in condition(node, "Ready")["message"]
+    operator.assert_alive()
+
+
+@pytest.mark.mlx
+def test_node_budget_is_the_agents_own(
+    e2e: E2E, agents: Agents, operator: Operator, model_a: Path
+) -> None:
+    """One budget: the agent's (GET /v1/state memory.budgetBytes). Spec memory facts on the
+    InferenceNode never make placement promise what the agent would refuse (507)."""
+    agent = agents.start("a", memory_budget=2 * 2**30)
+    node = e2e.register(agent, reservedMemory="0", hardware={"memory": "64Gi"})
+    inode = wait_for(
+        "node Ready",
+        lambda: (n := e2e.get("inode", node, namespaced=False)) and is_true(n, "Ready") and n,
+    )
+    assert inode["status"]["memory"]["allocatableBytes"] == 2 * 2**30
+    body = e2e.deployment("fat", model_a, replicas=1, resources={"memory": "3Gi"})
+    e2e.apply(body)
+    md = wait_for(
+        "Stalled", lambda: (d := e2e.get("mdep", "fat")) and is_true(d, "Stalled") and d, timeout=60
+    )
+    assert condition(md, "Ready")["reason"] == "InsufficientMemory"
+    assert "2.00 GiB" in condition(md, "Ready")["message"]
+    assert agent.state()["slots"] == []  # never asked for what it would refuse
+    operator.assert_alive()
+
+
+@pytest.mark.mlx
+@pytest.mark.parametrize(
+    ("env", "reason", "stalled"),
+    [
+        pytest.param({"HF_HUB_OFFLINE": None}, "SourceUnavailable", False, id="hub-unreachable"),
+        pytest.param({"HF_HUB_OFFLINE": "1"}, "SourceInvalid", True, id="offline-not-cached"),
+    ],
+)
+def test_hub_down_is_transient_only_a_missing_source_stalls(
+    e2e: E2E,
+    agents: Agents,
+    operator: Operator,
+    tmp_path: Path,
+    env: dict[str, str | None],
+    reason: str,
+    stalled: bool,
+) -> None:
+    [closed] = controlplane.free_ports(1)  # nothing listens there: every hub call fails
+    hub = {"HF_ENDPOINT": f"http://127.0.0.1:{closed}", "HF_HOME": str(tmp_path / "hf"), **env}
+    agent = agents.start("a", env=hub)
+    node = e2e.register(agent)
+    wait_for("node Ready", lambda: is_true(e2e.get("inode", node, namespaced=False), "Ready"))
+    body = e2e.deployment("hub", Path("/unused"), replicas=1)
+    body["spec"]["model"] = {"source": "hf://mlx-community/not-cached-here"}
+    e2e.apply(body)
+
+    def judged() -> dict[str, Any] | None:
+        md = e2e.get("mdep", "hub")
+        verdict = condition(md, "Ready").get("reason")
+        return md if verdict in ("SourceUnavailable", "SourceInvalid") else None
+
+    md = wait_for("a verdict on the source", judged, timeout=60)
+    ready = condition(md, "Ready")
+    assert ready["reason"] == reason, ready
+    assert is_true(md, "Stalled") is stalled
+    assert is_true(md, "Reconciling") is not stalled
+    if not stalled:
+        assert "HF_HUB_OFFLINE" not in ready["message"]
+        assert "Connect" in ready["message"] or "onnection" in ready["message"], ready
+        # retried: the agent is asked again on later reconciles, and it stays transient
+        wait_for(
+            "a second fetch attempt", lambda: agent.log_tail(20000).count("prefetch failed") >= 2
+        )
+        assert condition(e2e.get("mdep", "hub"), "Ready")["reason"] == "SourceUnavailable"
+    else:
+        assert "HF_HUB_OFFLINE" in ready["message"]
+    operator.assert_alive()
+
+
+def nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": True}
+    for _ in range(depth - 1):
+        value = {"x": value}
+    return value
+
+
+@pytest.mark.mlx
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(nested(300), id="300-levels"),
+        pytest.param({"blob": "x" * 20_000}, id="20kb"),
+    ],
+)
+def test_oversized_chat_template_args_are_stalled_and_never_reach_the_agent(
+    e2e: E2E, agents: Agents, operator: Operator, model_a: Path, args: dict[str, Any]
+) -> None:
+    agent = agents.start("a")
+    node = e2e.register(agent)
+    wait_for("node Ready", lambda: is_true(e2e.get("inode", node, namespaced=False), "Ready"))
+    e2e.apply(e2e.deployment("deep", model_a, replicas=1, server={"chatTemplateArgs": args}))
+    md = wait_for(
+        "Stalled",
+        lambda: (d := e2e.get("mdep", "deep")) and is_true(d, "Stalled") and d,
+        timeout=60,
+    )
+    ready = condition(md, "Ready")
+    assert ready["reason"] == "InvalidSpec"
+    assert "spec.server.chatTemplateArgs" in ready["message"]
+    assert reconciled(md)
+    assert agent.state()["slots"] == []
+    assert is_true(e2e.get("inode", node, namespaced=False), "Ready")
+    operator.assert_alive()
+    assert "Traceback" not in operator.log()
+
+
+def test_unlabelled_secret_is_never_sent_to_an_agent_url(e2e: E2E, operator: Operator) -> None:
+    """The operator sends only Secrets labelled as agent credentials: an InferenceNode cannot
+    make it send any other Secret of its namespace to a URL of the node author's choosing."""
+    canary = f"canary-{e2e.label}"
+    seen: list[str] = []
+
+    class Listener(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization", ""))
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *_: Any) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Listener)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        e2e.secret(f"other-{e2e.label}", {"token": canary}, labelled=False)
+        url = f"http://127.0.0.1:{server.server_port}"
+        name = e2e.node("thief", url, f"other-{e2e.label}")
+        node = wait_for(
+            "Stalled",
+            lambda: (n := e2e.get("inode", name, namespaced=False)) and is_true(n, "Stalled") and n,
+            timeout=30,
+        )
+        ready = condition(node, "Ready")
+        assert ready["reason"] == "SecretNotAllowed"
+        assert "mlxfleet.io/agent-credentials" in ready["message"]
+        assert canary not in ready["message"]
+        time.sleep(2)
+        assert not any(canary in h for h in seen), seen
+        # labelled as agent credentials, it is used (and only then)
+        e2e.secret(f"other-{e2e.label}", {"token": canary})
+        wait_for("the labelled token used", lambda: f"Bearer {canary}" in seen, timeout=30)
+    finally:
+        server.shutdown()
+        server.server_close()
+    operator.assert_alive()
+
+
+def test_paused_plan_stays_paused_and_a_plan_that_did_nothing_is_not_completed(
+    e2e: E2E, operator: Operator
+) -> None:
+    """The sample plan's shape: paused, one node without a replica and one that does not exist."""
+    e2e.secret(f"agent-{e2e.label}-real", {"token": "t"})
+    real = e2e.node("real", "http://127.0.0.1:9", f"agent-{e2e.label}-real")
+    e2e.apply(e2e.unplaced("chat"))
+    ghost = f"{e2e.label}-ghost"
+    plan: dict[str, Any] = {
+        "apiVersion": "mlxfleet.io/v1alpha1",
+        "kind": "SwapPlan",
+        "metadata": {"name": "to-rev2", "namespace": e2e.namespace},
+        "spec": {
+            "deploymentRef": {"name": "chat"},
+            "target": {"source": "hf://mlx-community/tiny", "revision": "rev2"},
+            "nodes": [real, ghost],
+            "paused": True,
+        },
+    }
+    e2e.apply(plan)
+    paused = wait_for(
+        "plan reconciled", lambda: (p := e2e.get("swp", "to-rev2")) and reconciled(p) and p
+    )
+    time.sleep(3)  # several reconciles: it waits for approval, whatever it would do
+    paused = e2e.get("swp", "to-rev2")
+    assert paused["status"]["phase"] == "Paused", paused["status"]
+    assert condition(paused, "Ready")["reason"] == "Paused"
+    assert is_true(paused, "Ready")  # where its spec puts it: GitOps syncs finish (gitops.md)
+    assert not is_true(paused, "Stalled")
+    assert not is_true(paused, "Reconciling")
+    steps = {s["node"]: s for s in paused["status"]["steps"]}
+    assert ghost in steps[ghost]["message"]
+    assert "no InferenceNode" in steps[ghost]["message"]
+    # approved: nothing could run, so it says so instead of Completed
+    plan["spec"]["paused"] = False
+    e2e.apply(plan)
+    done = wait_for(
+        "plan finished",
+        lambda: (
+            (p := e2e.get("swp", "to-rev2"))
+            and p["status"].get("phase") not in (None, "Paused", "Pending", "Progressing")
+            and p
+        ),
+        timeout=30,
+    )
+    assert done["status"]["phase"] == "Failed", done["status"]
+    assert condition(done, "Ready")["reason"] == "NothingToDo"
+    assert is_true(done, "Stalled")
+    assert done["status"]["progress"] == "0/2"
+    assert all(s["phase"] == "Skipped" for s in done["status"]["steps"])
     operator.assert_alive()

@@ -106,7 +106,14 @@ def test_manual_approval_waits_paused(
     wait_for(
         "plan Completed after approval", lambda: plan_phase(e2e, plan) == "Completed", timeout=300
     )
-    wait_for("deployment Ready on the new model", lambda: is_true(e2e.get("mdep", "chat"), "Ready"))
+    new = f"file://{model_b}"  # Ready alone held while it awaited approval (old model serving)
+    wait_for(
+        "deployment Ready on the new model",
+        lambda: (
+            is_true(d := e2e.get("mdep", "chat"), "Ready")
+            and all(p["source"] == new for p in d["status"]["placements"])
+        ),
+    )
 
 
 @pytest.mark.slow

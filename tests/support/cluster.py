@@ -2,6 +2,8 @@
 
 Same code as `make cluster-up` (mlxfleet_operator.dev.controlplane): CRDs from crds/ installed and
 Established, the operator's namespace, ServiceAccount and RBAC from manifests/base applied.
+Fixture `bare_cluster`: another one per test module with nothing installed, for installers (helm)
+that must own every object they create and may delete the CRDs others rely on.
 """
 
 from __future__ import annotations
@@ -18,3 +20,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.C
     root = tmp_path_factory.mktemp("control-plane") / "cp"
     with controlplane.running(root) as plane:
         yield plane
+
+
+@pytest.fixture(scope="module")
+def bare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.ControlPlane]:
+    root = tmp_path_factory.mktemp("bare-control-plane")
+    empty = root / "nothing"
+    empty.mkdir()
+    plane = controlplane.start(
+        root / "cp", crds_dir=empty, manifests_dir=empty, die_with_parent=True
+    )
+    try:
+        yield plane
+    finally:
+        controlplane.stop(root / "cp")

@@ -1,6 +1,6 @@
 """mlxfleet operator: CRD models (api), pure decisions (core), kopf glue (handlers), I/O (adapters).
 
-May import: mlxfleet_agent.contract and mlxfleet_agent.memory only from the agent package.
+May import: mlxfleet_agent.contract and mlxfleet_agent.sizing only from the agent package.
 Called by: the `mlxfleet-operator` and `mlxfleet` console scripts and the tests.
 """
 

@@ -1,16 +1,17 @@
-"""`mlxfleet-operator`: run the kopf operator with mlxfleet's settings.
+"""`mlxfleet-operator`: run the kopf operator with mlxfleet's settings (the composition root).
 
-Parses flags into `settings.OperatorSettings`, configures them, then imports the handlers (their
-timer intervals come from the settings) and runs kopf. One replica with `--standalone`; two with
-kopf peering and distinct `--priority` values (docs/operator.md).
-May import: kopf, settings, handlers (lazily). Called by: the console script.
+Parses flags into `settings.OperatorSettings`, builds the runtime from them (Kubernetes facade,
+fleet view, metrics server) and the kopf registry (`handlers.registry(config)`: timer intervals
+from the settings), then runs kopf with both. One replica with `--standalone`; two with kopf
+peering and distinct `--priority` values (docs/operator.md).
+May import: kopf, settings, handlers and adapters.runtime (lazily, so `--help` stays fast).
+Called by: the console script.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import os
 import sys
@@ -104,7 +105,6 @@ def _settings(ns: argparse.Namespace, kubeconfig: str | None) -> opsettings.Oper
 
 def main(argv: list[str] | None = None) -> None:
     config = parse(list(sys.argv[1:] if argv is None else argv))
-    opsettings.configure(config)
     if config.kubeconfig:
         os.environ["KUBECONFIG"] = config.kubeconfig  # kopf's own login reads it
     logging.basicConfig(
@@ -114,9 +114,18 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per agent call is noise
     import kopf
 
-    importlib.import_module("mlxfleet_operator.handlers")
+    from mlxfleet_operator import handlers
+    from mlxfleet_operator.adapters import runtime
+
+    try:
+        memo = kopf.Memo({runtime.KEY: runtime.start(config)})
+    except runtime.StartError as exc:  # exit 2 naming the flag, as for a bad flag value
+        print(f"mlxfleet-operator: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
     asyncio.run(
         kopf.operator(
+            registry=handlers.registry(config),
+            memo=memo,
             standalone=config.standalone,
             priority=config.priority,
             # a peering name makes peering mandatory in kopf: only when not standalone

@@ -1,17 +1,14 @@
-"""Settings of one `mlxfleet-operator` process (flags of `main`, or `MLXFLEET_OPERATOR_*` env).
+"""Settings of one `mlxfleet-operator` process (the flags of `main`), as one frozen value.
 
-kopf decorators read their intervals when the handler modules are imported, so `main` calls
-`configure(...)` first and imports `mlxfleet_operator.handlers` afterwards.
-May import: pydantic and the standard library. Called by: main, handlers, adapters.runtime.
+Injected, never read from a global: `main` parses them, builds the runtime with them (handlers
+read `run.rt.config`) and passes them to `handlers.registry(config)` for the timer intervals.
+May import: pydantic and the standard library. Called by: main, handlers (registration),
+adapters.runtime.
 """
 
 from __future__ import annotations
 
-import os
-
 from pydantic import BaseModel, ConfigDict, Field
-
-ENV_PREFIX = "MLXFLEET_OPERATOR_"
 
 
 class OperatorSettings(BaseModel):
@@ -29,30 +26,3 @@ class OperatorSettings(BaseModel):
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     log_level: str = "INFO"
-
-
-_current: OperatorSettings | None = None
-
-
-def configure(settings: OperatorSettings) -> None:
-    global _current
-    _current = settings
-
-
-def from_env(environ: dict[str, str] | None = None) -> OperatorSettings:
-    env = os.environ if environ is None else environ
-    data: dict[str, object] = {}
-    for field in OperatorSettings.model_fields:
-        raw = env.get(ENV_PREFIX + field.upper())
-        if raw is None:
-            continue
-        data[field] = tuple(x for x in raw.split(",") if x) if field == "namespaces" else raw
-    return OperatorSettings.model_validate(data)
-
-
-def current() -> OperatorSettings:
-    """The configured settings, else those from the environment (`kopf run` of the handlers)."""
-    global _current
-    if _current is None:
-        _current = from_env()
-    return _current

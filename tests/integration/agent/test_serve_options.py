@@ -148,7 +148,7 @@ def test_backends_left_by_a_dead_agent_are_killed_on_start(
 ) -> None:
     """The macOS path (no PR_SET_PDEATHSIG): backends.json names survivors; the next agent kills
     them, and only processes that are still the recorded ones (pid + start time + mlx_lm)."""
-    from mlxfleet_agent import state
+    from mlxfleet_agent.backends import orphans
 
     state_dir = tmp_path / "state"
     survivor = subprocess.Popen(
@@ -157,15 +157,99 @@ def test_backends_left_by_a_dead_agent_are_killed_on_start(
     )
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        state.record_backends(state_dir, [survivor.pid, bystander.pid])
+        orphans.record(state_dir, [survivor.pid, bystander.pid])
         agent_factory(state_dir=state_dir)
         assert survivor.wait(timeout=10) == -signal.SIGKILL
         assert bystander.poll() is None, "a process that is not a backend was killed"
         assert (
-            not (state_dir / state.BACKENDS_FILE).exists()
-            or json.loads((state_dir / state.BACKENDS_FILE).read_text()) == []
+            not (state_dir / orphans.BACKENDS_FILE).exists()
+            or json.loads((state_dir / orphans.BACKENDS_FILE).read_text()) == []
         )
     finally:
         for proc in (survivor, bystander):
             proc.kill()
             proc.wait()
+
+
+def _serve_fails(tmp_path: Path, *flags: str) -> str:
+    done = _agent_cli(
+        "serve",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--models-dir",
+        str(tmp_path / "models"),
+        "--control-port",
+        "0",
+        "--data-port",
+        "0",
+        "--no-caffeinate",
+        *flags,
+    )
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "[Errno" not in done.stderr, done.stderr
+    return done.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "needles"),
+    [
+        pytest.param(
+            ["--tls-cert", "/nowhere/cert.pem", "--tls-key", "/nowhere/key.pem"],
+            ["--tls-cert", "/nowhere/cert.pem", "no such file"],
+            id="missing-tls-file",
+        ),
+        pytest.param(
+            ["--tls-cert", "GARBAGE", "--tls-key", "GARBAGE"],
+            ["--tls-cert", "GARBAGE", "PEM"],
+            id="tls-file-not-pem",
+        ),
+        pytest.param(
+            ["--bind", "203.0.113.7"],
+            ["--bind", "203.0.113.7", "address of this machine"],
+            id="bind-not-local",
+        ),
+        pytest.param(["--bind", "no such host!"], ["--bind", "no such host!"], id="bind-garbage"),
+        pytest.param(
+            ["--token-file", "/nowhere/token"],
+            ["--token-file", "/nowhere/token", "does not exist"],
+            id="token-file-missing",
+        ),
+        pytest.param(
+            ["--token-file", "DIRECTORY"],
+            ["--token-file", "DIRECTORY", "not a readable file"],
+            id="token-file-is-a-directory",
+        ),
+        pytest.param(
+            ["--data-api-keys-file", "/nowhere/keys"],
+            ["--data-api-keys-file", "/nowhere/keys"],
+            id="keys-file-missing",
+        ),
+        pytest.param(
+            ["--state-dir", "/proc/mlxfleet-state"],
+            ["--state-dir", "/proc/mlxfleet-state"],
+            id="state-dir-not-writable",
+        ),
+    ],
+)
+def test_startup_errors_name_the_flag_the_value_and_what_to_do(
+    tmp_path: Path, flags: list[str], needles: list[str]
+) -> None:
+    (tmp_path / "garbage.pem").write_text("not a certificate\n")
+    (tmp_path / "a-directory").mkdir()
+    swap = {"GARBAGE": str(tmp_path / "garbage.pem"), "DIRECTORY": str(tmp_path / "a-directory")}
+    stderr = _serve_fails(tmp_path, *[swap.get(f, f) for f in flags])
+    for needle in needles:
+        assert swap.get(needle, needle) in stderr, stderr
+
+
+def test_port_in_use_names_the_flag_and_the_port(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        stderr = _serve_fails(tmp_path, "--data-port", str(port))  # the last --data-port wins
+    assert f"--data-port {port}" in stderr, stderr
+    assert "in use" in stderr

@@ -49,6 +49,12 @@ def test_the_valid_base_objects_are_accepted(cluster: Any, namespace: str, kind:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in cases.VALID])
+def test_valid_variant_is_accepted(cluster: Any, namespace: str, case: cases.Valid) -> None:
+    proc = _create(cluster, namespace, case.body(_name(case.id)))
+    assert proc.returncode == 0, proc.stderr
+
+
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in cases.INVALID])
 def test_invalid_object_is_rejected_naming_the_field(
     cluster: Any, namespace: str, case: cases.Invalid

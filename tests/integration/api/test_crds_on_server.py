@@ -34,7 +34,7 @@ def samples(cluster: Any) -> dict[str, dict[str, Any]]:
     """Every sample applied server-side (namespaced kinds into NAMESPACE); kind -> sample."""
     _ensure_namespace(cluster, NAMESPACE)
     applied: dict[str, dict[str, Any]] = {}
-    for path in sorted(SAMPLES.glob("*.yaml")):
+    for path in sorted(SAMPLES.rglob("*.yaml")):
         if path.name == "kustomization.yaml":
             continue
         doc = yaml.safe_load(path.read_text())
@@ -81,7 +81,7 @@ def test_get_mlxfleet_lists_all_four_kinds_with_their_columns(
     assert ["NAMESPACE", "NAME", "NAMES", "BACKENDS", "STATUS", "AGE"] in headers
     for kind in ("ModelDeployment", "InferenceNode", "SwapPlan", "ModelRoute"):
         assert f"{kind.lower()}.mlxfleet.io/{samples[kind]['metadata']['name']}" in out
-    assert "https://mac-studio-1.lan:8443" in out
+    assert "https://mac-studio-1.lan:8470" in out
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ def test_get_mlxfleet_lists_all_four_kinds_with_their_columns(
         pytest.param("modeldeployment.spec.model", "hf://<org>/<repo>", id="model"),
         pytest.param("modeldeployment.spec.model", "servedName", id="model-fields"),
         pytest.param("mdep.spec.swap.strategy", "Surge", id="short-name"),
-        pytest.param("inferencenode.spec.agent.url", "https://mac-studio-1.lan:8443", id="url"),
+        pytest.param("inferencenode.spec.agent.url", "https://mac-studio-1.lan:8470", id="url"),
         pytest.param("swapplan.spec.paused", "approve", id="paused"),
         pytest.param("modeldeployment.status.conditions", "Reconciling", id="conditions"),
         pytest.param("mroute.spec.rules.match.hasTools", "tools", id="route-tools"),
@@ -140,14 +140,14 @@ def test_status_subresource_drives_the_columns_without_bumping_generation(
         {
             "observedGeneration": before["metadata"]["generation"],
             "servedName": "qwen3-8b",
-            "replicas": 2,
-            "readyReplicas": 1,
+            "replicas": 1,
+            "readyReplicas": 0,
             "conditions": [
                 {
                     "type": "Ready",
                     "status": "False",
                     "reason": "PartiallyReady",
-                    "message": "1/2 replicas ready",
+                    "message": "0/1 replicas ready",
                     "lastTransitionTime": "2026-01-01T00:00:00Z",
                 }
             ],
@@ -159,9 +159,9 @@ def test_status_subresource_drives_the_columns_without_bumping_generation(
     )
     after = _get(cluster, "mdep", name, "-n", NAMESPACE)
     assert after["metadata"]["generation"] == before["metadata"]["generation"]
-    assert after["status"]["readyReplicas"] == 1
+    assert after["status"]["readyReplicas"] == 0
     row = cluster.kubectl("get", "mdep", name, "-n", NAMESPACE, "--no-headers").stdout.split()
-    assert row[:5] == [name, "qwen3-8b", "2", "1", "PartiallyReady"]
+    assert row[:5] == [name, "qwen3-8b", "1", "0", "PartiallyReady"]
 
 
 def test_status_is_not_writable_through_the_main_resource(

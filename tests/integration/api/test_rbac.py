@@ -14,7 +14,11 @@ pytestmark = pytest.mark.cluster
 SYSTEM = resources.OPERATOR_NAMESPACE
 ALL = "--all-namespaces"
 MD, IN, SWP, MR = (f"{r.plural}.{resources.GROUP}" for r in resources.ALL)
-CRUD = ("get", "list", "watch", "create", "update", "patch", "delete")
+CRUD = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+# Services and EndpointSlices: read one by name (ownership check), create, server-side apply,
+# delete its own; list EndpointSlices of one Service to remove stale ones. Nothing else.
+SERVICE_VERBS = ("get", "create", "patch", "delete")
+SLICE_VERBS = ("get", "list", "create", "patch", "delete")
 
 
 def _p(verb: str, resource: str, *extra: str) -> Any:
@@ -34,17 +38,23 @@ ALLOWED = [
     *(_p(v, IN, "--subresource=status") for v in ("get", "patch", "update")),
     *(_p(v, "events", ALL) for v in ("create", "patch")),
     *(_p(v, "events.events.k8s.io", ALL) for v in ("create", "patch")),
-    *(_p(v, "services", ALL) for v in CRUD),
-    *(_p(v, "endpointslices.discovery.k8s.io", ALL) for v in CRUD),
+    *(_p(v, "services", ALL) for v in SERVICE_VERBS),
+    *(_p(v, "endpointslices.discovery.k8s.io", ALL) for v in SLICE_VERBS),
     *(_p(v, "customresourcedefinitions.apiextensions.k8s.io") for v in ("get", "list", "watch")),
     _p("list", "namespaces"),
     _p("watch", "namespaces"),
-    *(_p(v, "secrets", "-n", SYSTEM) for v in ("get", "list", "watch")),
+    _p("get", "secrets", "-n", SYSTEM),
 ]
 
 DENIED = [
     _p("get", "secrets", "-n", "default"),
     _p("list", "secrets", ALL),
+    _p("list", "secrets", "-n", SYSTEM),  # only Secrets named by an InferenceNode, by name
+    _p("watch", "secrets", "-n", SYSTEM),
+    *(_p(v, "services", ALL) for v in CRUD if v not in SERVICE_VERBS),
+    *(_p(v, "endpointslices.discovery.k8s.io", ALL) for v in CRUD if v not in SLICE_VERBS),
+    _p("update", "services", "--subresource=status", "-n", "default"),
+    _p("create", "endpoints", "-n", "default"),
     _p("watch", "secrets", "-n", "kube-system"),
     _p("create", "secrets", "-n", SYSTEM),
     _p("update", "secrets", "-n", SYSTEM),

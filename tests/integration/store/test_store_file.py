@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mlxfleet_agent import sources, store
+from mlxfleet_agent.models import errors, store
+from mlxfleet_agent.models import source as msource
 
 
 @pytest.fixture
@@ -20,7 +21,7 @@ def models_dir(tmp_path: Path, model_a: Path) -> Path:
 
 def test_file_model_used_in_place_and_indexed(models_dir: Path) -> None:
     s = store.Store(models_dir)
-    path = asyncio.run(s.ensure(f"file://{models_dir}/tiny", holder="slot-a"))
+    path = asyncio.run(s.ensure(msource.parse(f"file://{models_dir}/tiny"), holder="slot-a"))
     assert path == (models_dir / "tiny").resolve()
     [cached] = s.list()
     assert cached.source == f"file://{models_dir}/tiny"
@@ -29,7 +30,7 @@ def test_file_model_used_in_place_and_indexed(models_dir: Path) -> None:
     assert (cached.shape.num_layers, cached.shape.num_kv_heads, cached.shape.head_dim) == (2, 2, 16)
     assert cached.size_bytes > 100_000
     assert cached.total_bytes > cached.size_bytes
-    with pytest.raises(store.ModelInUse, match="slot-a"):
+    with pytest.raises(errors.ModelInUse, match="slot-a"):
         asyncio.run(s.evict(cached.id))
     s.release("slot-a")
     asyncio.run(s.evict(cached.id))
@@ -39,20 +40,20 @@ def test_file_model_used_in_place_and_indexed(models_dir: Path) -> None:
 
 def test_extra_allowed_root(tmp_path: Path, model_a: Path, models_dir: Path) -> None:
     s = store.Store(models_dir, allowed_roots=[model_a.parent])
-    assert asyncio.run(s.ensure(f"file://{model_a}")) == model_a.resolve()
+    assert asyncio.run(s.ensure(msource.parse(f"file://{model_a}"))) == model_a.resolve()
 
 
 @pytest.mark.parametrize(
     ("make", "error"),
     [
-        pytest.param("outside", store.SourceNotAllowed, id="outside-roots"),
-        pytest.param("symlink", store.SourceNotAllowed, id="symlink-escape"),
-        pytest.param("traversal", store.InvalidSource, id="dotdot-traversal"),
-        pytest.param("missing", store.ModelNotFound, id="missing-inside"),
+        pytest.param("outside", errors.SourceNotAllowed, id="outside-roots"),
+        pytest.param("symlink", errors.SourceNotAllowed, id="symlink-escape"),
+        pytest.param("traversal", errors.InvalidSource, id="dotdot-traversal"),
+        pytest.param("missing", errors.ModelNotFound, id="missing-inside"),
     ],
 )
 def test_file_rejections(
-    models_dir: Path, model_a: Path, make: str, error: type[store.StoreError]
+    models_dir: Path, model_a: Path, make: str, error: type[errors.StoreError]
 ) -> None:
     if make == "outside":
         source = f"file://{model_a}"
@@ -65,18 +66,20 @@ def test_file_rejections(
         source = f"file://{models_dir}/absent"
     s = store.Store(models_dir)
     with pytest.raises(error) as info:
-        asyncio.run(s.ensure(source, holder="slot-a"))
+        asyncio.run(s.ensure(msource.parse(source), holder="slot-a"))
     assert info.value.field == "source"
     if make == "symlink":
-        assert str(model_a.resolve()) in info.value.message  # names the resolved path
+        assert str(model_a.resolve()) not in info.value.message  # never where the link points
+        assert f"{models_dir}/sneaky" in info.value.message  # the path as given
         assert info.value.allowed == str(models_dir.resolve())
     assert s.list() == []
-    assert s.holders(sources.model_id(source, None)) == set()  # failed ensure drops the pin
+    if make != "traversal":  # a source that does not parse never reaches the store
+        assert s.holders(msource.parse(source).id) == set()  # failed ensure drops the pin
 
 
 def test_index_survives_restart(models_dir: Path) -> None:
     first = store.Store(models_dir)
-    asyncio.run(first.ensure(f"file://{models_dir}/tiny", "rev1"))
+    asyncio.run(first.ensure(msource.parse(f"file://{models_dir}/tiny", "rev1")))
     again = store.Store(models_dir)
     [cached] = again.list()
     assert (cached.source, cached.revision, cached.in_use) == (

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from mlxfleet_agent import memory, sources, store
+from mlxfleet_agent.models import errors, index, modeldir, store
+from mlxfleet_agent.models import s3 as s3fetch
+from mlxfleet_agent.models import source as msource
 from tests.support.s3 import S3Server
 
 if TYPE_CHECKING:
@@ -78,40 +80,44 @@ def test_download_verifies_and_renames_into_place(
     source = upload(s3_env, model_a, s3_env.make_bucket(), "tiny/a")
     s, counting = new_store(tmp_path)
     seen: list[tuple[int, int]] = []
-    path = asyncio.run(s.ensure(source, progress_cb=lambda d, t: seen.append((d, t))))
+    path = asyncio.run(
+        s.ensure(msource.parse(source), progress_cb=lambda d, t: seen.append((d, t)))
+    )
     assert same_files(path, model_a)
     assert path.parent.name == "s3"
-    assert not any((tmp_path / "models" / store.STORE_DIR / "partial").iterdir())
+    assert not any((tmp_path / "models" / index.STORE_DIR / "partial").iterdir())
     total = sum(p.stat().st_size for p in model_a.iterdir())
     assert seen[0] == (0, total)
     assert seen[-1] == (total, total)
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
     [cached] = s.list()
-    assert (cached.source, cached.size_bytes) == (source, memory.weights_bytes(model_a))
+    assert (cached.source, cached.size_bytes) == (source, modeldir.weights_bytes(model_a))
     assert not cached.in_use
     # cached: a second ensure downloads nothing
     gets = len(counting.gets)
-    assert asyncio.run(s.ensure(source)) == path
+    assert asyncio.run(s.ensure(msource.parse(source))) == path
     assert len(counting.gets) == gets
 
 
 def test_interrupted_download_resumes_with_range(
     s3_env: S3Server, tmp_path: Path, model_a: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sources, "CHUNK_BYTES", 32 * 1024)
+    monkeypatch.setattr(s3fetch, "CHUNK_BYTES", 32 * 1024)
     source = upload(s3_env, model_a, s3_env.make_bucket(), "tiny/a")
     s, counting = new_store(tmp_path)
     with pytest.raises(RuntimeError, match="interrupted"):
-        asyncio.run(s.ensure(source, progress_cb=raise_after(100_000), holder="slot-a"))
+        asyncio.run(
+            s.ensure(msource.parse(source), progress_cb=raise_after(100_000), holder="slot-a")
+        )
     assert s.list() == []
-    assert s.holders(sources.model_id(source, None)) == set()
-    partial = tmp_path / "models" / store.STORE_DIR / "partial" / sources.model_id(source, None)
+    assert s.holders(msource.parse(source, None).id) == set()
+    partial = tmp_path / "models" / index.STORE_DIR / "partial" / msource.parse(source, None).id
     part = partial / "model.safetensors.part"
     assert (partial / "config.json").is_file()  # finished files stay
     assert 0 < part.stat().st_size < (model_a / "model.safetensors").stat().st_size
     counting.gets.clear()
     seen: list[int] = []
-    path = asyncio.run(s.ensure(source, progress_cb=lambda d, t: seen.append(d)))
+    path = asyncio.run(s.ensure(msource.parse(source), progress_cb=lambda d, t: seen.append(d)))
     assert same_files(path, model_a)
     keys = [g["Key"].rsplit("/", 1)[1] for g in counting.gets]
     assert "config.json" not in keys  # not fetched again
@@ -124,33 +130,33 @@ def test_interrupted_download_resumes_with_range(
 def test_corrupt_partial_fails_verification_then_recovers(
     s3_env: S3Server, tmp_path: Path, model_a: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sources, "CHUNK_BYTES", 32 * 1024)
+    monkeypatch.setattr(s3fetch, "CHUNK_BYTES", 32 * 1024)
     source = upload(s3_env, model_a, s3_env.make_bucket(), "tiny/a")
     s, _ = new_store(tmp_path)
     with pytest.raises(RuntimeError, match="interrupted"):
-        asyncio.run(s.ensure(source, progress_cb=raise_after(100_000)))
-    part = next((tmp_path / "models" / store.STORE_DIR / "partial").rglob("*.part"))
+        asyncio.run(s.ensure(msource.parse(source), progress_cb=raise_after(100_000)))
+    part = next((tmp_path / "models" / index.STORE_DIR / "partial").rglob("*.part"))
     data = bytearray(part.read_bytes())
     data[10] ^= 0xFF
     part.write_bytes(bytes(data))
-    with pytest.raises(store.DownloadFailed, match="md5") as info:
-        asyncio.run(s.ensure(source))
+    with pytest.raises(errors.DownloadFailed, match="md5") as info:
+        asyncio.run(s.ensure(msource.parse(source)))
     assert info.value.http_status == 502
     assert not part.exists()
-    assert same_files(asyncio.run(s.ensure(source)), model_a)
+    assert same_files(asyncio.run(s.ensure(msource.parse(source))), model_a)
 
 
 def test_changed_remote_restarts_download(
     s3_env: S3Server, tmp_path: Path, model_a: Path, model_b: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sources, "CHUNK_BYTES", 32 * 1024)
+    monkeypatch.setattr(s3fetch, "CHUNK_BYTES", 32 * 1024)
     bucket = s3_env.make_bucket()
     source = upload(s3_env, model_a, bucket, "tiny/x")
     s, _ = new_store(tmp_path)
     with pytest.raises(RuntimeError, match="interrupted"):
-        asyncio.run(s.ensure(source, progress_cb=raise_after(100_000)))
+        asyncio.run(s.ensure(msource.parse(source), progress_cb=raise_after(100_000)))
     upload(s3_env, model_b, bucket, "tiny/x")
-    assert same_files(asyncio.run(s.ensure(source)), model_b)
+    assert same_files(asyncio.run(s.ensure(msource.parse(source))), model_b)
 
 
 def test_concurrent_prefetch_downloads_once(
@@ -162,8 +168,16 @@ def test_concurrent_prefetch_downloads_once(
 
     async def both() -> tuple[Path, Path]:
         return await asyncio.gather(
-            s.ensure(source, progress_cb=lambda d, t: seen["one"].append(d), holder="slot-1"),
-            s.ensure(source, progress_cb=lambda d, t: seen["two"].append(d), holder="slot-2"),
+            s.ensure(
+                msource.parse(source),
+                progress_cb=lambda d, t: seen["one"].append(d),
+                holder="slot-1",
+            ),
+            s.ensure(
+                msource.parse(source),
+                progress_cb=lambda d, t: seen["two"].append(d),
+                holder="slot-2",
+            ),
         )
 
     first, second = asyncio.run(both())
@@ -172,7 +186,7 @@ def test_concurrent_prefetch_downloads_once(
     assert len(counting.gets) == len(list(model_a.iterdir()))
     total = sum(p.stat().st_size for p in model_a.iterdir())
     assert seen["one"][-1] == seen["two"][-1] == total
-    assert s.holders(sources.model_id(source, None)) == {"slot-1", "slot-2"}
+    assert s.holders(msource.parse(source, None).id) == {"slot-1", "slot-2"}
 
 
 @pytest.mark.parametrize(
@@ -187,8 +201,8 @@ def test_missing_models(s3_env: S3Server, tmp_path: Path, source: str, needle: s
     bucket = s3_env.make_bucket()
     s3_env.client().put_object(Bucket=bucket, Key="onlyconfig/config.json", Body=b"{}")
     s, _ = new_store(tmp_path)
-    with pytest.raises(store.ModelNotFound, match=needle) as info:
-        asyncio.run(s.ensure(source.format(bucket=bucket)))
+    with pytest.raises(errors.ModelNotFound, match=needle) as info:
+        asyncio.run(s.ensure(msource.parse(source.format(bucket=bucket))))
     assert info.value.http_status == 404
 
 
@@ -199,12 +213,12 @@ def test_lru_eviction_under_cache_cap(
     src_a, src_b = upload(s3_env, model_a, bucket, "a"), upload(s3_env, model_b, bucket, "b")
     size = sum(p.stat().st_size for p in model_a.iterdir())
     s, _ = new_store(tmp_path, max_cache_bytes=size * 3 // 2)
-    path_a = asyncio.run(s.ensure(src_a, holder="slot-a"))
-    with pytest.raises(store.InsufficientDisk, match="need"):  # A is wanted: never evicted
-        asyncio.run(s.ensure(src_b))
+    path_a = asyncio.run(s.ensure(msource.parse(src_a), holder="slot-a"))
+    with pytest.raises(errors.InsufficientDisk, match="need"):  # A is wanted: never evicted
+        asyncio.run(s.ensure(msource.parse(src_b)))
     assert path_a.is_dir()
     s.release("slot-a")
-    path_b = asyncio.run(s.ensure(src_b, holder="slot-b"))
+    path_b = asyncio.run(s.ensure(msource.parse(src_b), holder="slot-b"))
     assert not path_a.exists()
     assert [m.source for m in s.list()] == [src_b]
     assert same_files(path_b, model_b)
@@ -214,13 +228,13 @@ def test_evict_and_gc(s3_env: S3Server, tmp_path: Path, model_a: Path, model_b: 
     bucket = s3_env.make_bucket()
     src_a, src_b = upload(s3_env, model_a, bucket, "a"), upload(s3_env, model_b, bucket, "b")
     s, _ = new_store(tmp_path)
-    path_a = asyncio.run(s.ensure(src_a, holder="slot-a"))
-    path_b = asyncio.run(s.ensure(src_b))
-    id_a, id_b = sources.model_id(src_a, None), sources.model_id(src_b, None)
-    with pytest.raises(store.ModelInUse, match="slot-a") as info:
+    path_a = asyncio.run(s.ensure(msource.parse(src_a), holder="slot-a"))
+    path_b = asyncio.run(s.ensure(msource.parse(src_b)))
+    id_a, id_b = msource.parse(src_a, None).id, msource.parse(src_b, None).id
+    with pytest.raises(errors.ModelInUse, match="slot-a") as info:
         asyncio.run(s.evict(id_a))
     assert info.value.http_status == 409
-    with pytest.raises(store.ModelNotFound):
+    with pytest.raises(errors.ModelNotFound):
         asyncio.run(s.evict("0123456789abcdef"))
     s.min_free_bytes = 1 << 60  # the disk is "full": gc evicts every unused model
     assert asyncio.run(s.gc()) == [id_b]
@@ -234,20 +248,20 @@ def test_restart_keeps_index_and_drops_orphans(
 ) -> None:
     source = upload(s3_env, model_a, s3_env.make_bucket(), "tiny/a")
     s, _ = new_store(tmp_path)
-    path = asyncio.run(s.ensure(source))
+    path = asyncio.run(s.ensure(msource.parse(source)))
     orphan = path.parent / "orphan"
     shutil.copytree(path, orphan)
     again, counting = new_store(tmp_path)
     assert [m.source for m in again.list()] == [source]
     assert not orphan.exists()
-    assert asyncio.run(again.ensure(source)) == path
+    assert asyncio.run(again.ensure(msource.parse(source))) == path
     assert counting.gets == []
 
 
 def test_close_cancels_a_running_download(
     s3_env: S3Server, tmp_path: Path, model_a: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sources, "CHUNK_BYTES", 32 * 1024)
+    monkeypatch.setattr(s3fetch, "CHUNK_BYTES", 32 * 1024)
     source = upload(s3_env, model_a, s3_env.make_bucket(), "tiny/a")
     s, _ = new_store(tmp_path)
 
@@ -255,7 +269,7 @@ def test_close_cancels_a_running_download(
         if done >= 100_000:
             s.close()
 
-    with pytest.raises(store.DownloadCancelled, match="shutting down") as info:
-        asyncio.run(s.ensure(source, progress_cb=close_midway))
+    with pytest.raises(errors.DownloadCancelled, match="shutting down") as info:
+        asyncio.run(s.ensure(msource.parse(source), progress_cb=close_midway))
     assert info.value.http_status == 503
     assert s.list() == []

@@ -18,7 +18,8 @@ import threading
 import time
 from pathlib import Path
 
-from mlxfleet_agent import shipper, telemetry
+from mlxfleet_agent.runtime import settings
+from mlxfleet_agent.telemetry import recorder, shipper
 
 
 def main() -> int:
@@ -33,19 +34,22 @@ def main() -> int:
     p.add_argument("--final", action="store_true")
     args = p.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
-    cfg = shipper.ShipperConfig.from_env(spool_dir=args.spool)
+    env = settings.build(  # the keys and region from MLXFLEET_TELEMETRY_*, as the agent reads them
+        file_values={"stateDir": str(args.spool), "modelsDir": str(args.spool)}, flag_values={}
+    )
+    secret = env.telemetry_secret_access_key
     cfg = shipper.ShipperConfig(
         spool_dir=args.spool,
         bucket=args.bucket,
         prefix=args.prefix,
         endpoint_url=args.endpoint,
-        region=cfg.region,
-        access_key_id=cfg.access_key_id,
-        secret_access_key=cfg.secret_access_key,
+        region=env.telemetry_region,
+        access_key_id=env.telemetry_access_key_id,
+        secret_access_key=secret.get_secret_value() if secret is not None else None,
         interval_seconds=args.interval,
         tick_seconds=0.1,
     )
-    tel = telemetry.Telemetry(node=args.node, interval_seconds=args.interval)
+    tel = recorder.Telemetry(node=args.node, interval_seconds=args.interval)
     ship = shipper.Shipper(tel, cfg)
     ship.start()
     stop = threading.Event()
@@ -55,7 +59,7 @@ def main() -> int:
     while not stop.is_set():
         tel.request_started("chat")
         tel.request_finished(
-            telemetry.RequestRecord(
+            recorder.RequestRecord(
                 slot="chat",
                 served_name="tiny",
                 source="file:///m",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pypdf
 import pytest
+import yaml
 
 from mlxfleet_operator.adapters import objectstore
 from mlxfleet_operator.reports import cli, fixture
@@ -16,6 +17,7 @@ from tests.support import s3 as s3support
 
 pytestmark = pytest.mark.s3
 PREFIX = "acme/telemetry"
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +80,9 @@ def test_weekly_report_from_the_bucket_matches_hand_computed_figures(
     assert "| Tokens served | 33.3M | 33.3M | 0.0% |" in md
     # 7 x 24 x (120 + 2 x 90) requests
     assert "| Requests | 50,400 | 50,400 | 0.0% |" in md
-    assert "| qwen-2.5-7b | studio-1 | added | Thu 15 Oct 00:00 | failover from mini-2" in md
+    assert "| qwen-2.5-7b | team-search | mini-1, mini-2, studio-1 | 18.1M |" in md
+    assert "| studio-1 | llama-3.1-8b, qwen-2.5-7b | 100.0% |" in md
+    assert "| Fleet cost | $55.80 |" in md  # all three nodes priced
     assert "| qwen-2.5-7b | studio-1 | removed | Sat 17 Oct 00:00 |" in md
     assert "- mini-2: Thu 15 Oct 00:00 to Sat 17 Oct 00:00 UTC (48 h)" in md
     # llama p95: 2.5 + 2.5 x (114 - 108) / 12; qwen: 2.5 + 2.5 x (85.5 - 84) / 6
@@ -188,3 +192,109 @@ def test_corrupt_objects_are_skipped_not_fatal(
     finally:
         client.delete_object(Bucket=month_bucket, Key=f"{day_prefix}/garbage.jsonl")
         client.delete_object(Bucket=month_bucket, Key=f"{day_prefix}/wrong.jsonl")
+
+
+# ---- issue 15 item 2: cost inputs that match no node with telemetry -------------------------
+
+HOST_NAMES = {"studio-1": "Mac-Studio", "mini-1": "mac-mini-a", "mini-2": "mac-mini-b"}
+OLD_SAMPLE_TABLE = """\
+nodes:
+  studio-1: {purchasePriceUSD: 3999, amortizationMonths: 36, electricityUSDPerKWh: 0.30,
+             idlePowerWatts: 12, busyPowerWatts: 95}
+  mini-1: {purchasePriceUSD: 1399, amortizationMonths: 24, electricityUSDPerKWh: 0.30,
+           idlePowerWatts: 5, busyPowerWatts: 38}
+reference: {name: Cloud API (reference), inputUSDPerMillion: 2.50, outputUSDPerMillion: 10.00}
+"""
+
+
+def _shipped_report_yaml() -> str:
+    cm = yaml.safe_load((REPO / "manifests" / "cronjobs" / "report-config.yaml").read_text())
+    text: str = cm["data"]["report.yaml"]
+    return text
+
+
+@pytest.fixture(scope="module")
+def host_named_bucket(s3_server: s3support.S3Server) -> str:
+    """October 2026 as agents that kept their host names as nodeName ship it (daily objects)."""
+    bucket = s3_server.make_bucket()
+    store = objectstore.TelemetryStore(
+        objectstore.StoreConfig(
+            bucket=bucket,
+            prefix=PREFIX,
+            endpoint_url=s3_server.endpoint_url,
+            region=s3_server.region,
+            access_key_id=s3_server.access_key,
+            secret_access_key=s3_server.secret_key,
+        )
+    )
+    for iv in fixture.intervals(interval_hours=24):
+        store.put_interval(iv.model_copy(update={"node": HOST_NAMES[iv.node]}))
+    return bucket
+
+
+@pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils not installed")
+@pytest.mark.parametrize(
+    "report_yaml",
+    [
+        pytest.param(_shipped_report_yaml(), id="shipped-report-config"),
+        pytest.param(OLD_SAMPLE_TABLE, id="old-sample-cost-table"),
+    ],
+)
+def test_reports_name_nodes_without_cost_inputs_instead_of_crashing(
+    s3_server: s3support.S3Server,
+    host_named_bucket: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    report_yaml: str,
+) -> None:
+    """Before: `mlxfleet report monthly` died with ZeroDivisionError on the old sample table."""
+    monkeypatch.setenv("MLXFLEET_TELEMETRY_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("MLXFLEET_TELEMETRY_SECRET_ACCESS_KEY", s3_server.secret_key)
+    cfg = tmp_path / "report.yaml"
+    cfg.write_text(report_yaml)
+    out = tmp_path / "out"
+    common = ["--config", str(cfg), "--bucket", host_named_bucket, "--prefix", PREFIX,
+              "--endpoint-url", s3_server.endpoint_url, "--region", s3_server.region,
+              "--out", str(out)]  # fmt: skip
+    assert cli.main(["monthly", "--month", "2026-10", *common]) == 0
+    assert cli.main(["weekly", "--week", "2026-W42", *common]) == 0
+    pdf = subprocess.run(
+        ["pdftotext", str(out / "monthly-2026-10.pdf"), "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    pdf = " ".join(pdf.split())
+    expected = "No cost inputs for Mac-Studio, mac-mini-a, mac-mini-b:"
+    assert expected in pdf
+    assert "142.6M" in pdf  # every token is still counted
+    assert expected in (out / "monthly-2026-10.html").read_text()
+    assert expected in (out / "weekly-2026-W42.md").read_text()
+    assert expected in (out / "weekly-2026-W42.html").read_text()
+
+
+def test_aliases_put_host_named_telemetry_on_the_cost_table_nodes(
+    s3_server: s3support.S3Server,
+    host_named_bucket: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MLXFLEET_TELEMETRY_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("MLXFLEET_TELEMETRY_SECRET_ACCESS_KEY", s3_server.secret_key)
+    cfg = tmp_path / "report.yaml"
+    cfg.write_text(
+        fixture.CONFIG_YAML + yaml.safe_dump({"aliases": {v: k for k, v in HOST_NAMES.items()}})
+    )
+    out = tmp_path / "out"
+    rc = cli.main(
+        ["weekly", "--week", "2026-W42", "--config", str(cfg), "--bucket", host_named_bucket,
+         "--prefix", PREFIX, "--endpoint-url", s3_server.endpoint_url,
+         "--region", s3_server.region, "--out", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    md = (out / "weekly-2026-W42.md").read_text()
+    assert "No cost inputs" not in md
+    assert "Mac-Studio" not in md
+    assert "| qwen-2.5-7b | team-search | mini-1, mini-2, studio-1 | 18.1M |" in md
+    assert "| studio-1 | llama-3.1-8b, qwen-2.5-7b | 100.0% |" in md
+    assert "| Fleet cost | $55.80 |" in md  # all three nodes priced

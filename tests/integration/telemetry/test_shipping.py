@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from mlxfleet_agent import contract, shipper, telemetry
+from mlxfleet_agent import contract
+from mlxfleet_agent.runtime import compose, settings
+from mlxfleet_agent.telemetry import recorder, shipper
 from tests.integration.telemetry import netgate
 from tests.support import s3 as s3support
 
@@ -56,13 +58,21 @@ def config(s3: s3support.S3Server, spool: Path, bucket: str, **kw: object) -> sh
     return shipper.ShipperConfig(**values)  # type: ignore[arg-type]
 
 
+def agent_settings(
+    state: Path, file_values: dict[str, object], environ: dict[str, str]
+) -> settings.Settings:
+    """The agent's settings as `serve` builds them: a config file and the environment."""
+    values = {"stateDir": str(state), "modelsDir": str(state / "models"), "telemetryIntervalS": 1}
+    return settings.build(file_values={**values, **file_values}, flag_values={}, environ=environ)
+
+
 def serve_requests(
-    tel: telemetry.Telemetry, n: int, *, prompt: int = 4, completion: int = 6
+    tel: recorder.Telemetry, n: int, *, prompt: int = 4, completion: int = 6
 ) -> None:
     for _ in range(n):
         tel.request_started("chat")
         tel.request_finished(
-            telemetry.RequestRecord(
+            recorder.RequestRecord(
                 slot="chat",
                 served_name="tiny",
                 source="file:///m",
@@ -96,7 +106,7 @@ def test_each_interval_lands_once_at_its_partitioned_key(
 ) -> None:
     bucket = s3_server.make_bucket()
     clock = Clock(T0 + 1)
-    tel = telemetry.Telemetry(node="mini-1", interval_seconds=60, clock=clock)
+    tel = recorder.Telemetry(node="mini-1", interval_seconds=60, clock=clock)
     ship = shipper.Shipper(tel, config(s3_server, tmp_path, bucket))
     serve_requests(tel, 5)
     clock.t = T0 + 61
@@ -129,7 +139,7 @@ def test_full_buffer_drops_the_oldest_and_says_how_many(
 ) -> None:
     bucket = s3_server.make_bucket()
     clock = Clock(T0 + 1)
-    tel = telemetry.Telemetry(node="mini-1", interval_seconds=60, clock=clock)
+    tel = recorder.Telemetry(node="mini-1", interval_seconds=60, clock=clock)
     cfg = config(s3_server, tmp_path, bucket, endpoint_url=gate.url, max_buffered=2)
     ship = shipper.Shipper(tel, cfg)
     gate.close_gate()
@@ -226,3 +236,73 @@ def test_store_down_agent_restarted_store_back_every_interval_once_in_order(
     replayed = [k.rsplit("/", 1)[1] for k in shipped[: len(queued)]]
     assert len(replayed) == len(queued)
     assert list((spool / "queue").glob("*.json")) == []
+
+
+def test_a_run_without_a_bucket_leaves_nothing_to_ship_under_its_old_name(
+    s3_server: s3support.S3Server, tmp_path: Path
+) -> None:
+    """Issue 15 item 3, the way a new user gets there: the agent first runs with no bucket and
+    the default node name (the host name), then with a bucket and nodeName = its InferenceNode.
+    Before: the first run's checkpoint shipped under the host name, a phantom node."""
+    state = tmp_path / "state"
+    env = {
+        "MLXFLEET_TELEMETRY_ACCESS_KEY_ID": s3_server.access_key,
+        "MLXFLEET_TELEMETRY_SECRET_ACCESS_KEY": s3_server.secret_key,
+    }
+    tel, ship = compose.telemetry(agent_settings(state, {}, env))
+    old_name = tel.node
+    ship.start()
+    serve_requests(tel, 3)
+    time.sleep(1.2)  # at least one interval closes, and several ticks run
+    serve_requests(tel, 2)
+    ship.stop()
+    assert not (state / "telemetry").exists()
+
+    bucket = s3_server.make_bucket()
+    file_values = {
+        "nodeName": "mac-studio-1",
+        "telemetryBucket": bucket,
+        "telemetryPrefix": "fleet",
+        "telemetryEndpointUrl": s3_server.endpoint_url,
+        "telemetryRegion": s3_server.region,
+    }
+    tel, ship = compose.telemetry(agent_settings(state, file_values, env))
+    ship.start()
+    serve_requests(tel, 4)
+    deadline = time.monotonic() + 30
+    while not ship.uploaded_keys and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ship.stop()
+    found = objects(s3_server, bucket)
+    assert found, "the renamed agent shipped nothing"
+    assert {iv.node for iv in found.values()} == {"mac-studio-1"}, sorted(found)
+    assert not any(f"node={old_name}/" in key for key in found)
+    assert sum(s.requests for iv in found.values() for s in iv.slots) == 4
+
+
+def test_a_rename_ships_each_count_once_under_the_name_it_was_measured_under(
+    s3_server: s3support.S3Server, tmp_path: Path
+) -> None:
+    """With a bucket all along: the old name's unfinished interval (the checkpoint) ships under
+    the old name, the new name's intervals under the new one; nothing twice, nothing lost, even
+    when both start in the same minute."""
+    bucket = s3_server.make_bucket()
+    clock = Clock(T0 + 5)
+    tel = recorder.Telemetry(node="Mac-Studio", interval_seconds=60, clock=clock)
+    ship = shipper.Shipper(tel, config(s3_server, tmp_path, bucket))
+    ship.recover()
+    serve_requests(tel, 3)
+    ship.tick(upload=False)  # checkpointed, then the agent is restarted with a new nodeName
+    clock.t = T0 + 30
+    tel = recorder.Telemetry(node="mac-studio-1", interval_seconds=60, clock=clock)
+    ship = shipper.Shipper(tel, config(s3_server, tmp_path, bucket))
+    ship.recover()
+    serve_requests(tel, 2)
+    clock.t = T0 + 61
+    ship.tick()
+    found = objects(s3_server, bucket)
+    assert sorted((iv.node, iv.slots[0].requests) for iv in found.values()) == [
+        ("Mac-Studio", 3),
+        ("mac-studio-1", 2),
+    ]
+    assert not (tmp_path / "queue").exists() or ship.spool.pending() == []

@@ -12,17 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mlxfleet_agent import (
-    contract,
-    readiness,
-    router,
-    service_units,
-    settings,
-    slots,
-    state,
-    supervisor,
-    swap,
-)
+from mlxfleet_agent import contract, service_units
+from mlxfleet_agent.backends import mlxlm, readiness
+from mlxfleet_agent.dataplane import errors, routing
+from mlxfleet_agent.host import files
+from mlxfleet_agent.runtime import settings
+from mlxfleet_agent.slots import statefile, swap
 
 S = contract.SwapStrategy
 GIB = 1024**3
@@ -64,8 +59,8 @@ def test_backoff_doubles_and_caps() -> None:
     assert delays == sorted(delays)
 
 
-def _launch(**options: Any) -> supervisor.LaunchSpec:
-    return supervisor.LaunchSpec(
+def _launch(**options: Any) -> mlxlm.LaunchSpec:
+    return mlxlm.LaunchSpec(
         model_dir=Path("/m/tiny"),
         options=contract.ServerOptions(**options),
         max_concurrency=4,
@@ -74,7 +69,7 @@ def _launch(**options: Any) -> supervisor.LaunchSpec:
 
 
 def test_backend_command_defaults_follow_the_slot_concurrency() -> None:
-    argv = supervisor.command(_launch(), port=5000)
+    argv = mlxlm.command(_launch(), port=5000)
     assert argv[:4] == ["/usr/bin/python3", "-m", "mlx_lm", "server"]
     joined = " ".join(argv)
     assert "--model /m/tiny --host 127.0.0.1 --port 5000" in joined
@@ -84,7 +79,7 @@ def test_backend_command_defaults_follow_the_slot_concurrency() -> None:
 
 
 def test_backend_command_passes_server_options() -> None:
-    argv = supervisor.command(
+    argv = mlxlm.command(
         _launch(
             decode_concurrency=16,
             prompt_concurrency=2,
@@ -177,6 +172,23 @@ def test_token_is_created_private_once(tmp_path: Path) -> None:
     assert (tmp_path / "token").stat().st_mode & 0o077 == 0
 
 
+def test_token_file_is_never_readable_by_others_not_even_briefly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Created 0600 in one step: with every later chmod disabled the file is still private."""
+    import os
+
+    monkeypatch.setattr(Path, "chmod", lambda *a, **k: None)
+    monkeypatch.setattr(os, "chmod", lambda *a, **k: None)
+    old = os.umask(0o022)
+    try:
+        token = settings.Settings(state_dir=tmp_path, models_dir=tmp_path / "m").read_token()
+    finally:
+        os.umask(old)
+    assert len(token) >= 32
+    assert (tmp_path / "token").stat().st_mode & 0o777 == 0o600
+
+
 @pytest.mark.parametrize(
     ("raw", "status", "code"),
     [
@@ -186,8 +198,8 @@ def test_token_is_created_private_once(tmp_path: Path) -> None:
     ],
 )
 def test_router_parse_errors_are_openai_shaped(raw: bytes, status: int, code: str) -> None:
-    with pytest.raises(router.RouteError) as caught:
-        router.parse(raw)
+    with pytest.raises(errors.RouteError) as caught:
+        routing.parse(raw)
     assert caught.value.status == status
     body = json.loads(caught.value.body())
     assert body["error"]["code"] == code
@@ -211,24 +223,24 @@ def _spec(**extra: Any) -> contract.SlotSpec:
     ],
 )
 def test_which_changes_need_a_new_backend(change: dict[str, Any], same: bool) -> None:
-    assert slots.same_runtime(_spec(), _spec(**change)) is same
+    assert swap.same_runtime(_spec(), _spec(**change)) is same
 
 
 def test_state_round_trip_and_corrupt_file_is_moved_aside(tmp_path: Path) -> None:
     specs = {"a": _spec(), "b": _spec(servedName="b", server={"kvBits": 4})}
-    state.save_slots(tmp_path, specs)
-    assert state.load_slots(tmp_path) == specs
+    statefile.save(tmp_path, specs)
+    assert statefile.load(tmp_path) == specs
     assert not list(tmp_path.glob(".*.tmp"))
-    (tmp_path / state.SLOTS_FILE).write_text('{"slots": {"a": {"source": "ftp://x"}}}')
-    assert state.load_slots(tmp_path) == {}
+    (tmp_path / statefile.SLOTS_FILE).write_text('{"slots": {"a": {"source": "ftp://x"}}}')
+    assert statefile.load(tmp_path) == {}
     assert (tmp_path / "slots.corrupt").exists()
-    assert state.load_slots(tmp_path) == {}
+    assert statefile.load(tmp_path) == {}
 
 
 def test_write_atomic_replaces_whole_file(tmp_path: Path) -> None:
     target = tmp_path / "f.json"
-    state.write_atomic(target, b"one")
-    state.write_atomic(target, b"two")
+    files.write_atomic(target, b"one")
+    files.write_atomic(target, b"two")
     assert target.read_bytes() == b"two"
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
 
@@ -236,11 +248,12 @@ def test_write_atomic_replaces_whole_file(tmp_path: Path) -> None:
 def test_shipped_service_examples_are_current() -> None:
     root = Path(__file__).resolve().parents[3] / "manifests" / "agent"
     argv = ["/opt/mlxfleet/bin/mlxfleet-agent", "serve", "--config", "/etc/mlxfleet/agent.yaml"]
+    env = service_units.env_file((root / "agent.env.example").read_text(), origin="example")
     assert (root / "io.mlxfleet.agent.plist").read_text() == service_units.launchd_plist(
-        argv, user="_mlxfleet"
+        argv, user="_mlxfleet", environment=env
     )
     assert (root / "mlxfleet-agent.service").read_text() == service_units.systemd_unit(
-        argv, user="mlxfleet"
+        argv, user="mlxfleet", environment_files=["/etc/mlxfleet/agent.env"]
     )
     values = settings.read_config_file(root / "agent.yaml")
     assert settings.build(file_values=values, flag_values={}).data_port == 8471

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mlxfleet_agent import contract, memory
+from mlxfleet_agent import contract, sizing
+from mlxfleet_agent.models import modeldir
 
 GIB = 1024**3
 LLAMA3_8B: dict[str, Any] = {
@@ -65,7 +66,7 @@ def _shape(layers: int = 32, kv: int = 8, head_dim: int = 128) -> contract.Model
     ],
 )
 def test_shape_from_config(config: dict[str, Any], expected: tuple[int, int, int, float]) -> None:
-    shape = memory.shape_from_config(config)
+    shape = sizing.shape_from_config(config)
     assert (shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.dtype_bytes) == expected
 
 
@@ -87,14 +88,14 @@ def test_shape_from_config(config: dict[str, Any], expected: tuple[int, int, int
     ],
 )
 def test_shape_unknown(config: dict[str, Any], needle: str) -> None:
-    with pytest.raises(memory.UnknownModelSize, match=needle):
-        memory.shape_from_config(config)
+    with pytest.raises(sizing.UnknownModelSize, match=needle):
+        sizing.shape_from_config(config)
 
 
 def test_llama3_8b_kv_cache_is_4_gib() -> None:
     # 2 x 32 layers x 8 kv heads x 128 dims x 8192 ctx x 4 seqs x 2 bytes = 4 GiB
-    shape = memory.shape_from_config(LLAMA3_8B)
-    kv = memory.kv_cache_bytes(shape, context_length=8192, max_concurrency=4, kv_bits=None)
+    shape = sizing.shape_from_config(LLAMA3_8B)
+    kv = sizing.kv_cache_bytes(shape, context_length=8192, max_concurrency=4, kv_bits=None)
     assert kv == 4 * GIB
 
 
@@ -106,17 +107,17 @@ def test_llama3_8b_kv_cache_is_4_gib() -> None:
     ],
 )
 def test_quantized_kv(kv_bits: int, expected: float) -> None:
-    kv = memory.kv_cache_bytes(_shape(), context_length=8192, max_concurrency=4, kv_bits=kv_bits)
+    kv = sizing.kv_cache_bytes(_shape(), context_length=8192, max_concurrency=4, kv_bits=kv_bits)
     assert kv == int(expected)
 
 
 def test_bad_kv_bits_rejected() -> None:
     with pytest.raises(ValueError, match="kv_bits"):
-        memory.kv_cache_bytes(_shape(), context_length=1, max_concurrency=1, kv_bits=7)
+        sizing.kv_cache_bytes(_shape(), context_length=1, max_concurrency=1, kv_bits=7)
 
 
 def test_estimate_sums_parts() -> None:
-    est = memory.estimate(
+    est = sizing.estimate(
         weights_bytes=16 * GIB,
         shape=_shape(),
         context_length=8192,
@@ -137,8 +138,8 @@ def test_estimate_sums_parts() -> None:
     ],
 )
 def test_estimate_fails_closed(weights: int | None, shape: contract.ModelShape | None) -> None:
-    with pytest.raises(memory.UnknownModelSize, match="refusing"):
-        memory.estimate(
+    with pytest.raises(sizing.UnknownModelSize, match="refusing"):
+        sizing.estimate(
             weights_bytes=weights, shape=shape, context_length=8192, max_concurrency=1, kv_bits=None
         )
 
@@ -154,12 +155,12 @@ def test_estimate_fails_closed(weights: int | None, shape: contract.ModelShape |
     ],
 )
 def test_budget(total: int, kwargs: dict[str, Any], expected: int) -> None:
-    assert memory.budget_bytes(total, **kwargs) == expected
+    assert sizing.budget_bytes(total, **kwargs) == expected
 
 
 def test_budget_rejects_bad_fraction() -> None:
     with pytest.raises(ValueError, match="usable_fraction"):
-        memory.budget_bytes(GIB, usable_fraction=1.5)
+        sizing.budget_bytes(GIB, usable_fraction=1.5)
 
 
 def _write_safetensors(path: Path, tensors: dict[str, int]) -> None:
@@ -176,7 +177,7 @@ def test_inspect_model_dir_sums_shards(tmp_path: Path) -> None:
     _write_safetensors(tmp_path / "model-00001-of-00002.safetensors", {"a": 100, "b": 28})
     _write_safetensors(tmp_path / "model-00002-of-00002.safetensors", {"c": 72})
     (tmp_path / "config.json").write_text(json.dumps(LLAMA3_8B))
-    size, shape = memory.inspect_model_dir(tmp_path)
+    size, shape = modeldir.inspect(tmp_path)
     assert size == 200
     assert shape.num_kv_heads == 8
 
@@ -205,8 +206,8 @@ def test_inspect_model_dir_unknown(tmp_path: Path, files: dict[str, Any], needle
             (tmp_path / name).write_bytes(content)
         else:
             (tmp_path / name).write_text(content)
-    with pytest.raises(memory.UnknownModelSize, match=needle):
-        memory.inspect_model_dir(tmp_path)
+    with pytest.raises(sizing.UnknownModelSize, match=needle):
+        modeldir.inspect(tmp_path)
 
 
 shapes = st.builds(
@@ -227,14 +228,14 @@ shapes = st.builds(
 def test_kv_monotone_in_context_and_concurrency(
     shape: contract.ModelShape, ctx: int, conc: int, bits: int | None
 ) -> None:
-    kv = memory.kv_cache_bytes(shape, context_length=ctx, max_concurrency=conc, kv_bits=bits)
+    kv = sizing.kv_cache_bytes(shape, context_length=ctx, max_concurrency=conc, kv_bits=bits)
     assert kv > 0
     assert (
-        memory.kv_cache_bytes(shape, context_length=ctx + 1, max_concurrency=conc, kv_bits=bits)
+        sizing.kv_cache_bytes(shape, context_length=ctx + 1, max_concurrency=conc, kv_bits=bits)
         > kv
     )
     assert (
-        memory.kv_cache_bytes(shape, context_length=ctx, max_concurrency=conc + 1, kv_bits=bits)
+        sizing.kv_cache_bytes(shape, context_length=ctx, max_concurrency=conc + 1, kv_bits=bits)
         > kv
     )
 
@@ -242,6 +243,6 @@ def test_kv_monotone_in_context_and_concurrency(
 @given(shape=shapes, ctx=st.integers(64, 200_000), conc=st.integers(1, 64))
 def test_kv_bits_order(shape: contract.ModelShape, ctx: int, conc: int) -> None:
     def kv(bits: int | None) -> int:
-        return memory.kv_cache_bytes(shape, context_length=ctx, max_concurrency=conc, kv_bits=bits)
+        return sizing.kv_cache_bytes(shape, context_length=ctx, max_concurrency=conc, kv_bits=bits)
 
     assert kv(4) < kv(8) < kv(None)

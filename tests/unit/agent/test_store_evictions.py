@@ -6,12 +6,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mlxfleet_agent import contract, store
+from mlxfleet_agent import contract
+from mlxfleet_agent.models import errors, evictions, index
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _entry(mid: str, *, size: int, age_h: int | None, owned: bool = True) -> store.IndexEntry:
+def _entry(mid: str, *, size: int, age_h: int | None, owned: bool = True) -> index.IndexEntry:
     model = contract.CachedModel(
         id=mid,
         source=f"s3://bucket/{mid}",
@@ -19,7 +20,7 @@ def _entry(mid: str, *, size: int, age_h: int | None, owned: bool = True) -> sto
         total_bytes=size,
         last_used=None if age_h is None else T0 - timedelta(hours=age_h),
     )
-    return store.IndexEntry(model=model, kind="s3" if owned else "file", path="/x", owned=owned)
+    return index.IndexEntry(model=model, kind="s3" if owned else "file", path="/x", owned=owned)
 
 
 ENTRIES = [
@@ -33,8 +34,8 @@ ENTRIES = [
 
 def _room(
     free: int, need: int, min_free: int = 0, cache: int = 350, cap: int | None = None
-) -> store.Room:
-    return store.Room(
+) -> evictions.Room:
+    return evictions.Room(
         free_bytes=free,
         need_bytes=need,
         min_free_bytes=min_free,
@@ -53,8 +54,8 @@ def _room(
         pytest.param(_room(10**9, 300, cap=400), set(), ["never", "old", "mid"], id="cap-several"),
     ],
 )
-def test_plan_evictions(room: store.Room, pinned: set[str], expected: list[str]) -> None:
-    assert store.plan_evictions(ENTRIES, pinned=pinned, room=room) == expected
+def test_plan_evictions(room: evictions.Room, pinned: set[str], expected: list[str]) -> None:
+    assert evictions.plan(ENTRIES, pinned=pinned, room=room) == expected
 
 
 @pytest.mark.parametrize(
@@ -65,7 +66,7 @@ def test_plan_evictions(room: store.Room, pinned: set[str], expected: list[str])
         pytest.param(_room(10**9, 500, cap=400), set(), id="bigger-than-cap"),
     ],
 )
-def test_plan_evictions_insufficient(room: store.Room, pinned: set[str]) -> None:
-    with pytest.raises(store.InsufficientDisk, match="need") as info:
-        store.plan_evictions(ENTRIES, pinned=pinned, room=room)
+def test_plan_evictions_insufficient(room: evictions.Room, pinned: set[str]) -> None:
+    with pytest.raises(errors.InsufficientDisk, match="need") as info:
+        evictions.plan(ENTRIES, pinned=pinned, room=room)
     assert info.value.http_status == 507

@@ -1,4 +1,5 @@
-"""Model sources: parsing (a table of malformed sources), ids, file roots, ETag digests."""
+"""Model sources: parsing once into a `Source` (a table of malformed sources), ids, file roots,
+ETag digests."""
 
 from __future__ import annotations
 
@@ -6,40 +7,41 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from mlxfleet_agent import sources
+from mlxfleet_agent.models import errors, local, s3, source
 
 
 @pytest.mark.parametrize(
-    ("source", "revision", "expected"),
+    ("text", "revision", "expected"),
     [
         pytest.param(
             "file:///models/llama",
             None,
-            sources.FileSource(PurePosixPath("/models/llama")),
+            source.FilePath(PurePosixPath("/models/llama")),
             id="file",
         ),
         pytest.param(
-            "s3://models/llama/8b", None, sources.S3Source("models", "llama/8b/"), id="s3-prefix"
+            "s3://models/llama/8b", None, source.S3Prefix("models", "llama/8b/"), id="s3-prefix"
         ),
         pytest.param(
-            "s3://models/llama/8b/", None, sources.S3Source("models", "llama/8b/"), id="s3-trailing"
+            "s3://models/llama/8b/", None, source.S3Prefix("models", "llama/8b/"), id="s3-trailing"
         ),
-        pytest.param("s3://models", None, sources.S3Source("models", ""), id="s3-bucket-only"),
+        pytest.param("s3://models", None, source.S3Prefix("models", ""), id="s3-bucket-only"),
         pytest.param(
             "hf://mlx-community/Llama-3.2-1B-Instruct-4bit",
             "abc123",
-            sources.HfSource("mlx-community/Llama-3.2-1B-Instruct-4bit", "abc123"),
+            source.HfRepo("mlx-community/Llama-3.2-1B-Instruct-4bit"),
             id="hf-rev",
         ),
-        pytest.param("hf://org/repo", None, sources.HfSource("org/repo", None), id="hf"),
+        pytest.param("hf://org/repo", None, source.HfRepo("org/repo"), id="hf"),
     ],
 )
-def test_parse(source: str, revision: str | None, expected: sources.Source) -> None:
-    assert sources.parse(source, revision) == expected
+def test_parse(text: str, revision: str | None, expected: source.Location) -> None:
+    parsed = source.parse(text, revision)
+    assert (parsed.text, parsed.revision, parsed.location) == (text, revision, expected)
 
 
 @pytest.mark.parametrize(
-    ("source", "field", "needle"),
+    ("text", "field", "needle"),
     [
         pytest.param("http://example.com/m", "source", "unknown scheme", id="http"),
         pytest.param("ftp:///m", "source", "unknown scheme", id="ftp"),
@@ -60,14 +62,25 @@ def test_parse(source: str, revision: str | None, expected: sources.Source) -> N
         pytest.param("hf://org/repo@main", "source", "hf://", id="hf-at-revision-use-field"),
         pytest.param("", "source", "4 to 2048", id="empty"),
         pytest.param("s3://" + "a" * 2050, "source", "4 to 2048", id="too-long"),
+        pytest.param("file:///models/a\x00b", "source", "control", id="file-nul"),
+        pytest.param("file:///models/llama\n", "source", "control", id="trailing-newline"),
+        pytest.param("file:///models/ll\tama", "source", "control", id="tab"),
+        pytest.param(" file:///models/llama", "source", "whitespace", id="leading-space"),
+        pytest.param("file:///models/llama ", "source", "whitespace", id="trailing-space"),
+        pytest.param("hf://org/repo\r", "source", "control", id="hf-carriage-return"),
+        pytest.param("hf://org/..", "source", "hf://", id="hf-dot-dot"),
+        pytest.param("hf://../repo", "source", "hf://", id="hf-dot-dot-org"),
+        pytest.param("hf://org/.", "source", "hf://", id="hf-dot"),
+        pytest.param("hf://org/a..b", "source", "hf://", id="hf-double-dot-inside"),
+        pytest.param("hf://org/-repo", "source", "hf://", id="hf-leading-dash"),
     ],
 )
-def test_parse_rejects(source: str, field: str, needle: str) -> None:
-    with pytest.raises(sources.InvalidSource, match=needle) as info:
-        sources.parse(source)
+def test_parse_rejects(text: str, field: str, needle: str) -> None:
+    with pytest.raises(errors.InvalidSource, match=needle) as info:
+        source.parse(text)
     assert info.value.field == field
     assert info.value.http_status == 422
-    assert info.value.detail().allowed is not None
+    assert info.value.allowed is not None
 
 
 @pytest.mark.parametrize(
@@ -79,17 +92,17 @@ def test_parse_rejects(source: str, field: str, needle: str) -> None:
     ],
 )
 def test_parse_rejects_revision(revision: str) -> None:
-    with pytest.raises(sources.InvalidSource, match="revision") as info:
-        sources.parse("hf://org/repo", revision)
+    with pytest.raises(errors.InvalidSource, match="revision") as info:
+        source.parse("hf://org/repo", revision)
     assert info.value.field == "revision"
 
 
 def test_model_id_is_stable_and_distinguishes_revisions() -> None:
-    a = sources.model_id("s3://bucket/m", None)
-    assert a == sources.model_id("s3://bucket/m", None)
+    a = source.parse("s3://bucket/m", None).id
+    assert a == source.parse("s3://bucket/m", None).id
     assert len(a) == 16
-    assert a != sources.model_id("s3://bucket/m", "v2")
-    assert a != sources.model_id("s3://bucket/n", None)
+    assert a != source.parse("s3://bucket/m", "v2").id
+    assert a != source.parse("s3://bucket/n", None).id
 
 
 @pytest.mark.parametrize(
@@ -108,7 +121,7 @@ def test_model_id_is_stable_and_distinguishes_revisions() -> None:
     ],
 )
 def test_etag_md5(etag: str, md5: str | None) -> None:
-    assert sources.RemoteObject("k", "k", 1, etag).md5() == md5
+    assert s3.RemoteObject("k", "k", 1, etag).md5() == md5
 
 
 def _model(path: Path) -> Path:
@@ -119,8 +132,8 @@ def _model(path: Path) -> Path:
 
 def test_resolve_file_inside_root(tmp_path: Path) -> None:
     model = _model(tmp_path / "root" / "m")
-    src = sources.FileSource(PurePosixPath(str(model)))
-    assert sources.resolve_file(src, [tmp_path / "root"]) == model.resolve()
+    src = source.FilePath(PurePosixPath(str(model)))
+    assert local.resolve(src, [tmp_path / "root"]) == model.resolve()
 
 
 @pytest.mark.parametrize(
@@ -146,16 +159,18 @@ def test_resolve_file_rejects_escapes(tmp_path: Path, escape: str) -> None:
         path = outside
     else:
         path = tmp_path / "nope" / "m"
-    with pytest.raises(sources.SourceNotAllowed, match="outside the allowed roots") as info:
-        sources.resolve_file(sources.FileSource(PurePosixPath(str(path))), [root])
-    assert str(outside.resolve()) in info.value.message or escape == "missing-outside"
+    with pytest.raises(errors.SourceNotAllowed, match="outside the allowed roots") as info:
+        local.resolve(source.FilePath(PurePosixPath(str(path))), [root])
+    if escape.startswith("symlink"):
+        assert "elsewhere" not in info.value.message, "the 403 reveals where the link points"
+    assert str(path) in info.value.message
     assert info.value.allowed == str(root.resolve())
     assert info.value.http_status == 403
 
 
 def test_resolve_file_missing_or_not_a_model(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    with pytest.raises(sources.ModelNotFound, match="no such directory"):
-        sources.resolve_file(sources.FileSource(PurePosixPath(str(tmp_path / "nope"))), [tmp_path])
-    with pytest.raises(sources.ModelNotFound, match=r"no config\.json"):
-        sources.resolve_file(sources.FileSource(PurePosixPath(str(tmp_path / "empty"))), [tmp_path])
+    with pytest.raises(errors.ModelNotFound, match="no such directory"):
+        local.resolve(source.FilePath(PurePosixPath(str(tmp_path / "nope"))), [tmp_path])
+    with pytest.raises(errors.ModelNotFound, match=r"no config\.json"):
+        local.resolve(source.FilePath(PurePosixPath(str(tmp_path / "empty"))), [tmp_path])

@@ -1,7 +1,9 @@
-"""Valid base objects and a table of invalid ones, shared by the pydantic and admission tests.
+"""Valid base objects, a table of valid variants and one of invalid objects, shared by the
+pydantic and admission tests.
 
-Each invalid case changes one thing in a valid object; both the models (unit) and the real API
-server (integration) must reject it, naming `field`. Pure data: no pytest, no I/O.
+Each case changes one thing in a valid object; both the models (unit) and the real API server
+(integration) must accept a valid variant and reject an invalid one, naming `field`. Pure data: no
+pytest, no I/O.
 """
 
 from __future__ import annotations
@@ -90,13 +92,12 @@ def merge(base: JsonDict, patch: JsonDict) -> JsonDict:
 
 
 @dataclass(frozen=True)
-class Invalid:
-    """One invalid object: `kind` with `spec_patch` merged into its spec; `field` must be named."""
+class Case:
+    """`kind` with `spec_patch` merged into its spec."""
 
     id: str
     kind: str
     spec_patch: JsonDict
-    field: str
 
     def body(self, name: str) -> JsonDict:
         obj = merge(BASE[self.kind], {"spec": self.spec_patch})
@@ -104,7 +105,31 @@ class Invalid:
         return obj
 
 
+@dataclass(frozen=True)
+class Valid(Case):
+    """One valid variant: both the models and the API server accept it."""
+
+
+@dataclass(frozen=True)
+class Invalid(Case):
+    """One invalid object: `kind` with `spec_patch` merged into its spec; `field` must be named."""
+
+    field: str
+
+
 MD, IN, SWP, MR = "ModelDeployment", "InferenceNode", "SwapPlan", "ModelRoute"
+
+# Quantities (memory) are Kubernetes quantities: a string such as 48Gi, or an integer of bytes,
+# as in core Kubernetes objects; reservedMemory may be 0 either way.
+VALID: tuple[Valid, ...] = (
+    Valid("in-reserved-zero-integer", IN, {"reservedMemory": 0}),
+    Valid("in-reserved-zero-string", IN, {"reservedMemory": "0"}),
+    Valid("in-reserved-integer-bytes", IN, {"reservedMemory": 8 * 2**30}),
+    Valid("in-hardware-memory-integer", IN, {"hardware": {"memory": 64 * 2**30}}),
+    Valid("md-memory-integer-bytes", MD, {"resources": {"memory": 2**30}}),
+    Valid("md-memory-exponent", MD, {"resources": {"memory": "2e9"}}),
+    Valid("md-chat-template-args", MD, {"server": {"chatTemplateArgs": {"a": {"b": [1, "x"]}}}}),
+)
 
 
 def _model(source: str) -> JsonDict:
@@ -143,6 +168,9 @@ INVALID: tuple[Invalid, ...] = (
     Invalid("md-memory-gb", MD, {"resources": {"memory": "48GB"}}, "spec.resources.memory"),
     Invalid("md-memory-zero", MD, {"resources": {"memory": "0"}}, "spec.resources.memory"),
     Invalid("md-memory-negative", MD, {"resources": {"memory": "-4Gi"}}, "spec.resources.memory"),
+    Invalid("md-memory-zero-integer", MD, {"resources": {"memory": 0}}, "spec.resources.memory"),
+    Invalid("md-memory-fraction", MD, {"resources": {"memory": 1.5}}, "spec.resources.memory"),
+    Invalid("md-memory-boolean", MD, {"resources": {"memory": True}}, "spec.resources.memory"),
     # ModelDeployment: server options
     Invalid("md-kv-bits-3", MD, {"server": {"kvBits": 3}}, "spec.server.kvBits"),
     Invalid(
@@ -156,6 +184,12 @@ INVALID: tuple[Invalid, ...] = (
         MD,
         {"contextLength": 1024, "server": {"maxTokens": 4096}},
         "spec.server.maxTokens",
+    ),
+    Invalid(
+        "md-chat-template-args-too-many-keys",
+        MD,
+        {"server": {"chatTemplateArgs": {f"k{i}": i for i in range(65)}}},
+        "spec.server.chatTemplateArgs",
     ),
     # ModelDeployment: placement and swap
     Invalid(
@@ -251,6 +285,7 @@ INVALID: tuple[Invalid, ...] = (
         "in-amortization-0", IN, {"cost": {"amortizationMonths": 0}}, "spec.cost.amortizationMonths"
     ),
     Invalid("in-reserved-negative", IN, {"reservedMemory": "-1Gi"}, "spec.reservedMemory"),
+    Invalid("in-reserved-negative-integer", IN, {"reservedMemory": -1}, "spec.reservedMemory"),
     Invalid("in-hardware-memory-bad", IN, {"hardware": {"memory": "big"}}, "spec.hardware.memory"),
     Invalid("in-unschedulable-not-bool", IN, {"unschedulable": "maybe"}, "spec.unschedulable"),
     # SwapPlan

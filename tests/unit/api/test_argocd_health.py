@@ -2,42 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-lupa = pytest.importorskip("lupa.lua51", reason="the lupa package (real Lua) is a dev dependency")
+from tests.support import argocd
 
-REPO = Path(__file__).resolve().parents[3]
-PREFIX = "resource.customizations.health.mlxfleet.io_"
+pytest.importorskip("lupa.lua51", reason="the lupa package (real Lua) is a dev dependency")
+
 KINDS = ("ModelDeployment", "InferenceNode", "SwapPlan", "ModelRoute")
-
-
-def _scripts() -> dict[str, str]:
-    doc = yaml.safe_load((REPO / "manifests" / "argocd" / "health-checks.yaml").read_text())
-    assert doc["kind"] == "ConfigMap"
-    assert doc["metadata"]["name"] == "argocd-cm"
-    return {key.removeprefix(PREFIX): text for key, text in doc["data"].items()}
-
-
-def _to_lua(runtime: Any, value: Any) -> Any:
-    """JSON -> Lua as Argo CD does it: objects and arrays become tables, nulls disappear."""
-    if isinstance(value, dict):
-        return runtime.table_from(
-            {k: _to_lua(runtime, v) for k, v in value.items() if v is not None}
-        )
-    if isinstance(value, list):
-        return runtime.table_from([_to_lua(runtime, v) for v in value])
-    return value
-
-
-def health(kind: str, obj: dict[str, Any]) -> tuple[str, str]:
-    runtime = lupa.LuaRuntime(unpack_returned_tuples=False)
-    runtime.globals().obj = _to_lua(runtime, obj)
-    result = runtime.execute(_scripts()[kind])
-    return str(result["status"]), str(result["message"])
+health = argocd.health
 
 
 def cond(kind: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
@@ -73,7 +47,7 @@ STALLED_FALSE = cond("Stalled", "False", "Ready")
 
 
 def test_the_config_map_covers_the_three_kinds() -> None:
-    assert sorted(_scripts()) == sorted(KINDS)
+    assert sorted(argocd.scripts()) == sorted(KINDS)
 
 
 COMMON = [
@@ -113,9 +87,15 @@ def test_inference_node_reports_memory_pressure_and_missed_heartbeats() -> None:
     assert health("InferenceNode", obj())[1] == "Waiting for the first heartbeat"
 
 
-def _plan(phase: str | None, *conditions: dict[str, Any], paused: bool = False) -> dict[str, Any]:
+def _plan(
+    phase: str | None, *conditions: dict[str, Any], paused: bool = False, owned: bool = False
+) -> dict[str, Any]:
     body = obj(*conditions, phase=phase, progress="1/2")
     body["spec"]["paused"] = paused
+    if owned:  # made by the operator for a ModelDeployment (no sync task)
+        body["metadata"]["ownerReferences"] = [
+            {"apiVersion": "mlxfleet.io/v1alpha1", "kind": "ModelDeployment", "name": "chat"}
+        ]
     return body
 
 
@@ -124,8 +104,14 @@ def _plan(phase: str | None, *conditions: dict[str, Any], paused: bool = False) 
     [
         pytest.param(_plan("Pending"), "Progressing", "Pending (1/2)", id="pending"),
         pytest.param(_plan("Progressing"), "Progressing", "Progressing (1/2)", id="progressing"),
-        pytest.param(_plan("Paused", paused=True), "Suspended", "Paused (1/2)", id="paused"),
-        pytest.param(_plan("Pending", paused=True), "Suspended", "spec.paused", id="awaiting"),
+        pytest.param(_plan("Paused", paused=True), "Healthy", "Paused (1/2)", id="paused-from-git"),
+        pytest.param(_plan("Pending", paused=True), "Healthy", "spec.paused", id="awaiting-git"),
+        pytest.param(
+            _plan("Paused", paused=True, owned=True), "Suspended", "Paused (1/2)", id="paused-owned"
+        ),
+        pytest.param(
+            _plan("Pending", paused=True, owned=True), "Suspended", "approval", id="awaiting-owned"
+        ),
         pytest.param(_plan("Completed", READY), "Healthy", "Completed (1/2)", id="completed"),
         pytest.param(
             _plan("Completed", paused=True), "Healthy", "Completed", id="completed-paused"
@@ -173,7 +159,20 @@ def test_swap_plan_without_status() -> None:
     body = obj(status=False)
     assert health("SwapPlan", body)[0] == "Progressing"
     body["spec"]["paused"] = True
-    assert health("SwapPlan", body)[0] == "Suspended"
+    assert health("SwapPlan", body)[0] == "Progressing"  # from Git: the operator has not seen it
+    body["metadata"]["ownerReferences"] = [{"kind": "ModelDeployment", "name": "chat"}]
+    assert health("SwapPlan", body) == (
+        "Suspended",
+        "Paused: awaiting approval, set spec.paused to false to continue",
+    )
+
+
+def test_deployment_awaiting_approval_is_healthy_while_it_serves() -> None:
+    waiting = cond("Ready", "True", "AwaitingApproval", "SwapPlan p to b awaits approval")
+    assert health("ModelDeployment", obj(waiting)) == (
+        "Healthy",
+        "AwaitingApproval: SwapPlan p to b awaits approval",
+    )
 
 
 def test_old_generation_wins_over_paused() -> None:

@@ -76,7 +76,10 @@ def test_schema_is_structural(kind: str) -> None:
         assert not forbidden & set(node), f"{kind}{path}: {forbidden & set(node)}"
         assert node.get("additionalProperties") is not False, f"{kind}{path}"
         assert "default" not in node or node["default"] is not None, f"{kind}{path}"
-        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), f"{kind}{path}"
+        untyped = node.get("x-kubernetes-preserve-unknown-fields") or node.get(
+            "x-kubernetes-int-or-string"
+        )
+        assert "type" in node or untyped, f"{kind}{path}"
         for key in ("exclusiveMinimum", "exclusiveMaximum"):
             assert isinstance(node.get(key, True), bool), f"{kind}{path}: numeric {key}"
         if node.get("nullable"):
@@ -101,6 +104,22 @@ def test_only_chat_template_args_preserves_unknown_fields() -> None:
     assert preserving == ["ModelDeployment.spec.server.chatTemplateArgs"]
 
 
+def test_every_memory_quantity_is_int_or_string() -> None:
+    """Kubernetes quantities are written as `48Gi` or as a number of bytes; every quantity field
+    takes both (a YAML `0` is an integer)."""
+    found = sorted(
+        f"{kind}{path}"
+        for kind in _crds()
+        for path, node in _walk(_schema(kind))
+        if node.get("x-kubernetes-int-or-string")
+    )
+    assert found == [
+        "InferenceNode.spec.hardware.memory",
+        "InferenceNode.spec.reservedMemory",
+        "ModelDeployment.spec.resources.memory",
+    ]
+
+
 def test_names_scope_and_subresources() -> None:
     for resource in resources.ALL:
         crd = _crds()[resource.kind]
@@ -112,8 +131,29 @@ def test_names_scope_and_subresources() -> None:
         assert spec["names"]["shortNames"] == list(resource.short_names)
         (version,) = spec["versions"]
         assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
-        assert version["subresources"] == {"status": {}}
+        scale = {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        }
+        expected = {"scale": scale} if resource.kind == "ModelDeployment" else {}
+        assert version["subresources"] == {"status": {}, **expected}
         assert version["schema"]["openAPIV3Schema"]["required"] == ["spec"]
+
+
+def test_scale_paths_exist_in_the_schema() -> None:
+    """Each path of the scale subresource names a field the schema has (an integer or string)."""
+    (version,) = _crds()["ModelDeployment"]["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
+    for key, kind in (
+        ("specReplicasPath", "integer"),
+        ("statusReplicasPath", "integer"),
+        ("labelSelectorPath", "string"),
+    ):
+        node = schema
+        for part in version["subresources"]["scale"][key].strip(".").split("."):
+            node = node["properties"][part]
+        assert node["type"] == kind, key
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ MODELS: dict[str, type[BaseModel]] = {
 
 def _samples() -> list[dict[str, Any]]:
     docs = []
-    for path in sorted((REPO / "manifests" / "samples").glob("*.yaml")):
+    for path in sorted((REPO / "manifests" / "samples").rglob("*.yaml")):
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] in MODELS]
     return docs
 
@@ -69,6 +69,11 @@ def test_samples_validate_and_round_trip(doc: dict[str, Any]) -> None:
 @pytest.mark.parametrize("kind", sorted(cases.BASE))
 def test_base_objects_validate(kind: str) -> None:
     MODELS[kind].model_validate(cases.BASE[kind])
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in cases.VALID])
+def test_valid_variants_validate(case: cases.Valid) -> None:
+    MODELS[case.kind].model_validate(case.body("case"))
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
@@ -221,3 +226,51 @@ def test_swap_phase_terminal() -> None:
         swapplan.SwapPhase.FAILED,
         swapplan.SwapPhase.ROLLED_BACK,
     }
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": True}
+    for _ in range(depth - 1):
+        value = {"x": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        pytest.param(_nested(9), "nested deeper than 8", id="9-levels"),
+        pytest.param(_nested(300), "nested deeper than 8", id="300-levels"),
+        pytest.param(_nested(100_000), "nested deeper than 8", id="100000-levels"),
+        pytest.param({"a": [[[[[[[[1]]]]]]]]}, "nested deeper than 8", id="lists-count"),
+        pytest.param({"blob": "x" * 16_400}, "16384 bytes", id="over-16kib"),
+        pytest.param({"blob": "x" * 200_000}, "16384 bytes", id="200kb"),
+    ],
+)
+def test_chat_template_args_are_bounded_in_depth_and_size(
+    args: dict[str, Any], needle: str
+) -> None:
+    """The API server cannot look inside a free-form object (only its key count is bounded in the
+    CRD), so the operator's model and the agent contract bound depth and size alike."""
+    spec = {"model": {"source": "hf://a/b"}, "server": {"chatTemplateArgs": args}}
+    with pytest.raises(ValidationError) as info:
+        modeldeployment.ModelDeploymentSpec.model_validate(spec)
+    assert "server.chatTemplateArgs" in str(info.value)
+    assert needle in str(info.value)
+    with pytest.raises(ValidationError, match=needle):
+        contract.ServerOptions.model_validate({"chatTemplateArgs": args})
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(_nested(8), id="8-levels"),
+        pytest.param({"blob": "x" * 16_000}, id="16000-bytes"),
+        pytest.param(
+            {"enable_thinking": False, "tools": [{"name": "t", "args": {"a": 1}}]}, id="typical"
+        ),
+    ],
+)
+def test_chat_template_args_within_bounds_pass_both_models(args: dict[str, Any]) -> None:
+    spec = {"model": {"source": "hf://a/b"}, "server": {"chatTemplateArgs": args}}
+    md = modeldeployment.ModelDeploymentSpec.model_validate(spec)
+    assert md.server.to_agent().chat_template_args == args

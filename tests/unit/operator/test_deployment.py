@@ -2,117 +2,63 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from mlxfleet_agent import contract, memory
-from mlxfleet_operator.api import inferencenode as inode
+from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
-from mlxfleet_operator.core import deployment as dep
-from mlxfleet_operator.core import deployment_status as mdstatus
+from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import heartbeat, naming, nodes, placement
-
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
-GIB = 2**30
-A = "file:///models/a"
-B = "file:///models/b"
-SHAPE = contract.ModelShape(num_layers=2, num_kv_heads=2, head_dim=16)
-T = NOW.isoformat()
-
-
-def md(
-    source: str = A, *, placements: list[dict[str, Any]] | None = None, **spec: Any
-) -> mdep.ModelDeployment:
-    body: dict[str, Any] = {"model": {"source": source}, "replicas": 2, **spec}
-    return mdep.ModelDeployment.model_validate(
-        {
-            "metadata": {"name": "chat", "namespace": "ns", "generation": 3, "uid": "u"},
-            "spec": body,
-            "status": {"placements": placements or []},
-        }
-    )
-
-
-def state(
-    *,
-    cached: Sequence[contract.CachedModel] = (),
-    slots: Sequence[contract.SlotStatus] = (),
-    budget: int = 16 * GIB,
-    pressure: str = "normal",
-) -> contract.AgentState:
-    return contract.AgentState.model_validate(
-        {
-            "agentVersion": "1",
-            "os": "linux",
-            "chip": "cpu",
-            "dataPort": 9000,
-            "startedAt": NOW,
-            "memory": {
-                "totalBytes": 32 * GIB,
-                "availableBytes": 20 * GIB,
-                "budgetBytes": budget,
-                "pressure": pressure,
-            },
-            "disk": {"freeBytes": 100 * GIB, "totalBytes": 200 * GIB},
-            "slots": [s.model_dump() for s in slots],
-            "cachedModels": [c.model_dump() for c in cached],
-        }
-    )
-
-
-def node(name: str, *, ready: bool = True, **spec: Any) -> inode.InferenceNode:
-    return inode.InferenceNode.model_validate(
-        {
-            "metadata": {"name": name, "generation": 1},
-            "spec": {
-                "agent": {"url": "http://10.0.0.1:8470", "tokenSecretRef": {"name": "t"}},
-                **spec,
-            },
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True" if ready else "False",
-                        "reason": "HeartbeatOK",
-                        "lastTransitionTime": NOW.isoformat(),
-                    }
-                ]
-            },
-        }
-    )
-
-
-def fact(name: str, st: contract.AgentState | None = None, **kw: Any) -> dep.NodeFacts:
-    return dep.NodeFacts(node=node(name, **kw), state=st or state(), endpoint=f"http://{name}:9000")
+from mlxfleet_operator.core.deployment import facts as dfacts
+from mlxfleet_operator.core.deployment import footprint, placing
+from mlxfleet_operator.core.deployment import plan as dplan
+from mlxfleet_operator.core.deployment import slots as dslots
+from mlxfleet_operator.core.deployment import status as mdstatus
+from tests.unit.operator.builders import GIB, NOW, SHAPE, A, B, T, fact, md, node, state
 
 
 def test_footprint_uses_the_shared_estimate_of_a_cached_copy() -> None:
     cached = contract.CachedModel(id="a", source=A, size_bytes=400_000, shape=SHAPE)
-    got = dep.footprint(
+    got = footprint.footprint(
         md(contextLength=1024, maxConcurrency=2), [fact("n1", state(cached=[cached]))]
     )
-    expected = memory.estimate(
+    expected = sizing.estimate(
         weights_bytes=400_000, shape=SHAPE, context_length=1024, max_concurrency=2, kv_bits=None
     )
     assert got == expected.total_bytes
 
 
 def test_footprint_override_and_fail_closed() -> None:
-    assert dep.footprint(md(resources={"memory": "3Gi"}), []) == 3 * GIB
+    assert footprint.footprint(md(resources={"memory": "3Gi"}), []) == 3 * GIB
     unsized = contract.CachedModel(id="a", source=A, size_bytes=0, shape=SHAPE)
-    with pytest.raises(memory.UnknownModelSize):
-        dep.footprint(md(), [fact("n1", state(cached=[unsized]))])
+    with pytest.raises(sizing.UnknownModelSize):
+        footprint.footprint(md(), [fact("n1", state(cached=[unsized]))])
 
 
-def test_budget_overrides() -> None:
-    assert dep.budget(fact("n1")) == 16 * GIB  # the agent's own budget
-    assert dep.budget(
-        fact("n1", hardware={"memory": "64Gi"}, reservedMemory="8Gi")
-    ) == memory.budget_bytes(64 * GIB, reserved_bytes=8 * GIB)
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({}, id="plain"),
+        pytest.param({"reservedMemory": "0"}, id="reserved-0"),
+        pytest.param({"reservedMemory": 0}, id="reserved-0-integer"),
+        pytest.param({"hardware": {"memory": "64Gi"}, "reservedMemory": "8Gi"}, id="hardware"),
+    ],
+)
+def test_budget_is_the_agents_whatever_the_spec_says(spec: dict[str, Any]) -> None:
+    """One budget: what the agent admits slots against (507 above it), as it reports it."""
+    n = fact("n1", **spec)
+    assert dfacts.budget(n) == 16 * GIB
+    status = nodes.status(
+        n.node, nodes.Poll(n.state), heartbeat.Health(ready=True), threshold=3, now=NOW
+    )
+    assert status.memory is not None
+    assert status.memory.allocatable_bytes == 16 * GIB
+    # before the first poll after a restart: what the status said
+    polled = n.node.model_copy(update={"status": status})
+    assert dfacts.budget(dfacts.NodeFacts(node=polled, state=None, endpoint=None)) == 16 * GIB
 
 
 def test_used_by_others_excludes_own_slot() -> None:
@@ -135,7 +81,7 @@ def test_used_by_others_excludes_own_slot() -> None:
             estimated_memory_bytes=7,
         ),
     ]
-    assert dep.used_by_others(fact("n1", state(slots=slots)), mine) == 7
+    assert dfacts.used_by_others(fact("n1", state(slots=slots)), mine) == 7
 
 
 def decision(kept: tuple[str, ...], added: tuple[str, ...] = ()) -> placement.Decision:
@@ -159,40 +105,42 @@ def test_kept_replicas_keep_their_model_until_the_plan_moves_them() -> None:
         ],
     )
     chosen = decision(("n1", "n2"))
-    assert dep.desired_models(d, chosen, None) == {"n1": (A, None), "n2": (A, None)}
-    assert dep.plan_due(d, dep.desired_models(d, chosen, None), chosen, None)
-    plan = dep.PlanInfo(
+    assert dslots.desired_models(d, chosen, None) == {"n1": ModelRef(A), "n2": ModelRef(A)}
+    assert dplan.plan_due(d, dslots.desired_models(d, chosen, None), chosen, None)
+    plan = dplan.PlanInfo(
         name="p",
-        target=(B, None),
+        target=ModelRef(B),
         phase=swp.SwapPhase.PROGRESSING,
         paused=False,
-        serving={"n1": (B, None)},
+        serving={"n1": ModelRef(B)},
     )
-    assert dep.desired_models(d, chosen, plan) == {"n1": (B, None), "n2": (A, None)}
-    assert not dep.plan_due(d, dep.desired_models(d, chosen, plan), chosen, plan)
-    assert dep.nodes_to_put(chosen, plan) == ()  # the plan alone writes the swapping slots
+    assert dslots.desired_models(d, chosen, plan) == {"n1": ModelRef(B), "n2": ModelRef(A)}
+    assert not dplan.plan_due(d, dslots.desired_models(d, chosen, plan), chosen, plan)
+    assert dslots.nodes_to_put(chosen, plan) == ()  # the plan alone writes the swapping slots
 
 
 def test_new_replicas_start_on_the_spec_model_even_during_a_plan() -> None:
     d = md(B, placements=[{"node": "n1", "phase": "Ready", "source": A}])
     chosen = decision(("n1",), ("n3",))
-    plan = dep.PlanInfo(name="p", target=(B, None), phase=swp.SwapPhase.PROGRESSING, paused=False)
-    assert dep.desired_models(d, chosen, plan)["n3"] == (B, None)
-    assert dep.nodes_to_put(chosen, plan) == ("n3",)
+    plan = dplan.PlanInfo(
+        name="p", target=ModelRef(B), phase=swp.SwapPhase.PROGRESSING, paused=False
+    )
+    assert dslots.desired_models(d, chosen, plan)["n3"] == ModelRef(B)
+    assert dslots.nodes_to_put(chosen, plan) == ("n3",)
 
 
 def test_rolled_back_plan_is_not_recreated_and_stalls() -> None:
     d = md(B, placements=[{"node": "n1", "phase": "Ready", "ready": True, "source": A}])
     chosen = decision(("n1",))
-    plan = dep.PlanInfo(
+    plan = dplan.PlanInfo(
         name="p",
-        target=(B, None),
+        target=ModelRef(B),
         phase=swp.SwapPhase.ROLLED_BACK,
         paused=False,
         message="boom",
         started=True,
     )
-    assert not dep.plan_due(d, dep.desired_models(d, chosen, plan), chosen, plan)
+    assert not dplan.plan_due(d, dslots.desired_models(d, chosen, plan), chosen, plan)
     verdict = mdstatus.verdict(d, chosen, d.status.placements, {}, plan)
     assert (verdict.ready, verdict.stalled, verdict.reason) == (False, True, "RolledBack")
     assert "boom" in verdict.message
@@ -217,7 +165,7 @@ def test_plan_rolled_back_everywhere_leaves_every_replica_on_the_old_model() -> 
             },
         }
     )
-    info = dep.PlanInfo.from_plan(plan)
+    info = dplan.PlanInfo.from_plan(plan)
     d = md(
         B,
         placements=[
@@ -226,10 +174,10 @@ def test_plan_rolled_back_everywhere_leaves_every_replica_on_the_old_model() -> 
         ],
     )
     chosen = decision(("n1", "n2"))
-    desired = dep.desired_models(d, chosen, info)
-    assert desired == {"n1": (A, None), "n2": (A, None)}
-    assert not dep.plan_due(d, desired, chosen, info)  # no retry loop: the spec is the plan's
-    assert dep.nodes_to_put(chosen, info) == ("n1", "n2")
+    desired = dslots.desired_models(d, chosen, info)
+    assert desired == {"n1": ModelRef(A), "n2": ModelRef(A)}
+    assert not dplan.plan_due(d, desired, chosen, info)  # no retry loop: the spec is the plan's
+    assert dslots.nodes_to_put(chosen, info) == ("n1", "n2")
     verdict = mdstatus.verdict(d, chosen, d.status.placements, {}, info)
     assert (verdict.stalled, verdict.reason) == (True, "RolledBack")
     assert verdict.message.startswith("SwapPlan p step on n2: load failed")
@@ -238,7 +186,7 @@ def test_plan_rolled_back_everywhere_leaves_every_replica_on_the_old_model() -> 
 def test_plan_refused_before_any_step_does_not_stall_the_deployment() -> None:
     d = md(B, placements=[{"node": "n1", "phase": "Ready", "ready": True, "source": B}])
     chosen = decision(("n1",))
-    plan = dep.PlanInfo(name="p", target=(B, None), phase=swp.SwapPhase.FAILED, paused=False)
+    plan = dplan.PlanInfo(name="p", target=ModelRef(B), phase=swp.SwapPhase.FAILED, paused=False)
     verdict = mdstatus.verdict(d, chosen, d.status.placements, {}, plan)
     assert verdict.reason != "RolledBack"
     assert not verdict.stalled
@@ -246,7 +194,7 @@ def test_plan_refused_before_any_step_does_not_stall_the_deployment() -> None:
 
 def test_new_plan_is_deterministic_and_manual_is_paused() -> None:
     d = md(B, swap={"approval": "Manual"})
-    one, two = dep.new_plan(d, decision(("n2", "n1"))), dep.new_plan(d, decision(("n1", "n2")))
+    one, two = dplan.new_plan(d, decision(("n2", "n1"))), dplan.new_plan(d, decision(("n1", "n2")))
     assert one.metadata.name == two.metadata.name
     assert one.spec.nodes == ["n1", "n2"]
     assert one.spec.paused
@@ -289,7 +237,7 @@ def test_status_counts_ready_replicas_once_and_sets_observed_generation() -> Non
         d,
         decision=chosen,
         facts=facts,
-        desired=dep.desired_models(d, chosen, None),
+        desired=dslots.desired_models(d, chosen, None),
         outcomes={},
         plan=None,
         footprint_bytes=GIB,
@@ -353,10 +301,10 @@ def test_governing_plan_prefers_running_then_named() -> None:
     done = plan_obj("mine", "Completed", "2026-01-01T00:00:00Z")
     person = plan_obj("person", "Progressing", "2026-01-02T00:00:00Z")
     fresh = plan_obj("fresh", None, "2026-01-03T00:00:00Z")
-    assert dep.governing([done], named="mine").name == "mine"  # type: ignore[union-attr]
-    assert dep.governing([done, fresh, person], named="mine").name == "person"  # type: ignore[union-attr]
-    assert dep.governing([done], named=None) is None
-    assert dep.governing([], named="gone") is None
+    assert dplan.governing([done], named="mine").name == "mine"  # type: ignore[union-attr]
+    assert dplan.governing([done, fresh, person], named="mine").name == "person"  # type: ignore[union-attr]
+    assert dplan.governing([done], named=None) is None
+    assert dplan.governing([], named="gone") is None
 
 
 def test_agent_memory_refusal_is_waiting_for_capacity() -> None:
@@ -365,7 +313,7 @@ def test_agent_memory_refusal_is_waiting_for_capacity() -> None:
         mdep.PlacementStatus(node="n1", phase="Pending"),
         mdep.PlacementStatus(node="n2", phase="Ready", ready=True),
     ]
-    outcomes = {"n1": dep.Outcome("n1", "HTTP 507: needs more", no_fit=True)}
+    outcomes = {"n1": dfacts.Outcome("n1", "HTTP 507: needs more", status=507)}
     verdict = mdstatus.verdict(d, decision(("n1", "n2")), placed, outcomes, None)
     assert (verdict.reason, verdict.stalled, verdict.reconciling) == (
         "WaitingForCapacity",
@@ -379,7 +327,7 @@ def test_agent_memory_refusal_is_waiting_for_capacity() -> None:
 SLOT = naming.slot_name("ns", "chat")
 
 
-def serving_fact(name: str, *, ready: bool = True, node_ready: bool = True) -> dep.NodeFacts:
+def serving_fact(name: str, *, ready: bool = True, node_ready: bool = True) -> dfacts.NodeFacts:
     slot = contract.SlotStatus(
         name=SLOT, served_name="chat", source=A, phase="Ready" if ready else "Loading", ready=ready
     )
@@ -402,19 +350,19 @@ def moved(placements: list[dict[str, Any]]) -> tuple[mdep.ModelDeployment, place
 
 
 def status_of(
-    d: mdep.ModelDeployment, chosen: placement.Decision, facts: dict[str, dep.NodeFacts]
+    d: mdep.ModelDeployment, chosen: placement.Decision, facts: dict[str, dfacts.NodeFacts]
 ) -> mdstatus.Result:
     return mdstatus.status(
         d,
         decision=chosen,
         facts=facts,
-        desired=dep.desired_models(d, chosen, None),
+        desired=dslots.desired_models(d, chosen, None),
         outcomes={},
         plan=None,
         footprint_bytes=GIB,
         endpoint="http://chat.ns.svc:80",
         now=NOW,
-        handover=dep.handover(d, chosen, facts, slot=SLOT),
+        handover=dslots.handover(d, chosen, facts, slot=SLOT),
     )
 
 
@@ -427,9 +375,9 @@ def test_dropped_replica_keeps_serving_until_its_replacement_serves_and_is_publi
         "n2": serving_fact("n2"),
         "n3": serving_fact("n3", ready=False),
     }
-    assert dep.handover(d, chosen, facts, slot=SLOT) == dep.Handover(leaving=("n2",))
-    held = dep.handover(d, chosen, facts, slot=SLOT).held
-    assert dep.slots_to_delete(list(facts.values()), chosen, slot=SLOT, held=held) == ()
+    assert dslots.handover(d, chosen, facts, slot=SLOT) == dslots.Handover(leaving=("n2",))
+    held = dslots.handover(d, chosen, facts, slot=SLOT).held
+    assert dslots.slots_to_delete(list(facts.values()), chosen, slot=SLOT, held=held) == ()
     result = status_of(d, chosen, facts)
     assert [(p.node, p.phase, p.ready) for p in result.status.placements] == [
         ("n1", "Ready", True),
@@ -441,21 +389,23 @@ def test_dropped_replica_keeps_serving_until_its_replacement_serves_and_is_publi
     # 2. n3 serves now, but no endpoint said so yet: n2 still stays
     facts["n3"] = serving_fact("n3")
     d, chosen = moved([p.model_dump(by_alias=True) for p in result.status.placements])
-    assert dep.handover(d, chosen, facts, slot=SLOT).leaving == ("n2",)
+    assert dslots.handover(d, chosen, facts, slot=SLOT).leaving == ("n2",)
     result = status_of(d, chosen, facts)
     # 3. n3 was published ready: n2 leaves the endpoints, its slot stays one more round
     d, chosen = moved([p.model_dump(by_alias=True) for p in result.status.placements])
-    assert dep.handover(d, chosen, facts, slot=SLOT) == dep.Handover(retiring=("n2",))
+    assert dslots.handover(d, chosen, facts, slot=SLOT) == dslots.Handover(retiring=("n2",))
     result = status_of(d, chosen, facts)
     assert ("n2", "http://n2:9000", False) in result.endpoints
     assert result.status.ready_replicas == 2
-    held = dep.handover(d, chosen, facts, slot=SLOT).held
-    assert dep.slots_to_delete(list(facts.values()), chosen, slot=SLOT, held=held) == ()
+    held = dslots.handover(d, chosen, facts, slot=SLOT).held
+    assert dslots.slots_to_delete(list(facts.values()), chosen, slot=SLOT, held=held) == ()
     # 4. then the slot goes, and n2 leaves the status
     d, chosen = moved([p.model_dump(by_alias=True) for p in result.status.placements])
-    gone = dep.handover(d, chosen, facts, slot=SLOT)
-    assert gone == dep.Handover()
-    assert dep.slots_to_delete(list(facts.values()), chosen, slot=SLOT, held=gone.held) == ("n2",)
+    gone = dslots.handover(d, chosen, facts, slot=SLOT)
+    assert gone == dslots.Handover()
+    assert dslots.slots_to_delete(list(facts.values()), chosen, slot=SLOT, held=gone.held) == (
+        "n2",
+    )
     result = status_of(d, chosen, facts)
     assert [p.node for p in result.status.placements] == ["n1", "n3"]
 
@@ -468,7 +418,7 @@ def test_replica_on_a_lost_node_is_not_held() -> None:
         "n2": serving_fact("n2", node_ready=False),
         "n3": serving_fact("n3", ready=False),
     }
-    assert dep.handover(d, chosen, facts, slot=SLOT) == dep.Handover()
+    assert dslots.handover(d, chosen, facts, slot=SLOT) == dslots.Handover()
 
 
 def test_a_plans_move_places_the_replica_on_the_new_node_and_keeps_the_old_until_it_serves() -> (
@@ -476,13 +426,13 @@ def test_a_plans_move_places_the_replica_on_the_new_node_and_keeps_the_old_until
 ):
     ready = {"phase": "Ready", "ready": True, "source": A}
     d = md(A, placements=[{"node": "n1", **ready}, {"node": "n2", **ready}])
-    assert dep.current_nodes(d, {"n2": "n3"}) == ["n1", "n3", "n2"]
+    assert placing.current_nodes(d, {"n2": "n3"}) == ["n1", "n3", "n2"]
     facts = {
         "n1": serving_fact("n1"),
         "n2": serving_fact("n2"),
         "n3": serving_fact("n3", ready=False),
     }
-    chosen = dep.place(
+    chosen = placing.place(
         d,
         list(facts.values()),
         footprint_bytes=GIB,
@@ -491,7 +441,7 @@ def test_a_plans_move_places_the_replica_on_the_new_node_and_keeps_the_old_until
         moves={"n2": "n3"},
     )
     assert (chosen.kept, chosen.dropped) == (("n1", "n3"), ("n2",))
-    assert dep.handover(d, chosen, facts, slot=SLOT).leaving == ("n2",)
+    assert dslots.handover(d, chosen, facts, slot=SLOT).leaving == ("n2",)
 
 
 def test_a_replica_serving_another_model_is_converging_not_ready() -> None:
@@ -525,5 +475,73 @@ def test_serves_requires_the_wanted_model_or_a_running_plans_target(
     slot = contract.SlotStatus(
         name=SLOT, served_name="chat", source=serving, phase="Ready", ready=True
     )
-    plan = dep.PlanInfo.from_plan(plan_obj("p", plan_phase, T)) if plan_phase else None
-    assert dep.serves(fact("n1", state(slots=[slot])), SLOT, (A, None), plan) is ready
+    plan = dplan.PlanInfo.from_plan(plan_obj("p", plan_phase, T)) if plan_phase else None
+    assert dslots.serves(fact("n1", state(slots=[slot])), SLOT, ModelRef(A), plan) is ready
+
+
+@pytest.mark.parametrize(
+    ("outcome", "reason"),
+    [
+        pytest.param(dfacts.Outcome("n1", "HTTP 404: source: no such directory", status=404,
+                                 field="source"), "SourceInvalid", id="404-source"),
+        pytest.param(dfacts.Outcome("n1", "HTTP 403: source: outside the roots", status=403,
+                                 field="source"), "SourceInvalid", id="403-source"),
+        pytest.param(dfacts.Outcome("n1", "HTTP 422: server.chatTemplateArgs: too deep", status=422,
+                                 field="server.chatTemplateArgs"), "SpecRejected", id="422-server"),
+        pytest.param(dfacts.Outcome("n1", "HTTP 409: servedName: taken", status=409,
+                                 field="servedName"), "SpecRejected", id="409-served-name"),
+    ],
+)  # fmt: skip
+def test_an_agent_refusal_stalls_with_a_reason_by_status_and_field(
+    outcome: dfacts.Outcome, reason: str
+) -> None:
+    assert outcome.refused
+    decision = placement.Decision(
+        nodes=("n1",), kept=(), added=("n1",), dropped=(), rejections=(), missing=0,
+        fits_nowhere=False,
+    )  # fmt: skip
+    judged = mdstatus.verdict(md(replicas=1), decision, [], {"n1": outcome}, None)
+    assert (judged.ready, judged.reason, judged.stalled) == (False, reason, True)
+    assert outcome.error is not None
+    assert outcome.error in judged.message
+
+
+@pytest.mark.parametrize(
+    ("status", "permanent"),
+    [
+        pytest.param(400, True, id="400"),
+        pytest.param(403, True, id="403-outside-roots"),
+        pytest.param(404, True, id="404-not-found"),
+        pytest.param(422, True, id="422-invalid"),
+        pytest.param(409, True, id="409-conflict"),
+        pytest.param(502, False, id="502-download-failed"),
+        pytest.param(503, False, id="503-cancelled"),
+        pytest.param(507, False, id="507-no-room"),
+        pytest.param(None, False, id="no-answer"),
+    ],
+)
+def test_agent_answers_are_classified_by_status(status: int | None, permanent: bool) -> None:
+    assert dfacts.refusal_is_permanent(status) is permanent
+
+
+def test_service_conflict_stalls_and_names_the_object() -> None:
+    decision = placement.Decision(
+        nodes=(), kept=(), added=(), dropped=(), rejections=(), missing=0, fits_nowhere=False
+    )
+    result = mdstatus.status(
+        md(replicas=0),
+        decision=decision,
+        facts={},
+        desired={},
+        outcomes={},
+        plan=None,
+        footprint_bytes=GIB,
+        endpoint="http://chat.ns.svc:80",
+        now=NOW,
+        conflict="Service ns/chat exists and is not this deployment's",
+    )
+    ready = {c.type: c for c in result.status.conditions}
+    assert (ready["Ready"].status, ready["Ready"].reason) == ("False", "ServiceConflict")
+    assert ready["Stalled"].status == "True"
+    assert "Service ns/chat" in ready["Ready"].message
+    assert result.status.endpoint is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,21 @@ def test_good_flags(tmp_path: Path) -> None:
     assert settings.namespaces == ("a", "b")
     assert settings.misses == 2
     assert settings.standalone
+
+
+def test_an_unusable_kubeconfig_exits_2_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # main sets KUBECONFIG and configures logging: keep both from leaking into other tests
+    monkeypatch.setenv("KUBECONFIG", "unset-by-this-test")
+    monkeypatch.setattr(logging, "basicConfig", lambda **_: None)
+    httpx_log = logging.getLogger("httpx")
+    monkeypatch.setattr(httpx_log, "level", httpx_log.level)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("{}")  # readable, but no cluster, user or context
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["--kubeconfig", str(kubeconfig), "--standalone"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--kubeconfig {kubeconfig}" in err
+    assert "Traceback" not in err

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import heartbeat, naming
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -41,11 +42,19 @@ def test_service_name() -> None:
 
 
 def test_swap_plan_name_depends_on_target_and_generation() -> None:
-    a = naming.swap_plan_name("chat", "file:///a", None, generation=2)
-    assert a == naming.swap_plan_name("chat", "file:///a", None, generation=2)
-    assert a != naming.swap_plan_name("chat", "file:///b", None, generation=2)
-    assert a != naming.swap_plan_name("chat", "file:///a", "v2", generation=2)
-    assert a != naming.swap_plan_name("chat", "file:///a", None, generation=3)
+    a = naming.swap_plan_name("chat", ModelRef("file:///a"), generation=2)
+    assert a == naming.swap_plan_name("chat", ModelRef("file:///a"), generation=2)
+    assert a != naming.swap_plan_name("chat", ModelRef("file:///b"), generation=2)
+    assert a != naming.swap_plan_name("chat", ModelRef("file:///a", "v2"), generation=2)
+    assert a != naming.swap_plan_name("chat", ModelRef("file:///a"), generation=3)
+
+
+def test_swap_plan_names_are_those_of_earlier_releases() -> None:
+    """An operator restarted across an upgrade finds the plan it made (409), never a second."""
+    assert naming.swap_plan_name("chat", ModelRef("file:///a"), generation=2) == "chat-05d06b60"
+    assert naming.swap_plan_name("chat", ModelRef("file:///a", "v2"), generation=2) == (
+        "chat-cd9dc989"
+    )
 
 
 def run(
@@ -81,3 +90,34 @@ def test_new_node_waits_for_threshold_before_judging() -> None:
 def test_threshold_must_be_positive() -> None:
     with pytest.raises(ValueError, match="threshold"):
         heartbeat.observe(heartbeat.Health(), ok=True, now=NOW, threshold=0)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("chat", id="short"),
+        pytest.param("x" * 63, id="63"),
+        pytest.param("x" * 64, id="64"),
+        pytest.param(f"{'a' * 60}.{'b' * 60}.{'c' * 60}", id="dots-182"),
+        pytest.param("9" * 253, id="253"),
+    ],
+)
+def test_label_value_is_bounded_readable_and_collision_safe(name: str) -> None:
+    value = naming.label_value(name)
+    assert len(value) <= 63
+    assert re.fullmatch(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", value)
+    assert value == naming.label_value(name)
+    if len(name) <= 63:
+        assert value == name  # unchanged where it always worked: selectors keep matching
+    else:
+        assert value.startswith(name[:40])
+        assert value != naming.label_value(name[:-1] + "z")
+
+
+@pytest.mark.parametrize("length", [1, 63, 64, 100, 253])
+def test_service_names_are_dns_1035_labels_for_every_name_length(length: int) -> None:
+    name = ("a" + "b." * length)[:length].rstrip(".")
+    service = naming.service_name(name)
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", service)
+    assert len(service) <= 63
+    assert naming.service_name(name + "c") != service

@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import placement
 
+M = ModelRef("file:///m")
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 DELAY = timedelta(seconds=15)
 GIB = 2**30
@@ -22,7 +24,7 @@ def node(name: str, **kw: object) -> placement.NodeView:
 
 
 def req(replicas: int = 1, footprint: int = 4 * GIB, **kw: object) -> placement.Request:
-    return placement.Request(replicas=replicas, footprint_bytes=footprint, model="file:///m", **kw)  # type: ignore[arg-type]
+    return placement.Request(replicas=replicas, footprint_bytes=footprint, model=M, **kw)  # type: ignore[arg-type]
 
 
 def place(
@@ -80,12 +82,12 @@ def test_spread_prefers_most_room_binpack_least() -> None:
 
 
 def test_cached_weights_win_over_room() -> None:
-    nodes = [node("a", used_bytes=8 * GIB, cached=frozenset({"file:///m"})), node("b")]
+    nodes = [node("a", used_bytes=8 * GIB, cached=frozenset({M})), node("b")]
     assert place(req(), nodes).nodes == ("a",)
 
 
 def test_explicit_nodes_are_an_order_of_preference() -> None:
-    nodes = [node("a"), node("b", cached=frozenset({"file:///m"})), node("c")]
+    nodes = [node("a"), node("b", cached=frozenset({M})), node("c")]
     assert place(req(replicas=2, nodes=("c", "a", "b")), nodes).nodes == ("c", "a")
 
 
@@ -96,7 +98,7 @@ def test_distinct_nodes_per_replica() -> None:
 
 
 def test_healthy_replica_is_never_moved_for_a_better_node() -> None:
-    nodes = [node("a", used_bytes=10 * GIB), node("b"), node("c", cached=frozenset({"file:///m"}))]
+    nodes = [node("a", used_bytes=10 * GIB), node("b"), node("c", cached=frozenset({M}))]
     decision = place(req(), nodes, current=("a",))
     assert decision.nodes == ("a",)
     assert decision.kept == ("a",)
@@ -150,7 +152,7 @@ nodes_st = st.lists(
         ),
         budget_bytes=st.integers(0, 32).map(lambda g: g * GIB),
         used_bytes=st.integers(0, 32).map(lambda g: g * GIB),
-        cached=st.sampled_from([frozenset(), frozenset({"file:///m"})]),
+        cached=st.sampled_from([frozenset(), frozenset({M})]),
     ),
     max_size=6,
     unique_by=lambda n: n.name,
@@ -159,7 +161,7 @@ requests_st = st.builds(
     placement.Request,
     replicas=st.integers(0, 5),
     footprint_bytes=st.integers(1, 20).map(lambda g: g * GIB),
-    model=st.just("file:///m"),
+    model=st.just(M),
     strategy=st.sampled_from(list(placement.Strategy)),
     node_selector=st.sampled_from([{}, {"pool": "x"}]),
     nodes=st.sampled_from([None, ("n0", "n1", "n2", "n3", "n4")]),

@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from mlxfleet_agent import contract, intervals, telemetry
+from mlxfleet_agent import contract
+from mlxfleet_agent.telemetry import intervals, recorder
 
 T0 = 1_790_000_040.0  # an exact multiple of 60 s
 
@@ -32,8 +33,8 @@ def record(
     stream: bool = True,
     error: str | None = None,
     queue: float = 0.0,
-) -> telemetry.RequestRecord:
-    return telemetry.RequestRecord(
+) -> recorder.RequestRecord:
+    return recorder.RequestRecord(
         slot=slot,
         served_name=model,
         source="file:///models/llama",
@@ -48,8 +49,8 @@ def record(
     )
 
 
-def make(clock: Clock, **kw: float) -> telemetry.Telemetry:
-    return telemetry.Telemetry(node="mac-1", interval_seconds=60, clock=clock, **kw)
+def make(clock: Clock, **kw: float) -> recorder.Telemetry:
+    return recorder.Telemetry(node="mac-1", interval_seconds=60, clock=clock, **kw)
 
 
 def test_histogram_buckets_are_upper_inclusive_and_overflow_last() -> None:
@@ -69,9 +70,9 @@ def test_histograms_with_other_buckets_do_not_merge() -> None:
 
 
 def test_time_per_output_token_only_for_streams_with_two_tokens() -> None:
-    assert telemetry.time_per_output_token(record(ttft=0.5, e2e=2.5, completion=5)) == 0.5
-    assert telemetry.time_per_output_token(record(completion=1)) is None
-    assert telemetry.time_per_output_token(record(stream=False)) is None
+    assert recorder.time_per_output_token(record(ttft=0.5, e2e=2.5, completion=5)) == 0.5
+    assert recorder.time_per_output_token(record(completion=1)) is None
+    assert recorder.time_per_output_token(record(stream=False)) is None
 
 
 def test_requests_tokens_errors_and_busy_time_of_one_interval() -> None:

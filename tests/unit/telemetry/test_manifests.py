@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlxfleet_agent import intervals, telemetry
+from mlxfleet_agent.telemetry import intervals, recorder
 from mlxfleet_gateway import metrics as gateway_metrics
 from mlxfleet_operator.adapters import metrics as operator_metrics
 from mlxfleet_operator.reports import cli
@@ -19,7 +19,7 @@ DASHBOARD = REPO / "manifests" / "grafana" / "mlxfleet-dashboard.json"
 
 
 def exposed_names() -> set[str]:
-    tel = telemetry.Telemetry(idle_watts=1, busy_watts=2)
+    tel = recorder.Telemetry(idle_watts=1, busy_watts=2)
     tel.add_host_sample(
         intervals.HostSample(
             memory_total_bytes=8, memory_used_bytes=4, memory_available_bytes=4, pressure="normal"
@@ -65,6 +65,15 @@ def test_cronjob_runs_a_command_the_cli_accepts(kind: str) -> None:
     mounted = {m["mountPath"] for m in container["volumeMounts"]}
     assert str(args.config.parent) in mounted
     assert str(args.out).startswith("/tmp")
-    assert pod["automountServiceAccountToken"] is False
+    assert args.from_cluster  # nodes and cost inputs from the InferenceNodes
+    rbac = list(yaml.safe_load_all((REPO / "manifests" / "cronjobs" / "rbac.yaml").read_text()))
+    account = next(d for d in rbac if d["kind"] == "ServiceAccount")
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert account["automountServiceAccountToken"] is False  # only the report pods opt in
+    assert pod["automountServiceAccountToken"] is True
+    (role,) = (d for d in rbac if d["kind"] == "ClusterRole")
+    assert role["rules"] == [
+        {"apiGroups": ["mlxfleet.io"], "resources": ["inferencenodes"], "verbs": ["list"]}
+    ]
     refs = {next(iter(v.values()))["name"] for v in container["envFrom"]}
     assert refs == {"mlxfleet-reports", "mlxfleet-telemetry-credentials"}

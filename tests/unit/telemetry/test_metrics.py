@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import re
 
-from mlxfleet_agent import intervals, telemetry
+from mlxfleet_agent.telemetry import intervals, recorder
 
 
 def test_exposition_has_conventional_names_and_values() -> None:
-    tel = telemetry.Telemetry(node="mac-1", idle_watts=5, busy_watts=40)
+    tel = recorder.Telemetry(node="mac-1", idle_watts=5, busy_watts=40)
     tel.request_started("chat")
     tel.request_finished(
-        telemetry.RequestRecord(
+        recorder.RequestRecord(
             slot="chat",
             served_name="llama",
             source="file:///m",
@@ -61,7 +61,7 @@ def test_exposition_has_conventional_names_and_values() -> None:
 
 
 def test_each_telemetry_has_its_own_registry() -> None:
-    a, b = telemetry.Telemetry(), telemetry.Telemetry()
+    a, b = recorder.Telemetry(), recorder.Telemetry()
     a.swap_finished(slot="chat", outcome="Completed")
     assert (
         'mlxfleet_agent_swaps_total{outcome="Completed",slot="chat"} 1.0'

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxfleet_operator.reports import config, fixture
+from mlxfleet_operator.reports import config, fixture, inventory
 
 
 @pytest.mark.parametrize(
@@ -40,6 +40,6 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 def test_fixture_config_is_valid() -> None:
     cfg = config.ReportConfig.from_yaml(fixture.CONFIG_YAML)
-    inputs, problems = cfg.cost_inputs()
+    inputs, problems = inventory.build(cfg, None).cost_inputs()
     assert inputs
     assert problems == []

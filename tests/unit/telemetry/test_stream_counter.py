@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mlxfleet_agent import telemetry
+from mlxfleet_agent.dataplane import tokens
 
 CONTENT = b'data: {"id": "x", "choices": [{"delta": {"content": "hi"}}]}\n\n'
 FINISH = b'data: {"id": "x", "choices": [{"delta": {}, "finish_reason": "stop"}]}\n\n'
@@ -18,25 +18,25 @@ DONE = b"data: [DONE]\n\n"
 STREAM = CONTENT * 3 + FINISH + USAGE + DONE
 
 
-def run(counter: telemetry.StreamCounter, stream: bytes, size: int) -> bytes:
+def run(counter: tokens.StreamCounter, stream: bytes, size: int) -> bytes:
     out = b"".join(counter.feed(stream[i : i + size]) for i in range(0, len(stream), size))
     return out + counter.flush()
 
 
 @pytest.mark.parametrize("size", [1, 7, 64, len(STREAM)])
 def test_usage_event_is_counted_and_hidden_from_a_client_that_did_not_ask(size: int) -> None:
-    counter = telemetry.StreamCounter(forward_usage=False)
+    counter = tokens.StreamCounter(forward_usage=False)
     assert run(counter, STREAM, size) == CONTENT * 3 + FINISH + DONE
     assert (counter.prompt_tokens, counter.completion_tokens) == (17, 3)
 
 
 def test_usage_event_is_forwarded_when_the_client_asked() -> None:
-    counter = telemetry.StreamCounter(forward_usage=True)
+    counter = tokens.StreamCounter(forward_usage=True)
     assert run(counter, STREAM, 10) == STREAM
 
 
 def test_without_usage_completion_tokens_are_counted_from_events() -> None:
-    counter = telemetry.StreamCounter(forward_usage=False)
+    counter = tokens.StreamCounter(forward_usage=False)
     assert run(counter, CONTENT * 4 + FINISH + DONE, 5) == CONTENT * 4 + FINISH + DONE
     assert (counter.prompt_tokens, counter.completion_tokens) == (0, 4)
 
@@ -50,5 +50,5 @@ def test_without_usage_completion_tokens_are_counted_from_events() -> None:
     ],
 )
 def test_ask_for_usage_always_asks_the_backend(body: dict[str, object], asked: bool) -> None:
-    assert telemetry.ask_for_usage(body) is asked
+    assert tokens.ask_for_usage(body) is asked
     assert json.loads(json.dumps(body))["stream_options"]["include_usage"] is True

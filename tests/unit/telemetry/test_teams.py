@@ -8,7 +8,7 @@ import pytest
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.core import cost
-from mlxfleet_operator.reports import config, fixture, monthly, render, summary, teams
+from mlxfleet_operator.reports import config, fixture, inventory, monthly, render, summary, teams
 
 CFG = config.ReportConfig.from_yaml(fixture.CONFIG_YAML)
 QWEN = cost.ModelKey("team-search", fixture.QWEN)
@@ -74,7 +74,7 @@ GATEWAY = [
 def october() -> summary.PeriodSummary:
     source = fixture.FixtureSource(interval_hours=3)
     period = summary.month(2026, 10)
-    inputs, _ = CFG.cost_inputs()
+    inputs, _ = inventory.build(CFG, None).cost_inputs()
     return summary.summarise(
         [*summary.load(source, period), *GATEWAY],
         period,

@@ -1,6 +1,13 @@
-"""All I/O of the operator: the node agents' control API (httpx) and Kubernetes objects.
+"""All I/O of the operator: the node agents' control API (httpx), Kubernetes objects and Events,
+the object store, metrics, and the runtime the handlers share.
 
-May import: httpx, kubernetes, kopf (events), prometheus-client, `core`, `api`, the agent
-`contract`/`memory`, the standard library. Called by: `mlxfleet_operator.handlers` only. The
-Kubernetes client is synchronous: every call runs in a worker thread, never on the event loop.
+Modules: `agent` (one agent's control API client), `fleet` (one client and the last answer per
+node; agent requests answered as core's typed facts), `kube` (Secrets, SwapPlans, the Service +
+EndpointSlices; the sync client in threads), `events` (post core's Event values), `metrics`
+(Prometheus), `runtime` (settings, kube, fleet, locks in kopf's memo), `objectstore` (S3, for
+reports).
+May import: httpx, kubernetes, kopf (events), boto3, prometheus-client, `core`, `api`, the agent
+`contract`, `settings`, the standard library. Called by: handlers, `main` (the runtime) and
+reports (`objectstore`). The Kubernetes client is synchronous: every call runs in a worker
+thread, never on the event loop.
 """

@@ -1,8 +1,9 @@
 """Async client of one node agent's control API (`/v1`, bearer token, optional private CA).
 
-May import: httpx, the agent `contract`, the standard library. Called by: `fleet` (which keeps one
-client per InferenceNode) and, through it, the handlers. Every call has a timeout; errors come
-back as `AgentError` subclasses so handlers can tell "unreachable" from "refused".
+May import: httpx, the agent `contract`, `api.modelref`, `metrics`, the standard library.
+Called by: `fleet` (which keeps one client per InferenceNode) and, through it, the handlers.
+Every call has a timeout and is counted (`mlxfleet_operator_agent_calls_total{op,result}`);
+errors come back as `AgentError` subclasses so callers can tell "unreachable" from "refused".
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import httpx
 from pydantic import ValidationError
 
 from mlxfleet_agent import contract
+from mlxfleet_operator.adapters import metrics
+from mlxfleet_operator.api.modelref import ModelRef
 
 PREFIX = contract.API_PREFIX
 DEFAULT_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
@@ -25,15 +28,18 @@ PREFETCH_TIMEOUT = httpx.Timeout(300.0, connect=3.0)
 
 
 class AgentError(Exception):
-    """A control API call that did not succeed."""
+    """A control API call that did not succeed; `status` and `field` come from the agent's answer
+    (none: no answer), so callers classify it by those, never by its text."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None, field: str | None = None):
         super().__init__(message)
         self.status = status
+        self.field = field
 
 
 class AgentUnreachable(AgentError):
-    """No answer: connection refused, timeout, TLS failure, or a 5xx gateway-type error."""
+    """No answer (connection refused, timeout, TLS failure) or a 5xx: the agent could not do it
+    now (e.g. 502: the model source could not be fetched). Worth retrying."""
 
 
 class AgentRefused(AgentError):
@@ -44,9 +50,10 @@ class AgentRefused(AgentError):
         message: str,
         *,
         status: int,
+        field: str | None = None,
         insufficient: contract.InsufficientMemory | None = None,
     ) -> None:
-        super().__init__(message, status=status)
+        super().__init__(message, status=status, field=field)
         self.insufficient = insufficient
 
 
@@ -72,15 +79,28 @@ def data_endpoint(agent_url: str, data_port: int) -> str:
     return urlunsplit(("http", f"{host}:{data_port}", "", "", ""))
 
 
-def _message(response: httpx.Response) -> str:
+def _message(response: httpx.Response) -> tuple[str, str | None]:
+    """The error text and the field the agent's error body names (if it is one of ours)."""
     try:
         body = contract.ErrorBody.model_validate_json(response.content)
     except ValidationError:
-        return f"HTTP {response.status_code}: {response.text[:300]}"
+        return f"HTTP {response.status_code}: {response.text[:300]}", None
     detail = body.error
     where = f"{detail.field}: " if detail.field else ""
     allowed = f" (allowed: {detail.allowed})" if detail.allowed else ""
-    return f"HTTP {response.status_code}: {where}{detail.message}{allowed}"
+    return f"HTTP {response.status_code}: {where}{detail.message}{allowed}", detail.field
+
+
+def _refused(response: httpx.Response) -> AgentRefused:
+    """A 4xx or 507 answer: the request cannot work as is (507: the agent's memory check)."""
+    insufficient = None
+    if response.status_code == 507:
+        try:
+            insufficient = contract.InsufficientMemory.model_validate_json(response.content)
+        except ValidationError:
+            insufficient = None
+    text, field = _message(response)
+    return AgentRefused(text, status=response.status_code, field=field, insufficient=insufficient)
 
 
 class AgentClient:
@@ -102,8 +122,32 @@ class AgentClient:
         await self._http.aclose()
 
     async def _call(
-        self, method: str, path: str, *, budget: httpx.Timeout | None = None, json: Any = None
+        self,
+        op: str,
+        method: str,
+        path: str,
+        *,
+        budget: httpx.Timeout | None = None,
+        json: Any = None,
+        missing_ok: bool = False,
     ) -> httpx.Response:
+        """One request, counted under `op` (ok, refused, unreachable). `missing_ok`: a 404
+        (nothing there) is an answer, returned as is, not an error."""
+        try:
+            response = await self._send(method, path, budget=budget, json=json)
+        except AgentUnreachable:
+            metrics.AGENT_CALLS.labels(op, "unreachable").inc()
+            raise
+        if response.status_code >= 400 and not (missing_ok and response.status_code == 404):
+            metrics.AGENT_CALLS.labels(op, "refused").inc()
+            raise _refused(response)
+        metrics.AGENT_CALLS.labels(op, "ok").inc()
+        return response
+
+    async def _send(
+        self, method: str, path: str, *, budget: httpx.Timeout | None, json: Any
+    ) -> httpx.Response:
+        """The agent's answer; no answer or a 5xx other than 507 raises `AgentUnreachable`."""
         try:
             response = await self._http.request(
                 method, PREFIX + path, json=json, timeout=budget or DEFAULT_TIMEOUT
@@ -111,21 +155,12 @@ class AgentClient:
         except httpx.HTTPError as exc:
             raise AgentUnreachable(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         if response.status_code >= 500 and response.status_code != 507:
-            raise AgentUnreachable(_message(response), status=response.status_code)
-        if response.status_code >= 400:
-            insufficient = None
-            if response.status_code == 507:
-                try:
-                    insufficient = contract.InsufficientMemory.model_validate_json(response.content)
-                except ValidationError:
-                    insufficient = None
-            raise AgentRefused(
-                _message(response), status=response.status_code, insufficient=insufficient
-            )
+            text, field = _message(response)
+            raise AgentUnreachable(text, status=response.status_code, field=field)
         return response
 
     async def state(self) -> contract.AgentState:
-        response = await self._call("GET", "/state")
+        response = await self._call("state", "GET", "/state")
         try:
             return contract.AgentState.model_validate_json(response.content)
         except ValidationError as exc:
@@ -133,29 +168,26 @@ class AgentClient:
 
     async def put_slot(self, name: str, spec: contract.SlotSpec) -> contract.SlotStatus:
         body = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-        response = await self._call("PUT", f"/slots/{quote(name)}", json=body, budget=SLOT_TIMEOUT)
+        path = f"/slots/{quote(name)}"
+        response = await self._call("put_slot", "PUT", path, json=body, budget=SLOT_TIMEOUT)
         return contract.SlotStatus.model_validate_json(response.content)
 
     async def delete_slot(self, name: str) -> None:
-        try:
-            await self._call("DELETE", f"/slots/{quote(name)}")
-        except AgentRefused as exc:
-            if exc.status != 404:
-                raise
+        """Drop the slot; one that is not there is fine (DELETE is idempotent)."""
+        await self._call("delete_slot", "DELETE", f"/slots/{quote(name)}", missing_ok=True)
 
     async def swaps(self, name: str) -> list[contract.SwapRecord]:
-        try:
-            response = await self._call("GET", f"/slots/{quote(name)}/swaps")
-        except AgentRefused as exc:
-            if exc.status == 404:
-                return []
-            raise
+        path = f"/slots/{quote(name)}/swaps"
+        response = await self._call("swaps", "GET", path, missing_ok=True)
+        if response.status_code == 404:  # no such slot: no swaps
+            return []
         return contract.SwapList.model_validate_json(response.content).items
 
-    async def prefetch(self, source: str, revision: str | None) -> contract.CachedModel | None:
+    async def prefetch(self, model: ModelRef) -> contract.CachedModel | None:
         """Ask the agent to fetch (and size) a model; None when it answers without a body yet."""
-        body = contract.PrefetchRequest(source=source, revision=revision)
+        body = contract.PrefetchRequest(source=model.source, revision=model.revision)
         response = await self._call(
+            "prefetch",
             "POST",
             "/models/prefetch",
             json=body.model_dump(mode="json", by_alias=True, exclude_none=True),

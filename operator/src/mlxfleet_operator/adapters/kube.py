@@ -29,7 +29,6 @@ from mlxfleet_operator.core import naming
 FIELD_MANAGER = "mlxfleet-operator"
 APPLY = "application/apply-patch+yaml"
 MANAGED_BY = "mlxfleet.io"
-LABEL_DEPLOYMENT = "mlxfleet.io/deployment"
 SERVICE_PORT_NAME = "http"
 SERVICE_PORT = 80
 JsonDict = dict[str, Any]
@@ -39,8 +38,16 @@ class KubeError(Exception):
     """A Kubernetes call that failed for a reason other than not-found / already-exists."""
 
 
+class ServiceConflict(Exception):
+    """A Service or EndpointSlice has the name the deployment needs but is not its own."""
+
+
 class SecretMissing(KubeError):
     """The referenced Secret or key does not exist (or the operator may not read it)."""
+
+
+class SecretNotAllowed(KubeError):
+    """The referenced Secret is not labelled as agent credentials: the operator will not use it."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,52 @@ def write_status(
     found = status_patch(status, body.get("status") or {})
     if found is not None:
         patch["status"] = found
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """The client calls for one kind of object the operator owns."""
+
+    name: str
+    read: Any
+    create: Any
+    patch: Any
+    delete: Any
+
+
+def owns(deployment: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
+    """The operator made `obj` for this deployment: our managed-by label and a controller
+    ownerReference to this ModelDeployment (its uid, or its name: a deployment deleted and
+    created again under the same name takes its predecessor's objects back)."""
+    meta = obj.get("metadata") or {}
+    if (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") != MANAGED_BY:
+        return False
+    mine = deployment["metadata"]
+    for ref in meta.get("ownerReferences") or []:
+        ours = (
+            ref.get("controller") is True
+            and ref.get("kind") == resources.MODEL_DEPLOYMENT.kind
+            and str(ref.get("apiVersion", "")).split("/")[0] == resources.GROUP
+        )
+        if ours and (ref.get("uid") == mine["uid"] or ref.get("name") == mine["name"]):
+            return True
+    return False
+
+
+def conflict_message(kind: str, obj: Mapping[str, Any]) -> str:
+    """Why an object with our name is not ours, and what a person can do."""
+    meta = obj.get("metadata") or {}
+    where = f"{kind} {meta.get('namespace')}/{meta.get('name')}"
+    owners = [
+        f"{r.get('kind')} {r.get('name')}"
+        for r in meta.get("ownerReferences") or []
+        if r.get("controller")
+    ]
+    why = f"it belongs to {', '.join(owners)}" if owners else "it was not created by mlxfleet"
+    return (
+        f"{where} already exists and {why}; the operator leaves it alone. Delete or rename it, "
+        "or give the ModelDeployment another name (docs/operator.md: names)"
+    )
 
 
 def owner_reference(body: Mapping[str, Any]) -> JsonDict:
@@ -148,15 +201,32 @@ class Kube:
     def close(self) -> None:
         self.api.close()  # type: ignore[no-untyped-call]
 
+    def _plain(self, obj: object) -> JsonDict:
+        """A client model as the JSON the API server sent (camelCase keys)."""
+        return cast(JsonDict, self.api.sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
+
     # ------------------------------------------------------------------------------ secrets
 
-    async def secret_value(self, *, namespace: str, name: str, key: str) -> str:
+    async def agent_credential(self, *, namespace: str, name: str, key: str) -> str:
+        """One key of a Secret labelled as agent credentials (`AGENT_CREDENTIALS_LABEL=true`).
+
+        Whoever writes an InferenceNode chooses both the Secret and the URL it is sent to, so an
+        unlabelled Secret is refused before its data is looked at: only Secrets an admin marked
+        for agents can leave the cluster (docs/operator.md, "Trust model")."""
         try:
             secret = await asyncio.to_thread(self.core.read_namespaced_secret, name, namespace)
         except ApiException as exc:
             if exc.status in (403, 404):
                 raise SecretMissing(f"Secret {namespace}/{name}: {exc.reason}") from exc
             raise KubeError(f"read Secret {namespace}/{name}: {exc.status} {exc.reason}") from exc
+        label = resources.AGENT_CREDENTIALS_LABEL
+        labels = (secret.metadata.labels if secret.metadata is not None else None) or {}
+        if labels.get(label) != "true":
+            raise SecretNotAllowed(
+                f"Secret {namespace}/{name} is not labelled {label}=true: the operator uses only "
+                f"Secrets labelled as agent credentials (kubectl label secret -n {namespace} "
+                f"{name} {label}=true, if it holds this agent's credentials)"
+            )
         data = secret.data or {}
         if key not in data:
             raise SecretMissing(f"Secret {namespace}/{name} has no key {key!r}")
@@ -211,12 +281,18 @@ class Kube:
     # -------------------------------------------------------------- Service + EndpointSlices
 
     async def publish(self, deployment: Mapping[str, Any], endpoints: Sequence[Endpoint]) -> None:
-        """Service without selector + one EndpointSlice per (address type, port); stale ones go."""
+        """Service without selector + one EndpointSlice per (address type, port); stale ones go.
+
+        Only objects this deployment owns are written (`owns`): a new one is created (POST, which
+        fails if someone made it meanwhile), an existing one of ours is server-side applied with
+        its uid as a precondition. Anything else with the name raises `ServiceConflict` and is
+        left exactly as it is; no EndpointSlice is written for a Service that is not ours."""
         meta = deployment["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         service = naming.service_name(name)
         owner = [owner_reference(deployment)]
-        labels = {"app.kubernetes.io/managed-by": MANAGED_BY, LABEL_DEPLOYMENT: name}
+        labels = {"app.kubernetes.io/managed-by": MANAGED_BY, **naming.deployment_labels(name)}
+        annotations = {resources.DEPLOYMENT_ANNOTATION: name}
         svc_body: JsonDict = {
             "apiVersion": "v1",
             "kind": "Service",
@@ -224,13 +300,14 @@ class Kube:
                 "name": service,
                 "namespace": namespace,
                 "labels": labels,
+                "annotations": annotations,
                 "ownerReferences": owner,
             },
             "spec": {
                 "ports": [{"name": SERVICE_PORT_NAME, "port": SERVICE_PORT, "protocol": "TCP"}]
             },
         }
-        await self._apply(self.core.patch_namespaced_service, service, namespace, svc_body)
+        await self._own(self._services, deployment, svc_body)
         groups: dict[tuple[str, int], list[tuple[str, Endpoint]]] = {}
         for ep in endpoints:
             kind, address = slice_address(await resolve_host(ep.host))
@@ -246,6 +323,7 @@ class Kube:
                     "name": slice_name,
                     "namespace": namespace,
                     "ownerReferences": owner,
+                    "annotations": annotations,
                     "labels": {
                         **labels,
                         "kubernetes.io/service-name": service,
@@ -267,41 +345,100 @@ class Kube:
                     for address, ep in sorted(members, key=lambda m: m[1].node)
                 ],
             }
-            await self._apply(
-                self.discovery.patch_namespaced_endpoint_slice, slice_name, namespace, body
-            )
-        await self._delete_slices(namespace, service, keep=wanted)
+            await self._own(self._slices, deployment, body)
+        await self._delete_slices(deployment, service, keep=wanted)
 
-    async def unpublish(self, namespace: str, deployment: str) -> None:
-        """Remove the Service and EndpointSlices (ownerReferences do this too where GC runs)."""
-        service = naming.service_name(deployment)
-        await self._delete_slices(namespace, service, keep=set())
-        try:
-            await asyncio.to_thread(self.core.delete_namespaced_service, service, namespace)
-        except ApiException as exc:
-            if exc.status != 404:
+    async def unpublish(self, deployment: Mapping[str, Any]) -> None:
+        """Remove the deployment's own Service and EndpointSlices (ownerReferences do this too
+        where garbage collection runs); a Service with that name that is not its own stays."""
+        meta = deployment["metadata"]
+        namespace, service = meta["namespace"], naming.service_name(meta["name"])
+        await self._delete_slices(deployment, service, keep=set())
+        found = await self._read(self._services, service, namespace)
+        if found is not None and owns(deployment, found):
+            await self._delete(self._services, found)
+
+    @property
+    def _services(self) -> _Kind:
+        return _Kind(
+            "Service",
+            self.core.read_namespaced_service,
+            self.core.create_namespaced_service,
+            self.core.patch_namespaced_service,
+            self.core.delete_namespaced_service,
+        )
+
+    @property
+    def _slices(self) -> _Kind:
+        return _Kind(
+            "EndpointSlice",
+            self.discovery.read_namespaced_endpoint_slice,
+            self.discovery.create_namespaced_endpoint_slice,
+            self.discovery.patch_namespaced_endpoint_slice,
+            self.discovery.delete_namespaced_endpoint_slice,
+        )
+
+    async def _own(self, kind: _Kind, deployment: Mapping[str, Any], body: JsonDict) -> None:
+        """Create `body`, or apply it over the existing object if (and only if) it is ours."""
+        meta = body["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        found = await self._read(kind, name, namespace)
+        if found is None:
+            try:
+                await asyncio.to_thread(kind.create, namespace, body, field_manager=FIELD_MANAGER)
+            except ApiException as exc:  # 409: made meanwhile; the next reconcile looks again
                 raise KubeError(
-                    f"delete Service {namespace}/{service}: {exc.status} {exc.reason}"
+                    f"create {kind.name} {namespace}/{name}: {exc.status} {exc.reason}"
+                ) from exc
+            return
+        if not owns(deployment, found):
+            raise ServiceConflict(conflict_message(kind.name, found))
+        uid = found["metadata"]["uid"]  # precondition: never applied to a replacement
+        await self._apply(kind.patch, name, namespace, {**body, "metadata": {**meta, "uid": uid}})
+
+    async def _read(self, kind: _Kind, name: str, namespace: str) -> JsonDict | None:
+        try:
+            found = await asyncio.to_thread(kind.read, name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KubeError(
+                f"get {kind.name} {namespace}/{name}: {exc.status} {exc.reason}"
+            ) from exc
+        return self._plain(found)
+
+    async def _delete(self, kind: _Kind, found: Mapping[str, Any]) -> None:
+        """Delete exactly the object that was read (uid precondition); gone already is fine."""
+        meta = found["metadata"]
+        options = kubernetes.client.V1DeleteOptions(
+            preconditions=kubernetes.client.V1Preconditions(uid=meta["uid"])
+        )
+        try:
+            await asyncio.to_thread(kind.delete, meta["name"], meta["namespace"], body=options)
+        except ApiException as exc:
+            if exc.status not in (404, 409):  # 409: replaced by another object since: not ours
+                raise KubeError(
+                    f"delete {kind.name} {meta['namespace']}/{meta['name']}: "
+                    f"{exc.status} {exc.reason}"
                 ) from exc
 
-    async def _delete_slices(self, namespace: str, service: str, *, keep: set[str]) -> None:
+    async def _delete_slices(
+        self, deployment: Mapping[str, Any], service: str, *, keep: set[str]
+    ) -> None:
+        namespace = deployment["metadata"]["namespace"]
         try:
             listed = await asyncio.to_thread(
                 self.discovery.list_namespaced_endpoint_slice,
                 namespace,
                 label_selector=f"kubernetes.io/service-name={service},app.kubernetes.io/managed-by={MANAGED_BY}",
             )
-            for item in listed.items:
-                found = str(item.metadata.name) if item.metadata is not None else ""
-                if found and found not in keep:
-                    await asyncio.to_thread(
-                        self.discovery.delete_namespaced_endpoint_slice, found, namespace
-                    )
         except ApiException as exc:
-            if exc.status != 404:
-                raise KubeError(
-                    f"EndpointSlices of {namespace}/{service}: {exc.status} {exc.reason}"
-                ) from exc
+            raise KubeError(
+                f"EndpointSlices of {namespace}/{service}: {exc.status} {exc.reason}"
+            ) from exc
+        for item in self._plain(listed).get("items", []):
+            if item["metadata"]["name"] not in keep and owns(deployment, item):
+                await self._delete(self._slices, item)
 
     async def _apply(self, method: Any, name: str, namespace: str, body: JsonDict) -> None:
         try:

@@ -1,8 +1,10 @@
 """Everything the handlers share in one operator process: settings, the Kubernetes facade, the
 fleet view and per-object locks. Lives in kopf's memo (`memo["runtime"]`).
 
-May import: the standard library, sibling adapters, `mlxfleet_operator.settings`.
-Called by: handlers (startup builds it; every handler reads it with `of(memo)`).
+May import: the standard library, kubernetes (its config errors), sibling adapters,
+`mlxfleet_operator.settings`.
+Called by: `main` (builds it with `start(config)` before kopf runs) and handlers (every one
+reads it with `of(memo)`; `lifecycle` closes it).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+import kubernetes
 
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import fleet, kube, metrics
@@ -49,16 +53,31 @@ class Runtime:
         self.kube.close()
 
 
+class StartError(Exception):
+    """The runtime cannot start; the message names the flag to fix and why."""
+
+
 def start(config: opsettings.OperatorSettings) -> Runtime:
-    api = kube.client_from(config.kubeconfig)
+    """The runtime for `config`: a Kubernetes client (the kubeconfig, else in-cluster), the
+    fleet view, and the metrics server when a port is set. Raises `StartError`."""
+    try:
+        api = kube.client_from(config.kubeconfig)
+    except kubernetes.config.ConfigException as exc:
+        where = f"--kubeconfig {config.kubeconfig}" if config.kubeconfig else "in-cluster config"
+        raise StartError(f"{where}: {exc}") from exc
     k = kube.Kube(api)
     if config.metrics_port is not None:
-        metrics.serve(config.metrics_host, config.metrics_port)
+        try:
+            metrics.serve(config.metrics_host, config.metrics_port)
+        except OSError as exc:
+            k.close()
+            where = f"--metrics-host {config.metrics_host} --metrics-port {config.metrics_port}"
+            raise StartError(f"{where}: {exc}") from exc
     return Runtime(config=config, kube=k, fleet=fleet.Fleet(k))
 
 
 def of(memo: MutableMapping[str, Any]) -> Runtime:
     found = memo.get(KEY)
     if not isinstance(found, Runtime):
-        raise RuntimeError("operator runtime missing: the startup handler did not run")
+        raise RuntimeError("operator runtime missing: run the handlers through mlxfleet-operator")
     return found

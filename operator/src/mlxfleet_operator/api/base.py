@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 JsonDict = dict[str, Any]
+INT_OR_STRING = "x-kubernetes-int-or-string"
 
 
 class ApiModel(BaseModel):
@@ -63,11 +64,13 @@ def crd(
     preserve_unknown_fields: bool = False,
     int_format: str | None = None,
     nullable: bool = True,
+    int_or_string: bool = False,
 ) -> JsonDict:
     """Schema extensions for `Field(json_schema_extra=...)` or `ConfigDict(json_schema_extra=...)`.
 
     `nullable=False` keeps an optional field from accepting an explicit null in the CRD (for
-    fields that cross-field CEL rules read).
+    fields that cross-field CEL rules read). `int_or_string` marks an `int | str` field
+    (`x-kubernetes-int-or-string`, as Kubernetes quantities are).
     """
     extra: JsonDict = {}
     if rules:
@@ -84,6 +87,8 @@ def crd(
         extra["x-mlxfleet-not-nullable"] = True
     if int_format is not None:
         extra["format"] = int_format
+    if int_or_string:
+        extra[INT_OR_STRING] = True
     return extra
 
 

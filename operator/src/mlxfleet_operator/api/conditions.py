@@ -48,7 +48,12 @@ class Reason(StrEnum):
     WAITING_FOR_CAPACITY = "WaitingForCapacity"
     INSUFFICIENT_MEMORY = "InsufficientMemory"
     NO_MATCHING_NODES = "NoMatchingNodes"
-    SOURCE_INVALID = "SourceInvalid"
+    SOURCE_INVALID = "SourceInvalid"  # the source cannot exist as given (Stalled)
+    SOURCE_UNAVAILABLE = "SourceUnavailable"  # it could not be fetched now (retried)
+    SPEC_REJECTED = "SpecRejected"  # an agent refused another field of the slot (Stalled)
+    INVALID_SPEC = "InvalidSpec"  # admitted by the API server, refused by the operator's model
+    SERVICE_CONFLICT = "ServiceConflict"  # a Service/EndpointSlice of that name is not ours
+    SLOT_NAME_CONFLICT = "SlotNameConflict"  # an older deployment has the same agent slot name
     SIZE_UNKNOWN = "SizeUnknown"
     LOADING = "Loading"
     PARTIALLY_READY = "PartiallyReady"
@@ -63,6 +68,7 @@ class Reason(StrEnum):
     AGENT_UNREACHABLE = "AgentUnreachable"
     UNAUTHORIZED = "Unauthorized"
     SECRET_NOT_FOUND = "SecretNotFound"  # noqa: S105 - a reason, not a secret
+    SECRET_NOT_ALLOWED = "SecretNotAllowed"  # noqa: S105 - a reason, not a secret
     CORDONED = "Cordoned"
     MEMORY_NORMAL = "MemoryNormal"
     MEMORY_WARN = "MemoryWarn"
@@ -76,6 +82,7 @@ class Reason(StrEnum):
     FAILED = "Failed"
     DEPLOYMENT_NOT_FOUND = "DeploymentNotFound"
     PLACEMENT_CONFLICT = "PlacementConflict"
+    NOTHING_TO_DO = "NothingToDo"  # every step was skipped: the plan changed nothing
     SUPERSEDED = "Superseded"
     # ModelRoute
     BACKEND_NOT_FOUND = "BackendNotFound"

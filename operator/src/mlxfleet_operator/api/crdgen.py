@@ -44,6 +44,17 @@ class Kind:
     spec: type[BaseModel]
     status: type[BaseModel]
     columns: list[base.JsonDict]
+    scale: base.JsonDict | None = None  # the scale subresource (kubectl scale, HPA, KEDA)
+
+
+# `kubectl scale mdep/NAME --replicas=N`, HorizontalPodAutoscaler and KEDA drive spec.replicas.
+# status.replicas counts placed replicas (a Deployment's status.replicas, what HPA reads as the
+# current count); status.selector is required by HPA (its Service and EndpointSlices, no pods).
+MODEL_DEPLOYMENT_SCALE: base.JsonDict = {
+    "specReplicasPath": ".spec.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.selector",
+}
 
 
 KINDS: tuple[Kind, ...] = (
@@ -53,6 +64,7 @@ KINDS: tuple[Kind, ...] = (
         modeldeployment.ModelDeploymentSpec,
         modeldeployment.ModelDeploymentStatus,
         modeldeployment.PRINTER_COLUMNS,
+        MODEL_DEPLOYMENT_SCALE,
     ),
     Kind(
         resources.INFERENCE_NODE,
@@ -117,7 +129,7 @@ def crd(kind: Kind) -> base.JsonDict:
         "name": resources.VERSION,
         "served": True,
         "storage": True,
-        "subresources": {"status": {}},
+        "subresources": {"status": {}, **({"scale": kind.scale} if kind.scale else {})},
         "additionalPrinterColumns": kind.columns,
         "schema": {"openAPIV3Schema": object_schema(kind)},
     }

@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, StrictInt
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import base, quantity, resources
@@ -102,49 +102,52 @@ SecretKey = Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_KE
 # ---------------------------------------------------------------------------------------------
 
 _QUANTITY_CEL = base.cel_string("^" + quantity.PATTERN + "$")
+# A quantity is an integer (bytes) or a string such as 48Gi, as in core Kubernetes objects
+# (`x-kubernetes-int-or-string`): the rules look at the string form only when it is one.
 QUANTITY_FORMAT_RULE = base.rule(
-    f"self.matches({_QUANTITY_CEL}) && isQuantity(self)",
+    f"type(self) == int || (self.matches({_QUANTITY_CEL}) && isQuantity(self))",
     "must be a Kubernetes quantity such as 48Gi or 512Mi "
-    "(suffixes Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E)",
+    "(suffixes Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E) or an integer number of bytes",
 )
 QUANTITY_POSITIVE_RULE = base.rule(
-    "!isQuantity(self) || quantity(self).isGreaterThan(quantity('0'))",
+    "type(self) == int ? self > 0 : "
+    "(!isQuantity(self) || quantity(self).isGreaterThan(quantity('0')))",
     "must be a positive quantity of bytes",
 )
 QUANTITY_NON_NEGATIVE_RULE = base.rule(
-    "!isQuantity(self) || !quantity(self).isLessThan(quantity('0'))",
+    "type(self) == int ? self >= 0 : "
+    "(!isQuantity(self) || !quantity(self).isLessThan(quantity('0')))",
     "must not be a negative quantity of bytes",
 )
 
 
-def _positive_bytes(value: str) -> str:
+def _positive_bytes(value: int | str) -> int | str:
     quantity.parse_bytes(value)
     return value
 
 
-def _non_negative_bytes(value: str) -> str:
+def _non_negative_bytes(value: int | str) -> int | str:
     quantity.parse_bytes(value, allow_zero=True)
     return value
 
 
+def _quantity_schema(*rules: base.JsonDict) -> base.JsonDict:
+    return {
+        **base.crd(*rules, int_or_string=True),
+        "maxLength": quantity.MAX_LENGTH,
+    }
+
+
 Quantity = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=quantity.MAX_LENGTH,
-        json_schema_extra=base.crd(QUANTITY_FORMAT_RULE, QUANTITY_POSITIVE_RULE),
-    ),
+    StrictInt | str,
+    Field(json_schema_extra=_quantity_schema(QUANTITY_FORMAT_RULE, QUANTITY_POSITIVE_RULE)),
     AfterValidator(_positive_bytes),
 ]
-"""A positive byte quantity such as `48Gi`; `quantity.parse_bytes` turns it into bytes."""
+"""A positive byte quantity: `48Gi` or an integer of bytes; `quantity.parse_bytes` gives bytes."""
 
 NonNegativeQuantity = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=quantity.MAX_LENGTH,
-        json_schema_extra=base.crd(QUANTITY_FORMAT_RULE, QUANTITY_NON_NEGATIVE_RULE),
-    ),
+    StrictInt | str,
+    Field(json_schema_extra=_quantity_schema(QUANTITY_FORMAT_RULE, QUANTITY_NON_NEGATIVE_RULE)),
     AfterValidator(_non_negative_bytes),
 ]
 """A byte quantity that may be `0` (reservations)."""
@@ -175,7 +178,7 @@ AgentUrl = Annotated[
             base.rule(
                 f"self.matches({base.cel_string('^(' + AGENT_URL_PATTERN + ')$')})",
                 "must be an http:// or https:// URL with a host, such as "
-                "https://mac-studio-1.lan:8443 (no query or fragment)",
+                "https://mac-studio-1.lan:8470 (no query or fragment)",
             )
         ),
     ),

@@ -1,7 +1,8 @@
 """InferenceNode (cluster-scoped, `inode`): one Mac running the mlxfleet agent, and its status.
 
 Spec (written by the admin): how to reach the agent, optional hardware facts and cost inputs,
-memory reserved for macOS, `unschedulable` to cordon. Labels on the object drive placement.
+`unschedulable` to cordon. Labels on the object drive placement. The node's memory budget is the
+agent's own (reported in status): placement never uses another number.
 Status (written by the operator from the agent's `/v1/state`): heartbeat, memory, disk, slots.
 May import: pydantic, the standard library and the sibling api modules.
 Called by: core (placement, cost), handlers and adapters.
@@ -14,7 +15,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from mlxfleet_operator.api import base, fields, quantity, resources
+from mlxfleet_operator.api import base, fields, resources
 from mlxfleet_operator.api import conditions as cond
 
 _CA_NEEDS_HTTPS = base.rule(
@@ -31,14 +32,17 @@ class AgentEndpoint(base.ApiModel):
 
     url: fields.AgentUrl = Field(
         description="Base URL of the agent's control API, http:// or https://, such as "
-        "https://mac-studio-1.lan:8443.",
+        "https://mac-studio-1.lan:8470.",
     )
     token_secret_ref: fields.SecretKeyRef = Field(
-        description="Secret key holding the agent's bearer token (key `token` by default).",
+        description="Secret key holding the agent's bearer token (key `token` by default). The "
+        f"operator sends it to spec.agent.url, so it uses only Secrets labelled "
+        f"{resources.AGENT_CREDENTIALS_LABEL}=true.",
     )
     ca_secret_ref: fields.CaSecretRef | None = Field(
         default=None,
-        description="Secret key holding the CA (PEM) that signed a self-signed agent certificate.",
+        description="Secret key holding the CA (PEM) that signed a self-signed agent certificate "
+        f"(a Secret labelled {resources.AGENT_CREDENTIALS_LABEL}=true, as the token's).",
         json_schema_extra=base.crd(nullable=False),
     )
 
@@ -56,7 +60,9 @@ class Hardware(base.ApiModel):
         default=None, max_length=128, description="Chip name, such as Apple M2 Ultra."
     )
     memory: fields.Quantity | None = Field(
-        default=None, description="Unified memory such as 192Gi, overriding the agent's report."
+        default=None,
+        description="Unified memory such as 192Gi, shown in status instead of the agent's "
+        "report. Placement uses the agent's memory budget (status.memory.allocatableBytes).",
     )
 
 
@@ -123,17 +129,16 @@ class InferenceNodeSpec(base.ApiModel):
     )
     reserved_memory: fields.NonNegativeQuantity | None = Field(
         default=None,
-        description="Memory kept free for macOS and other work, such as 8Gi; not used by models.",
+        description="Deprecated, not used: placement uses the agent's own memory budget "
+        "(status.memory.allocatableBytes), the number the agent admits models against. To keep "
+        "more memory free on a Mac, set memory_budget in its agent config. Accepted (such as "
+        "8Gi or 0) so existing objects stay valid.",
     )
     unschedulable: bool = Field(
         default=False,
         description="Cordon: place no new replicas here (running ones stay until moved).",
     )
     cost: Cost | None = Field(default=None, description="Cost inputs for the reports.")
-
-    def reserved_memory_bytes(self) -> int:
-        reserved = self.reserved_memory
-        return 0 if reserved is None else quantity.parse_bytes(reserved, allow_zero=True)
 
 
 class MemoryStatus(base.ApiModel):
@@ -150,7 +155,8 @@ class MemoryStatus(base.ApiModel):
     allocatable_bytes: int | None = Field(
         default=None,
         ge=0,
-        description="What models may use: total x usable fraction - reserved.",
+        description="The agent's memory budget, what models may use and what placement fills: "
+        "total x usable fraction - reserved, or the agent's memory_budget setting.",
         json_schema_extra={"format": "int64"},
     )
     used_bytes: int | None = Field(

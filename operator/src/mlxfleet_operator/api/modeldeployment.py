@@ -10,12 +10,12 @@ Called by: core (placement, planning), handlers and adapters.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
 from mlxfleet_agent import contract
-from mlxfleet_operator.api import base, fields, quantity, resources
+from mlxfleet_operator.api import base, fields, modelref, quantity, resources
 from mlxfleet_operator.api import conditions as cond
 
 REPLICAS_MAX = 64
@@ -24,7 +24,7 @@ CONTEXT_LENGTH_MAX = 1_048_576
 MAX_CONCURRENCY_MAX = 256
 
 
-class ModelRef(base.ApiModel):
+class ModelSpec(base.ApiModel):
     """Which weights to serve and under which name clients ask for them."""
 
     source: fields.ModelSource = Field(
@@ -83,6 +83,12 @@ class Placement(base.ApiModel):
     )
 
 
+# what contract.check_image_url_prefix accepts, as a pattern the API server checks too
+ImageUrlPrefix = Annotated[
+    str, Field(min_length=8, max_length=2048, pattern=r"^https?://[^/@?#\s]+/([^?#\s]*/)?$")
+]
+
+
 class ServerOptions(base.ApiModel):
     """mlx-lm server options; the same names and bounds as the agent contract's ServerOptions."""
 
@@ -104,11 +110,21 @@ class ServerOptions(base.ApiModel):
         description="Quantize the KV cache to 4 or 8 bits (smaller memory estimate). "
         "Unset keeps the model's dtype.",
     )
-    chat_template_args: dict[str, Any] | None = Field(
+    chat_template_args: contract.ChatTemplateArgs | None = Field(
         default=None,
-        description="Arguments passed to the tokenizer's chat template (any JSON object), "
-        'for example {"enable_thinking": false}.',
+        description="Arguments passed to the tokenizer's chat template (a JSON object), "
+        'for example {"enable_thinking": false}: at most '
+        f"{contract.CHAT_TEMPLATE_ARGS_MAX_KEYS} keys, {contract.CHAT_TEMPLATE_ARGS_MAX_DEPTH} "
+        f"levels deep and {contract.CHAT_TEMPLATE_ARGS_MAX_BYTES} bytes as JSON (the API server "
+        "checks the key count; the operator and the agent check all three).",
         json_schema_extra=base.crd(preserve_unknown_fields=True),
+    )
+    allowed_image_urls: list[ImageUrlPrefix] | None = Field(
+        default=None,
+        max_length=32,
+        description="URL prefixes (https://host[:port]/path/, ending with '/') that image parts "
+        "of chat requests may name; the backend fetches them. Unset: only data: URLs, other "
+        "image URLs are refused with 400. Changing it does not restart the backend.",
     )
 
     def to_agent(self) -> contract.ServerOptions:
@@ -168,7 +184,7 @@ class ModelDeploymentSpec(base.ApiModel):
 
     model_config = ConfigDict(json_schema_extra=base.crd(_NODES_RULE, _MAX_TOKENS_RULE))
 
-    model: ModelRef = Field(description="The model to serve: source, revision and served name.")
+    model: ModelSpec = Field(description="The model to serve: source, revision and served name.")
     replicas: int = Field(
         default=1,
         ge=0,
@@ -284,6 +300,11 @@ class ModelDeploymentStatus(base.ApiModel):
         default=None,
         description="In-cluster address of the OpenAI-compatible endpoint (the Service).",
     )
+    selector: str | None = Field(
+        default=None,
+        description="Label selector of the objects serving this deployment (its Service and "
+        "EndpointSlices), for the scale subresource: HorizontalPodAutoscaler and KEDA require one.",
+    )
 
 
 class ModelDeployment(base.ApiModel):
@@ -294,6 +315,10 @@ class ModelDeployment(base.ApiModel):
     metadata: base.ObjectMeta = Field(default_factory=base.ObjectMeta)
     spec: ModelDeploymentSpec
     status: ModelDeploymentStatus = Field(default_factory=ModelDeploymentStatus)
+
+    def model_ref(self) -> modelref.ModelRef:
+        """The model the spec asks for (spec.model's source and revision)."""
+        return modelref.ModelRef.of(self.spec.model)
 
     def served_name(self) -> str:
         """What clients send as `model`: spec.model.servedName, else metadata.name."""

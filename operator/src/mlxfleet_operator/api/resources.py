@@ -20,6 +20,12 @@ OPERATOR_SERVICE_ACCOUNT = "mlxfleet-operator"
 GATEWAY_SERVICE_ACCOUNT = "mlxfleet-gateway"
 FINALIZER = f"{GROUP}/finalizer"
 ANNOTATION_PREFIX = GROUP
+DEPLOYMENT_LABEL = f"{GROUP}/deployment"
+"""On objects made for a ModelDeployment: its name, or a bounded form of it (core.naming)."""
+DEPLOYMENT_ANNOTATION = f"{GROUP}/deployment-name"
+"""On objects made for a ModelDeployment: its whole name."""
+AGENT_CREDENTIALS_LABEL = f"{GROUP}/agent-credentials"
+"""Only Secrets with this label set to "true" are used (and sent) as agent credentials."""
 
 
 class Scope(StrEnum):

@@ -9,8 +9,10 @@ Rewrites (see STYLE.md "Pitfalls"):
 - `title`, `examples`, `additionalProperties: false` and `default: null` are dropped;
 - `const` becomes a one-value `enum`; numeric `exclusiveMinimum/Maximum: n` become
   `minimum/maximum: n` + `exclusive...: true`;
-- `additionalProperties: true` (a free-form object) becomes `x-kubernetes-preserve-unknown-fields`.
-Every node must end up with a `type` (or preserve unknown fields): anything else raises.
+- `additionalProperties: true` (a free-form object) becomes `x-kubernetes-preserve-unknown-fields`;
+- `anyOf [integer, string]` marked `x-kubernetes-int-or-string` (quantities) keeps no `type`.
+Every node must end up with a `type` (or preserve unknown fields, or be int-or-string): anything
+else raises.
 May import: the standard library only. Called by: `crdgen`.
 """
 
@@ -24,6 +26,8 @@ JsonDict = dict[str, Any]
 _DROP = frozenset({"title", "examples", "$schema", "discriminator", "readOnly", "writeOnly"})
 _NULL = {"type": "null"}
 NOT_NULLABLE = "x-mlxfleet-not-nullable"
+INT_OR_STRING = "x-kubernetes-int-or-string"
+_INT_OR_STRING_TYPES = [{"type": "integer"}, {"type": "string"}]
 
 
 class SchemaError(ValueError):
@@ -70,6 +74,8 @@ def _rewrite(node: JsonDict, *, defs: JsonDict, path: str) -> JsonDict:
         return _rewrite(_merge(parts[0], node), defs=defs, path=path)
     if "anyOf" in node:
         union = node.pop("anyOf")
+        if node.get(INT_OR_STRING) and union == _INT_OR_STRING_TYPES:
+            return _rewrite(node, defs=defs, path=path)  # no type: the marker says both
         options = [o for o in union if o != _NULL]
         if len(options) != 1:
             raise SchemaError(f"{path}: a union of {len(options)} types is not structural")
@@ -135,7 +141,8 @@ def check_structural(node: JsonDict, path: str = "") -> None:
         raise SchemaError(f"{path}: additionalProperties: false is not allowed")
     if "default" in node and node["default"] is None:
         raise SchemaError(f"{path}: default: null is not allowed")
-    if "type" not in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+    untyped = node.get("x-kubernetes-preserve-unknown-fields") or node.get(INT_OR_STRING)
+    if "type" not in node and not untyped:
         raise SchemaError(f"{path or '<root>'}: every schema needs a type")
     for name, sub in node.get("properties", {}).items():
         check_structural(sub, f"{path}.{name}")

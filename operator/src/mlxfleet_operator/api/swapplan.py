@@ -35,7 +35,7 @@ class DeploymentRef(base.ApiModel):
 
 
 class SwapTarget(base.ApiModel):
-    """The model the deployment moves to."""
+    """The model the deployment moves to (`spec.target`; as a value: `modelref.ModelRef.of`)."""
 
     model_config = ConfigDict(
         json_schema_extra=base.crd(
@@ -98,10 +98,14 @@ class SwapPhase(StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """A final phase: the plan does nothing more (the one definition of "finished")."""
         return self in (SwapPhase.COMPLETED, SwapPhase.FAILED, SwapPhase.ROLLED_BACK)
 
 
 class StepPhase(StrEnum):
+    """Phase of one step; `Skipped`: the step could do nothing (no replica on the node, no such
+    InferenceNode), its message says why."""
+
     PENDING = "Pending"
     LOADING = "Loading"
     WARMING = "Warming"
@@ -112,6 +116,7 @@ class StepPhase(StrEnum):
     ROLLED_BACK = "RolledBack"
     REVERTING = "Reverting"  # a completed step going back to its previous model
     REVERTED = "Reverted"
+    SKIPPED = "Skipped"
 
 
 class StepRevert(base.ApiModel):

@@ -1,7 +1,13 @@
-"""Pure decisions of the operator: placement, naming, conditions, heartbeats, swap-plan progress.
+"""Pure decisions of the operator: every decision is a function of its inputs, `now` included.
 
-May import: the standard library, pydantic, `mlxfleet_operator.api` and the agent's pure
-`contract`/`memory` modules; never kopf, kubernetes, httpx or boto3 (import-linter enforces it).
-Called by: `mlxfleet_operator.handlers` (through values the adapters gathered). Every decision
-takes its inputs, including `now`, as arguments.
+Modules: `deployment/` (ModelDeployment: facts, footprint, placement inputs, the governing plan,
+desired slots, what one reconcile does, status), `swapplan/` (SwapPlan: state, steps, progress,
+rollback, effects, gate, requests, status), `nodes` (InferenceNode status from a poll),
+`placement` (which nodes carry replicas), `heartbeat` (debounce), `conditions` (kstatus
+bookkeeping), `naming` (deterministic names), `events` (Kubernetes Events as values), `cost`
+(report arithmetic).
+May import: the standard library's pure modules, pydantic, `mlxfleet_operator.api` and the
+agent's `contract` and `sizing`; never an I/O library, a clock or the environment (an
+import-linter allow-list enforces it). Called by: handlers and adapters (typed facts in, values
+and actions out), reports (`cost`).
 """

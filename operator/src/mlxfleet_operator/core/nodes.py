@@ -1,7 +1,10 @@
-"""InferenceNode status (pure): what the agent reported, folded with the heartbeat debounce.
+"""InferenceNode status (pure): what the agent reported, folded with the heartbeat debounce,
+and the Events a poll posts (a Ready flip, an ignored spec field).
 
-May import: the standard library, `api`, the agent `contract`, sibling core modules.
-Called by: the InferenceNode timer handler after each poll of `GET /v1/state`.
+May import: the standard library, `api`, the agent `contract`, `core.conditions`, `core.events`,
+`core.heartbeat`, `core.deployment.facts` (the node's budget).
+Called by: the InferenceNode timer handler after each poll of `GET /v1/state`, and the fleet
+adapter (which turns a poll's errors into `PollError`s).
 """
 
 from __future__ import annotations
@@ -14,14 +17,15 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import quantity
-from mlxfleet_operator.core import conditions, heartbeat
-from mlxfleet_operator.core import deployment as dep
+from mlxfleet_operator.core import conditions, events, heartbeat
+from mlxfleet_operator.core.deployment import facts
 
 
 class PollError(StrEnum):
-    """Why a poll failed; the first two need a person (Stalled)."""
+    """Why a poll failed; all but the last need a person (Stalled)."""
 
     SECRET_MISSING = "SecretNotFound"  # noqa: S105 - a condition reason, not a secret
+    SECRET_NOT_ALLOWED = "SecretNotAllowed"  # noqa: S105 - a condition reason, not a secret
     UNAUTHORIZED = "Unauthorized"
     UNREACHABLE = "AgentUnreachable"
 
@@ -45,13 +49,13 @@ def health_from_status(status: inode.InferenceNodeStatus) -> heartbeat.Health:
 
 
 def _memory(node: inode.InferenceNode, state: contract.AgentState) -> inode.MemoryStatus:
-    facts = dep.NodeFacts(node=node, state=state, endpoint=None)
+    fact = facts.NodeFacts(node=node, state=state, endpoint=None)
     hardware = node.spec.hardware.memory if node.spec.hardware is not None else None
     total = quantity.parse_bytes(hardware) if hardware is not None else state.memory.total_bytes
     return inode.MemoryStatus(
         total=quantity.human_bytes(total),
         total_bytes=total,
-        allocatable_bytes=dep.budget(facts),
+        allocatable_bytes=facts.budget(fact),
         used_bytes=state.memory.slots_estimated_bytes,
     )
 
@@ -105,7 +109,11 @@ def status(
             }
         )
     R = cond.Reason
-    stalled = poll.error in (PollError.SECRET_MISSING, PollError.UNAUTHORIZED)
+    stalled = poll.error in (
+        PollError.SECRET_MISSING,
+        PollError.SECRET_NOT_ALLOWED,
+        PollError.UNAUTHORIZED,
+    )
     if health.ready:
         verdict = conditions.Verdict(True, R.HEARTBEAT_OK, "agent answers")
     elif stalled:
@@ -138,3 +146,25 @@ def status(
             now=now,
         )
     return new.model_copy(update={"conditions": out})
+
+
+def flip_event(seen: heartbeat.Observation, poll: Poll) -> events.Event | None:
+    """The Event of a Ready flip (None: Ready did not change)."""
+    if not seen.flipped:
+        return None
+    if seen.health.ready:
+        return events.Event(reason="NodeReady", message="agent answers")
+    text = f"heartbeat missed: {poll.message}"
+    return events.Event(reason="NodeNotReady", message=text, warning=True)
+
+
+def ignored_fields(node: inode.InferenceNode) -> events.Event | None:
+    """A warning about spec fields the operator does not use (posted once per process)."""
+    if node.spec.reserved_memory is None:
+        return None
+    return events.Event(
+        reason="ReservedMemoryIgnored",
+        message="spec.reservedMemory is not used: placement uses the agent's own memory "
+        "budget (status.memory.allocatableBytes); set memory_budget in the agent config",
+        warning=True,
+    )

@@ -1,7 +1,7 @@
 """Placement: which InferenceNodes carry a ModelDeployment's replicas (pure).
 
-May import: the standard library. Called by: the ModelDeployment handler, after the adapters have
-turned InferenceNode statuses into `NodeView`s and the shared memory estimate into `footprint`.
+May import: the standard library and `api.modelref`. Called by: `core.deployment.placing`, which
+turns InferenceNode facts into `NodeView`s and the shared memory estimate into `footprint`.
 
 Filters (each rejection names the node and why): explicit nodes, label selector, cordon, Ready,
 memory fit (node budget minus what other slots already use), one replica per node. Scoring: the
@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+
+from mlxfleet_operator.api.modelref import ModelRef
 
 
 class Strategy(StrEnum):
@@ -48,7 +50,7 @@ class NodeView:
     not_ready_since: datetime | None = None
     budget_bytes: int = 0
     used_bytes: int = 0  # by other slots than this deployment's
-    cached: frozenset[str] = frozenset()  # model keys (see `model_key`) with weights on disk
+    cached: frozenset[ModelRef] = frozenset()  # models with weights on disk
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ class Request:
 
     replicas: int
     footprint_bytes: int
-    model: str  # `model_key(source, revision)` of the model new replicas will load
+    model: ModelRef  # the model new replicas will load
     strategy: Strategy = Strategy.SPREAD
     node_selector: Mapping[str, str] = field(default_factory=dict)
     nodes: tuple[str, ...] | None = None  # explicit node names, or None for any
@@ -84,10 +86,6 @@ class Decision:
         return "; ".join(
             f"{r.node}: {r.message}" for r in self.rejections if r.reason != Reason.NOT_NEEDED
         )
-
-
-def model_key(source: str, revision: str | None) -> str:
-    return f"{source}@{revision}" if revision else source
 
 
 def gib(value: int) -> str:

@@ -94,6 +94,32 @@ class ControlPlane:
             )
         return proc
 
+    def wait_established(self, *names: str, timeout: float = 60) -> None:
+        """Wait until the named CRDs (all, when none is named) are Established.
+
+        Not `kubectl wait --for=condition=Established`: kubectl 1.37 fails at once ("accessor
+        error") on a CRD whose status has no conditions yet, which a loaded API server leaves
+        for a moment after the apply."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = json.loads(self.kubectl("get", "crd", *names, "-o", "json").stdout)
+            items = found.get("items", [found])  # one name: the object itself, else a List
+            waiting = [
+                item["metadata"]["name"]
+                for item in items
+                if not any(
+                    c.get("type") == "Established" and c.get("status") == "True"
+                    for c in item.get("status", {}).get("conditions") or []
+                )
+            ]
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(
+                    f"CRDs not Established after {timeout:.0f}s: {', '.join(waiting)}"
+                )
+            time.sleep(0.2)
+
 
 # ------------------------------------------------------------------------------------------
 # Locating binaries
@@ -365,7 +391,7 @@ def install(plane: ControlPlane, *, crds_dir: Path | None, manifests_dir: Path |
     crd_files = sorted(crds.glob("*.yaml")) if crds.is_dir() else []
     if crd_files:
         plane.kubectl("apply", "--server-side", *[f"--filename={f}" for f in crd_files])
-        plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        plane.wait_established()
     for name in BASE_MANIFESTS:
         path = manifests / name
         if path.exists():

@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from mlxfleet_operator.api import resources
 from mlxfleet_operator.dev import controlplane
 
 NAMESPACE = "default"
@@ -86,7 +87,6 @@ def _node_manifest(name: str, url: str, index: int) -> dict[str, Any]:
                 "tokenSecretRef": {"name": f"{name}-agent", "namespace": "mlxfleet-system"},
             },
             "hardware": {"chip": f"Apple M4 Pro (demo {index})", "memory": "64Gi"},
-            "reservedMemory": "8Gi",
             "cost": {
                 "purchasePriceUSD": 2199,
                 "amortizationMonths": 36,
@@ -337,7 +337,11 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
             {
                 "apiVersion": "v1",
                 "kind": "Secret",
-                "metadata": {"name": f"{node}-agent", "namespace": "mlxfleet-system"},
+                "metadata": {
+                    "name": f"{node}-agent",
+                    "namespace": "mlxfleet-system",
+                    "labels": {resources.AGENT_CREDENTIALS_LABEL: "true"},
+                },
                 "stringData": {"token": token},
             },
         )

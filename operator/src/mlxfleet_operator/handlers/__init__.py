@@ -1,13 +1,43 @@
 """kopf handlers: parse the body, call core, call adapters, write status. Thin on purpose.
 
-Importing this package registers every handler with kopf, with intervals from
-`mlxfleet_operator.settings.current()`. Modules: `lifecycle` (startup, cleanup, liveness probe),
-`nodes` (InferenceNode heartbeat), `deployments` (ModelDeployment reconcile, endpoints, failover),
-`swapplans` (SwapPlan execution), `modelroutes` (ModelRoute status). Handlers return None and
-set status.observedGeneration.
-May import: kopf, adapters, core, api, settings. Called by: kopf (through `main`).
+Nothing registers at import: `registry(config)` builds the kopf registry `main` runs, with the
+timer intervals from the process's settings (kopf reads intervals when a handler is registered,
+so settings are passed in here, never read at import time). Handlers read every other setting
+from the runtime (`run.rt.config`).
+
+Modules: `guard` (the one wrapper every resource handler runs in: per-object lock, adapter
+errors -> kopf retries, metrics), `indexes` (the kopf indexes and their typed view),
+`lifecycle` (kopf settings, cleanup, liveness probe), `nodes` (InferenceNode heartbeat),
+`deployments` (ModelDeployment reconcile, endpoints, failover, teardown), `swapplans`
+(SwapPlan execution), `modelroutes` (ModelRoute status). Handler modules never import each
+other: they share only `guard` and `indexes` (an import-linter contract); each one has a
+`register(registry, ...)`.
+A handler returns None and sets status.observedGeneration through core's status functions.
+May import: kopf, adapters, core, api, settings. Called by: `main`.
 """
 
-from mlxfleet_operator.handlers import deployments, lifecycle, modelroutes, nodes, swapplans
+from __future__ import annotations
 
-__all__ = ["deployments", "lifecycle", "modelroutes", "nodes", "swapplans"]
+import kopf
+
+from mlxfleet_operator import settings as opsettings
+from mlxfleet_operator.handlers import (
+    deployments,
+    indexes,
+    lifecycle,
+    modelroutes,
+    nodes,
+    swapplans,
+)
+
+
+def registry(config: opsettings.OperatorSettings) -> kopf.OperatorRegistry:
+    """Every handler of the operator, registered with intervals from `config`."""
+    out = kopf.OperatorRegistry()
+    lifecycle.register(out)
+    indexes.register(out)
+    nodes.register(out, config)
+    deployments.register(out, config)
+    swapplans.register(out, config)
+    modelroutes.register(out, config)
+    return out

@@ -1,309 +1,200 @@
-"""ModelDeployment reconcile: size the model, place replicas (core), tell agents which slots to
-run or drop, hand model changes to a SwapPlan, publish the Service + EndpointSlices, write status.
-Runs on create/update/resume and on a timer (convergence, failover after the configured delay).
+"""ModelDeployment reconcile: size the model, decide (core), create a SwapPlan for a model change,
+PUT and DELETE agent slots, publish the Service + EndpointSlices, write status. Runs on
+create/update/resume and every --poll-seconds (convergence, failover after --failover-delay);
+on delete, drops the slot everywhere and unpublishes.
 
-May import: kopf, adapters, core, api, settings. Called by: kopf.
+May import: kopf, pydantic, adapters, core, api, settings, `guard`, `indexes`. Called by: kopf.
 """
 
 from __future__ import annotations
 
-import copy
-import time
+import functools
 from datetime import timedelta
 from typing import Any
 
 import kopf
+import pydantic
 
-from mlxfleet_agent import contract, memory
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import agent, kube, metrics, runtime
-from mlxfleet_operator.api import conditions as cond
-from mlxfleet_operator.api import inferencenode as inode
+from mlxfleet_operator.adapters import events, kube, metrics, runtime
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
-from mlxfleet_operator.core import conditions, naming, placement
-from mlxfleet_operator.core import deployment as dep
-from mlxfleet_operator.core import deployment_status as mdstatus
+from mlxfleet_operator.core import conditions, naming
+from mlxfleet_operator.core.deployment import facts, footprint, intent, placing, slots
+from mlxfleet_operator.core.deployment import plan as plans
+from mlxfleet_operator.core.deployment import status as mdstatus
+from mlxfleet_operator.handlers import guard, indexes
 
-CONFIG = opsettings.current()
-DEPLOYMENTS = (resources.GROUP, resources.VERSION, resources.MODEL_DEPLOYMENT.plural)
-NODES = (resources.GROUP, resources.VERSION, resources.INFERENCE_NODE.plural)
-PLANS = (resources.GROUP, resources.VERSION, resources.SWAP_PLAN.plural)
-R = cond.Reason
-
-
-@kopf.index(*NODES)
-def inference_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, Any]:
-    """Every InferenceNode by name (kopf fills it before any handler runs)."""
-    return {name: copy.deepcopy(dict(body))}
+KIND = resources.MODEL_DEPLOYMENT
+DEPLOYMENTS = (resources.GROUP, resources.VERSION, KIND.plural)
 
 
-def _facts(
-    rt: runtime.Runtime, index: kopf.Index[str, Any]
-) -> tuple[list[dep.NodeFacts], list[str]]:
-    """Node facts, and the Ready nodes not polled yet (after a restart: wait, never guess)."""
-    facts, unpolled = [], []
-    for name in sorted(index):
-        for raw in index[name]:
-            node = inode.InferenceNode.model_validate(raw)
-            entry = rt.fleet.get(name)
-            fact = dep.NodeFacts(
-                node=node,
-                state=entry.state if entry else None,
-                endpoint=entry.endpoint if entry else None,
-            )
-            if fact.ready and fact.state is None:
-                unpolled.append(name)
-            facts.append(fact)
-    return facts, unpolled
-
-
-@kopf.index(*PLANS)
-def swap_plans(namespace: str | None, body: kopf.Body, **_: Any) -> dict[tuple[str, str], Any]:
-    """SwapPlans by (namespace, deployment): people may write them too."""
-    ref = (body.get("spec") or {}).get("deploymentRef") or {}
-    return {(namespace or "", str(ref.get("name", ""))): copy.deepcopy(dict(body))}
-
-
-async def _plan(
-    rt: runtime.Runtime, md: mdep.ModelDeployment, index: kopf.Index[tuple[str, str], Any]
-) -> dep.PlanInfo | None:
-    """The plan that governs the deployment's replicas now (see core.deployment.governing)."""
-    key = (md.metadata.namespace or "", md.metadata.name or "")
-    plans = [swp.SwapPlan.model_validate(raw) for raw in index.get(key, [])]
-    named = md.status.swap_plan
-    if named and all(p.metadata.name != named for p in plans):  # created, not yet in the index
-        raw = await rt.kube.get_swap_plan(key[0], named)
-        plans += [swp.SwapPlan.model_validate(raw)] if raw else []
-    return dep.governing(plans, named=named)
-
-
-async def _size(
-    rt: runtime.Runtime, md: mdep.ModelDeployment, facts: list[dep.NodeFacts]
-) -> int | conditions.Verdict:
-    """The footprint, asking one eligible agent to fetch (and size) the model when nobody knows."""
-    try:
-        return dep.footprint(md, facts)
-    except memory.UnknownModelSize:
-        pass
-    candidates, probe = dep.sizing_nodes(md, facts, now=runtime.now())
-    if probe.fits_nowhere:
-        return conditions.Verdict(
-            False, R.NO_MATCHING_NODES, probe.rejection_summary(), stalled=True
-        )
-    for node in candidates:
-        entry = rt.fleet.get(node)
-        if entry is None:
-            continue
+async def changed(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
+    if body.metadata.get("deletionTimestamp"):
+        return  # being deleted: `teardown` owns it now; never re-create what it removes
+    async with guard.guarded(KIND, body, memo) as run:
         try:
-            cached = await entry.client.prefetch(*dep.spec_model(md))
-        except agent.AgentRefused as exc:
-            return conditions.Verdict(False, R.SOURCE_INVALID, f"{node}: {exc}", stalled=True)
-        except agent.AgentUnreachable:
-            continue
-        try:
-            return dep.footprint(md, facts, extra=[cached] if cached else [])
-        except memory.UnknownModelSize as exc:
-            return conditions.Verdict(
-                False, R.SIZE_UNKNOWN, f"fetching on {node}: {exc}", reconciling=True
-            )
-    return conditions.Verdict(
-        False,
-        R.WAITING_FOR_CAPACITY,
-        f"no Ready node may take the model to size it: {probe.rejection_summary()}",
-        reconciling=True,
-    )
+            md = mdep.ModelDeployment.model_validate(dict(body))
+        except pydantic.ValidationError as exc:  # admitted, but beyond what the CRD can check
+            run.invalid()
+            kube.write_status(patch, _invalid(body, exc), body)
+            return
+        await reconcile(run.rt, md, body, patch, indexes.Indexes.of(kwargs))
 
 
-async def _apply(
-    rt: runtime.Runtime,
-    md: mdep.ModelDeployment,
-    facts: dict[str, dep.NodeFacts],
-    decision: placement.Decision,
-    desired: dict[str, dep.Model],
-    plan: dep.PlanInfo | None,
-    handover: dep.Handover,
-) -> dict[str, dep.Outcome]:
-    """PUT the desired slot where it differs; DELETE it where no replica is wanted (once a
-    dropped replica's replacements serve: make-before-break)."""
-    slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
-    outcomes: dict[str, dep.Outcome] = {}
-    for node in dep.nodes_to_put(decision, plan):
-        entry, fact = rt.fleet.get(node), facts.get(node)
-        if entry is None or fact is None or not fact.ready:
-            continue
-        spec = dep.slot_spec(md, desired[node])
-        observed = fact.slot(slot)
-        if observed is not None and observed.spec == spec:
-            continue
-        outcomes[node] = await _put(entry.client, slot, spec, node)
-    held = (*handover.held, *(plan.holds if plan is not None and plan.active else ()))
-    for node in dep.slots_to_delete(list(facts.values()), decision, slot=slot, held=held):
-        entry = rt.fleet.get(node)
-        if entry is not None:
-            try:
-                await entry.client.delete_slot(slot)
-                rt.fleet.slot_removed(node, slot)
-                metrics.AGENT_CALLS.labels("delete_slot", "ok").inc()
-            except agent.AgentError:
-                metrics.AGENT_CALLS.labels("delete_slot", "error").inc()
-    return outcomes
-
-
-async def _put(
-    client: agent.AgentClient, slot: str, spec: contract.SlotSpec, node: str
-) -> dep.Outcome:
-    try:
-        await client.put_slot(slot, spec)
-    except agent.AgentRefused as exc:
-        metrics.AGENT_CALLS.labels("put_slot", "refused").inc()
-        return dep.Outcome(node, str(exc), refused=exc.status != 507, no_fit=exc.status == 507)
-    except agent.AgentUnreachable as exc:
-        metrics.AGENT_CALLS.labels("put_slot", "unreachable").inc()
-        return dep.Outcome(node, str(exc))
-    metrics.AGENT_CALLS.labels("put_slot", "ok").inc()
-    return dep.Outcome(node)
-
-
-async def _create_plan(
-    rt: runtime.Runtime, body: kopf.Body, md: mdep.ModelDeployment, decision: placement.Decision
-) -> dep.PlanInfo:
-    plan = dep.new_plan(md, decision)
-    raw = plan.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"status"})
-    raw["metadata"]["ownerReferences"] = [kube.owner_reference(body)]
-    if await rt.kube.create_swap_plan(md.metadata.namespace or "", raw):
-        kopf.event(
-            body,
-            type="Normal",
-            reason="SwapPlanCreated",
-            message=f"SwapPlan {plan.metadata.name}: {len(decision.kept)} replicas "
-            f"to {plan.spec.target.source}",
-        )
-    return dep.PlanInfo(
-        name=plan.metadata.name or "",
-        target=dep.spec_model(md),
-        phase=None,
-        paused=plan.spec.paused,
-    )
+async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
+    await changed(body, memo, patch, **kwargs)
 
 
 async def reconcile(
     rt: runtime.Runtime,
+    md: mdep.ModelDeployment,
     body: kopf.Body,
-    index: kopf.Index[str, Any],
-    plans: kopf.Index[tuple[str, str], Any],
     patch: kopf.Patch,
+    idx: indexes.Indexes,
 ) -> None:
-    md = mdep.ModelDeployment.model_validate(dict(body))
     namespace, name = md.metadata.namespace or "", md.metadata.name or ""
-    endpoint = kube.service_url(namespace, name)
-    facts, unpolled = _facts(rt, index)
-    if unpolled:
-        raise kopf.TemporaryError(
-            f"waiting for the first poll of {', '.join(unpolled)}", delay=CONFIG.poll_seconds
-        )
-    plan = await _plan(rt, md, plans)
-    size = await _size(rt, md, facts)
-    now = runtime.now()
-    if isinstance(size, conditions.Verdict):
-        status = mdstatus.unplaced_status(md, size, now=now, endpoint=endpoint)
+    clash = idx.slot_conflict(namespace, name, md.metadata.uid or "")
+    if clash is not None:  # another deployment's slot: never PUT, DELETE or publish for it
+        status = mdstatus.slot_conflict_status(md, clash, now=runtime.now())
         kube.write_status(patch, status, body)
         return
-    decision = dep.place(
-        md,
-        facts,
-        footprint_bytes=size,
-        now=now,
-        failover_delay=timedelta(seconds=CONFIG.failover_delay),
-        moves=plan.moves if plan is not None else None,
+    found = rt.fleet.node_facts(idx.inference_nodes())
+    if unpolled := facts.unpolled(found):
+        waiting = f"waiting for the first poll of {', '.join(unpolled)}"
+        raise kopf.TemporaryError(waiting, delay=rt.config.poll_seconds)
+    plan = await _plan(rt, md, idx)
+    size = await _size(rt, md, found)
+    now = runtime.now()
+    endpoint = kube.service_url(namespace, name)
+    if isinstance(size, conditions.Verdict):
+        kube.write_status(
+            patch, mdstatus.unplaced_status(md, size, now=now, endpoint=endpoint), body
+        )
+        return
+    failover = timedelta(seconds=rt.config.failover_delay)
+    want = intent.intent(
+        md, found, plan=plan, footprint_bytes=size, now=now, failover_delay=failover
     )
-    desired = dep.desired_models(md, decision, plan)
-    if dep.plan_due(md, desired, decision, plan):
-        plan = await _create_plan(rt, body, md, decision)
-    by_name = {f.name: f for f in facts}
-    slot = naming.slot_name(namespace, name)
-    handover = dep.handover(md, decision, by_name, slot=slot)
-    outcomes = await _apply(rt, md, by_name, decision, desired, plan, handover)
-    result = mdstatus.status(
+    outcomes = await _perform(rt, body, want, slot=naming.slot_name(namespace, name))
+    judge = functools.partial(
+        mdstatus.status,
         md,
-        decision=decision,
-        facts=by_name,
-        desired=desired,
+        decision=want.decision,
+        facts={f.name: f for f in found},
+        desired=want.desired,
         outcomes=outcomes,
-        plan=plan,
+        plan=want.plan,
         footprint_bytes=size,
         endpoint=endpoint,
         now=now,
-        handover=handover,
+        handover=want.handover,
     )
-    await rt.kube.publish(
-        body, [kube.Endpoint.from_url(n, url, ready=ok) for n, url, ok in result.endpoints]
-    )
-    removing = {p.node for p in md.status.placements if p.phase == mdep.PlacementPhase.REMOVING}
-    moved = [n for n in decision.dropped if n not in removing]  # once, when a move starts
-    move = f"{sorted(moved)}->{sorted(decision.added)}"
-    if moved and decision.added and rt.first_time(str(body.metadata.uid), move):
-        kopf.event(
-            body,
-            type="Normal",
-            reason="Rescheduled",
-            message=f"replicas moved from {', '.join(moved)} to {', '.join(decision.added)}",
+    result = judge()
+    try:
+        await rt.kube.publish(
+            body, [kube.Endpoint.from_url(n, url, ready=ok) for n, url, ok in result.endpoints]
         )
+    except kube.ServiceConflict as exc:  # someone else's Service: leave it, say so
+        result = judge(conflict=str(exc))
+    moved = want.rescheduled
+    if moved is not None and rt.first_time(str(body.metadata.uid), moved.message):
+        events.post(body, moved)
     kube.write_status(patch, result.status, body)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
 
 
-async def _guarded(
-    body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, kwargs: dict[str, Any]
-) -> None:
-    if body.metadata.get("deletionTimestamp"):
-        return  # being deleted: `teardown` owns it now; never re-create what it removes
-    rt = runtime.of(memo)
-    started = time.monotonic()
-    async with rt.lock(str(body.metadata.uid)):
-        try:
-            await reconcile(rt, body, kwargs["inference_nodes"], kwargs["swap_plans"], patch)
-        except kube.KubeError as exc:
-            metrics.RECONCILES.labels("ModelDeployment", "error").inc()
-            raise kopf.TemporaryError(str(exc), delay=CONFIG.poll_seconds) from exc
-    metrics.RECONCILES.labels("ModelDeployment", "ok").inc()
-    metrics.RECONCILE_SECONDS.labels("ModelDeployment").observe(time.monotonic() - started)
+async def _perform(
+    rt: runtime.Runtime, body: kopf.Body, want: intent.Intent, *, slot: str
+) -> dict[str, facts.Outcome]:
+    """Create the SwapPlan, PUT and DELETE the slots core decided on; the agents' answers to
+    the PUTs, by node (a node without a client yet gets none)."""
+    if want.create is not None:
+        namespace = want.create.metadata.namespace or ""
+        if await rt.kube.create_swap_plan(namespace, _wire(want.create)):
+            events.post(body, plans.created_event(want.create))
+    outcomes: dict[str, facts.Outcome] = {}
+    for request in want.puts:
+        if (outcome := await rt.fleet.put_slot(slot, request)) is not None:
+            outcomes[request.node] = outcome
+    for node in want.deletes:
+        await rt.fleet.delete_slot(node, slot)
+    return outcomes
 
 
-@kopf.on.resume(*DEPLOYMENTS)
-@kopf.on.create(*DEPLOYMENTS)
-@kopf.on.update(*DEPLOYMENTS)
-async def changed(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
-    await _guarded(body, memo, patch, kwargs)
+async def _plan(
+    rt: runtime.Runtime, md: mdep.ModelDeployment, idx: indexes.Indexes
+) -> plans.PlanInfo | None:
+    """The plan that governs the deployment's replicas now (see core.deployment.plan)."""
+    namespace, named = md.metadata.namespace or "", md.status.swap_plan
+    found = idx.plans_of(namespace, md.metadata.name or "")
+    if named and all(p.metadata.name != named for p in found):  # created, not yet indexed
+        raw = await rt.kube.get_swap_plan(namespace, named)
+        found += [swp.SwapPlan.model_validate(raw)] if raw else []
+    return plans.governing(found, named=named)
 
 
-@kopf.timer(*DEPLOYMENTS, interval=CONFIG.poll_seconds, sharp=True)
-async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
-    await _guarded(body, memo, patch, kwargs)
+async def _size(
+    rt: runtime.Runtime, md: mdep.ModelDeployment, found: list[facts.NodeFacts]
+) -> int | conditions.Verdict:
+    """The footprint, asking eligible agents one by one to fetch (and size) the model when
+    nobody knows it yet (core.deployment.footprint decides what their answers mean)."""
+    known = footprint.known(md, found)
+    if known is not None:
+        return known
+    candidates, probe = placing.sizing_nodes(md, found, now=runtime.now())
+    answers: list[facts.Prefetch] = []
+    for node in () if probe.fits_nowhere else candidates:
+        answer = await rt.fleet.prefetch(node, md.model_ref())
+        if answer is not None:
+            answers.append(answer)
+            if answer.settled:
+                break
+    return footprint.sized(md, found, probe=probe, answers=answers)
 
 
-@kopf.on.delete(*DEPLOYMENTS)
+def _wire(plan: swp.SwapPlan) -> dict[str, Any]:
+    return plan.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"status"})
+
+
+def _invalid(body: kopf.Body, exc: pydantic.ValidationError) -> mdep.ModelDeploymentStatus:
+    """Stalled `InvalidSpec` naming each field; nothing is sent to agents."""
+    message = "; ".join(
+        f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()[:5]
+    )
+    try:
+        current = mdep.ModelDeploymentStatus.model_validate(body.get("status") or {})
+    except pydantic.ValidationError:
+        current = mdep.ModelDeploymentStatus()
+    generation = body.metadata.get("generation")
+    return mdstatus.invalid_status(current, message, generation=generation, now=runtime.now())
+
+
 async def teardown(
-    body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+    body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **kwargs: Any
 ) -> None:
     """Drop the slot on every agent that answers (DELETE is idempotent: ask them all, the
-    cached view may lag a fresh PUT), and the Service + EndpointSlices."""
-    rt = runtime.of(memo)
-    namespace = namespace or ""
+    cached view may lag a fresh PUT), and the Service + EndpointSlices it owns. A slot whose
+    name an older deployment holds (SlotNameConflict) is that one's: left alone."""
+    namespace, uid = namespace or "", str(body.metadata.uid)
     slot = naming.slot_name(namespace, name)
-    rt.announced.pop(str(body.metadata.uid), None)
-    async with rt.lock(str(body.metadata.uid)):  # let an in-flight reconcile finish first
-        for node, entry in list(rt.fleet.entries.items()):
-            try:
-                await entry.client.delete_slot(slot)
-                rt.fleet.slot_removed(node, slot)
-            except agent.AgentUnreachable as exc:
-                if entry.state is not None and any(s.name == slot for s in entry.state.slots):
-                    kopf.warn(body, reason="SlotNotRemoved", message=f"{node}: {exc}")
-            except agent.AgentError as exc:
-                kopf.warn(body, reason="SlotNotRemoved", message=f"{node}: {exc}")
-    await rt.kube.unpublish(namespace, name)
+    shared = indexes.Indexes.of(kwargs).slot_conflict(namespace, name, uid)
+    async with guard.guarded(KIND, body, memo) as run:  # an in-flight reconcile finishes first
+        rt = run.rt
+        rt.announced.pop(uid, None)
+        for node in [] if shared else list(rt.fleet.entries):
+            gone = await rt.fleet.delete_slot(node, slot)
+            if gone is not None:
+                events.post(body, slots.not_removed(gone, reported=rt.fleet.runs(node, slot)))
+        await rt.kube.unpublish(body)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(0)
+
+
+def register(registry: kopf.OperatorRegistry, config: opsettings.OperatorSettings) -> None:
+    for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
+        on(*DEPLOYMENTS, registry=registry)(changed)
+    kopf.timer(*DEPLOYMENTS, interval=config.poll_seconds, sharp=True, registry=registry)(converge)
+    kopf.on.delete(*DEPLOYMENTS, registry=registry)(teardown)

@@ -1,7 +1,10 @@
-"""Operator startup and shutdown: kopf settings (our finalizer and annotation prefix), the shared
-runtime, the metrics server; and the liveness probe.
+"""Operator startup and shutdown: logging in to the API server (the kubernetes client's config:
+in-cluster ServiceAccount or $KUBECONFIG), kopf's own settings (our finalizer and annotation
+prefix, backoff from --poll-seconds), closing the shared runtime, and the liveness probe.
 
-May import: kopf, adapters, api, settings. Called by: kopf.
+`main` builds the runtime (settings, Kubernetes facade, fleet view, metrics server) before kopf
+starts and hands it to every handler in kopf's memo; these handlers only tune kopf and clean up.
+May import: kopf, adapters, api. Called by: kopf.
 """
 
 from __future__ import annotations
@@ -11,14 +14,12 @@ from typing import Any
 
 import kopf
 
-from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import runtime
 from mlxfleet_operator.api import resources
 
 
-@kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    config = opsettings.current()
+    config = runtime.of(memo).config
     settings.persistence.finalizer = resources.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=resources.ANNOTATION_PREFIX
@@ -26,22 +27,27 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=resources.ANNOTATION_PREFIX, key="last-handled-configuration"
     )
-    # Events come from explicit kopf.event calls (Ready flips, plans); not from every log line.
+    # Events come from explicit Event posts (Ready flips, plans); not from every log line.
     settings.posting.level = logging.WARNING
     settings.execution.default_backoff = min(10.0, max(1.0, config.poll_seconds))
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    memo[runtime.KEY] = runtime.start(config)
 
 
-@kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
     found = memo.get(runtime.KEY)
     if isinstance(found, runtime.Runtime):
         await found.aclose()
 
 
-@kopf.on.probe(id="nodes")
 def known_nodes(memo: kopf.Memo, **_: Any) -> int:
     """Liveness: the runtime exists; reports how many nodes the fleet view holds."""
     return len(runtime.of(memo).fleet.entries)
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    # An explicit registry has none of kopf's fallback logins: name the one we rely on.
+    kopf.on.login(errors=kopf.ErrorsMode.IGNORED, registry=registry)(kopf.login_via_client)
+    kopf.on.startup(registry=registry)(configure)
+    kopf.on.cleanup(registry=registry)(close)
+    kopf.on.probe(id="nodes", registry=registry)(known_nodes)

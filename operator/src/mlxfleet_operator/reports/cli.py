@@ -7,6 +7,10 @@
 The bucket comes from `--bucket/--prefix/--endpoint-url/--region` or `MLXFLEET_TELEMETRY_*`;
 credentials from `MLXFLEET_TELEMETRY_ACCESS_KEY_ID/SECRET_ACCESS_KEY` or boto3's AWS_* chain.
 `--write-back` also stores the files under `<prefix>/reports/` in the same bucket.
+Nodes and cost inputs: `--from-cluster` reads the InferenceNodes (their `spec.cost`; telemetry
+matches them by name) from `--kubeconfig`, `$KUBECONFIG` or the Pod's ServiceAccount, optionally
+only those matching `--node-selector`; `--config` report.yaml overrides cost fields per node and
+maps other telemetry names (`aliases`); without `--from-cluster` its `nodes` are the inventory.
 May import: reports, adapters.objectstore. Called by: `mlxfleet_operator.cli` (mlxfleet report).
 """
 
@@ -20,7 +24,16 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 from mlxfleet_operator.adapters import objectstore
-from mlxfleet_operator.reports import config, fixture, monthly, render, summary, weekly
+from mlxfleet_operator.reports import (
+    cluster,
+    config,
+    fixture,
+    inventory,
+    monthly,
+    render,
+    summary,
+    weekly,
+)
 
 log = logging.getLogger("mlxfleet_operator.reports")
 
@@ -41,7 +54,20 @@ def _parser() -> argparse.ArgumentParser:
             sp.add_argument("--week", help="ISO week, e.g. 2026-W42 (default: last complete)")
         else:
             sp.add_argument("--month", help="YYYY-MM (default: last complete month)")
-        sp.add_argument("--config", type=Path, help="YAML: nodes' cost inputs, reference price")
+        sp.add_argument(
+            "--config",
+            type=Path,
+            help="YAML: cost inputs (overrides), telemetry name aliases, reference price",
+        )
+        sp.add_argument(
+            "--from-cluster",
+            action="store_true",
+            help="read the InferenceNodes (names, spec.cost) from the Kubernetes API server",
+        )
+        sp.add_argument(
+            "--kubeconfig", help="with --from-cluster (default: $KUBECONFIG, in-cluster)"
+        )
+        sp.add_argument("--node-selector", help="with --from-cluster: label selector of the nodes")
         sp.add_argument("--bucket")
         sp.add_argument("--prefix")
         sp.add_argument("--endpoint-url")
@@ -77,32 +103,40 @@ def summarise(
     period: summary.Period,
     cfg: config.ReportConfig,
     *,
+    cluster: list[inventory.ClusterNode] | None = None,
     extra_nodes: set[str] | None = None,
 ) -> summary.PeriodSummary:
-    inputs, problems = cfg.cost_inputs()
+    """One period's figures: telemetry renamed by the aliases, priced from the inventory."""
+    inv = inventory.build(cfg, cluster)
+    inputs, problems = inv.cost_inputs()
     s = summary.summarise(
-        summary.load(source, period),
+        summary.rename(summary.load(source, period), cfg.aliases),
         period,
-        known_nodes=set(cfg.nodes) | (extra_nodes or set()),
+        known_nodes=set(inv.nodes) | (extra_nodes or set()),
         namespaces=cfg.namespaces,
         cost_inputs=inputs,
         reference=cfg.reference_price(),
+        inventory=set(inv.nodes),
     )
     s.cost_problems[:0] = problems
     return s
 
 
 def weekly_files(
-    source: summary.TelemetrySource, period: summary.Period, cfg: config.ReportConfig
+    source: summary.TelemetrySource,
+    period: summary.Period,
+    cfg: config.ReportConfig,
+    *,
+    cluster: list[inventory.ClusterNode] | None = None,
 ) -> dict[str, tuple[bytes, str]]:
     previous = summary.Period(
         period.start - timedelta(days=7),
         period.start,
         _week_label(period.start - timedelta(days=7)),
     )
-    this = summarise(source, period, cfg)
-    before = summarise(source, previous, cfg, extra_nodes=set(this.nodes))
-    this = summarise(source, period, cfg, extra_nodes=set(before.nodes))
+    this = summarise(source, period, cfg, cluster=cluster)
+    before = summarise(source, previous, cfg, cluster=cluster, extra_nodes=set(this.nodes))
+    this = summarise(source, period, cfg, cluster=cluster, extra_nodes=set(before.nodes))
     report = weekly.build(this, before)
     name = f"weekly-{period.label}"
     return {
@@ -112,9 +146,13 @@ def weekly_files(
 
 
 def monthly_files(
-    source: summary.TelemetrySource, period: summary.Period, cfg: config.ReportConfig
+    source: summary.TelemetrySource,
+    period: summary.Period,
+    cfg: config.ReportConfig,
+    *,
+    cluster: list[inventory.ClusterNode] | None = None,
 ) -> dict[str, tuple[bytes, str]]:
-    report = monthly.build(summarise(source, period, cfg))
+    report = monthly.build(summarise(source, period, cfg, cluster=cluster))
     html = render.monthly_html(report)
     name = f"monthly-{period.start:%Y-%m}"
     return {
@@ -148,6 +186,13 @@ def main(argv: list[str]) -> int:
             _write(args.out, files)
             return 0
         cfg = config.ReportConfig.from_file(args.config)
+        if (args.kubeconfig or args.node_selector) and not args.from_cluster:
+            raise ValueError("--kubeconfig and --node-selector need --from-cluster")
+        nodes = (
+            cluster.inference_nodes(kubeconfig=args.kubeconfig, selector=args.node_selector)
+            if args.from_cluster
+            else None
+        )
         store = objectstore.TelemetryStore(
             objectstore.StoreConfig.from_env(
                 bucket=args.bucket,
@@ -157,9 +202,9 @@ def main(argv: list[str]) -> int:
             )
         )
         if args.kind == "weekly":
-            files = weekly_files(store, parse_week(args.week, today=today), cfg)
+            files = weekly_files(store, parse_week(args.week, today=today), cfg, cluster=nodes)
         else:
-            files = monthly_files(store, parse_month(args.month, today=today), cfg)
+            files = monthly_files(store, parse_month(args.month, today=today), cfg, cluster=nodes)
     except (ValueError, OSError) as exc:
         print(f"mlxfleet report: {exc}", file=sys.stderr)
         return 2

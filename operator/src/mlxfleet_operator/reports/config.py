@@ -1,7 +1,13 @@
-"""Report settings: per-node cost inputs (InferenceNode `spec.cost` shape), reference API price
-and model -> namespace names. Read from a YAML file (a ConfigMap in the CronJobs).
+"""Report settings: per-node cost inputs (InferenceNode `spec.cost` shape), telemetry name
+aliases, reference API price and model -> namespace names. Read from a YAML file (a ConfigMap in
+the CronJobs).
 
-May import: pydantic, yaml, `api`, `core.cost`. Called by: cli.
+`nodes` are the whole inventory when the report runs outside a cluster; with `--from-cluster`
+the InferenceNodes are, and a `nodes` entry overrides single cost fields of the InferenceNode of
+that name (see `inventory`). `aliases` maps a name agents ship telemetry under to the node it
+belongs to (an agent whose nodeName is not its InferenceNode's name, an old name after a rename).
+May import: pydantic, yaml, `api`, `core.cost`, `mlxfleet_agent.contract`. Called by: cli,
+inventory.
 """
 
 from __future__ import annotations
@@ -9,8 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from mlxfleet_agent import contract
 from mlxfleet_operator.api import inferencenode
 from mlxfleet_operator.core import cost
 
@@ -31,8 +38,22 @@ class ReportConfig(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     nodes: dict[str, inferencenode.Cost] = Field(default_factory=dict)
+    aliases: dict[str, str] = Field(default_factory=dict)
     reference: ReferenceSpec | None = None
     namespaces: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("aliases")
+    @classmethod
+    def _aliases_name_other_nodes(cls, value: dict[str, str]) -> dict[str, str]:
+        for telemetry_name, node in value.items():
+            if not contract.TELEMETRY_NODE.match(node):
+                raise ValueError(
+                    f"aliases.{telemetry_name}: {node!r} is not a node name "
+                    "(letters, digits, '.', '_', '-'; at most 253)"
+                )
+            if node == telemetry_name:
+                raise ValueError(f"aliases.{telemetry_name}: maps the name to itself")
+        return value
 
     @classmethod
     def from_yaml(cls, text: str, *, origin: str = "report config") -> ReportConfig:
@@ -45,7 +66,7 @@ class ReportConfig(BaseModel):
             data = {}
         if not isinstance(data, dict):
             raise ConfigError(
-                f"{origin}: must be a mapping with keys nodes, reference, namespaces; "
+                f"{origin}: must be a mapping with keys nodes, aliases, reference, namespaces; "
                 f"got {type(data).__name__}"
             )
         try:
@@ -66,17 +87,6 @@ class ReportConfig(BaseModel):
         except OSError as exc:
             raise ConfigError(f"report config {path}: {exc.strerror or exc}") from exc
         return cls.from_yaml(text, origin=f"report config {path}")
-
-    def cost_inputs(self) -> tuple[dict[str, cost.NodeCostInputs], list[str]]:
-        """Usable inputs per node, and one problem line per node whose inputs are incomplete."""
-        inputs: dict[str, cost.NodeCostInputs] = {}
-        problems: list[str] = []
-        for node, spec in self.nodes.items():
-            try:
-                inputs[node] = cost.inputs_from_spec(node, spec)
-            except cost.CostInputError as exc:
-                problems.append(str(exc))
-        return inputs, problems
 
     def reference_price(self) -> cost.ReferencePrice | None:
         r = self.reference

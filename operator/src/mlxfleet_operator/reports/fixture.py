@@ -188,11 +188,14 @@ def _interval(node: str, start: datetime, hours: int) -> contract.TelemetryInter
 
 
 class FixtureSource:
-    """The fixture month as a `summary.TelemetrySource` (no bucket needed)."""
+    """The fixture month as a `summary.TelemetrySource` (no bucket needed); `names` renames
+    nodes (as agents shipping under other names would)."""
 
-    def __init__(self, *, interval_hours: int = 1) -> None:
+    def __init__(self, *, interval_hours: int = 1, names: dict[str, str] | None = None) -> None:
         self._by_day: dict[date, list[contract.TelemetryInterval]] = {}
         for iv in intervals(interval_hours=interval_hours):
+            if names and iv.node in names:
+                iv = iv.model_copy(update={"node": names[iv.node]})
             self._by_day.setdefault(iv.interval_start.date(), []).append(iv)
 
     def intervals_for_day(self, day: date) -> list[contract.TelemetryInterval]:

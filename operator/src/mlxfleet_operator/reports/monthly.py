@@ -108,6 +108,8 @@ def build(s: summary.PeriodSummary) -> MonthlyReport:
         else None
     )
     saving = f.saving_ratio if f else None
+    if not saving:  # 0: the priced nodes served no tokens, nothing to compare
+        saving = None
     r.tiles = [
         Tile(
             "Tokens served",
@@ -130,7 +132,7 @@ def build(s: summary.PeriodSummary) -> MonthlyReport:
         Tile(
             "Total fleet cost",
             f"${f.total_usd:,.0f}" if f else "n/a",
-            f"of which idle capacity ${f.idle_usd:,.0f}" if f else "cost inputs missing",
+            _cost_note(f, unpriced=len(s.unpriced_nodes)),
         ),
         Tile(
             "Telemetry uptime",
@@ -227,6 +229,15 @@ def build(s: summary.PeriodSummary) -> MonthlyReport:
         [(n.node, n.total_usd - n.idle_usd, n.idle_usd) for n in (f.nodes if f else [])]
     )
     return r
+
+
+def _cost_note(f: cost.FleetCost | None, *, unpriced: int) -> str:
+    if f is None:
+        return "cost inputs missing"
+    note = f"of which idle capacity ${f.idle_usd:,.0f}"
+    if unpriced:
+        note += f"; {unpriced} node(s) without cost inputs left out"
+    return note
 
 
 def _tokens(v: int) -> str:

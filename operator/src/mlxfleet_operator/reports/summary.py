@@ -9,7 +9,7 @@ monthly, cli.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Protocol
@@ -182,6 +182,7 @@ class PeriodSummary:
     presence: dict[tuple[str, str], tuple[datetime, datetime]] = field(default_factory=dict)
     fleet: cost.FleetCost | None = None
     cost_problems: list[str] = field(default_factory=list)
+    unpriced_nodes: list[str] = field(default_factory=list)  # telemetry, but no cost inputs
     dropped_intervals: int = 0
     gateway: list[contract.TelemetryInterval] = field(default_factory=list)  # per-key usage
 
@@ -247,6 +248,16 @@ def load(source: TelemetrySource, period: Period) -> list[contract.TelemetryInte
     return [seen[k] for k in sorted(seen, key=lambda k: (k[1], k[0]))]
 
 
+def rename(
+    intervals: Iterable[contract.TelemetryInterval], aliases: Mapping[str, str]
+) -> list[contract.TelemetryInterval]:
+    """Telemetry shipped under another name counted for the node it belongs to (`aliases`)."""
+    return [
+        iv.model_copy(update={"node": aliases[iv.node]}) if iv.node in aliases else iv
+        for iv in intervals
+    ]
+
+
 def _outages(node: str, spans: list[tuple[float, float]], period: Period) -> list[Outage]:
     """Holes longer than twice the interval (at least 5 minutes) between reported spans."""
     out: list[Outage] = []
@@ -271,7 +282,10 @@ def summarise(
     namespaces: dict[str, str] | None = None,
     cost_inputs: dict[str, cost.NodeCostInputs] | None = None,
     reference: cost.ReferencePrice | None = None,
+    inventory: Collection[str] = (),
 ) -> PeriodSummary:
+    """Figures of the period; with `cost_inputs`, cost too. `inventory`: the nodes the report
+    knows (InferenceNodes, report.yaml), so telemetry under any other name is named as such."""
     nodes = {n: NodeSummary(node=n) for n in known_nodes}
     models: dict[cost.ModelKey, ModelSummary] = {}
     per_node_models: dict[str, dict[cost.ModelKey, cost.ModelUsage]] = {}
@@ -356,7 +370,7 @@ def summarise(
         gateway=gateway,
     )
     if cost_inputs is not None:
-        _add_cost(summary, per_node_models, cost_inputs, reference)
+        _add_cost(summary, per_node_models, cost_inputs, reference, inventory=inventory)
     return summary
 
 
@@ -365,15 +379,24 @@ def _add_cost(
     per_node_models: dict[str, dict[cost.ModelKey, cost.ModelUsage]],
     cost_inputs: dict[str, cost.NodeCostInputs],
     reference: cost.ReferencePrice | None,
+    *,
+    inventory: Collection[str],
 ) -> None:
+    """Fleet cost of the nodes with inputs; notes naming the nodes that could not be priced
+    (their inputs' own problems come from the inventory) and priced nodes that sent nothing."""
     rows: list[tuple[cost.NodeCostInputs, cost.NodeUsage]] = []
+    unmatched: list[str] = []
+    silent: list[str] = []
     for name, ns in summary.nodes.items():
         inputs = cost_inputs.get(name)
         if inputs is None:
-            summary.cost_problems.append(
-                f"node {name}: no cost inputs; left out of the cost figures"
-            )
+            if ns.covered_seconds > 0:
+                summary.unpriced_nodes.append(name)
+                if name not in inventory:
+                    unmatched.append(name)
             continue
+        if ns.covered_seconds == 0:
+            silent.append(name)
         rows.append(
             (
                 inputs,
@@ -386,6 +409,18 @@ def _add_cost(
                     models=tuple(per_node_models.get(name, {}).values()),
                 ),
             )
+        )
+    if unmatched:
+        summary.cost_problems.append(
+            f"No cost inputs for {', '.join(unmatched)}: telemetry under these names matches no "
+            "InferenceNode or report.yaml node, so it is left out of the cost figures. Set each "
+            "agent's nodeName to its InferenceNode's name, or map the name to the node under "
+            "`aliases` in report.yaml."
+        )
+    if silent:
+        summary.cost_problems.append(
+            f"No telemetry this period from {', '.join(silent)}: hardware and idle power are "
+            "still counted, with no tokens served."
         )
     try:
         summary.fleet = cost.fleet_cost(rows, reference=reference)

@@ -1,0 +1,77 @@
+"""Everything specific to mlx-lm as an engine: its launch command, its warm-up request, how it
+stops and how its processes are recognised. The one module to swap for another engine.
+
+`python -m mlx_lm server --model DIR --host 127.0.0.1 --port P ...`: decode concurrency follows
+the slot's maxConcurrency (what the KV-cache estimate assumes) unless set, prompt concurrency
+min(decode, 8). mlx_lm ignores SIGTERM (it stops on SIGINT), its `/health` answers before the
+model is loaded (so readiness is a one-token completion), and it answers 404 to completions
+once its model failed to load.
+May import: contract and the standard library. Called by: backends.launcher, backends.orphans,
+tests.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlxfleet_agent import contract
+
+STOP_SIGNAL = signal.SIGINT
+WARMUP_PATH = "/v1/completions"
+WARMUP_BODY: dict[str, Any] = {
+    "prompt": "ping",
+    "max_tokens": 1,
+    "temperature": 0.0,
+    "stream": False,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """What a backend process is started with (derived from a SlotSpec and a local model dir)."""
+
+    model_dir: Path
+    options: contract.ServerOptions
+    max_concurrency: int
+    python: str
+
+
+def command(spec: LaunchSpec, *, port: int) -> list[str]:
+    """The backend's command line (pure; unit-tested)."""
+    opts = spec.options
+    decode = opts.decode_concurrency or spec.max_concurrency
+    prompt = opts.prompt_concurrency or min(decode, 8)
+    argv = [
+        spec.python,
+        "-m",
+        "mlx_lm",
+        "server",
+        "--model",
+        str(spec.model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "WARNING",
+        "--decode-concurrency",
+        str(decode),
+        "--prompt-concurrency",
+        str(prompt),
+    ]
+    if opts.max_tokens is not None:
+        argv += ["--max-tokens", str(opts.max_tokens)]
+    if opts.chat_template_args:
+        argv += ["--chat-template-args", json.dumps(opts.chat_template_args)]
+    if opts.kv_bits is not None:
+        argv += ["--kv-bits", str(opts.kv_bits)]
+    return argv
+
+
+def is_backend(cmdline: str) -> bool:
+    """Whether a process command line is an mlx-lm backend (the orphan sweep kills only those)."""
+    return "mlx_lm" in cmdline

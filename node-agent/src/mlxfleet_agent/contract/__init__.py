@@ -1,0 +1,118 @@
+"""The node agent's wire contract: pydantic models of its HTTP API and of its telemetry objects.
+
+This package (with the pure `mlxfleet_agent.sizing`) is the only agent code that the operator,
+the gateway and hollow agents import. Field names on the wire are camelCase, Python names
+snake_case. Every public name of the submodules is re-exported here, so callers write
+`from mlxfleet_agent import contract` and `contract.SlotSpec`.
+
+- `base`: `Wire`/`StrictWire`, `API_PREFIX`, `DNS_LABEL`;
+- `sources`: the source string check (`check_source`, `ModelSource`);
+- `slots`: `SlotSpec`, `SlotStatus`, swap policy, `SwapRecord`;
+- `models`: the model store (`CachedModel`, `ModelShape`, `PrefetchRequest`);
+- `state`: GET /v1/state (`AgentState`);
+- `errors`: error bodies (`ErrorBody`, `InsufficientMemory`);
+- `telemetry`: `TelemetryInterval` and its object key.
+
+May import: pydantic and the standard library only (no I/O). Called by: every agent folder, the
+operator (api, core, adapters, reports), the gateway.
+"""
+
+from mlxfleet_agent.contract.base import API_PREFIX, DNS_LABEL, StrictWire, Wire
+from mlxfleet_agent.contract.errors import ErrorBody, ErrorDetail, InsufficientMemory
+from mlxfleet_agent.contract.models import CachedModel, ModelList, ModelShape, PrefetchRequest
+from mlxfleet_agent.contract.slots import (
+    CHAT_TEMPLATE_ARGS_MAX_BYTES,
+    CHAT_TEMPLATE_ARGS_MAX_DEPTH,
+    CHAT_TEMPLATE_ARGS_MAX_KEYS,
+    ChatTemplateArgs,
+    ImageUrlPrefix,
+    ServerOptions,
+    SlotPhase,
+    SlotSpec,
+    SlotStatus,
+    SwapList,
+    SwapOutcome,
+    SwapPolicy,
+    SwapRecord,
+    SwapStrategy,
+    check_chat_template_args,
+    check_image_url_prefix,
+)
+from mlxfleet_agent.contract.sources import (
+    ALLOWED_SOURCES,
+    HF_REPO,
+    S3_BUCKET,
+    SOURCE_SCHEMES,
+    ModelSource,
+    SourceError,
+    check_source,
+)
+from mlxfleet_agent.contract.state import AgentState, DiskInfo, MemoryInfo
+from mlxfleet_agent.contract.telemetry import (
+    LATENCY_BUCKETS_S,
+    TELEMETRY_KEY_LAYOUT,
+    TELEMETRY_NODE,
+    TELEMETRY_SCHEMA_VERSION,
+    TOKEN_LATENCY_BUCKETS_S,
+    HistogramData,
+    KeyTelemetry,
+    NodeTelemetry,
+    SlotTelemetry,
+    SwapEvent,
+    TelemetryInterval,
+    telemetry_date_prefix,
+    telemetry_key,
+)
+
+__all__ = [
+    "ALLOWED_SOURCES",
+    "API_PREFIX",
+    "CHAT_TEMPLATE_ARGS_MAX_BYTES",
+    "CHAT_TEMPLATE_ARGS_MAX_DEPTH",
+    "CHAT_TEMPLATE_ARGS_MAX_KEYS",
+    "DNS_LABEL",
+    "HF_REPO",
+    "LATENCY_BUCKETS_S",
+    "S3_BUCKET",
+    "SOURCE_SCHEMES",
+    "TELEMETRY_KEY_LAYOUT",
+    "TELEMETRY_NODE",
+    "TELEMETRY_SCHEMA_VERSION",
+    "TOKEN_LATENCY_BUCKETS_S",
+    "AgentState",
+    "CachedModel",
+    "ChatTemplateArgs",
+    "DiskInfo",
+    "ErrorBody",
+    "ErrorDetail",
+    "HistogramData",
+    "ImageUrlPrefix",
+    "InsufficientMemory",
+    "KeyTelemetry",
+    "MemoryInfo",
+    "ModelList",
+    "ModelShape",
+    "ModelSource",
+    "NodeTelemetry",
+    "PrefetchRequest",
+    "ServerOptions",
+    "SlotPhase",
+    "SlotSpec",
+    "SlotStatus",
+    "SlotTelemetry",
+    "SourceError",
+    "StrictWire",
+    "SwapEvent",
+    "SwapList",
+    "SwapOutcome",
+    "SwapPolicy",
+    "SwapRecord",
+    "SwapStrategy",
+    "TelemetryInterval",
+    "Wire",
+    "check_chat_template_args",
+    "check_image_url_prefix",
+    "check_source",
+    "telemetry_date_prefix",
+    "telemetry_key",
+]

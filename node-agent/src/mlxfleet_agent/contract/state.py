@@ -1,0 +1,44 @@
+"""GET /v1/state: what one agent reports about itself (versions, memory, disk, slots, cache).
+
+May import: pydantic and the standard library only (pure).
+Called by: the agent's control API, the operator's heartbeat and node status.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from mlxfleet_agent.contract.base import Wire
+from mlxfleet_agent.contract.models import CachedModel
+from mlxfleet_agent.contract.slots import SlotStatus
+
+
+class MemoryInfo(Wire):
+    total_bytes: int
+    available_bytes: int
+    budget_bytes: int = Field(description="what slots may use: total x usable fraction - reserved")
+    slots_estimated_bytes: int = 0
+    pressure: Literal["normal", "warn", "critical"] = "normal"
+
+
+class DiskInfo(Wire):
+    free_bytes: int
+    total_bytes: int
+
+
+class AgentState(Wire):
+    agent_version: str
+    os: str
+    mlx_version: str | None = None
+    mlx_lm_version: str | None = None
+    chip: str
+    memory: MemoryInfo
+    disk: DiskInfo
+    data_port: int
+    started_at: datetime
+    slots: list[SlotStatus]
+    cached_models: list[CachedModel]
+    counters: dict[str, float] = Field(default_factory=dict)

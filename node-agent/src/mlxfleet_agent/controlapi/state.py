@@ -1,0 +1,69 @@
+"""GET /v1/state: what this agent reports about itself, gathered at each request.
+
+Versions, OS and chip (read once, at start-up), memory (total, available, the slots' budget
+and estimate, pressure), disk of the models dir, the data port, every slot's status, the cached
+models and the telemetry counters.
+May import: the standard library, contract, host.platform, models.catalog, slots.registry,
+telemetry (recorder, hoststats). Called by: controlapi.app, runtime (builds it).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from mlxfleet_agent import __version__, contract
+from mlxfleet_agent.host import platform
+from mlxfleet_agent.models import catalog
+from mlxfleet_agent.slots import registry
+from mlxfleet_agent.telemetry import hoststats, recorder
+
+
+class StateView:
+    """The agent's `contract.AgentState`, from the registry, the catalog and the host."""
+
+    def __init__(
+        self,
+        *,
+        slots: registry.Registry,
+        models: catalog.Catalog,
+        telemetry: recorder.Telemetry,
+        models_dir: Path,
+        data_port: int,
+    ) -> None:
+        self.slots = slots
+        self.models = models
+        self.telemetry = telemetry
+        self.models_dir = models_dir
+        self.data_port = data_port
+        self.started_at = datetime.now(UTC)
+        self.chip = platform.chip()
+        self.os = platform.os_name()
+        self.mlx_version = platform.version_of("mlx")
+        self.mlx_lm_version = platform.version_of("mlx-lm")
+
+    def agent_state(self) -> contract.AgentState:
+        mem = platform.memory()
+        free, total = platform.disk(self.models_dir)
+        return contract.AgentState(
+            agent_version=__version__,
+            os=self.os,
+            mlx_version=self.mlx_version,
+            mlx_lm_version=self.mlx_lm_version,
+            chip=self.chip,
+            memory=contract.MemoryInfo(
+                total_bytes=mem.total_bytes,
+                available_bytes=mem.available_bytes,
+                budget_bytes=self.slots.budget(),
+                slots_estimated_bytes=self.slots.estimate(),
+                pressure=hoststats.pressure_level(
+                    total=mem.total_bytes, available=mem.available_bytes
+                ),
+            ),
+            disk=contract.DiskInfo(free_bytes=free, total_bytes=total),
+            data_port=self.data_port,
+            started_at=self.started_at,
+            slots=self.slots.statuses(),
+            cached_models=self.models.cached(),
+            counters=self.telemetry.counters(),
+        )

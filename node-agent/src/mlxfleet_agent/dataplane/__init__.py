@@ -1,0 +1,8 @@
+"""The data plane: the OpenAI-compatible API on the data port, in front of the slots' backends.
+
+`app` (raw ASGI: auth, body, routing, lease) -> `routing` (model -> route, request policy) ->
+`relay` (forward, stream back, assemble whole answers: `answers`, `tokens`) -> `upstream` (the
+client to the backends); `errors` is the OpenAI error shape, `asgi` the plumbing.
+May import: contract, slots.lease (the narrow routing protocol, nothing else of slots),
+telemetry.recorder, the standard library. Never the control API. Called by: runtime.
+"""

@@ -1,0 +1,167 @@
+"""The data plane: an OpenAI-compatible reverse proxy in front of the slots' backends (raw ASGI).
+
+Per request: authorize (API keys, when configured), read the body (bounded), route by `model`
+against the narrow `slots.lease.Routes` protocol, lease the route's backend (queueing while it is
+not ready) and hand it to `relay`, which forwards the request and passes the answer back as it
+arrives. The lease is held until the last byte, so a swap never cuts a request. Every refusal is
+an OpenAI-shaped `errors.RouteError`. Raw ASGI and raw sockets rather than a framework and an
+HTTP client keep the added latency per request small.
+May import: the standard library, slots.lease, telemetry.recorder, dataplane (asgi, errors,
+relay, routing). Never the control API. Called by: runtime (serves it on the data port).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+
+from mlxfleet_agent.dataplane import asgi, relay, routing
+from mlxfleet_agent.dataplane.errors import RouteError
+from mlxfleet_agent.slots import lease
+from mlxfleet_agent.telemetry import recorder
+
+ENDPOINTS = {
+    "/v1/chat/completions": "chat.completions",
+    "/chat/completions": "chat.completions",
+    "/v1/completions": "completions",
+}
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class ClientGone(Exception):
+    """The client disconnected before it sent its whole request."""
+
+
+class DataPlane:
+    """ASGI app of the data port."""
+
+    def __init__(
+        self,
+        *,
+        routes: lease.Routes,
+        telemetry: recorder.Telemetry,
+        api_keys: frozenset[str] | None,
+        max_body_bytes: int,
+        queue_timeout_s: float,
+    ) -> None:
+        self.routes = routes
+        self.telemetry = telemetry
+        self.api_keys = [k.encode() for k in api_keys] if api_keys else None
+        self.max_body_bytes = max_body_bytes
+        self.queue_timeout_s = queue_timeout_s
+
+    async def __call__(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
+        if scope["type"] == "lifespan":
+            await asgi.lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        try:
+            if path == "/healthz":
+                await asgi.send_json(send, 200, b'{"status":"ok"}')
+                return
+            self._authorize(scope)
+            endpoint = ENDPOINTS.get(path)
+            if endpoint is not None and method == "POST":
+                await self._complete(scope, receive, send, endpoint)
+            elif path in ("/v1/models", "/models") and method == "GET":
+                await asgi.send_json(send, 200, self._models_body())
+            elif endpoint is not None or path in ("/v1/models", "/models"):
+                raise RouteError(405, f"method {method} not allowed on {path}")
+            else:
+                raise RouteError(404, f"no route {path}", code="not_found")
+        except RouteError as exc:
+            await asgi.send_json(send, exc.status, exc.body(), exc.headers)
+        except ClientGone:
+            return
+
+    def _authorize(self, scope: asgi.Scope) -> None:
+        if self.api_keys is None:
+            return
+        given = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization" and value[:7].lower() == b"bearer ":
+                given = value[7:].strip()
+        ok = False
+        for key in self.api_keys:
+            ok |= hmac.compare_digest(given, key)
+        if not ok:
+            raise RouteError(
+                401,
+                "missing or invalid API key",
+                type_="authentication_error",
+                code="invalid_api_key",
+            )
+
+    def _models_body(self) -> bytes:
+        now = int(time.time())
+        data = [
+            {"id": name, "object": "model", "created": now, "owned_by": "mlxfleet"}
+            for name in self.routes.served_names()
+        ]
+        return json.dumps({"object": "list", "data": data}).encode()
+
+    async def _read_body(self, scope: asgi.Scope, receive: asgi.Receive) -> bytes:
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
+                raise BodyTooLarge
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise BodyTooLarge
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _complete(
+        self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send, endpoint: str
+    ) -> None:
+        t0 = time.monotonic()
+        try:
+            raw = await self._read_body(scope, receive)
+        except BodyTooLarge:
+            raise RouteError(
+                413, f"request body exceeds {self.max_body_bytes} bytes", code="body_too_large"
+            ) from None
+        routed = routing.resolve(self.routes, routing.parse(raw))
+        route = routed.route
+        routing.check_images(routed.body, allowed=route.desired.server.allowed_image_urls or ())
+        held = await routing.lease(route, timeout_s=self.queue_timeout_s)
+        backend = held.upstream
+        self.telemetry.request_started(route.name)
+        outcome = relay.Outcome()
+        try:
+            await relay.forward(routed, backend, endpoint, receive, send, outcome=outcome, t0=t0)
+        except asyncio.CancelledError:  # the shutdown drain ended with this request still running
+            outcome.error = "shutdown"
+            await relay.cut_by_shutdown(send, outcome)
+            raise
+        finally:
+            held.release(ok=outcome.error is None)
+            self.telemetry.request_finished(
+                recorder.RequestRecord(
+                    slot=route.name,
+                    served_name=backend.spec.served_name,
+                    source=backend.spec.source,
+                    endpoint=endpoint,
+                    stream=routed.stream,
+                    prompt_tokens=outcome.prompt_tokens,
+                    completion_tokens=outcome.completion_tokens,
+                    queue_wait_s=held.waited_s,
+                    ttft_s=outcome.ttft_s,
+                    e2e_s=time.monotonic() - t0,
+                    error_kind=outcome.error,
+                )
+            )

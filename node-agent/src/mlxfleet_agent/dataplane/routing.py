@@ -1,0 +1,154 @@
+"""Data-plane routing: request `model` -> route (a slot) -> leased backend.
+
+Pure-ish glue between the HTTP edge (app) and the slots, written against the narrow
+`slots.lease` protocols: it decides which route serves a body, applies the slot's request policy
+(the `max_tokens` cap, which image URLs the backend may fetch), waits for a lease (bounded
+queue) and turns every refusal into an OpenAI-shaped `errors.RouteError`.
+May import: contract, slots.lease, dataplane.errors, the standard library.
+Called by: dataplane (app, relay).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from mlxfleet_agent import contract
+from mlxfleet_agent.dataplane.errors import RETRY_AFTER, RouteError
+from mlxfleet_agent.slots import lease as lease_
+
+# fields a client must not pass through: mlx_lm would load other weights from these paths
+STRIPPED_FIELDS = ("adapters", "draft_model")
+MLX_DEFAULT_MAX_TOKENS = 512  # mlx_lm.server's --max-tokens default
+IMAGE_PART_TYPES = ("image_url", "input_image", "image")  # what mlx_lm fetches (_image_url)
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    route: lease_.Route
+    body: dict[str, Any]
+    stream: bool
+
+
+def parse(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or RouteError 400."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RouteError(
+            400, f"request body is not valid JSON: {exc}", code="invalid_json"
+        ) from exc
+    if not isinstance(body, dict):
+        raise RouteError(400, "request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def resolve(routes: lease_.Routes, body: dict[str, Any]) -> Routed:
+    """Which route serves this body (by its `model`); RouteError 400/404 otherwise."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RouteError(400, "`model` is required and must be a string", param="model")
+    route = routes.route(model)
+    if route is None:
+        raise RouteError(
+            404,
+            f"The model `{model}` does not exist or you do not have access to it.",
+            code="model_not_found",
+            param="model",
+        )
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RouteError(400, "`stream` must be a boolean", param="stream")
+    for name in STRIPPED_FIELDS:
+        body.pop(name, None)
+    return Routed(route=route, body=body, stream=stream)
+
+
+def limit_tokens(body: dict[str, Any], spec: contract.SlotSpec) -> None:
+    """Apply the slot's cap on generated tokens to a request body (in place).
+
+    The cap is `server.maxTokens`, else the slot's `contextLength`. A request asking for more is
+    clamped to the cap (its answer ends with finish_reason "length"); a request asking for none
+    gets `server.maxTokens` (else mlx_lm's default, 512, within the cap). `max_completion_tokens`
+    wins over `max_tokens`, as in mlx_lm, and is folded into `max_tokens`. A value of the wrong
+    type is left for the backend to refuse (400).
+    """
+    cap = spec.server.max_tokens or spec.context_length
+    asked = body.get("max_completion_tokens")
+    if asked is None:
+        asked = body.get("max_tokens")
+    if asked is None:
+        body.pop("max_completion_tokens", None)
+        body["max_tokens"] = spec.server.max_tokens or min(MLX_DEFAULT_MAX_TOKENS, cap)
+        return
+    if isinstance(asked, bool) or not isinstance(asked, int):
+        return
+    body.pop("max_completion_tokens", None)
+    body["max_tokens"] = min(asked, cap)
+
+
+def check_images(body: dict[str, Any], *, allowed: Sequence[str]) -> None:
+    """Refuse (400) an image part whose URL the backend would fetch, unless it is allowed.
+
+    mlx_lm downloads every http(s) image URL of a chat request, whatever the model (server-side
+    request forgery from the backend's host). `data:` URLs are always fine; other URLs only under
+    one of the slot's `server.allowedImageUrls` prefixes, without '.'/'..' segments.
+    """
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") not in IMAGE_PART_TYPES:
+                continue
+            key = "image_url" if "image_url" in part else "image"
+            url, param = part.get(key), f"messages[{i}].content[{j}].{key}"
+            if isinstance(url, dict):
+                url, param = url.get("url"), param + ".url"
+            if not image_url_allowed(url, allowed):
+                where = ", ".join(allowed) if allowed else "none"
+                raise RouteError(
+                    400,
+                    "image URLs must be data: URLs; this deployment lets the backend fetch only "
+                    f"URLs under its spec.server.allowedImageUrls ({where})",
+                    param=param,
+                    code="image_url_not_allowed",
+                )
+
+
+def image_url_allowed(url: object, allowed: Sequence[str]) -> bool:
+    if not isinstance(url, str):
+        return False
+    if url.startswith("data:"):
+        return True
+    if not url.isprintable() or " " in url or "\\" in url:
+        return False
+    segments = unquote(urlsplit(url).path).split("/")
+    if "." in segments or ".." in segments:
+        return False
+    return any(url.startswith(prefix) for prefix in allowed)
+
+
+async def lease(route: lease_.Route, *, timeout_s: float) -> lease_.Lease:
+    """Lease the route's backend (queueing while it is not ready or at its maxConcurrency);
+    RouteError 429/503 (with Retry-After) on refusal."""
+    try:
+        return await route.lease(timeout_s=timeout_s)
+    except lease_.QueueFull as exc:
+        raise RouteError(
+            429, str(exc), type_="rate_limit_error", code="queue_full", headers=RETRY_AFTER
+        ) from exc
+    except lease_.QueueTimeout as exc:
+        raise RouteError(
+            503, str(exc), type_="server_error", code="queue_timeout", headers=RETRY_AFTER
+        ) from exc
+    except lease_.SlotUnavailable as exc:
+        raise RouteError(
+            503, f"model is not being served: {exc}", type_="server_error", code="unavailable"
+        ) from exc

@@ -1,0 +1,96 @@
+"""The `mlx-embed` / `mlx-rerank` engines as plug-in values: argv, readiness, memory (pure).
+
+The process is `python -m mlxfleet_agent.engines.embed_server` with the slot's model, port and
+served name, and the options below (the server's flags). It listens only once the model is
+loaded and warmed, so readiness is one real request of its task. It stops on SIGTERM or SIGINT.
+Memory: the weights, plus the activations of one forward pass (`batchTokens` padded tokens
+through one layer at a time, float32 worst case), plus the attention scores where the backend
+materialises them (mlx on CPU; Metal's fused attention does not), plus a flat runtime reserve.
+May import: pydantic, engines.plugin and the standard library. Called by: the agent's engine
+registry (part 2), tests.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Literal
+
+import pydantic
+
+from mlxfleet_agent.engines import plugin
+
+MODULE = "mlxfleet_agent.engines.embed_server"
+RUNTIME_BYTES = 512 << 20  # interpreter, mlx, tokenizer, HTTP server
+
+
+class EmbedOptions(plugin.EngineOptions):
+    """Engine options of an `mlx-embed` / `mlx-rerank` ModelDeployment."""
+
+    max_inputs: int = pydantic.Field(default=2048, ge=1, le=100_000)
+    max_input_tokens: int | None = pydantic.Field(default=None, ge=1)
+    max_request_tokens: int = pydantic.Field(default=300_000, ge=1)
+    batch_tokens: int = pydantic.Field(default=8192, ge=16)
+    batch_rows: int = pydantic.Field(default=64, ge=1)
+    matryoshka: Literal["auto", "on", "off"] = "auto"
+
+
+Task = Literal["embed", "rerank"]
+
+
+def command(target: plugin.Target, options: EmbedOptions, *, python: str, task: Task) -> list[str]:
+    argv = [
+        python, "-m", MODULE,
+        "--model", target.model,
+        "--host", target.host,
+        "--port", str(target.port),
+        "--task", task,
+        "--served-model-name", target.served_model_name,
+        "--max-inputs", str(options.max_inputs),
+        "--max-request-tokens", str(options.max_request_tokens),
+        "--batch-tokens", str(options.batch_tokens),
+        "--batch-rows", str(options.batch_rows),
+        "--matryoshka", options.matryoshka,
+    ]  # fmt: skip
+    if options.max_input_tokens is not None:
+        argv += ["--max-input-tokens", str(options.max_input_tokens)]
+    return argv
+
+
+def launch(
+    target: plugin.Target, options: EmbedOptions, *, python: str, task: Task
+) -> plugin.Launch:
+    return plugin.Launch(
+        argv=tuple(command(target, options, python=python, task=task)),
+        env={"PYTHONUNBUFFERED": "1"},
+        stop_signal=signal.SIGTERM,
+        stop_grace_s=10.0,
+        upstream_model=target.served_model_name,
+    )
+
+
+def probe(task: Task, *, served_model_name: str) -> plugin.Probe:
+    cap = plugin.Capability.EMBEDDINGS if task == "embed" else plugin.Capability.RERANK
+    return plugin.probe_for(cap, model=served_model_name)
+
+
+def memory(
+    *,
+    weights_bytes: int,
+    hidden_size: int,
+    intermediate_size: int,
+    heads: int,
+    max_input_tokens: int,
+    options: EmbedOptions,
+    attention_materialized: bool,
+) -> plugin.Memory:
+    tokens = options.batch_tokens
+    activations = tokens * (4 * hidden_size + 3 * intermediate_size) * 4
+    scores = tokens * heads * min(max_input_tokens, tokens) * 4 if attention_materialized else 0
+    total = weights_bytes + activations + scores + RUNTIME_BYTES
+    return plugin.Memory(
+        host_bytes=total,
+        basis=(
+            f"weights {weights_bytes} + activations {activations} + attention {scores} "
+            f"+ runtime {RUNTIME_BYTES} B (batchTokens {tokens})"
+        ),
+    )

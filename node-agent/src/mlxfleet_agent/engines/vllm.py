@@ -1,0 +1,202 @@
+"""The vLLM engine: `vllm serve` command line, environment, readiness and memory (pure).
+
+    vllm serve MODEL --host 127.0.0.1 --port P --served-model-name NAME
+        --gpu-memory-utilization F [--max-model-len N] [--tensor-parallel-size N] [--dtype D]
+        [--quantization Q] [--max-num-seqs N] [--enforce-eager] [--runner pooling]
+        [--hf-overrides JSON] [--trust-remote-code] --disable-uvicorn-access-log [EXTRA...]
+
+Flags are vLLM's documented `vllm serve` arguments (docs.vllm.ai, cli/serve, 0.1x-0.3x). Pooling
+models (embeddings, rerank) run with `--runner pooling`; Qwen3-Reranker also needs the
+`hfOverrides` its vLLM recipe gives (architectures Qwen3ForSequenceClassification,
+classifier_from_token ["no", "yes"], is_original_qwen3_reranker true). The agent owns host,
+port, model and served name, so `extraArgs` may not set them. The server never reaches a hub
+(HF_HUB_OFFLINE=1) and sends no usage statistics. Memory: vLLM takes
+`gpu_memory_utilization` of each GPU it uses at start, whatever the model's size.
+Not run against real vLLM here (no GPU on this machine); tests check the builders and a
+stand-in server.
+May import: pydantic, engines.plugin, the standard library. Called by: the agent's engine
+registry (part 2), tests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import pydantic
+
+from mlxfleet_agent.engines import plugin
+
+# flags the agent sets itself, or that would move the server off the agent's loopback port
+RESERVED_FLAGS = frozenset(
+    {
+        "--host",
+        "--port",
+        "--uds",
+        "--model",
+        "--served-model-name",
+        "--api-key",
+        "--gpu-memory-utilization",
+        "--tensor-parallel-size",
+        "-tp",
+        "--max-model-len",
+        "--trust-remote-code",
+        "--headless",
+        "--config",
+        "--runner",
+        "--hf-overrides",
+        "--ssl-keyfile",
+        "--ssl-certfile",
+        "--root-path",
+    }
+)
+_FLAG = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+STOP_GRACE_S = 30.0  # vLLM frees GPU memory and its engine-core children on SIGTERM
+
+
+class VllmOptions(plugin.EngineOptions):
+    """Engine options of a vLLM ModelDeployment (validated at admission and again here)."""
+
+    task: Literal["generate", "embed", "rerank"] = "generate"
+    gpu_memory_utilization: float = pydantic.Field(default=0.9, gt=0.0, le=1.0)
+    max_model_len: int | None = pydantic.Field(default=None, ge=16)
+    tensor_parallel_size: int = pydantic.Field(default=1, ge=1, le=64)
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = None
+    quantization: str | None = None
+    max_num_seqs: int | None = pydantic.Field(default=None, ge=1)
+    enforce_eager: bool = False
+    trust_remote_code: bool = False
+    hf_overrides: dict[str, Any] | None = None
+    extra_args: tuple[str, ...] = ()
+
+    @pydantic.field_validator("quantization")
+    @classmethod
+    def _quantization(cls, value: str | None) -> str | None:
+        if value is not None and not _WORD.match(value):
+            raise ValueError("quantization must be a method name such as awq, gptq, fp8")
+        return value
+
+    @pydantic.field_validator("extra_args")
+    @classmethod
+    def _extra(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for i, arg in enumerate(value):
+            if "\x00" in arg or "\n" in arg:
+                raise ValueError(f"extraArgs[{i}] contains a NUL or newline")
+            if arg.startswith("-"):
+                flag = arg.split("=", 1)[0]
+                if not _FLAG.match(flag):
+                    raise ValueError(f"extraArgs[{i}] {arg!r} is not a command-line flag")
+                if flag in RESERVED_FLAGS or flag.replace("_", "-") in RESERVED_FLAGS:
+                    raise ValueError(
+                        f"extraArgs[{i}] sets {flag}, which the agent sets itself "
+                        "(use the matching option instead)"
+                    )
+            elif i == 0:
+                raise ValueError("extraArgs must start with a flag (--name)")
+        return value
+
+
+def command(target: plugin.Target, options: VllmOptions, *, executable: str = "vllm") -> list[str]:
+    """The argv of `vllm serve` for one slot (no shell; every value is its own argument)."""
+    if not target.model or target.model.startswith("-"):
+        raise ValueError(f"model must be a path or repository id, got {target.model!r}")
+    if not 1 <= target.port <= 65535:
+        raise ValueError(f"port must be 1..65535, got {target.port}")
+    argv = [
+        executable, "serve", target.model,
+        "--host", target.host,
+        "--port", str(target.port),
+        "--served-model-name", target.served_model_name,
+        "--gpu-memory-utilization", f"{options.gpu_memory_utilization:g}",
+        "--tensor-parallel-size", str(options.tensor_parallel_size),
+        "--disable-uvicorn-access-log",
+    ]  # fmt: skip
+    if options.max_model_len is not None:
+        argv += ["--max-model-len", str(options.max_model_len)]
+    if options.dtype is not None:
+        argv += ["--dtype", options.dtype]
+    if options.quantization is not None:
+        argv += ["--quantization", options.quantization]
+    if options.max_num_seqs is not None:
+        argv += ["--max-num-seqs", str(options.max_num_seqs)]
+    if options.enforce_eager:
+        argv.append("--enforce-eager")
+    if options.task != "generate":
+        argv += ["--runner", "pooling"]
+    if options.hf_overrides:
+        argv += ["--hf-overrides", json.dumps(options.hf_overrides, sort_keys=True)]
+    if options.trust_remote_code:
+        argv.append("--trust-remote-code")
+    return argv + list(options.extra_args)
+
+
+def environment(*, gpu_ids: Sequence[int] | None = None) -> dict[str, str]:
+    """Variables added to the agent's environment for a vLLM process."""
+    env = {
+        "HF_HUB_OFFLINE": "1",  # weights come from the agent's store, never from a hub
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    if gpu_ids is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+    return env
+
+
+def capabilities(options: VllmOptions) -> frozenset[plugin.Capability]:
+    if options.task == "embed":
+        return frozenset({plugin.Capability.EMBEDDINGS})
+    if options.task == "rerank":
+        return frozenset({plugin.Capability.RERANK})
+    return frozenset({plugin.Capability.CHAT, plugin.Capability.COMPLETIONS})
+
+
+def launch(
+    target: plugin.Target,
+    options: VllmOptions,
+    *,
+    gpu_ids: Sequence[int] | None = None,
+    executable: str = "vllm",
+) -> plugin.Launch:
+    return plugin.Launch(
+        argv=tuple(command(target, options, executable=executable)),
+        env=environment(gpu_ids=gpu_ids),
+        stop_signal=signal.SIGTERM,
+        stop_grace_s=STOP_GRACE_S,
+        upstream_model=target.served_model_name,
+    )
+
+
+def probes(options: VllmOptions, *, served_model_name: str) -> list[plugin.Probe]:
+    """Readiness in order: the name is listed, then one real request of its main capability."""
+    listed = plugin.Probe("GET", "/v1/models", None, "models")
+    main = {
+        "generate": plugin.Capability.COMPLETIONS,
+        "embed": plugin.Capability.EMBEDDINGS,
+        "rerank": plugin.Capability.RERANK,
+    }[options.task]
+    return [listed, plugin.probe_for(main, model=served_model_name)]
+
+
+def memory(
+    options: VllmOptions, *, gpu_total_bytes: int, host_bytes: int = 2 << 30
+) -> plugin.Memory:
+    """vLLM preallocates `gpu_memory_utilization` of each GPU it uses (weights + KV cache).
+
+    `gpu_total_bytes` is one GPU's memory (nvidia-smi); the slot holds that share on each of
+    its `tensor_parallel_size` GPUs. Host memory is the server process itself (a flat reserve).
+    """
+    per_gpu = int(options.gpu_memory_utilization * gpu_total_bytes)
+    return plugin.Memory(
+        host_bytes=host_bytes,
+        gpu_bytes=per_gpu * options.tensor_parallel_size,
+        basis=(
+            f"{options.gpu_memory_utilization:g} x {gpu_total_bytes} B per GPU x "
+            f"{options.tensor_parallel_size} GPU(s)"
+        ),
+    )

@@ -1,0 +1,276 @@
+"""The agent's model store: a parsed `Source` in, a loadable local directory out.
+
+`file://` models are used in place (under the allowed roots), `hf://` models live in the Hugging
+Face cache, `s3://` models are downloaded under `--models-dir` (see `index` for the layout and
+`s3` for the verification); all are indexed.
+
+Concurrency: one download per model id; concurrent `ensure` calls share it (and its progress).
+A holder (a slot's backend label) that `ensure`s a model pins it until `release`; pinned models
+are in use and are never evicted. LRU eviction (`evictions`) runs before each download and on
+`gc()`. One agent process per models dir (no cross-process locking).
+
+May import: the standard library, contract, host.s3client, models (errors, source, index,
+evictions, local, s3, hf). Called by: models.catalog (slots: ensure/release; control API: list,
+prefetch, evict), tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import shutil
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mlxfleet_agent import contract
+from mlxfleet_agent.host import s3client
+from mlxfleet_agent.models import errors, evictions, hf, index, local, s3, source
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+DEFAULT_MIN_FREE_BYTES = 2 * 1024**3
+ProgressCallback = s3.ProgressCallback
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def default_s3_client() -> S3Client:
+    """boto3 S3 client for model sources: endpoint and credentials from the AWS_* variables."""
+    return s3client.client(profile=s3client.MODELS)
+
+
+class Store:
+    """Model cache of one agent (see the module docstring)."""
+
+    def __init__(
+        self,
+        models_dir: Path,
+        *,
+        allowed_roots: Sequence[Path] = (),
+        s3_client: Callable[[], S3Client] | None = None,
+        min_free_bytes: int = DEFAULT_MIN_FREE_BYTES,
+        max_cache_bytes: int | None = None,
+        hf_cache_dir: Path | None = None,
+        now: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.models_dir = Path(models_dir).resolve()
+        self.roots = [self.models_dir] + [
+            Path(r).resolve() for r in allowed_roots if Path(r).resolve() != self.models_dir
+        ]
+        self._s3_client = s3_client or default_s3_client
+        self.min_free_bytes = min_free_bytes
+        self.max_cache_bytes = max_cache_bytes
+        self._hf_cache_dir = hf_cache_dir
+        self._root = self.models_dir / index.STORE_DIR
+        self._pins: dict[str, set[str]] = {}
+        self._inflight: dict[str, asyncio.Task[Path]] = {}
+        self._progress: dict[str, builtins.list[ProgressCallback]] = {}
+        self._abort = threading.Event()
+        for sub in ("s3", "partial"):
+            (self._root / sub).mkdir(parents=True, exist_ok=True)
+        self._index = index.Index(self._root, now=now)
+
+    # ---- lookups -------------------------------------------------------------------------
+
+    def _public(self, entry: index.IndexEntry) -> contract.CachedModel:
+        return entry.model.model_copy(update={"in_use": bool(self._pins.get(entry.model.id))})
+
+    def _entry(self, model_id: str) -> index.IndexEntry:
+        entry = self._index.get(model_id)
+        if entry is None:
+            raise errors.ModelNotFound(f"no cached model with id {model_id!r}", field="id")
+        return entry
+
+    def get(self, model_id: str) -> contract.CachedModel:
+        return self._public(self._entry(model_id))
+
+    def path_of(self, model_id: str) -> Path:
+        return Path(self._entry(model_id).path)
+
+    # ---- pins ----------------------------------------------------------------------------
+
+    def pin(self, model_id: str, holder: str) -> None:
+        self._pins.setdefault(model_id, set()).add(holder)
+
+    def release(self, holder: str, model_id: str | None = None) -> None:
+        """The holder no longer wants model_id (or any model, when None); it becomes evictable."""
+        for mid in [model_id] if model_id is not None else builtins.list(self._pins):
+            holders = self._pins.get(mid)
+            if holders and holder in holders:
+                holders.discard(holder)
+                self._index.touch(mid)
+                if not holders:
+                    del self._pins[mid]
+
+    def holders(self, model_id: str) -> set[str]:
+        return set(self._pins.get(model_id, ()))
+
+    def _unpin(self, model_id: str, holder: str) -> None:
+        holders = self._pins.get(model_id)
+        if holders is not None:
+            holders.discard(holder)
+            if not holders:
+                del self._pins[model_id]
+
+    # ---- ensure --------------------------------------------------------------------------
+
+    async def ensure(
+        self,
+        src: source.Source,
+        progress_cb: ProgressCallback | None = None,
+        *,
+        holder: str | None = None,
+    ) -> Path:
+        """Local directory of a loadable copy of `src`, fetching it if needed.
+
+        `holder` pins the model from now until `release(holder, id)`; on failure the pin is
+        dropped again. `progress_cb(done, total)` is called from a worker thread.
+        """
+        if holder is not None:
+            self.pin(src.id, holder)
+        try:
+            return await self._ensure(src, progress_cb)
+        except BaseException:
+            if holder is not None:
+                self._unpin(src.id, holder)
+            raise
+
+    async def _ensure(self, src: source.Source, progress_cb: ProgressCallback | None) -> Path:
+        mid = src.id
+        if isinstance(src.location, source.FilePath):
+            path = await asyncio.to_thread(local.resolve, src.location, self.roots)
+            entry = self._index.get(mid)
+            if entry is None or Path(entry.path) != path:
+                self._index.record(src, kind="file", path=path, owned=False)
+            else:
+                self._index.touch(mid)
+            return path
+        entry = self._index.get(mid)
+        if entry is not None and await asyncio.to_thread(Path(entry.path).is_dir):
+            self._index.touch(mid)
+            if progress_cb is not None:
+                progress_cb(entry.model.total_bytes, entry.model.total_bytes)
+            return Path(entry.path)
+        callbacks = self._progress.setdefault(mid, [])
+        if progress_cb is not None:
+            callbacks.append(progress_cb)
+        task = self._inflight.get(mid)
+        if task is None:
+            task = asyncio.create_task(self._fetch(src))
+            self._inflight[mid] = task
+            task.add_done_callback(lambda _t: self._fetch_done(mid))
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if progress_cb is not None and progress_cb in callbacks:
+                callbacks.remove(progress_cb)
+
+    def _fetch_done(self, mid: str) -> None:
+        self._inflight.pop(mid, None)
+        self._progress.pop(mid, None)
+
+    def _report(self, mid: str) -> ProgressCallback:
+        def report(done: int, total: int) -> None:
+            for cb in tuple(self._progress.get(mid, ())):
+                cb(done, total)
+
+        return report
+
+    async def _fetch(self, src: source.Source) -> Path:
+        report = self._report(src.id)
+        where = src.location
+        if isinstance(where, source.HfRepo):
+            report(0, 0)
+            path = await asyncio.to_thread(
+                hf.download, where, src.revision, cache_dir=self._hf_cache_dir
+            )
+            entry = self._index.record(src, kind="hf", path=path, owned=True)
+            report(entry.model.total_bytes, entry.model.total_bytes)
+            return path
+        assert isinstance(where, source.S3Prefix)
+        client = await asyncio.to_thread(self._s3_client)
+        try:
+            objects = await asyncio.to_thread(s3.list_objects, client, where)
+            await self._make_room(sum(o.size for o in objects))
+            partial = self._root / "partial" / src.id
+            await asyncio.to_thread(
+                s3.download, client, where, objects, partial, progress=report, abort=self._abort
+            )
+        finally:
+            client.close()
+        final = self._root / "s3" / src.id
+        if final.exists():
+            await asyncio.to_thread(shutil.rmtree, final)
+        partial.rename(final)
+        self._index.record(src, kind="s3", path=final, owned=True)
+        return final
+
+    # ---- eviction ------------------------------------------------------------------------
+
+    def _room(self, need_bytes: int) -> evictions.Room:
+        cache = sum(e.model.total_bytes for e in self._index if e.owned)
+        return evictions.Room(
+            free_bytes=shutil.disk_usage(self.models_dir).free,
+            need_bytes=need_bytes,
+            min_free_bytes=self.min_free_bytes,
+            cache_bytes=cache,
+            max_cache_bytes=self.max_cache_bytes,
+        )
+
+    def _pinned(self) -> set[str]:
+        return {mid for mid, holders in self._pins.items() if holders}
+
+    async def _make_room(self, need_bytes: int) -> builtins.list[str]:
+        victims = evictions.plan(
+            builtins.list(self._index), pinned=self._pinned(), room=self._room(need_bytes)
+        )
+        for mid in victims:
+            await self.evict(mid)
+        return victims
+
+    async def gc(self) -> builtins.list[str]:
+        """Evict least recently used unpinned models while free disk is below the threshold."""
+        try:
+            return await self._make_room(0)
+        except errors.InsufficientDisk:
+            pinned = self._pinned()
+            victims = [e.model.id for e in self._index if e.owned and e.model.id not in pinned]
+            for mid in victims:
+                await self.evict(mid)
+            return victims
+
+    async def evict(self, model_id: str) -> None:
+        """Forget a model and delete its files when the store owns them; ModelInUse if pinned."""
+        entry = self._entry(model_id)
+        if holders := self._pins.get(model_id):
+            raise errors.ModelInUse(
+                f"model {model_id} is in use by {', '.join(sorted(holders))}",
+                field="id",
+                allowed="a model no slot wants (delete or change those slots first)",
+            )
+        if model_id in self._inflight:
+            raise errors.ModelInUse(f"model {model_id} is being downloaded", field="id")
+        self._index.remove(model_id)
+        path = Path(entry.path)
+        if entry.owned and entry.kind == "s3":
+            await asyncio.to_thread(shutil.rmtree, path, True)
+        elif entry.owned and entry.kind == "hf":
+            await asyncio.to_thread(hf.delete_snapshot, path)
+
+    def close(self) -> None:
+        """Make running downloads stop at their next chunk (DownloadCancelled)."""
+        self._abort.set()
+
+    # ---- listing (last: the name shadows the builtin inside the class body) ----------------
+
+    def list(self) -> builtins.list[contract.CachedModel]:
+        """Every indexed model, most recently used first."""
+        never = datetime.min.replace(tzinfo=UTC)
+        entries = sorted(self._index, key=lambda e: e.model.last_used or never, reverse=True)
+        return [self._public(e) for e in entries]

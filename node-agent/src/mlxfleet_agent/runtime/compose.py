@@ -1,0 +1,124 @@
+"""The composition root: the one place the agent's parts are built, wired and torn down.
+
+Built in dependency order, each part given only what it needs: telemetry and its shipper, the
+model catalog (over the store), the backend launcher, the slot registry (which owns the slots
+and is their `Owner`), the data plane (given the registry as its narrow `slots.lease.Routes`),
+the control API (wrapped in its guard). No part is built before what it depends on, so nothing
+needs a late-bound callback. On exit: downloads stop, every slot and backend stops, the
+shipper flushes, the warm-up client closes.
+May import: everything in the agent except cli. Called by: runtime.serve, tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from mlxfleet_agent.backends import launcher, orphans
+from mlxfleet_agent.controlapi import app as control_app
+from mlxfleet_agent.controlapi import guard, state
+from mlxfleet_agent.dataplane import app as data_app
+from mlxfleet_agent.host import platform
+from mlxfleet_agent.models import catalog, store
+from mlxfleet_agent.runtime import settings
+from mlxfleet_agent.slots import registry
+from mlxfleet_agent.telemetry import recorder, shipper
+
+log = logging.getLogger("mlxfleet_agent")
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """What `serve` runs and stops; built by `lifespan`."""
+
+    registry: registry.Registry
+    control_app: guard.Guard
+    data_app: data_app.DataPlane
+
+
+def shipper_config(cfg: settings.Settings) -> shipper.ShipperConfig:
+    """Where and how the agent ships telemetry (spool: `<state-dir>/telemetry`)."""
+    secret = cfg.telemetry_secret_access_key
+    return shipper.ShipperConfig(
+        spool_dir=cfg.state_dir / "telemetry",
+        bucket=cfg.telemetry_bucket or None,
+        prefix=cfg.telemetry_prefix or shipper.DEFAULT_PREFIX,
+        endpoint_url=cfg.telemetry_endpoint_url or None,
+        region=cfg.telemetry_region or None,
+        access_key_id=cfg.telemetry_access_key_id,
+        secret_access_key=secret.get_secret_value() if secret is not None else None,
+        interval_seconds=cfg.telemetry_interval_s,
+        max_buffered=cfg.telemetry_max_buffered,
+    )
+
+
+def telemetry(cfg: settings.Settings) -> tuple[recorder.Telemetry, shipper.Shipper]:
+    """The agent's telemetry and its (not yet started) shipper, as the settings say."""
+    return shipper.build(
+        shipper_config(cfg),
+        node=cfg.node_name,
+        idle_watts=cfg.idle_power_watts,
+        busy_watts=cfg.busy_power_watts,
+    )
+
+
+@contextlib.asynccontextmanager
+async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterator[Runtime]:
+    """Build the agent runtime, restore persisted slots; on exit stop every backend."""
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    cfg.models_dir.mkdir(parents=True, exist_ok=True)
+    killed = orphans.sweep(cfg.state_dir)
+    if killed:
+        log.warning("killed backends orphaned by a previous agent", extra={"pids": killed})
+    token = cfg.read_token()
+    keys = cfg.read_data_keys()
+    tel, ship = telemetry(cfg)
+    models = catalog.Catalog(store.Store(cfg.models_dir, allowed_roots=cfg.roots()))
+    backends = launcher.Launcher(
+        log_dir=cfg.state_dir / "logs",
+        python=cfg.python,
+        load_timeout_s=cfg.load_timeout_s,
+        stop_grace_s=cfg.stop_grace_s,
+    )
+    slots = registry.Registry(
+        state_dir=cfg.state_dir,
+        catalog=models,
+        launcher=backends,
+        telemetry=tel,
+        queue_limit=cfg.queue_limit,
+        memory_budget=cfg.memory_budget,
+        restart_backoff_max_s=cfg.restart_backoff_max_s,
+    )
+    view = state.StateView(
+        slots=slots, models=models, telemetry=tel, models_dir=cfg.models_dir, data_port=data_port
+    )
+    control = control_app.build(slots=slots, models=models, view=view, agent_metrics=tel.metrics)
+    runtime = Runtime(
+        registry=slots,
+        control_app=guard.Guard(control, token=token),
+        data_app=data_app.DataPlane(
+            routes=slots,
+            telemetry=tel,
+            api_keys=keys,
+            max_body_bytes=cfg.max_body_bytes,
+            queue_timeout_s=cfg.queue_timeout_s,
+        ),
+    )
+    restored = slots.restore()
+    if restored:
+        log.info("restored slots", extra={"slots": restored})
+    ship.start()
+    caffeinate = platform.start_caffeinate() if cfg.caffeinate else None
+    try:
+        yield runtime
+    finally:
+        models.close()
+        await slots.close()
+        await asyncio.to_thread(ship.stop)
+        await backends.aclose()
+        if caffeinate is not None:
+            caffeinate.terminate()
+        log.info("backends stopped")

@@ -1,0 +1,358 @@
+"""Settings of one `mlxfleet-agent serve` process, each declared once: its type, default and
+bounds, its flag, its config-file key and its environment variable come from one field.
+
+A field's `Opt(...)` says how it may be given besides the config file: `Opt("help")` makes the
+flag `--field-name` (or `flag=`), `env=` names an environment variable, `file=False` keeps it
+out of the config file (secrets). Config-file keys are the field name in snake_case or
+camelCase (`state_dir` or `stateDir`), values as on the command line; secrets are never in the
+file: it names the files that hold them (`token_file`, `data_api_keys_file`), and the telemetry
+keys come from the environment only. Precedence: flags, then the file, then the environment,
+then the defaults. `cli` builds the `serve` flags from `flags()`.
+May import: pydantic, yaml and the standard library. Called by: cli (builds it), runtime
+(compose, serve read it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+
+class SettingsError(ValueError):
+    """A config file or flag combination that cannot run (missing token file, bad YAML...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Opt:
+    """How a setting is given besides its config-file key (see the module docstring)."""
+
+    help: str | None = None  # None: no flag
+    flag: str | None = None  # default: "--" + the field name with dashes
+    action: str | None = None  # argparse action: "append", "store_false"
+    env: str | None = None
+    file: bool = True
+
+
+TELEMETRY_ENV = "MLXFLEET_TELEMETRY_"
+
+
+class Settings(BaseModel):
+    """Everything `serve` needs; see docs/agent.md and docs/telemetry.md for each key."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, validate_by_name=True, validate_by_alias=True, extra="forbid"
+    )
+
+    state_dir: Annotated[Path, Opt("desired state, logs, token (required)")]
+    models_dir: Annotated[Path, Opt("model cache; always an allowed file:// root (required)")]
+    bind: Annotated[
+        str, Opt("address of both ports (default 127.0.0.1; the LAN address in production)")
+    ] = "127.0.0.1"
+    control_port: Annotated[
+        int, Field(ge=0, le=65535), Opt("control API port (default 8470; 0: ephemeral)")
+    ] = 8470
+    data_port: Annotated[
+        int, Field(ge=0, le=65535), Opt("OpenAI data plane port (default 8471; 0: ephemeral)")
+    ] = 8471
+    token_file: Annotated[
+        Path | None, Opt("control API bearer token (default: <state-dir>/token, created)")
+    ] = None
+    tls_cert: Annotated[Path | None, Opt("PEM certificate of the control API")] = None
+    tls_key: Annotated[Path | None, Opt("PEM key of the control API")] = None
+    data_api_keys_file: Annotated[
+        Path | None, Opt("API keys the data plane accepts, one a line")
+    ] = None
+    allowed_roots: Annotated[
+        list[Path],
+        Opt(
+            "another directory file:// sources may name (repeatable)",
+            flag="--allowed-root",
+            action="append",
+        ),
+    ] = Field(default_factory=list)
+    memory_budget: Annotated[
+        int | None,
+        Field(ge=0, description="bytes; overrides psutil"),
+        Opt("bytes slots may use (default: from psutil and sizing.budget_bytes)"),
+    ] = None
+    python: Annotated[
+        str | None,
+        Field(description="interpreter that runs mlx_lm"),
+        Opt("interpreter that runs mlx_lm (default: this one)"),
+    ] = None
+    queue_limit: Annotated[
+        int,
+        Field(ge=0, le=100_000),
+        Opt("requests a not-ready slot queues (default 256)"),
+    ] = 256
+    queue_timeout_s: Annotated[
+        float, Field(gt=0), Opt("longest wait in that queue (default 120)")
+    ] = 120.0
+    load_timeout_s: Annotated[
+        float, Field(gt=0), Opt("longest load + warm-up of a backend (default 300)")
+    ] = 300.0
+    stop_grace_s: Annotated[
+        float, Field(ge=0), Opt("SIGINT -> SIGKILL grace of a backend (default 10)")
+    ] = 10.0
+    shutdown_drain_s: Annotated[
+        float, Field(ge=0), Opt("drain of the data plane on exit (default 30)")
+    ] = 30.0
+    max_body_bytes: Annotated[
+        int, Field(ge=1024), Opt("largest data-plane request body (default 16 MiB)")
+    ] = 16 * 1024 * 1024
+    # both ports, before authentication (runtime.connlimits)
+    max_header_bytes: Annotated[
+        int,
+        Field(ge=1024, le=1024 * 1024),
+        Opt("largest request head on both ports (default 32 KiB): 431"),
+    ] = 32 * 1024
+    header_timeout_s: Annotated[
+        float,
+        Field(gt=0, le=600),
+        Opt("time to send a whole request head, both ports (default 10): 408"),
+    ] = 10.0
+    max_connections: Annotated[
+        int,
+        Field(ge=1, le=100_000, description="data port"),
+        Opt("open connections on the data port (default 512)"),
+    ] = 512
+    control_max_connections: Annotated[
+        int,
+        Field(ge=1, le=100_000),
+        Opt("open connections on the control port (default 64)"),
+    ] = 64
+    restart_backoff_max_s: float = Field(default=30.0, gt=0)
+    log_level: Annotated[str, Opt("debug, info, warning, error (default info)")] = "info"
+    caffeinate: Annotated[
+        bool,
+        Opt(
+            "do not keep the Mac awake while serving",
+            flag="--no-caffeinate",
+            action="store_false",
+        ),
+    ] = True
+    # telemetry (docs/telemetry.md); S3 credentials only from the environment (or AWS_*)
+    node_name: str | None = Field(default=None, description="name in telemetry; default: host")
+    telemetry_interval_s: float = Field(default=60.0, gt=0, le=3600)
+    telemetry_bucket: Annotated[str | None, Opt(env=TELEMETRY_ENV + "BUCKET")] = None
+    telemetry_prefix: Annotated[str | None, Opt(env=TELEMETRY_ENV + "PREFIX")] = None
+    telemetry_endpoint_url: Annotated[str | None, Opt(env=TELEMETRY_ENV + "ENDPOINT_URL")] = None
+    telemetry_region: Annotated[str | None, Opt(env=TELEMETRY_ENV + "REGION")] = None
+    telemetry_access_key_id: Annotated[
+        str | None, Opt(env=TELEMETRY_ENV + "ACCESS_KEY_ID", file=False)
+    ] = None
+    telemetry_secret_access_key: Annotated[
+        SecretStr | None, Opt(env=TELEMETRY_ENV + "SECRET_ACCESS_KEY", file=False)
+    ] = None
+    telemetry_max_buffered: Annotated[
+        int, Field(ge=0), Opt(env=TELEMETRY_ENV + "MAX_BUFFERED", file=False)
+    ] = 10_080  # one week of 60 s intervals
+    idle_power_watts: float | None = Field(default=None, ge=0, le=10_000)
+    busy_power_watts: float | None = Field(default=None, ge=0, le=10_000)
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key must be given together")
+        return self
+
+    def roots(self) -> list[Path]:
+        """Allowed roots of file:// sources: --models-dir always, plus --allowed-root entries."""
+        out = [self.models_dir.resolve()]
+        out += [r.resolve() for r in self.allowed_roots if r.resolve() not in out]
+        return out
+
+    def read_token(self) -> str:
+        """The control API bearer token; a fresh one is written to state_dir/token if none given.
+
+        The generated file is created 0600 in one step (O_CREAT|O_EXCL), never readable by
+        others, not even between its creation and a chmod."""
+        path = self.token_file or self.state_dir / "token"
+        flag = "--token-file" if self.token_file is not None else "--state-dir"
+        if not path.exists():
+            if self.token_file is not None:
+                raise SettingsError(
+                    f"--token-file {path}: the file does not exist (write the control API token "
+                    "into it, or leave --token-file out to have one generated in --state-dir)"
+                )
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(path, secrets.token_urlsafe(32) + "\n")
+        token = _read_text(path, flag=flag, what="the control API token").strip()
+        if not token:
+            raise SettingsError(f"{flag} {path}: the token file is empty (write a token into it)")
+        return token
+
+    def read_data_keys(self) -> frozenset[str] | None:
+        """API keys the data plane accepts (one a line), or None: the data plane is open."""
+        if self.data_api_keys_file is None:
+            return None
+        text = _read_text(
+            self.data_api_keys_file, flag="--data-api-keys-file", what="data-plane API keys"
+        )
+        lines = text.splitlines()
+        keys = frozenset(s.strip() for s in lines if s.strip() and not s.startswith("#"))
+        if not keys:
+            raise SettingsError(
+                f"--data-api-keys-file {self.data_api_keys_file}: the file has no keys "
+                "(one key a line; lines starting with # are comments)"
+            )
+        return keys
+
+    def prepare(self) -> None:
+        """Start-up checks with messages naming the flag, the value and what to do: the state and
+        models directories exist and are writable, the token and key files can be read."""
+        for flag, path in (("--state-dir", self.state_dir), ("--models-dir", self.models_dir)):
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SettingsError(
+                    f"{flag} {path}: cannot create the directory ({reason(exc)}); "
+                    "choose a directory the agent's user may write"
+                ) from None
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise SettingsError(
+                    f"{flag} {path}: the directory is not writable by this user; "
+                    "fix its owner or permissions, or choose another directory"
+                )
+        self.read_token()
+        self.read_data_keys()
+
+
+# ---- the declarations, read back -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """One `serve` flag: its option string, the setting it sets, argparse's other arguments."""
+
+    option: str
+    dest: str
+    kwargs: dict[str, Any]
+
+
+def _opt(name: str) -> Opt:
+    found = [m for m in Settings.model_fields[name].metadata if isinstance(m, Opt)]
+    return found[0] if found else Opt()
+
+
+def _flag_type(annotation: Any) -> Any:
+    """What argparse converts a flag's text with (None: keep the text)."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        annotation = next(a for a in get_args(annotation) if a is not type(None))
+    if get_origin(annotation) is list:
+        (annotation,) = get_args(annotation)
+    return annotation if annotation in (Path, int, float) else None
+
+
+def flags() -> list[Flag]:
+    """Every `serve` flag, in declaration order."""
+    out = []
+    for name, info in Settings.model_fields.items():
+        opt = _opt(name)
+        if opt.help is None:
+            continue
+        kwargs: dict[str, Any] = {"help": opt.help, "default": None}
+        if opt.action is not None:
+            kwargs["action"] = opt.action
+        if (kind := _flag_type(info.annotation)) is not None and opt.action != "store_false":
+            kwargs["type"] = kind
+        out.append(Flag(opt.flag or "--" + name.replace("_", "-"), name, kwargs))
+    return out
+
+
+def environment() -> dict[str, str]:
+    """Setting name -> the environment variable it is read from."""
+    return {n: opt.env for n in Settings.model_fields if (opt := _opt(n)).env is not None}
+
+
+def build(
+    *,
+    file_values: Mapping[str, Any],
+    flag_values: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merge the environment, the config file and the flags (in that order, the last wins; a
+    flag left unset is None and does not count, nor does an empty environment variable)."""
+    env = os.environ if environ is None else environ
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for name, var in environment().items():
+        if env.get(var):
+            merged[to_camel(name)] = env[var]
+            origin[to_camel(name)] = f"environment variable {var}"
+    for key, value in file_values.items():
+        name = _snake(key)
+        if name in Settings.model_fields and not _opt(name).file:
+            raise SettingsError(
+                f"config file key {key}: not read from the file (a secret); set "
+                f"{_opt(name).env} in the agent's environment instead"
+            )
+        camel = to_camel(key) if "_" in key else key
+        merged[camel] = value
+        origin.pop(camel, None)
+    for key, value in flag_values.items():
+        if value is not None and value != []:
+            merged.pop(key, None)
+            merged[to_camel(key)] = value
+            origin.pop(to_camel(key), None)
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as exc:
+        fields = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
+        where = "; ".join(f"{k} is from the {origin[k]}" for k in sorted(fields & set(origin)))
+        raise SettingsError(f"{exc}\n({where})" if where else str(exc)) from exc
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from exc
+
+
+def _snake(key: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
+
+
+def reason(exc: OSError) -> str:
+    """An OSError as words, without its errno prefix (the caller names the path and the flag)."""
+    return (exc.strerror or type(exc).__name__).lower()
+
+
+def _read_text(path: Path, *, flag: str, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = reason(exc) if isinstance(exc, OSError) else "not UTF-8 text"
+        raise SettingsError(
+            f"{flag} {path}: not a readable file ({why}); it should hold {what} as text"
+        ) from None
+
+
+def _create_private(path: Path, text: str) -> None:
+    """Create `path` with mode 0600 from the start; leave it alone if it appeared meanwhile."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse a YAML or JSON config file into a mapping (JSON is YAML, but report JSON errors)."""
+    text = _read_text(path, flag="--config", what="the agent settings (YAML or JSON)")
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise SettingsError(f"config file {path}: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"config file {path} must hold a mapping")
+    return data

@@ -1,0 +1,64 @@
+"""A ready backend of a slot (`Handle`), and weights made ready for one (`Prepared`).
+
+Requests hold a handle from admission to their last byte (`in_flight`); a retired handle
+drains (`drained` is set once its last request ended) and is then stopped by its slot.
+May import: the standard library, contract, backends.process, models.source.
+Called by: slots (slot, gate, swap).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlxfleet_agent import contract
+from mlxfleet_agent.backends import process
+from mlxfleet_agent.models import source
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Weights on disk for `spec`, pinned for `label` (the backend's label) until released,
+    and what they need in memory."""
+
+    spec: contract.SlotSpec
+    source: source.Source
+    model_dir: Path
+    estimate: int
+    label: str
+
+
+@dataclass(eq=False)
+class Handle:
+    """A ready backend and the requests that hold it. Retired handles drain, then stop."""
+
+    backend: process.Backend
+    spec: contract.SlotSpec
+    source: source.Source
+    model_dir: Path
+    estimate: int
+    in_flight: int = 0
+    retired: bool = False
+    drained: asyncio.Event = field(default_factory=asyncio.Event)
+    watcher: asyncio.Task[None] | None = None
+    fingerprint: str | None = None  # the backend's system_fingerprint (from its warm-up)
+
+    @property
+    def pinned(self) -> str:
+        """The `model` value sent to the backend: its own --model path (never loads another)."""
+        return str(self.model_dir)
+
+    @property
+    def port(self) -> int:
+        return self.backend.port
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        if self.retired and self.in_flight <= 0:
+            self.drained.set()
+
+    def retire(self) -> None:
+        self.retired = True
+        if self.in_flight <= 0:
+            self.drained.set()

@@ -1,0 +1,142 @@
+"""Prometheus exposition of the agent's telemetry on its own registry (never the global one).
+
+Names follow Prometheus conventions (`mlxfleet_agent_*`, `_total` counters, `_seconds` and
+`_bytes` units). Labels are slot, model and small enums only: no request text, ever.
+`AgentMetrics.exposition()` is what the control API serves at `/metrics`.
+May import: prometheus_client, the standard library, contract. Called by: telemetry.recorder,
+telemetry.shipper, controlapi (the /metrics route).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import prometheus_client
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from mlxfleet_agent import contract
+
+NAMESPACE = "mlxfleet_agent"
+CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
+PRESSURE_LEVELS = ("normal", "warn", "critical")
+
+
+class _HostCollector(Collector):
+    """Host gauges read at scrape time from a callable (memory, pressure, uptime, power)."""
+
+    def __init__(self, read: Callable[[], dict[str, Any]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        host = self._read()
+        for key, help_text in (
+            ("memory_total_bytes", "Unified memory of the node."),
+            ("memory_used_bytes", "Memory in use on the node."),
+            ("memory_available_bytes", "Memory available to new allocations."),
+            ("uptime_seconds", "Seconds since the agent started."),
+        ):
+            if host.get(key) is not None:
+                yield GaugeMetricFamily(f"{NAMESPACE}_{key}", help_text, value=float(host[key]))
+        pressure = GaugeMetricFamily(
+            f"{NAMESPACE}_memory_pressure",
+            "1 for the node's current memory pressure level, 0 for the others.",
+            labels=["level"],
+        )
+        for level in PRESSURE_LEVELS:
+            pressure.add_metric([level], 1.0 if host.get("pressure") == level else 0.0)
+        yield pressure
+        if host.get("power_watts") is not None:
+            power = GaugeMetricFamily(
+                f"{NAMESPACE}_power_watts",
+                "Package power: measured (powermetrics) or estimated from nominal idle/busy watts.",
+                labels=["source"],
+            )
+            power.add_metric([str(host.get("power_source", "estimated"))], host["power_watts"])
+            yield power
+
+
+class AgentMetrics:
+    """All agent metric families, registered on a private `CollectorRegistry`."""
+
+    def __init__(self) -> None:
+        self.registry = prometheus_client.CollectorRegistry(auto_describe=True)
+        r = self.registry
+        sm = ["slot", "model"]
+        self.requests = prometheus_client.Counter(
+            f"{NAMESPACE}_requests_total",
+            "Finished data-plane requests.",
+            [*sm, "endpoint", "stream", "outcome"],
+            registry=r,
+        )
+        self.errors = prometheus_client.Counter(
+            f"{NAMESPACE}_request_errors_total",
+            "Failed requests by kind.",
+            [*sm, "kind"],
+            registry=r,
+        )
+        self.prompt_tokens = prometheus_client.Counter(
+            f"{NAMESPACE}_prompt_tokens_total", "Prompt (input) tokens served.", sm, registry=r
+        )
+        self.completion_tokens = prometheus_client.Counter(
+            f"{NAMESPACE}_completion_tokens_total",
+            "Completion (output) tokens served.",
+            sm,
+            registry=r,
+        )
+        lat = contract.LATENCY_BUCKETS_S
+        self.ttft = prometheus_client.Histogram(
+            f"{NAMESPACE}_time_to_first_token_seconds",
+            "Time to the first token (streams) or to the whole answer.",
+            sm,
+            buckets=lat,
+            registry=r,
+        )
+        self.tpot = prometheus_client.Histogram(
+            f"{NAMESPACE}_time_per_output_token_seconds",
+            "Decode time per output token after the first.",
+            sm,
+            buckets=contract.TOKEN_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.e2e = prometheus_client.Histogram(
+            f"{NAMESPACE}_request_duration_seconds",
+            "End-to-end request latency at the agent.",
+            sm,
+            buckets=lat,
+            registry=r,
+        )
+        self.queue_wait = prometheus_client.Histogram(
+            f"{NAMESPACE}_queue_wait_seconds",
+            "Time a request waited for its slot (swaps in hold mode).",
+            sm,
+            buckets=lat,
+            registry=r,
+        )
+        self.in_flight = prometheus_client.Gauge(
+            f"{NAMESPACE}_in_flight_requests", "Requests in flight per slot.", ["slot"], registry=r
+        )
+        self.swaps = prometheus_client.Counter(
+            f"{NAMESPACE}_swaps_total",
+            "Finished swaps by outcome.",
+            ["slot", "outcome"],
+            registry=r,
+        )
+        self.intervals = prometheus_client.Counter(
+            f"{NAMESPACE}_telemetry_intervals_total",
+            "Telemetry intervals by what happened to them.",
+            ["result"],  # closed | uploaded | upload_failed | dropped
+            registry=r,
+        )
+        self.buffered = prometheus_client.Gauge(
+            f"{NAMESPACE}_telemetry_buffered_intervals",
+            "Closed intervals waiting on disk for the object store.",
+            registry=r,
+        )
+
+    def add_host_collector(self, read: Callable[[], dict[str, Any]]) -> None:
+        self.registry.register(_HostCollector(read))
+
+    def exposition(self) -> bytes:
+        return bytes(prometheus_client.generate_latest(self.registry))

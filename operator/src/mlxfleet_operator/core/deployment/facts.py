@@ -1,0 +1,123 @@
+"""What a ModelDeployment's decisions know about the world, as typed facts: each InferenceNode
+with its agent's last answer (`NodeFacts`), and what an agent answered when asked for a slot
+(`Outcome`) or to fetch and size a model (`Prefetch`). Agent answers are classified by their
+HTTP status and the field their error body names, never by their text.
+
+May import: the standard library, `api`, the agent `contract`. Called by: the other
+`core.deployment` modules, `core.nodes` (the node's budget), and the adapters that turn agent
+answers into `Outcome`s and `Prefetch`es.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from mlxfleet_agent import contract
+from mlxfleet_operator.api import conditions as cond
+from mlxfleet_operator.api import inferencenode as inode
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """One InferenceNode as the operator knows it: the object, and the agent's last answer."""
+
+    node: inode.InferenceNode
+    state: contract.AgentState | None
+    endpoint: str | None  # the agent's data-plane base URL
+
+    @property
+    def name(self) -> str:
+        return self.node.metadata.name or ""
+
+    @property
+    def ready(self) -> bool:
+        return cond.is_true(self.node.status.conditions, cond.ConditionType.READY)
+
+    @property
+    def not_ready_since(self) -> datetime | None:
+        found = cond.find(self.node.status.conditions, cond.ConditionType.READY)
+        if found is None or found.status is cond.ConditionStatus.TRUE:
+            return None
+        return found.last_transition_time
+
+    def slot(self, name: str) -> contract.SlotStatus | None:
+        if self.state is None:
+            return None
+        return next((s for s in self.state.slots if s.name == name), None)
+
+
+def budget(fact: NodeFacts) -> int:
+    """What placement may fill on the node: the agent's own budget (`memory.budgetBytes` of its
+    last answer; before the first answer after a restart, what status last said). The agent
+    admits slots against that number (507 above it), so it is the only one: placement never
+    promises what the agent would refuse. Set it on the Mac (agent `memory_budget`)."""
+    if fact.state is not None:
+        return fact.state.memory.budget_bytes
+    mem = fact.node.status.memory
+    return (mem.allocatable_bytes or 0) if mem is not None else 0
+
+
+def used_by_others(fact: NodeFacts, slot: str) -> int:
+    if fact.state is None:
+        return 0
+    return sum(s.estimated_memory_bytes or 0 for s in fact.state.slots if s.name != slot)
+
+
+def unpolled(facts: list[NodeFacts]) -> list[str]:
+    """Ready nodes this operator has not heard from yet (after a restart: wait, never guess)."""
+    return [f.name for f in facts if f.ready and f.state is None]
+
+
+# Agent answers that no retry can change (a person must edit the spec): malformed (400),
+# outside the allowed roots (403), no such model (404), taken or being deleted (409), invalid
+# field (422). Everything else (507: no room now; 502/503: the source could not be fetched now;
+# no answer at all) is worth retrying.
+PERMANENT_STATUSES = frozenset({400, 403, 404, 409, 422})
+SOURCE_FIELDS = frozenset({"source", "revision"})
+
+
+def refusal_is_permanent(status: int | None) -> bool:
+    """An agent answer (HTTP status; None: no answer) that retrying cannot change."""
+    return status in PERMANENT_STATUSES
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened when the operator asked one node's agent for (or to drop) a slot."""
+
+    node: str
+    error: str | None = None
+    status: int | None = None  # the agent's HTTP status, if it answered with an error
+    field: str | None = None  # the field its error body names
+    unreachable: bool = False  # no answer, or one saying "not now" (5xx other than 507)
+
+    @property
+    def refused(self) -> bool:
+        """The request cannot work as is (bad source, invalid field, name taken, ...)."""
+        return refusal_is_permanent(self.status)
+
+    @property
+    def no_fit(self) -> bool:
+        """507: the agent's own memory check refused it (busy node)."""
+        return self.status == 507
+
+    @property
+    def source_problem(self) -> bool:
+        """The refusal is about the model source (else another field of the spec)."""
+        return self.field in SOURCE_FIELDS or self.status in (403, 404)
+
+
+@dataclass(frozen=True)
+class Prefetch:
+    """One agent's answer to "fetch and size this model": the cached model, or why not."""
+
+    node: str
+    cached: contract.CachedModel | None = None
+    error: str | None = None
+    status: int | None = None  # the agent's HTTP status, if it answered with an error
+
+    @property
+    def settled(self) -> bool:
+        """No other node needs asking: the model was fetched, or it cannot exist as given."""
+        return self.error is None or refusal_is_permanent(self.status)

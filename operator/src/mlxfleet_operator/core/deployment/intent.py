@@ -1,0 +1,72 @@
+"""What one ModelDeployment reconcile sets out to do, decided in one pure step once the model's
+size is known: where the replicas go, what each serves, the SwapPlan to create for a model change,
+the slot PUTs and DELETEs to send, which dropped replicas hand over first, and the Event a move
+posts. The handler performs it (create, PUT, DELETE), then judges the status from the answers.
+
+May import: the standard library, `api`, `core.events`, `core.naming`, `core.placement`, `facts`,
+`placing`, `plan`, `slots`. Called by: the ModelDeployment handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api import swapplan as swp
+from mlxfleet_operator.api.modelref import ModelRef
+from mlxfleet_operator.core import events, naming, placement
+from mlxfleet_operator.core.deployment import facts as f
+from mlxfleet_operator.core.deployment import placing, slots
+from mlxfleet_operator.core.deployment import plan as plans
+
+
+@dataclass(frozen=True)
+class Intent:
+    decision: placement.Decision
+    desired: dict[str, ModelRef]  # what each chosen node should serve
+    plan: plans.PlanInfo | None  # the plan governing the replicas (after `create`, if any)
+    create: swp.SwapPlan | None  # a SwapPlan to create for the spec's model change
+    handover: slots.Handover
+    puts: tuple[slots.SlotRequest, ...]
+    deletes: tuple[str, ...]  # nodes whose slot goes (no replica there, not held)
+    rescheduled: events.Event | None  # replicas start moving to other nodes
+
+
+def intent(
+    md: mdep.ModelDeployment,
+    facts: Sequence[f.NodeFacts],
+    *,
+    plan: plans.PlanInfo | None,
+    footprint_bytes: int,
+    now: datetime,
+    failover_delay: timedelta,
+) -> Intent:
+    slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
+    decision = placing.place(
+        md,
+        facts,
+        footprint_bytes=footprint_bytes,
+        now=now,
+        failover_delay=failover_delay,
+        moves=plan.moves if plan is not None else None,
+    )
+    desired = slots.desired_models(md, decision, plan)
+    create = None
+    if plans.plan_due(md, desired, decision, plan):
+        create = plans.new_plan(md, decision)
+        plan = plans.created(md, create)
+    by_name = {fact.name: fact for fact in facts}
+    handover = slots.handover(md, decision, by_name, slot=slot)
+    held = slots.held(handover, plan)
+    return Intent(
+        decision=decision,
+        desired=desired,
+        plan=plan,
+        create=create,
+        handover=handover,
+        puts=slots.requests(md, decision, plan, desired, by_name, slot=slot),
+        deletes=slots.slots_to_delete(facts, decision, slot=slot, held=held),
+        rescheduled=placing.rescheduled(md, decision),
+    )

@@ -1,0 +1,96 @@
+"""A ModelDeployment's placement inputs and decision: each node as placement sees it, the
+deployment's request, where its replicas are now (a SwapPlan's moves applied), and the nodes
+that may fetch and size a model nobody knows yet.
+
+May import: the standard library, `api`, `core.naming`, `core.placement`, `core.events`, `facts`.
+Called by: the ModelDeployment handler (`place`, `sizing_nodes`, `rescheduled`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+
+from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api.modelref import ModelRef
+from mlxfleet_operator.core import events, naming, placement
+from mlxfleet_operator.core.deployment import facts as f
+
+
+def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
+    cached = frozenset(
+        ModelRef.of(c) for c in (fact.state.cached_models if fact.state is not None else ())
+    )
+    return placement.NodeView(
+        name=fact.name,
+        labels=dict(fact.node.metadata.labels),
+        unschedulable=fact.node.spec.unschedulable,
+        ready=fact.ready and fact.state is not None,
+        not_ready_since=fact.not_ready_since,
+        budget_bytes=f.budget(fact),
+        used_bytes=f.used_by_others(fact, slot),
+        cached=cached,
+    )
+
+
+def request(md: mdep.ModelDeployment, footprint_bytes: int) -> placement.Request:
+    nodes = md.spec.placement.nodes
+    return placement.Request(
+        replicas=md.spec.replicas,
+        footprint_bytes=footprint_bytes,
+        model=md.model_ref(),
+        strategy=placement.Strategy(md.spec.placement.strategy.value),
+        node_selector=dict(md.spec.placement.node_selector),
+        nodes=tuple(nodes) if nodes is not None else None,
+    )
+
+
+def current_nodes(md: mdep.ModelDeployment, moves: Mapping[str, str]) -> list[str]:
+    """Where the replicas are, for placement's stability: the status's placements with a
+    SwapPlan's moves applied (the replica belongs on the new node), then the nodes moved from
+    (still placed: dropped unless a replica is missing, and held until the new one serves),
+    then replicas already on their way out."""
+    going = mdep.PlacementPhase.REMOVING
+    carrying = [p.node for p in md.status.placements if p.phase != going]
+    moved = [moves.get(n, n) for n in carrying]
+    left = [n for n in carrying if n in moves]
+    removing = [p.node for p in md.status.placements if p.phase == going]
+    return list(dict.fromkeys([*moved, *left, *removing]))
+
+
+def place(
+    md: mdep.ModelDeployment,
+    facts: Sequence[f.NodeFacts],
+    *,
+    footprint_bytes: int,
+    now: datetime,
+    failover_delay: timedelta,
+    moves: Mapping[str, str] | None = None,
+) -> placement.Decision:
+    slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
+    current = current_nodes(md, moves or {})
+    views = [node_view(fact, slot=slot) for fact in facts]
+    return placement.place(
+        request(md, footprint_bytes), views, current, now=now, failover_delay=failover_delay
+    )
+
+
+def sizing_nodes(
+    md: mdep.ModelDeployment, facts: Sequence[f.NodeFacts], *, now: datetime
+) -> tuple[tuple[str, ...], placement.Decision]:
+    """Before the size is known: nodes that pass every filter but memory, best first (one of
+    them fetches and sizes the model), and the decision (`fits_nowhere`: nothing matches)."""
+    decision = place(md, facts, footprint_bytes=0, now=now, failover_delay=timedelta(0))
+    spare = tuple(r.node for r in decision.rejections if r.reason == placement.Reason.NOT_NEEDED)
+    return (*decision.nodes, *spare), decision
+
+
+def rescheduled(md: mdep.ModelDeployment, decision: placement.Decision) -> events.Event | None:
+    """Replicas that move off their nodes now (dropped, not already on their way out) to the
+    nodes just added: the Event to post once, when the move starts (None: nothing moves)."""
+    removing = {p.node for p in md.status.placements if p.phase == mdep.PlacementPhase.REMOVING}
+    moved = [n for n in decision.dropped if n not in removing]
+    if not moved or not decision.added:
+        return None
+    text = f"replicas moved from {', '.join(moved)} to {', '.join(decision.added)}"
+    return events.Event(reason="Rescheduled", message=text)

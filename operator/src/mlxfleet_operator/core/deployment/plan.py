@@ -1,0 +1,151 @@
+"""A ModelDeployment and its SwapPlans: the plan that governs its replicas now (what it changed,
+moved and is bringing up), whether a new plan is due, and the plan to create.
+
+A model change of kept replicas is never written by the deployment's reconcile: it hands the
+change to a SwapPlan (one node at a time, zero-drop, rolled back on failure), and follows it.
+May import: the standard library, `api`, `core.events`, `core.naming`, `core.placement`,
+`core.swapplan.effects`. Called by: the ModelDeployment handler and the other
+`core.deployment` modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from mlxfleet_operator.api import base, resources
+from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api import swapplan as swp
+from mlxfleet_operator.api.modelref import ModelRef
+from mlxfleet_operator.core import events, naming, placement
+from mlxfleet_operator.core.swapplan import effects
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    """The SwapPlan named in the deployment's status, as far as the deployment cares."""
+
+    name: str
+    target: ModelRef
+    phase: swp.SwapPhase | None
+    paused: bool
+    # nodes whose model the plan's steps changed (or reverted), and what each now serves
+    serving: Mapping[str, ModelRef] = field(default_factory=dict)
+    moves: Mapping[str, str] = field(default_factory=dict)  # replica from node -> to node
+    holds: frozenset[str] = frozenset()  # nodes where the plan is bringing up a replica
+    message: str | None = None
+    created: str | None = None  # creationTimestamp (ISO), to order plans
+    started: bool = False  # a step ran (a plan refused up front changed nothing)
+
+    @property
+    def active(self) -> bool:
+        return self.phase is None or not self.phase.terminal
+
+    @property
+    def failed_after_start(self) -> bool:
+        """It ended without reaching its target, after a step changed something."""
+        ended = self.phase in (swp.SwapPhase.ROLLED_BACK, swp.SwapPhase.FAILED)
+        return ended and self.started
+
+    @classmethod
+    def from_plan(cls, plan: swp.SwapPlan) -> PlanInfo:
+        target = ModelRef.of(plan.spec.target)
+        # the failed step first (the cause), then a revert that failed too
+        failed = sorted(
+            (
+                s
+                for s in plan.status.steps
+                if s.phase in (swp.StepPhase.ROLLED_BACK, swp.StepPhase.FAILED)
+            ),
+            key=lambda s: s.phase != swp.StepPhase.ROLLED_BACK,
+        )
+        message = None
+        if failed:
+            whys = "; ".join(f"step on {s.node}: {s.message or s.phase}" for s in failed)
+            message = f"SwapPlan {plan.metadata.name} {whys}"
+        return cls(
+            name=plan.metadata.name or "",
+            target=target,
+            phase=plan.status.phase,
+            paused=plan.spec.paused,
+            serving=effects.serving(plan.status.steps, target),
+            moves=effects.moves(plan.status.steps),
+            holds=effects.moving_to(plan.status.steps),
+            message=message,
+            created=ts.isoformat() if (ts := plan.metadata.creation_timestamp) else None,
+            started=any(s.started_at is not None for s in plan.status.steps),
+        )
+
+
+def governing(plans: Sequence[swp.SwapPlan], *, named: str | None) -> PlanInfo | None:
+    """The SwapPlan that governs a deployment's replicas: a running one (the one in
+    status.swapPlan first, else the oldest, e.g. written by a person), else the one named in
+    status (finished: its completed steps say which replicas already moved)."""
+    infos = sorted(
+        (PlanInfo.from_plan(p) for p in plans),
+        key=lambda i: (i.name != named, i.created or "", i.name),
+    )
+    active = [i for i in infos if i.active]
+    if active:
+        return active[0]
+    return next((i for i in infos if i.name == named), None)
+
+
+def plan_due(
+    md: mdep.ModelDeployment,
+    desired: Mapping[str, ModelRef],
+    decision: placement.Decision,
+    plan: PlanInfo | None,
+) -> bool:
+    """A kept replica serves another model than the spec's, and no plan covers that change."""
+    target = md.model_ref()
+    if not any(desired[n] != target for n in decision.kept):
+        return False
+    return plan is None or (not plan.active and plan.target != target)
+
+
+def new_plan(md: mdep.ModelDeployment, decision: placement.Decision) -> swp.SwapPlan:
+    """The SwapPlan for the spec's model change (deterministic name: a repeat finds it)."""
+    model = md.model_ref()
+    generation = md.metadata.generation or 0
+    name = naming.swap_plan_name(md.metadata.name or "", model, generation=generation)
+    return swp.SwapPlan(
+        metadata=base.ObjectMeta(
+            name=name,
+            namespace=md.metadata.namespace,
+            labels=naming.deployment_labels(md.metadata.name or ""),
+            annotations={resources.DEPLOYMENT_ANNOTATION: md.metadata.name or ""},
+            owner_references=[
+                base.OwnerReference(
+                    api_version=resources.API_VERSION,
+                    kind=resources.MODEL_DEPLOYMENT.kind,
+                    name=md.metadata.name or "",
+                    uid=md.metadata.uid or "",
+                    controller=True,
+                )
+            ],
+        ),
+        spec=swp.SwapPlanSpec(
+            deployment_ref=swp.DeploymentRef(name=md.metadata.name or ""),
+            target=swp.SwapTarget(source=model.source, revision=model.revision),
+            nodes=sorted(decision.kept),
+            paused=md.spec.swap.approval == mdep.SwapApproval.MANUAL,
+        ),
+    )
+
+
+def created(md: mdep.ModelDeployment, plan: swp.SwapPlan) -> PlanInfo:
+    """The deployment's view of a plan it creates now (or found made before)."""
+    return PlanInfo(
+        name=plan.metadata.name or "",
+        target=md.model_ref(),
+        phase=None,
+        paused=plan.spec.paused,
+    )
+
+
+def created_event(plan: swp.SwapPlan) -> events.Event:
+    """The Event on the deployment when it created `plan`."""
+    replicas = len(plan.spec.nodes or ())
+    text = f"SwapPlan {plan.metadata.name}: {replicas} replicas to {plan.spec.target.source}"
+    return events.Event(reason="SwapPlanCreated", message=text)

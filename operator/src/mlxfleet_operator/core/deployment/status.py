@@ -1,0 +1,268 @@
+"""ModelDeployment status (pure): placements as the agents report them, the kstatus verdict
+(Ready / Reconciling / Stalled and the reason), and the whole status object.
+
+Every reason is decided from typed facts (node readiness, slot phases, the agents' HTTP
+statuses, the plan's phase), never from the text of a message written earlier.
+May import: the standard library, `api`, the agent `contract`, `core.conditions`,
+`core.naming`, `core.placement`, `facts`, `plan`, `slots`.
+Called by: the ModelDeployment handler after placement and the slot requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from mlxfleet_agent import contract
+from mlxfleet_operator.api import conditions as cond
+from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api import swapplan as swp
+from mlxfleet_operator.api.modelref import ModelRef
+from mlxfleet_operator.core import conditions, naming, placement
+from mlxfleet_operator.core.deployment import facts as f
+from mlxfleet_operator.core.deployment import slots
+from mlxfleet_operator.core.deployment.plan import PlanInfo
+
+_PHASES = {
+    contract.SlotPhase.PENDING: mdep.PlacementPhase.PENDING,
+    contract.SlotPhase.DOWNLOADING: mdep.PlacementPhase.LOADING,
+    contract.SlotPhase.LOADING: mdep.PlacementPhase.LOADING,
+    contract.SlotPhase.WARMING: mdep.PlacementPhase.LOADING,
+    contract.SlotPhase.READY: mdep.PlacementPhase.READY,
+    contract.SlotPhase.SWAPPING: mdep.PlacementPhase.SWAPPING,
+    contract.SlotPhase.FAILED: mdep.PlacementPhase.FAILED,
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    status: mdep.ModelDeploymentStatus
+    verdict: conditions.Verdict
+    endpoints: tuple[tuple[str, str, bool], ...] = field(default=())  # (node, data URL, ready)
+
+
+def lost_nodes(facts: Mapping[str, f.NodeFacts], nodes: Iterable[str]) -> tuple[str, ...]:
+    """Of `nodes`, those whose InferenceNode is known and not Ready (their replicas are lost
+    until the node returns or failover moves them)."""
+    return tuple(n for n in nodes if (fact := facts.get(n)) is not None and not fact.ready)
+
+
+def placements(
+    facts: Mapping[str, f.NodeFacts],
+    desired: Mapping[str, ModelRef],
+    outcomes: Mapping[str, f.Outcome],
+    *,
+    slot: str,
+    plan: PlanInfo | None = None,
+) -> list[mdep.PlacementStatus]:
+    """One entry per chosen node: `source`/`revision` is what the replica should serve, `ready`
+    says it does (slot ready and serving that model), `phase` is the agent's slot phase."""
+    out = []
+    for node, model in desired.items():
+        source, revision = model.source, model.revision
+        fact = facts.get(node)
+        observed = fact.slot(slot) if fact is not None else None
+        ready = slots.serves(fact, slot, model, plan)
+        phase = _PHASES[observed.phase] if observed is not None else mdep.PlacementPhase.PENDING
+        message = outcomes[node].error if node in outcomes and outcomes[node].error else None
+        if message is None and observed is not None and not observed.ready:
+            message = observed.last_error
+        if message is None and observed is not None and observed.ready and not ready:
+            message = f"serving {observed.source}, converging to {source}"
+        if fact is not None and not fact.ready:
+            message = f"node {node} is not Ready"
+        out.append(
+            mdep.PlacementStatus(
+                node=node,
+                phase=phase,
+                ready=ready,
+                source=source,
+                revision=revision,
+                endpoint=fact.endpoint if fact is not None else None,
+                message=message,
+            )
+        )
+    return out
+
+
+def removing(
+    md: mdep.ModelDeployment,
+    handover: slots.Handover,
+    decision: placement.Decision,
+    facts: Mapping[str, f.NodeFacts],
+) -> list[mdep.PlacementStatus]:
+    """Replicas on their way out (after the kept and new ones, so placement keeps those first)."""
+    before = {p.node: p for p in md.status.placements}
+    replacing = ", ".join(decision.added) or "the remaining replicas"
+    out = []
+    for node in handover.held:
+        prev = before.get(node)
+        fact = facts.get(node)
+        leaving = node in handover.leaving
+        out.append(
+            mdep.PlacementStatus(
+                node=node,
+                phase=mdep.PlacementPhase.REMOVING,
+                ready=leaving,
+                source=prev.source if prev is not None else None,
+                revision=prev.revision if prev is not None else None,
+                endpoint=fact.endpoint if fact is not None else None,
+                message=f"serving until {replacing} serve"
+                if leaving
+                else "out of the endpoints; its slot is removed next",
+            )
+        )
+    return out
+
+
+def awaiting_approval(plan: PlanInfo) -> bool:
+    """The plan is paused with no step running (before its first step or between two)."""
+    return plan.paused and plan.phase in (None, swp.SwapPhase.PENDING, swp.SwapPhase.PAUSED)
+
+
+def verdict(
+    md: mdep.ModelDeployment,
+    decision: placement.Decision,
+    placed: Sequence[mdep.PlacementStatus],
+    outcomes: Mapping[str, f.Outcome],
+    plan: PlanInfo | None,
+    *,
+    lost: Sequence[str] = (),
+    conflict: str | None = None,
+) -> conditions.Verdict:
+    """The deployment's summary. `lost`: placed nodes whose InferenceNode is not Ready."""
+    R = cond.Reason
+    want = md.spec.replicas
+    ready = sum(1 for p in placed if p.ready)
+    if conflict is not None:
+        return conditions.Verdict(False, R.SERVICE_CONFLICT, conflict, stalled=True)
+    if decision.fits_nowhere:
+        too_small = any(r.reason == placement.Reason.TOO_SMALL for r in decision.rejections)
+        reason = R.INSUFFICIENT_MEMORY if too_small else R.NO_MATCHING_NODES
+        return conditions.Verdict(False, reason, decision.rejection_summary(), stalled=True)
+    refused = [o for o in outcomes.values() if o.refused]
+    if refused and len(refused) >= len(decision.added or decision.nodes):
+        text = "; ".join(f"{o.node}: {o.error}" for o in refused)
+        reason = R.SOURCE_INVALID if any(o.source_problem for o in refused) else R.SPEC_REJECTED
+        return conditions.Verdict(False, reason, text, stalled=True)
+    if want == 0:
+        return conditions.Verdict(True, R.SCALED_TO_ZERO, "spec.replicas is 0")
+    if plan is not None and plan.active and awaiting_approval(plan):
+        # Nothing runs until a person approves: serving what it serves now is all the spec allows,
+        # so kstatus says Current and Argo CD Healthy and no GitOps sync waits on the approval.
+        text = (
+            f"SwapPlan {plan.name} to {plan.target.source} awaits approval (set its spec.paused to "
+            f"false); {ready}/{want} replicas ready"
+        )
+        return conditions.Verdict(
+            ready >= want, R.AWAITING_APPROVAL, text, reconciling=ready < want
+        )
+    if plan is not None and plan.active:
+        reason = R.AWAITING_APPROVAL if plan.paused else R.SWAP_IN_PROGRESS
+        text = f"SwapPlan {plan.name} to {plan.target.source}: {plan.phase or 'Pending'}"
+        return conditions.Verdict(False, reason, text, reconciling=True)
+    if plan is not None and plan.failed_after_start and plan.target == md.model_ref():
+        why = plan.message or f"SwapPlan {plan.name} failed"
+        text = f"{why}; still serving the previous model"
+        return conditions.Verdict(False, R.ROLLED_BACK, text, stalled=True)
+    if ready >= want:
+        return conditions.Verdict(True, R.READY, f"{ready}/{want} replicas ready")
+    if decision.missing:
+        text = f"{ready}/{want} ready, {decision.missing} unplaced: {decision.rejection_summary()}"
+        return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, reconciling=True)
+    no_fit = [o for o in outcomes.values() if o.no_fit]
+    if no_fit:
+        text = "; ".join(f"{o.node}: {o.error}" for o in no_fit)
+        return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, reconciling=True)
+    if lost:
+        return conditions.Verdict(
+            False, R.NODE_LOST, f"{ready}/{want} ready; lost: {', '.join(lost)}", reconciling=True
+        )
+    failed = [p for p in placed if p.phase == mdep.PlacementPhase.FAILED]
+    if failed:
+        text = "; ".join(f"{p.node}: {p.message or 'backend failed'}" for p in failed)
+        return conditions.Verdict(False, R.BACKEND_FAILED, text, reconciling=True)
+    reason = R.PARTIALLY_READY if ready else R.LOADING
+    return conditions.Verdict(False, reason, f"{ready}/{want} replicas ready", reconciling=True)
+
+
+def status(
+    md: mdep.ModelDeployment,
+    *,
+    decision: placement.Decision,
+    facts: Mapping[str, f.NodeFacts],
+    desired: Mapping[str, ModelRef],
+    outcomes: Mapping[str, f.Outcome],
+    plan: PlanInfo | None,
+    footprint_bytes: int | None,
+    endpoint: str,
+    now: datetime,
+    handover: slots.Handover | None = None,
+    conflict: str | None = None,
+) -> Result:
+    """The whole status; `conflict`: why the Service cannot be published (then the status
+    names no endpoint: that address is someone else's)."""
+    slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
+    placed = placements(facts, desired, outcomes, slot=slot, plan=plan)
+    gone = lost_nodes(facts, desired)
+    judged = verdict(md, decision, placed, outcomes, plan, lost=gone, conflict=conflict)
+    going = removing(md, handover, decision, facts) if handover is not None else []
+    new = mdep.ModelDeploymentStatus(
+        observed_generation=md.metadata.generation,
+        conditions=conditions.apply_verdict(
+            md.status.conditions, judged, generation=md.metadata.generation, now=now
+        ),
+        served_name=md.served_name(),
+        replicas=len(placed),
+        ready_replicas=sum(1 for p in placed if p.ready),
+        placements=[*placed, *going],
+        swap_plan=plan.name if plan is not None else md.status.swap_plan,
+        estimated_memory_bytes=footprint_bytes,
+        endpoint=endpoint if conflict is None else None,
+        selector=naming.deployment_selector(md.metadata.name or ""),
+    )
+    eps = tuple((p.node, p.endpoint, p.ready) for p in [*placed, *going] if p.endpoint)
+    return Result(status=new, verdict=judged, endpoints=eps)
+
+
+def invalid_status(
+    current: mdep.ModelDeploymentStatus, message: str, *, generation: int | None, now: datetime
+) -> mdep.ModelDeploymentStatus:
+    """Status of a deployment the API server admitted but the operator's model refuses (a bound
+    the CRD cannot express, such as the depth of a free-form object): Stalled, nothing done."""
+    judged = conditions.Verdict(False, cond.Reason.INVALID_SPEC, message, stalled=True)
+    return current.model_copy(
+        update={
+            "observed_generation": generation,
+            "conditions": conditions.apply_verdict(
+                current.conditions, judged, generation=generation, now=now
+            ),
+        }
+    )
+
+
+def unplaced_status(
+    md: mdep.ModelDeployment, judged: conditions.Verdict, *, now: datetime, endpoint: str | None
+) -> mdep.ModelDeploymentStatus:
+    """Status when placement could not even run (size unknown, source refused): keep what runs."""
+    return md.status.model_copy(
+        update={
+            "observed_generation": md.metadata.generation,
+            "conditions": conditions.apply_verdict(
+                md.status.conditions, judged, generation=md.metadata.generation, now=now
+            ),
+            "served_name": md.served_name(),
+            "endpoint": endpoint,
+            "selector": naming.deployment_selector(md.metadata.name or ""),
+        }
+    )
+
+
+def slot_conflict_status(
+    md: mdep.ModelDeployment, conflict: str, *, now: datetime
+) -> mdep.ModelDeploymentStatus:
+    """Another deployment had the agent slot name first: Stalled, nothing sent to agents, and
+    no endpoint (nothing is published for a slot that is not this deployment's)."""
+    judged = conditions.Verdict(False, cond.Reason.SLOT_NAME_CONFLICT, conflict, stalled=True)
+    return unplaced_status(md, judged, now=now, endpoint=None)

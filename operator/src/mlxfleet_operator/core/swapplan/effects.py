@@ -1,0 +1,60 @@
+"""What a SwapPlan's steps leave each node serving: the models they changed (or reverted), the
+replicas they moved, and the nodes where a move is bringing a replica up.
+
+May import: the standard library, `api`, `state`, `steps`. Called by: `core.deployment.plan`
+(a deployment's replicas follow the plan that governs them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mlxfleet_operator.api import swapplan as swp
+from mlxfleet_operator.api.modelref import ModelRef
+from mlxfleet_operator.core.swapplan import state as st
+from mlxfleet_operator.core.swapplan import steps as plan_steps
+
+StepPhase = swp.StepPhase
+_LEFT_ON_TARGET = (StepPhase.COMPLETED, StepPhase.FAILED)
+_GOING_BACK = (StepPhase.REVERTING, StepPhase.REVERTED)
+
+
+def serving(steps: Sequence[swp.SwapStep], target: ModelRef) -> dict[str, ModelRef]:
+    """What each node that a plan's step changed (or tried to change) is left serving: the
+    target after a completed step (or a revert that failed), the previous model once reverted."""
+    out: dict[str, ModelRef] = {}
+    for step in steps:
+        before = plan_steps.previous(step)
+        if step.replaces is not None:
+            if step.phase in st.RUNNING or step.phase in _LEFT_ON_TARGET:
+                out[step.node] = target
+            elif step.phase in _GOING_BACK and before is not None and before.source:
+                out[step.replaces] = before
+            continue
+        revert_failed = step.phase == StepPhase.FAILED and step.revert is not None
+        if plan_steps.changed(step) or revert_failed:
+            out[step.node] = target
+        elif step.phase in _GOING_BACK and before is not None and before.source:
+            out[step.node] = before
+    return out
+
+
+def moves(steps: Sequence[swp.SwapStep]) -> dict[str, str]:
+    """Replicas a plan's move steps relocate (from node -> to node): while a move runs or after
+    it completed, its replica belongs on the step's node; once reverted, back where it was."""
+    out: dict[str, str] = {}
+    for step in steps:
+        if step.replaces is None:
+            continue
+        if step.phase in st.RUNNING or step.phase in _LEFT_ON_TARGET:
+            out[step.replaces] = step.node
+        elif step.phase in _GOING_BACK:
+            out[step.node] = step.replaces
+    return out
+
+
+def moving_to(steps: Sequence[swp.SwapStep]) -> frozenset[str]:
+    """Nodes where a running move (or its revert) brings up a replica: never delete that slot."""
+    out = {s.node for s in steps if s.replaces is not None and s.phase in st.RUNNING}
+    out |= {s.replaces for s in steps if s.replaces is not None and s.phase == StepPhase.REVERTING}
+    return frozenset(out)

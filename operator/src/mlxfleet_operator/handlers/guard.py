@@ -1,0 +1,65 @@
+"""The one guard every resource handler runs in: one run at a time per object, adapter errors
+mapped to kopf retries, and the reconcile metrics.
+
+    async with guard.guarded(resources.SWAP_PLAN, body, memo) as run:
+        ...  # parse -> core -> adapters -> status, with run.rt
+
+- A run holds the object's lock (a timer and an event handler may overlap).
+- `kube.KubeError` and `agent.AgentError` (the Kubernetes API or an agent failed) become
+  `kopf.TemporaryError(delay=--poll-seconds)`: kopf retries, nothing is lost. Handlers catch the
+  agent errors they have a decision for (a refused slot is a status, not a retry); the rest
+  lands here. Anything else propagates to kopf (logged, retried with its backoff).
+- `mlxfleet_operator_reconciles_total{kind,result}` counts every run: `ok`, `invalid` (the body
+  is beyond what the operator's model accepts; the handler said so in status: `run.invalid()`),
+  `retry` (the handler asked kopf to retry, e.g. waiting for a first poll), `error`;
+  `mlxfleet_operator_reconcile_seconds{kind}` times it.
+
+May import: kopf, adapters, api. Called by: every handler module (the only module besides
+`indexes` that handler modules share).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import kopf
+
+from mlxfleet_operator.adapters import agent, kube, metrics, runtime
+from mlxfleet_operator.api import resources
+
+
+@dataclass
+class Run:
+    """One guarded handler run: the operator's runtime, and how the run ended (for metrics)."""
+
+    rt: runtime.Runtime
+    result: str = "ok"
+
+    def invalid(self) -> None:
+        """The object's body was refused (and the handler wrote why into its status)."""
+        self.result = "invalid"
+
+
+@contextlib.asynccontextmanager
+async def guarded(kind: resources.Resource, body: kopf.Body, memo: kopf.Memo) -> AsyncIterator[Run]:
+    rt = runtime.of(memo)
+    run = Run(rt)
+    started = time.monotonic()
+    try:
+        async with rt.lock(str(body.metadata.uid)):
+            yield run
+    except (kube.KubeError, agent.AgentError) as exc:
+        run.result = "error"
+        raise kopf.TemporaryError(str(exc), delay=rt.config.poll_seconds) from exc
+    except kopf.TemporaryError:
+        run.result = "retry"
+        raise
+    except Exception:
+        run.result = "error"
+        raise
+    finally:
+        metrics.RECONCILES.labels(kind.kind, run.result).inc()
+        metrics.RECONCILE_SECONDS.labels(kind.kind).observe(time.monotonic() - started)

@@ -1,0 +1,110 @@
+"""The kopf indexes every handler reads, and their typed view.
+
+kopf fills them from its watches before any handler runs and passes each one to every handler
+as a keyword argument named after it; `Indexes.of(kwargs)` gives handlers the typed view, so no
+handler module imports another. One index per question:
+
+- `inference_nodes`: every InferenceNode by name (placement, the SwapPlan steps' nodes).
+- `deployment_slots`: every ModelDeployment by its agent slot name (two may share one).
+- `swap_plans`: every SwapPlan by (namespace, deployment) (people may write them too).
+- `deployment_ready`: every ModelDeployment's ready replicas by (namespace, name) (ModelRoutes).
+
+Bodies are parsed here, once per change: an object the operator's model refuses is left out
+(kopf logs the error) instead of breaking every handler that reads the index.
+May import: kopf, api, core (claims). Called by: kopf (indexing), handler modules (the view).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from mlxfleet_operator.api import inferencenode as inode
+from mlxfleet_operator.api import resources
+from mlxfleet_operator.api import swapplan as swp
+from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.deployment import claims as slot_claims
+
+NODES = (resources.GROUP, resources.VERSION, resources.INFERENCE_NODE.plural)
+DEPLOYMENTS = (resources.GROUP, resources.VERSION, resources.MODEL_DEPLOYMENT.plural)
+PLANS = (resources.GROUP, resources.VERSION, resources.SWAP_PLAN.plural)
+
+
+def inference_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, inode.InferenceNode]:
+    return {name: inode.InferenceNode.model_validate(copy.deepcopy(dict(body)))}
+
+
+def deployment_slots(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[str, slot_claims.SlotClaim]:
+    meta = body.get("metadata") or {}
+    claim = slot_claims.SlotClaim(
+        created=str(meta.get("creationTimestamp") or ""),
+        namespace=namespace or "",
+        name=name,
+        uid=str(meta.get("uid") or ""),
+    )
+    return {naming.slot_name(namespace or "", name): claim}
+
+
+def swap_plans(
+    namespace: str | None, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], swp.SwapPlan]:
+    plan = swp.SwapPlan.model_validate(copy.deepcopy(dict(body)))
+    return {(namespace or "", plan.spec.deployment_ref.name): plan}
+
+
+def deployment_ready(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], int]:
+    return {(namespace or "", name): int((body.get("status") or {}).get("readyReplicas") or 0)}
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    kopf.index(*NODES, id="inference_nodes", registry=registry)(inference_nodes)
+    kopf.index(*DEPLOYMENTS, id="deployment_slots", registry=registry)(deployment_slots)
+    kopf.index(*PLANS, id="swap_plans", registry=registry)(swap_plans)
+    kopf.index(*DEPLOYMENTS, id="deployment_ready", registry=registry)(deployment_ready)
+
+
+@dataclass(frozen=True)
+class Indexes:
+    """The indexes as a handler sees them (build with `of(kwargs)`)."""
+
+    nodes: kopf.Index[str, inode.InferenceNode]
+    claims: kopf.Index[str, slot_claims.SlotClaim]
+    plans: kopf.Index[tuple[str, str], swp.SwapPlan]
+    ready: kopf.Index[tuple[str, str], int]
+
+    @classmethod
+    def of(cls, kwargs: Mapping[str, Any]) -> Indexes:
+        return cls(
+            nodes=kwargs["inference_nodes"],
+            claims=kwargs["deployment_slots"],
+            plans=kwargs["swap_plans"],
+            ready=kwargs["deployment_ready"],
+        )
+
+    def inference_nodes(self) -> list[inode.InferenceNode]:
+        """Every InferenceNode, by name."""
+        return [node for name in sorted(self.nodes) for node in self.nodes[name]]
+
+    def slot_conflict(self, namespace: str, name: str, uid: str) -> str | None:
+        """Why the deployment may not use its agent slot name (None: it may)."""
+        return slot_claims.slot_conflict(self.claims, namespace=namespace, name=name, uid=uid)
+
+    def plans_of(self, namespace: str, deployment: str) -> list[swp.SwapPlan]:
+        """The SwapPlans of one ModelDeployment."""
+        return list(self.plans.get((namespace, deployment), []))
+
+    def ready_replicas(self, namespace: str) -> dict[str, int]:
+        """Ready replicas of each ModelDeployment of one namespace, by name."""
+        return {
+            name: max(self.ready[(ns, name)])
+            for ns, name in self.ready
+            if ns == namespace and self.ready[(ns, name)]
+        }

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Build (once) the Go tools the chart and GitOps checks run, from the Go module proxy, cached
+# outside the repo keyed by version (the sibling of build-control-plane.sh).
+#
+#   scripts/build-tools.sh helm       # prints the path of the real helm binary
+#   scripts/build-tools.sh kstatus    # prints the path of scripts/kstatus built on cli-utils
+#   scripts/build-tools.sh prometheus-crds   # prints the folder of the Prometheus Operator's CRDs
+#   scripts/build-tools.sh flux-crds         # prints the folder of Flux's Kustomization/GitRepository CRDs
+#
+# Env: MLXFLEET_CACHE (default ~/.cache/mlxfleet), HELM_VERSION, CLI_UTILS_VERSION,
+# PROMETHEUS_OPERATOR_VERSION, FLUX_KUSTOMIZE_CONTROLLER_VERSION, FLUX_SOURCE_CONTROLLER_VERSION.
+# helm: `go install helm.sh/helm/v3/cmd/helm@VERSION` with the ldflags helm's own Makefile sets
+# (its version, and the Kubernetes version `helm lint`/`template` assume without a cluster).
+# kstatus: scripts/kstatus/main.go in a throwaway module requiring sigs.k8s.io/cli-utils, whose
+# pkg/kstatus/status.Compute is the function Flux's health checks call; keyed by the source's hash.
+# prometheus-crds: the real ServiceMonitor/PodMonitor CRDs, from the prometheus-operator module
+# (`go mod download`), so chart tests install the monitors against the schema users have.
+# flux-crds: Flux's own CRDs from its controllers' modules, to validate manifests/flux server-side.
+set -euo pipefail
+
+HELM_VERSION="${HELM_VERSION:-v3.22.0}"
+CLI_UTILS_VERSION="${CLI_UTILS_VERSION:-v0.37.2}"
+PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
+FLUX_KUSTOMIZE_CONTROLLER_VERSION="${FLUX_KUSTOMIZE_CONTROLLER_VERSION:-v1.9.0}"
+FLUX_SOURCE_CONTROLLER_VERSION="${FLUX_SOURCE_CONTROLLER_VERSION:-v1.9.0}"
+CACHE="${MLXFLEET_CACHE:-$HOME/.cache/mlxfleet}"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+log() { echo "[tools] $*" >&2; }
+
+go_env() {
+  command -v go >/dev/null || { log "the go toolchain is required to build $1"; exit 1; }
+  export GOFLAGS="-mod=mod" GOTOOLCHAIN="${GOTOOLCHAIN:-local}" CGO_ENABLED=0
+  export GOPATH="${GOPATH:-$CACHE/gopath}" GOCACHE="${GOCACHE:-$CACHE/gocache}"
+}
+
+build_helm() {
+  local out="$CACHE/tools/helm-${HELM_VERSION}"
+  if [[ -x "$out/helm" && -f "$out/.complete" ]]; then echo "$out/helm"; return; fi
+  go_env helm
+  mkdir -p "$out"
+  log "building helm $HELM_VERSION (cold: about 2 minutes on 2 cores)"
+  local ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
+  ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ldflags+=" -X ${pkg}.k8sVersionMajor=1 -X ${pkg}.k8sVersionMinor=37"
+  done
+  GOBIN="$out" go install -trimpath -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" >&2
+  touch "$out/.complete"
+  echo "$out/helm"
+}
+
+build_kstatus() {
+  local src="$HERE/kstatus/main.go"
+  local key
+  key=$(sha256sum "$src" | cut -c1-12)
+  local out="$CACHE/tools/kstatus-cli-utils-${CLI_UTILS_VERSION}-${key}"
+  if [[ -x "$out/kstatus" && -f "$out/.complete" ]]; then echo "$out/kstatus"; return; fi
+  go_env kstatus
+  mkdir -p "$out"
+  log "building kstatus on sigs.k8s.io/cli-utils $CLI_UTILS_VERSION"
+  local work
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' RETURN
+  cp "$src" "$work/main.go"
+  (cd "$work" && go mod init kstatus >/dev/null 2>&1 \
+     && go get "sigs.k8s.io/cli-utils@${CLI_UTILS_VERSION}" >&2 \
+     && go mod tidy >&2 \
+     && go build -trimpath -ldflags "-s -w" -o "$out/kstatus.tmp" . >&2)
+  mv "$out/kstatus.tmp" "$out/kstatus"
+  touch "$out/.complete"
+  echo "$out/kstatus"
+}
+
+module_dir() {  # module_dir MODULE@VERSION: where `go mod download` put its files
+  go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
+}
+
+prometheus_crds() {
+  local out="$CACHE/tools/prometheus-operator-crds-${PROMETHEUS_OPERATOR_VERSION}"
+  if [[ -f "$out/.complete" ]]; then echo "$out"; return; fi
+  go_env prometheus-crds
+  log "downloading prometheus-operator $PROMETHEUS_OPERATOR_VERSION (its CRDs)"
+  local dir
+  dir=$(module_dir "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}")
+  mkdir -p "$out"
+  cp "$dir"/example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,podmonitors}.yaml "$out/"
+  chmod u+w "$out"/*.yaml
+  touch "$out/.complete"
+  echo "$out"
+}
+
+flux_crds() {
+  local out="$CACHE/tools/flux-crds-kc-${FLUX_KUSTOMIZE_CONTROLLER_VERSION}-sc-${FLUX_SOURCE_CONTROLLER_VERSION}"
+  if [[ -f "$out/.complete" ]]; then echo "$out"; return; fi
+  go_env flux-crds
+  log "downloading Flux kustomize-controller and source-controller (their CRDs)"
+  local kc sc
+  kc=$(module_dir "github.com/fluxcd/kustomize-controller@${FLUX_KUSTOMIZE_CONTROLLER_VERSION}")
+  sc=$(module_dir "github.com/fluxcd/source-controller@${FLUX_SOURCE_CONTROLLER_VERSION}")
+  mkdir -p "$out"
+  cp "$kc"/config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml \
+     "$sc"/config/crd/bases/source.toolkit.fluxcd.io_gitrepositories.yaml "$out/"
+  chmod u+w "$out"/*.yaml
+  touch "$out/.complete"
+  echo "$out"
+}
+
+case "${1:-}" in
+  helm) build_helm ;;
+  kstatus) build_kstatus ;;
+  prometheus-crds) prometheus_crds ;;
+  flux-crds) flux_crds ;;
+  *) echo "usage: $0 helm|kstatus|prometheus-crds|flux-crds" >&2; exit 2 ;;
+esac

@@ -1,0 +1,301 @@
+"""charts/mlxfleet rendered by the real helm: lint, what each value renders, what it refuses.
+
+No API server here (tests/integration/chart/test_helm.py installs it into one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.helm import CHART, NAMESPACE, REPO, Helm, chart_copy, kinds, one
+
+pytestmark = pytest.mark.tools
+
+EVERYTHING = (
+    "--set=reports.enabled=true",
+    "--set=metrics.podMonitor.enabled=true",
+    "--set=namespace.create=true",
+)
+HA = ("--set=operator.replicas=2", "--set=operator.leaderElection.enabled=true")
+MONITORING_APIS = (
+    "--api-versions=monitoring.coreos.com/v1/ServiceMonitor",
+    "--api-versions=monitoring.coreos.com/v1/PodMonitor",
+)
+
+
+@pytest.mark.parametrize(
+    ("values", "ships"),
+    [
+        pytest.param((), {}, id="defaults"),
+        pytest.param(EVERYTHING, {}, id="everything-on"),
+        pytest.param(("--set=crds.install=false", "--set=crds.keep=false"), {}, id="no-crds"),
+        pytest.param((*HA, "--set=gateway.enabled=true"), {"le": True, "gw": True}, id="ha-gw"),
+    ],
+)
+def test_helm_lint_is_clean(
+    helm_cli: Helm, tmp_path: Path, values: tuple[str, ...], ships: dict[str, bool]
+) -> None:
+    chart = CHART
+    if ships:
+        chart = chart_copy(tmp_path, leader_election=ships["le"], gateway=ships["gw"])
+    proc = helm_cli("lint", "--strict", str(chart), *values)
+    assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
+    assert "[WARNING]" not in proc.stdout
+    assert "[ERROR]" not in proc.stdout
+
+
+def test_defaults_render_the_operator_crds_and_dashboard(helm_cli: Helm) -> None:
+    docs = helm_cli.template()
+    assert kinds(docs) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "CustomResourceDefinition",
+        "CustomResourceDefinition",
+        "CustomResourceDefinition",
+        "CustomResourceDefinition",
+        "Deployment",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+    ]
+    deployment = one(docs, "Deployment", "mlxfleet-operator")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--standalone" in container["args"]
+    assert container["image"] == "ghcr.io/mlxfleet/operator:0.1.0"
+    dashboard = one(docs, "ConfigMap", "mlxfleet-grafana-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = (REPO / "manifests" / "grafana" / "mlxfleet-dashboard.json").read_text()
+    assert dashboard["data"]["mlxfleet-dashboard.json"] == shipped.rstrip("\n")
+
+
+def _without_policy(crd: dict[str, Any]) -> dict[str, Any]:
+    meta = dict(crd["metadata"])
+    meta.pop("annotations", None)
+    return {**crd, "metadata": meta}
+
+
+@pytest.mark.parametrize(
+    ("values", "policy"),
+    [
+        pytest.param((), "keep", id="keep"),
+        pytest.param(("--set=crds.keep=false",), None, id="delete-on-uninstall"),
+    ],
+)
+def test_crds_are_the_generated_ones(
+    helm_cli: Helm, values: tuple[str, ...], policy: str | None
+) -> None:
+    rendered = {
+        d["metadata"]["name"]: d
+        for d in helm_cli.template(*values)
+        if d["kind"] == "CustomResourceDefinition"
+    }
+    generated = {
+        d["metadata"]["name"]: d
+        for d in (yaml.safe_load(p.read_text()) for p in sorted((REPO / "crds").glob("*.yaml")))
+    }
+    assert sorted(rendered) == sorted(generated)
+    for name, crd in rendered.items():
+        annotations = crd["metadata"].get("annotations") or {}
+        assert annotations.get("helm.sh/resource-policy") == policy
+        assert _without_policy(crd) == generated[name]
+    assert "CustomResourceDefinition" not in kinds(helm_cli.template("--set=crds.install=false"))
+
+
+def test_monitors_render_only_where_the_prometheus_operator_serves_them(helm_cli: Helm) -> None:
+    assert {"ServiceMonitor", "PodMonitor"}.isdisjoint(kinds(helm_cli.template(*EVERYTHING)))
+    docs = helm_cli.template(*EVERYTHING, *MONITORING_APIS)
+    monitor = one(docs, "ServiceMonitor")
+    service = one(docs, "Service", "mlxfleet-operator-metrics")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    pod_monitor = one(docs, "PodMonitor")
+    deployment = one(docs, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] in {p["name"] for p in ports}
+    quiet = helm_cli.template(*MONITORING_APIS, "--set=metrics.serviceMonitor.enabled=false")
+    assert "ServiceMonitor" not in kinds(quiet)
+
+
+def test_reports_render_the_cronjobs_with_the_bucket_and_the_config(helm_cli: Helm) -> None:
+    docs = helm_cli.template(
+        "--set=reports.enabled=true",
+        "--set=reports.telemetry.bucket=fleet-bucket",
+        "--set=reports.weekly.schedule=0 5 * * 1",
+        "--set=reports.monthly.enabled=false",
+        "--set=reports.config.namespaces.team-a=Team A",
+    )
+    (weekly,) = [d for d in docs if d["kind"] == "CronJob"]
+    assert weekly["metadata"]["name"] == "mlxfleet-weekly-report"
+    assert weekly["spec"]["schedule"] == "0 5 * * 1"
+    config = one(docs, "ConfigMap", "mlxfleet-reports")
+    assert config["data"]["MLXFLEET_TELEMETRY_BUCKET"] == "fleet-bucket"
+    assert "MLXFLEET_TELEMETRY_ENDPOINT_URL" not in config["data"]  # empty: AWS S3
+    assert yaml.safe_load(config["data"]["report.yaml"])["namespaces"] == {"team-a": "Team A"}
+
+
+def test_reports_read_the_inference_nodes_and_nothing_else(helm_cli: Helm) -> None:
+    """The CronJobs run `--from-cluster` (costs from InferenceNode spec.cost) as their own
+    ServiceAccount, which may list InferenceNodes and do nothing else."""
+    docs = helm_cli.template("--set=reports.enabled=true")
+    for job in (d for d in docs if d["kind"] == "CronJob"):
+        pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == "mlxfleet-reports"
+        assert pod["automountServiceAccountToken"] is True
+        assert "--from-cluster" in pod["containers"][0]["command"]
+    account = one(docs, "ServiceAccount", "mlxfleet-reports")
+    assert account["automountServiceAccountToken"] is False  # other pods must opt in
+    role = one(docs, "ClusterRole", "mlxfleet-reports")
+    assert role["rules"] == [
+        {"apiGroups": ["mlxfleet.io"], "resources": ["inferencenodes"], "verbs": ["list"]}
+    ]
+    binding = one(docs, "ClusterRoleBinding", "mlxfleet-reports")
+    assert binding["roleRef"]["name"] == "mlxfleet-reports"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "mlxfleet-reports", "namespace": NAMESPACE}
+    ]
+    own = helm_cli.template(
+        "--set=reports.enabled=true",
+        "--set=reports.serviceAccount.create=false",
+        "--set=reports.serviceAccount.name=reporter",
+    )
+    assert "reporter" not in {d["metadata"]["name"] for d in own if d["kind"] == "ServiceAccount"}
+    assert one(own, "ClusterRoleBinding", "mlxfleet-reports")["subjects"][0]["name"] == "reporter"
+    assert "mlxfleet-reports" not in {d["metadata"]["name"] for d in helm_cli.template()}
+
+
+def test_operator_rbac_touches_only_what_it_owns(helm_cli: Helm) -> None:
+    """Services and EndpointSlices: no watch, update or (for Services) list; it reads one by name
+    to check it is its own. Secrets: get by name in one namespace, no list or watch."""
+    docs = helm_cli.template()
+    rules = one(docs, "ClusterRole", "mlxfleet-operator")["rules"]
+    verbs = {(g, r): rule["verbs"] for rule in rules for g in rule["apiGroups"]
+             for r in rule["resources"]}  # fmt: skip
+    assert verbs[("", "services")] == ["get", "create", "patch", "delete"]
+    assert verbs[("discovery.k8s.io", "endpointslices")] == [
+        "get", "list", "create", "patch", "delete"
+    ]  # fmt: skip
+    assert ("", "secrets") not in verbs
+    secrets = one(docs, "Role", "mlxfleet-operator-secrets")
+    assert secrets["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
+
+
+@pytest.mark.parametrize(
+    ("values", "names"),
+    [
+        pytest.param(("--set=operator.replicas=2",), "operator.replicas", id="two-standalone"),
+        pytest.param(
+            ("--set=operator.leaderElection.enabled=true",),
+            "operator.leaderElection.enabled",
+            id="election-not-shipped",
+        ),
+        pytest.param(("--set=operator.logLevel=LOUD",), "/operator/logLevel", id="schema-enum"),
+        pytest.param(("--set=operator.replica=1",), "'replica' not allowed", id="schema-typo"),
+        pytest.param(
+            ("--set=reports.weekly.schedule=weekly",), "/reports/weekly/schedule", id="cron"
+        ),
+        pytest.param(("--set=operator.misses=0",), "/operator/misses", id="schema-minimum"),
+    ],
+)
+def test_refusals_name_the_value(helm_cli: Helm, values: tuple[str, ...], names: str) -> None:
+    proc = helm_cli("template", "mlxfleet", str(CHART), *values, check=False)
+    assert proc.returncode != 0
+    assert names in proc.stderr, proc.stderr
+
+
+def test_operator_flags_follow_the_values(helm_cli: Helm) -> None:
+    docs = helm_cli.template(
+        "--set=operator.pollSeconds=2.5",
+        "--set=operator.misses=4",
+        "--set=operator.failoverDelaySeconds=0",
+        "--set=operator.logLevel=DEBUG",
+        "--set=operator.watchNamespaces={team-a,team-b}",
+        "--set=operator.agentSecretsNamespace=agents",
+    )
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == [
+        "--namespace=team-a",
+        "--namespace=team-b",
+        "--standalone",
+        "--liveness=http://0.0.0.0:8080/healthz",
+        "--metrics-host=0.0.0.0",
+        "--metrics-port=9090",
+        "--log-level=DEBUG",
+        "--poll-seconds=2.5",
+        "--misses=4",
+        "--failover-delay=0",
+    ]
+    role = one(docs, "Role", "mlxfleet-operator-secrets")
+    assert role["metadata"]["namespace"] == "agents"
+    assert one(docs, "RoleBinding")["subjects"][0]["namespace"] == NAMESPACE
+
+
+def test_leader_election_branch_once_the_operator_has_it(helm_cli: Helm, tmp_path: Path) -> None:
+    """What issue 13 switches on by flipping one Chart.yaml annotation."""
+    chart = chart_copy(tmp_path, leader_election=True)
+    docs = helm_cli.template(*HA, chart=chart)
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    pod = deployment["spec"]["template"]["spec"]
+    assert "--standalone" not in pod["containers"][0]["args"]
+    assert "podAntiAffinity" in pod["affinity"]
+    assert one(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    lease = one(docs, "Role", "mlxfleet-operator-leader-election")
+    assert lease["metadata"]["namespace"] == NAMESPACE
+    assert lease["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch"],
+        }
+    ]
+
+
+def test_gateway_branch(helm_cli: Helm) -> None:
+    """Issue 9: 2 replicas, a PDB, probes, the fleet credential, a least-privilege identity."""
+    docs = helm_cli.template("--set=gateway.enabled=true")
+    deployment = one(docs, "Deployment", "mlxfleet-gateway")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "mlxfleet-gateway"
+    (container,) = pod["containers"]
+    assert container["command"] == ["mlxfleet-gateway"]
+    assert container["args"] == [  # no --allow-anonymous: keys required
+        "--listen=0.0.0.0:8080",
+        "--metrics-listen=0.0.0.0:9090",
+        "--fleet-key-file=/etc/mlxfleet/fleet-key/key",
+        "--peers=2",
+        "--name=$(POD_NAME)",
+    ]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["fleet-key"]["secret"]["secretName"] == "mlxfleet-fleet-key"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert one(docs, "PodDisruptionBudget", "mlxfleet-gateway")["spec"]["minAvailable"] == 1
+    service = one(docs, "Service", "mlxfleet-gateway")
+    assert service["spec"]["selector"].items() <= pod_labels(deployment).items()
+    assert one(docs, "ServiceAccount", "mlxfleet-gateway")
+    cluster_role = one(docs, "ClusterRole", "mlxfleet-gateway")
+    verbs = {v for rule in cluster_role["rules"] for v in rule["verbs"]}
+    assert verbs == {"get", "list", "watch"}
+    resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
+    assert resources == {"modeldeployments", "modelroutes"}
+    single = helm_cli.template("--set=gateway.enabled=true", "--set=gateway.replicas=1")
+    assert "PodDisruptionBudget" not in kinds(single)  # minAvailable 1 of 1 would block drains
+
+
+def pod_labels(deployment: dict[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = deployment["spec"]["template"]["metadata"]["labels"]
+    return labels

@@ -1,0 +1,49 @@
+"""The shell blocks the docs give people, so tests run exactly what a reader would.
+
+A block is marked in the Markdown by an HTML comment on the line before its fence:
+`<!-- test: NAME -->`. `run_block` runs one with bash (-euo pipefail) after plain text
+substitutions (real names -> loopback ones).
+May import: the standard library. Called by: tests.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def block(doc: str, name: str) -> str:
+    """The fenced block after `<!-- test: name -->` in docs/<doc>."""
+    text = (REPO / "docs" / doc).read_text()
+    found = re.search(rf"<!-- test: {re.escape(name)} -->\n```[a-z]*\n(.*?)\n```", text, flags=re.S)
+    if found is None:
+        raise AssertionError(f"docs/{doc} has no block marked `<!-- test: {name} -->`")
+    return found.group(1) + "\n"
+
+
+def run_block(
+    doc: str,
+    name: str | tuple[str, ...],
+    *,
+    cwd: Path,
+    replace: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    prelude: str = "",
+) -> subprocess.CompletedProcess[str]:
+    names = (name,) if isinstance(name, str) else name
+    script = "".join(block(doc, n) for n in names)  # one shell: variables carry over
+    for old, new in (replace or {}).items():
+        script = script.replace(old, new)
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", prelude + script],
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

@@ -1,0 +1,89 @@
+"""Agent settings declared once: flags, config-file keys and environment variables come from the
+same field, with one precedence (flags > file > environment > defaults), and secrets only from
+the environment."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mlxfleet_agent.runtime import compose, settings
+from mlxfleet_agent.telemetry import shipper
+
+REPO = Path(__file__).resolve().parents[3]
+BASE = {"stateDir": "/var/lib/mlxfleet", "modelsDir": "/var/lib/mlxfleet/models"}
+ENV = "MLXFLEET_TELEMETRY_"
+
+
+def test_the_environment_fills_telemetry_settings_and_the_file_wins() -> None:
+    environ = {
+        ENV + "BUCKET": "from-env",
+        ENV + "PREFIX": "env-prefix",
+        ENV + "REGION": "",  # empty: as if unset
+        ENV + "ACCESS_KEY_ID": "key-id",
+        ENV + "SECRET_ACCESS_KEY": "s3cr3t-value",
+        ENV + "MAX_BUFFERED": "7",
+    }
+    cfg = settings.build(
+        file_values={**BASE, "telemetryBucket": "from-file"}, flag_values={}, environ=environ
+    )
+    ship = compose.shipper_config(cfg)
+    assert ship == shipper.ShipperConfig(
+        spool_dir=Path("/var/lib/mlxfleet/telemetry"),
+        bucket="from-file",
+        prefix="env-prefix",
+        endpoint_url=None,
+        region=None,
+        access_key_id="key-id",
+        secret_access_key="s3cr3t-value",
+        interval_seconds=60.0,
+        max_buffered=7,
+    )
+    assert "s3cr3t-value" not in repr(cfg)
+
+
+def test_without_environment_the_shipper_defaults_hold() -> None:
+    cfg = settings.build(file_values=BASE, flag_values={}, environ={})
+    ship = compose.shipper_config(cfg)
+    assert (ship.bucket, ship.prefix, ship.max_buffered) == (None, "mlxfleet-telemetry", 10_080)
+    assert (ship.access_key_id, ship.secret_access_key) == (None, None)
+
+
+def test_flags_win_over_the_file_and_the_file_over_defaults() -> None:
+    cfg = settings.build(
+        file_values={**BASE, "dataPort": 1, "queue_limit": 3},
+        flag_values={"data_port": 2, "bind": None, "allowed_roots": []},
+        environ={},
+    )
+    assert (cfg.data_port, cfg.queue_limit, cfg.bind) == (2, 3, "127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        pytest.param("telemetryAccessKeyId", id="camel"),
+        pytest.param("telemetry_secret_access_key", id="snake"),
+    ],
+)
+def test_secrets_are_refused_in_the_config_file(key: str) -> None:
+    with pytest.raises(settings.SettingsError, match=f"{key}.*{ENV}") as info:
+        settings.build(file_values={**BASE, key: "x"}, flag_values={}, environ={})
+    assert "'x'" not in str(info.value)
+
+
+def test_a_bad_environment_value_names_the_variable() -> None:
+    with pytest.raises(settings.SettingsError, match=ENV + "MAX_BUFFERED"):
+        settings.build(file_values=BASE, flag_values={}, environ={ENV + "MAX_BUFFERED": "lots"})
+
+
+def test_every_flag_and_environment_variable_is_documented() -> None:
+    agent_doc = (REPO / "docs" / "agent.md").read_text()
+    telemetry_doc = (REPO / "docs" / "telemetry.md").read_text()
+    flags = [flag.option for flag in settings.flags()]
+    assert {"--state-dir", "--no-caffeinate", "--allowed-root"} <= set(flags)
+    assert [f for f in flags if f"`{f}" not in agent_doc] == []
+    variables = sorted(settings.environment().values())
+    assert len(variables) == 7
+    assert [v for v in variables if not re.search(rf"`{v}`|{v}[,`]", telemetry_doc)] == []

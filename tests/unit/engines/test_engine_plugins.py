@@ -1,0 +1,385 @@
+"""Engine plug-in values: vllm and command lines, embed engine argv, probes, discovery (pure).
+
+vLLM is not installed here and this machine has no GPU: these tests pin the command line to
+vLLM's documented `vllm serve` flags; nothing here ran real vLLM.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import signal
+from typing import Any
+
+import pydantic
+import pytest
+
+from mlxfleet_agent.engines import command, discovery, embed_engine, embed_server, plugin, vllm
+
+# ---- vllm ------------------------------------------------------------------------------------
+
+
+def test_vllm_command_line_defaults() -> None:
+    argv = vllm.command(plugin.Target("/models/qwen", 8123, "qwen"), vllm.VllmOptions())
+    assert argv == [
+        "vllm",
+        "serve",
+        "/models/qwen",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--served-model-name",
+        "qwen",
+        "--gpu-memory-utilization",
+        "0.9",
+        "--tensor-parallel-size",
+        "1",
+        "--disable-uvicorn-access-log",
+    ]
+
+
+def test_vllm_command_line_with_every_option() -> None:
+    options = vllm.VllmOptions.model_validate(
+        {
+            "task": "rerank",
+            "gpuMemoryUtilization": 0.45,
+            "maxModelLen": 8192,
+            "tensorParallelSize": 2,
+            "dtype": "bfloat16",
+            "quantization": "awq",
+            "maxNumSeqs": 64,
+            "enforceEager": True,
+            "hfOverrides": {
+                "architectures": ["Qwen3ForSequenceClassification"],
+                "classifier_from_token": ["no", "yes"],
+                "is_original_qwen3_reranker": True,
+            },
+            "extraArgs": ["--seed", "7", "--enable-prefix-caching"],
+        }
+    )
+    argv = vllm.command(plugin.Target("/m", 9000, "rr"), options, executable="/opt/vllm")
+    assert argv[:3] == ["/opt/vllm", "serve", "/m"]
+    pairs = dict(itertools.pairwise(argv))
+    assert pairs["--gpu-memory-utilization"] == "0.45"
+    assert pairs["--max-model-len"] == "8192"
+    assert pairs["--tensor-parallel-size"] == "2"
+    assert pairs["--dtype"] == "bfloat16"
+    assert pairs["--quantization"] == "awq"
+    assert pairs["--max-num-seqs"] == "64"
+    assert pairs["--runner"] == "pooling"
+    assert json.loads(pairs["--hf-overrides"])["classifier_from_token"] == ["no", "yes"]
+    assert "--enforce-eager" in argv
+    assert "--trust-remote-code" not in argv
+    assert argv[-3:] == ["--seed", "7", "--enable-prefix-caching"]
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        pytest.param({"gpuMemoryUtilization": 0}, "greater than 0", id="util-zero"),
+        pytest.param({"gpuMemoryUtilization": 1.5}, "less than or equal to 1", id="util-high"),
+        pytest.param({"extraArgs": ["--port", "1"]}, "sets --port", id="port"),
+        pytest.param({"extraArgs": ["--host=0.0.0.0"]}, "sets --host", id="host-eq"),
+        pytest.param(
+            {"extraArgs": ["--served_model_name", "x"]}, "sets --served_model_name", id="underscore"
+        ),
+        pytest.param(
+            {"extraArgs": ["--trust-remote-code"]}, "sets --trust-remote-code", id="trust"
+        ),
+        pytest.param({"extraArgs": ["positional"]}, "must start with a flag", id="positional"),
+        pytest.param({"extraArgs": ["--a;rm -rf /"]}, "not a command-line flag", id="junk-flag"),
+        pytest.param({"quantization": "awq; rm"}, "method name", id="quantization"),
+        pytest.param({"task": "chat"}, "task", id="task"),
+        pytest.param({"gpuMemory": 0.5}, "Extra inputs", id="unknown"),
+    ],
+)
+def test_vllm_options_are_validated(options: dict[str, Any], needle: str) -> None:
+    with pytest.raises(pydantic.ValidationError, match=needle):
+        vllm.VllmOptions.model_validate(options)
+
+
+def test_vllm_refuses_a_model_that_looks_like_a_flag() -> None:
+    with pytest.raises(ValueError, match="model"):
+        vllm.command(plugin.Target("--help", 1, "x"), vllm.VllmOptions())
+
+
+def test_vllm_launch_environment_probes_and_memory() -> None:
+    options = vllm.VllmOptions(task="embed", gpu_memory_utilization=0.5, tensor_parallel_size=2)
+    launch = vllm.launch(plugin.Target("/m", 9001, "emb"), options, gpu_ids=[0, 1])
+    assert launch.env["HF_HUB_OFFLINE"] == "1"
+    assert launch.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert launch.stop_signal is signal.SIGTERM
+    assert launch.upstream_model == "emb"
+    assert vllm.capabilities(options) == {plugin.Capability.EMBEDDINGS}
+    first, second = vllm.probes(options, served_model_name="emb")
+    assert (first.method, first.path, second.path) == ("GET", "/v1/models", "/v1/embeddings")
+    mem = vllm.memory(options, gpu_total_bytes=80 << 30)
+    assert mem.gpu_bytes == 2 * (40 << 30)
+
+
+# ---- command ---------------------------------------------------------------------------------
+
+LLAMA = [
+    "llama-server",
+    "-m",
+    "{model}",
+    "--host",
+    "{host}",
+    "--port",
+    "{port}",
+    "--alias",
+    "{{x}}",
+]
+
+
+def _options(**kw: Any) -> command.CommandOptions:
+    base: dict[str, Any] = {"argv": LLAMA, "capabilities": ["chat"], "memoryBytes": 1 << 30}
+    base.update(kw)
+    return command.CommandOptions.model_validate(base)
+
+
+def test_command_renders_placeholders_and_literal_braces() -> None:
+    argv = command.render(_options(), plugin.Target("/models/m.gguf", 8080, "m"))
+    assert argv == [
+        "llama-server",
+        "-m",
+        "/models/m.gguf",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8080",
+        "--alias",
+        "{x}",
+    ]
+
+
+def test_a_rendered_value_is_never_re_expanded() -> None:
+    argv = command.render(_options(), plugin.Target("/m/{port}", 1, "m"))
+    assert argv[2] == "/m/{port}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        pytest.param(
+            ["srv", "{host}", "{port}", "{model.__class__}"], "the placeholders are", id="attribute"
+        ),
+        pytest.param(["srv", "{host}", "{port}", "{0}"], "uses {0}", id="index"),
+        pytest.param(["srv", "{host}", "{port:>5}"], "uses {port:>5}", id="format-spec"),
+        pytest.param(["srv", "{host}", "{port}", "{models}"], "uses {models}", id="unknown"),
+        pytest.param(["srv", "{host}", "{port", "x"], "lone", id="unbalanced"),
+        pytest.param(["srv", "--port", "{port}"], "{host}", id="no-host"),
+        pytest.param(["srv", "--host", "{host}"], "{port}", id="no-port"),
+        pytest.param(["{model}", "{host}", "{port}"], "argv[0]", id="program-placeholder"),
+        pytest.param(["/bin/sh", "-c", "srv {host} {port}"], "shell", id="shell"),
+        pytest.param(["bash", "{host}", "{port}"], "shell", id="bash"),
+        pytest.param([""], "program", id="empty-program"),
+        pytest.param(["srv", "{host}", "{port}", "a\x00b"], "NUL", id="nul"),
+    ],
+)
+def test_bad_templates_are_refused(argv: list[str], needle: str) -> None:
+    with pytest.raises(command.TemplateError, match=None) as caught:
+        command.validate_argv(argv)
+    assert needle in str(caught.value)
+    with pytest.raises(pydantic.ValidationError):
+        _options(argv=argv)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"LD_PRELOAD": "/x.so"},
+        {"DYLD_INSERT_LIBRARIES": "x"},
+        {"PYTHONPATH": "/x"},
+        {"PATH": "/x"},
+        {"1BAD": "x"},
+    ],
+)
+def test_env_that_changes_the_program_is_refused(env: dict[str, str]) -> None:
+    with pytest.raises(pydantic.ValidationError):
+        _options(env=env)
+
+
+def test_command_needs_capabilities_and_memory() -> None:
+    with pytest.raises(pydantic.ValidationError, match="capabilities"):
+        _options(capabilities=[])
+    with pytest.raises(pydantic.ValidationError, match="memoryBytes"):
+        command.CommandOptions.model_validate({"argv": LLAMA, "capabilities": ["chat"]})
+
+
+def test_command_launch_checks_the_nodes_allow_list() -> None:
+    options = _options(env={"OMP_NUM_THREADS": "4"}, stopSignal="SIGINT", requestModel="path")
+    with pytest.raises(command.TemplateError, match="off on this node"):
+        command.launch(options, plugin.Target("/m", 1, "x"), allowed_programs=[])
+    with pytest.raises(command.TemplateError, match="not allowed"):
+        command.launch(options, plugin.Target("/m", 1, "x"), allowed_programs=["vllm"])
+    launch = command.launch(options, plugin.Target("/m", 7, "x"), allowed_programs=["llama-server"])
+    assert launch.argv[6] == "7"
+    assert launch.env == {"OMP_NUM_THREADS": "4"}
+    assert launch.stop_signal is signal.SIGINT
+    assert launch.upstream_model == "/m"
+    assert command.memory(options).host_bytes == 1 << 30
+
+
+def test_mlx_lm_server_fits_the_command_template() -> None:
+    options = _options(
+        argv=[
+            "python",
+            "-m",
+            "mlx_lm",
+            "server",
+            "--model",
+            "{model}",
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
+        ],
+        capabilities=["chat", "completions"],
+        stopSignal="SIGINT",
+        requestModel="path",
+    )
+    argv = command.render(options, plugin.Target("/models/tiny", 9, "tiny"))
+    assert argv[4:] == ["--model", "/models/tiny", "--host", "127.0.0.1", "--port", "9"]
+
+
+# ---- the embeddings engine as a plug-in ------------------------------------------------------
+
+
+def test_embed_engine_argv_parses_with_the_servers_own_parser() -> None:
+    options = embed_engine.EmbedOptions.model_validate(
+        {"maxInputs": 100, "batchTokens": 4096, "maxInputTokens": 512}
+    )
+    target = plugin.Target("/models/e", 8200, "e")
+    argv = embed_engine.command(target, options, python="/venv/bin/python", task="embed")
+    assert argv[:3] == ["/venv/bin/python", "-m", "mlxfleet_agent.engines.embed_server"]
+    args = embed_server._parser().parse_args(argv[3:])
+    assert (str(args.model), args.host, args.port, args.task) == (
+        "/models/e",
+        "127.0.0.1",
+        8200,
+        "embed",
+    )
+    assert (args.max_inputs, args.batch_tokens, args.max_input_tokens) == (100, 4096, 512)
+    assert args.served_model_name == ["e"]
+
+
+def test_embed_engine_probe_and_memory() -> None:
+    probe = embed_engine.probe("rerank", served_model_name="rr")
+    assert probe.path == "/v1/rerank"
+    assert probe.body is not None
+    assert probe.body["model"] == "rr"
+    options = embed_engine.EmbedOptions(batch_tokens=1000)
+    fused, cpu = (
+        embed_engine.memory(
+            weights_bytes=10**9,
+            hidden_size=1024,
+            intermediate_size=3072,
+            heads=16,
+            max_input_tokens=8192,
+            options=options,
+            attention_materialized=materialized,
+        )
+        for materialized in (False, True)
+    )
+    assert fused.host_bytes == 10**9 + 1000 * (4 * 1024 + 3 * 3072) * 4 + embed_engine.RUNTIME_BYTES
+    assert cpu.host_bytes - fused.host_bytes == 1000 * 16 * 1000 * 4
+
+
+@pytest.mark.parametrize(
+    ("cap", "answer", "ok"),
+    [
+        pytest.param(plugin.Capability.CHAT, {"choices": [{}]}, True, id="chat"),
+        pytest.param(plugin.Capability.CHAT, {"error": {}}, False, id="chat-error"),
+        pytest.param(plugin.Capability.EMBEDDINGS, {"data": [{}]}, True, id="embeddings"),
+        pytest.param(plugin.Capability.EMBEDDINGS, {"data": []}, False, id="embeddings-empty"),
+        pytest.param(plugin.Capability.RERANK, {"results": [{}]}, True, id="rerank"),
+        pytest.param(plugin.Capability.RERANK, [], False, id="rerank-list"),
+    ],
+)
+def test_probe_answers(cap: plugin.Capability, answer: object, ok: bool) -> None:
+    probe = plugin.probe_for(cap, model="m")
+    assert plugin.accepts(probe, 200, answer) is ok
+    assert not plugin.accepts(probe, 503, answer)
+
+
+# ---- discovery -------------------------------------------------------------------------------
+
+
+def _facts(**kw: Any) -> discovery.HostFacts:
+    base: dict[str, Any] = {"system": "Linux", "machine": "x86_64"}
+    base.update(kw)
+    return discovery.HostFacts(**base)
+
+
+H100 = discovery.Gpu("NVIDIA H100 80GB HBM3", 81559 << 20)
+
+
+@pytest.mark.parametrize(
+    ("facts", "runnable"),
+    [
+        pytest.param(_facts(), [], id="bare-linux"),
+        pytest.param(
+            _facts(
+                modules=frozenset({"mlx", "mlx_lm", "tokenizers"}),
+                distributions=frozenset({"mlx-cpu"}),
+            ),
+            ["mlx-lm", "mlx-embed", "mlx-rerank"],
+            id="linux-mlx-cpu",
+        ),
+        pytest.param(
+            _facts(modules=frozenset({"mlx", "mlx_lm", "tokenizers"})),
+            [],
+            id="linux-mlx-without-backend",
+        ),
+        pytest.param(
+            _facts(
+                system="Darwin", machine="arm64", modules=frozenset({"mlx", "mlx_lm", "tokenizers"})
+            ),
+            ["mlx-lm", "mlx-embed", "mlx-rerank"],
+            id="apple-silicon",
+        ),
+        pytest.param(
+            _facts(modules=frozenset({"mlx", "mlx_lm"}), distributions=frozenset({"mlx-cpu"})),
+            ["mlx-lm"],
+            id="no-tokenizers",
+        ),
+        pytest.param(_facts(executables={"vllm": "/usr/bin/vllm"}), [], id="vllm-without-gpu"),
+        pytest.param(_facts(nvidia_gpus=(H100,)), [], id="gpu-without-vllm"),
+        pytest.param(
+            _facts(executables={"vllm": "/usr/bin/vllm"}, nvidia_gpus=(H100,)),
+            ["vllm"],
+            id="cuda-box",
+        ),
+        pytest.param(
+            _facts(
+                executables={"llama-server": "/usr/bin/llama-server"},
+                command_programs=("llama-server",),
+            ),
+            ["command"],
+            id="allowed-command",
+        ),
+        pytest.param(_facts(command_programs=("llama-server",)), [], id="allowed-but-missing"),
+    ],
+)
+def test_discovery(facts: discovery.HostFacts, runnable: list[str]) -> None:
+    assert discovery.runnable(facts) == runnable
+    found = discovery.engines(facts)
+    assert [a.engine for a in found] == list(discovery.ENGINES)
+    assert all(a.reason for a in found)
+
+
+def test_discovery_reasons_name_what_is_missing() -> None:
+    reasons = {a.engine: a.reason for a in discovery.engines(_facts(executables={"vllm": "/x"}))}
+    assert reasons["vllm"] == "no NVIDIA GPU found (nvidia-smi lists none)"
+    assert reasons["mlx-embed"] == "the mlx package is not installed"
+    assert "allow-listed" in reasons["command"]
+
+
+def test_parse_nvidia_smi() -> None:
+    text = "NVIDIA H100 80GB HBM3, 81559\nNVIDIA A10G, 23028\n\ngarbage\nNo, GPU, x\n"
+    assert discovery.parse_nvidia_smi(text) == (
+        discovery.Gpu("NVIDIA H100 80GB HBM3", 81559 << 20),
+        discovery.Gpu("NVIDIA A10G", 23028 << 20),
+    )

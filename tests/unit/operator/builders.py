@@ -1,0 +1,88 @@
+"""Builders for the operator's unit tests: a ModelDeployment, an agent's answer, an
+InferenceNode and the facts core decides from (pure values, no sockets)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from mlxfleet_agent import contract
+from mlxfleet_operator.api import inferencenode as inode
+from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.core.deployment import facts as dfacts
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+GIB = 2**30
+A = "file:///models/a"
+B = "file:///models/b"
+SHAPE = contract.ModelShape(num_layers=2, num_kv_heads=2, head_dim=16)
+T = NOW.isoformat()
+
+
+def md(
+    source: str = A, *, placements: list[dict[str, Any]] | None = None, **spec: Any
+) -> mdep.ModelDeployment:
+    body: dict[str, Any] = {"model": {"source": source}, "replicas": 2, **spec}
+    return mdep.ModelDeployment.model_validate(
+        {
+            "metadata": {"name": "chat", "namespace": "ns", "generation": 3, "uid": "u"},
+            "spec": body,
+            "status": {"placements": placements or []},
+        }
+    )
+
+
+def state(
+    *,
+    cached: Sequence[contract.CachedModel] = (),
+    slots: Sequence[contract.SlotStatus] = (),
+    budget: int = 16 * GIB,
+    pressure: str = "normal",
+) -> contract.AgentState:
+    return contract.AgentState.model_validate(
+        {
+            "agentVersion": "1",
+            "os": "linux",
+            "chip": "cpu",
+            "dataPort": 9000,
+            "startedAt": NOW,
+            "memory": {
+                "totalBytes": 32 * GIB,
+                "availableBytes": 20 * GIB,
+                "budgetBytes": budget,
+                "pressure": pressure,
+            },
+            "disk": {"freeBytes": 100 * GIB, "totalBytes": 200 * GIB},
+            "slots": [s.model_dump() for s in slots],
+            "cachedModels": [c.model_dump() for c in cached],
+        }
+    )
+
+
+def node(name: str, *, ready: bool = True, **spec: Any) -> inode.InferenceNode:
+    return inode.InferenceNode.model_validate(
+        {
+            "metadata": {"name": name, "generation": 1},
+            "spec": {
+                "agent": {"url": "http://10.0.0.1:8470", "tokenSecretRef": {"name": "t"}},
+                **spec,
+            },
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True" if ready else "False",
+                        "reason": "HeartbeatOK",
+                        "lastTransitionTime": NOW.isoformat(),
+                    }
+                ]
+            },
+        }
+    )
+
+
+def fact(name: str, st: contract.AgentState | None = None, **kw: Any) -> dfacts.NodeFacts:
+    return dfacts.NodeFacts(
+        node=node(name, **kw), state=st or state(), endpoint=f"http://{name}:9000"
+    )

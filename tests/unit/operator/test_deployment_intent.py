@@ -1,0 +1,217 @@
+"""ModelDeployment decisions taken out of the handler: sizing from prefetch answers, what one
+reconcile sets out to do, conditions from typed facts (never from message text), Events."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from mlxfleet_agent import contract, sizing
+from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api.modelref import ModelRef
+from mlxfleet_operator.core import heartbeat, naming, nodes, placement
+from mlxfleet_operator.core.deployment import facts as dfacts
+from mlxfleet_operator.core.deployment import footprint, intent, placing
+from mlxfleet_operator.core.deployment import plan as dplan
+from mlxfleet_operator.core.deployment import slots as dslots
+from mlxfleet_operator.core.deployment import status as mdstatus
+from tests.unit.operator.builders import GIB, NOW, SHAPE, A, B, fact, md, state
+
+SLOT = naming.slot_name("ns", "chat")
+
+
+def one(source: str = A, **spec: Any) -> mdep.ModelDeployment:
+    """A one-replica deployment (the builders' default is two)."""
+    return md(source, **{"replicas": 1, **spec})
+
+
+def slot(source: str = A, *, phase: str = "Ready", error: str | None = None) -> contract.SlotStatus:
+    return contract.SlotStatus(
+        name=SLOT,
+        served_name="chat",
+        source=source,
+        phase=phase,
+        ready=phase == "Ready",
+        last_error=error,
+    )
+
+
+def on(name: str, *slots: contract.SlotStatus, ready: bool = True) -> dfacts.NodeFacts:
+    return fact(name, state(slots=slots), ready=ready)
+
+
+def probe(*, fits_nowhere: bool = False) -> placement.Decision:
+    return placement.Decision(
+        nodes=(), kept=(), added=(), dropped=(), rejections=(), missing=1,
+        fits_nowhere=fits_nowhere,
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------- sizing
+
+
+CACHED = contract.CachedModel(id="a", source=A, size_bytes=400_000, shape=SHAPE)
+
+
+@pytest.mark.parametrize(
+    ("answers", "reason"),
+    [
+        pytest.param([], "WaitingForCapacity", id="nobody-asked"),
+        pytest.param([dfacts.Prefetch("n1", error="HTTP 404: source: no such repo", status=404)],
+                     "SourceInvalid", id="cannot-exist"),
+        pytest.param([dfacts.Prefetch("n1", error="HTTP 502: hub", status=502),
+                      dfacts.Prefetch("n2", error="unreachable")],
+                     "SourceUnavailable", id="fetch-failed-everywhere"),
+        pytest.param([dfacts.Prefetch("n1")], "SizeUnknown", id="fetched-without-size"),
+    ],
+)  # fmt: skip
+def test_prefetch_answers_decide_the_sizing_verdict(
+    answers: list[dfacts.Prefetch], reason: str
+) -> None:
+    judged = footprint.sized(one(), [], probe=probe(), answers=answers)
+    assert not isinstance(judged, int)
+    assert judged.reason == reason
+    for answer in answers:
+        assert answer.node in judged.message
+
+
+def test_a_fetched_model_is_sized_and_nothing_matching_stalls() -> None:
+    fetched = footprint.sized(one(), [], probe=probe(), answers=[dfacts.Prefetch("n1", CACHED)])
+    expected = sizing.estimate(
+        weights_bytes=400_000, shape=SHAPE, context_length=8192, max_concurrency=4, kv_bits=None
+    )
+    assert fetched == expected.total_bytes
+    nowhere = footprint.sized(one(), [], probe=probe(fits_nowhere=True), answers=[])
+    assert not isinstance(nowhere, int)
+    assert (nowhere.reason, nowhere.stalled) == ("NoMatchingNodes", True)
+
+
+def test_only_a_fetched_model_or_a_permanent_refusal_stops_asking() -> None:
+    assert dfacts.Prefetch("n1", CACHED).settled
+    assert dfacts.Prefetch("n1", error="no", status=422).settled
+    assert not dfacts.Prefetch("n1", error="no", status=502).settled
+    assert not dfacts.Prefetch("n1", error="no answer").settled
+
+
+# ------------------------------------------------------------------------------- intent
+
+
+def decide(
+    d: mdep.ModelDeployment, facts: Sequence[dfacts.NodeFacts], plan: dplan.PlanInfo | None = None
+) -> intent.Intent:
+    return intent.intent(
+        d, facts, plan=plan, footprint_bytes=GIB, now=NOW, failover_delay=timedelta(seconds=15)
+    )
+
+
+def test_a_new_replica_is_put_once_and_an_identical_slot_is_left_alone() -> None:
+    want = decide(one(), [on("n1")])
+    assert [(r.node, r.spec) for r in want.puts] == [("n1", dslots.slot_spec(one(), ModelRef(A)))]
+    assert (want.create, want.deletes) == (None, ())
+    running = slot().model_copy(update={"spec": want.puts[0].spec})
+    assert decide(one(), [on("n1", running)]).puts == ()
+
+
+def test_a_model_change_of_kept_replicas_creates_a_plan_and_puts_nothing() -> None:
+    served = [{"node": "n1", "phase": "Ready", "ready": True, "source": A}]
+    want = decide(one(B, placements=served), [on("n1", slot(A))])
+    assert want.create is not None
+    assert want.create.spec.nodes == ["n1"]
+    assert want.create.metadata.owner_references[0].uid == "u"
+    assert want.plan == dplan.created(one(B), want.create)
+    assert want.puts == ()  # the plan alone swaps kept replicas
+    assert want.desired == {"n1": ModelRef(A)}
+    event = dplan.created_event(want.create)
+    assert event.message == f"SwapPlan {want.create.metadata.name}: 1 replicas to {B}"
+
+
+def test_a_slot_without_a_replica_goes_unless_a_running_plan_brings_one_up_there() -> None:
+    facts = [on("n1"), on("n2", slot())]
+    assert decide(one(placement={"nodes": ["n1"]}), facts).deletes == ("n2",)
+    moving = dplan.PlanInfo(
+        name="p", target=ModelRef(A), phase=None, paused=False, holds=frozenset({"n2"})
+    )
+    assert decide(one(placement={"nodes": ["n1"]}), facts, moving).deletes == ()
+
+
+def test_a_move_is_announced_with_where_from_and_where_to() -> None:
+    placed = [{"node": "n1", "phase": "Ready", "ready": True, "source": A}]
+    want = decide(one(placements=placed, placement={"nodes": ["n2"]}), [on("n1"), on("n2")])
+    assert want.rescheduled is not None
+    assert want.rescheduled.message == "replicas moved from n1 to n2"
+    assert decide(one(placements=placed), [on("n1")]).rescheduled is None
+
+
+# ------------------------------------------------------------------- conditions from facts
+
+
+def test_node_lost_comes_from_node_readiness_not_from_a_message() -> None:
+    """An agent error that happens to contain 'not Ready' is a loading replica on a Ready
+    node, not a lost node; a NotReady node is lost whatever its slot says."""
+    chosen = placing.place(one(), [on("n1")], footprint_bytes=GIB, now=NOW,
+                           failover_delay=timedelta(seconds=15))  # fmt: skip
+
+    def judged(fact: dfacts.NodeFacts) -> mdstatus.Result:
+        return mdstatus.status(
+            one(),
+            decision=chosen,
+            facts={"n1": fact},
+            desired={"n1": ModelRef(A)},
+            outcomes={},
+            plan=None,
+            footprint_bytes=GIB,
+            endpoint="http://chat.ns.svc:80",
+            now=NOW,
+        )
+
+    result = judged(on("n1", slot(phase="Loading", error="backend not Ready yet")))
+    assert result.status.placements[0].message == "backend not Ready yet"
+    assert result.verdict.reason == "Loading"
+    lost = judged(on("n1", slot(), ready=False))
+    assert lost.verdict.reason == "NodeLost"
+    assert lost.status.placements[0].message == "node n1 is not Ready"
+
+
+@pytest.mark.parametrize(
+    ("outcome", "reported", "warns"),
+    [
+        pytest.param(dfacts.Outcome("n1"), True, False, id="removed"),
+        pytest.param(dfacts.Outcome("n1", "HTTP 409", status=409), False, True, id="refused"),
+        pytest.param(dfacts.Outcome("n1", "timeout", unreachable=True), True, True,
+                     id="unreachable-with-the-slot"),
+        pytest.param(dfacts.Outcome("n1", "timeout", unreachable=True), False, False,
+                     id="unreachable-never-had-it"),
+    ],
+)  # fmt: skip
+def test_a_slot_left_behind_on_delete_warns_only_where_it_matters(
+    outcome: dfacts.Outcome, reported: bool, warns: bool
+) -> None:
+    event = dslots.not_removed(outcome, reported=reported)
+    assert (event is not None) is warns
+    if event is not None:
+        assert (event.type, event.reason) == ("Warning", "SlotNotRemoved")
+
+
+def test_node_events_a_ready_flip_and_an_ignored_field() -> None:
+    down = heartbeat.Observation(heartbeat.Health(ready=False, misses=3), flipped=True)
+    event = nodes.flip_event(down, nodes.Poll(None, nodes.PollError.UNREACHABLE, "refused"))
+    assert event is not None
+    assert (event.type, event.reason, event.message) == (
+        "Warning",
+        "NodeNotReady",
+        "heartbeat missed: refused",
+    )
+    up = heartbeat.Observation(heartbeat.Health(ready=True), flipped=True)
+    assert nodes.flip_event(up, nodes.Poll(None)) is not None
+    assert (
+        nodes.flip_event(heartbeat.Observation(heartbeat.Health(), False), nodes.Poll(None)) is None
+    )
+    assert nodes.ignored_fields(on("n1").node) is None
+    reserved = on("n1").node.model_copy(deep=True)
+    reserved.spec.reserved_memory = "1Gi"
+    ignored = nodes.ignored_fields(reserved)
+    assert ignored is not None
+    assert ignored.reason == "ReservedMemoryIgnored"

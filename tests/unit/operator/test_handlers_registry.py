@@ -1,0 +1,58 @@
+"""Handler registration: settings are injected (never read at import), every handler is
+registered once in the registry `main` runs, and the SwapPlans have one index."""
+
+from __future__ import annotations
+
+import importlib
+
+import kopf
+
+from mlxfleet_operator import handlers, settings
+
+
+def test_timer_intervals_come_from_the_settings_passed_in() -> None:
+    registry = handlers.registry(settings.OperatorSettings(poll_seconds=7))
+    timers = {h.id: h.interval for h in registry._spawning.get_all_handlers()}
+    assert timers == {"heartbeat_poll": 7.0, "converge": 7.0, "follow": 3.5, "route_status": 7.0}
+    fast = handlers.registry(settings.OperatorSettings(poll_seconds=0.2))
+    assert {h.id: h.interval for h in fast._spawning.get_all_handlers()}["follow"] == 0.5
+
+
+def test_every_handler_is_registered_once_with_one_index_per_question() -> None:
+    registry = handlers.registry(settings.OperatorSettings())
+    assert sorted(h.id for h in registry._indexing.get_all_handlers()) == [
+        "deployment_ready",
+        "deployment_slots",
+        "inference_nodes",
+        "swap_plans",
+    ]
+    activities = [h.id for h in registry._activities.get_all_handlers()]
+    assert activities == ["login_via_client", "configure", "close", "nodes"]
+    changing = sorted(h.id for h in registry._changing.get_all_handlers())
+    assert changing == ["changed"] * 6 + ["forget"] + ["route_status"] * 3 + ["teardown"]
+
+
+def test_importing_the_handlers_registers_nothing_and_reads_no_settings() -> None:
+    before = kopf.get_default_registry()
+    counts = (
+        len(before._spawning.get_all_handlers()),
+        len(before._changing.get_all_handlers()),
+        len(before._indexing.get_all_handlers()),
+    )
+    for name in (
+        "nodes",
+        "deployments",
+        "swapplans",
+        "modelroutes",
+        "lifecycle",
+        "indexes",
+        "guard",
+    ):
+        importlib.reload(importlib.import_module(f"mlxfleet_operator.handlers.{name}"))
+    after = kopf.get_default_registry()
+    assert counts == (
+        len(after._spawning.get_all_handlers()),
+        len(after._changing.get_all_handlers()),
+        len(after._indexing.get_all_handlers()),
+    )
+    assert not hasattr(settings, "current")

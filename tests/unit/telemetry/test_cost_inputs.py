@@ -1,0 +1,163 @@
+"""Which node's cost inputs apply to which telemetry: InferenceNodes, report.yaml, aliases.
+
+Issue 15 item 2: the monthly report crashed (ZeroDivisionError) when no node of the cost table
+matched a node with telemetry; a report must instead say which nodes have no cost inputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mlxfleet_operator.api import inferencenode
+from mlxfleet_operator.reports import cli, config, fixture, inventory, monthly, render, summary
+
+REPO = Path(__file__).resolve().parents[3]
+OCTOBER = summary.month(2026, 10)
+# The cost table the shipped report-config.yaml held before: names no agent reports under.
+OLD_SAMPLE_TABLE = """\
+nodes:
+  studio-1: {purchasePriceUSD: 3999, amortizationMonths: 36, electricityUSDPerKWh: 0.30,
+             idlePowerWatts: 12, busyPowerWatts: 95}
+  mini-1: {purchasePriceUSD: 1399, amortizationMonths: 24, electricityUSDPerKWh: 0.30,
+           idlePowerWatts: 5, busyPowerWatts: 38}
+reference: {name: Cloud API (reference), inputUSDPerMillion: 2.50, outputUSDPerMillion: 10.00}
+"""
+HOST_NAMES = {"studio-1": "Mac-Studio", "mini-1": "mac-mini-a", "mini-2": "mac-mini-b"}
+STUDIO_COST = {
+    "purchasePriceUSD": 3999,
+    "amortizationMonths": 36,
+    "electricityUSDPerKWh": 0.30,
+    "idlePowerWatts": 12,
+    "busyPowerWatts": 95,
+}
+
+
+def shipped_report_yaml() -> str:
+    cm = yaml.safe_load((REPO / "manifests" / "cronjobs" / "report-config.yaml").read_text())
+    text: str = cm["data"]["report.yaml"]
+    return text
+
+
+def node(name: str, cost: dict[str, object] | None) -> inventory.ClusterNode:
+    return inventory.ClusterNode(
+        name=name, cost=None if cost is None else inferencenode.Cost.model_validate(cost)
+    )
+
+
+@pytest.fixture(scope="module")
+def host_named() -> fixture.FixtureSource:
+    """The fixture month as agents that kept their host names would ship it."""
+    return fixture.FixtureSource(interval_hours=6, names=HOST_NAMES)
+
+
+@pytest.mark.parametrize(
+    "cfg_text",
+    [
+        pytest.param(OLD_SAMPLE_TABLE, id="old-sample-cost-table"),
+        pytest.param(shipped_report_yaml(), id="shipped-report-config"),
+    ],
+)
+def test_monthly_report_when_no_cost_input_matches_telemetry(
+    host_named: fixture.FixtureSource, cfg_text: str
+) -> None:
+    cfg = config.ReportConfig.from_yaml(cfg_text)
+    report = monthly.build(cli.summarise(host_named, OCTOBER, cfg))  # ZeroDivisionError before
+    html = render.monthly_html(report, generated="now")
+    unmatched = [n for n in report.notes if "Mac-Studio, mac-mini-a, mac-mini-b" in n]
+    assert len(unmatched) == 1, report.notes
+    assert unmatched[0].startswith("No cost inputs for Mac-Studio, mac-mini-a, mac-mini-b:")
+    assert "nodeName" in unmatched[0]
+    assert "aliases" in unmatched[0]
+    assert "No cost inputs for Mac-Studio, mac-mini-a, mac-mini-b:" in html
+    tiles = {t.label: t for t in report.tiles}
+    assert tiles["Cost per million tokens"].value == "n/a"
+    assert tiles["Tokens served"].value == "142.6M"  # the telemetry itself is all there
+
+
+def test_cost_table_names_without_telemetry_are_named(host_named: fixture.FixtureSource) -> None:
+    cfg = config.ReportConfig.from_yaml(OLD_SAMPLE_TABLE)
+    s = cli.summarise(host_named, OCTOBER, cfg)
+    silent = [n for n in s.cost_problems if n.startswith("No telemetry")]
+    assert len(silent) == 1
+    assert "mini-1, studio-1" in silent[0]
+    assert s.unpriced_nodes == ["Mac-Studio", "mac-mini-a", "mac-mini-b"]
+
+
+def test_weekly_report_names_the_nodes_without_cost_inputs(
+    host_named: fixture.FixtureSource,
+) -> None:
+    cfg = config.ReportConfig.from_yaml(OLD_SAMPLE_TABLE)
+    files = cli.weekly_files(host_named, summary.iso_week(2026, 42), cfg)
+    md = files["weekly-2026-W42.md"][0].decode()
+    html = files["weekly-2026-W42.html"][0].decode()
+    for text in (md, html):
+        assert "No cost inputs for Mac-Studio, mac-mini-a, mac-mini-b:" in text
+
+
+def test_aliases_map_telemetry_names_to_nodes(host_named: fixture.FixtureSource) -> None:
+    aliases = yaml.safe_dump({"aliases": {v: k for k, v in HOST_NAMES.items()}})
+    cfg = config.ReportConfig.from_yaml(fixture.CONFIG_YAML + aliases)
+    s = cli.summarise(host_named, OCTOBER, cfg)
+    assert set(s.nodes) == {"studio-1", "mini-1", "mini-2"}
+    assert s.unpriced_nodes == []
+    assert s.cost_problems == []
+    assert s.fleet is not None
+    studio = next(n for n in s.fleet.nodes if n.node == "studio-1")
+    assert studio.hardware_usd == pytest.approx(3999 / 36 * 744 / 730.5)
+
+
+def test_costs_come_from_inference_nodes() -> None:
+    cfg = config.ReportConfig.from_yaml(fixture.CONFIG_YAML.split("nodes:")[0])
+    cluster = [
+        node("studio-1", STUDIO_COST),
+        node("mini-1", {**STUDIO_COST, "purchasePriceUSD": 1399, "amortizationMonths": 24}),
+        node("mini-2", None),
+    ]
+    inv = inventory.build(cfg, cluster)
+    assert sorted(inv.nodes) == ["mini-1", "mini-2", "studio-1"]
+    inputs, problems = inv.cost_inputs()
+    assert inputs["studio-1"].purchase_price_usd == 3999
+    assert inputs["mini-1"].amortization_months == 24
+    assert problems == ["InferenceNode mini-2: spec.cost is not set; left out of the cost figures"]
+    s = cli.summarise(fixture.FixtureSource(interval_hours=6), OCTOBER, cfg, cluster=cluster)
+    assert s.fleet is not None
+    assert sorted(n.node for n in s.fleet.nodes) == ["mini-1", "studio-1"]
+    assert s.cost_problems == problems
+
+
+def test_report_yaml_overrides_single_fields_of_an_inference_node() -> None:
+    cfg = config.ReportConfig.from_yaml(
+        "nodes:\n  studio-1: {electricityUSDPerKWh: 0.10}\n  bench-mac: {purchasePriceUSD: 1}\n"
+    )
+    inv = inventory.build(cfg, [node("studio-1", STUDIO_COST)])
+    inputs, problems = inv.cost_inputs()
+    assert inputs["studio-1"].electricity_usd_per_kwh == 0.10
+    assert inputs["studio-1"].purchase_price_usd == 3999
+    # a report.yaml node that is no InferenceNode still counts (running outside a cluster)
+    assert problems == [
+        "node bench-mac: spec.cost.amortizationMonths, spec.cost.electricityUSDPerKWh not set; "
+        "left out of the cost figures"
+    ]
+
+
+def test_without_a_cluster_report_yaml_is_the_inventory() -> None:
+    cfg = config.ReportConfig.from_yaml(fixture.CONFIG_YAML)
+    inv = inventory.build(cfg, None)
+    assert sorted(inv.nodes) == ["mini-1", "mini-2", "studio-1"]
+    assert inv.cost_inputs()[1] == []
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        pytest.param("aliases: {a: ''}", "aliases.a", id="empty-target"),
+        pytest.param("aliases: [a]", "aliases", id="not-a-mapping"),
+        pytest.param("aliases: {a: a}", "aliases.a", id="maps-to-itself"),
+    ],
+)
+def test_bad_aliases_name_the_field(text: str, names: str) -> None:
+    with pytest.raises(config.ConfigError, match=names.replace(".", r"\.")):
+        config.ReportConfig.from_yaml(text)
