@@ -22,7 +22,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from mlxfleet_gateway import metrics, upstream
+from mlxfleet_agent import httpclient as upstream
+from mlxfleet_gateway import metrics
 from mlxfleet_gateway.core import balancer
 
 log = logging.getLogger("mlxfleet_gateway.health")

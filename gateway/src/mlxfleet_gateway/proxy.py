@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from mlxfleet_gateway import metrics, shipper, upstream, view
+from mlxfleet_agent import httpclient as upstream
+from mlxfleet_gateway import metrics, shipper, view
 from mlxfleet_gateway.core import balancer, budget, catalog, errors, keys, limits, plan, sse
 from mlxfleet_gateway.core import traits as traits_mod
 from mlxfleet_gateway.core import usage as usage_mod

@@ -25,7 +25,8 @@ from typing import Any
 
 import uvicorn
 
-from mlxfleet_gateway import health, metrics, proxy, shipper, upstream, view, watch
+from mlxfleet_agent import httpclient as upstream
+from mlxfleet_gateway import health, metrics, proxy, shipper, view, watch
 from mlxfleet_gateway import settings as settings_mod
 from mlxfleet_gateway.core import balancer, budget, limits
 

@@ -11,8 +11,11 @@ connection: nothing was processed).
 Errors say how far the exchange got, so a caller can decide what is safe to retry:
 `ConnectError` (no connection), `ResponseError.before_response` (connected, nothing read back).
 
-May import: the standard library and httptools only (no mlxfleet module: the agent's data plane
-adopts this module as it is). Called by: the gateway's proxy and health prober.
+Shared by the agent and the gateway (the one HTTP client of the product's data plane): it lives
+in the agent, which must not import a gateway, and the gateway may import it (an import-linter
+allow-list). May import: the standard library and httptools only (no other mlxfleet module).
+Called by: the agent's `dataplane.upstream` (to its backends), the gateway's proxy and health
+prober (to agents and external providers).
 """
 
 from __future__ import annotations
