@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxfleet_gateway import metrics, proxy, upstream, view
+from mlxfleet_agent import httpclient as upstream
+from mlxfleet_gateway import metrics, proxy, view
 from mlxfleet_gateway.core import balancer
 
 

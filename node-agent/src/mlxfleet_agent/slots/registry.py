@@ -113,7 +113,8 @@ class Registry:
             ):
                 raise refusals.Rejected(
                     409,
-                    f"servedName {spec.served_name!r} is already served by slot {other.name}",
+                    # never the other slot's name: it may be another tenant's
+                    f"servedName {spec.served_name!r} is already served by another slot here",
                     field="servedName",
                 )
         if existing is not None and existing.desired == spec:

@@ -54,6 +54,8 @@ class Reason(StrEnum):
     INVALID_SPEC = "InvalidSpec"  # admitted by the API server, refused by the operator's model
     SERVICE_CONFLICT = "ServiceConflict"  # a Service/EndpointSlice of that name is not ours
     SLOT_NAME_CONFLICT = "SlotNameConflict"  # an older deployment has the same agent slot name
+    # no node may take a replica: another deployment serves the same name on each node that could
+    SERVED_NAME_CONFLICT = "ServedNameConflict"
     SIZE_UNKNOWN = "SizeUnknown"
     LOADING = "Loading"
     PARTIALLY_READY = "PartiallyReady"

@@ -36,6 +36,7 @@ class Reason(StrEnum):
     MEMORY = "InsufficientMemory"
     TOO_SMALL = "LargerThanNodeBudget"
     HAS_REPLICA = "AlreadyHostsReplica"
+    SERVED_NAME = "ServedNameConflict"  # another deployment serves the same name there
     NOT_NEEDED = "NotNeeded"
 
 
@@ -51,6 +52,7 @@ class NodeView:
     budget_bytes: int = 0
     used_bytes: int = 0  # by other slots than this deployment's
     cached: frozenset[ModelRef] = frozenset()  # models with weights on disk
+    served_names: frozenset[str] = frozenset()  # served by other slots than this deployment's
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class Request:
     strategy: Strategy = Strategy.SPREAD
     node_selector: Mapping[str, str] = field(default_factory=dict)
     nodes: tuple[str, ...] | None = None  # explicit node names, or None for any
+    served_name: str | None = None  # an agent serves one name once: a node serving it is out
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,13 @@ def place(
             )
         elif not node.ready:
             rejections[node.name] = Rejection(node.name, Reason.NOT_READY, "node is not Ready")
+        elif request.served_name is not None and request.served_name in node.served_names:
+            # the other deployment may be another tenant's: say what, never whose
+            rejections[node.name] = Rejection(
+                node.name,
+                Reason.SERVED_NAME,
+                f"another deployment already serves the name {request.served_name!r} there",
+            )
         elif _free(node) < request.footprint_bytes:
             rejections[node.name] = Rejection(
                 node.name,

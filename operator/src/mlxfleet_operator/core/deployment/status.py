@@ -170,6 +170,10 @@ def verdict(
         return conditions.Verdict(True, R.READY, f"{ready}/{want} replicas ready")
     if decision.missing:
         text = f"{ready}/{want} ready, {decision.missing} unplaced: {decision.rejection_summary()}"
+        if ready == 0 and any(
+            r.reason == placement.Reason.SERVED_NAME for r in decision.rejections
+        ):  # a person must rename (spec.model.servedName) or add a node; routes need the name
+            return conditions.Verdict(False, R.SERVED_NAME_CONFLICT, text, stalled=True)
         return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, reconciling=True)
     no_fit = [o for o in outcomes.values() if o.no_fit]
     if no_fit:
