@@ -366,3 +366,46 @@ def test_usage_per_key_matches_what_clients_received_and_no_text_leaves(setup: S
         assert canary[len("CANARY-") :] not in everything
     assert setup.keys["usage"] not in everything  # the key itself is never shipped or logged
     assert json.dumps(setup.keys["usage"]) not in everything
+
+
+def test_a_name_taken_on_its_node_is_a_placement_filter_and_slots_are_addressed(
+    setup: Setup, model_b: Path
+) -> None:
+    """Issue 9, tenants: `chat-a` of team b pinned to the node where team a's `chat-a` runs is
+    Stalled with ServedNameConflict (not SourceInvalid naming team a's slot); the agent routes
+    by the slot the gateway names (x-mlxfleet-slot) only for the fleet credential."""
+    fl, n1 = setup.fleet, setup.fleet.node("n1")
+    body = fl.ws.deployment("chat-n1", model_b, replicas=1, placement={"nodes": [n1]})
+    body["spec"]["model"]["servedName"] = "chat-a"
+    body["metadata"]["namespace"] = setup.ns_b
+    fl.apply(body)
+
+    def stalled() -> dict[str, Any] | None:
+        md = json.loads(
+            fl.cluster.kubectl("get", "mdep", "chat-n1", "-n", setup.ns_b, "-o", "json").stdout
+        )
+        ready = [c for c in md.get("status", {}).get("conditions", []) if c["type"] == "Ready"]
+        return ready[0] if ready and ready[0]["reason"] == "ServedNameConflict" else None
+
+    condition = wait_for("chat-n1 ServedNameConflict", stalled, timeout=60)
+    assert "'chat-a'" in condition["message"]
+    assert setup.ns_a not in condition["message"]
+    fl.cluster.kubectl("delete", "mdep", "chat-n1", "-n", setup.ns_b, "--timeout=60s")
+
+    mine = json.loads(
+        fl.cluster.kubectl("get", "mdep", "chat-a", "-n", setup.ns_a, "-o", "json").stdout
+    )
+    (placed,) = mine["status"]["placements"]
+    assert placed["slot"]
+    url = fl.nodes[n1].data_url + "/v1/chat/completions"
+    ask_ = {"model": "any-name", "messages": HELLO, "max_tokens": 2}
+    fleet = {"Authorization": f"Bearer {gws.FLEET_KEY}"}
+    by_slot = httpx.post(url, json=ask_, headers={**fleet, "x-mlxfleet-slot": placed["slot"]})
+    assert by_slot.status_code == 200, by_slot.text
+    assert by_slot.json()["model"] == "chat-a"
+    missing = httpx.post(url, json=ask_, headers={**fleet, "x-mlxfleet-slot": "no-such-slot"})
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "slot_not_found"
+    assert (
+        httpx.post(url, json=ask_, headers={"x-mlxfleet-slot": placed["slot"]}).status_code == 401
+    )

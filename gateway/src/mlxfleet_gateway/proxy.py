@@ -53,6 +53,7 @@ ENDPOINTS = {
 }
 STREAMING = frozenset({"chat/completions", "completions"})
 JSON = b"application/json"
+SLOT_HEADER = b"x-mlxfleet-slot"  # names the agent slot (fleet credential only)
 JSON_HEADERS = [(b"content-type", JSON)]
 H_BACKEND = b"x-mlxfleet-backend"
 H_FALLBACK = b"x-mlxfleet-fallback"
@@ -453,6 +454,8 @@ class Proxy:
         headers = [(b"content-type", JSON), (b"accept", b"*/*")]
         if token:
             headers.append((b"authorization", b"Bearer " + token.encode()))
+        if local is not None and local.slot and token:  # agents honour it with the credential
+            headers.append((SLOT_HEADER, local.slot.encode()))
         exchange = Exchange(c.origin)
         call.exchange = exchange
         live = self.inflight.setdefault(c.origin, set())

@@ -36,6 +36,7 @@ class Deployment:
     served_name: str
     replicas: tuple[Replica, ...]  # ready ones only
     capacity: int  # spec.maxConcurrency: requests one replica serves at once
+    slot: str | None = None  # the agent slot (status.placements[].slot): sent as x-mlxfleet-slot
 
     @property
     def ready(self) -> bool:
@@ -166,7 +167,10 @@ def deployment(md: mdep.ModelDeployment) -> Deployment:
         if p.ready and p.endpoint
     )
     served = md.status.served_name or md.served_name()
-    return Deployment(namespace, name, served, replicas, capacity=md.spec.max_concurrency)
+    slot = next((p.slot for p in md.status.placements if p.slot), None)
+    return Deployment(
+        namespace, name, served, replicas, capacity=md.spec.max_concurrency, slot=slot
+    )
 
 
 def _backend(

@@ -87,6 +87,10 @@ class Registry:
                 return slot
         return None
 
+    def slot_route(self, slot: str) -> Slot | None:
+        found = self.slots.get(slot)
+        return found if found is not None and not found.deleted else None
+
     def served_names(self) -> list[str]:
         return [s.desired.served_name for s in self.slots.values() if not s.deleted]
 

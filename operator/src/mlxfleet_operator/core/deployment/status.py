@@ -80,6 +80,7 @@ def placements(
                 source=source,
                 revision=revision,
                 endpoint=fact.endpoint if fact is not None else None,
+                slot=slot,
                 message=message,
             )
         )
@@ -108,6 +109,7 @@ def removing(
                 source=prev.source if prev is not None else None,
                 revision=prev.revision if prev is not None else None,
                 endpoint=fact.endpoint if fact is not None else None,
+                slot=naming.slot_name(md.metadata.namespace or "", md.metadata.name or ""),
                 message=f"serving until {replacing} serve"
                 if leaving
                 else "out of the endpoints; its slot is removed next",
