@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	scripts/install-system-deps.sh
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=25.1"
-	$(BIN)/python -m pip install -q -e ".[operator,agent]" --group dev
+	$(BIN)/python -m pip install -q -e ".[operator,agent,gateway]" --group dev
 	@touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install mlxfleet editable with dev tools (idempotent)
@@ -81,8 +81,9 @@ demo: $(STAMP) control-plane  ## the one-command local demo
 demo-down: $(STAMP)
 	$(BIN)/mlxfleet dev demo-down
 
-bench: $(STAMP)  ## data-plane + swap benchmark (agent vs mlx_lm.server directly); peer copies
+bench: $(STAMP) control-plane  ## data-plane, swap, gateway and peer-copy benchmarks (each against its baseline)
 	$(BIN)/python -m benchmarks.agent_bench
+	$(BIN)/python -m benchmarks.gateway_bench
 	$(BIN)/python -m benchmarks.peer_bench
 
 bench-embed: $(STAMP)  ## embeddings throughput through the agent vs the mlx-embed engine directly

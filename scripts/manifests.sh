@@ -10,6 +10,8 @@
 #   manifests/grafana/mlxfleet-dashboard.json    -> charts/mlxfleet/files/grafana/
 #   charts/mlxfleet templates (helm template)    -> manifests/base/{namespace,serviceaccount,rbac,deployment,join,pdb}.yaml
 #                                                -> manifests/cronjobs/{rbac,report-config,weekly-report,monthly-report,telemetry-compaction}.yaml
+#                                                -> manifests/base/gateway-rbac.yaml (its identity)
+#                                                -> manifests/gateway/{deployment,service,pdb}.yaml
 # The rendered files drop the two Helm-only labels (helm.sh/chart, managed-by: Helm).
 set -euo pipefail
 
@@ -44,6 +46,12 @@ for name in serviceaccount rbac deployment pdb; do
   render "templates/operator/$name.yaml" "manifests/base/$name.yaml"
 done
 render templates/join/join.yaml manifests/base/join.yaml
+GATEWAY=(--set gateway.enabled=true)
+render templates/gateway/serviceaccount.yaml manifests/base/gateway-rbac.yaml \
+  --show-only templates/gateway/rbac.yaml "${GATEWAY[@]}"
+for name in deployment service pdb; do
+  render "templates/gateway/$name.yaml" "manifests/gateway/$name.yaml" "${GATEWAY[@]}"
+done
 REPORTS=(--values manifests/cronjobs/chart-values.yaml)
 render templates/reports/rbac.yaml manifests/cronjobs/rbac.yaml "${REPORTS[@]}"
 render templates/reports/configmap.yaml manifests/cronjobs/report-config.yaml "${REPORTS[@]}"

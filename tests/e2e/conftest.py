@@ -77,6 +77,7 @@ class Agent:
     token: str
     memory_budget: int | None = None
     tls: tuple[Path, Path, Path] | None = None  # (cert, key, CA) for an https control API
+    data_key: str | None = None  # the data plane accepts only this key (--data-api-keys-file)
     env: dict[str, str | None] = field(default_factory=dict)  # None: removed from the env
     flags: list[str] = field(default_factory=list)  # more `serve` flags
     host: str = "127.0.0.1"  # --bind (fault tests: an address in a network namespace)
@@ -119,6 +120,11 @@ class Agent:
         if self.tls is not None:
             cmd += ["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1])]
         cmd += self.flags
+        if self.data_key is not None:
+            keys_file = self.root / "data-keys"
+            keys_file.write_text(self.data_key + "\n")
+            keys_file.chmod(0o600)
+            cmd += ["--data-api-keys-file", str(keys_file)]
         self.starts += 1
         env = {k: v for k, v in {**os.environ, **self.env}.items() if v is not None}
         with (self.root / f"agent-{self.starts}.log").open("wb") as log:
@@ -164,8 +170,19 @@ class Agent:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
 
+    def freeze(self) -> None:
+        """SIGSTOP the agent's whole process group: a hung or sleeping Mac (sockets stay open)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGCONT)  # a frozen agent cannot stop itself
             stop_process(self.proc, sig=signal.SIGTERM, grace=30)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -187,6 +204,7 @@ class Agents:
         *,
         memory_budget: int | None = None,
         tls: tuple[Path, Path, Path] | None = None,
+        data_key: str | None = None,
         env: dict[str, str | None] | None = None,
         **more: Any,
     ) -> Agent:
@@ -201,6 +219,7 @@ class Agents:
             token=secrets.token_urlsafe(24),
             memory_budget=memory_budget,
             tls=tls,
+            data_key=data_key,
             env=dict(env or {}),
             **more,
         )

@@ -99,6 +99,20 @@ def ensure_namespace(plane: controlplane.ControlPlane, *, restricted: bool = Tru
         )
 
 
+def account_kubeconfig(plane: controlplane.ControlPlane, account: str, path: Path) -> Path:
+    """A kubeconfig at `path` holding a TokenRequest token of a ServiceAccount of the release."""
+    token = plane.kubectl(
+        "-n", NAMESPACE, "create", "token", account, "--duration=1h"
+    ).stdout.strip()
+    admin = json.loads(plane.kubeconfig.read_text())
+    admin["users"] = [{"name": account, "user": {"token": token}}]
+    admin["contexts"][0]["context"]["user"] = account
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(admin))
+    path.chmod(0o600)
+    return path
+
+
 @dataclass
 class ChartOperator:
     """The operator as the kubelet would run it: the live Deployment's args, the chart's SA."""
@@ -111,17 +125,7 @@ class ChartOperator:
 
     def kubeconfig(self) -> Path:
         """A kubeconfig holding a TokenRequest token of the chart's ServiceAccount."""
-        token = self.plane.kubectl(
-            "-n", NAMESPACE, "create", "token", OPERATOR, "--duration=1h"
-        ).stdout.strip()
-        admin = json.loads(self.plane.kubeconfig.read_text())
-        admin["users"] = [{"name": "chart-operator", "user": {"token": token}}]
-        admin["contexts"][0]["context"]["user"] = "chart-operator"
-        path = self.root / "chart-operator.kubeconfig"
-        self.root.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(admin))
-        path.chmod(0o600)
-        return path
+        return account_kubeconfig(self.plane, OPERATOR, self.root / "chart-operator.kubeconfig")
 
     def container(self) -> dict[str, Any]:
         deployment = json.loads(

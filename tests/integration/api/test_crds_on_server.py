@@ -67,10 +67,10 @@ def test_crd_is_established_and_matches_the_generated_file(cluster: Any, kind: c
 
 
 def test_every_sample_applies_server_side(samples: dict[str, dict[str, Any]]) -> None:
-    assert set(samples) == {"Secret", "InferenceNode", "ModelDeployment", "SwapPlan"}
+    assert set(samples) == {"Secret", "InferenceNode", "ModelDeployment", "SwapPlan", "ModelRoute"}
 
 
-def test_get_mlxfleet_lists_all_three_kinds_with_their_columns(
+def test_get_mlxfleet_lists_all_four_kinds_with_their_columns(
     cluster: Any, samples: dict[str, dict[str, Any]]
 ) -> None:
     out = cluster.kubectl("get", "mlxfleet", "-A").stdout
@@ -78,7 +78,8 @@ def test_get_mlxfleet_lists_all_three_kinds_with_their_columns(
     assert ["NAMESPACE", "NAME", "MODEL", "REPLICAS", "READY", "STATUS", "AGE"] in headers
     assert ["NAME", "READY", "CHIP", "MEMORY", "AGENT", "AGE"] in headers
     assert ["NAMESPACE", "NAME", "DEPLOYMENT", "TARGET", "PHASE", "PROGRESS", "AGE"] in headers
-    for kind in ("ModelDeployment", "InferenceNode", "SwapPlan"):
+    assert ["NAMESPACE", "NAME", "NAMES", "BACKENDS", "STATUS", "AGE"] in headers
+    for kind in ("ModelDeployment", "InferenceNode", "SwapPlan", "ModelRoute"):
         assert f"{kind.lower()}.mlxfleet.io/{samples[kind]['metadata']['name']}" in out
     assert "https://mac-studio-1.lan:8470" in out
 
@@ -92,6 +93,8 @@ def test_get_mlxfleet_lists_all_three_kinds_with_their_columns(
         pytest.param("inferencenode.spec.agent.url", "https://mac-studio-1.lan:8470", id="url"),
         pytest.param("swapplan.spec.paused", "approve", id="paused"),
         pytest.param("modeldeployment.status.conditions", "Reconciling", id="conditions"),
+        pytest.param("mroute.spec.rules.match.hasTools", "tools", id="route-tools"),
+        pytest.param("modelroute.spec.fallback.when", "Saturated", id="route-fallback"),
     ],
 )
 def test_kubectl_explain_shows_descriptions(cluster: Any, field: str, expected: str) -> None:

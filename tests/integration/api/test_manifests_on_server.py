@@ -17,20 +17,14 @@ def test_base_renders_and_passes_server_validation_and_pod_security(cluster: Any
     rendered = cluster.kubectl("kustomize", str(REPO / "manifests" / "base")).stdout
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(rendered) if d)
     assert kinds == [
-        "ClusterRole",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "ClusterRoleBinding",
+        *["ClusterRole"] * 3,  # operator, join's bootstrap identity, gateway
+        *["ClusterRoleBinding"] * 3,
         "Deployment",
         "Namespace",
         "PodDisruptionBudget",
-        "Role",
-        "Role",
-        "Role",
-        "RoleBinding",
-        "RoleBinding",
-        "RoleBinding",
-        "ServiceAccount",
+        *["Role"] * 4,
+        *["RoleBinding"] * 4,
+        *["ServiceAccount"] * 2,  # operator, gateway
         "ValidatingAdmissionPolicy",  # join.yaml: what a bootstrap token may create
         "ValidatingAdmissionPolicyBinding",
     ]
@@ -81,3 +75,15 @@ def test_install_docs_give_the_commands_the_suite_runs() -> None:
     text = (REPO / "docs" / "install.md").read_text()
     assert NODE_COMMAND in text
     assert WORKLOADS_COMMAND.format(namespace="<namespace>") in text
+
+
+def test_sample_route_applies_server_side(cluster: Any) -> None:
+    namespace = "samples-routes"
+    cluster.kubectl("create", "namespace", namespace, check=False)
+    routes = REPO / "manifests" / "samples" / "routes"
+    proc = cluster.kubectl(
+        "apply", "--server-side", "-k", str(routes), "-n", namespace, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    names = cluster.kubectl("get", "modelroutes", "-n", namespace, "-o", "name").stdout.split()
+    assert names == ["modelroute.mlxfleet.io/chat"]

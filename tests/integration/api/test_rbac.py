@@ -13,7 +13,7 @@ pytestmark = pytest.mark.cluster
 
 SYSTEM = resources.OPERATOR_NAMESPACE
 ALL = "--all-namespaces"
-MD, IN, SWP = (f"{r.plural}.{resources.GROUP}" for r in resources.ALL)
+MD, IN, SWP, MR = (f"{r.plural}.{resources.GROUP}" for r in resources.ALL)
 CRUD = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 # Services and EndpointSlices: read one by name (ownership check), create, server-side apply,
 # delete its own; list EndpointSlices of one Service to remove stale ones. Nothing else.
@@ -27,11 +27,15 @@ def _p(verb: str, resource: str, *extra: str) -> Any:
 
 
 ALLOWED = [
-    *(_p(v, r, ALL) for r in (MD, SWP) for v in ("get", "list", "watch", "patch", "update")),
+    *(_p(v, r, ALL) for r in (MD, SWP, MR) for v in ("get", "list", "watch", "patch", "update")),
     *(_p(v, IN) for v in ("get", "list", "watch", "patch", "update")),
     _p("create", SWP, "-n", "default"),
     _p("delete", SWP, "-n", "default"),
-    *(_p(v, r, "--subresource=status", ALL) for r in (MD, SWP) for v in ("get", "patch", "update")),
+    *(
+        _p(v, r, "--subresource=status", ALL)
+        for r in (MD, SWP, MR)
+        for v in ("get", "patch", "update")
+    ),
     *(_p(v, IN, "--subresource=status") for v in ("get", "patch", "update")),
     *(_p(v, "events", ALL) for v in ("create", "patch")),
     *(_p(v, "events.events.k8s.io", ALL) for v in ("create", "patch")),
@@ -73,6 +77,8 @@ DENIED = [
     _p("create", IN),
     _p("delete", IN),
     _p("deletecollection", SWP, "-n", "default"),
+    _p("create", MR, "-n", "default"),
+    _p("delete", MR, "-n", "default"),
     _p("create", "clusterroles.rbac.authorization.k8s.io"),
     _p("create", "clusterrolebindings.rbac.authorization.k8s.io"),
     _p("create", "rolebindings.rbac.authorization.k8s.io", "-n", SYSTEM),

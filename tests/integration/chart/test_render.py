@@ -61,6 +61,7 @@ def test_defaults_render_the_operator_crds_and_dashboard(helm_cli: Helm) -> None
         "CustomResourceDefinition",
         "CustomResourceDefinition",
         "CustomResourceDefinition",
+        "CustomResourceDefinition",
         "Deployment",
         "PodDisruptionBudget",
         "Role",  # the operator's Lease, by name
@@ -145,7 +146,10 @@ def test_reports_render_the_cronjobs_with_the_bucket_and_the_config(helm_cli: He
         "--set=reports.monthly.enabled=false",
         "--set=reports.config.namespaces.team-a=Team A",
     )
-    (weekly,) = [d for d in docs if d["kind"] == "CronJob"]
+    reports = [
+        d for d in docs if d["kind"] == "CronJob" and "compaction" not in d["metadata"]["name"]
+    ]
+    (weekly,) = reports
     assert weekly["metadata"]["name"] == "mlxfleet-weekly-report"
     assert weekly["spec"]["schedule"] == "0 5 * * 1"
     config = one(docs, "ConfigMap", "mlxfleet-reports")
@@ -158,7 +162,8 @@ def test_reports_read_the_inference_nodes_and_nothing_else(helm_cli: Helm) -> No
     """The CronJobs run `--from-cluster` (costs from InferenceNode spec.cost) as their own
     ServiceAccount, which may list InferenceNodes and do nothing else."""
     docs = helm_cli.template("--set=reports.enabled=true")
-    for job in (d for d in docs if d["kind"] == "CronJob"):
+    jobs = [d for d in docs if d["kind"] == "CronJob"]
+    for job in (d for d in jobs if "compaction" not in d["metadata"]["name"]):
         pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == "mlxfleet-reports"
         assert pod["automountServiceAccountToken"] is True
@@ -206,7 +211,6 @@ def test_operator_rbac_touches_only_what_it_owns(helm_cli: Helm) -> None:
         pytest.param(
             ("--set=operator.leaderElection.enabled=false",), "operator.replicas", id="two-alone"
         ),
-        pytest.param(("--set=gateway.enabled=true",), "gateway.enabled", id="gateway-not-shipped"),
         pytest.param(("--set=operator.logLevel=LOUD",), "/operator/logLevel", id="schema-enum"),
         pytest.param(("--set=operator.replica=1",), "'replica' not allowed", id="schema-typo"),
         pytest.param(
@@ -328,10 +332,9 @@ def test_an_image_without_election_refuses_it(helm_cli: Helm, tmp_path: Path) ->
     assert one(helm_cli.template(*STANDALONE, chart=old), "Deployment")["spec"]["replicas"] == 1
 
 
-def test_gateway_branch_once_the_image_has_it(helm_cli: Helm, tmp_path: Path) -> None:
-    """What issue 9 switches on: 2 replicas, a PDB, probes, its own least-privilege identity."""
-    chart = chart_copy(tmp_path, gateway=True)
-    docs = helm_cli.template("--set=gateway.enabled=true", chart=chart)
+def test_gateway_branch(helm_cli: Helm) -> None:
+    """Issue 9: 2 replicas, a PDB, probes, the fleet credential, a least-privilege identity."""
+    docs = helm_cli.template("--set=gateway.enabled=true")
     deployment = one(docs, "Deployment", "mlxfleet-gateway")
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
@@ -339,7 +342,15 @@ def test_gateway_branch_once_the_image_has_it(helm_cli: Helm, tmp_path: Path) ->
     assert pod["serviceAccountName"] == "mlxfleet-gateway"
     (container,) = pod["containers"]
     assert container["command"] == ["mlxfleet-gateway"]
-    assert container["args"] == ["--listen=0.0.0.0:8080"]  # no --allow-anonymous: keys required
+    assert container["args"] == [  # no --allow-anonymous: keys required
+        "--listen=0.0.0.0:8080",
+        "--metrics-listen=0.0.0.0:9090",
+        "--fleet-key-file=/etc/mlxfleet/fleet-key/key",
+        "--peers=2",
+        "--name=$(POD_NAME)",
+    ]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["fleet-key"]["secret"]["secretName"] == "mlxfleet-fleet-key"
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert one(docs, "PodDisruptionBudget", "mlxfleet-gateway")["spec"]["minAvailable"] == 1
@@ -349,9 +360,9 @@ def test_gateway_branch_once_the_image_has_it(helm_cli: Helm, tmp_path: Path) ->
     cluster_role = one(docs, "ClusterRole", "mlxfleet-gateway")
     verbs = {v for rule in cluster_role["rules"] for v in rule["verbs"]}
     assert verbs == {"get", "list", "watch"}
-    single = helm_cli.template(
-        "--set=gateway.enabled=true", "--set=gateway.replicas=1", chart=chart
-    )
+    resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
+    assert resources == {"modeldeployments", "modelroutes"}
+    single = helm_cli.template("--set=gateway.enabled=true", "--set=gateway.replicas=1")
     pdbs = {d["metadata"]["name"] for d in single if d["kind"] == "PodDisruptionBudget"}
     assert "mlxfleet-gateway" not in pdbs  # minAvailable 1 of 1 would block drains
 

@@ -48,6 +48,33 @@ BASE: dict[str, JsonDict] = {
             "target": {"source": "s3://models/qwen3-8b"},
         },
     },
+    "ModelRoute": {
+        "apiVersion": "mlxfleet.io/v1alpha1",
+        "kind": "ModelRoute",
+        "metadata": {"name": "case"},
+        "spec": {
+            "names": ["chat", "auto"],
+            "rules": [
+                {
+                    "name": "code",
+                    "match": {"headers": [{"name": "x-mlxfleet-task", "values": ["code"]}]},
+                    "backends": [{"deployment": "coder"}],
+                },
+                {"name": "default", "backends": [{"deployment": "chat", "weight": 90}]},
+            ],
+            "fallback": {
+                "backends": [
+                    {
+                        "external": {
+                            "url": "https://api.example.com/v1",
+                            "model": "gpt-4o-mini",
+                            "apiKeySecretRef": {"name": "example-provider"},
+                        }
+                    }
+                ]
+            },
+        },
+    },
 }
 
 
@@ -90,7 +117,7 @@ class Invalid(Case):
     field: str
 
 
-MD, IN, SWP = "ModelDeployment", "InferenceNode", "SwapPlan"
+MD, IN, SWP, MR = "ModelDeployment", "InferenceNode", "SwapPlan", "ModelRoute"
 _ARGV = ["llama-server", "-m", "{model}", "--host", "{host}", "--port", "{port}"]
 _COMMAND: JsonDict = {
     "name": "command",
@@ -126,6 +153,13 @@ VALID: tuple[Valid, ...] = (
 
 def _model(source: str) -> JsonDict:
     return {"model": {"source": source}}
+
+
+_EXTERNAL: JsonDict = {"url": "https://api.example.com/v1", "model": "m"}
+
+
+def _rule(**parts: Any) -> JsonDict:
+    return {"name": "r", "backends": [{"deployment": "a"}], **parts}
 
 
 INVALID: tuple[Invalid, ...] = (
@@ -349,4 +383,61 @@ INVALID: tuple[Invalid, ...] = (
     Invalid("swp-drain-timeout-0", SWP, {"drainTimeoutSeconds": 0}, "spec.drainTimeoutSeconds"),
     Invalid("swp-nodes-repeated", SWP, {"nodes": ["mac-1", "mac-1"]}, "spec.nodes"),
     Invalid("swp-paused-not-bool", SWP, {"paused": "soon"}, "spec.paused"),
+    # ModelRoute
+    Invalid("mr-rules-missing", MR, {"rules": DELETE}, "spec.rules"),
+    Invalid("mr-rules-empty", MR, {"rules": []}, "spec.rules"),
+    Invalid("mr-name-space", MR, {"names": ["my chat"]}, "spec.names"),
+    Invalid(
+        "mr-backend-both",
+        MR,
+        {"rules": [_rule(backends=[{"deployment": "a", "external": _EXTERNAL}])]},
+        "spec.rules[0].backends[0]",
+    ),
+    Invalid(
+        "mr-backend-neither",
+        MR,
+        {"rules": [_rule(backends=[{"weight": 5}])]},
+        "spec.rules[0].backends[0]",
+    ),
+    Invalid(
+        "mr-weights-all-zero",
+        MR,
+        {"rules": [_rule(backends=[{"deployment": "a", "weight": 0}])]},
+        "spec.rules[0].backends",
+    ),
+    Invalid(
+        "mr-weight-negative",
+        MR,
+        {"rules": [_rule(backends=[{"deployment": "a", "weight": -1}])]},
+        "spec.rules[0].backends[0].weight",
+    ),
+    Invalid(
+        "mr-external-url",
+        MR,
+        {"rules": [_rule(backends=[{"external": {**_EXTERNAL, "url": "api.example.com"}}])]},
+        "spec.rules[0].backends[0].external.url",
+    ),
+    Invalid(
+        "mr-prompt-range",
+        MR,
+        {
+            "rules": [
+                _rule(match={"minPromptTokens": 100, "maxPromptTokens": 10}),
+            ]
+        },
+        "spec.rules[0].match",
+    ),
+    Invalid(
+        "mr-header-upper",
+        MR,
+        {"rules": [_rule(match={"headers": [{"name": "X-Task", "values": ["a"]}]})]},
+        "spec.rules[0].match.headers[0].name",
+    ),
+    Invalid(
+        "mr-match-model-not-a-name",
+        MR,
+        {"rules": [_rule(match={"models": ["other"]})]},
+        "spec.rules",
+    ),
+    Invalid("mr-fallback-when", MR, {"fallback": {"when": ["Sometimes"]}}, "spec.fallback.when"),
 )

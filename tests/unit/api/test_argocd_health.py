@@ -10,7 +10,7 @@ from tests.support import argocd
 
 pytest.importorskip("lupa.lua51", reason="the lupa package (real Lua) is a dev dependency")
 
-KINDS = ("ModelDeployment", "InferenceNode", "SwapPlan")
+KINDS = ("ModelDeployment", "InferenceNode", "SwapPlan", "ModelRoute")
 health = argocd.health
 
 
@@ -65,7 +65,7 @@ COMMON = [
 ]
 
 
-@pytest.mark.parametrize("kind", ["ModelDeployment", "InferenceNode"])
+@pytest.mark.parametrize("kind", ["ModelDeployment", "InferenceNode", "ModelRoute"])
 @pytest.mark.parametrize(("body", "expected", "message"), COMMON)
 def test_conditions_map_to_health(
     kind: str, body: dict[str, Any], expected: str, message: str
@@ -144,6 +144,15 @@ def test_swap_plan_phases_map_to_health(body: dict[str, Any], expected: str, mes
     status, text = health("SwapPlan", body)
     assert status == expected
     assert message in text
+
+
+def test_model_route_that_only_has_its_fallback_is_degraded() -> None:
+    fallback = cond("Ready", "False", "FallbackOnly", "rule default: no ready backend")
+    assert health("ModelRoute", obj(fallback)) == (
+        "Degraded",
+        "FallbackOnly: rule default: no ready backend",
+    )
+    assert health("ModelRoute", obj())[1] == "Waiting for the Ready condition"
 
 
 def test_swap_plan_without_status() -> None:

@@ -17,6 +17,7 @@ FILES = {
     "modeldeployments.mlxfleet.io.yaml",
     "inferencenodes.mlxfleet.io.yaml",
     "swapplans.mlxfleet.io.yaml",
+    "modelroutes.mlxfleet.io.yaml",
 }
 
 
@@ -167,6 +168,7 @@ def test_scale_paths_exist_in_the_schema() -> None:
             "InferenceNode", ["Ready", "Chip", "Memory", "Agent", "Download", "Age"], id="inode"
         ),
         pytest.param("SwapPlan", ["Deployment", "Target", "Phase", "Progress", "Age"], id="swp"),
+        pytest.param("ModelRoute", ["Names", "Backends", "Status", "Age"], id="mroute"),
     ],
 )
 def test_printer_columns_include_age(kind: str, columns: list[str]) -> None:
@@ -197,6 +199,17 @@ def test_status_column_reads_the_ready_reason() -> None:
         pytest.param("InferenceNode", ".spec.reservedMemory", "negative", id="reserved"),
         pytest.param("SwapPlan", ".spec.target", "immutable", id="target-immutable"),
         pytest.param("SwapPlan", ".spec.target.source", "unknown source scheme", id="target"),
+        pytest.param("ModelRoute", ".spec", "match.models must be names", id="route-models"),
+        pytest.param(
+            "ModelRoute", ".spec.rules[].backends[]", "exactly one of deployment", id="one-target"
+        ),
+        pytest.param("ModelRoute", ".spec.rules[]", "weight above 0", id="some-weight"),
+        pytest.param(
+            "ModelRoute", ".spec.rules[].backends[].external.url", "OpenAI-compatible", id="url"
+        ),
+        pytest.param(
+            "ModelRoute", ".spec.rules[].match", "minPromptTokens must not exceed", id="prompt"
+        ),
     ],
 )
 def test_cel_rules_carry_messages(kind: str, path: str, message: str) -> None:

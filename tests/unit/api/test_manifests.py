@@ -32,6 +32,7 @@ def test_base_holds_exactly_the_expected_files() -> None:
         "deployment.yaml",
         "join.yaml",  # mlxfleet-agent join: the bootstrap identity's RBAC and admission policy
         "pdb.yaml",
+        "gateway-rbac.yaml",
     }
     assert {p.name for p in BASE.iterdir()} == expected
     kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
@@ -214,6 +215,6 @@ def test_bindings_name_the_operator_service_account(kind: str, role_kind: str, n
 def test_dockerfile_builds_a_non_root_operator_image() -> None:
     text = (REPO / "manifests" / "Dockerfile").read_text()
     assert "FROM python:3.11-slim" in text
-    assert 'pip install ".[operator]"' in text
+    assert 'pip install ".[operator,gateway]"' in text  # the chart runs the gateway from it
     assert "USER 65532" in text
     assert 'ENTRYPOINT ["mlxfleet-operator"]' in text

@@ -18,6 +18,7 @@ from mlxfleet_operator.api import (
     fields,
     inferencenode,
     modeldeployment,
+    modelroute,
     resources,
     swapplan,
 )
@@ -28,6 +29,7 @@ MODELS: dict[str, type[BaseModel]] = {
     "ModelDeployment": modeldeployment.ModelDeployment,
     "InferenceNode": inferencenode.InferenceNode,
     "SwapPlan": swapplan.SwapPlan,
+    "ModelRoute": modelroute.ModelRoute,
 }
 
 
@@ -53,6 +55,12 @@ def _contains(outer: Any, inner: Any) -> bool:
         return isinstance(outer, dict) and all(
             k in outer and _contains(outer[k], v) for k, v in inner.items()
         )
+    if isinstance(inner, list):
+        return (
+            isinstance(outer, list)
+            and len(outer) == len(inner)
+            and all(_contains(o, i) for o, i in zip(outer, inner, strict=True))
+        )
     return bool(outer == inner)
 
 
@@ -73,11 +81,16 @@ def test_valid_variants_validate(case: cases.Valid) -> None:
     MODELS[case.kind].model_validate(case.body("case"))
 
 
+def _path(loc: tuple[int | str, ...]) -> str:
+    """pydantic's error location as the API server writes it: `spec.rules[0].backends`."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+
+
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in cases.INVALID])
 def test_invalid_objects_are_rejected_naming_the_field(case: cases.Invalid) -> None:
     with pytest.raises(ValidationError) as info:
         MODELS[case.kind].model_validate(case.body("case"))
-    named = [".".join(str(p) for p in err["loc"]) + " " + err["msg"] for err in info.value.errors()]
+    named = [_path(err["loc"]) + " " + err["msg"] for err in info.value.errors()]
     assert any(case.field in text for text in named), f"{case.field} not named in {named}"
 
 
@@ -191,7 +204,12 @@ def test_reasons_are_valid_condition_reasons() -> None:
 
 def test_resource_names_are_one_source_of_truth() -> None:
     assert f"{resources.GROUP}/{resources.VERSION}" == resources.API_VERSION
-    assert [r.short_names for r in resources.ALL] == [("mdep",), ("inode",), ("swp",)]
+    assert [r.short_names for r in resources.ALL] == [
+        ("mdep",),
+        ("inode",),
+        ("swp",),
+        ("mroute",),
+    ]
     assert resources.INFERENCE_NODE.scope is resources.Scope.CLUSTER
     assert resources.MODEL_DEPLOYMENT.crd_name == "modeldeployments.mlxfleet.io"
     for kind, model in MODELS.items():

@@ -85,6 +85,7 @@ def test_inputs_change_with_nodes_agents_and_the_object_and_never_skip_a_lost_no
             nodes=_Index({n.metadata.name: [n] for n in nodes_}),  # type: ignore[arg-type]
             claims=_Index(),  # type: ignore[arg-type]
             plans=_Index(),  # type: ignore[arg-type]
+            ready=_Index(),  # type: ignore[arg-type]
         )
 
     base = deployments._inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "1")))

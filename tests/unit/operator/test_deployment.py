@@ -601,3 +601,38 @@ def test_node_status_debounces_an_unchanged_heartbeat() -> None:
         now=NOW + timedelta(seconds=5),
     )
     assert undamped.last_heartbeat_time == NOW + timedelta(seconds=5)
+
+
+def test_a_name_served_by_another_tenant_on_the_one_node_is_a_filter_with_its_own_reason() -> None:
+    """Issue 9: `chat` in team-a and team-b on one node; team-b's is Stalled with
+    ServedNameConflict (not SourceInvalid), and the message never names team-a's slot."""
+    theirs = naming.slot_name("team-a", "chat")
+    other = contract.SlotStatus(
+        name=theirs, served_name="chat", source=A, phase="Ready", ready=True
+    )
+    d = md(replicas=1)
+    facts = [fact("n1", state(slots=[other]))]
+    decision = placing.place(
+        d, facts, footprint_bytes=GIB, now=NOW, failover_delay=timedelta(seconds=15)
+    )
+    assert decision.nodes == ()
+    assert [(r.node, r.reason) for r in decision.rejections] == [
+        ("n1", placement.Reason.SERVED_NAME)
+    ]
+    verdict = mdstatus.verdict(d, decision, [], {}, None)
+    assert (verdict.reason, verdict.stalled) == ("ServedNameConflict", True)
+    assert theirs not in verdict.message
+    assert "team-a" not in verdict.message
+    assert "'chat'" in verdict.message
+    # its own slot of the same name (a restart, a swap) is no conflict
+    mine = contract.SlotStatus(
+        name=naming.slot_name("ns", "chat"), served_name="chat", source=A, phase="Ready", ready=True
+    )
+    kept = placing.place(
+        d,
+        [fact("n1", state(slots=[mine]))],
+        footprint_bytes=GIB,
+        now=NOW,
+        failover_delay=timedelta(seconds=15),
+    )
+    assert kept.nodes == ("n1",)

@@ -13,7 +13,7 @@ from mlxfleet_operator import handlers, settings
 def test_timer_intervals_come_from_the_settings_passed_in() -> None:
     registry = handlers.registry(settings.OperatorSettings(poll_seconds=7))
     timers = {h.id: h.interval for h in registry._spawning.get_all_handlers()}
-    assert timers == {"heartbeat_poll": 7.0, "converge": 7.0, "follow": 3.5}
+    assert timers == {"heartbeat_poll": 7.0, "converge": 7.0, "follow": 3.5, "route_status": 7.0}
     fast = handlers.registry(settings.OperatorSettings(poll_seconds=0.2))
     assert {h.id: h.interval for h in fast._spawning.get_all_handlers()}["follow"] == 0.5
 
@@ -21,6 +21,7 @@ def test_timer_intervals_come_from_the_settings_passed_in() -> None:
 def test_every_handler_is_registered_once_with_one_index_per_question() -> None:
     registry = handlers.registry(settings.OperatorSettings())
     assert sorted(h.id for h in registry._indexing.get_all_handlers()) == [
+        "deployment_ready",
         "deployment_slots",
         "inference_nodes",
         "swap_plans",
@@ -28,7 +29,7 @@ def test_every_handler_is_registered_once_with_one_index_per_question() -> None:
     activities = [h.id for h in registry._activities.get_all_handlers()]
     assert activities == ["login_via_client", "configure", "close", "nodes"]
     changing = sorted(h.id for h in registry._changing.get_all_handlers())
-    assert changing == ["changed"] * 6 + ["forget", "teardown"]
+    assert changing == ["changed"] * 6 + ["forget"] + ["route_status"] * 3 + ["teardown"]
 
 
 def test_importing_the_handlers_registers_nothing_and_reads_no_settings() -> None:
@@ -38,7 +39,15 @@ def test_importing_the_handlers_registers_nothing_and_reads_no_settings() -> Non
         len(before._changing.get_all_handlers()),
         len(before._indexing.get_all_handlers()),
     )
-    for name in ("nodes", "deployments", "swapplans", "lifecycle", "indexes", "guard"):
+    for name in (
+        "nodes",
+        "deployments",
+        "swapplans",
+        "modelroutes",
+        "lifecycle",
+        "indexes",
+        "guard",
+    ):
         importlib.reload(importlib.import_module(f"mlxfleet_operator.handlers.{name}"))
     after = kopf.get_default_registry()
     assert counts == (

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from mlxfleet_agent.telemetry import intervals, recorder
+from mlxfleet_gateway import metrics as gateway_metrics
 from mlxfleet_operator.adapters import metrics as operator_metrics
 from mlxfleet_operator.reports import cli
 
@@ -25,7 +26,8 @@ def exposed_names() -> set[str]:
         )
     )
     names: set[str] = set()
-    for registry in (tel.metrics.registry, operator_metrics.REGISTRY):
+    gateway = gateway_metrics.GatewayMetrics()
+    for registry in (tel.metrics.registry, operator_metrics.REGISTRY, gateway.registry):
         for family in registry.collect():
             names |= {sample.name for sample in family.samples}
             names.add(family.name)
@@ -43,7 +45,12 @@ def test_every_dashboard_query_uses_a_metric_we_expose() -> None:
     assert used, "the dashboard queries nothing"
     missing = sorted(used - exposed_names())
     assert missing == []
-    assert {"mlxfleet_agent_requests_total", "mlxfleet_operator_node_ready"} <= used
+    assert {
+        "mlxfleet_agent_requests_total",
+        "mlxfleet_operator_node_ready",
+        "mlxfleet_gateway_requests_total",
+        "mlxfleet_gateway_replica_up",
+    } <= used
 
 
 @pytest.mark.parametrize("kind", ["weekly", "monthly"])

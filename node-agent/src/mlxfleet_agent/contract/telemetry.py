@@ -109,10 +109,34 @@ class NodeTelemetry(Wire):
     power_source: Literal["powermetrics", "estimated", "unknown"] = "unknown"
 
 
+class KeyTelemetry(Wire):
+    """One API key's use of one model through a gateway during one interval (gateway only).
+
+    Names the key by its Secret's name, never the key itself; no request text."""
+
+    key: str = Field(description="name of the API key's Secret (`anonymous` without a key)")
+    owner: str | None = None
+    team: str | None = None
+    namespace: str | None = Field(default=None, description="namespace of the model served")
+    model: str = Field(description="the name the client asked for")
+    served: str | None = Field(
+        default=None, description="served name of the ModelDeployment that answered (local only)"
+    )
+    backend: str = Field(description="<namespace>/<deployment>, or external:... for a provider")
+    external: bool = False
+    requests: int = 0
+    errors: dict[str, int] = Field(default_factory=dict, description="failed requests by kind")
+    rate_limited: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
 class TelemetryInterval(Wire):
-    """One JSON line in the bucket: the aggregates of one node over one interval."""
+    """One JSON line in the bucket: the aggregates of one node (or gateway replica) over one
+    interval. Gateway lines (`component: gateway`) carry `keys` and no slots or host figures."""
 
     schema_version: int = TELEMETRY_SCHEMA_VERSION
+    component: Literal["agent", "gateway"] = "agent"
     node: str = Field(pattern=TELEMETRY_NODE.pattern)
     interval_start: datetime
     interval_seconds: float = Field(gt=0)
@@ -123,6 +147,7 @@ class TelemetryInterval(Wire):
     dropped_intervals: int = Field(
         default=0, description="intervals dropped from the full disk buffer before this one"
     )
+    keys: list[KeyTelemetry] = Field(default_factory=list, description="gateway: usage per key")
 
 
 def telemetry_key(prefix: str, node: str, interval_start: datetime) -> str:

@@ -24,6 +24,7 @@ from mlxfleet_agent.dataplane.errors import RouteError
 from mlxfleet_agent.slots import lease
 from mlxfleet_agent.telemetry import recorder
 
+SLOT_HEADER = b"x-mlxfleet-slot"  # honoured only from a caller holding a data-plane key
 ENDPOINTS = {
     "/v1/chat/completions": "chat.completions",
     "/chat/completions": "chat.completions",
@@ -113,6 +114,17 @@ class DataPlane:
                 code="invalid_api_key",
             )
 
+    def _slot(self, scope: asgi.Scope) -> str | None:
+        """The slot the caller names (`x-mlxfleet-slot`), honoured only when the data plane has
+        keys (the fleet credential the gateway holds: `_authorize` has checked it); an open
+        data plane routes by `model` only."""
+        if self.api_keys is None:
+            return None
+        for name, value in scope["headers"]:
+            if name == SLOT_HEADER:
+                return value.decode("latin-1").strip() or None
+        return None
+
     def _models_body(self) -> bytes:
         now = int(time.time())
         data = [
@@ -149,7 +161,7 @@ class DataPlane:
             raise RouteError(
                 413, f"request body exceeds {self.max_body_bytes} bytes", code="body_too_large"
             ) from None
-        routed = routing.resolve(self.routes, routing.parse(raw))
+        routed = routing.resolve(self.routes, routing.parse(raw), slot=self._slot(scope))
         route = routed.route
         routing.check_capability(route.desired, CAPABILITY[endpoint], path=scope["path"])
         routing.check_images(routed.body, allowed=route.desired.server.allowed_image_urls or ())

@@ -46,12 +46,16 @@ def parse(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def resolve(routes: lease_.Routes, body: dict[str, Any]) -> Routed:
-    """Which route serves this body (by its `model`); RouteError 400/404 otherwise."""
+def resolve(routes: lease_.Routes, body: dict[str, Any], *, slot: str | None = None) -> Routed:
+    """Which route serves this body: the slot named `slot` when given (the caller holds the
+    fleet credential: the gateway names the slot, so two tenants' equal names never mix), else
+    by its `model`; RouteError 400/404 otherwise."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise RouteError(400, "`model` is required and must be a string", param="model")
-    route = routes.route(model)
+    route = routes.slot_route(slot) if slot is not None else routes.route(model)
+    if route is None and slot is not None:  # the gateway's view is behind a slot's removal
+        raise RouteError(404, f"no slot {slot!r} on this agent", code="slot_not_found")
     if route is None:
         raise RouteError(
             404,

@@ -1,51 +1,51 @@
-"""The upstream client of the data plane: one request to a backend, its answer read straight off
-the socket.
+"""The upstream client of the data plane: one request to a backend on loopback, its answer as it
+arrives.
 
-mlx_lm.server speaks HTTP/1.0 and closes every connection, so there is nothing to pool: a plain
-asyncio stream per request is both the simplest and the cheapest client (see `BackendReply`).
-May import: the standard library. Called by: dataplane.relay.
+Built on the product's one HTTP client (`mlxfleet_agent.httpclient`, shared with the gateway):
+llhttp parses the head and the body framing (chunked, content-length, close-delimited; HTTP/1.0
+and 1.1), so an engine that answers with chunked encoding is relayed as its body, not its chunk
+framing, and one that keeps connections alive has them reused (one pool per event loop).
+mlx_lm.server answers HTTP/1.0 and closes: nothing to reuse there, and nothing lost.
+May import: the standard library, `httpclient`. Called by: dataplane.relay.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import AsyncGenerator
+
+from mlxfleet_agent import httpclient
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 600.0  # longest silence of a backend within one answer
-CHUNK = 65536
-LIMIT = 1 << 20  # largest response head we accept from a backend
+_POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpclient.Pool] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class BackendError(Exception):
     """The backend could not be reached, or broke (or fell silent) while answering."""
 
 
+def _pool() -> httpclient.Pool:
+    loop = asyncio.get_running_loop()
+    pool = _POOLS.get(loop)
+    if pool is None:
+        pool = _POOLS[loop] = httpclient.Pool(connect_timeout_s=CONNECT_TIMEOUT_S)
+    return pool
+
+
 class BackendReply:
-    """A backend's answer read straight off its socket.
+    """A backend's answer: status and content type at once, the body as it arrives (several
+    chunks coalesced when the agent runs behind)."""
 
-    mlx_lm.server speaks HTTP/1.0: one connection per request, closed after the answer; the body
-    of a stream ends at EOF, a non-streamed body has a Content-Length. There is nothing to pool
-    or keep alive, so a plain asyncio stream is both the simplest and the cheapest client: each
-    chunk is forwarded as the socket hands it over (coalesced when the agent runs behind).
-    """
+    __slots__ = ("_resp", "content_type", "status")
 
-    __slots__ = ("_length", "_reader", "_writer", "content_type", "status")
-
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        *,
-        status: int,
-        content_type: bytes | None,
-        length: int | None,
-    ) -> None:
-        self._reader = reader
-        self._writer = writer
-        self._length = length
-        self.status = status
-        self.content_type = content_type
+    def __init__(self, resp: httpclient.Response) -> None:
+        self._resp = resp
+        self.status = resp.status
+        self.content_type = resp.header(b"content-type")
 
     async def chunks(self, *, idle_timeout_s: float = READ_TIMEOUT_S) -> AsyncGenerator[bytes]:
         """The body as it arrives; a backend silent for `idle_timeout_s` is cut off (an error).
@@ -54,14 +54,13 @@ class BackendReply:
         timeout per read: per-chunk cost stays an attribute store.
         """
         loop = asyncio.get_running_loop()
-        read = self._reader.read
+        resp = self._resp
+        read = resp.read_chunk
         last = [loop.time()]
-        idle = [False]
 
         def check() -> None:
             if loop.time() - last[0] > idle_timeout_s:
-                idle[0] = True
-                self._writer.transport.abort()
+                resp.abort(f"backend silent for {idle_timeout_s:.0f}s")
             else:
                 timer[0] = loop.call_later(idle_timeout_s / 4, check)
 
@@ -69,11 +68,9 @@ class BackendReply:
         try:
             while True:
                 try:
-                    chunk = await read(CHUNK)
-                except OSError as exc:
-                    raise BackendError(f"{type(exc).__name__}: {exc}") from exc
-                if idle[0]:
-                    raise BackendError(f"backend silent for {idle_timeout_s:.0f}s")
+                    chunk = await read()
+                except httpclient.UpstreamError as exc:
+                    raise BackendError(str(exc)) from exc
                 if not chunk:
                     return
                 last[0] = loop.time()
@@ -82,66 +79,43 @@ class BackendReply:
             timer[0].cancel()
 
     async def read_all(self, *, limit: int | None = None) -> bytes:
-        """The whole body (at most `limit` bytes of it when given)."""
+        """The whole body (its first `limit` bytes when given: the rest is dropped)."""
+        parts: list[bytes] = []
+        size = 0
         try:
             async with asyncio.timeout(READ_TIMEOUT_S):
-                if self._length is not None and (limit is None or self._length <= limit):
-                    return await self._reader.readexactly(self._length)
-                if limit is None:
-                    return await self._reader.read()
-                data = b""
-                while len(data) < limit and (chunk := await self._reader.read(limit - len(data))):
-                    data += chunk
-                return data
-        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+                while chunk := await self._resp.read_chunk():
+                    parts.append(chunk)
+                    size += len(chunk)
+                    if limit is not None and size >= limit:
+                        self._resp.close()
+                        return b"".join(parts)[:limit]
+        except (httpclient.UpstreamError, TimeoutError) as exc:
             raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+        return b"".join(parts)
 
     def close(self) -> None:
-        self._writer.close()
+        """Done with it: a fully read answer gives its connection back, anything else drops it."""
+        self._resp.close()
 
     def abort(self) -> None:
-        """Drop the connection now (the client left): a pending read ends, mlx_lm's next write
-        fails and it stops generating."""
-        self._writer.transport.abort()
+        """Drop the connection now (the client left): a pending read ends, the backend's next
+        write fails and it stops generating."""
+        self._resp.abort("client gone")
 
 
 async def call_backend(port: int, path: str, body: bytes) -> BackendReply:
     """POST `body` (JSON) to the backend on 127.0.0.1:`port`; return once its headers arrived."""
-    head = (
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    ).encode()
+    origin = httpclient.Origin("127.0.0.1", port)
     try:
-        async with asyncio.timeout(CONNECT_TIMEOUT_S):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=LIMIT)
-    except (OSError, TimeoutError) as exc:
-        raise BackendError(f"{type(exc).__name__}: {exc}") from exc
-    try:
-        writer.write(head + body)
-        async with asyncio.timeout(READ_TIMEOUT_S):
-            raw = await reader.readuntil(b"\r\n\r\n")
-        status_line, *lines = raw.decode("latin-1").split("\r\n")
-        status = int(status_line.split(" ", 2)[1])
-        content_type = None
-        length = None
-        for line in lines:
-            name, _, value = line.partition(":")
-            key = name.strip().lower()
-            if key == "content-type":
-                content_type = value.strip().encode("latin-1")
-            elif key == "content-length":
-                length = int(value.strip())
-    except (
-        OSError,
-        TimeoutError,
-        ValueError,
-        IndexError,
-        asyncio.IncompleteReadError,
-        asyncio.LimitOverrunError,
-    ) as exc:
-        writer.close()
-        raise BackendError(f"{type(exc).__name__}: {exc}") from exc
-    except asyncio.CancelledError:  # shutdown while waiting for the head: stop the backend too
-        writer.transport.abort()
-        raise
-    return BackendReply(reader, writer, status=status, content_type=content_type, length=length)
+        resp = await _pool().request(
+            origin,
+            b"POST",
+            path.encode(),
+            headers=((b"Content-Type", b"application/json"),),
+            body=body,
+            head_timeout_s=READ_TIMEOUT_S,
+        )
+    except httpclient.UpstreamError as exc:
+        raise BackendError(str(exc)) from exc
+    return BackendReply(resp)

@@ -88,6 +88,10 @@ class Registry:
                 return slot
         return None
 
+    def slot_route(self, slot: str) -> Slot | None:
+        found = self.slots.get(slot)
+        return found if found is not None and not found.deleted else None
+
     def served_names(self) -> list[str]:
         return [s.desired.served_name for s in self.slots.values() if not s.deleted]
 
@@ -118,7 +122,8 @@ class Registry:
             ):
                 raise refusals.Rejected(
                     409,
-                    f"servedName {spec.served_name!r} is already served by slot {other.name}",
+                    # never the other slot's name: it may be another tenant's
+                    f"servedName {spec.served_name!r} is already served by another slot here",
                     field="servedName",
                 )
         if existing is not None and existing.desired == spec:

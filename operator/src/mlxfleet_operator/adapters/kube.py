@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import ipaddress
+import socket
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -168,6 +169,24 @@ def slice_address(host: str) -> tuple[str, str]:
     if ip.is_loopback:
         return "FQDN", "loopback.localhost"
     return ("IPv4" if ip.version == 4 else "IPv6"), str(ip)
+
+
+async def resolve_host(host: str) -> str:
+    """An agent's host as an IP address for its EndpointSlice (kube-proxy ignores FQDN
+    endpoints): a name is looked up on every publish, so a changed address is picked up at the
+    next reconcile. IPv4 first; the name itself when it does not resolve."""
+    bare = host.strip("[]")
+    try:
+        ipaddress.ip_address(bare)
+        return bare
+    except ValueError:
+        pass
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(bare, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return host
+    found = sorted({str(info[4][0]) for info in infos}, key=lambda a: (":" in a, a))
+    return found[0] if found else host
 
 
 def service_url(namespace: str, deployment: str) -> str:
@@ -332,7 +351,7 @@ class Kube:
         annotations = {resources.DEPLOYMENT_ANNOTATION: name}
         groups: dict[tuple[str, int], list[tuple[str, Endpoint]]] = {}
         for ep in endpoints:
-            kind, address = slice_address(ep.host)
+            kind, address = slice_address(await resolve_host(ep.host))
             groups.setdefault((kind, ep.port), []).append((address, ep))
         wanted: set[str] = set()
         for (kind, port), members in sorted(groups.items()):

@@ -1,4 +1,4 @@
-"""Condition types, reasons and the metav1.Condition model shared by all three kinds.
+"""Condition types, reasons and the metav1.Condition model shared by all four kinds.
 
 kstatus conventions (what Flux and our Argo CD health check read): `Ready` summarises,
 `Reconciling=True` while converging, `Stalled=True` on an error that needs a human. Each reason
@@ -55,6 +55,8 @@ class Reason(StrEnum):
     INVALID_SPEC = "InvalidSpec"  # admitted by the API server, refused by the operator's model
     SERVICE_CONFLICT = "ServiceConflict"  # a Service/EndpointSlice of that name is not ours
     SLOT_NAME_CONFLICT = "SlotNameConflict"  # an older deployment has the same agent slot name
+    # no node may take a replica: another deployment serves the same name on each node that could
+    SERVED_NAME_CONFLICT = "ServedNameConflict"
     SIZE_UNKNOWN = "SizeUnknown"
     LOADING = "Loading"
     PARTIALLY_READY = "PartiallyReady"
@@ -87,6 +89,10 @@ class Reason(StrEnum):
     PLACEMENT_CONFLICT = "PlacementConflict"
     NOTHING_TO_DO = "NothingToDo"  # every step was skipped: the plan changed nothing
     SUPERSEDED = "Superseded"
+    # ModelRoute
+    BACKEND_NOT_FOUND = "BackendNotFound"
+    NO_READY_BACKEND = "NoReadyBackend"
+    FALLBACK_ONLY = "FallbackOnly"
 
 
 class Condition(base.ApiModel):

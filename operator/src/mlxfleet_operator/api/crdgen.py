@@ -22,6 +22,7 @@ from mlxfleet_operator.api import (
     base,
     inferencenode,
     modeldeployment,
+    modelroute,
     resources,
     schema,
     swapplan,
@@ -78,6 +79,13 @@ KINDS: tuple[Kind, ...] = (
         swapplan.SwapPlanSpec,
         swapplan.SwapPlanStatus,
         swapplan.PRINTER_COLUMNS,
+    ),
+    Kind(
+        resources.MODEL_ROUTE,
+        modelroute.ModelRoute,
+        modelroute.ModelRouteSpec,
+        modelroute.ModelRouteStatus,
+        modelroute.PRINTER_COLUMNS,
     ),
 )
 

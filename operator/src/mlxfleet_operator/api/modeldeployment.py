@@ -372,6 +372,11 @@ class PlacementStatus(base.ApiModel):
     endpoint: str | None = Field(
         default=None, description="The agent's data-plane URL serving the replica."
     )
+    slot: str | None = Field(
+        default=None,
+        description="The agent slot serving the replica; the gateway names it in the "
+        "x-mlxfleet-slot header, so equal served names of two namespaces never mix.",
+    )
     message: str | None = Field(default=None, description="Why the replica is not ready.")
     download: fields.DownloadStatus | None = Field(
         default=None,

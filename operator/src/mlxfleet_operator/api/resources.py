@@ -17,6 +17,7 @@ API_VERSION: Final = "mlxfleet.io/v1alpha1"  # f"{GROUP}/{VERSION}", as a Litera
 CATEGORY = "mlxfleet"
 OPERATOR_NAMESPACE = "mlxfleet-system"
 OPERATOR_SERVICE_ACCOUNT = "mlxfleet-operator"
+GATEWAY_SERVICE_ACCOUNT = "mlxfleet-gateway"
 FINALIZER = f"{GROUP}/finalizer"
 ANNOTATION_PREFIX = GROUP
 DEPLOYMENT_LABEL = f"{GROUP}/deployment"
@@ -78,4 +79,12 @@ SWAP_PLAN = Resource(
     scope=Scope.NAMESPACED,
 )
 
-ALL: tuple[Resource, ...] = (MODEL_DEPLOYMENT, INFERENCE_NODE, SWAP_PLAN)
+MODEL_ROUTE = Resource(
+    kind="ModelRoute",
+    plural="modelroutes",
+    singular="modelroute",
+    short_names=("mroute",),
+    scope=Scope.NAMESPACED,
+)
+
+ALL: tuple[Resource, ...] = (MODEL_DEPLOYMENT, INFERENCE_NODE, SWAP_PLAN, MODEL_ROUTE)

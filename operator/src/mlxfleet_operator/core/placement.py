@@ -40,6 +40,7 @@ class Reason(StrEnum):
     MEMORY = "InsufficientMemory"
     TOO_SMALL = "LargerThanNodeBudget"
     HAS_REPLICA = "AlreadyHostsReplica"
+    SERVED_NAME = "ServedNameConflict"  # another deployment serves the same name there
     NOT_NEEDED = "NotNeeded"
     ENGINE = "EngineUnavailable"
 
@@ -68,6 +69,7 @@ class NodeView:
     cached: frozenset[ModelRef] = frozenset()  # models with weights on disk
     engines: frozenset[str] = frozenset({"mlx-lm"})  # what its agent can run
     engine_reasons: Mapping[str, str] = field(default_factory=dict)  # why not, per engine
+    served_names: frozenset[str] = frozenset()  # served by other slots than this deployment's
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class Request:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     nodes: tuple[str, ...] | None = None  # explicit node names, or None for any
     engine: str = "mlx-lm"  # spec.engine.name
+    served_name: str | None = None  # an agent serves one name once: a node serving it is out
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,13 @@ def place(
             rejections[node.name] = Rejection(node.name, Reason.CORDONED, why)
         elif not node.ready:
             rejections[node.name] = Rejection(node.name, Reason.NOT_READY, "node is not Ready")
+        elif request.served_name is not None and request.served_name in node.served_names:
+            # the other deployment may be another tenant's: say what, never whose
+            rejections[node.name] = Rejection(
+                node.name,
+                Reason.SERVED_NAME,
+                f"another deployment already serves the name {request.served_name!r} there",
+            )
         elif _free(node) < request.footprint_bytes:
             rejections[node.name] = Rejection(
                 node.name,

@@ -29,18 +29,21 @@ def cluster_up(_: argparse.Namespace) -> int:
     for src, name in (
         (plane.kubeconfig, "kubeconfig"),
         (plane.operator_kubeconfig, "operator.kubeconfig"),
+        (plane.gateway_kubeconfig, "gateway.kubeconfig"),
     ):
-        shutil.copy2(src, dev_dir() / name)
+        if src is not None:
+            shutil.copy2(src, dev_dir() / name)
     print(f"control plane ready at {plane.server}")
     print(f"  admin:    export KUBECONFIG={dev_dir() / 'kubeconfig'}")
     print(f"  operator: {dev_dir() / 'operator.kubeconfig'} ({controlplane.OPERATOR_USER})")
+    print(f"  gateway:  {dev_dir() / 'gateway.kubeconfig'} ({controlplane.GATEWAY_USER})")
     print("  stop:     make cluster-down")
     return 0
 
 
 def cluster_down(_: argparse.Namespace) -> int:
     controlplane.stop(dev_dir() / "control-plane")
-    for name in ("kubeconfig", "operator.kubeconfig"):
+    for name in ("kubeconfig", "operator.kubeconfig", "gateway.kubeconfig"):
         (dev_dir() / name).unlink(missing_ok=True)
     print("control plane stopped and its data removed")
     return 0

@@ -1,7 +1,7 @@
 """A real Kubernetes control plane on loopback: etcd + kube-apiserver, RBAC on, static tokens.
 
-The way controller-runtime's envtest does it, with two identities: an admin (`system:masters`)
-and the operator's ServiceAccount identity, so tests prove the shipped RBAC. Used by
+The way controller-runtime's envtest does it, with three identities: an admin (`system:masters`),
+the operator's and the gateway's ServiceAccount identities, so tests prove the shipped RBAC. Used by
 `make cluster-up` / `mlxfleet dev cluster-up`, the demo and the pytest session fixture alike.
 Binaries come from `scripts/build-control-plane.sh` (built once from the Go module proxy, cached
 outside the repo keyed by version).
@@ -40,9 +40,17 @@ OPERATOR_GROUPS = (
     f"system:serviceaccounts:{OPERATOR_NAMESPACE}",
     "system:authenticated",
 )
-# What the harness applies so the operator identity (and `mlxfleet-agent join`'s bootstrap
-# identity) has exactly the shipped permissions.
-BASE_MANIFESTS = ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml", "join.yaml")
+GATEWAY_SERVICE_ACCOUNT = "mlxfleet-gateway"
+GATEWAY_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{GATEWAY_SERVICE_ACCOUNT}"
+# What the harness applies so the operator and gateway identities (and `mlxfleet-agent join`'s
+# bootstrap identity) have exactly the shipped permissions.
+BASE_MANIFESTS = (
+    "namespace.yaml",
+    "serviceaccount.yaml",
+    "rbac.yaml",
+    "join.yaml",
+    "gateway-rbac.yaml",
+)
 STATE_FILE = "control-plane.json"
 # Popen objects of processes this interpreter started, kept so they are reaped (not leaked) on stop.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -63,17 +71,22 @@ class ControlPlane:
     etcd_pid: int
     apiserver_pid: int
     kubectl_path: str
+    gateway_kubeconfig: Path | None = None
 
     def kubectl(
         self,
         *args: str,
         check: bool = True,
         as_operator: bool = False,
+        as_gateway: bool = False,
         input: str | None = None,
         timeout: float = 120,
     ) -> subprocess.CompletedProcess[str]:
-        """Run the real kubectl against this control plane, as admin or as the operator."""
+        """Run the real kubectl against this control plane, as admin, operator or gateway."""
         config = self.operator_kubeconfig if as_operator else self.kubeconfig
+        if as_gateway:
+            assert self.gateway_kubeconfig is not None
+            config = self.gateway_kubeconfig
         proc = subprocess.run(
             [self.kubectl_path, f"--kubeconfig={config}", *args],
             input=input,
@@ -286,12 +299,14 @@ def start(
     root.mkdir(parents=True)
     etcd_client, etcd_peer, api_port = free_ports(3)
     admin_token, operator_token = secrets.token_hex(24), secrets.token_hex(24)
+    gateway_token = secrets.token_hex(24)
     pki = root / "pki"
     _service_account_key(pki / "sa.key")
     _write_private(
         pki / "tokens.csv",
         f'{admin_token},mlxfleet-admin,uid-admin,"system:masters"\n'
-        f'{operator_token},{OPERATOR_USER},uid-operator,"{",".join(OPERATOR_GROUPS)}"\n',
+        f'{operator_token},{OPERATOR_USER},uid-operator,"{",".join(OPERATOR_GROUPS)}"\n'
+        f'{gateway_token},{GATEWAY_USER},uid-gateway,"{",".join(OPERATOR_GROUPS)}"\n',
     )
     etcd_log, api_log = root / "logs" / "etcd.log", root / "logs" / "kube-apiserver.log"
     etcd = spawn(
@@ -343,6 +358,7 @@ def start(
         etcd_pid=etcd.pid,
         apiserver_pid=apiserver.pid,
         kubectl_path=find_kubectl(),
+        gateway_kubeconfig=root / "gateway.kubeconfig",
     )
     state = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(plane).items()}
     for key, proc in (("etcd", etcd), ("apiserver", apiserver)):  # for restart()
@@ -365,6 +381,10 @@ def start(
         _write_private(
             plane.operator_kubeconfig,
             _kubeconfig(server=server, ca_pem=ca_pem, user=OPERATOR_USER, token=operator_token),
+        )
+        _write_private(
+            root / "gateway.kubeconfig",
+            _kubeconfig(server=server, ca_pem=ca_pem, user=GATEWAY_USER, token=gateway_token),
         )
         install(plane, crds_dir=crds_dir, manifests_dir=manifests_dir)
     except BaseException:
@@ -402,6 +422,9 @@ def load(root: Path) -> ControlPlane | None:
         etcd_pid=int(data["etcd_pid"]),
         apiserver_pid=int(data["apiserver_pid"]),
         kubectl_path=data["kubectl_path"],
+        gateway_kubeconfig=Path(data["gateway_kubeconfig"])
+        if data.get("gateway_kubeconfig")
+        else None,
     )
     return plane if all(_alive(p) for p in (plane.etcd_pid, plane.apiserver_pid)) else None
 

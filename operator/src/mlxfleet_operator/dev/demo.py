@@ -1,11 +1,13 @@
 """`make demo`: the whole product on one machine, with real parts only.
 
 Starts the loopback control plane (CRDs + RBAC), generates two tiny models, starts two node agents
-(own state dirs, ports and tokens), registers them as InferenceNodes (tokens in Secrets), starts
-the operator as its ServiceAccount identity, applies a 2-replica ModelDeployment, waits for Ready,
-sends a chat completion with the `openai` client, changes the model while a load generator
-streams, follows the SwapPlan to Completed and counts failed requests. Leaves it all running;
-`down()` (make demo-down) stops it.
+(own state dirs, ports and tokens; their data planes accept only the fleet credential), registers
+them as InferenceNodes (tokens in Secrets), starts the operator and `mlxfleet-gateway` as their own
+ServiceAccount identities, mints an API key (a Secret holding its hash), applies a 2-replica
+ModelDeployment, waits for Ready, sends chat completions through the gateway with the `openai`
+client, changes the model while a load generator streams through the gateway, follows the
+SwapPlan to Completed and counts failed requests. Records the gateway's base URL as `gateway` in
+`.dev/demo/demo.json`. Leaves it all running; `down()` (make demo-down) stops it.
 
 May import: dev.controlplane, httpx, openai (dev dependency, lazily). Called by: dev.cli.
 """
@@ -13,8 +15,10 @@ May import: dev.controlplane, httpx, openai (dev dependency, lazily). Called by:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import secrets
 import subprocess
 import sys
 import threading
@@ -125,10 +129,12 @@ def _base_url(endpoint: str) -> str:
     return endpoint if endpoint.endswith("/v1") else f"{endpoint}/v1"
 
 
-def _load(endpoints: list[str], stop: threading.Event, result: LoadResult, worker: int) -> None:
+def _load(
+    endpoints: list[str], key: str, stop: threading.Event, result: LoadResult, worker: int
+) -> None:
     from openai import OpenAI
 
-    clients = [OpenAI(base_url=_base_url(e), api_key="demo", max_retries=0) for e in endpoints]
+    clients = [OpenAI(base_url=_base_url(e), api_key=key, max_retries=0) for e in endpoints]
     i = worker
     while not stop.is_set():
         client = clients[i % len(clients)]
@@ -173,6 +179,62 @@ def _wait_plan(plane: controlplane.ControlPlane, *, timeout: float) -> dict[str,
     raise RuntimeError(f"the SwapPlan did not finish within {timeout:.0f}s")
 
 
+def _api_key(plane: controlplane.ControlPlane) -> str:
+    """A fresh API key for the demo: the Secret holds its SHA-256 only (see docs/gateway.md)."""
+    key = "mfk-" + secrets.token_urlsafe(32)
+    _apply(
+        plane,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "mlxfleet.io/api-key",
+            "metadata": {"name": "demo-key", "namespace": controlplane.OPERATOR_NAMESPACE},
+            "stringData": {
+                "keyHash": hashlib.sha256(key.encode()).hexdigest(),
+                "namespaces": NAMESPACE,
+                "team": "demo",
+                "owner": "you",
+            },
+        },
+    )
+    return key
+
+
+def _start_gateway(
+    plane: controlplane.ControlPlane, demo: Path, fleet_key: Path, pids: list[int]
+) -> str:
+    """`mlxfleet-gateway` as its own ServiceAccount (API keys required); its base URL."""
+    say(f"starting the gateway as {controlplane.GATEWAY_USER}")
+    port, metrics_port = controlplane.free_ports(2)
+    assert plane.gateway_kubeconfig is not None
+    pids.append(
+        _spawn(
+            [
+                _bin("mlxfleet-gateway"),
+                "--kubeconfig",
+                str(plane.gateway_kubeconfig),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--metrics-listen",
+                f"127.0.0.1:{metrics_port}",
+                "--fleet-key-file",
+                str(fleet_key),
+                "--name",
+                "demo",
+            ],
+            demo / "logs" / "gateway.log",
+        )
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return url
+        time.sleep(0.3)
+    raise RuntimeError(f"the gateway did not become ready; see {demo / 'logs' / 'gateway.log'}")
+
+
 def up(dev: Path, *, keep_running: bool = True) -> int:
     """Run the demo; leaves everything running unless keep_running is False."""
     demo = dev / "demo"
@@ -191,10 +253,16 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
     for src, name in (
         (plane.kubeconfig, "kubeconfig"),
         (plane.operator_kubeconfig, "operator.kubeconfig"),
+        (plane.gateway_kubeconfig, "gateway.kubeconfig"),
     ):
-        (dev / name).write_bytes(src.read_bytes())
-        os.chmod(dev / name, 0o600)
+        if src is not None:
+            (dev / name).write_bytes(src.read_bytes())
+            os.chmod(dev / name, 0o600)
     save()
+    fleet_key = demo / "fleet-key"  # the credential agents' data planes accept from the gateway
+    if not fleet_key.exists():
+        fleet_key.write_text(secrets.token_urlsafe(32) + "\n")
+        fleet_key.chmod(0o600)
 
     say("generating two tiny models (llama, hidden size 64) locally")
     models = demo / "models"
@@ -241,6 +309,8 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
                     str(data),
                     "--token-file",
                     str(token_file),
+                    "--data-api-keys-file",
+                    str(fleet_key),
                 ],
                 demo / "logs" / f"agent-{node}.log",
             )
@@ -258,7 +328,7 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
             )
             r.raise_for_status()
         agents.append((node, url, token, data))
-        print(f"    {node}: control {url}, data plane http://127.0.0.1:{data}/v1")
+        print(f"    {node}: control {url}, data plane http://127.0.0.1:{data}/v1 (fleet key only)")
 
     say("registering them as InferenceNodes (tokens in Secrets in mlxfleet-system)")
     for index, (node, url, token, _) in enumerate(agents, start=1):
@@ -311,27 +381,38 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
         timeout=320,
     )
     mdep = _get(plane, "mdep", DEPLOYMENT, "-n", NAMESPACE)
-    endpoints = [p["endpoint"] for p in mdep["status"]["placements"] if p.get("endpoint")]
     print(f"    placements: {[p['node'] for p in mdep['status']['placements']]}")
+
+    key = _api_key(plane)
+    gateway = _start_gateway(plane, demo, fleet_key, pids)
+    state["gateway"] = gateway
+    save()
+    print(f"    gateway: {gateway}/v1 (its own identity {controlplane.GATEWAY_USER})")
+    print(f"    API key demo-key (team demo): {key}")
+    endpoints = [gateway]
 
     from openai import OpenAI
 
     def ask_each() -> None:
-        for endpoint in endpoints:
-            client = OpenAI(base_url=_base_url(endpoint), api_key="demo", max_retries=0)
-            reply = client.chat.completions.create(
+        client = OpenAI(base_url=_base_url(gateway), api_key=key, max_retries=0)
+        for _ in range(3):
+            raw = client.chat.completions.with_raw_response.create(
                 model=DEPLOYMENT, messages=[{"role": "user", "content": "Hello!"}], max_tokens=16
             )
+            reply = raw.parse()
             tokens = reply.usage.completion_tokens if reply.usage else "?"
-            print(f"    {endpoint}: {reply.choices[0].message.content!r} ({tokens} tokens)")
+            print(
+                f"    via {raw.headers.get('x-mlxfleet-backend')}: "
+                f"{reply.choices[0].message.content!r} ({tokens} tokens)"
+            )
 
-    say("a chat completion through each endpoint with the openai client")
+    say("chat completions through the gateway with the openai client")
     ask_each()
 
-    say(f"changing the model to {sources['tiny-b']} while 6 streaming workers run")
+    say(f"changing the model to {sources['tiny-b']} while 6 workers stream through the gateway")
     result, stop = LoadResult(), threading.Event()
     workers = [
-        threading.Thread(target=_load, args=(endpoints, stop, result, w), daemon=True)
+        threading.Thread(target=_load, args=(endpoints, key, stop, result, w), daemon=True)
         for w in range(6)
     ]
     for w in workers:
@@ -377,6 +458,8 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
     if keep_running:
         print(
             "\nEverything is still running. Explore:\n"
+            f"  export OPENAI_BASE_URL={gateway}/v1 OPENAI_API_KEY={key}\n"
+            '  curl -s $OPENAI_BASE_URL/models -H "Authorization: Bearer $OPENAI_API_KEY"\n'
             f"  export KUBECONFIG={dev / 'kubeconfig'}\n"
             "  kubectl get mlxfleet -A\n"
             f"  kubectl get mdep {DEPLOYMENT} -o yaml    # placements, conditions, endpoint\n"
@@ -399,7 +482,7 @@ def down(dev: Path) -> int:
         controlplane.terminate(list(reversed(pids)), grace=30)
         state_file.unlink()
     controlplane.stop(dev / "control-plane")
-    for name in ("kubeconfig", "operator.kubeconfig"):
+    for name in ("kubeconfig", "operator.kubeconfig", "gateway.kubeconfig"):
         with contextlib.suppress(FileNotFoundError):
             (dev / name).unlink()
     say("demo stopped (models and agent state kept in .dev/demo; rm -rf .dev to forget them)")

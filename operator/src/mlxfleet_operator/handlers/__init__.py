@@ -9,8 +9,9 @@ Modules: `guard` (the one wrapper every resource handler runs in: per-object loc
 errors -> kopf retries, metrics), `indexes` (the kopf indexes and their typed view),
 `lifecycle` (kopf settings, cleanup, liveness probe), `nodes` (InferenceNode heartbeat),
 `deployments` (ModelDeployment reconcile, endpoints, failover, teardown), `swapplans`
-(SwapPlan execution). Handler modules never import each other: they share only `guard` and
-`indexes` (an import-linter contract); each one has a `register(registry, ...)`.
+(SwapPlan execution), `modelroutes` (ModelRoute status). Handler modules never import each
+other: they share only `guard` and `indexes` (an import-linter contract); each one has a
+`register(registry, ...)`.
 A handler returns None and sets status.observedGeneration through core's status functions.
 May import: kopf, adapters, core, api, settings. Called by: `main`.
 """
@@ -20,7 +21,14 @@ from __future__ import annotations
 import kopf
 
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.handlers import deployments, indexes, lifecycle, nodes, swapplans
+from mlxfleet_operator.handlers import (
+    deployments,
+    indexes,
+    lifecycle,
+    modelroutes,
+    nodes,
+    swapplans,
+)
 
 
 def registry(config: opsettings.OperatorSettings) -> kopf.OperatorRegistry:
@@ -31,4 +39,5 @@ def registry(config: opsettings.OperatorSettings) -> kopf.OperatorRegistry:
     nodes.register(out, config)
     deployments.register(out, config)
     swapplans.register(out, config)
+    modelroutes.register(out, config)
     return out

@@ -7,6 +7,7 @@ handler module imports another. One index per question:
 - `inference_nodes`: every InferenceNode by name (placement, the SwapPlan steps' nodes).
 - `deployment_slots`: every ModelDeployment by its agent slot name (two may share one).
 - `swap_plans`: every SwapPlan by (namespace, deployment) (people may write them too).
+- `deployment_ready`: every ModelDeployment's ready replicas by (namespace, name) (ModelRoutes).
 
 Bodies are parsed here, once per change: an object the operator's model refuses is left out
 (kopf logs the error) instead of breaking every handler that reads the index.
@@ -57,10 +58,17 @@ def swap_plans(
     return {(namespace or "", plan.spec.deployment_ref.name): plan}
 
 
+def deployment_ready(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], int]:
+    return {(namespace or "", name): int((body.get("status") or {}).get("readyReplicas") or 0)}
+
+
 def register(registry: kopf.OperatorRegistry) -> None:
     kopf.index(*NODES, id="inference_nodes", registry=registry)(inference_nodes)
     kopf.index(*DEPLOYMENTS, id="deployment_slots", registry=registry)(deployment_slots)
     kopf.index(*PLANS, id="swap_plans", registry=registry)(swap_plans)
+    kopf.index(*DEPLOYMENTS, id="deployment_ready", registry=registry)(deployment_ready)
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,7 @@ class Indexes:
     nodes: kopf.Index[str, inode.InferenceNode]
     claims: kopf.Index[str, slot_claims.SlotClaim]
     plans: kopf.Index[tuple[str, str], swp.SwapPlan]
+    ready: kopf.Index[tuple[str, str], int]
 
     @classmethod
     def of(cls, kwargs: Mapping[str, Any]) -> Indexes:
@@ -77,6 +86,7 @@ class Indexes:
             nodes=kwargs["inference_nodes"],
             claims=kwargs["deployment_slots"],
             plans=kwargs["swap_plans"],
+            ready=kwargs["deployment_ready"],
         )
 
     def inference_nodes(self) -> list[inode.InferenceNode]:
@@ -90,3 +100,11 @@ class Indexes:
     def plans_of(self, namespace: str, deployment: str) -> list[swp.SwapPlan]:
         """The SwapPlans of one ModelDeployment."""
         return list(self.plans.get((namespace, deployment), []))
+
+    def ready_replicas(self, namespace: str) -> dict[str, int]:
+        """Ready replicas of each ModelDeployment of one namespace, by name."""
+        return {
+            name: max(self.ready[(ns, name)])
+            for ns, name in self.ready
+            if ns == namespace and self.ready[(ns, name)]
+        }

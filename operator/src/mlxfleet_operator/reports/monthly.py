@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from mlxfleet_operator.core import cost
-from mlxfleet_operator.reports import charts, summary
+from mlxfleet_operator.reports import charts, summary, teams
 
 SUMMARY_ROWS = 10  # models and nodes on page 1 (the largest); page 2 lists them all
 Row = TypeVar("Row")
@@ -75,6 +75,7 @@ class MonthlyReport:
     models: list[ModelRow] = field(default_factory=list)
     nodes: list[NodeRow] = field(default_factory=list)
     incidents: list[Incident] = field(default_factory=list)
+    teams: list[teams.TeamRow] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     daily_chart: str = ""
@@ -173,6 +174,7 @@ def build(s: summary.PeriodSummary) -> MonthlyReport:
                 reference_cpm=_reference_cpm(ref, m.prompt_tokens, m.completion_tokens),
             )
         )
+    r.teams = teams.rows(s.gateway, {k: mc.cost_per_million for k, mc in by_key.items()})
     node_cost = {n.node: n for n in f.nodes} if f else {}
     for name, ns in s.nodes.items():
         nc = node_cost.get(name)

@@ -142,6 +142,8 @@ class Partial:
     models: dict[ModelKey, ModelPart] = field(default_factory=dict)
     daily_tokens: dict[date, int] = field(default_factory=dict)  # days with any interval
     events: list[tuple[EventKey, contract.SwapEvent]] = field(default_factory=list)
+    # the gateway's per-key intervals (`component: gateway`; reports.teams), kept whole
+    gateway: list[contract.TelemetryInterval] = field(default_factory=list)
 
     def merge(self, o: Partial) -> None:
         for name, part in o.nodes.items():
@@ -151,6 +153,7 @@ class Partial:
         for d, v in o.daily_tokens.items():
             self.daily_tokens[d] = self.daily_tokens.get(d, 0) + v
         self.events += o.events
+        self.gateway += o.gateway
 
 
 def coalesce(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -156,6 +156,7 @@ class PeriodSummary:
     cost_problems: list[str] = field(default_factory=list)
     unpriced_nodes: list[str] = field(default_factory=list)  # telemetry, but no cost inputs
     dropped_intervals: int = 0
+    gateway: list[contract.TelemetryInterval] = field(default_factory=list)  # per-key usage
 
     @property
     def fleet_gap_days(self) -> list[date]:
@@ -338,6 +339,7 @@ def summarise(
         placements=placements,
         presence=presence,
         dropped_intervals=sum(p.dropped for p in partial.nodes.values()),
+        gateway=list(partial.gateway),
     )
     if cost_inputs is not None:
         _add_cost(summary, per_node_models, cost_inputs, reference, inventory=inventory)

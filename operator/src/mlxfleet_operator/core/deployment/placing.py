@@ -36,6 +36,11 @@ def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
         budget_bytes=f.budget(fact),
         used_bytes=f.used_by_others(fact, slot),
         cached=cached,
+        served_names=frozenset(
+            s.served_name
+            for s in (fact.state.slots if fact.state is not None else ())
+            if s.name != slot
+        ),
     )
 
 
@@ -59,6 +64,7 @@ def request(md: mdep.ModelDeployment, footprint_bytes: int) -> placement.Request
         node_selector=dict(md.spec.placement.node_selector),
         nodes=tuple(nodes) if nodes is not None else None,
         engine=md.spec.engine.name.value,
+        served_name=md.served_name(),
     )
 
 

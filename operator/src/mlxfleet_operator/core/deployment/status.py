@@ -85,6 +85,7 @@ def placements(
                 source=source,
                 revision=revision,
                 endpoint=fact.endpoint if fact is not None else None,
+                slot=slot,
                 message=message,
                 download=download,
             )
@@ -142,6 +143,7 @@ def removing(
                 source=prev.source if prev is not None else None,
                 revision=prev.revision if prev is not None else None,
                 endpoint=fact.endpoint if fact is not None else None,
+                slot=naming.slot_name(md.metadata.namespace or "", md.metadata.name or ""),
                 message=f"serving until {replacing} serve"
                 if leaving
                 else "out of the endpoints; its slot is removed next",
@@ -203,6 +205,10 @@ def verdict(
         return conditions.Verdict(True, R.READY, f"{ready}/{want} replicas ready")
     if decision.missing:
         text = f"{ready}/{want} ready, {decision.missing} unplaced: {decision.rejection_summary()}"
+        if ready == 0 and any(
+            r.reason == placement.Reason.SERVED_NAME for r in decision.rejections
+        ):  # a person must rename (spec.model.servedName) or add a node; routes need the name
+            return conditions.Verdict(False, R.SERVED_NAME_CONFLICT, text, stalled=True)
         return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, reconciling=True)
     no_fit = [o for o in outcomes.values() if o.no_fit]
     if no_fit:

@@ -1,0 +1,467 @@
+"""Gateway benchmark: gateway -> agent against the agent directly, in the same run; prefix
+affinity; failover.
+
+    python -m benchmarks.gateway_bench [--rounds N] [--out docs/benchmarks.md]
+
+Starts the loopback control plane, two agents (their data planes accept only the fleet
+credential), the operator and `mlxfleet-gateway` as their own ServiceAccounts, with a 1-replica
+ModelDeployment `bench` (on n1) and a 2-replica `pair`, then measures, alternating the order
+every round:
+- time to first token (first `data: {` event), p50/p99, one stream at a time: the gateway against
+  the agent's data plane it forwards to (same agent, same backend);
+- streamed tokens/s (SSE data events per second, summed) at 1 and 8 concurrent streams;
+- CPU per streamed event of the gateway process (and of the agent process) from their own CPU
+  time over those rounds (tokens arrive paced by the model, about 1 ms apart);
+- prefix affinity: 12 conversations with long system prompts over 2 replicas, with affinity and
+  without (a second gateway with `--no-affinity`), each with its own prompts: TTFT and the share
+  of prompt tokens mlx-lm served from its prompt cache (`usage.prompt_tokens_details`);
+- failover under 14 openai clients on `pair`: SIGKILL, then SIGSTOP, of one agent: time until no
+  new request goes to it, failed requests (whole answers, streams before their first byte) and
+  streams cut mid-flight.
+Prints a Markdown section and replaces the "Gateway" section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+from tests.e2e import gwfleet
+from tests.support import gateway as gws
+
+from benchmarks.agent_bench import PROMPT, pct
+from mlxfleet_agent import devmodels
+from mlxfleet_operator.dev import controlplane
+
+SECTION = "## Gateway"
+CONVERSATIONS = 12
+WORDS = ("fleet", "mac", "swap", "token", "cache", "model", "route", "agent", "queue", "node")
+
+
+@dataclass
+class Side:
+    name: str
+    base: str
+    model: str
+    client: httpx.AsyncClient
+    pid: int
+
+
+@dataclass
+class Stream:
+    ttft: float
+    events: int
+    seconds: float
+    cached: int = 0
+    prompt: int = 0
+    ok: bool = True
+
+
+async def stream(side: Side, *, max_tokens: int, messages: Any = PROMPT) -> Stream:
+    body = {
+        "model": side.model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    t0 = time.perf_counter()
+    ttft, events, tail, usage = 0.0, 0, b"", b""
+    async with side.client.stream("POST", f"{side.base}/v1/chat/completions", json=body) as r:
+        async for chunk in r.aiter_raw():
+            n = chunk.count(b"data: {")
+            if n and not events:
+                ttft = time.perf_counter() - t0
+            events += n
+            tail = (tail + chunk)[-64:]
+            if b'"usage"' in chunk:
+                usage = chunk
+    out = Stream(
+        ttft, events, time.perf_counter() - t0, ok=r.status_code == 200 and b"[DONE]" in tail
+    )
+    for line in usage.split(b"\n"):
+        if line.startswith(b"data: {") and b'"usage"' in line:
+            found = json.loads(line[6:])["usage"]
+            out.prompt = int(found.get("prompt_tokens") or 0)
+            out.cached = int((found.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+            out.events -= 1  # the usage event is not a token
+    return out
+
+
+def cpu(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
+@dataclass
+class Compare:
+    direct: list[float] = field(default_factory=list)
+    gateway: list[float] = field(default_factory=list)
+    floor: list[float] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=lambda: {"gateway": 0.0, "agent": 0.0})
+    events: dict[str, int] = field(default_factory=lambda: {"gateway": 0, "direct": 0})
+
+
+async def ttft_rounds(direct: Side, gateway: Side, floor: Side, n: int) -> Compare:
+    out = Compare()
+    sides = [direct, gateway, floor]
+    for i in range(n):
+        for side in sides[i % 3 :] + sides[: i % 3]:
+            res = await stream(side, max_tokens=4)
+            assert res.ok, f"{side.name} stream failed"
+            getattr(out, side.name).append(res.ttft)
+    return out
+
+
+async def throughput(
+    direct: Side, gateway: Side, agent_pid: int, *, streams: int, rounds: int
+) -> Compare:
+    out = Compare()
+    for i in range(rounds):
+        for side in (direct, gateway) if i % 2 == 0 else (gateway, direct):
+            g0, a0 = cpu(gateway.pid), cpu(agent_pid)
+            t0 = time.perf_counter()
+            results = await asyncio.gather(*(stream(side, max_tokens=200) for _ in range(streams)))
+            wall = time.perf_counter() - t0
+            assert all(r.ok for r in results), f"{side.name} stream failed"
+            events = sum(r.events for r in results)
+            getattr(out, side.name).append(events / wall)
+            out.events[side.name] += events
+            if side.name == "gateway":
+                out.cpu["gateway"] += cpu(gateway.pid) - g0
+                out.cpu["agent"] += cpu(agent_pid) - a0
+    return out
+
+
+async def cpu_rounds(
+    gateway: Side, floor: Side, agent_pid: int, *, streams: int, tokens: int, rounds: int
+) -> dict[str, float]:
+    """CPU seconds of the gateway, the floor proxy and the agent process over long paced streams,
+    and events (enough that the 10 ms tick of the process CPU clock is under 2 us per event)."""
+    out = dict.fromkeys(("gateway", "agent", "events", "seconds", "floor", "floor_events"), 0.0)
+    for i in range(rounds):
+        for side in (gateway, floor) if i % 2 == 0 else (floor, gateway):
+            p0, a0, t0 = cpu(side.pid), cpu(agent_pid), time.perf_counter()
+            results = await asyncio.gather(
+                *(stream(side, max_tokens=tokens) for _ in range(streams))
+            )
+            assert all(r.ok for r in results)
+            events = sum(r.events for r in results)
+            if side is floor:
+                out["floor"] += cpu(side.pid) - p0
+                out["floor_events"] += events
+                continue
+            out["seconds"] += time.perf_counter() - t0
+            out["gateway"] += cpu(side.pid) - p0
+            out["agent"] += cpu(agent_pid) - a0
+            out["events"] += events
+    return out
+
+
+def system_prompt(seed: int) -> str:
+    words = [WORDS[(seed * 7 + i * (seed + 3)) % len(WORDS)] for i in range(420)]
+    return f"Conversation {seed}. " + " ".join(words)
+
+
+async def affinity(side: Side, *, seeds: range, rounds: int) -> list[Stream]:
+    out = []
+    for r in range(rounds):
+        for seed in seeds:
+            messages = [
+                {"role": "system", "content": system_prompt(seed)},
+                {"role": "user", "content": f"question {r}"},
+            ]
+            res = await stream(side, max_tokens=1, messages=messages)
+            assert res.ok
+            if r:  # the first round fills the caches
+                out.append(res)
+    return out
+
+
+def failover(fl: gwfleet.Fleet, gw: gws.Gateway, victim: str, *, freeze: bool) -> dict[str, Any]:
+    load = gwfleet.GatewayLoad(gw.base_url, "anonymous", "pair")
+    with load:
+        load.wait_count(40, after=0.0)
+        at = time.monotonic()
+        if freeze:
+            fl.nodes[victim].freeze()
+        else:
+            fl.nodes[victim].kill()
+        time.sleep(8)
+    recs = load.snapshot()
+    after = [r for r in recs if r.start >= at]
+    figures = {
+        "requests": len(recs),
+        "after": len(after),
+        "route_around_s": load.last_touch(f"@{victim}", after=at),
+        "moved": sum(
+            r.start < at < r.end and r.ok and f"@{victim}" in "".join(r.tried) for r in recs
+        ),
+        "failed_whole": len(load.failed_whole()),
+        "failed_before_start": len(load.failed_before_start()),
+        "cut": len(load.cut()),
+    }
+    if freeze:
+        fl.nodes[victim].thaw()
+    return figures
+
+
+async def measure(
+    args: argparse.Namespace,
+    fl: gwfleet.Fleet,
+    gw: gws.Gateway,
+    plain: gws.Gateway,
+    floor_pid: int,
+    floor_url: str,
+) -> dict[str, Any]:
+    n1 = fl.nodes[fl.node("n1")]
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    auth = {"Authorization": f"Bearer {gws.FLEET_KEY}"}
+    async with (
+        httpx.AsyncClient(timeout=120, limits=limits, trust_env=False, headers=auth) as dc,
+        httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as gc,
+    ):
+        direct = Side("direct", n1.data_url, "bench", dc, n1.proc.pid)  # type: ignore[union-attr]
+        gateway = Side("gateway", gw.url, "bench", gc, gw.proc.pid)
+        floor = Side("floor", floor_url, "bench", gc, floor_pid)
+        for _ in range(3):
+            for side in (direct, gateway, floor):
+                await stream(side, max_tokens=4)
+        ttft = await ttft_rounds(direct, gateway, floor, args.rounds * 10)
+        agent_pid = n1.proc.pid  # type: ignore[union-attr]
+        tps1 = await throughput(direct, gateway, agent_pid, streams=1, rounds=args.rounds)
+        tps8 = await throughput(direct, gateway, agent_pid, streams=8, rounds=args.rounds)
+        cpu1 = await cpu_rounds(
+            gateway, floor, agent_pid, streams=1, tokens=1000, rounds=args.rounds
+        )
+        cpu8 = await cpu_rounds(
+            gateway, floor, agent_pid, streams=8, tokens=250, rounds=args.rounds
+        )
+        idle = cpu(gw.proc.pid)
+        await asyncio.sleep(5.0)
+        idle = (cpu(gw.proc.pid) - idle) / 5.0
+        aff = await affinity(
+            Side("gateway", gw.url, "pair", gc, gw.proc.pid), seeds=range(CONVERSATIONS), rounds=4
+        )
+        no_aff = await affinity(
+            Side("gateway", plain.url, "pair", gc, plain.proc.pid),
+            seeds=range(100, 100 + CONVERSATIONS),
+            rounds=4,
+        )
+    return {
+        "ttft": ttft,
+        "tps1": tps1,
+        "tps8": tps8,
+        "cpu1": cpu1,
+        "cpu8": cpu8,
+        "idle": idle,
+        "affinity": aff,
+        "no_affinity": no_aff,
+    }
+
+
+def ms(x: float) -> str:
+    return f"{x * 1000:.2f} ms"
+
+
+def render(results: dict[str, Any]) -> str:
+    t = results["ttft"]
+    paired = statistics.median(g - d for d, g in zip(t.direct, t.gateway, strict=True))
+    floor_paired = statistics.median(f - d for d, f in zip(t.direct, t.floor, strict=True))
+    lines = [
+        SECTION,
+        "",
+        f"Measured {results['when']} on {results['host']} by `python -m benchmarks.gateway_bench` "
+        "(`make bench`); tiny dev llama (hidden 64, 2 layers, mlx[cpu]); real control plane, "
+        "operator, agents and `mlxfleet-gateway` (uvicorn + httptools + uvloop, pooled "
+        "keep-alive HTTP/1.1 to the agents); the gateway against the agent data plane it forwards "
+        "to (same agent, same backend), interleaved in the same run. Everything shares the 2 "
+        "cores: every microsecond the gateway spends per event is taken from decoding. The floor "
+        "proxy (`benchmarks/floor_proxy.py`: the same uvicorn + httptools + uvloop stack, a raw "
+        "asyncio stream per request, bytes forwarded unparsed) runs in the same rounds: it is "
+        "what this box charges any Python hop.",
+        "",
+        "| metric | agent direct | via gateway | gateway - direct / ratio |",
+        "| --- | --- | --- | --- |",
+        f"| TTFT p50 (1 stream, n={len(t.direct)}) | {ms(pct(t.direct, 50))} | "
+        f"{ms(pct(t.gateway, 50))} | {(pct(t.gateway, 50) - pct(t.direct, 50)) * 1000:+.2f} ms "
+        f"(paired median {paired * 1000:+.2f} ms) |",
+        f"| TTFT p99 (1 stream) | {ms(pct(t.direct, 99))} | {ms(pct(t.gateway, 99))} | "
+        f"{(pct(t.gateway, 99) - pct(t.direct, 99)) * 1000:+.2f} ms |",
+        f"| TTFT p50 through the floor proxy (same rounds) | {ms(pct(t.direct, 50))} | "
+        f"{ms(pct(t.floor, 50))} | {(pct(t.floor, 50) - pct(t.direct, 50)) * 1000:+.2f} ms "
+        f"(paired median {floor_paired * 1000:+.2f} ms) |",
+    ]
+    for n in (1, 8):
+        c = results[f"tps{n}"]
+        d, g = statistics.median(c.direct), statistics.median(c.gateway)
+        pr = statistics.median(y / x for x, y in zip(c.direct, c.gateway, strict=True))
+        lines.append(
+            f"| streamed tokens/s, {n} concurrent (median of {len(c.direct)} rounds) | {d:.0f} | "
+            f"{g:.0f} | {g / d * 100:.1f}% (paired median {pr * 100:.1f}%) |"
+        )
+    for n in (1, 8):
+        c = results[f"cpu{n}"]
+        per = c["gateway"] / max(1.0, c["events"]) * 1e6
+        agent = c["agent"] / max(1.0, c["events"]) * 1e6
+        busy = c["gateway"] / max(1e-9, c["seconds"]) * 100
+        floor = c["floor"] / max(1.0, c["floor_events"]) * 1e6
+        lines.append(
+            f"| CPU per streamed event, {n} concurrent ({c['events']:.0f} events) | agent "
+            f"process: {agent:.1f} us | gateway process: {per:.1f} us | floor proxy {floor:.1f} "
+            f"us; gateway busy {busy:.1f}% of one core |"
+        )
+    lines.append(
+        f"| gateway CPU while idle (probes of 2 agents every 0.2 s, watches) | - | "
+        f"{results['idle'] * 100:.2f}% of one core | included in the figures above |"
+    )
+    a, b = results["affinity"], results["no_affinity"]
+
+    def cached(xs: list[Stream]) -> float:
+        return sum(x.cached for x in xs) / max(1, sum(x.prompt for x in xs))
+
+    lines += [
+        "",
+        f"Prefix affinity: {CONVERSATIONS} conversations (a ~3,000-character system prompt each, a "
+        "new question every round) sent one at a time to the 2-replica `pair` through a gateway "
+        "with affinity and one with `--no-affinity` (each with its own conversations, rounds 2-4 "
+        "counted; mlx-lm keeps 10 prompt caches per replica):",
+        "",
+        "| | TTFT p50 | TTFT mean | prompt tokens served from mlx-lm's prompt cache |",
+        "| --- | --- | --- | --- |",
+        f"| affinity (default) | {ms(pct([x.ttft for x in a], 50))} | "
+        f"{ms(statistics.mean(x.ttft for x in a))} | {cached(a):.0%} |",
+        f"| `--no-affinity` (least outstanding only) | {ms(pct([x.ttft for x in b], 50))} | "
+        f"{ms(statistics.mean(x.ttft for x in b))} | {cached(b):.0%} |",
+        "",
+        "Failover under load (14 openai clients: 8 streaming, 6 not, `max_tokens` 24, on the "
+        "2-replica `pair`); route-around = the last request *started* after the event that was "
+        "sent to (or tried on) the victim; moved = requests in flight on the victim that were "
+        "answered by the other replica:",
+        "",
+        "| event | route-around | requests after (8 s) | moved | failed whole answers | "
+        "failed streams before first byte | streams cut mid-flight |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, f in (("SIGKILL", results["kill"]), ("SIGSTOP", results["stop"])):
+        lines.append(
+            f"| {name} of an agent | {f['route_around_s'] * 1000:.0f} ms | {f['after']} | "
+            f"{f['moved']} | {f['failed_whole']} | {f['failed_before_start']} | {f['cut']} |"
+        )
+    lines += [
+        "",
+        "A killed agent refuses connections: the first attempt that meets it ejects it and is "
+        "retried on the other replica. A frozen agent's kernel still accepts connections, so the "
+        "gateway probes every agent's `/healthz` every 0.2 s with a 0.5 s deadline; a missed "
+        "probe ejects it, the requests still waiting for their first byte there move after "
+        "`--move-after-s` (1 s) of silence, and streams already flowing from it are cut after "
+        "`--stream-cut-after-s` (10 s by default, 3 s here). Least outstanding requests also "
+        "steers new requests away from an agent whose "
+        "requests stop finishing, which is why few new requests reach it even before the probe.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_section(path: Path, text: str) -> None:
+    """Replace the "## Gateway" section of `path` (up to the next "## "), or append it."""
+    old = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    if SECTION in old:
+        head, rest = old.split(SECTION, 1)
+        nxt = rest.find("\n## ")
+        tail = rest[nxt + 1 :] if nxt >= 0 else ""
+        new = head + text + ("\n" + tail if tail else "")
+    else:
+        new = old.rstrip() + "\n\n" + text
+    path.write_text(new)
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gateway_bench")
+    parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds (x10 for TTFT)")
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
+    args = parser.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    models = root / "models"
+    model = devmodels.generate_model(models / "a", seed=1)
+    with controlplane.running(root / "cp") as cluster, gwfleet.fleet(cluster, root, models) as fl:
+        n1 = fl.node("n1")
+        fl.deploy(
+            "bench",
+            model,
+            replicas=1,
+            maxConcurrency=8,
+            contextLength=4096,
+            placement={"nodes": [n1]},
+        )
+        fl.deploy("pair", model, replicas=2, maxConcurrency=8, contextLength=4096)
+        fl.wait_ready("bench")
+        fl.wait_ready("pair", replicas=2)
+        kubeconfig = cluster.gateway_kubeconfig
+        assert kubeconfig is not None
+        fl.gateway = gws.start_gateway(
+            kubeconfig, root / "gw", anonymous=True, extra=["--stream-cut-after-s", "3"]
+        )
+        plain = gws.start_gateway(
+            kubeconfig, root / "gw-plain", anonymous=True, extra=["--no-affinity"]
+        )
+        (port,) = controlplane.free_ports(1)
+        n1_data = fl.nodes[n1].data_url
+        floor = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.floor_proxy", str(port), n1_data, gws.FLEET_KEY]
+        )
+        gwfleet.wait_for("the floor proxy listens", lambda: _listening(port), timeout=60)
+        try:
+            results = asyncio.run(
+                measure(args, fl, fl.gateway, plain, floor.pid, f"http://127.0.0.1:{port}")
+            )
+        finally:
+            plain.stop()
+            floor.send_signal(signal.SIGTERM)
+            floor.wait(timeout=30)
+        victim = fl.node("n2")
+        results["kill"] = failover(fl, fl.gateway, victim, freeze=False)
+        fl.nodes[victim].start()
+        fl.wait_ready("pair", replicas=2)
+        time.sleep(3)
+        results["stop"] = failover(fl, fl.gateway, victim, freeze=True)
+    results["when"] = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    results["host"] = (
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores "
+        f"(load average {os.getloadavg()[0]:.1f} at the end)"
+    )
+    text = render(results)
+    print(text)
+    with contextlib.suppress(OSError):
+        write_section(args.out, text)
+        print(f"(written to {args.out})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,230 @@
+"""`mlxfleet-gateway`: run the gateway, or mint an API key.
+
+    mlxfleet-gateway --kubeconfig PATH --listen HOST:PORT [--allow-anonymous] [flags]
+    mlxfleet-gateway new-key --name NAME --namespaces NS[,NS] [--team T] [--owner O]
+                             [--models M[,M]] [--requests-per-minute N] [--tokens-per-minute N]
+                             [--expires-at RFC3339]
+
+Without `--allow-anonymous` every request needs a valid API key (secure by default). A bad flag
+exits 2 naming it. `new-key` prints a fresh key once (to stderr) and the Secret that holds only
+its hash (to stdout, for `kubectl apply -f -`).
+May import: settings, server (lazily), core.keys, the standard library. Called by: the console
+script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import pydantic
+
+from mlxfleet_gateway import __version__
+from mlxfleet_gateway import settings as settings_mod
+from mlxfleet_gateway.core import keys
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mlxfleet-gateway",
+        description="The fleet's OpenAI-compatible front door: routes by model, fails over, "
+        "falls back, knows who is calling. `mlxfleet-gateway new-key --help` mints API keys.",
+    )
+    p.add_argument("--version", action="version", version=__version__)
+    p.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: in-cluster ServiceAccount, or $KUBECONFIG)"
+    )
+    p.add_argument("--listen", required=True, help="HOST:PORT of the OpenAI API (port 0: any)")
+    p.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        help="serve requests without a valid API key (all namespaces, no limits): local demos "
+        "and tests only",
+    )
+    p.add_argument("--metrics-listen", help="HOST:PORT of /metrics and /healthz (default: off)")
+    p.add_argument(
+        "--namespace",
+        help="the gateway's namespace: API-key and provider-key Secrets live here (default: "
+        "the pod's, else mlxfleet-system)",
+    )
+    p.add_argument(
+        "--watch-namespace",
+        action="append",
+        default=[],
+        help="route only to ModelDeployments/ModelRoutes of this namespace (repeatable; "
+        "default: all)",
+    )
+    p.add_argument(
+        "--fleet-key-file",
+        type=Path,
+        help="the credential agents' data planes accept (their --data-api-keys-file); also "
+        "$MLXFLEET_GATEWAY_FLEET_KEY",
+    )
+    p.add_argument("--connect-timeout-s", type=float, default=0.5, help="to agents (default 0.5)")
+    p.add_argument(
+        "--probe-interval-s", type=float, default=0.2, help="agent liveness probes (default 0.2)"
+    )
+    p.add_argument(
+        "--probe-timeout-s", type=float, default=0.5, help="a probe slower than this fails"
+    )
+    p.add_argument(
+        "--max-attempts", type=int, default=3, help="replicas tried per backend (default 3)"
+    )
+    p.add_argument(
+        "--move-after-s",
+        type=float,
+        default=1.0,
+        help="move requests waiting for their first byte off an agent unresponsive this long "
+        "(default 1)",
+    )
+    p.add_argument(
+        "--stream-cut-after-s",
+        type=float,
+        default=10.0,
+        help="cut streams of an agent unresponsive this long (default 10)",
+    )
+    p.add_argument(
+        "--read-timeout-s", type=float, default=600.0, help="longest upstream silence (600)"
+    )
+    p.add_argument(
+        "--no-affinity", action="store_true", help="no prefix affinity (plain least-loaded)"
+    )
+    p.add_argument(
+        "--peers",
+        type=int,
+        default=1,
+        help="gateway replicas behind the Service: each enforces limit / peers (default 1)",
+    )
+    p.add_argument("--name", help="this replica's name in telemetry (default: host name)")
+    p.add_argument("--telemetry-bucket", help="S3/R2 bucket for per-key usage (default: off)")
+    p.add_argument("--telemetry-prefix", default="mlxfleet-telemetry")
+    p.add_argument("--telemetry-endpoint-url", help="S3-compatible endpoint (R2, MinIO, ...)")
+    p.add_argument("--telemetry-region")
+    p.add_argument("--telemetry-interval-s", type=float, default=60.0)
+    p.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    return p
+
+
+def parse(argv: list[str]) -> settings_mod.Settings:
+    p = _parser()
+    ns = p.parse_args(argv)
+    kubeconfig = ns.kubeconfig or os.environ.get("KUBECONFIG") or None
+    if kubeconfig and not os.access(kubeconfig, os.R_OK):
+        p.error(f"--kubeconfig {kubeconfig}: no such readable file")
+    try:
+        listen = settings_mod.host_port(ns.listen, flag="--listen")
+        metrics = (
+            settings_mod.host_port(ns.metrics_listen, flag="--metrics-listen")
+            if ns.metrics_listen
+            else None
+        )
+        fleet_key = os.environ.get("MLXFLEET_GATEWAY_FLEET_KEY") or None
+        if ns.fleet_key_file is not None:
+            fleet_key = settings_mod.read_key_file(ns.fleet_key_file)
+        values = {
+            "kubeconfig": kubeconfig,
+            "listen": listen,
+            "metrics_listen": metrics,
+            "allow_anonymous": ns.allow_anonymous,
+            "namespace": ns.namespace or settings_mod.own_namespace(),
+            "watch_namespaces": tuple(ns.watch_namespace),
+            "fleet_key": fleet_key,
+            "connect_timeout_s": ns.connect_timeout_s,
+            "probe_interval_s": ns.probe_interval_s,
+            "probe_timeout_s": ns.probe_timeout_s,
+            "max_attempts": ns.max_attempts,
+            "move_after_s": ns.move_after_s,
+            "stream_cut_after_s": ns.stream_cut_after_s,
+            "read_timeout_s": ns.read_timeout_s,
+            "affinity": not ns.no_affinity,
+            "peers": ns.peers,
+            "telemetry_bucket": ns.telemetry_bucket,
+            "telemetry_prefix": ns.telemetry_prefix,
+            "telemetry_endpoint_url": ns.telemetry_endpoint_url,
+            "telemetry_region": ns.telemetry_region,
+            "telemetry_interval_s": ns.telemetry_interval_s,
+            "log_level": ns.log_level,
+        }
+        if ns.name:
+            values["name"] = ns.name
+        return settings_mod.Settings.model_validate(values)
+    except settings_mod.SettingsError as exc:
+        p.error(str(exc))
+    except pydantic.ValidationError as exc:  # name the flag
+        errors = exc.errors()
+        p.error(
+            "; ".join(
+                f"--{'-'.join(str(x) for x in e['loc']).replace('_', '-')}: {e['msg']}"
+                for e in errors
+            )
+            or str(exc)
+        )
+
+
+def new_key(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="mlxfleet-gateway new-key", description=new_key.__doc__)
+    p.add_argument("--name", required=True, help="the Secret's name (also the key's name)")
+    p.add_argument("--namespaces", required=True, help="comma-separated, in order; * for all")
+    p.add_argument("--secret-namespace", default=settings_mod.DEFAULT_NAMESPACE)
+    p.add_argument("--team")
+    p.add_argument("--owner")
+    p.add_argument("--models", help="comma-separated names the key may use (default: all)")
+    p.add_argument("--requests-per-minute", type=int)
+    p.add_argument("--tokens-per-minute", type=int)
+    p.add_argument("--expires-at", help="RFC 3339, such as 2027-01-31T00:00:00Z")
+    ns = p.parse_args(argv)
+    key = keys.new_key()
+    data = {
+        "keyHash": keys.hash_key(key),
+        "owner": ns.owner,
+        "team": ns.team,
+        "namespaces": ns.namespaces,
+        "models": ns.models,
+        "requestsPerMinute": ns.requests_per_minute,
+        "tokensPerMinute": ns.tokens_per_minute,
+        "expiresAt": ns.expires_at,
+    }
+    string_data = {k: str(v) for k, v in data.items() if v is not None}
+    try:
+        keys.from_secret(ns.name, string_data)
+    except keys.InvalidKey as exc:
+        p.error(str(exc))
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": keys.SECRET_TYPE,
+        "metadata": {"name": ns.name, "namespace": ns.secret_namespace},
+        "stringData": string_data,
+    }
+    print(f"API key (shown once; store it now): {key}", file=sys.stderr)
+    print(json.dumps(secret, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["new-key"]:
+        return new_key(argv[1:])
+    cfg = parse(argv)
+    from mlxfleet_gateway import server
+
+    server.configure_logging(cfg.log_level)
+    try:
+        import uvloop
+
+        uvloop.run(server.serve(cfg))
+    except ImportError:  # pragma: no cover - uvloop is not built for every platform
+        import asyncio
+
+        asyncio.run(server.serve(cfg))
+    except OSError as exc:  # a port in use
+        print(f"mlxfleet-gateway: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

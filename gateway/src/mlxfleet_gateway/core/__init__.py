@@ -1,0 +1,11 @@
+"""The gateway's pure core: decisions as functions of their inputs, an explicit `now` (monotonic
+seconds unless a name says otherwise) and injected randomness. No sockets, no clock, no threads.
+
+Modules: `errors` (OpenAI-shaped errors), `traits` (what routing reads from a request),
+`catalog` (names -> deployments and routes, per caller scope), `plan` (route rules, weights,
+fallback), `balancer` (least outstanding requests, power of two choices, prefix affinity, passive
+health), `budget` (retry budget), `keys` (API keys from Secrets), `limits` (requests and tokens
+per minute), `sse` (usage in streamed and whole answers), `usage` (per-key aggregates).
+May import: the standard library, pydantic, mlxfleet_operator.api, mlxfleet_agent.contract.
+Called by: the gateway's runtime modules and the unit tests.
+"""

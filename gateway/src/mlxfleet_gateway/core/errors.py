@@ -1,0 +1,79 @@
+"""OpenAI-shaped errors of the gateway: `{"error": {"message", "type", "param", "code"}}`.
+
+May import: the standard library. Called by: every gateway module that refuses a request.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+class GatewayError(Exception):
+    """A request the gateway refuses or could not serve, with the status and body to send."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type_: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type_
+        self.code = code
+        self.param = param
+        self.headers = headers
+
+    def body(self) -> bytes:
+        err = {"message": str(self), "type": self.type, "param": self.param, "code": self.code}
+        return json.dumps({"error": err}).encode()
+
+
+def bad_request(message: str, *, param: str | None = None, code: str | None = None) -> GatewayError:
+    return GatewayError(400, message, param=param, code=code)
+
+
+def model_not_found(model: str) -> GatewayError:
+    """404 that says nothing about models outside the caller's scope."""
+    return GatewayError(
+        404,
+        f"The model `{model}` does not exist or you do not have access to it.",
+        code="model_not_found",
+        param="model",
+    )
+
+
+def unauthorized(message: str = "missing or invalid API key") -> GatewayError:
+    return GatewayError(401, message, type_="authentication_error", code="invalid_api_key")
+
+
+def forbidden(model: str) -> GatewayError:
+    return GatewayError(
+        403,
+        f"this API key may not use the model `{model}`",
+        type_="permission_error",
+        code="model_not_allowed",
+        param="model",
+    )
+
+
+def rate_limited(message: str, *, retry_after_s: int, code: str) -> GatewayError:
+    return GatewayError(
+        429,
+        message,
+        type_="rate_limit_error",
+        code=code,
+        headers=((b"retry-after", str(retry_after_s).encode()),),
+    )
+
+
+def unavailable(message: str, *, code: str = "no_backend") -> GatewayError:
+    return GatewayError(503, message, type_="server_error", code=code)
+
+
+def upstream_failed(message: str) -> GatewayError:
+    return GatewayError(502, message, type_="server_error", code="upstream_failed")

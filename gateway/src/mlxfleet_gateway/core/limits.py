@@ -1,0 +1,97 @@
+"""Requests per minute and tokens per minute per API key: exact sliding 60-second windows.
+
+`Limits.admit(key, now=...)` lets a request in or raises 429 with `Retry-After` (whole seconds
+until enough of the window has passed). Tokens are known only when an answer ends, so a request
+holds a reservation (its estimate) while in flight and `settle` replaces it with what it used:
+a request is admitted while the window's tokens plus the reservations are below the limit, so the
+overshoot is bounded by what requests already in flight use. State is per gateway process; with N
+gateway replicas each enforces limit / `share` (the Service spreads clients over replicas).
+May import: the standard library, keys, errors. Called by: the proxy.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass, field
+
+from mlxfleet_gateway.core import errors, keys
+
+WINDOW_S = 60.0
+
+
+@dataclass(slots=True)
+class _Window:
+    requests: collections.deque[float] = field(default_factory=collections.deque)
+    tokens: collections.deque[tuple[float, int]] = field(default_factory=collections.deque)
+    token_sum: int = 0
+    reserved: int = 0
+
+    def expire(self, now: float) -> None:
+        edge = now - WINDOW_S
+        while self.requests and self.requests[0] <= edge:
+            self.requests.popleft()
+        while self.tokens and self.tokens[0][0] <= edge:
+            self.token_sum -= self.tokens.popleft()[1]
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """An admitted request's reservation (settle it exactly once)."""
+
+    key: str
+    reserved: int
+
+
+class Limits:
+    def __init__(self, *, share: int = 1) -> None:
+        self.share = max(1, share)
+        self._windows: dict[str, _Window] = {}
+
+    def _limit(self, value: int | None) -> int | None:
+        return None if value is None else max(1, value // self.share)
+
+    def admit(self, key: keys.ApiKey, *, now: float, estimate: int) -> Ticket:
+        rpm = self._limit(key.spec.requests_per_minute)
+        tpm = self._limit(key.spec.tokens_per_minute)
+        if rpm is None and tpm is None:
+            return Ticket(key.name, 0)
+        w = self._windows.setdefault(key.name, _Window())
+        w.expire(now)
+        if rpm is not None and len(w.requests) >= rpm:
+            wait = w.requests[len(w.requests) - rpm] + WINDOW_S - now
+            raise errors.rate_limited(
+                f"API key {key.name} is over its limit of {rpm} requests per minute",
+                retry_after_s=max(1, math.ceil(wait)),
+                code="requests_per_minute",
+            )
+        if tpm is not None and w.token_sum + w.reserved >= tpm:
+            raise errors.rate_limited(
+                f"API key {key.name} is over its limit of {tpm} tokens per minute",
+                retry_after_s=self._token_wait(w, tpm, now),
+                code="tokens_per_minute",
+            )
+        w.requests.append(now)
+        reserve = estimate if tpm is not None else 0
+        w.reserved += reserve
+        return Ticket(key.name, reserve)
+
+    def settle(self, ticket: Ticket, *, now: float, tokens: int) -> None:
+        """The request ended having used `tokens` (prompt + completion)."""
+        w = self._windows.get(ticket.key)
+        if w is None:
+            return
+        w.reserved = max(0, w.reserved - ticket.reserved)
+        if tokens > 0:
+            w.tokens.append((now, tokens))
+            w.token_sum += tokens
+
+    @staticmethod
+    def _token_wait(w: _Window, tpm: int, now: float) -> int:
+        """Seconds until the window (without reservations) falls below the limit."""
+        excess = w.token_sum + w.reserved - tpm
+        for t, n in w.tokens:
+            excess -= n
+            if excess < 0:
+                return max(1, math.ceil(t + WINDOW_S - now))
+        return 1  # the reservations of requests in flight hold it: they end soon

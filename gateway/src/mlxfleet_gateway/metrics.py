@@ -1,0 +1,106 @@
+"""Prometheus metrics of the gateway, on its own registry (served on `--metrics-listen`).
+
+Labels are key *names* (the API-key Secret's name, `anonymous` without a key), model names,
+backend and replica ids and small enums: never a key, never request text.
+May import: prometheus_client, the standard library. Called by: proxy, health, server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import prometheus_client
+
+NAMESPACE = "mlxfleet_gateway"
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = prometheus_client.CollectorRegistry(auto_describe=True)
+        r = self.registry
+
+        def counter(name: str, text: str, labels: list[str]) -> prometheus_client.Counter:
+            return prometheus_client.Counter(f"{NAMESPACE}_{name}", text, labels, registry=r)
+
+        def gauge(name: str, text: str, labels: list[str]) -> prometheus_client.Gauge:
+            return prometheus_client.Gauge(f"{NAMESPACE}_{name}", text, labels, registry=r)
+
+        self.requests = counter(
+            "requests_total",
+            "Finished requests by key, requested model, backend and outcome (ok, error, cut: a "
+            "stream that broke off after it started).",
+            ["key", "model", "backend", "outcome"],
+        )
+        self.prompt_tokens = counter(
+            "prompt_tokens_total", "Prompt tokens served per key.", ["key", "team", "model"]
+        )
+        self.completion_tokens = counter(
+            "completion_tokens_total",
+            "Completion tokens served per key.",
+            ["key", "team", "model"],
+        )
+        self.errors = counter(
+            "request_errors_total", "Requests that failed, by key and kind.", ["key", "kind"]
+        )
+        self.rejected = counter(
+            "rejected_total",
+            "Requests refused before routing (401, 403, 404, 413, 429) by key and reason.",
+            ["key", "reason"],
+        )
+        self.attempts = counter(
+            "upstream_attempts_total",
+            "Attempts on one replica or external backend, by result.",
+            ["backend", "result"],
+        )
+        self.retries = counter(
+            "retries_total", "Attempts sent to another replica, by reason.", ["reason"]
+        )
+        self.budget_exhausted = counter(
+            "retry_budget_exhausted_total", "Retries the retry budget refused.", []
+        )
+        self.fallbacks = counter(
+            "fallbacks_total", "Requests served by a route's fallback chain.", ["route", "reason"]
+        )
+        self.ejections = counter(
+            "ejections_total", "Replicas taken out of rotation, by reason.", ["backend", "reason"]
+        )
+        self.replica_up = gauge(
+            "replica_up", "1 while a replica is in rotation, 0 while ejected.", ["backend"]
+        )
+        self.outstanding = gauge(
+            "outstanding_requests", "Requests in flight per replica (this gateway).", ["backend"]
+        )
+        self.ttft = prometheus_client.Histogram(
+            f"{NAMESPACE}_time_to_first_byte_seconds",
+            "Request start to the first byte forwarded (the first event of a stream).",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.duration = prometheus_client.Histogram(
+            f"{NAMESPACE}_request_duration_seconds",
+            "Request start to its last byte.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.catalog = gauge("catalog_entries", "Objects the gateway watches, by kind.", ["kind"])
+        self.telemetry = counter(
+            "telemetry_intervals_total",
+            "Telemetry intervals by result (closed, uploaded, upload_failed, dropped).",
+            ["result"],
+        )
+
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, remembered: the request path skips the label checks."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
+    def exposition(self) -> bytes:
+        return prometheus_client.generate_latest(self.registry)

@@ -1,0 +1,237 @@
+"""Composition root of the gateway: build the parts, serve, shut down in order.
+
+`serve(settings)` starts the Kubernetes watches (threads), the view, the balancer, the upstream
+pool, the health prober, the idle sweeper, the usage shipper, the data port (uvicorn with
+httptools, raw ASGI `proxy.Proxy`) and the metrics port (`/metrics`, `/healthz`), logs one JSON
+line `gateway ready` with the bound ports, and runs until SIGINT/SIGTERM. Shutdown: stop taking
+connections and drain requests in flight (up to `drain_s`), then the prober, the shipper (last
+upload), the watches and the pool.
+May import: everything in the gateway package, uvicorn, the standard library.
+Called by: cli.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import signal
+import socket
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import uvicorn
+
+from mlxfleet_agent import httpclient as upstream
+from mlxfleet_gateway import health, metrics, proxy, shipper, view, watch
+from mlxfleet_gateway import settings as settings_mod
+from mlxfleet_gateway.core import balancer, budget, limits
+
+log = logging.getLogger("mlxfleet_gateway")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and any `extra` fields."""
+
+    RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        out.update(
+            {k: v for k, v in vars(record).items() if k not in self.RESERVED and k != "message"}
+        )
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    logging.getLogger("botocore").setLevel(logging.WARNING)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling (serve() orders the shutdown itself)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted sockets only when the socket says
+    # TCP; with Nagle on, each streamed chunk can wait ~40 ms for a delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def _uvicorn(app: Any, *, drain_s: float) -> _Server:
+    config = uvicorn.Config(
+        app,
+        http="httptools",
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=int(max(1, drain_s)),
+        timeout_keep_alive=30,
+        server_header=False,
+        date_header=False,
+    )
+    return _Server(config)
+
+
+async def serve_metrics(
+    sock: socket.socket, gauges: metrics.GatewayMetrics
+) -> asyncio.AbstractServer:
+    """`GET /metrics` and `/healthz` on their own port: a plain asyncio server (one request per
+    connection), so the metrics port costs nothing between scrapes."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            path = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b""
+            if path == b"/metrics":
+                status, kind, body = b"200 OK", b"text/plain; version=0.0.4", gauges.exposition()
+            elif path == b"/healthz":
+                status, kind, body = b"200 OK", b"application/json", b'{"status":"ok"}'
+            else:
+                status, kind, body = b"404 Not Found", b"text/plain", b"not found"
+            writer.write(
+                b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+                b"Connection: close\r\n\r\n%s" % (status, kind, len(body), body)
+            )
+            await writer.drain()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, sock=sock)
+
+
+async def serve(
+    cfg: settings_mod.Settings, *, on_ready: Callable[[int, int | None], None] | None = None
+) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    gauges = metrics.GatewayMetrics()
+    balance = balancer.Balancer(eject_min_s=cfg.eject_min_s)
+    state = view.View(balance)
+    pool = upstream.Pool(connect_timeout_s=cfg.connect_timeout_s)
+    access, secret = settings_mod.s3_credentials()
+    usage = shipper.Shipper(
+        shipper.ShipperConfig(
+            node=f"gateway-{cfg.name}-{secrets.token_hex(3)}"[-200:],
+            bucket=cfg.telemetry_bucket,
+            prefix=cfg.telemetry_prefix,
+            endpoint_url=cfg.telemetry_endpoint_url,
+            region=cfg.telemetry_region,
+            access_key_id=access,
+            secret_access_key=secret,
+            interval_s=cfg.telemetry_interval_s,
+        ),
+        gauges,
+    )
+    app = proxy.Proxy(
+        state=state,
+        pool=pool,
+        gauges=gauges,
+        usage=usage,
+        rate_limits=limits.Limits(share=cfg.peers),
+        retry_budget=budget.RetryBudget(now=loop.time()),
+        config=proxy.ProxyConfig(
+            allow_anonymous=cfg.allow_anonymous,
+            fleet_key=cfg.fleet_key,
+            max_body_bytes=cfg.max_body_bytes,
+            max_attempts=cfg.max_attempts,
+            connect_timeout_s=cfg.connect_timeout_s,
+            read_timeout_s=cfg.read_timeout_s,
+            move_after_s=cfg.move_after_s,
+            stream_cut_after_s=cfg.stream_cut_after_s,
+            affinity=cfg.affinity,
+        ),
+    )
+    prober = health.Prober(
+        pool=pool,
+        balance=balance,
+        gauges=gauges,
+        on_dead=app.on_dead,
+        on_alive=app.on_alive,
+        last_heard=app.last_heard,
+        interval_s=cfg.probe_interval_s,
+        timeout_s=cfg.probe_timeout_s,
+    )
+
+    def on_snapshot(kind: str, objects: dict[str, Any]) -> None:
+        state.replace(kind, objects)
+        gauges.catalog.labels(kind).set(len(objects))
+
+    api = watch.client_from(cfg.kubeconfig)
+    watches = watch.Watches(
+        api,
+        watch.sources(api, namespace=cfg.namespace, watch_namespaces=cfg.watch_namespaces),
+        on_snapshot,
+        loop,
+    )
+    watches.start()
+    data_sock = bind(*cfg.listen)
+    metrics_sock = bind(*cfg.metrics_listen) if cfg.metrics_listen else None
+    data_srv = _uvicorn(app, drain_s=cfg.drain_s)
+    tasks = [loop.create_task(data_srv.serve(sockets=[data_sock]))]
+    metrics_srv = await serve_metrics(metrics_sock, gauges) if metrics_sock is not None else None
+    prober.start()
+    usage.start()
+    sweeper = loop.create_task(app.sweep())
+    while not data_srv.started and not tasks[0].done():  # noqa: ASYNC110 - uvicorn has no event
+        await asyncio.sleep(0.02)
+    port = data_sock.getsockname()[1]
+    mport = metrics_sock.getsockname()[1] if metrics_sock is not None else None
+    log.info(
+        "gateway ready",
+        extra={
+            "port": port,
+            "metrics_port": mport,
+            "namespace": cfg.namespace,
+            "anonymous": cfg.allow_anonymous,
+        },
+    )
+    if on_ready is not None:
+        on_ready(port, mport)
+    stopper = loop.create_task(stop.wait())
+    await asyncio.wait({stopper, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+    log.info("shutting down: draining requests in flight")
+    data_srv.should_exit = True
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if metrics_srv is not None:
+        metrics_srv.close()
+    stopper.cancel()
+    sweeper.cancel()
+    await prober.stop()
+    await usage.stop()
+    watches.close()
+    await pool.aclose()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.remove_signal_handler(sig)
+    log.info("gateway stopped")

@@ -1,0 +1,87 @@
+"""Settings of one `mlxfleet-gateway` process (from its flags; S3 credentials from the environment).
+
+May import: pydantic, the standard library. Called by: cli (builds it), server (reads it).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DEFAULT_NAMESPACE = "mlxfleet-system"
+ENV_PREFIX = "MLXFLEET_TELEMETRY_"
+
+
+class SettingsError(ValueError):
+    """Flags that cannot run (a bad address, an unreadable key file); the message names it."""
+
+
+def host_port(text: str, *, flag: str) -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 as `[::1]:8080`) -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise SettingsError(f"{flag} {text!r}: expected HOST:PORT, such as 0.0.0.0:8080")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def own_namespace() -> str:
+    """The namespace of the pod's ServiceAccount, else mlxfleet-system."""
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or DEFAULT_NAMESPACE
+    except OSError:
+        return DEFAULT_NAMESPACE
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kubeconfig: str | None = None
+    listen: tuple[str, int]
+    metrics_listen: tuple[str, int] | None = None
+    allow_anonymous: bool = False
+    namespace: str = DEFAULT_NAMESPACE
+    watch_namespaces: tuple[str, ...] = ()
+    fleet_key: str | None = Field(default=None, repr=False)
+    connect_timeout_s: float = Field(default=0.5, gt=0, le=60)
+    probe_interval_s: float = Field(default=0.2, gt=0, le=60)
+    probe_timeout_s: float = Field(default=0.5, gt=0, le=60)
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    move_after_s: float = Field(default=1.0, ge=0)
+    stream_cut_after_s: float = Field(default=10.0, ge=0)
+    read_timeout_s: float = Field(default=600.0, gt=0)
+    eject_min_s: float = Field(default=1.0, gt=0)
+    affinity: bool = True
+    peers: int = Field(default=1, ge=1, le=1000)
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    drain_s: float = Field(default=30.0, ge=0)
+    name: str = Field(default_factory=lambda: socket.gethostname().split(".")[0] or "gateway")
+    telemetry_bucket: str | None = None
+    telemetry_prefix: str = "mlxfleet-telemetry"
+    telemetry_endpoint_url: str | None = None
+    telemetry_region: str | None = None
+    telemetry_interval_s: float = Field(default=60.0, gt=0, le=3600)
+    log_level: str = "info"
+
+
+def read_key_file(path: Path) -> str:
+    """The fleet credential: the first non-empty, non-comment line of a file."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise SettingsError(f"--fleet-key-file {path}: {exc.strerror or exc}") from exc
+    for line in lines:
+        if line.strip() and not line.startswith("#"):
+            return line.strip()
+    raise SettingsError(f"--fleet-key-file {path}: no key in the file")
+
+
+def s3_credentials() -> tuple[str | None, str | None]:
+    env = os.environ
+    return (
+        env.get(ENV_PREFIX + "ACCESS_KEY_ID") or None,
+        env.get(ENV_PREFIX + "SECRET_ACCESS_KEY") or None,
+    )

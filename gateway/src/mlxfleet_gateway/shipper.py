@@ -1,0 +1,157 @@
+"""Per-key usage shipped to the fleet's S3/R2 telemetry bucket, in the agents' interval format.
+
+Every `interval_s` (60 by default) the open `usage.UsageBook` is closed into one
+`TelemetryInterval` line (component `gateway`, node `<gateway name>`, a `keys` section) and
+uploaded under the same key layout as the agents' (`contract.telemetry_key`), so the reports read
+both with one listing. The gateway is stateless: closed intervals wait in memory (at most
+`max_buffered`; the oldest are dropped and counted) while the store is unreachable, and the open
+interval is closed and flushed on shutdown. Nothing is shipped without a bucket.
+May import: boto3 (lazily), the standard library, mlxfleet_agent.contract, core.usage, metrics.
+Called by: server (start/stop) and proxy (record).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from mlxfleet_agent import contract
+from mlxfleet_gateway import metrics
+from mlxfleet_gateway.core import usage
+
+log = logging.getLogger("mlxfleet_gateway.shipper")
+
+
+@dataclass(frozen=True, slots=True)
+class ShipperConfig:
+    node: str
+    bucket: str | None = None
+    prefix: str = "mlxfleet-telemetry"
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    interval_s: float = 60.0
+    max_buffered: int = 1440
+
+
+class Uploader(Protocol):
+    def put(self, key: str, body: bytes) -> None: ...
+
+
+class S3Uploader:
+    """boto3 put_object with short timeouts (an unreachable store only delays the queue)."""
+
+    def __init__(self, config: ShipperConfig) -> None:
+        import boto3
+        from botocore.config import Config
+
+        self._bucket = config.bucket
+        self._client: Any = boto3.client(
+            "s3",
+            endpoint_url=config.endpoint_url,
+            region_name=config.region or "us-east-1",
+            aws_access_key_id=config.access_key_id,
+            aws_secret_access_key=config.secret_access_key,
+            config=Config(
+                connect_timeout=3,
+                read_timeout=10,
+                retries={"max_attempts": 2, "mode": "standard"},
+                s3={"addressing_style": "path"},
+            ),
+        )
+
+    def put(self, key: str, body: bytes) -> None:
+        self._client.put_object(
+            Bucket=self._bucket, Key=key, Body=body, ContentType="application/x-ndjson"
+        )
+
+
+class Shipper:
+    def __init__(
+        self,
+        config: ShipperConfig,
+        gauges: metrics.GatewayMetrics,
+        *,
+        uploader: Uploader | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.metrics = gauges
+        self._clock = clock
+        self.book = usage.UsageBook.open(
+            node=config.node, interval_s=config.interval_s, now=clock()
+        )
+        self._queue: collections.deque[contract.TelemetryInterval] = collections.deque()
+        self._uploader = uploader
+        if uploader is None and config.bucket:
+            self._uploader = S3Uploader(config)
+        self._task: asyncio.Task[None] | None = None
+        self._failing = False
+        self.uploaded: list[str] = []
+
+    def record(self, use: usage.Use) -> None:
+        self._roll()
+        self.book.record(use)
+
+    def _roll(self, *, force: bool = False) -> None:
+        now = self._clock()
+        if force:  # shutting down: close the interval as it is (its key is this process's own)
+            closed: contract.TelemetryInterval | None = self.book.snapshot()
+            self.book = usage.UsageBook.open(
+                node=self.config.node, interval_s=self.config.interval_s, now=now
+            )
+        else:
+            self.book, closed = self.book.roll(now)
+        if closed is None:
+            return
+        self.metrics.telemetry.labels("closed").inc()
+        if self._uploader is None or not closed.keys:
+            return
+        self._queue.append(closed)
+        while len(self._queue) > self.config.max_buffered:
+            self._queue.popleft()
+            self.metrics.telemetry.labels("dropped").inc()
+
+    async def _flush(self) -> None:
+        while self._queue and self._uploader is not None:
+            interval = self._queue[0]
+            key = contract.telemetry_key(self.config.prefix, interval.node, interval.interval_start)
+            body = interval.model_dump_json().encode() + b"\n"
+            try:
+                await asyncio.to_thread(self._uploader.put, key, body)
+            except Exception as exc:  # any transport or S3 error: keep it, retry next tick
+                self.metrics.telemetry.labels("upload_failed").inc()
+                if not self._failing:
+                    log.warning("telemetry store unreachable, holding intervals: %s", exc)
+                self._failing = True
+                return
+            self._queue.popleft()
+            self.uploaded.append(key)
+            self.metrics.telemetry.labels("uploaded").inc()
+            self._failing = False
+
+    async def _run(self) -> None:
+        tick = max(0.05, min(5.0, self.config.interval_s / 12))
+        while True:
+            await asyncio.sleep(tick)
+            self._roll()
+            await self._flush()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Close the open interval early and try one last upload."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._roll(force=True)
+        await self._flush()

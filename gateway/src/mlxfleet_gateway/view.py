@@ -1,0 +1,124 @@
+"""The gateway's current view: the watched objects, parsed, and what is derived from them.
+
+The watches hand over whole snapshots (name -> raw object) per kind; `View` parses them with the
+operator's pydantic models (an object that does not parse is skipped and reported by name, never
+a crash), rebuilds the catalog and the key ring, and tells the balancer which replicas exist.
+Runs on the event loop only (the watch threads post snapshots with call_soon_threadsafe).
+May import: the standard library, core, mlxfleet_operator.api. Called by: watch, proxy, server.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic
+
+from mlxfleet_gateway.core import balancer, catalog, keys
+from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api import modelroute as mroute
+
+log = logging.getLogger("mlxfleet_gateway.view")
+JsonDict = dict[str, Any]
+KINDS = ("deployments", "routes", "api-keys", "provider-keys")
+
+
+def secret_data(raw: Mapping[str, Any]) -> dict[str, str]:
+    """A Secret's data, base64-decoded (undecodable values are left out)."""
+    out: dict[str, str] = {}
+    for name, value in (raw.get("data") or {}).items():
+        try:
+            out[name] = base64.b64decode(value).decode().strip()
+        except (ValueError, UnicodeDecodeError):
+            log.warning("Secret %s: key %s is not base64 UTF-8", _name(raw), name)
+    return out
+
+
+def _name(raw: Mapping[str, Any]) -> str:
+    meta = raw.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+class View:
+    def __init__(self, balance: balancer.Balancer) -> None:
+        self.balancer = balance
+        self.raw: dict[str, dict[str, JsonDict]] = {kind: {} for kind in KINDS}
+        self.synced: set[str] = set()
+        self.catalog = catalog.Catalog()
+        self.keys = keys.KeyRing()
+        self.problems: dict[str, str] = {}  # object -> why it is ignored
+        self.version = 0
+
+    @property
+    def ready(self) -> bool:
+        """Every watch has listed once."""
+        return self.synced >= set(KINDS)
+
+    def replace(self, kind: str, objects: Mapping[str, JsonDict]) -> None:
+        """A watch's whole current set of one kind."""
+        self.raw[kind] = dict(objects)
+        self.synced.add(kind)
+        self.rebuild()
+
+    def _parse(
+        self, kind: str, model: type[pydantic.BaseModel], found: dict[str, str]
+    ) -> list[Any]:
+        out = []
+        for name, raw in sorted(self.raw[kind].items()):
+            try:
+                out.append(model.model_validate(raw))
+            except pydantic.ValidationError as exc:
+                found[f"{kind}/{name}"] = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
+                )
+        return out
+
+    def rebuild(self) -> None:
+        found: dict[str, str] = {}
+        self._rebuild(found)
+        for what, why in found.items():
+            if self.problems.get(what) != why:
+                log.warning("ignoring %s: %s", what, why)
+        self.problems = found
+
+    def _rebuild(self, found: dict[str, str]) -> None:
+        deployments = self._parse("deployments", mdep.ModelDeployment, found)
+        routes = self._parse("routes", mroute.ModelRoute, found)
+        providers = []
+        for name, raw in sorted(self.raw["provider-keys"].items()):
+            annotations = (raw.get("metadata") or {}).get("annotations") or {}
+            allowed = annotations.get(mroute.PROVIDER_KEY_NAMESPACES, "")
+            providers.append(
+                catalog.ProviderKey(
+                    name=(raw.get("metadata") or {}).get("name", name),
+                    data=secret_data(raw),
+                    namespaces=frozenset(p.strip() for p in allowed.split(",") if p.strip()),
+                )
+            )
+        ring = []
+        for name, raw in sorted(self.raw["api-keys"].items()):
+            secret = (raw.get("metadata") or {}).get("name", name)
+            try:
+                ring.append(keys.from_secret(secret, secret_data(raw)))
+            except keys.InvalidKey as exc:
+                found[f"api-keys/{name}"] = str(exc)
+        self.catalog = catalog.build(deployments, routes, providers)
+        self.keys = keys.KeyRing(ring)
+        self.balancer.sync(self.candidates())
+        self.version += 1
+
+    def candidates(self) -> list[balancer.Candidate]:
+        """Every replica and external backend the balancer should know."""
+        out: dict[str, balancer.Candidate] = {}
+        for dep in self.catalog.deployments.values():
+            for r in dep.replicas:
+                out[r.id] = balancer.Candidate(r.id, r.url, dep.capacity)
+        for routes in self.catalog.routes.values():
+            for route in routes.values():
+                for backend in [*(b for r in route.rules for b in r.backends), *route.fallback]:
+                    if isinstance(backend.target, catalog.External):
+                        t = backend.target
+                        out[t.id] = balancer.Candidate(t.id, t.url, 1_000_000)
+        return list(out.values())

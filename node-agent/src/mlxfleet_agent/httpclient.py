@@ -1,0 +1,640 @@
+"""A keep-alive HTTP/1.1 client for proxying to OpenAI-compatible upstreams, on httptools.
+
+Built for a reverse proxy's hot path: one `asyncio.Protocol` per connection, llhttp (through
+httptools' `HttpResponseParser`) for the response head and body framing (chunked, content-length
+and close-delimited bodies, HTTP/1.0 and 1.1), body chunks handed over as they arrive (several
+coalesced when the reader runs behind), reading paused while too much is buffered. Idle
+connections are pooled per origin and reused (LIFO); a request that fails on a reused connection
+before any byte of the answer is sent again once on a fresh one (the server closed an idle
+connection: nothing was processed).
+
+Errors say how far the exchange got, so a caller can decide what is safe to retry:
+`ConnectError` (no connection), `ResponseError.before_response` (connected, nothing read back).
+
+Shared by the agent and the gateway (the one HTTP client of the product's data plane): it lives
+in the agent, which must not import a gateway, and the gateway may import it (an import-linter
+allow-list). May import: the standard library and httptools only (no other mlxfleet module).
+Called by: the agent's `dataplane.upstream` (to its backends), the gateway's proxy and health
+prober (to agents and external providers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+import httptools
+
+HIGH_WATER = 1 << 20  # pause reading the upstream above this many buffered body bytes
+LOW_WATER = 1 << 16
+MAX_HEAD = 64 * 1024  # largest response head accepted
+
+
+class UpstreamError(Exception):
+    """An exchange with an upstream failed. `before_response`: no byte of an answer was read,
+    so the request may be sent elsewhere."""
+
+    before_response = True
+
+
+class ConnectError(UpstreamError):
+    """No connection: refused, unreachable, or the connect timed out."""
+
+
+class ResponseError(UpstreamError):
+    """The connection broke, timed out or sent something that is not HTTP."""
+
+    def __init__(self, message: str, *, before_response: bool, by_peer: bool = False) -> None:
+        super().__init__(message)
+        self.before_response = before_response
+        self.by_peer = by_peer  # the upstream closed or reset the connection
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where to connect: `host:port`, plain or TLS (`tls` holds the context to use)."""
+
+    host: str
+    port: int
+    tls: ssl.SSLContext | None = field(default=None, compare=False, hash=False)
+    scheme: str = "http"
+
+    @classmethod
+    def from_url(cls, url: str, *, tls: ssl.SSLContext | None = None) -> tuple[Origin, str]:
+        """(origin, base path) of `http(s)://host[:port][/path]`; https uses `tls` or defaults."""
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{url!r} is not an http(s) URL with a host")
+        secure = parts.scheme == "https"
+        port = parts.port or (443 if secure else 80)
+        context = (tls or ssl.create_default_context()) if secure else None
+        host = parts.hostname
+        return cls(host, port, context, parts.scheme), parts.path.rstrip("/")
+
+    @property
+    def authority(self) -> bytes:
+        default = 443 if self.scheme == "https" else 80
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return (host if self.port == default else f"{host}:{self.port}").encode("ascii")
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.scheme, self.host, self.port)
+
+
+class Response:
+    """One answer: status and headers at once, the body as it arrives (`read_chunk`).
+
+    Read the body to its end (b"" from `read_chunk`) for the connection to go back to the pool;
+    `close()` anything abandoned (the connection is closed, never reused half-read).
+    """
+
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_conn",
+        "_done",
+        "_error",
+        "_waiter",
+        "created",
+        "headers",
+        "heard",
+        "status",
+    )
+
+    def __init__(self, conn: _Connection) -> None:
+        self._conn: _Connection | None = conn
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._buffered = 0
+        self._done = False
+        self._error: UpstreamError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.created = time.monotonic()
+        self.heard = 0.0  # when body bytes last arrived (0: none yet)
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first header called `name` (lower case), if any."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+    @property
+    def complete(self) -> bool:
+        """The whole body has been read."""
+        return self._done and not self._chunks
+
+    async def read_chunk(self) -> bytes:
+        """The next body bytes (everything buffered so far), b"" at the end; raises
+        ResponseError when the body broke off."""
+        while not self._chunks:
+            if self._done:
+                self._release()
+                return b""
+            if self._error is not None:
+                raise self._error
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        chunks = self._chunks
+        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        if self._buffered > HIGH_WATER and self._conn is not None:
+            self._conn.resume()
+        self._buffered = 0
+        return data
+
+    async def read(self, limit: int) -> bytes:
+        """The whole body; ResponseError when it exceeds `limit` bytes."""
+        parts: list[bytes] = []
+        size = 0
+        while chunk := await self.read_chunk():
+            size += len(chunk)
+            if size > limit:
+                self.close()
+                raise ResponseError(f"answer exceeds {limit} bytes", before_response=False)
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def abort(self, reason: str = "aborted") -> None:
+        """Cut the exchange now (from anywhere): a reader gets ResponseError(reason)."""
+        conn = self._conn
+        if conn is not None and not self._done:
+            conn.abort(reason)
+
+    def close(self) -> None:
+        """Give up on the rest of the body: the connection is closed (not reused)."""
+        conn, self._conn = self._conn, None
+        if conn is not None and not self._done:
+            conn.abort()
+        elif conn is not None:
+            conn.release()
+
+    # ---- called by the connection ----------------------------------------------------------
+
+    @property
+    def idle_since(self) -> float:
+        """When the exchange last made progress (sent, or bytes arrived)."""
+        return self.heard or self.created
+
+    def _feed(self, data: bytes) -> None:
+        self.heard = time.monotonic()
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered > HIGH_WATER and self._conn is not None:
+            self._conn.pause()
+        self._wake()
+
+    def _finish(self) -> None:
+        self._done = True
+        self._wake()
+
+    def _fail(self, error: UpstreamError) -> None:
+        if not self._done:
+            self._error = error
+        self._wake()
+
+    def _release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.release()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP (or TLS) connection, one request at a time, parsed by httptools."""
+
+    def __init__(self, pool: Pool, origin: Origin) -> None:
+        self.pool = pool
+        self.origin = origin
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.response: Response | None = None
+        self.head: asyncio.Future[Response] | None = None
+        self.closed = False
+        self.reused = False
+        self.paused = False
+        self.idle_since = 0.0
+        self.got_bytes = False
+        self.close_delimited = False
+        self.keep_alive = True
+        self.head_size = 0
+        self._length_known = False
+        self._chunked = False
+
+    # ---- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        self.got_bytes = True
+        if self.response is None:  # bytes while idle: the server broke the protocol
+            self.abort()
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._error(ResponseError(f"invalid HTTP answer: {exc}", before_response=False))
+            self.abort()
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        response = self.response
+        if response is None:
+            return
+        if response.status and self.close_delimited:
+            response._finish()  # body ends at EOF
+            self.response = None
+            return
+        what = f"{type(exc).__name__}: {exc}" if exc else "connection closed by the upstream"
+        self._error(ResponseError(what, before_response=not self.got_bytes, by_peer=True))
+
+    def pause_writing(self) -> None:  # flow control of our writes: requests are small
+        return None
+
+    def resume_writing(self) -> None:
+        return None
+
+    # ---- httptools callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.head_size = 0
+        self._length_known = self._chunked = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        response = self.response
+        if response is None:
+            return
+        self.head_size += len(name) + len(value)
+        if self.head_size > MAX_HEAD:
+            raise httptools.HttpParserError("response head too large")
+        name = name.lower()
+        if name == b"content-length":
+            self._length_known = True
+        elif name == b"transfer-encoding" and b"chunked" in value.lower():
+            self._chunked = True
+        response.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        response = self.response
+        if response is None:
+            return
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # interim answer: wait for the real one
+            response.headers.clear()
+            return
+        response.status = status
+        bodiless = status in (204, 304)
+        self.close_delimited = not (self._length_known or self._chunked or bodiless)
+        head = self.head
+        if head is not None and not head.done():
+            head.set_result(response)
+
+    def on_body(self, body: bytes) -> None:
+        response = self.response
+        if response is not None and response.status:
+            response._feed(body)
+
+    def on_message_complete(self) -> None:
+        response = self.response
+        if response is None or not response.status:
+            return
+        self.keep_alive = self.parser.should_keep_alive() and not self.close_delimited
+        self.response = None
+        response._finish()
+
+    # ---- used by Pool and Response ----------------------------------------------------------
+
+    def send(self, data: bytes, response: Response) -> asyncio.Future[Response]:
+        assert self.transport is not None
+        self.response = response
+        self.got_bytes = False
+        self.close_delimited = False
+        self.head = asyncio.get_running_loop().create_future()
+        self.transport.write(data)
+        return self.head
+
+    def _error(self, error: UpstreamError) -> None:
+        response, self.response = self.response, None
+        head = self.head
+        if head is not None and not head.done():
+            head.set_exception(error)
+        if response is not None:
+            response._fail(error)
+
+    def pause(self) -> None:
+        if not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self.paused and self.transport is not None and not self.closed:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def abort(self, reason: str = "aborted") -> None:
+        self.closed = True
+        self._error(ResponseError(reason, before_response=not self.got_bytes))
+        if self.transport is not None:
+            self.transport.abort()
+
+    def release(self) -> None:
+        """The answer was read to its end: back to the pool, or closed."""
+        self.resume()
+        if self.closed or not self.keep_alive or self.response is not None:
+            self.abort()
+            return
+        self.pool._put(self)
+
+
+class Pool:
+    """Connections per origin, reused while idle for less than `idle_timeout_s`.
+
+    `connect_timeout_s` bounds the TCP (+TLS) handshake; keep it short for a LAN (a dead host
+    should cost well under a second). `max_idle` idle connections are kept per origin.
+    """
+
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float = 1.0,
+        idle_timeout_s: float = 20.0,
+        max_idle: int = 64,
+    ) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.max_idle = max_idle
+        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._closed = False
+        self.connects = 0  # connections opened (diagnostics, tests)
+
+    async def request(
+        self,
+        origin: Origin,
+        method: bytes,
+        path: bytes,
+        *,
+        headers: Sequence[tuple[bytes, bytes]] = (),
+        body: bytes = b"",
+        connect_timeout_s: float | None = None,
+        head_timeout_s: float | None = None,
+        track: Callable[[Response], None] | None = None,
+    ) -> Response:
+        """Send one request; return once the status line and headers arrived.
+
+        Raises ConnectError (nothing sent) or ResponseError (`before_response` when no byte of
+        an answer came back). `head_timeout_s` bounds the wait for the head (None: no bound).
+        `track` receives the Response as soon as the request is sent, so a caller can
+        `abort()` it from elsewhere (for example when the upstream is found dead).
+        """
+        lines = [method, b" ", path, b" HTTP/1.1\r\nHost: ", origin.authority, b"\r\n"]
+        for name, value in headers:
+            lines += [name, b": ", value, b"\r\n"]
+        if body or method == b"POST":
+            lines += [b"Content-Length: ", str(len(body)).encode(), b"\r\n"]
+        lines += [b"\r\n", body]
+        data = b"".join(lines)
+        conn = self._take(origin)
+        if conn is not None:
+            try:
+                return await self._exchange(conn, data, head_timeout_s, track)
+            except ResponseError as exc:
+                if not (exc.before_response and exc.by_peer):
+                    raise
+                # the server closed the idle connection under us: nothing was processed
+        conn = await self._connect(origin, connect_timeout_s)
+        return await self._exchange(conn, data, head_timeout_s, track)
+
+    async def _exchange(
+        self,
+        conn: _Connection,
+        data: bytes,
+        head_timeout_s: float | None,
+        track: Callable[[Response], None] | None,
+    ) -> Response:
+        response = Response(conn)
+        head = conn.send(data, response)
+        if track is not None:
+            track(response)
+        try:
+            if head_timeout_s is None:
+                return await head
+            return await asyncio.wait_for(head, head_timeout_s)
+        except TimeoutError:
+            conn.abort()
+            raise ResponseError(
+                f"no answer within {head_timeout_s:.1f}s", before_response=True
+            ) from None
+        except BaseException:
+            conn.abort()
+            raise
+
+    async def _connect(self, origin: Origin, timeout_s: float | None) -> _Connection:
+        if self._closed:
+            raise ConnectError("pool closed")
+        loop = asyncio.get_running_loop()
+        timeout = self.connect_timeout_s if timeout_s is None else timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(self, origin),
+                    origin.host,
+                    origin.port,
+                    ssl=origin.tls,
+                    server_hostname=origin.host if origin.tls is not None else None,
+                )
+        except TimeoutError:
+            raise ConnectError(
+                f"connect to {origin.host}:{origin.port} timed out after {timeout:.2f}s"
+            ) from None
+        except (OSError, ssl.SSLError) as exc:
+            raise ConnectError(
+                f"connect to {origin.host}:{origin.port}: {type(exc).__name__}: {exc}"
+            ) from exc
+        self.connects += 1
+        return conn
+
+    def _take(self, origin: Origin) -> _Connection | None:
+        idle = self._idle.get(origin.key)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if conn.closed or now - conn.idle_since > self.idle_timeout_s:
+                conn.abort()
+                continue
+            conn.reused = True
+            return conn
+        return None
+
+    def _put(self, conn: _Connection) -> None:
+        idle = self._idle.setdefault(conn.origin.key, [])
+        if self._closed or len(idle) >= self.max_idle:
+            conn.abort()
+            return
+        conn.idle_since = time.monotonic()
+        idle.append(conn)
+
+    def drop(self, origin: Origin) -> None:
+        """Close the idle connections to `origin` (it was found dead)."""
+        for conn in self._idle.pop(origin.key, []):
+            conn.abort()
+
+    def idle_count(self, origin: Origin) -> int:
+        return len(self._idle.get(origin.key, []))
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for conns in self._idle.values():
+            for conn in conns:
+                conn.abort()
+        self._idle.clear()
+
+
+class HealthCheck:
+    """Repeated `GET <path>` to one origin over one kept-alive connection, driven by callbacks
+    (no task or future per check): a liveness probe several times a second costs a write, a read
+    and a few parser callbacks.
+
+    `fire()` sends one check unless one is in flight; `on_result(ok, why)` is called exactly once
+    per fired check: True for a 200 answer within `timeout_s`, False (with the reason) for
+    anything else. A broken connection is replaced at the next `fire()`.
+    """
+
+    def __init__(
+        self,
+        origin: Origin,
+        path: str,
+        *,
+        timeout_s: float,
+        on_result: Callable[[bool, str], None],
+    ) -> None:
+        self.origin = origin
+        self.request = b"GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path.encode(), origin.authority)
+        self.timeout_s = timeout_s
+        self.on_result = on_result
+        self.pending = False
+        self._transport: asyncio.Transport | None = None
+        self._protocol: _HealthProtocol | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._timer: asyncio.TimerHandle | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._status = 0
+
+    def fire(self) -> None:
+        if self.pending:
+            return
+        self.pending = True
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.timeout_s, self._expire)
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(self.request)
+        else:
+            self._connecting = loop.create_task(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            transport, protocol = await loop.create_connection(
+                lambda: _HealthProtocol(self),
+                self.origin.host,
+                self.origin.port,
+                ssl=self.origin.tls,
+                server_hostname=self.origin.host if self.origin.tls is not None else None,
+            )
+        except (OSError, ssl.SSLError) as exc:
+            self._done(False, f"connect: {type(exc).__name__}: {exc}")
+            return
+        if not self.pending:  # expired while connecting
+            transport.close()
+            return
+        self._transport, self._protocol = transport, protocol
+        self._parser = httptools.HttpResponseParser(self)
+        transport.write(self.request)
+
+    def _expire(self) -> None:
+        self._timer = None
+        self._drop()
+        self._done(False, f"no answer within {self.timeout_s:.2f}s")
+
+    def _drop(self) -> None:
+        if self._connecting is not None and not self._connecting.done():
+            self._connecting.cancel()
+        if self._transport is not None:
+            self._transport.abort()
+        self._transport = self._protocol = None
+
+    def _done(self, ok: bool, why: str) -> None:
+        if not self.pending:
+            return
+        self.pending = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.on_result(ok, why)
+
+    def close(self) -> None:
+        self.pending = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._drop()
+
+    # ---- the connection and parser call these --------------------------------------------
+
+    def _data(self, protocol: _HealthProtocol, data: bytes) -> None:
+        if protocol is not self._protocol:
+            return  # a connection already given up
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._drop()
+            self._done(False, f"invalid HTTP answer: {exc}")
+
+    def _lost(self, protocol: _HealthProtocol, exc: Exception | None) -> None:
+        if protocol is not self._protocol:
+            return
+        self._transport = self._protocol = None
+        self._done(False, f"connection lost: {exc or 'closed by the upstream'}")
+
+    def on_headers_complete(self) -> None:
+        self._status = self._parser.get_status_code()
+
+    def on_message_complete(self) -> None:
+        if 100 <= self._status < 200:
+            return
+        keep = self._parser.should_keep_alive()
+        self._done(self._status == 200, f"answered {self._status}")
+        if not keep:
+            self._drop()
+
+
+class _HealthProtocol(asyncio.Protocol):
+    __slots__ = ("check",)
+
+    def __init__(self, check: HealthCheck) -> None:
+        self.check = check
+
+    def data_received(self, data: bytes) -> None:
+        self.check._data(self, data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.check._lost(self, exc)

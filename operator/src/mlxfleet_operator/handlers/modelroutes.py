@@ -1,0 +1,35 @@
+"""ModelRoute status: each backend's readiness and the split in force, from the ModelDeployments
+of the route's namespace (the `deployment_ready` index). Runs on create/update/resume and on a
+timer; never writes spec.
+
+May import: kopf, adapters, core, api, settings, `guard`, `indexes`. Called by: kopf.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from mlxfleet_operator import settings as opsettings
+from mlxfleet_operator.adapters import kube, runtime
+from mlxfleet_operator.api import modelroute as mroute
+from mlxfleet_operator.api import resources
+from mlxfleet_operator.core import modelroute as core
+from mlxfleet_operator.handlers import guard, indexes
+
+KIND = resources.MODEL_ROUTE
+ROUTES = (resources.GROUP, resources.VERSION, KIND.plural)
+
+
+async def route_status(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
+    mr = mroute.ModelRoute.model_validate(dict(body))
+    async with guard.guarded(KIND, body, memo):
+        ready = indexes.Indexes.of(kwargs).ready_replicas(mr.metadata.namespace or "")
+        kube.write_status(patch, core.status(mr, ready_replicas=ready, now=runtime.now()), body)
+
+
+def register(registry: kopf.OperatorRegistry, config: opsettings.OperatorSettings) -> None:
+    for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
+        on(*ROUTES, registry=registry)(route_status)
+    kopf.timer(*ROUTES, interval=config.poll_seconds, sharp=True, registry=registry)(route_status)

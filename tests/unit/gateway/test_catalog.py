@@ -1,0 +1,120 @@
+"""The catalog: names resolve within the caller's namespaces only; routes win in a namespace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlxfleet_gateway.core import catalog
+from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api import modelroute as mroute
+
+
+def dep(ns: str, name: str, *, served: str, ready: bool = True) -> mdep.ModelDeployment:
+    placements = [{"node": "n1", "phase": "Ready", "ready": True, "endpoint": "http://n1:8471"}]
+    return mdep.ModelDeployment.model_validate(
+        {
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"model": {"source": "file:///m/x", "servedName": served}, "maxConcurrency": 6},
+            "status": {"placements": placements if ready else []},
+        }
+    )
+
+
+def route(ns: str, name: str, spec: dict[str, Any]) -> mroute.ModelRoute:
+    return mroute.ModelRoute.model_validate(
+        {"metadata": {"name": name, "namespace": ns}, "spec": spec}
+    )
+
+
+DEPS = [
+    dep("team-a", "chat", served="chat"),
+    dep("team-b", "chat", served="chat"),
+    dep("team-b", "secret-model", served="secret-model"),
+    dep("team-a", "cold", served="cold", ready=False),
+]
+
+
+def test_same_name_in_two_namespaces_resolves_per_scope() -> None:
+    c = catalog.build(DEPS, [])
+    a = c.resolve(["team-a"], "chat")
+    b = c.resolve(["team-b"], "chat")
+    assert a is not None
+    assert a.deployment is not None
+    assert a.deployment.namespace == "team-a"
+    assert b is not None
+    assert b.deployment is not None
+    assert b.deployment.namespace == "team-b"
+    both = c.resolve(["team-b", "team-a"], "chat")
+    assert both is not None
+    assert both.namespace == "team-b"
+
+
+def test_nothing_outside_the_scope_is_visible() -> None:
+    c = catalog.build(DEPS, [])
+    assert c.resolve(["team-a"], "secret-model") is None
+    assert [r.name for r in c.listed(["team-a"])] == ["chat"]  # cold is not ready: not listed
+    assert {(r.namespace, r.name) for r in c.listed(["*"])} == {
+        ("team-a", "chat"),
+        ("team-b", "secret-model"),
+    }
+
+
+def test_a_route_name_wins_over_a_deployment_in_its_namespace() -> None:
+    r = route("team-a", "chat", {"rules": [{"name": "d", "backends": [{"deployment": "cold"}]}]})
+    c = catalog.build(DEPS, [r])
+    found = c.resolve(["team-a"], "chat")
+    assert found is not None
+    assert found.route is not None
+    assert [r.name for r in c.listed(["team-a"])] == ["chat"]
+    backend = found.route.rules[0].backends[0]
+    assert isinstance(backend.target, catalog.Deployment)
+    assert not backend.target.ready
+
+
+def test_replicas_carry_ids_urls_and_capacity() -> None:
+    d = catalog.deployment(DEPS[0])
+    assert d.capacity == 6
+    assert d.replicas == (catalog.Replica("team-a/chat@n1", "n1", "http://n1:8471"),)
+
+
+def test_provider_keys_are_used_only_where_they_are_allowed() -> None:
+    spec = {
+        "rules": [
+            {
+                "name": "d",
+                "backends": [
+                    {
+                        "external": {
+                            "url": "https://p.example/v1",
+                            "model": "m",
+                            "apiKeySecretRef": {"name": "prov"},
+                        }
+                    }
+                ],
+            }
+        ]
+    }
+    ok = catalog.ProviderKey("prov", {"apiKey": "sk-1"}, frozenset({"team-a"}))
+    c = catalog.build([], [route("team-a", "r", spec), route("team-b", "r", spec)], [ok])
+    a = c.resolve(["team-a"], "r")
+    b = c.resolve(["team-b"], "r")
+    assert a is not None
+    assert a.route is not None
+    assert b is not None
+    assert b.route is not None
+    ta, tb = a.route.rules[0].backends[0].target, b.route.rules[0].backends[0].target
+    assert isinstance(ta, catalog.External)
+    assert ta.ready
+    assert ta.api_key == "sk-1"
+    assert isinstance(tb, catalog.External)
+    assert not tb.ready
+    assert tb.api_key is None
+    assert "does not allow namespace team-b" in (tb.problem or "")
+    assert ta.id == "external:team-a/r/external-0"
+    missing = catalog.build([], [route("team-a", "r", spec)], [])
+    m = missing.resolve(["team-a"], "r")
+    assert m is not None
+    assert m.route is not None
+    target = m.route.rules[0].backends[0].target
+    assert isinstance(target, catalog.External)
+    assert "not found" in (target.problem or "")

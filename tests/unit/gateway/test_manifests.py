@@ -1,0 +1,88 @@
+"""The gateway's manifests: 2 hardened replicas with probes and a PDB, secure by default, and RBAC
+that reads only what the gateway needs (two kinds cluster-wide, Secrets of its own namespace)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlxfleet_operator.api import resources
+
+REPO = Path(__file__).resolve().parents[3]
+GATEWAY = REPO / "manifests" / "gateway"
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _one(path: Path, kind: str) -> dict[str, Any]:
+    (doc,) = [d for d in _docs(path) if d["kind"] == kind]
+    return doc
+
+
+def test_kustomization_lists_the_gateway() -> None:
+    k = yaml.safe_load((GATEWAY / "kustomization.yaml").read_text())
+    assert set(k["resources"]) == {"deployment.yaml", "service.yaml", "pdb.yaml"}
+    assert k["namespace"] == resources.OPERATOR_NAMESPACE
+
+
+def test_two_hardened_replicas_with_probes_and_no_anonymous_access() -> None:
+    dep = _one(GATEWAY / "deployment.yaml", "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == resources.GATEWAY_SERVICE_ACCOUNT
+    (c,) = pod["containers"]
+    assert c["command"] == ["mlxfleet-gateway"]
+    args = c["args"]
+    assert "--listen=0.0.0.0:8080" in args
+    assert "--peers=2" in args
+    assert not any(a.startswith("--allow-anonymous") for a in args)
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    pdb = _one(GATEWAY / "pdb.yaml", "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == dep["spec"]["selector"]
+    svc = _one(GATEWAY / "service.yaml", "Service")
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+
+
+def _grants(kind: str) -> set[tuple[str, str, str]]:
+    rules = _one(REPO / "manifests" / "base" / "gateway-rbac.yaml", kind)["rules"]
+    return {
+        (g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+def test_rbac_is_read_only_and_least_privilege() -> None:
+    assert _grants("ClusterRole") == {
+        ("mlxfleet.io", r, v)
+        for r in ("modeldeployments", "modelroutes")
+        for v in ("get", "list", "watch")
+    }
+    assert _grants("Role") == {("", "secrets", v) for v in ("get", "list", "watch")}
+    role = _one(REPO / "manifests" / "base" / "gateway-rbac.yaml", "Role")
+    assert role["metadata"]["namespace"] == resources.OPERATOR_NAMESPACE
+
+
+def test_examples_parse() -> None:
+    kinds = {d["type"] for p in (GATEWAY / "examples").glob("*.yaml") for d in _docs(p)}
+    assert kinds == {"Opaque", "mlxfleet.io/api-key", "mlxfleet.io/provider-key"}
+
+
+def test_the_example_api_key_is_a_valid_key_secret() -> None:
+    from mlxfleet_gateway.core import keys
+
+    secret = _one(GATEWAY / "examples" / "api-key-secret.yaml", "Secret")
+    assert secret["type"] == keys.SECRET_TYPE
+    key = keys.from_secret(secret["metadata"]["name"], secret["stringData"])
+    assert key.spec.team == "search"

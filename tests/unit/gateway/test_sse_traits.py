@@ -1,0 +1,139 @@
+"""Streams pass through counted (usage event held back unless asked), and request traits."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from mlxfleet_gateway.core import errors, sse, traits, usage
+
+
+def event(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+CONTENT = [event({"choices": [{"delta": {"content": f"t{i}"}}]}) for i in range(5)]
+USAGE = event({"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 5}})
+DONE = b"data: [DONE]\n\n"
+STREAM = b"".join([*CONTENT, USAGE, DONE])
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 50, len(STREAM)])
+@pytest.mark.parametrize("forward", [True, False])
+def test_any_chunking_forwards_whole_events_and_counts(size: int, forward: bool) -> None:
+    scan = sse.StreamScanner(forward_usage=forward)
+    out = b"".join(scan.feed(STREAM[i : i + size]) for i in range(0, len(STREAM), size))
+    out += scan.flush()
+    expected = b"".join([*CONTENT, *([USAGE] if forward else []), DONE])
+    assert out == expected
+    assert (scan.prompt_tokens, scan.completion_tokens, scan.done) == (11, 5, True)
+
+
+def test_chunks_of_whole_events_without_usage_pass_untouched() -> None:
+    scan = sse.StreamScanner(forward_usage=False)
+    for chunk in CONTENT:
+        assert scan.feed(chunk) is chunk  # the same object: no copy, no split
+
+
+def test_openai_style_usage_null_events_are_kept_and_counted_without_usage() -> None:
+    scan = sse.StreamScanner(forward_usage=False)
+    chunk = event({"choices": [{"delta": {"content": "a"}}], "usage": None})
+    assert scan.feed(chunk) == chunk
+    assert scan.feed(chunk + DONE) == chunk + DONE
+    # no usage object: content events minus the last one (it carries the finish reason)
+    assert scan.completion_tokens == 1
+    assert sse.usage_of(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 4}}') == (3, 4)
+    assert sse.usage_of(b"not json") is None
+
+
+def body(**kw: Any) -> dict[str, Any]:
+    return {"model": "chat", "messages": [{"role": "user", "content": "hello"}], **kw}
+
+
+def test_traits_of_a_chat_request() -> None:
+    t = traits.traits(
+        body(
+            stream=True,
+            stream_options={"include_usage": True},
+            max_tokens=9,
+            tools=[{"type": "function"}],
+        ),
+        {"x-mlxfleet-task": "code"},
+    )
+    assert (t.model, t.stream, t.include_usage, t.max_tokens, t.has_tools) == (
+        "chat",
+        True,
+        True,
+        9,
+        True,
+    )
+    assert t.headers["x-mlxfleet-task"] == "code"
+    assert t.prompt_chars == len("user:") + len("hello") + 1
+    assert t.affinity is None  # short prompts have no affinity key
+
+
+def test_affinity_keys_follow_the_prompt_prefix() -> None:
+    system = {"role": "system", "content": "You are a careful assistant. " * 60}
+    one = traits.traits(body(messages=[system, {"role": "user", "content": "first"}]), {})
+    two = traits.traits(body(messages=[system, {"role": "user", "content": "second"}]), {})
+    other = traits.traits(
+        body(
+            messages=[
+                {**system, "content": "Be brief. " * 200},
+                {"role": "user", "content": "first"},
+            ]
+        ),
+        {},
+    )
+    assert one.affinity is not None
+    assert one.affinity == two.affinity
+    assert other.affinity not in (None, one.affinity)
+    parts = traits.traits({"model": "m", "prompt": ["x" * 700, "y" * 700]}, {})
+    assert parts.prompt_chars == 1400
+    assert parts.affinity is not None
+
+
+@pytest.mark.parametrize(
+    ("raw", "param"),
+    [
+        pytest.param(b"{nope", None, id="json"),
+        pytest.param(b"[1]", None, id="not-object"),
+        pytest.param(b'{"messages": []}', "model", id="no-model"),
+        pytest.param(b'{"model": "m", "stream": "yes"}', "stream", id="stream"),
+        pytest.param(b'{"model": "m", "max_tokens": "9"}', "max_tokens", id="max-tokens"),
+    ],
+)
+def test_malformed_requests_are_400_naming_the_field(raw: bytes, param: str | None) -> None:
+    with pytest.raises(errors.GatewayError) as info:
+        traits.traits(traits.parse_body(raw), {})
+    assert info.value.status == 400
+    assert info.value.param == param
+
+
+def test_usage_book_rolls_intervals_by_key_and_model() -> None:
+    book = usage.UsageBook.open(node="gateway-x", interval_s=60, now=125.0)
+    assert book.start == 120.0
+    use = usage.Use("app", "al", "search", "team-a", "chat", "team-a/chat", False, 10, 5)
+    book.record(use)
+    book.record(use)
+    book.record(
+        usage.Use("app", "al", "search", "team-a", "chat", "team-a/chat", False, error="failed")
+    )
+    book.record(usage.Use("app", "al", "search", "team-a", "chat", "", False, rate_limited=True))
+    same, closed = book.roll(170.0)
+    assert closed is None
+    assert same is book
+    fresh, closed = book.roll(181.0)
+    assert closed is not None
+    assert fresh.start == 180.0
+    assert not fresh.rows
+    assert closed.component == "gateway"
+    assert closed.slots == []
+    rows = {r.backend: r for r in closed.keys}
+    assert rows["team-a/chat"].requests == 3
+    assert (rows["team-a/chat"].prompt_tokens, rows["team-a/chat"].completion_tokens) == (20, 10)
+    assert rows["team-a/chat"].errors == {"failed": 1}
+    assert rows[""].rate_limited == 1
+    assert rows[""].requests == 0

@@ -1,0 +1,58 @@
+"""The view: watched objects that do not parse are skipped and named, never a crash."""
+
+from __future__ import annotations
+
+import base64
+
+from mlxfleet_gateway import view
+from mlxfleet_gateway.core import balancer, keys
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+GOOD = {
+    "metadata": {"name": "chat", "namespace": "a"},
+    "spec": {"model": {"source": "file:///m/x"}},
+    "status": {
+        "placements": [
+            {"node": "n1", "phase": "Ready", "ready": True, "endpoint": "http://10.0.0.1:8471"}
+        ]
+    },
+}
+BAD = {"metadata": {"name": "broken", "namespace": "a"}, "spec": {"model": {"source": "ftp://x"}}}
+
+
+def test_bad_objects_are_skipped_and_named() -> None:
+    v = view.View(balancer.Balancer())
+    assert not v.ready
+    token = keys.new_key()
+    v.replace("deployments", {"a/chat": GOOD, "a/broken": BAD})
+    v.replace("routes", {"a/r": {"metadata": {"name": "r", "namespace": "a"}, "spec": {}}})
+    v.replace(
+        "api-keys",
+        {
+            "s/good": {
+                "metadata": {"name": "good"},
+                "data": {"keyHash": b64(keys.hash_key(token)), "namespaces": b64("a")},
+            },
+            "s/bad": {"metadata": {"name": "bad"}, "data": {"keyHash": b64("nope")}},
+            "s/garbage": {"metadata": {"name": "garbage"}, "data": {"keyHash": "%%%not base64"}},
+        },
+    )
+    v.replace("provider-keys", {})
+    assert v.ready
+    assert set(v.problems) == {
+        "deployments/a/broken",
+        "routes/a/r",
+        "api-keys/s/bad",
+        "api-keys/s/garbage",
+    }
+    assert "keyHash" in v.problems["api-keys/s/bad"]
+    assert v.catalog.resolve(["a"], "chat") is not None
+    assert len(v.keys) == 1
+    assert [c.id for c in v.candidates()] == ["a/chat@n1"]
+    assert set(v.balancer.states) == {"a/chat@n1"}
+    v.replace("deployments", {"a/chat": GOOD})
+    assert "deployments/a/broken" not in v.problems
