@@ -32,6 +32,7 @@ CFG = config.ReportConfig.from_yaml(fixture.CONFIG_YAML)
 OCTOBER = summary.month(2026, 10)
 WEEK = summary.iso_week(2026, 42)  # 12-18 Oct: mini-2's failover, a swap on the 8th before
 DAYS = OCTOBER.days
+MODEL = fixture.LLAMA  # served in namespace team-chat
 AFTER = datetime(2026, 12, 1, tzinfo=UTC)  # "now" for retention: October is 30+ days old
 
 
@@ -77,6 +78,42 @@ def fill(bucket: Bucket, *, first: date, last: date) -> None:
         store.put_interval(iv)
 
 
+def fill_gateway(bucket: Bucket, days: Sequence[date]) -> None:
+    """One gateway line a day (per-key usage: not a node), as the gateway ships them."""
+    store = bucket.store()
+    for i, day in enumerate(days):
+        store.put_interval(
+            contract.TelemetryInterval(
+                component="gateway",
+                node="gw-0",
+                interval_start=datetime.combine(day, datetime.min.time(), tzinfo=UTC)
+                + timedelta(hours=12),
+                interval_seconds=3600.0,
+                keys=[
+                    contract.KeyTelemetry(
+                        key="key-search",
+                        team="search",
+                        namespace="team-chat",
+                        model=MODEL,
+                        served=MODEL,
+                        backend=f"team-chat/{MODEL}",
+                        requests=10 + i,
+                        prompt_tokens=1000 * (i + 1),
+                        completion_tokens=500,
+                    ),
+                    contract.KeyTelemetry(
+                        key="anonymous",
+                        model="gpt-x",
+                        backend="external:openai",
+                        external=True,
+                        requests=1,
+                        prompt_tokens=7,
+                    ),
+                ],
+            )
+        )
+
+
 @pytest.fixture
 def bucket(s3_server: s3support.S3Server) -> Iterator[Bucket]:
     return Bucket(s3_server, s3_server.make_bucket())
@@ -101,16 +138,22 @@ def test_reports_from_compacted_days_equal_reports_from_raw_objects(
     bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fill(bucket, first=date(2026, 10, 1), last=date(2026, 10, 31))
+    fill_gateway(bucket, DAYS)
     raw = bucket.source()
     raw_month = figures(raw, OCTOBER)
-    # one GET per object: 30 days x 4 intervals x 3 nodes - mini-2's 8
-    assert raw.store.calls["GetObject"] == 352
+    # one GET per object: 30 days x 4 intervals x 3 nodes - mini-2's 8, and 31 gateway lines
+    assert raw.store.calls["GetObject"] == 352 + 31
+    assert len(raw_month.gateway) == 31
+    assert "gw-0" not in raw_month.nodes  # a gateway replica is not a node
+    raw_teams = {t.team: t for t in monthly.build(raw_month).teams}
+    assert raw_teams["search"].prompt_tokens == 1000 * 31 * 32 // 2
+    assert raw_teams["search"].cost_usd is not None  # priced at the model's own cost
     raw_weekly = cli.weekly_files(raw, WEEK, CFG)
     monkeypatch.setenv("MLXFLEET_TELEMETRY_ACCESS_KEY_ID", bucket.server.access_key)
     monkeypatch.setenv("MLXFLEET_TELEMETRY_SECRET_ACCESS_KEY", bucket.server.secret_key)
     days = [f"--day={d}" for d in DAYS]
     assert cli.main(["compact", *days, *bucket.cli_flags()]) == 0
-    assert len(bucket.keys("daily/")) == 30  # 27 Oct: nobody reported, nothing to compact
+    assert len(bucket.keys("daily/")) == 31  # 27 Oct: only the gateway reported
     compacted = bucket.source()
     month = figures(compacted, OCTOBER)
     assert month == raw_month  # every figure, to the last bit
@@ -118,8 +161,9 @@ def test_reports_from_compacted_days_equal_reports_from_raw_objects(
         monthly.build(raw_month)
     )
     assert cli.weekly_files(compacted, WEEK, CFG) == raw_weekly
-    # one LIST finds the month's days, one GET each; the 27th is listed raw (empty)
-    assert compacted.store.calls["GetObject"] == 30 + 14  # month, then the two weeks again
+    assert month.gateway == raw_month.gateway
+    # one LIST finds the month's days, one GET each
+    assert compacted.store.calls["GetObject"] == 31 + 14  # month, then the two weeks again
     assert month.tokens == 142_560_000
 
 

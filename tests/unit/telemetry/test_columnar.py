@@ -93,6 +93,52 @@ def intervals(seed: int) -> list[contract.TelemetryInterval]:
             t += timedelta(seconds=step)
             if r.random() < 0.05:  # the next one overlaps this one (a restarted agent)
                 t -= timedelta(seconds=step / 2 + 0.25)
+    return out + gateway_lines(r, base)
+
+
+def _key(r: random.Random) -> contract.KeyTelemetry:
+    return contract.KeyTelemetry(
+        key=r.choice(["anonymous", "key-a", "key-b"]),
+        owner=r.choice([None, "ann"]),
+        team=r.choice([None, "search", "ads"]),
+        namespace=r.choice([None, "ns1"]),
+        model=r.choice(["m1", "gpt-x"]),
+        served=r.choice([None, "m1"]),
+        backend=r.choice(["ns1/m1", "external:openai"]),
+        external=r.random() < 0.3,
+        requests=r.randint(0, 9),
+        errors={"timeout": r.randint(1, 3)} if r.random() < 0.2 else {},
+        rate_limited=r.randint(0, 2),
+        prompt_tokens=r.randint(0, 500),
+        completion_tokens=r.randint(0, 500),
+    )
+
+
+def gateway_lines(r: random.Random, base: datetime) -> list[contract.TelemetryInterval]:
+    """Gateway replicas' per-key lines (not nodes), and now and then an agent line with keys."""
+    out = []
+    for g in range(r.randint(0, 2)):
+        t = base - timedelta(hours=1)
+        while t < base + timedelta(days=2, hours=1):
+            out.append(
+                contract.TelemetryInterval(
+                    component="gateway",
+                    node=f"gw-{g}",
+                    interval_start=t,
+                    interval_seconds=900.0,
+                    keys=[_key(r) for _ in range(r.randint(0, 3))],
+                )
+            )
+            t += timedelta(seconds=900)
+    if r.random() < 0.5:
+        out.append(
+            contract.TelemetryInterval(
+                node="agent-with-keys",
+                interval_start=base + timedelta(hours=3),
+                interval_seconds=60.0,
+                keys=[_key(r)],
+            )
+        )
     return out
 
 
@@ -102,6 +148,9 @@ def fold(ivs: list[contract.TelemetryInterval], *, start: date, end: date) -> pa
     for iv in sorted(ivs, key=lambda i: (i.node, i.interval_start)):
         s = iv.interval_start.astimezone(UTC)
         if not start <= s.date() < end:
+            continue
+        if iv.component == "gateway":
+            out.gateway.append(iv)
             continue
         t0 = s.timestamp()
         h = iv.host

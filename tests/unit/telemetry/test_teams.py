@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 import pytest
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.core import cost
-from mlxfleet_operator.reports import config, fixture, inventory, monthly, render, summary, teams
+from mlxfleet_operator.reports import (
+    columnar,
+    config,
+    fixture,
+    inventory,
+    monthly,
+    render,
+    summary,
+    teams,
+)
 
 CFG = config.ReportConfig.from_yaml(fixture.CONFIG_YAML)
 QWEN = cost.ModelKey("team-search", fixture.QWEN)
@@ -70,13 +79,27 @@ GATEWAY = [
 ]
 
 
+class WithGateway:
+    """The fixture month's days with the gateway lines added, as the columnar pipeline reads
+    them (so the lines must survive encoding and the day reduction)."""
+
+    def __init__(self) -> None:
+        self.fixture = fixture.FixtureSource(interval_hours=3)
+
+    def day_parquet(self, day: date) -> bytes | None:
+        tables = [columnar.decode(data)] if (data := self.fixture.day_parquet(day)) else []
+        lines = [g for g in GATEWAY if g.interval_start.date() == day]
+        if lines:
+            tables.append(columnar.to_table(lines))
+        return columnar.encode(columnar.union(tables)) if tables else None
+
+
 @pytest.fixture(scope="module")
 def october() -> summary.PeriodSummary:
-    source = fixture.FixtureSource(interval_hours=3)
     period = summary.month(2026, 10)
     inputs, _ = inventory.build(CFG, None).cost_inputs()
     return summary.summarise(
-        [*summary.load(source, period), *GATEWAY],
+        summary.load(WithGateway(), period),
         period,
         known_nodes=set(CFG.nodes),
         namespaces=CFG.namespaces,

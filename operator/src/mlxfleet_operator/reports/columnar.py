@@ -1,8 +1,12 @@
 """Telemetry intervals in columnar form: one Arrow table (Parquet object) per UTC day.
 
-A day's `TelemetryInterval`s become one table with three kinds of rows that share `node`,
+A day's `TelemetryInterval`s become one table with four kinds of rows that share `node`,
 `interval_start` and `seq`: one row per interval (kind 0: host figures), one per slot of an
-interval (kind 1, `seq` = its place in `slots`) and one per swap event (kind 2). Every field of
+interval (kind 1, `seq` = its place in `slots`) and one per swap event (kind 2). A gateway line
+(`component: gateway`) is not a node: it is one row of kind 3 holding the whole line as JSON in
+`gateway_line` (its per-key rows are few and reports.teams reads them whole), so it never mixes
+into the node and slot columns; an agent line's `keys` (normally none) are JSON in `keys`
+(objects written before these two columns existed read as if they were empty). Every field of
 `TelemetryInterval`, `NodeTelemetry`, `SlotTelemetry`, `HistogramData` and `SwapEvent` has a typed
 column of its own (`FIELDS` says which; a unit test fails when the contract grows a field this
 module does not store), so the round trip `to_intervals(to_table(x)) == x` is exact and a report
@@ -13,7 +17,7 @@ back as the same instant in UTC).
 
 Rows are in one canonical order (node, interval start, kind, seq) and written with fixed writer
 settings, so equal content gives equal bytes (`encode`): the compactor names objects by their hash.
-May import: pyarrow, numpy, the standard library, `mlxfleet_agent.contract`. Called by:
+May import: pyarrow, numpy, pydantic, the standard library, `mlxfleet_agent.contract`. Called by:
 reports.compaction, reports.dayagg, reports.source, reports.fixture.
 """
 
@@ -27,10 +31,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import TypeAdapter
 
 from mlxfleet_agent import contract
 
-INTERVAL, SLOT, EVENT = 0, 1, 2
+INTERVAL, SLOT, EVENT, GATEWAY = 0, 1, 2, 3
 ROW_GROUP = 131_072  # rows per Parquet row group: also the batch a report reduces at once
 HISTOGRAMS: dict[str, str] = {  # column prefix -> SlotTelemetry field
     "ttft": "ttft_seconds",
@@ -79,9 +84,12 @@ INTERVAL_FIELDS: dict[str, pa.DataType] = {
     "agent_started_at": pa.timestamp("us", tz="UTC"),
     "dropped_intervals": pa.int64(),
 }
-# Which contract fields are stored (the rest of TelemetryInterval is node/start/slots/host/events).
+# Which contract fields are stored (the rest of TelemetryInterval is node/start/slots/host/events;
+# `component` is the row kind, `keys` JSON; a gateway line is stored whole as JSON).
 FIELDS: dict[type[contract.Wire], set[str]] = {
     contract.TelemetryInterval: {
+        "component",
+        "keys",
         "node",
         "interval_start",
         "slots",
@@ -103,6 +111,8 @@ def _schema() -> pa.Schema:
         ("interval_start", pa.timestamp("us", tz="UTC")),
         ("seq", pa.int32()),
         *INTERVAL_FIELDS.items(),
+        ("keys", pa.string()),
+        ("gateway_line", pa.string()),
         *((f"host_{k}", t) for k, t in HOST_FIELDS.items()),
         *((f"slot_{k}", t) for k, t in SLOT_FIELDS.items()),
     ]
@@ -118,6 +128,7 @@ def _schema() -> pa.Schema:
 
 
 SCHEMA = _schema()
+KEYS = TypeAdapter(list[contract.KeyTelemetry])
 SORT_KEYS = [("node", "ascending"), ("interval_start", "ascending"), ("kind", "ascending")]
 
 
@@ -153,8 +164,14 @@ def _interval_row(iv: contract.TelemetryInterval) -> dict[str, Any]:
     row = _row(INTERVAL, iv, 0)
     row |= {k: getattr(iv, k) for k in INTERVAL_FIELDS}
     row["agent_started_at"] = _utc(iv.agent_started_at)
+    if iv.keys:
+        row["keys"] = KEYS.dump_json(iv.keys).decode()
     row |= {f"host_{k}": getattr(iv.host, k) for k in HOST_FIELDS}
     return row
+
+
+def _gateway_row(iv: contract.TelemetryInterval) -> dict[str, Any]:
+    return _row(GATEWAY, iv, 0) | {"gateway_line": iv.model_dump_json()}
 
 
 def _slot_row(
@@ -191,6 +208,10 @@ def to_table(intervals: Iterable[contract.TelemetryInterval]) -> pa.Table:
     columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
     for key in sorted(unique):
         iv = unique[key]
+        if iv.component == "gateway":
+            for name, values in columns.items():
+                values.append(_gateway_row(iv).get(name))
+            continue
         rows = [_interval_row(iv)]
         rows += [_slot_row(iv, i, s) for i, s in enumerate(iv.slots)]
         rows += [_event_row(iv, i, e) for i, e in enumerate(iv.swap_events)]
@@ -222,7 +243,7 @@ def to_intervals(table: pa.Table) -> list[contract.TelemetryInterval]:
     events: dict[tuple[str, datetime], list[tuple[int, contract.SwapEvent]]] = {}
     for row in table.to_pylist():
         key = (row["node"], row["interval_start"])
-        if row["kind"] == INTERVAL:
+        if row["kind"] in (INTERVAL, GATEWAY):
             by_key[key] = row
         elif row["kind"] == SLOT:
             fields = {k: row[f"slot_{k}"] for k in SLOT_FIELDS}
@@ -235,6 +256,9 @@ def to_intervals(table: pa.Table) -> list[contract.TelemetryInterval]:
             events.setdefault(key, []).append((row["seq"], ev))
     out: list[contract.TelemetryInterval] = []
     for key, row in by_key.items():
+        if row["kind"] == GATEWAY:
+            out.append(gateway_line(row["gateway_line"]))
+            continue
         out.append(
             contract.TelemetryInterval(
                 node=row["node"],
@@ -243,13 +267,33 @@ def to_intervals(table: pa.Table) -> list[contract.TelemetryInterval]:
                 host=contract.NodeTelemetry(**{k: row[f"host_{k}"] for k in HOST_FIELDS}),
                 slots=[s for _, s in sorted(slots.get(key, []), key=lambda x: x[0])],
                 swap_events=[e for _, e in sorted(events.get(key, []), key=lambda x: x[0])],
+                keys=KEYS.validate_json(row["keys"]) if row["keys"] else [],
             )
         )
     return out
 
 
+def gateway_line(text: str) -> contract.TelemetryInterval:
+    """The gateway line a kind-3 row holds."""
+    try:
+        return contract.TelemetryInterval.model_validate_json(text)
+    except ValueError as exc:
+        raise ColumnarError(f"gateway_line: not a telemetry line: {exc}") from exc
+
+
+LATER = ("keys", "gateway_line")  # columns added after the first objects were written
+
+
+def _with_later(table: pa.Table) -> pa.Table:
+    for name in LATER:
+        if name not in table.schema.names:
+            table = table.append_column(name, pa.nulls(table.num_rows, pa.string()))
+    return table
+
+
 def canonical(table: pa.Table) -> pa.Table:
     """Schema-checked, in canonical row order, one chunk per column."""
+    table = _with_later(table)
     missing = sorted(set(SCHEMA.names) - set(table.schema.names))
     if missing:
         raise ColumnarError(f"not a telemetry day table: columns {missing} are missing")
@@ -288,7 +332,7 @@ def union(tables: Sequence[pa.Table]) -> pa.Table:
 
 def _interval_keys(table: pa.Table) -> list[tuple[str, int]]:
     kinds = table.column("kind").to_numpy()
-    rows = np.flatnonzero(kinds == INTERVAL)
+    rows = np.flatnonzero((kinds == INTERVAL) | (kinds == GATEWAY))
     nodes = table.column("node").take(pa.array(rows)).to_pylist()
     starts = table.column("interval_start").cast(pa.int64()).to_numpy()[rows]
     return [(n, int(s)) for n, s in zip(nodes, starts, strict=True)]
@@ -332,7 +376,7 @@ def check(data: bytes) -> None:
         names = set(pq.ParquetFile(pa.BufferReader(data)).schema_arrow.names)
     except (pa.ArrowInvalid, OSError) as exc:
         raise ColumnarError(f"not a readable Parquet object: {exc}") from exc
-    missing = sorted(set(SCHEMA.names) - names)
+    missing = sorted(set(SCHEMA.names) - names - set(LATER))
     if missing:
         raise ColumnarError(f"not a telemetry day object: columns {missing} are missing")
 
@@ -341,11 +385,13 @@ def batches(data: bytes, *, columns: Sequence[str]) -> Iterable[pa.RecordBatch]:
     """The rows of a Parquet object one row group at a time (bounded memory)."""
     try:
         reader = pq.ParquetFile(pa.BufferReader(data))
-        missing = sorted(set(columns) - set(reader.schema_arrow.names))
+        have = set(reader.schema_arrow.names)
+        missing = sorted(set(columns) - have - set(LATER))
         if missing:
             raise ColumnarError(f"not a telemetry day object: columns {missing} are missing")
+        read = [c for c in columns if c in have]
         for i in range(reader.num_row_groups):
-            group = reader.read_row_group(i, columns=list(columns)).combine_chunks()
+            group = _with_later(reader.read_row_group(i, columns=read)).combine_chunks()
             yield from group.to_batches()
     except (pa.ArrowInvalid, OSError) as exc:
         raise ColumnarError(f"not a readable Parquet object: {exc}") from exc

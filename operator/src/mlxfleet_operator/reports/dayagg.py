@@ -1,13 +1,13 @@
 """Reduces a day's columnar telemetry to the few figures a report needs, vectorised.
 
-A month of 500 nodes is 21.6 million intervals: far too many to turn into Python objects one
-by one. `reduce` walks a day's Parquet object a row group at a time and folds it with numpy
-into a `partials.Partial`: per node (coverage, busy time, energy, memory extremes, requests,
-tokens, models, coalesced reported spans), per (node, namespace, model) (requests, errors,
-tokens, busy time, latency histograms, first and last presence), tokens per day and the swap
-events. Partials of several row groups and days merge; `summary.summarise` turns the merged
-one into figures. Reduction order is fixed by the object's bytes, so equal objects give equal
-figures.
+A month of 500 nodes is 21.6 million intervals: far too many to turn into Python objects one by
+one. `reduce` walks a day's Parquet object a row group at a time and folds it with numpy into a
+`partials.Partial`: per node (coverage, busy time, energy, memory extremes, requests, tokens,
+models, coalesced reported spans), per (node, namespace, model) (requests, errors, tokens, busy
+time, latency histograms, first and last presence), tokens per day, the swap events and the
+gateway's lines (whole, for reports.teams). Partials of several row groups and days merge;
+`summary.summarise` turns the merged one into figures. Reduction order is fixed by the object's
+bytes, so equal objects give equal figures.
 May import: numpy, pyarrow, the standard library, `mlxfleet_agent.contract`, reports.columnar,
 reports.partials. Called by: reports.summary.
 """
@@ -61,6 +61,7 @@ COLUMNS = [
     ),
     *(f"{h}_{part}" for h in LATENCY for part in ("bounds", "counts", "sum", "count")),
     *(f"event_{k}" for k in columnar.EVENT_FIELDS),
+    "gateway_line",
 ]
 
 
@@ -154,6 +155,9 @@ def _reduce_batch(batch: pa.RecordBatch, *, lo: int, hi: int) -> partials.Partia
         picked = np.flatnonzero((kind == code) & inside)
         if len(picked):
             fold(out, rows, picked)
+    lines = batch.column("gateway_line")
+    for r in np.flatnonzero((kind == columnar.GATEWAY) & inside):
+        out.gateway.append(columnar.gateway_line(lines[int(r)].as_py()))
     return out
 
 

@@ -239,6 +239,7 @@ def rename(partial: partials.Partial, aliases: Mapping[str, str]) -> partials.Pa
         key = (aliases.get(node, node), namespace, model)
         out.models.setdefault(key, partials.ModelPart()).merge(mpart)
     out.events = [((at, st, aliases.get(n, n), seq), ev) for (at, st, n, seq), ev in partial.events]
+    out.gateway = list(partial.gateway)  # gateway replicas are not nodes: no alias applies
     return out
 
 
