@@ -1,7 +1,8 @@
 """Engines end to end: an embedding ModelDeployment (`mlx-embed`) and a reranker (`mlx-rerank`)
 go Ready through the real operator and agent, are listed in /v1/models and answer through the
-agent's data plane (the `openai` client's embeddings.create, httpx for rerank; a relevant
-document scores above an irrelevant one); a deployment whose engine no node can run (`vllm`
+agent's data plane and through mlxfleet-gateway (the `openai` client's embeddings.create, httpx
+for rerank; a relevant document scores above an irrelevant one; the gateway's vectors equal the
+agent's); a deployment whose engine no node can run (`vllm`
 here: no GPU) is Ready=False EngineUnavailable naming it, and the operator keeps running."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 from mlxfleet_agent.engines import testmodels
 from tests.e2e.conftest import E2E, Agents, Operator, condition, is_true, wait_for
+from tests.support import gateway as gws
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mlx]
 
@@ -26,6 +28,7 @@ def test_embedding_and_reranker_deployments_serve_and_unrunnable_engine_is_repor
     embedding_model: Path,
     reranker_model: Path,
     model_a: Path,
+    tmp_path: Path,
 ) -> None:
     a = agents.start("a")
     node = e2e.register(a)
@@ -71,6 +74,40 @@ def test_embedding_and_reranker_deployments_serve_and_unrunnable_engine_is_repor
         results = resp.json()["results"]
         assert results[0]["index"] == 1, (query, results)
         assert results[0]["relevance_score"] > results[1]["relevance_score"]
+    # the same through the fleet's front door
+    assert e2e.cluster.gateway_kubeconfig is not None
+    gw = gws.start_gateway(
+        e2e.cluster.gateway_kubeconfig, tmp_path / "gateway", anonymous=True, fleet_key=None
+    )
+    try:
+        front = gw.openai()
+        wait_for(
+            "the gateway lists emb and rr",
+            lambda: {"emb", "rr"} <= {m.id for m in front.models.list().data},
+        )
+        via = front.embeddings.create(model="emb", input=["the otter swims", "a harp plays"])
+        through = [np.array(d.embedding) for d in via.data]
+        assert len(through) == len(vectors)
+        assert all(np.allclose(t, v, atol=1e-6) for t, v in zip(through, vectors, strict=True))
+        assert via.usage.prompt_tokens == answer.usage.prompt_tokens
+        query, good, bad = testmodels.sample_pairs(seed=5, count=1)[0]
+        resp = httpx.post(
+            gw.url + "/v1/rerank",
+            json={"model": "rr", "query": query, "documents": [bad, good], "top_n": 1},
+            timeout=60.0,
+        )
+        assert resp.status_code == 200, resp.text
+        served_by = resp.headers.get("x-mlxfleet-backend", "")
+        assert served_by, resp.headers
+        assert not served_by.startswith("external"), served_by
+        (best,) = resp.json()["results"]
+        assert best["index"] == 1
+        missing = httpx.post(
+            gw.url + "/v1/rerank", json={"model": "nope", "query": "q"}, timeout=30
+        )
+        assert missing.status_code == 404, missing.text
+    finally:
+        gw.stop()
     # still nothing started for the unrunnable engine, and no crash loop
     assert not any(s["name"].endswith("big") for s in a.state()["slots"])
     operator.assert_alive()

@@ -50,6 +50,9 @@ ENDPOINTS = {
     "/completions": "completions",
     "/v1/embeddings": "embeddings",
     "/embeddings": "embeddings",
+    "/v1/rerank": "rerank",  # the shape Jina/Cohere/vLLM clients use (engine mlx-rerank)
+    "/rerank": "rerank",
+    "/v2/rerank": "rerank",
 }
 STREAMING = frozenset({"chat/completions", "completions"})
 JSON = b"application/json"
