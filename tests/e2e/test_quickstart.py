@@ -1,17 +1,22 @@
 """docs/quickstart.md, as a new user follows it, on a real API server standing in for the cluster:
 `helm install` (the operator then runs as a process with the release's identity: no kubelet),
-two Macs registered (real agents holding the fleet credential; the manual path until
-`mlxfleet-agent join` ships), the quickstart's own ModelDeployment applied (its source swapped for
-a local tiny model: no hub access here) and waited for with `kubectl wait`, then the gateway
-turned on with the quickstart's commands (run as a process with the live Deployment's args and
-the chart's gateway identity), an API key minted with `new-key`, and the `openai` client's first
-answer through the gateway."""
+two Macs joined with the quickstart's `mlxfleet token create` and `mlxfleet-agent join` (real
+agents started from the systemd units join rendered, given the fleet credential as step 4 says),
+the quickstart's own ModelDeployment applied (its source swapped for a local tiny model: no hub
+access here) and waited for with `kubectl wait`, then the gateway turned on with the
+quickstart's commands (run as a process with the live Deployment's args and the chart's gateway
+identity), an API key minted with `new-key`, and the `openai` client's first answer through the
+gateway."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +25,8 @@ import pytest
 import yaml
 
 from mlxfleet_operator.dev import controlplane
-from tests.e2e.conftest import Agents, wait_for
-from tests.support.gateway import BIN, start_gateway
+from tests.e2e.conftest import BIN, Agents, stop_process, wait_for
+from tests.support.gateway import start_gateway
 from tests.support.helm import (
     CHART,
     NAMESPACE,
@@ -53,6 +58,20 @@ def plane(bare_cluster: controlplane.ControlPlane) -> controlplane.ControlPlane:
     return bare_cluster
 
 
+def join_command() -> list[str]:
+    """The quickstart's `mlxfleet-agent join` command (continued with a backslash)."""
+    text = DOC.read_text().replace("\\\n", " ")
+    (line,) = [x for x in text.splitlines() if x.startswith("mlxfleet-agent join ")]
+    return line.split()
+
+
+def run_ok(*cmd: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, f"{cmd}: {proc.stderr}"
+    return proc.stdout
+
+
 def test_quickstart(
     plane: controlplane.ControlPlane,
     helm_cli: Helm,
@@ -60,6 +79,7 @@ def test_quickstart(
     model_a: Path,
     tmp_path: Path,
 ) -> None:
+    started: list[subprocess.Popen[bytes]] = []
     helm = helm_cli.on(plane)
     # 1. the cluster: the quickstart's helm install, word for word (chart path from the checkout)
     (install,) = commands("helm install ")
@@ -70,27 +90,49 @@ def test_quickstart(
     operator.start()
     gateway = None
     fleet_key = "quickstart-fleet-credential"  # the quickstart's `openssl rand -hex 32 > fleet.key`
+    (tmp_path / "fleet.key").write_text(fleet_key + "\n")
+    (tmp_path / "fleet.key").chmod(0o600)
     try:
         wait_for("operator Ready (the rollout status step)", operator.ready, timeout=60)
 
-        # 2. each Mac: the manual path (Secret + InferenceNode as the quickstart writes them)
-        template = heredoc("InferenceNode")
-        (label,) = commands("kubectl -n mlxfleet-system label secret ")
-        assert "mlxfleet.io/agent-credentials=true" in label  # else the operator refuses it
-        macs = {}
+        # 2. each Mac: the quickstart's token, then its join command word for word, with
+        # loopback addresses and private directories added (the unit rendered, run as a process)
+        (create,) = commands("mlxfleet token create")
+        ca_out = tmp_path / "cluster-ca.crt"  # the quickstart's --ca-out, somewhere private
+        create[create.index("--ca-out") + 1] = str(ca_out)
+        token = run_ok(str(BIN / "mlxfleet"), *create[1:], "--kubeconfig", str(plane.kubeconfig))
+        assert ca_out.read_text().startswith("-----BEGIN CERTIFICATE-----")
+        join = join_command()
+        assert join[:2] == ["mlxfleet-agent", "join"]
+        macs = []
         for name in ("mac-studio-1", "mac-studio-2"):
-            agent = agents.start(name, data_key=fleet_key)
-            # plain HTTP agents here: the token only (the quickstart adds the CA for https)
-            plane.kubectl("-n", NAMESPACE, "create", "secret", "generic", f"{name}-agent",
-                          f"--from-literal=token={agent.token}")  # fmt: skip
-            plane.kubectl(*[w.replace("mac-studio-1", name) for w in label[1:]])
-            node = json.loads(json.dumps(template))
-            node["metadata"]["name"] = name
-            node["spec"]["agent"] = {"url": agent.url, "tokenSecretRef": {"name": f"{name}-agent"}}
-            plane.kubectl("apply", "-f", "-", input=json.dumps(node))
-            macs[name] = agent
+            root = tmp_path / name
+            control, data = controlplane.free_ports(2)
+            words = [w.replace("BOOTSTRAP", token.strip()) for w in join[2:]]
+            words[words.index("--server") + 1] = plane.server
+            words[words.index("--ca-file") + 1] = str(ca_out)  # what `token create` wrote
+            run_ok(
+                str(BIN / "mlxfleet-agent"), "join", *words, "--node-name", name,
+                "--advertise-address", "127.0.0.1", "--bind", "127.0.0.1",
+                "--control-port", str(control), "--data-port", str(data),
+                "--allowed-root", str(model_a.parent), "--config-dir", str(root / "etc"),
+                "--state-dir", str(root / "state"), "--unit-dir", str(root / "units"),
+            )  # fmt: skip
+            unit = (root / "units" / "mlxfleet-agent.service").read_text()
+            (line,) = [x for x in unit.splitlines() if x.startswith("ExecStart=")]
+            argv = shlex.split(line.removeprefix("ExecStart="))
+            with (root / "agent.log").open("wb") as log:
+                started.append(subprocess.Popen(
+                    [*argv, "--python", sys.executable, "--no-caffeinate", "--stop-grace-s", "5",
+                     "--data-api-keys-file", str(tmp_path / "fleet.key")],  # step 4's fleet key
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                ))  # fmt: skip
+            macs.append(name)
+        (wait,) = commands("kubectl wait --for=condition=Ready inode/")
         for name in macs:
-            plane.kubectl("wait", "--for=condition=Ready", f"inode/{name}", "--timeout=2m")
+            plane.kubectl(*[w.replace("mac-studio-1", name) for w in wait[1:]])
+        node = json.loads(plane.kubectl("get", "inode", "mac-studio-2", "-o", "json").stdout)
+        assert node["metadata"]["labels"]["mlxfleet.io/room"] == "lab-2"
 
         # 3. the first model: the quickstart's manifest, a local tiny model for its source
         plane.kubectl("create", "namespace", "llm")
@@ -105,9 +147,13 @@ def test_quickstart(
         md = json.loads(plane.kubectl("-n", "llm", "get", "mdep", "chat", "-o", "json").stdout)
         assert md["status"]["readyReplicas"] == deployment["spec"]["replicas"] == 2
         assert sorted(p["node"] for p in md["status"]["placements"]) == sorted(macs)
+        status = subprocess.run(
+            [str(BIN / "kubectl-mlxfleet"), "status", "--kubeconfig", str(plane.kubeconfig)],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+        assert "llm/chat" in status
 
         # 4. the first request: the gateway turned on with the quickstart's commands
-        (tmp_path / "fleet.key").write_text(fleet_key + "\n")
         (secret,) = commands("kubectl -n mlxfleet-system create secret generic mlxfleet-fleet-key")
         assert secret[-1] == "--from-file=key=fleet.key"
         plane.kubectl(*secret[1:-1], f"--from-file=key={tmp_path / 'fleet.key'}")
@@ -150,6 +196,8 @@ def test_quickstart(
         if gateway is not None:
             gateway.stop()
         operator.stop()
+        for proc in started:
+            stop_process(proc, sig=signal.SIGTERM, grace=30)
 
 
 def live_gateway_args(plane: controlplane.ControlPlane) -> list[str]:
