@@ -122,19 +122,31 @@ def test_operator_killed_mid_plan_resumes_without_repeating(
 ) -> None:
     _, started = ready_deployment(e2e, agents, model_a)
     plan = change_model(e2e, model_b)
-    wait_for(
-        "first step finished",
-        lambda: e2e.get("swp", plan).get("status", {}).get("progress") == "1/2",
-        timeout=300,
-        interval=0.2,
-    )
+    slot = naming.slot_name(e2e.namespace, "chat")
+    seen: list[tuple[Any, ...]] = []  # each distinct status the test saw, for a failure
+
+    def first_step_finished() -> bool:
+        status = e2e.get("swp", plan).get("status", {})
+        steps = tuple((s.get("phase"), s.get("message")) for s in status.get("steps", []))
+        now = (status.get("phase"), status.get("progress"), steps)
+        if not seen or seen[-1] != now:
+            seen.append(now)
+        return status.get("progress") == "1/2"
+
+    try:
+        wait_for("first step finished", first_step_finished, timeout=300, interval=0.2)
+    except AssertionError as exc:  # say which way it went: stuck, skipped past 1/2, rolled back
+        by_node = {agent.name: agent.swaps(slot) for agent in started}
+        raise AssertionError(
+            f"{exc}\nstatuses seen: {seen[-12:]}\nswap records: {by_node}\n"
+            f"operator log:\n{operator.log()[-6000:]}"
+        ) from exc
     operator.kill()
     time.sleep(2)
     operator.start()
     wait_for(
         "plan Completed after restart", lambda: plan_phase(e2e, plan) == "Completed", timeout=300
     )
-    slot = naming.slot_name(e2e.namespace, "chat")
     for agent in started:
         records = agent.swaps(slot)
         assert len(records) == 1, records  # each node swapped exactly once
