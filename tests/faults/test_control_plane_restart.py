@@ -65,15 +65,17 @@ def test_restart_mid_plan(
     assert_swapped_cleanly(fleet, swap, pool, model_b)
     assert fleet.operators.leader().alive(), fleet.operators.logs()
     # the API was away far longer than the renew deadline: the leader must have fenced (exit 75)
-    # while it was away, not once a standby took the Lease after it came back
-    assert back[0] - swap.injected > RENEW_DEADLINE
+    # by its renew deadline, before the API could be back (`back` is later: when restart() saw it
+    # answer), not once a standby took the Lease after it came back
+    assert back[0] - swap.injected > DOWN + RENEW_DEADLINE
     fenced_at = [
         t
         for r in fleet.operators.replicas.values()
         for code, t in zip(r.exits, r.exited_at, strict=False)  # the supervisor may be mid-append
         if code == leader.EXIT_LOST_LEASE
     ]
-    assert [t for t in fenced_at if swap.injected < t < back[0]], (fenced_at, swap.injected, back)
+    in_time = swap.injected + DOWN + RENEW_DEADLINE
+    assert [t for t in fenced_at if swap.injected < t < in_time], (fenced_at, swap.injected, back)
 
 
 @pytest.mark.parametrize("part", PARTS)
