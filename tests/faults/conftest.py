@@ -72,6 +72,7 @@ class Replica:
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     exits: list[int] = field(default_factory=list)  # exit status of each run that ended
+    exited_at: list[float] = field(default_factory=list)  # when each exit was seen (Unix time)
     supervised: bool = True
 
     def start(self) -> None:
@@ -147,6 +148,7 @@ class Operators:
             for r in found:
                 if r.supervised and r.proc is not None and r.proc.poll() is not None:
                     r.exits.append(r.proc.returncode)
+                    r.exited_at.append(time.time())
                     time.sleep(RESTART_AFTER)
                     if not self._stop.is_set() and r.supervised:
                         r.start()

@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.adapters import leader
+from mlxfleet_operator.core import leadership, naming
 from mlxfleet_operator.dev import controlplane
 from tests.e2e.conftest import is_true, wait_for
 from tests.faults.steps import Fleet, assert_swapped_cleanly, slot_counts, swap_during
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster, pytest.mark.mlx, pytest.mark.timeout(600)]
 
+RENEW_DEADLINE = leadership.Timing.renew_deadline  # the operator's default --renew-deadline
 DOWN = 2.0  # seconds the part stays stopped (on top of its stop and start)
 PARTS = [
     pytest.param("kube-apiserver", id="apiserver"),
@@ -62,6 +64,18 @@ def test_restart_mid_plan(
     )
     assert_swapped_cleanly(fleet, swap, pool, model_b)
     assert fleet.operators.leader().alive(), fleet.operators.logs()
+    # the API was away far longer than the renew deadline: the leader must have fenced (exit 75)
+    # by its renew deadline, before the API could be back (`back` is later: when restart() saw it
+    # answer), not once a standby took the Lease after it came back
+    assert back[0] - swap.injected > DOWN + RENEW_DEADLINE
+    fenced_at = [
+        t
+        for r in fleet.operators.replicas.values()
+        for code, t in zip(r.exits, r.exited_at, strict=False)  # the supervisor may be mid-append
+        if code == leader.EXIT_LOST_LEASE
+    ]
+    in_time = swap.injected + DOWN + RENEW_DEADLINE
+    assert [t for t in fenced_at if swap.injected < t < in_time], (fenced_at, swap.injected, back)
 
 
 @pytest.mark.parametrize("part", PARTS)
