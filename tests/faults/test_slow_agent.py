@@ -33,7 +33,9 @@ def test_one_slow_answer_does_not_declare_the_node_dead(
     e2e.secret(secret, {"token": slow.token})
     na = e2e.node("a", f"http://{front.address}", secret)
     e2e.register(other)
-    fleet.operators.start("op-1", standalone=True)
+    # every heartbeat written to status (the default debounces them to one a minute, issue 12):
+    # this test reads the heartbeat times to see the one slow poll
+    fleet.operators.start("op-1", "--heartbeat-write-seconds", "0", standalone=True)
     fleet.deploy("chat", model_a)
     before = fleet.placed("chat")
     ready, beats, placements = [], [], []

@@ -206,7 +206,7 @@ DATA_CASES = [
     pytest.param(
         "POST", "/v1/completions", b'{"model": "nope", "prompt": "x"}', 404, id="unknown-model"
     ),
-    pytest.param("POST", "/v1/embeddings", b"{}", 404, id="unknown-path"),
+    pytest.param("POST", "/v1/no-such-endpoint", b"{}", 404, id="unknown-path"),
     pytest.param("GET", "/v1/chat/completions", None, 405, id="wrong-method"),
     pytest.param("POST", "/v1/completions", b"x" * (17 * 1024 * 1024), 413, id="huge-body"),
 ]

@@ -296,6 +296,12 @@ class HollowNode:
             slots=[self.slots[n].status() for n in sorted(self.slots)],
             cached_models=self.cached(),
             counters={"hollow_requests": float(self.requests)},
+            now=datetime.now(UTC),  # the real agent's clock, for the operator's offset
+            engines=[  # a simulated Mac runs mlx-lm only
+                contract.EngineInfo(
+                    name=contract.EngineName.MLX_LM, available=True, reason="hollow (simulated)"
+                )
+            ],
         )
 
     async def close(self) -> None:
