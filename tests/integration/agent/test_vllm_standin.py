@@ -141,6 +141,8 @@ def test_vllm_engine_against_a_stand_in_server(
 
     assert agent.api("DELETE", "/v1/slots/v").status_code in (200, 202)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not Path(str(record) + ".stopped").exists():
+    stopped = Path(str(record) + ".stopped")
+    # the stand-in creates the file, then writes the signal's name: wait for the name, not the file
+    while time.monotonic() < deadline and not (stopped.exists() and stopped.read_text()):
         time.sleep(0.1)
-    assert Path(str(record) + ".stopped").read_text() == "SIGTERM"
+    assert stopped.read_text() == "SIGTERM"
