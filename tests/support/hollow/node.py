@@ -22,28 +22,8 @@ from pathlib import Path
 
 from mlxfleet_agent import __version__, contract, sizing
 from mlxfleet_agent.models import modeldir
+from mlxfleet_agent.refusals import NoFit, Rejected  # the real agent's refusals, same messages
 from tests.support.hollow import config, slots
-
-
-class Rejected(Exception):
-    """A request the agent refuses: HTTP status, message, the field and what is allowed."""
-
-    def __init__(
-        self, status: int, message: str, *, field: str | None = None, allowed: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.field = field
-        self.allowed = allowed
-
-
-class NoFit(Exception):
-    def __init__(self, *, estimate: int, budget: int, free: int) -> None:
-        super().__init__(
-            f"model needs an estimated {estimate} bytes but only {free} of the {budget} byte "
-            "budget are free"
-        )
-        self.estimate, self.budget, self.free = estimate, budget, free
 
 
 def model_id(source: str, revision: str | None) -> str:
