@@ -238,11 +238,14 @@ def test_swaps_and_rollback_are_recorded_alike(
     serving: tuple[Target, Target], model_b: Path, broken_model: Path
 ) -> None:
     pair = serving
-    both(pair, "PUT", "/v1/slots/a", json=spec(model_b, "tiny-a"))
+    both(pair, "PUT", "/v1/slots/a?requestId=bad%20id!", json=spec(model_b, "tiny-a"))  # 422
+    # the operator matches a SwapPlan step to the record that echoes its requestId
+    both(pair, "PUT", "/v1/slots/a?requestId=plan-1.step-0", json=spec(model_b, "tiny-a"))
     done = (t.until("swap to b", "/v1/slots/a/swaps", _finished(1)) for t in pair)
     r, h = (x.json()["items"][0] for x in done)
     same_shape(r, h, "swap record")
     assert (r["strategy"], r["outcome"]) == (h["strategy"], h["outcome"]) == ("surge", "Completed")
+    assert r["requestId"] == h["requestId"] == "plan-1.step-0"
     both(pair, "PUT", "/v1/slots/a", json=spec(broken_model, "tiny-a"))
     done = (t.until("rollback", "/v1/slots/a/swaps", _finished(2)) for t in pair)
     r, h = (x.json()["items"][0] for x in done)

@@ -32,6 +32,12 @@ SLOT_NAME = TypeAdapter(
 MODEL_ID = TypeAdapter(
     Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+$", max_length=200)]
 )
+REQUEST_ID = TypeAdapter(
+    Annotated[
+        str,
+        StringConstraints(pattern=contract.REQUEST_ID_PATTERN, max_length=contract.REQUEST_ID_MAX),
+    ]
+)
 
 
 @dataclass
@@ -47,6 +53,7 @@ class Request:
     path: str
     headers: dict[bytes, bytes]
     body: bytes
+    query: dict[str, str] = field(default_factory=dict)
 
 
 def _json(status: int, payload: Any) -> Response:
@@ -135,10 +142,13 @@ def _slot_or_404(n: hnode.HollowNode, name: str) -> Any:
 
 async def _put_slot(n: hnode.HollowNode, r: Request, p: dict[str, str]) -> Response:
     errors = _param(SLOT_NAME, "name", p["name"])
+    request_id = r.query.get("requestId")  # echoed by the swap's record, as the real agent does
+    if request_id is not None:
+        errors += _param(REQUEST_ID, "requestId", request_id)
     spec, body_errors = _body(r, contract.SlotSpec)
     if errors or body_errors:
         raise _Invalid(errors + body_errors)
-    return _model(202, n.apply(p["name"], spec))
+    return _model(202, n.apply(p["name"], spec, request_id=request_id))
 
 
 async def _get_slot(n: hnode.HollowNode, r: Request, p: dict[str, str]) -> Response:

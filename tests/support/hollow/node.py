@@ -163,7 +163,9 @@ class HollowNode:
             return None  # checked again after the download (as the real agent does)
         return self.estimate(spec, cached)
 
-    def apply(self, name: str, spec: contract.SlotSpec) -> contract.SlotStatus:
+    def apply(
+        self, name: str, spec: contract.SlotSpec, *, request_id: str | None = None
+    ) -> contract.SlotStatus:
         existing = self.slots.get(name)
         if existing is not None and existing.deleted:
             raise Rejected(
@@ -181,6 +183,8 @@ class HollowNode:
                     field="servedName",
                 )
         if existing is not None and existing.desired == spec:
+            if request_id is not None:
+                existing.request_id = request_id
             return existing.status()
         if spec.source.startswith("file://"):
             self._file_dir(spec.source)
@@ -197,7 +201,7 @@ class HollowNode:
             self.slots[name] = slot
             slot.start()
             return slot.status()
-        existing.want(spec)
+        existing.want(spec, request_id=request_id)
         return existing.status()
 
     def delete(self, name: str) -> contract.SlotStatus | None:

@@ -23,6 +23,7 @@ import socket
 from collections import Counter
 from http import HTTPStatus
 from typing import Any, cast
+from urllib.parse import parse_qsl
 
 import httptools
 from pydantic import BaseModel, ValidationError
@@ -84,6 +85,7 @@ class _Connection(asyncio.Protocol):
             path=url.path.decode(errors="replace"),
             headers=self._headers,
             body=b"".join(self._body),
+            query=dict(parse_qsl((url.query or b"").decode(errors="replace"))),
         )
         self.queue.put_nowait((request, self.parser.should_keep_alive()))
 

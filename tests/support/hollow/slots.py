@@ -100,6 +100,7 @@ class HollowSlot:
         self.deleted = False
         self.swaps: deque[contract.SwapRecord] = deque(maxlen=SWAP_HISTORY)
         self.current: contract.SwapRecord | None = None
+        self.request_id: str | None = None  # the caller's id for a swap to the desired spec
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._labels = itertools.count(1)
@@ -134,8 +135,9 @@ class HollowSlot:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"slot-{self.name}")
         self._wake.set()
 
-    def want(self, spec: contract.SlotSpec) -> None:
+    def want(self, spec: contract.SlotSpec, *, request_id: str | None = None) -> None:
         self.desired = spec
+        self.request_id = request_id
         self._wake.set()
 
     def delete(self) -> None:
@@ -256,7 +258,9 @@ class HollowSlot:
             to_source=target.source,
             to_revision=target.revision,
             started_at=_now(),
+            request_id=self.request_id,
         )
+        self.request_id = None
         self.swaps.appendleft(record)
         self.current = record
         self.phase = Phase.SWAPPING
