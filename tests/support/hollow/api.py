@@ -22,7 +22,7 @@ from urllib.parse import unquote
 
 from pydantic import BaseModel, StringConstraints, TypeAdapter, ValidationError
 
-from mlxfleet_agent import contract
+from mlxfleet_agent import contract, refusals
 from tests.support.hollow import node as hnode
 
 MAX_BODY = 1024 * 1024
@@ -136,7 +136,7 @@ async def _state(n: hnode.HollowNode, r: Request, p: dict[str, str]) -> Response
 def _slot_or_404(n: hnode.HollowNode, name: str) -> Any:
     slot = n.slots.get(name)
     if slot is None:
-        raise hnode.Rejected(404, f"no slot named {name}", field="name")
+        raise refusals.Rejected(404, f"no slot named {name}", field="name")
     return slot
 
 
@@ -162,7 +162,7 @@ async def _delete_slot(n: hnode.HollowNode, r: Request, p: dict[str, str]) -> Re
         raise _Invalid(errors)
     status = n.delete(p["name"])
     if status is None:
-        raise hnode.Rejected(404, f"no slot named {p['name']}", field="name")
+        raise refusals.Rejected(404, f"no slot named {p['name']}", field="name")
     return _model(202, status)
 
 
@@ -238,9 +238,9 @@ async def handle(n: hnode.HollowNode, request: Request) -> Response:
             return await handler(n, request, found.groupdict())
         except _Invalid as exc:
             return _validation(exc.errors)
-        except hnode.Rejected as exc:
+        except refusals.Rejected as exc:
             return error(exc.status, str(exc), field=exc.field, allowed=exc.allowed)
-        except hnode.NoFit as exc:
+        except refusals.NoFit as exc:
             body = contract.InsufficientMemory(
                 error=contract.ErrorDetail(field="source", message=str(exc)),
                 estimate_bytes=exc.estimate,
