@@ -64,18 +64,22 @@ def test_restart_mid_plan(
     )
     assert_swapped_cleanly(fleet, swap, pool, model_b)
     assert fleet.operators.leader().alive(), fleet.operators.logs()
-    # the API was away far longer than the renew deadline: the leader must have fenced (exit 75)
-    # by its renew deadline, before the API could be back (`back` is later: when restart() saw it
-    # answer), not once a standby took the Lease after it came back
-    assert back[0] - swap.injected > DOWN + RENEW_DEADLINE
+    assert_fenced_in_time(fleet, swap.injected, back[0])
+
+
+def assert_fenced_in_time(fleet: Fleet, began: float, back: float) -> None:
+    """The API was away far longer than the renew deadline: the leader must have fenced (exit 75)
+    by its renew deadline, before the API could be back (`back` is later: when restart() saw it
+    answer), not once a standby took the Lease after it came back."""
+    assert back - began > DOWN + RENEW_DEADLINE
     fenced_at = [
         t
         for r in fleet.operators.replicas.values()
         for code, t in zip(r.exits, r.exited_at, strict=False)  # the supervisor may be mid-append
         if code == leader.EXIT_LOST_LEASE
     ]
-    in_time = swap.injected + DOWN + RENEW_DEADLINE
-    assert [t for t in fenced_at if swap.injected < t < in_time], (fenced_at, swap.injected, back)
+    in_time = began + DOWN + RENEW_DEADLINE
+    assert [t for t in fenced_at if began < t < in_time], (fenced_at, began, back)
 
 
 @pytest.mark.parametrize("part", PARTS)
@@ -98,6 +102,7 @@ def test_restart_mid_failover(
         wait_for("lost node NotReady", lambda: fleet.node_reason(lost) == "HeartbeatMissed")
         began = time.time()  # within the failover delay: the replica has not moved yet
         controlplane.restart(cluster, part, down=DOWN)
+        back = time.time()
         wait_for(
             "replica re-placed on the spare node",
             lambda: (
@@ -126,3 +131,4 @@ def test_restart_mid_failover(
     assert all(o.started < converged for o in load.failures()), load.errors[:5]
     assert load.lost() == 0
     assert fleet.operators.leader().alive(), fleet.operators.logs()
+    assert_fenced_in_time(fleet, began, back)
