@@ -267,6 +267,20 @@ def rank_health(fact: dep.NodeFacts | None, *, slot: str, group_id: str, fresh: 
     return RankHealth(False, False, f"{observed.phase.value.lower()}")
 
 
+def rank_lost(fact: dep.NodeFacts | None, *, slot: str, group_id: str, fresh: bool) -> bool:
+    """For the group watch: the rank of formation `group_id` stopped serving (its node does not
+    answer, its slot is gone, failed or not ready: its agent saw a peer lost). A slot that a
+    SwapPlan step moved to a new formation and that still serves (the old rank until the switch,
+    then the new one) is not lost: the next reconcile watches the new formation."""
+    health = rank_health(fact, slot=slot, group_id=group_id, fresh=fresh)
+    if health.ready or health.failed:
+        return health.failed
+    observed = fact.slot(slot) if fact is not None else None
+    shard = observed.spec.shard if observed is not None and observed.spec is not None else None
+    moved = shard is not None and shard.group != group_id
+    return not (moved and observed is not None and observed.ready)
+
+
 def broken_groups(
     md: mdep.ModelDeployment,
     facts: Mapping[str, dep.NodeFacts],

@@ -164,6 +164,8 @@ async def reconcile(
     if watched:
         watch = _watch(rt, uid, dict(body), watched, result.endpoints, by_name, slot=slot)
         rt.watch(uid, asyncio.get_running_loop().create_task(watch, name=f"groups-{name}"))
+    else:  # none ready (e.g. swapping): a watch of an old formation must not withdraw the new
+        rt.unwatch(uid)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
 
@@ -197,7 +199,7 @@ async def _watch(
         misses[node] = 0
         rt.fleet.record(node, state, now=runtime.now())
         seen = dataclasses.replace(fact, state=state)
-        return not sharded.rank_health(seen, slot=slot, group_id=group, fresh=True).ready
+        return sharded.rank_lost(seen, slot=slot, group_id=group, fresh=True)
 
     while True:
         await asyncio.sleep(WATCH_INTERVAL_S)
