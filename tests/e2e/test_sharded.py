@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import kubernetes
 import openai
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from mlxfleet_operator.core import naming
 from tests.e2e.conftest import E2E, FAILOVER_DELAY, Agents, Operator, is_true, wait_for
 from tests.e2e.loadgen import Load
+from tests.support.s3 import S3Server
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mlx, pytest.mark.slow]
 PROMPT = [{"role": "user", "content": "hello there"}]
@@ -352,4 +354,73 @@ def test_sharded_swap_under_load_surge_then_hold(
         f"{hold_load.failed} failed, max queue wait {back.get('maxQueueWaitMs', 0):.0f} ms; "
         f"answers differ between models: {before != after}"
     )
+    operator.assert_alive()
+
+
+@pytest.mark.s3
+def test_a_new_group_copies_the_weights_from_a_peer_not_the_origin(
+    e2e: E2E,
+    agents: Agents,
+    operator: Operator,
+    model_a: Path,
+    s3_server: S3Server,
+    tmp_path: Path,
+) -> None:
+    """Prefetch ahead of need for a sharded group: a third agent (the seed) holds the model;
+    both ranks' nodes copy it from the seed before their rank slots are PUT, so the origin
+    (SeaweedFS's own byte counter) sends nothing while the group forms."""
+    bucket = s3_server.make_bucket()
+    for path in sorted(model_a.iterdir()):
+        s3_server.client().upload_file(str(path), bucket, f"a/{path.name}")
+    source = f"s3://{bucket}/a"
+    token = tmp_path / "peer-token"
+    token.write_text("fleet-peer-token-for-the-sharded-e2e")
+    token.chmod(0o600)
+    env: dict[str, str | None] = dict(s3_server.env())
+    flags = ["--peer-token-file", str(token)]
+    seed, r1, r2 = (agents.start(n, env=env, flags=flags) for n in ("seed", "r1", "r2"))
+    seed_node = e2e.register(seed)
+    ranks = sorted([e2e.register(r1), e2e.register(r2)])
+    resp = httpx.post(
+        f"{seed.url}/v1/models/prefetch",
+        json={"source": source},
+        headers={"Authorization": f"Bearer {seed.token}"},
+        timeout=30,
+    )
+    assert resp.status_code == 202, resp.text
+    wait_for(
+        "seed's cachedModels",
+        lambda: (
+            source
+            in {
+                c["source"]
+                for c in e2e.get("inode", seed_node, namespaced=False)
+                .get("status", {})
+                .get("cachedModels", [])
+            }
+        ),
+        timeout=60,
+    )
+    before = s3_server.bytes_sent(bucket)
+    assert before > 0  # the seed's own copy came from the origin
+    body = e2e.deployment(
+        "big", model_a, replicas=1, sharding={"size": 2, "mode": "Tensor"},
+        placement={"nodes": ranks},
+    )  # fmt: skip
+    body["spec"]["model"] = {"source": source}
+    started = time.monotonic()
+    e2e.apply(body)
+    md = wait_for(
+        "sharded group Ready",
+        lambda: (d := e2e.get("mdep", "big")) and is_true(d, "Ready") and d,
+        timeout=180,
+    )
+    ready_s = time.monotonic() - started
+    assert sorted(r["node"] for r in md["status"]["groups"][0]["ranks"]) == ranks
+    assert s3_server.bytes_sent(bucket) - before == 0, "a rank's weights came from the origin"
+    for agent in (r1, r2):
+        state = agent.state()
+        assert state["counters"]["peer_bytes_received"] > 0, state["counters"]
+        assert source in {c["source"] for c in state["cachedModels"]}
+    print(f"\nsharded group from a peer: Ready in {ready_s:.1f}s, origin bytes 0")
     operator.assert_alive()

@@ -16,7 +16,7 @@ from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import naming, sharded, sharding
 from mlxfleet_operator.core.deployment import plan as plans
-from mlxfleet_operator.core.swapplan import effects, groups, progress
+from mlxfleet_operator.core.swapplan import effects, gate, groups, progress
 from mlxfleet_operator.core.swapplan import state as st
 from tests.unit.operator.builders import GIB, SHAPE, fact, state
 
@@ -392,3 +392,45 @@ def rank_fact(group: str, *, ready: bool, swapping: bool = False) -> Any:
 )
 def test_the_group_watch_does_not_take_a_swapping_group_out(observed: Any, lost: bool) -> None:
     assert sharded.rank_lost(observed, slot=SLOT, group_id="g0-1", fresh=True) is lost
+
+
+def test_a_new_formation_prefetches_on_ranks_not_yet_in_it() -> None:
+    md = deployment()
+    found = {
+        "a": rank_fact("g0-2", ready=True),  # already in the new formation: nothing to copy
+        "b": fact("b"),  # no slot yet
+    }
+    decision = sharding.GroupDecision(
+        groups=(
+            sharding.GroupPlan(
+                index=0,
+                ranks=(
+                    sharding.RankPlan(0, "a", 3 * GIB, 2),
+                    sharding.RankPlan(1, "b", 3 * GIB, 2),
+                ),
+                kept=False,
+            ),
+        ),
+        rejections=(),
+        missing=0,
+    )
+    forms = sharded.formations(md, decision, found, frozenset({0}), slot=SLOT)
+    assert [f.id for f in forms] == ["g0-2"]
+    none = sharded.Governed.of(md, None)
+    fresh = frozenset({"a", "b"})
+    assert sharded.forming(forms, found, fresh, none, slot=SLOT) == {"b": TARGET}
+    assert sharded.forming(forms, found, frozenset({"a"}), none, slot=SLOT) == {}
+    swapping = sharded.Governed({}, frozenset({0}), {})  # the plan prefetches its groups itself
+    assert sharded.forming(forms, found, fresh, swapping, slot=SLOT) == {}
+
+
+def test_a_sharded_plan_runs_on_rank_0_and_prefetches_on_every_rank() -> None:
+    plan = swp.SwapPlan.model_validate(
+        {
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"deploymentRef": {"name": "big"}, "target": {"source": NEW}},
+        }
+    )
+    scope = gate.scope(plan, deployment(), st.PlanState())
+    assert (scope.nodes, scope.watched, scope.prefetch) == (("a",), ("a",), ("a", "b"))
+    assert scope.replicas is None  # no moves for groups

@@ -202,6 +202,32 @@ def formations(
     return out
 
 
+def forming(
+    forms: Sequence[Formation],
+    facts: Mapping[str, dep.NodeFacts],
+    fresh: frozenset[str],
+    governed: Governed,
+    *,
+    slot: str,
+) -> dict[str, ModelRef]:
+    """The nodes (answering) about to get a rank of a new formation, with the model it loads:
+    they should copy the weights first (from peers). A group a SwapPlan step swaps is the plan's
+    (it prefetches on every rank's node itself)."""
+    out: dict[str, ModelRef] = {}
+    for f in forms:
+        if f.index in governed.swapping:
+            continue
+        for r in f.plan.ranks:
+            fact = facts.get(r.node)
+            if fact is None or r.node not in fresh:
+                continue
+            observed = fact.slot(slot)
+            spec = observed.spec if observed is not None else None
+            if spec is None or spec.shard is None or spec.shard.group != f.id:
+                out[r.node] = f.model
+    return out
+
+
 def plan_due(
     md: mdep.ModelDeployment, forms: Sequence[Formation], plan: plans.PlanInfo | None
 ) -> bool:

@@ -30,12 +30,14 @@ import kopf
 from mlxfleet_operator.adapters import agent, events, kube, metrics, runtime
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import conditions, naming, sharded, sharding
 from mlxfleet_operator.core import events as core_events
 from mlxfleet_operator.core.deployment import facts as dep
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.deployment import slots
 from mlxfleet_operator.core.deployment import status as mdstatus
+from mlxfleet_operator.core.swapplan import prefetch
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 0.15
@@ -110,6 +112,7 @@ async def reconcile(
         if await rt.kube.create_swap_plan(namespace, plans.wire(create)):
             events.post(body, plans.created_event(create))
         plan = plans.created(md, create)
+    await _prefetch(rt, body, sharded.forming(forms, by_name, fresh, governed, slot=slot))
     outcomes: dict[str, dep.Outcome] = {}
     wanted: set[str] = set()
     for form in forms:
@@ -168,6 +171,17 @@ async def reconcile(
         rt.unwatch(uid)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
+
+
+async def _prefetch(rt: runtime.Runtime, body: kopf.Body, forming: Mapping[str, ModelRef]) -> None:
+    """Before a new formation's ranks are PUT: every rank's node that lacks the model starts
+    copying it, from peers that hold it first (a rank's slot then joins that copy)."""
+    states, urls = rt.fleet.states(), rt.fleet.control_urls()
+    for node, model in forming.items():
+        for ask in prefetch.asks(model, [node], states, urls):
+            answer = await rt.fleet.prefetch(ask.node, ask.model, ask.peers)
+            if answer is not None and answer.error is not None:
+                events.post(body, prefetch.refused(ask, answer.error))
 
 
 async def _watch(
