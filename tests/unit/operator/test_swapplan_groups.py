@@ -357,6 +357,14 @@ def test_the_deployment_keeps_old_groups_and_follows_the_steps() -> None:
     # a swapping group is the plan's: a failed rank of it does not make the deployment re-form it
     assert 0 not in sharded.broken_groups(md, {}, frozenset(), slot=SLOT, governed=governed)
     assert 0 in sharded.broken_groups(md, {}, frozenset(), slot=SLOT)
+    # while a plan is open, it alone writes kept groups (a step's PUT not yet in its status is
+    # never overwritten with the old formation); a group re-forming after a loss is not its
+    assert governed.writes(followed[0], frozenset())
+    pending = sharded.Governed.of(md, plans.created(md, plan))
+    assert pending.swapping == frozenset()
+    assert pending.writes(kept[0], frozenset())
+    assert not pending.writes(kept[0], frozenset({0}))
+    assert not sharded.Governed.of(md, None).writes(kept[0], frozenset())
 
 
 def rank_fact(group: str, *, ready: bool, swapping: bool = False) -> Any:

@@ -150,6 +150,16 @@ class Governed:
     pinned: Mapping[int, tuple[str, ModelRef, tuple[str, ...]]]  # index -> id, model, nodes
     swapping: frozenset[int]  # groups whose step runs: the plan writes their ranks
     failed: Mapping[int, str]  # index -> the formation id a failed step left broken
+    open: bool = False  # a plan runs (or waits): it alone changes the kept groups
+
+    def writes(self, form: Formation, broken: frozenset[int]) -> bool:
+        """The plan writes this group's ranks, not the deployment: its step runs, or a plan is
+        open and the group is kept (a step's PUT the plan has not recorded yet must never be
+        overwritten with the old formation). A group re-forming after a loss is the
+        deployment's."""
+        if form.index in self.swapping:
+            return True
+        return self.open and form.plan.kept and form.index not in broken
 
     @classmethod
     def of(cls, md: mdep.ModelDeployment, plan: plans.PlanInfo | None) -> Governed:
@@ -159,7 +169,8 @@ class Governed:
             return cls({}, frozenset(), {})
         shown = {g.index: ModelRef(g.source or "", g.revision) for g in md.status.groups}
         pinned = {i: p for i, p in plan.groups.items() if plan.active or shown.get(i) != p[1]}
-        return cls(pinned, plan.swapping if plan.active else frozenset(), plan.failed_groups)
+        swapping = plan.swapping if plan.active else frozenset()
+        return cls(pinned, swapping, plan.failed_groups, open=plan.active)
 
 
 def ring_port(slot: str, group_id: str, rank: int) -> int:
@@ -209,13 +220,14 @@ def forming(
     governed: Governed,
     *,
     slot: str,
+    broken: frozenset[int] = frozenset(),
 ) -> dict[str, ModelRef]:
     """The nodes (answering) about to get a rank of a new formation, with the model it loads:
-    they should copy the weights first (from peers). A group a SwapPlan step swaps is the plan's
+    they should copy the weights first (from peers). A group a SwapPlan writes is the plan's
     (it prefetches on every rank's node itself)."""
     out: dict[str, ModelRef] = {}
     for f in forms:
-        if f.index in governed.swapping:
+        if governed.writes(f, broken):
             continue
         for r in f.plan.ranks:
             fact = facts.get(r.node)

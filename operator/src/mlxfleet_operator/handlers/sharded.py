@@ -112,15 +112,16 @@ async def reconcile(
         if await rt.kube.create_swap_plan(namespace, plans.wire(create)):
             events.post(body, plans.created_event(create))
         plan = plans.created(md, create)
-    await _prefetch(rt, body, sharded.forming(forms, by_name, fresh, governed, slot=slot))
+    forming = sharded.forming(forms, by_name, fresh, governed, slot=slot, broken=broken)
+    await _prefetch(rt, body, forming)
     outcomes: dict[str, dep.Outcome] = {}
     wanted: set[str] = set()
     for form in forms:
         for rank in form.plan.ranks:
             wanted.add(rank.node)
             fact = by_name.get(rank.node)
-            if fact is None or rank.node not in fresh or form.index in governed.swapping:
-                continue  # a running SwapPlan step writes its group's ranks
+            if fact is None or rank.node not in fresh or governed.writes(form, broken):
+                continue  # a SwapPlan writes this group's ranks
             spec = sharded.rank_spec(md, form, rank)
             observed = fact.slot(slot)
             if observed is not None and observed.spec == spec:
