@@ -310,23 +310,18 @@ def test_a_failed_group_step_is_not_reverted_and_leaves_its_formation_broken() -
     assert effects.groups(failed.state.steps, TARGET) == {}
 
 
+def on_a_and_b(*, kept: bool) -> sharding.GroupDecision:
+    """Placement's decision: group 0 on a (rank 0) and b."""
+    ranks = (sharding.RankPlan(0, "a", 3 * GIB, 2), sharding.RankPlan(1, "b", 3 * GIB, 2))
+    return sharding.GroupDecision(
+        groups=(sharding.GroupPlan(index=0, ranks=ranks, kept=kept),), rejections=(), missing=0
+    )
+
+
 def test_the_deployment_keeps_old_groups_and_follows_the_steps() -> None:
     md = deployment()
     found = {f.name: f for f in facts(64 * GIB)}
-    decision = sharding.GroupDecision(
-        groups=(
-            sharding.GroupPlan(
-                index=0,
-                ranks=(
-                    sharding.RankPlan(0, "a", 3 * GIB, 2),
-                    sharding.RankPlan(1, "b", 3 * GIB, 2),
-                ),
-                kept=True,
-            ),
-        ),
-        rejections=(),
-        missing=0,
-    )
+    decision = on_a_and_b(kept=True)
     kept = sharded.formations(md, decision, found, frozenset(), slot=SLOT)
     assert [(f.id, f.model) for f in kept] == [("g0-1", ModelRef(OLD))]  # no restart: a plan
     assert sharded.plan_due(md, kept, None)
@@ -408,20 +403,7 @@ def test_a_new_formation_prefetches_on_ranks_not_yet_in_it() -> None:
         "a": rank_fact("g0-2", ready=True),  # already in the new formation: nothing to copy
         "b": fact("b"),  # no slot yet
     }
-    decision = sharding.GroupDecision(
-        groups=(
-            sharding.GroupPlan(
-                index=0,
-                ranks=(
-                    sharding.RankPlan(0, "a", 3 * GIB, 2),
-                    sharding.RankPlan(1, "b", 3 * GIB, 2),
-                ),
-                kept=False,
-            ),
-        ),
-        rejections=(),
-        missing=0,
-    )
+    decision = on_a_and_b(kept=False)
     forms = sharded.formations(md, decision, found, frozenset({0}), slot=SLOT)
     assert [f.id for f in forms] == ["g0-2"]
     none = sharded.Governed.of(md, None)
