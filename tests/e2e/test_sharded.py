@@ -11,12 +11,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import kubernetes
 import openai
 import pytest
 
 from mlxfleet_operator.core import naming
 from tests.e2e.conftest import E2E, FAILOVER_DELAY, Agents, Operator, is_true, wait_for
+from tests.e2e.loadgen import Load
+from tests.support.s3 import S3Server
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mlx, pytest.mark.slow]
 PROMPT = [{"role": "user", "content": "hello there"}]
@@ -242,4 +245,182 @@ def test_three_rank_group_answers_like_one_node_and_survives_losing_rank_0(
         f"{left:.2f}s, re-formed Ready {reform:.1f}s"
     )
     assert left < 1.0, left
+    operator.assert_alive()
+
+
+def swapped(e2e: E2E, name: str, model: Path, **spec: Any) -> tuple[dict[str, Any], float]:
+    """Change the deployment's model; wait for its SwapPlan to complete. The plan and seconds."""
+    changed = time.monotonic()
+    e2e.apply(
+        e2e.deployment("big", model, replicas=1, sharding={"size": 2, "mode": "Tensor"}, **spec)
+    )
+    plan = str(
+        wait_for(
+            "SwapPlan named in status",
+            lambda: (
+                (s := e2e.get("mdep", "big").get("status", {}).get("swapPlan")) and s != name and s
+            ),
+        )
+    )
+    wait_for(
+        "SwapPlan Completed",
+        lambda: e2e.get("swp", plan).get("status", {}).get("phase") == "Completed",
+        timeout=300,
+    )
+    return e2e.get("swp", plan), time.monotonic() - changed
+
+
+def test_sharded_swap_under_load_surge_then_hold(
+    e2e: E2E, agents: Agents, operator: Operator, model_a: Path, model_b: Path
+) -> None:
+    """A model change of a 2-rank group is a SwapPlan with one step for the group: Surge (both
+    Macs have room for old + new ranks) under load with 0 failed requests, the new formation
+    beside the old one until rank 0 switched; then back under Hold (the strategy asks for it):
+    requests queue at rank 0 while the group is replaced, none fails. No rank of an old
+    formation is left running."""
+    pool = {e2e.register(a): a for a in (agents.start("a"), agents.start("b"))}
+    nodes = sorted(pool)
+    e2e.apply(
+        e2e.deployment(
+            "big", model_a, replicas=1, sharding={"size": 2, "mode": "Tensor"},
+            placement={"nodes": nodes},
+        )
+    )  # fmt: skip
+    md: dict[str, Any] = wait_for(
+        "sharded group Ready", lambda: (d := e2e.get("mdep", "big")) and is_true(d, "Ready") and d
+    )
+    group = md["status"]["groups"][0]
+    leader = group["ranks"][0]
+    before = answer(leader["endpoint"], "big")
+    placement = {"placement": {"nodes": nodes}}
+    withdrawn = watch_withdrawal(e2e, "big")  # Surge: rank 0 stays in the endpoints throughout
+    with Load([leader["endpoint"]], "big", workers_per_endpoint=2) as surge_load:
+        time.sleep(2)
+        surge, surge_s = swapped(e2e, "", model_b, **placement)
+        time.sleep(1)
+    (step,) = surge["status"]["steps"]
+    assert (step["group"], step["node"]) == (0, leader["node"]), step
+    assert step["ranks"] == [r["node"] for r in group["ranks"]], step
+    assert step["strategy"] == "Surge", step
+    assert step["strategyReason"].startswith("surge: every node of the new group has room"), step
+    assert step["groupId"] != group["id"]
+    assert surge_load.failed == 0, surge_load.errors[:5]
+    assert withdrawn == [], "rank 0 left the EndpointSlice during a Surge swap"
+    assert surge_load.ok > 0
+    assert step["requestsFailed"] == 0, step
+    assert step["requestsServed"] > 0, step  # the load ran through the swap
+    assert step["warmAt"] <= step["switchedAt"] <= step["drainedAt"] <= step["finishedAt"]
+    done = wait_for(
+        "group Ready on the new model",
+        lambda: (
+            (d := e2e.get("mdep", "big"))
+            and is_true(d, "Ready")
+            and d["status"]["groups"][0]["source"] == f"file://{model_b}"
+            and d["status"]["groups"][0]["id"] == step["groupId"]
+            and d
+        ),
+    )
+    wait_for("no rank of the old formation left", lambda: not rank_processes(group["id"]),
+             timeout=30)  # fmt: skip
+    assert len(rank_processes(step["groupId"])) == 2
+    assert leader_ready(e2e, "big") == [True]
+    after = answer(done["status"]["groups"][0]["ranks"][0]["endpoint"], "big")
+
+    hold_spec = {**placement, "swap": {"strategy": "Hold"}}
+    with Load([leader["endpoint"]], "big", workers_per_endpoint=2) as hold_load:
+        time.sleep(2)
+        hold, hold_s = swapped(e2e, surge["metadata"]["name"], model_a, **hold_spec)
+        time.sleep(1)
+    (back,) = hold["status"]["steps"]
+    assert back["strategy"] == "Hold", back
+    assert back["strategyReason"] == "hold: the swap strategy asks for Hold", back
+    assert hold_load.failed == 0, hold_load.errors[:5]  # queued, never failed
+    assert back["requestsFailed"] == 0, back
+    wait_for("no rank of the surge formation left",
+             lambda: not rank_processes(step["groupId"]), timeout=30)  # fmt: skip
+    final = wait_for(
+        "group Ready on the first model again",
+        lambda: (
+            (d := e2e.get("mdep", "big"))
+            and is_true(d, "Ready")
+            and d["status"]["groups"][0]["source"] == f"file://{model_a}"
+            and d
+        ),
+    )
+    assert answer(final["status"]["groups"][0]["ranks"][0]["endpoint"], "big") == before
+    print(
+        f"\nsharded swap: surge {surge_s:.1f}s, {surge_load.ok} ok / {surge_load.failed} failed "
+        f"(step served {step['requestsServed']}); hold {hold_s:.1f}s, {hold_load.ok} ok / "
+        f"{hold_load.failed} failed, max queue wait {back.get('maxQueueWaitMs', 0):.0f} ms; "
+        f"answers differ between models: {before != after}"
+    )
+    operator.assert_alive()
+
+
+@pytest.mark.s3
+def test_a_new_group_copies_the_weights_from_a_peer_not_the_origin(
+    e2e: E2E,
+    agents: Agents,
+    operator: Operator,
+    model_a: Path,
+    s3_server: S3Server,
+    tmp_path: Path,
+) -> None:
+    """Prefetch ahead of need for a sharded group: a third agent (the seed) holds the model;
+    both ranks' nodes copy it from the seed before their rank slots are PUT, so the origin
+    (SeaweedFS's own byte counter) sends nothing while the group forms."""
+    bucket = s3_server.make_bucket()
+    for path in sorted(model_a.iterdir()):
+        s3_server.client().upload_file(str(path), bucket, f"a/{path.name}")
+    source = f"s3://{bucket}/a"
+    token = tmp_path / "peer-token"
+    token.write_text("fleet-peer-token-for-the-sharded-e2e")
+    token.chmod(0o600)
+    env: dict[str, str | None] = dict(s3_server.env())
+    flags = ["--peer-token-file", str(token)]
+    seed, r1, r2 = (agents.start(n, env=env, flags=flags) for n in ("seed", "r1", "r2"))
+    seed_node = e2e.register(seed)
+    ranks = sorted([e2e.register(r1), e2e.register(r2)])
+    resp = httpx.post(
+        f"{seed.url}/v1/models/prefetch",
+        json={"source": source},
+        headers={"Authorization": f"Bearer {seed.token}"},
+        timeout=30,
+    )
+    assert resp.status_code == 202, resp.text
+    wait_for(
+        "seed's cachedModels",
+        lambda: (
+            source
+            in {
+                c["source"]
+                for c in e2e.get("inode", seed_node, namespaced=False)
+                .get("status", {})
+                .get("cachedModels", [])
+            }
+        ),
+        timeout=60,
+    )
+    before = s3_server.bytes_sent(bucket)
+    assert before > 0  # the seed's own copy came from the origin
+    body = e2e.deployment(
+        "big", model_a, replicas=1, sharding={"size": 2, "mode": "Tensor"},
+        placement={"nodes": ranks},
+    )  # fmt: skip
+    body["spec"]["model"] = {"source": source}
+    started = time.monotonic()
+    e2e.apply(body)
+    md = wait_for(
+        "sharded group Ready",
+        lambda: (d := e2e.get("mdep", "big")) and is_true(d, "Ready") and d,
+        timeout=180,
+    )
+    ready_s = time.monotonic() - started
+    assert sorted(r["node"] for r in md["status"]["groups"][0]["ranks"]) == ranks
+    assert s3_server.bytes_sent(bucket) - before == 0, "a rank's weights came from the origin"
+    for agent in (r1, r2):
+        state = agent.state()
+        assert state["counters"]["peer_bytes_received"] > 0, state["counters"]
+        assert source in {c["source"] for c in state["cachedModels"]}
+    print(f"\nsharded group from a peer: Ready in {ready_s:.1f}s, origin bytes 0")
     operator.assert_alive()

@@ -226,6 +226,36 @@ def test_which_changes_need_a_new_backend(change: dict[str, Any], same: bool) ->
     assert swap.same_runtime(_spec(), _spec(**change)) is same
 
 
+def _rank(group: str, **extra: Any) -> contract.SlotSpec:
+    hosts = ["127.0.0.1:20000", "127.0.0.1:20001"]
+    shard = {"group": group, "rank": 1, "worldSize": 2, "hosts": hosts}
+    return _spec(shard=shard, **extra)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "swapped"),
+    [
+        pytest.param(_rank("g0-1"), _rank("g0-2", source="file:///m/b"), True, id="new-model"),
+        pytest.param(_rank("g0-1"), _rank("g0-2", revision="v2"), True, id="new-revision"),
+        pytest.param(_rank("g0-1"), _rank("g0-2"), False, id="re-formed-on-same-model"),
+        pytest.param(_spec(), _rank("g0-1", source="file:///m/b"), False, id="becomes-a-rank"),
+        pytest.param(_rank("g0-1"), _spec(source="file:///m/b"), False, id="no-longer-a-rank"),
+    ],
+)
+def test_a_rank_swaps_only_when_its_model_changes(
+    before: contract.SlotSpec, after: contract.SlotSpec, swapped: bool
+) -> None:
+    """A SwapPlan's new formation on another model swaps the rank (surge or hold); a group
+    re-formed on the same model restarts it."""
+    assert swap.rank_swap(before, after) is swapped
+
+
+def test_auto_means_hold_for_a_rank_its_group_decides() -> None:
+    both_fit = {"others": 0, "old": 1, "new": 1, "budget": 10 * GIB}
+    assert swap.choose(S.AUTO, rank=True, **both_fit) is S.HOLD
+    assert swap.choose(S.SURGE, rank=True, **both_fit) is S.SURGE
+
+
 def test_state_round_trip_and_corrupt_file_is_moved_aside(tmp_path: Path) -> None:
     specs = {"a": _spec(), "b": _spec(servedName="b", server={"kvBits": 4})}
     statefile.save(tmp_path, specs)

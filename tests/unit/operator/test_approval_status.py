@@ -130,6 +130,6 @@ def test_scale_selector_is_the_label_the_operator_puts_on_its_objects(name: str)
     assert key == resources.DEPLOYMENT_LABEL
     assert len(value) <= 63
     assert (value == name) is (len(name) <= 63)
-    planned = dplan.new_plan(d, decisions.kept(("n0", "n1")))
+    planned = dplan.new_plan(d, sorted(decisions.kept(("n0", "n1")).kept))
     assert planned.metadata.labels == {key: value}
     assert naming.deployment_labels(name) == {key: value}

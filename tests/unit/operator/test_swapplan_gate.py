@@ -108,7 +108,11 @@ def test_an_unusable_deployment_holds_only_a_plan_that_has_not_started() -> None
 def test_scope_of_an_operator_plan_is_the_replicas_in_name_order() -> None:
     scope = gate.scope(plan(), deployment("n2", "n1", removing=("n9",)), st.PlanState())
     assert scope == gate.Scope(
-        nodes=("n1", "n2"), replicas=None, allowed=None, watched=("n1", "n2")
+        nodes=("n1", "n2"),
+        replicas=None,
+        allowed=None,
+        watched=("n1", "n2"),
+        prefetch=("n1", "n2"),
     )
 
 

@@ -2,8 +2,9 @@
 
 Each wake-up (a new spec, a retry after a failure, a restart after a crash) converges the slot:
 cold start when no backend serves, in-place adoption when only names or policies changed
-(`swap.same_runtime`), a restart for a rank of a sharded group (groups re-form as a whole),
-else a swap (`swap.run`). A failure without a serving backend marks the
+(`swap.same_runtime`), a restart for a rank of a sharded group re-formed on the same model
+(groups re-form as a whole), else a swap (`swap.run`; a rank's model change too: a SwapPlan swaps
+the group as a unit, `swap.rank_swap`). A failure without a serving backend marks the
 slot Failed and retries with backoff; a deletion drains and stops every backend and ends the
 loop. Written over the slot's public operations; the registry starts it (`slot.start(run)`).
 May import: the standard library, contract, models.source, slots (slot, swap).
@@ -48,6 +49,8 @@ async def converge(slot: Slot) -> None:
         await cold_start(slot, target, src)
     elif swap.same_runtime(handle.spec, target):
         slot.update_in_place(target)
+    elif swap.rank_swap(handle.spec, target):
+        await swap.run(slot, target, src, request_id=slot.request_id)
     elif handle.spec.shard is not None or target.shard is not None:
         await slot.restart_rank(target, src)
     else:

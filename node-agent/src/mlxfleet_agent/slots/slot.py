@@ -421,6 +421,16 @@ class Slot:
         except TimeoutError:
             return False
 
+    async def outlive(self, handle: Handle, *, timeout_s: float) -> bool:
+        """A retired follower rank: wait until its process exits on its own (its group's rank 0
+        stopped); False when the timeout cut it short (it is stopped next)."""
+        handle.retire()
+        try:
+            await asyncio.wait_for(handle.backend.wait_exit(), timeout=timeout_s)
+            return True
+        except TimeoutError:
+            return False
+
     async def stop_retired(self, handle: Handle) -> None:
         await self._stop_handle(handle)
 
@@ -483,8 +493,8 @@ class Slot:
         operator re-forms the group with a new group id)."""
         backend = handle.backend
         why = await self.deps.launcher.watch_rank(backend, shard)
-        if backend.stopping:
-            return
+        if backend.stopping or handle.retired:
+            return  # stopped on purpose, or an old rank retired by a swap (the swap stops it)
         log.error("rank stopped", extra={"slot": self.name, "pid": backend.pid, "reason": why})
         self.last_error = f"{why}; log: {backend.log_tail()}"
         backend.stopping = True

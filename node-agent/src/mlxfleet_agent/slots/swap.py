@@ -10,6 +10,12 @@ Written over the slot's public operations only (`slot.Slot`):
   spec reverts to A's and the record says RolledBack with the reason. If A cannot come back
   either, the outcome is Failed and the slot retries with backoff.
 B's weights are fetched, pinned and sized once per swap (`prepare`), before A is touched.
+A rank of a sharded group whose model changes swaps the same way (`rank_swap`; the operator's
+SwapPlan sends every rank of the group Surge or Hold, decided for the group; Auto means Hold for
+a rank, since one node cannot decide for its group). Rank 0 drains and stops its old rank like any
+slot; a follower has no requests of its own: its old rank keeps running until it exits on its own
+(its old rank 0 stopped, so the ring lost a peer), bounded by the drain timeout plus the load
+timeout, so the old group serves until the new one has taken over.
 May import: the standard library, contract, backends.process, models.source, slots (slot,
 handle). Called by: slots.convergence.
 """
@@ -46,10 +52,23 @@ def same_runtime(a: contract.SlotSpec, b: contract.SlotSpec) -> bool:
     return a.model_dump(exclude=exclude) == b.model_dump(exclude=exclude)
 
 
-def choose(requested: Strategy, *, others: int, old: int, new: int, budget: int) -> Strategy:
-    """What `auto` means here and now (pure): surge if A and B fit side by side, else hold."""
+def rank_swap(a: contract.SlotSpec, b: contract.SlotSpec) -> bool:
+    """Both specs are ranks of a sharded group and the model changes: a swap of the group, not
+    a re-formation on the same model (which restarts the rank)."""
+    if a.shard is None or b.shard is None:
+        return False
+    return (a.source, a.revision) != (b.source, b.revision)
+
+
+def choose(
+    requested: Strategy, *, others: int, old: int, new: int, budget: int, rank: bool = False
+) -> Strategy:
+    """What `auto` means here and now (pure): surge if A and B fit side by side, else hold; for
+    a rank (`rank`), hold: its group decides, not one node."""
     if requested is not Strategy.AUTO:
         return requested
+    if rank:
+        return Strategy.HOLD
     return Strategy.SURGE if others + old + new <= budget else Strategy.HOLD
 
 
@@ -152,6 +171,7 @@ def _strategy(slot: Slot, old: Handle, prepared: Prepared) -> Strategy:
         old=old.estimate,
         new=prepared.estimate,
         budget=budget,
+        rank=prepared.spec.shard is not None,
     )
 
 
@@ -165,8 +185,13 @@ async def _bring_up(slot: Slot, prepared: Prepared, record: contract.SwapRecord)
 
 
 async def _retire(slot: Slot, old: Handle, record: contract.SwapRecord, *, drain_s: float) -> None:
-    """Let A finish its in-flight requests (bounded), then stop it."""
-    await slot.drain(old, timeout_s=drain_s)
+    """Let A finish its in-flight requests (bounded), then stop it. A follower rank has none: it
+    outlives the switch until its old group ends (see the module docstring)."""
+    shard = old.spec.shard
+    if shard is not None and not shard.leader:
+        await slot.outlive(old, timeout_s=drain_s + slot.deps.launcher.load_timeout_s)
+    else:
+        await slot.drain(old, timeout_s=drain_s)
     record.old_drained_at = _now()
     await slot.stop_retired(old)
     record.old_stopped_at = _now()

@@ -342,9 +342,11 @@ class Kube:
     ) -> set[str]:
         """Only the EndpointSlices of `publish` (no Service write, no pruning of stale slices):
         the fast path of a sharded group's withdrawal, only after `publish` succeeded (the
-        Service is ours). Returns the slices' names."""
+        Service is ours). Returns the slices' names. What `publish` last wrote is forgotten: the
+        next `publish` writes again, even the same endpoints."""
         meta = deployment["metadata"]
         namespace, name = meta["namespace"], meta["name"]
+        self._published.pop((namespace, name), None)
         service = naming.service_name(name)
         owner = [owner_reference(deployment)]
         labels = {"app.kubernetes.io/managed-by": MANAGED_BY, **naming.deployment_labels(name)}

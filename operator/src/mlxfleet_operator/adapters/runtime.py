@@ -50,6 +50,12 @@ class Runtime:
         else:
             self.withdrawn.pop(uid, None)
 
+    def unwatch(self, uid: str) -> None:
+        """Cancel the object's watch, keeping what it withdrew (the next reconcile reads it)."""
+        old = self.watches.pop(uid, None)
+        if old is not None and old is not asyncio.current_task():
+            old.cancel()
+
     def lock(self, uid: str) -> asyncio.Lock:
         """One reconcile at a time per object (a timer and an event handler may overlap)."""
         return self.locks.setdefault(uid, asyncio.Lock())

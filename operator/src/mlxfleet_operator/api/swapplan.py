@@ -188,6 +188,29 @@ class SwapStep(base.ApiModel):
         default=None,
         description="Set when a later step failed and this completed step was swapped back.",
     )
+    group: int | None = Field(
+        default=None,
+        ge=0,
+        description="Sharded deployments: the group (replica) this step swaps as a unit; `node` "
+        "is its rank 0.",
+    )
+    ranks: list[str] | None = Field(
+        default=None,
+        max_length=16,
+        description="Sharded deployments: the group's nodes by rank (rank 0 first).",
+    )
+    group_id: str | None = Field(
+        default=None,
+        max_length=128,
+        description="Sharded deployments: the id of the group's new formation, whose ranks load "
+        "the target (the old formation serves until it has taken over, or was drained: Hold).",
+    )
+    strategy_reason: str | None = Field(
+        default=None,
+        description="Why the step swaps with its strategy: for a sharded group, Surge when every "
+        "node of the group has room for its old and new rank at once, else Hold (naming each "
+        "node short of room), or what spec.strategy asked for.",
+    )
 
 
 class SwapPlanStatus(base.ApiModel):

@@ -93,13 +93,15 @@ async def reconcile(
         waiting = f"waiting for the first poll of {', '.join(unpolled)}"
         raise kopf.TemporaryError(waiting, delay=rt.config.poll_seconds)
     endpoint = kube.service_url(namespace, name)
+    plan = await _plan(rt, md, idx)
     if md.spec.sharding is None:
         rt.watch(md.metadata.uid or "", None)  # no longer sharded: no group watch
     else:  # groups of ranks: their own placement and status
         size = await _size(rt, md, found)
-        await sharded.reconcile(rt, md, body, found, patch, endpoint=endpoint, sized=size)
+        await sharded.reconcile(
+            rt, md, body, found, patch, endpoint=endpoint, sized=size, plan=plan
+        )
         return
-    plan = await _plan(rt, md, idx)
     size = await _size(rt, md, found)
     now = runtime.now()
     if isinstance(size, conditions.Verdict):
@@ -151,7 +153,7 @@ async def _perform(
     the PUTs, by node (a node without a client yet gets none)."""
     if want.create is not None:
         namespace = want.create.metadata.namespace or ""
-        if await rt.kube.create_swap_plan(namespace, _wire(want.create)):
+        if await rt.kube.create_swap_plan(namespace, plans.wire(want.create)):
             events.post(body, plans.created_event(want.create))
     outcomes: dict[str, facts.Outcome] = {}
     for request in want.puts:
@@ -193,10 +195,6 @@ async def _size(
             if answer.settled:
                 break
     return footprint.sized(md, found, probe=probe, answers=answers)
-
-
-def _wire(plan: swp.SwapPlan) -> dict[str, Any]:
-    return plan.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"status"})
 
 
 def _invalid(body: kopf.Body, exc: pydantic.ValidationError) -> mdep.ModelDeploymentStatus:

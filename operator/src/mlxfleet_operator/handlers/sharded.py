@@ -7,7 +7,9 @@ for their state every WATCH_INTERVAL_S (0.15 s): a rank that is not ready any mo
 agent saw a peer lost) or whose agent stops answering takes its group's rank 0 out of the
 EndpointSlice at once, writing only the slices (the issue's bound is 1 s; the poll alone would
 take up to two poll periods). The next reconcile treats such a group as broken and decides the
-rest (re-forming); each reconcile replaces the watch with one over its own ready groups. The
+rest (re-forming); each reconcile replaces the watch with one over its own ready groups. A model
+change creates a SwapPlan (core.sharded.plan_due); the groups a running step swaps are the
+plan's: no PUT from here, published ready while rank 0's agent serves. The
 withdrawal is not taken under the object's lock (a reconcile under load may hold it long): a
 reconcile running meanwhile checks `Runtime.withdrawn` before it publishes.
 
@@ -28,11 +30,14 @@ import kopf
 from mlxfleet_operator.adapters import agent, events, kube, metrics, runtime
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import conditions, naming, sharded, sharding
 from mlxfleet_operator.core import events as core_events
 from mlxfleet_operator.core.deployment import facts as dep
+from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.deployment import slots
 from mlxfleet_operator.core.deployment import status as mdstatus
+from mlxfleet_operator.core.swapplan import prefetch
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 0.15
@@ -63,6 +68,7 @@ async def reconcile(
     *,
     endpoint: str,
     sized: int | conditions.Verdict,
+    plan: plans.PlanInfo | None,
 ) -> None:
     namespace, name = md.metadata.namespace or "", md.metadata.name or ""
     slot = naming.slot_name(namespace, name)
@@ -89,9 +95,10 @@ async def reconcile(
         for f in facts
     ]
     request = sharded.group_request(md, cached)
-    broken = sharded.broken_groups(md, by_name, fresh, slot=slot)
+    governed = sharded.Governed.of(md, plan)
+    broken = sharded.broken_groups(md, by_name, fresh, slot=slot, governed=governed)
     withdrawn = rt.withdrawn.pop(uid, set())  # lost between reconciles: broken too
-    broken |= {g.index for g in md.status.groups if g.id in withdrawn}
+    broken |= {g.index for g in md.status.groups if g.id in withdrawn} - governed.swapping
     decision = sharding.place_groups(
         request,
         views,
@@ -99,15 +106,22 @@ async def reconcile(
         now=now,
         failover_delay=timedelta(seconds=rt.config.failover_delay),
     )
-    forms = sharded.formations(md, decision, by_name, broken, slot=slot)
+    forms = sharded.formations(md, decision, by_name, broken, slot=slot, governed=governed)
+    if sharded.plan_due(md, forms, plan):
+        create = sharded.new_plan(md, forms)
+        if await rt.kube.create_swap_plan(namespace, plans.wire(create)):
+            events.post(body, plans.created_event(create))
+        plan = plans.created(md, create)
+    forming = sharded.forming(forms, by_name, fresh, governed, slot=slot, broken=broken)
+    await _prefetch(rt, body, forming)
     outcomes: dict[str, dep.Outcome] = {}
     wanted: set[str] = set()
     for form in forms:
         for rank in form.plan.ranks:
             wanted.add(rank.node)
             fact = by_name.get(rank.node)
-            if fact is None or rank.node not in fresh:
-                continue
+            if fact is None or rank.node not in fresh or governed.writes(form, broken):
+                continue  # a SwapPlan writes this group's ranks
             spec = sharded.rank_spec(md, form, rank)
             observed = fact.slot(slot)
             if observed is not None and observed.spec == spec:
@@ -131,6 +145,7 @@ async def reconcile(
         now=now,
         reforming=broken,
         slot=slot,
+        plan=plan,
     )
     lost_now = rt.withdrawn.get(uid, set())  # a watch withdrew a group while this ran
     gone = {g.ranks[0].node for g in result.status.groups if g.id in lost_now and g.ranks}
@@ -153,8 +168,21 @@ async def reconcile(
     if watched:
         watch = _watch(rt, uid, dict(body), watched, result.endpoints, by_name, slot=slot)
         rt.watch(uid, asyncio.get_running_loop().create_task(watch, name=f"groups-{name}"))
+    else:  # none ready (e.g. swapping): a watch of an old formation must not withdraw the new
+        rt.unwatch(uid)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
+
+
+async def _prefetch(rt: runtime.Runtime, body: kopf.Body, forming: Mapping[str, ModelRef]) -> None:
+    """Before a new formation's ranks are PUT: every rank's node that lacks the model starts
+    copying it, from peers that hold it first (a rank's slot then joins that copy)."""
+    states, urls = rt.fleet.states(), rt.fleet.control_urls()
+    for node, model in forming.items():
+        for ask in prefetch.asks(model, [node], states, urls):
+            answer = await rt.fleet.prefetch(ask.node, ask.model, ask.peers)
+            if answer is not None and answer.error is not None:
+                events.post(body, prefetch.refused(ask, answer.error))
 
 
 async def _watch(
@@ -186,7 +214,7 @@ async def _watch(
         misses[node] = 0
         rt.fleet.record(node, state, now=runtime.now())
         seen = dataclasses.replace(fact, state=state)
-        return not sharded.rank_health(seen, slot=slot, group_id=group, fresh=True).ready
+        return sharded.rank_lost(seen, slot=slot, group_id=group, fresh=True)
 
     while True:
         await asyncio.sleep(WATCH_INTERVAL_S)

@@ -2,7 +2,9 @@
 progress folded from the agents' swap records (core.swapplan), written to the plan's status.
 Because progress lives in status, a restarted operator resumes without repeating a step.
 As soon as the plan exists, every node it will use starts copying the target weights (from peers
-that hold them first: core.swapplan.prefetch), and a step waiting on that copy shows its progress.
+that hold them first: core.swapplan.prefetch; a sharded deployment: every rank's node), and a
+step waiting on that copy shows its progress. A sharded deployment's plan swaps each group as a
+unit (core.swapplan.groups): its step's PUTs go to every rank's agent.
 
 May import: kopf, pydantic, adapters, core, api, settings, `guard`, `indexes`. Called by: kopf.
 """
@@ -21,7 +23,7 @@ from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import naming
-from mlxfleet_operator.core.swapplan import gate, prefetch, progress, requests
+from mlxfleet_operator.core.swapplan import gate, groups, prefetch, progress, requests
 from mlxfleet_operator.core.swapplan import state as st
 from mlxfleet_operator.core.swapplan import status as plan_status
 from mlxfleet_operator.handlers import guard, indexes
@@ -75,10 +77,21 @@ async def advance(
     scope = gate.scope(plan, md, previous)
     target = ModelRef.of(plan.spec.target)
     states = rt.fleet.states()
-    for ask in prefetch.wanted(previous, target, scope.nodes, states, rt.fleet.control_urls()):
+    for ask in prefetch.wanted(previous, target, scope.prefetch, states, rt.fleet.control_urls()):
         answer = await rt.fleet.prefetch(ask.node, ask.model, ask.peers)  # failed: asked again
         if answer is not None and answer.error is not None:
             events.post(body, prefetch.refused(ask, answer.error))
+    sharded = None
+    if md.spec.sharding is not None:
+        sharded = groups.planning(
+            md,
+            target,
+            rt.fleet.node_facts(idx.inference_nodes(), slot=slot),
+            previous.steps,
+            slot=slot,
+            strategy=plan.spec.strategy,
+            drain_timeout_seconds=plan.spec.drain_timeout_seconds,
+        )
     step = progress.advance(
         previous,
         target=target,
@@ -89,8 +102,10 @@ async def advance(
         replicas=scope.replicas,
         allowed=scope.allowed,
         known=list(idx.nodes),
+        groups=sharded,
     )
-    for request in requests.slot_requests(plan, md, step.actions):
+    ranks = groups.requests(sharded, step.actions) if sharded is not None else ()
+    for request in (*requests.slot_requests(plan, md, step.actions), *ranks):
         sent = await rt.fleet.put_slot(slot, request)  # failed: the next run re-sends it
         events.post(body, requests.not_sent(sent))
     events.post(body, plan_status.announcement(previous, step.state))

@@ -55,7 +55,7 @@ def intent(
     desired = slots.desired_models(md, decision, plan)
     create = None
     if plans.plan_due(md, desired, decision, plan):
-        create = plans.new_plan(md, decision)
+        create = plans.new_plan(md, sorted(decision.kept))
         plan = plans.created(md, create)
     by_name = {fact.name: fact for fact in facts}
     handover = slots.handover(md, decision, by_name, slot=slot)

@@ -36,6 +36,10 @@ class PlanInfo:
     message: str | None = None
     created: str | None = None  # creationTimestamp (ISO), to order plans
     started: bool = False  # a step ran (a plan refused up front changed nothing)
+    # sharded: group index -> (formation id, model, nodes by rank) a group step formed
+    groups: Mapping[int, tuple[str, ModelRef, tuple[str, ...]]] = field(default_factory=dict)
+    swapping: frozenset[int] = frozenset()  # groups whose step runs (the plan writes them)
+    failed_groups: Mapping[int, str] = field(default_factory=dict)  # index -> broken formation
 
     @property
     def active(self) -> bool:
@@ -74,6 +78,9 @@ class PlanInfo:
             message=message,
             created=ts.isoformat() if (ts := plan.metadata.creation_timestamp) else None,
             started=any(s.started_at is not None for s in plan.status.steps),
+            groups=effects.groups(plan.status.steps, target),
+            swapping=effects.swapping(plan.status.steps),
+            failed_groups=effects.failed_groups(plan.status.steps),
         )
 
 
@@ -104,8 +111,9 @@ def plan_due(
     return plan is None or (not plan.active and plan.target != target)
 
 
-def new_plan(md: mdep.ModelDeployment, decision: placement.Decision) -> swp.SwapPlan:
-    """The SwapPlan for the spec's model change (deterministic name: a repeat finds it)."""
+def new_plan(md: mdep.ModelDeployment, nodes: Sequence[str]) -> swp.SwapPlan:
+    """The SwapPlan for the spec's model change on `nodes` (those carrying a replica; sharded:
+    each group's rank 0), deterministic name: a repeat finds it."""
     model = md.model_ref()
     generation = md.metadata.generation or 0
     name = naming.swap_plan_name(md.metadata.name or "", model, generation=generation)
@@ -128,10 +136,15 @@ def new_plan(md: mdep.ModelDeployment, decision: placement.Decision) -> swp.Swap
         spec=swp.SwapPlanSpec(
             deployment_ref=swp.DeploymentRef(name=md.metadata.name or ""),
             target=swp.SwapTarget(source=model.source, revision=model.revision),
-            nodes=sorted(decision.kept),
+            nodes=list(nodes),
             paused=md.spec.swap.approval == mdep.SwapApproval.MANUAL,
         ),
     )
+
+
+def wire(plan: swp.SwapPlan) -> base.JsonDict:
+    """The body to create `plan` with (no status: the operator writes it on its first run)."""
+    return plan.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"status"})
 
 
 def created(md: mdep.ModelDeployment, plan: swp.SwapPlan) -> PlanInfo:

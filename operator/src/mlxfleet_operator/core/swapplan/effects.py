@@ -1,5 +1,7 @@
 """What a SwapPlan's steps leave each node serving: the models they changed (or reverted), the
-replicas they moved, and the nodes where a move is bringing a replica up.
+replicas they moved, and the nodes where a move is bringing a replica up; for a sharded
+deployment, the formations its group steps made, which groups a step is swapping, and which
+formations a failed step left broken.
 
 May import: the standard library, `api`, `state`, `steps`. Called by: `core.deployment.plan`
 (a deployment's replicas follow the plan that governs them).
@@ -25,6 +27,8 @@ def serving(steps: Sequence[swp.SwapStep], target: ModelRef) -> dict[str, ModelR
     out: dict[str, ModelRef] = {}
     for step in steps:
         before = plan_steps.previous(step)
+        if step.group is not None:
+            continue  # a group's formation: `groups`
         if step.replaces is not None:
             if step.phase in st.RUNNING or step.phase in _LEFT_ON_TARGET:
                 out[step.node] = target
@@ -58,3 +62,32 @@ def moving_to(steps: Sequence[swp.SwapStep]) -> frozenset[str]:
     out = {s.node for s in steps if s.replaces is not None and s.phase in st.RUNNING}
     out |= {s.replaces for s in steps if s.replaces is not None and s.phase == StepPhase.REVERTING}
     return frozenset(out)
+
+
+def groups(
+    steps: Sequence[swp.SwapStep], target: ModelRef
+) -> dict[int, tuple[str, ModelRef, tuple[str, ...]]]:
+    """The formation each group step made (its id, the target, its nodes by rank), from the
+    moment it started; a step that failed (rolled back) made none that serves."""
+    out: dict[int, tuple[str, ModelRef, tuple[str, ...]]] = {}
+    for step in steps:
+        if step.group is None or step.group_id is None or not step.ranks:
+            continue
+        if step.phase in st.RUNNING or step.phase in _LEFT_ON_TARGET:
+            out[step.group] = (step.group_id, target, tuple(step.ranks))
+    return out
+
+
+def swapping(steps: Sequence[swp.SwapStep]) -> frozenset[int]:
+    """Groups whose step runs: the plan writes their ranks."""
+    return frozenset(s.group for s in steps if s.group is not None and s.phase in st.RUNNING)
+
+
+def failed_groups(steps: Sequence[swp.SwapStep]) -> dict[int, str]:
+    """Formations a failed group step left broken (rank 0 went back to the old model, the
+    other ranks may not have): the deployment re-forms such a group."""
+    return {
+        s.group: s.group_id
+        for s in steps
+        if s.group is not None and s.group_id is not None and s.phase == StepPhase.ROLLED_BACK
+    }

@@ -4,8 +4,9 @@ cover. Each answer is a decision on typed inputs; the handler only gathers them.
 - `blocked`: plans of one deployment run one after another (the older running one first).
 - `deployment_missing` / `deployment_unusable`: the plan's ModelDeployment is gone, refused by
   the operator's model, or its agent slot name belongs to another deployment.
-- `scope`: the nodes the plan's steps run on, where a replica may be moved, and which nodes to
-  ask for fresh observations.
+- `scope`: the nodes the plan's steps run on, where a replica may be moved, which nodes to
+  ask for fresh observations, and which nodes copy the target ahead of need (a sharded
+  deployment: every rank's node of every group).
 
 May import: the standard library, `api`, `state`, `progress`. Called by: the SwapPlan handler.
 """
@@ -77,15 +78,33 @@ class Scope:
     replicas: tuple[str, ...] | None  # set: listed nodes without a replica get one moved there
     allowed: tuple[str, ...] | None  # the deployment's explicit spec.placement.nodes
     watched: tuple[str, ...]  # nodes whose agents are asked for fresh observations
+    prefetch: tuple[str, ...] = ()  # nodes that copy the target now (the steps' and ranks')
 
 
 def scope(plan: swp.SwapPlan, md: mdep.ModelDeployment, previous: st.PlanState) -> Scope:
-    """Unset spec.nodes: the deployment's replicas in name order. A person's plan may name nodes
-    without a replica: those get one moved there. A finished plan watches nothing."""
+    """Unset spec.nodes: the deployment's replicas in name order (sharded: each group's rank 0,
+    by group). A person's plan may name nodes without a replica: those get one moved there (not
+    for groups). A finished plan watches nothing."""
     carrying = tuple(
         p.node for p in md.status.placements if p.phase != mdep.PlacementPhase.REMOVING
     )
     nodes = tuple(plan.spec.nodes or sorted(carrying))
+    if md.spec.sharding is not None:
+        leaders = [
+            min(g.ranks, key=lambda r: r.rank).node
+            for g in sorted(md.status.groups, key=lambda g: g.index)
+            if g.ranks
+        ]
+        ranks = [r.node for g in md.status.groups for r in g.ranks]
+        ranks += [n for s in previous.steps for n in s.ranks or ()]
+        nodes = tuple(plan.spec.nodes or leaders)
+        return Scope(
+            nodes=nodes,
+            replicas=None,
+            allowed=None,
+            watched=() if previous.phase.terminal else tuple(dict.fromkeys([*nodes, *leaders])),
+            prefetch=tuple(dict.fromkeys([*nodes, *ranks])),
+        )
     allowed = md.spec.placement.nodes
     watched: tuple[str, ...] = ()
     if not previous.phase.terminal:
@@ -97,4 +116,5 @@ def scope(plan: swp.SwapPlan, md: mdep.ModelDeployment, previous: st.PlanState) 
         replicas=carrying if plan.spec.nodes else None,
         allowed=tuple(allowed) if allowed is not None else None,
         watched=watched,
+        prefetch=nodes,
     )

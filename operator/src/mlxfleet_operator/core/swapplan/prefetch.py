@@ -2,9 +2,12 @@
 from which peers, and what a step that waits on that copy says.
 
 `wanted` runs as soon as the plan exists (and on every follow-up while it is open): each node the
-plan will use that neither holds the target (`cachedModels`) nor is copying it (`transfers`)
-gets a prefetch, with the control URLs of up to `MAX_PEERS` other nodes that hold the target as
-its peers (the agent verifies every file against the origin; none: it fetches from the origin).
+plan will use (a sharded deployment: every rank's node) that neither holds the target
+(`cachedModels`) nor is copying it (`transfers`) gets a prefetch (`asks`), with the control URLs
+of up to `MAX_PEERS` other nodes that hold the target as its peers (the agent verifies every file
+against the origin; none: it fetches from the origin). A sharded group about to form asks the same
+for its ranks' nodes (`asks`, from the sharded deployment handler) before their slots are PUT, so
+a rank's slot joins a copy from peers instead of fetching from the origin.
 Re-asking is harmless (the agent joins a copy in progress), so nothing is remembered here.
 `peers_for` is also what a sizing prefetch (a ModelDeployment whose model no node has sized)
 passes. `annotate` puts a node's download progress (bytes done/total, rate, share from peers)
@@ -12,7 +15,7 @@ into the message of a step on that node that waits on it.
 A prefetch the agent refuses posts a `PrefetchFailed` warning (`refused`); the step's own slot
 request then fetches the model itself, or says why it cannot.
 May import: the standard library, `api`, the agent `contract`, `core.events`, `state`.
-Called by: the SwapPlan and ModelDeployment handlers.
+Called by: the SwapPlan and ModelDeployment handlers (the sharded one too).
 """
 
 from __future__ import annotations
@@ -60,12 +63,23 @@ def wanted(
     last polled agent state per node (None: not polled yet); `urls`: control URLs per node."""
     if plan.phase.terminal:
         return []
+    return asks(target, nodes, states, urls)
+
+
+def asks(
+    model: ModelRef,
+    nodes: Sequence[str],
+    states: Mapping[str, contract.AgentState | None],
+    urls: Mapping[str, str],
+) -> list[Prefetch]:
+    """A prefetch of `model` for each of `nodes` whose (polled) agent neither holds nor copies
+    it."""
     out = []
     for node in dict.fromkeys(nodes):
         state = states.get(node)
-        if state is None or holds(state, target) or copying(state, target) is not None:
+        if state is None or holds(state, model) or copying(state, model) is not None:
             continue
-        out.append(Prefetch(node, target, peers_for(node, target, states, urls)))
+        out.append(Prefetch(node, model, peers_for(node, model, states, urls)))
     return out
 
 

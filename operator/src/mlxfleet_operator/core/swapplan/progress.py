@@ -4,12 +4,16 @@ deployment.
 `advance` folds fresh observations into the plan's state and says what to send to agents; it
 never repeats a finished step, and re-sending the running step's desired slot is harmless (the
 agent's API is declarative).
-May import: the standard library, `api`, the agent `contract`, `state`, `steps`, `rollback`.
-Called by: the SwapPlan handler (through `gate` for its inputs).
+A sharded deployment's plan has a step per group (`groups`): it starts with the group's decision
+(Surge or Hold, and why), asks every rank's agent for the new formation (`PutGroup`) and follows
+rank 0's swap record; a failed group step is not reverted (its group re-forms).
+May import: the standard library, `api`, the agent `contract`, `state`, `steps`, `rollback`,
+`groups`. Called by: the SwapPlan handler (through `gate` for its inputs).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -18,6 +22,7 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
+from mlxfleet_operator.core.swapplan import groups as grouped
 from mlxfleet_operator.core.swapplan import rollback, steps
 from mlxfleet_operator.core.swapplan import state as st
 
@@ -57,22 +62,31 @@ def _running(
     if slot is None or not slot.reachable:
         return st.update(step, message=st.waiting_for_node(step.node)), None, ()
     record = steps.record_to(slot, target, step.request_id, step.started_at)
+    said = f"{step.strategy_reason}; " if step.group is not None else ""  # surge or hold, why
     if record is None:
         # No record yet: (re)send the desired slot; the agent's API is declarative: harmless.
-        resend = st.PutTarget(step.node, step.request_id)
-        return st.update(step, message="swap requested"), None, (resend,)
+        resend: st.Action = (
+            st.PutTarget(step.node, step.request_id)
+            if step.group is None
+            else st.PutGroup(step.group, step.request_id)
+        )
+        return st.update(step, message=f"{said}swap requested"), None, (resend,)
     step = steps.with_record(step, record, slot.offset, now)
     finished_at = step.finished_at or now
     if record.outcome == contract.SwapOutcome.COMPLETED:
-        done = st.update(step, phase=StepPhase.COMPLETED, finished_at=finished_at, message=None)
+        done = st.update(
+            step, phase=StepPhase.COMPLETED, finished_at=finished_at, message=step.strategy_reason
+        )
         return done, None, ()
     if record.outcome is None:
-        return st.update(step, message="swapping"), None, ()
+        return st.update(step, message=f"{said}swapping"), None, ()
     why = record.reason or record.outcome.value
     step = st.update(step, phase=StepPhase.ROLLED_BACK, finished_at=finished_at, message=why)
     failing = replace(state, phase=Phase.ROLLING_BACK, message=rollback.cause(step))
     before = steps.origin(record)
-    back: tuple[st.Action, ...] = (st.PutPrevious(step.node, before),) if before else ()
+    back: tuple[st.Action, ...] = ()
+    if before and step.group is None:  # a group's rank 0 went back on its own
+        back = (st.PutPrevious(step.node, before),)
     return step, failing, back
 
 
@@ -101,13 +115,15 @@ def advance(
     replicas: Sequence[str] | None = None,
     allowed: Sequence[str] | None = None,
     known: Collection[str] | None = None,
+    groups: grouped.Planning | None = None,
 ) -> st.Advance:
     """One step of the plan: fold observations into the state and say what to send to agents.
 
     `replicas`: the nodes carrying the deployment's replicas, when listed nodes without one
     should get one moved there (a person's plan with spec.nodes); `allowed`: the deployment's
     explicit spec.placement.nodes, which such a move must respect; `known`: the InferenceNodes
-    that exist (a step for another node is skipped)."""
+    that exist (a step for another node is skipped); `groups`: a sharded deployment's groups
+    and each one's decision (a step per group)."""
     if state.phase.terminal:
         return st.Advance(state, ())
     if state.phase == Phase.ROLLING_BACK:
@@ -130,7 +146,10 @@ def advance(
                 reason=cond.Reason.PLACEMENT_CONFLICT,
             )
             return st.Advance(failed, ())
-        state = replace(state, steps=steps.initial_steps(nodes, replicas, known))
+        if groups is not None:
+            state = replace(state, steps=grouped.initial_steps(nodes, groups.groups, known))
+        else:
+            state = replace(state, steps=steps.initial_steps(nodes, replicas, known))
     plan = list(state.steps)
     actions: tuple[st.Action, ...] = ()
     for i, step in enumerate(plan):
@@ -156,9 +175,13 @@ def advance(
         return st.Advance(_finished(state, now), ())
     i = pending[0]
     step = plan[i]
+    again = functools.partial(
+        _again, target=target, nodes=nodes, paused=paused, slots=slots, now=now, known=known,
+        groups=groups,
+    )  # fmt: skip
     if known is not None and step.node not in known:  # deleted since the plan was made
         plan[i] = st.skipped(step, st.unknown(step.node))
-        return _again(state, plan, target, nodes, paused, slots, now, known)
+        return again(state, plan)
     slot = slots.get(step.node)
     if slot is None or not slot.reachable:
         waiting = replace(
@@ -181,10 +204,35 @@ def advance(
         )
     elif slot.model is None:  # nothing to do here: skip it and take the next
         plan[i] = st.skipped(step, "no replica on this node")
-        return _again(state, plan, target, nodes, paused, slots, now, known)
+        return again(state, plan)
     elif slot.serves(target):  # its goal already holds
         plan[i] = st.update(step, phase=StepPhase.COMPLETED, finished_at=now, message=st.ON_TARGET)
-        return _again(state, plan, target, nodes, paused, slots, now, known)
+        return again(state, plan)
+    elif step.group is not None:  # a sharded group swaps as a unit
+        decision = groups.decisions.get(step.group) if groups is not None else None
+        if not isinstance(decision, grouped.Decision):
+            why = decision or "waiting for the deployment's groups"
+            plan[i] = st.update(step, message=why)
+            waiting = replace(
+                state,
+                phase=Phase.PROGRESSING,
+                steps=tuple(plan),
+                started_at=state.started_at or now,
+                message=f"group {step.group}: {why}",
+            )
+            return st.Advance(waiting, ())
+        plan[i] = st.update(
+            step,
+            phase=StepPhase.LOADING,
+            started_at=now,
+            message=f"{decision.reason}; swap requested",
+            from_source=slot.model.source,
+            from_revision=slot.model.revision,
+            request_id=steps.request_id(state.plan_id, i),
+            group_id=decision.group_id,
+            strategy=decision.strategy,
+            strategy_reason=decision.reason,
+        )
     else:  # its id is in the step (status) before any operator sends it
         plan[i] = st.update(
             step,
@@ -202,18 +250,25 @@ def advance(
         started_at=state.started_at or now,
         message=None,
     )
-    return st.Advance(running, (st.PutTarget(step.node, plan[i].request_id),))
+    put: st.Action = (
+        st.PutTarget(step.node, plan[i].request_id)
+        if step.group is None
+        else st.PutGroup(step.group, plan[i].request_id)
+    )
+    return st.Advance(running, (put,))
 
 
 def _again(
     state: st.PlanState,
     plan: list[swp.SwapStep],
+    *,
     target: ModelRef,
     nodes: Sequence[str],
     paused: bool,
     slots: Mapping[str, st.NodeSlot],
     now: datetime,
     known: Collection[str] | None,
+    groups: grouped.Planning | None,
 ) -> st.Advance:
     """Advance again after a step finished without running (skipped, or already on target)."""
     return advance(
@@ -224,6 +279,7 @@ def _again(
         slots=slots,
         now=now,
         known=known,
+        groups=groups,
     )
 
 

@@ -24,6 +24,8 @@ def slot_requests(
     strategy = plan.spec.strategy
     out = []
     for action in actions:
+        if isinstance(action, st.PutGroup):
+            continue  # a group's ranks: `groups.requests`
         model = ModelRef.of(plan.spec.target) if isinstance(action, st.PutTarget) else action.model
         spec = slots.slot_spec(
             md,

@@ -138,7 +138,16 @@ class PutPrevious:
     request_id: str | None = field(default=None, compare=False)  # a revert's (None: no record)
 
 
-Action = PutTarget | PutPrevious
+@dataclass(frozen=True)
+class PutGroup:
+    """Ask every rank's agent of sharded group `group` for its rank of the new formation (the
+    step's decision, `groups.Decision`); `request_id`: the step's id, echoed by each record."""
+
+    group: int
+    request_id: str | None = field(default=None, compare=False)
+
+
+Action = PutTarget | PutPrevious | PutGroup
 
 
 @dataclass(frozen=True)

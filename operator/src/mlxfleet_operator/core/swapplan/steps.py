@@ -69,8 +69,9 @@ def changed(step: swp.SwapStep) -> bool:
 
 
 def revertible(step: swp.SwapStep) -> bool:
-    """A completed step that changed its node's model, and knows what the node served before."""
-    return changed(step) and step.from_source is not None
+    """A completed step that changed its node's model, and knows what the node served before
+    (a sharded group's step is not reverted: docs/sharding.md, Limits)."""
+    return changed(step) and step.from_source is not None and step.group is None
 
 
 def request_id(plan_id: str, index: int, *, revert: bool = False) -> str:
