@@ -53,6 +53,7 @@ async def heartbeat_poll(
 async def forget(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> None:
     async with guard.guarded(KIND, body, memo) as run:
         await run.rt.fleet.forget(name)
+        run.rt.nodes.forget(name)
         metrics.NODE_READY.labels(name).set(0)
 
 
