@@ -170,3 +170,18 @@ def test_the_fleet_sends_on_its_own_loop_and_stops_it_on_close(quick_agent: str)
 
     asyncio.run(go())
     assert "mlxfleet-agent-io" not in {t.name for t in threading.enumerate()}
+
+
+def test_clients_share_one_tls_context_per_trust_root() -> None:
+    """Each httpx client that makes its own default context loads the CA bundle again (about
+    0.9 MB and 60 ms each: 430 MB of operator RSS for 500 nodes)."""
+    one = agent.AgentClient(agent.Credentials(url="http://a:1", token="t"))
+    two = agent.AgentClient(agent.Credentials(url="https://b:1", token="u"))
+    contexts = {
+        id(c._http._transport._pool._ssl_context)  # type: ignore[attr-defined]
+        for c in (one, two)
+    }
+    assert len(contexts) == 1
+    assert agent._verify(None) is agent._verify(None)
+    asyncio.run(one.aclose())
+    asyncio.run(two.aclose())

@@ -13,6 +13,7 @@ request needs several loop turns, each one late, and healthy agents timed out).
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 import threading
 import time
@@ -125,9 +126,13 @@ class Credentials:
     ca_pem: str | None = None
 
 
-def _verify(ca_pem: str | None) -> ssl.SSLContext | bool:
+@functools.lru_cache(maxsize=64)
+def _verify(ca_pem: str | None) -> ssl.SSLContext:
+    """One TLS context per trust root, shared by every client that uses it: each context loads
+    its CA bundle (about 0.9 MB and 60 ms a client, 430 MB for 500 nodes when every client made
+    its own). None: httpx's default (certifi or SSL_CERT_FILE/DIR)."""
     if ca_pem is None:
-        return True
+        return httpx.create_ssl_context()
     return ssl.create_default_context(cadata=ca_pem)
 
 
