@@ -603,6 +603,19 @@ def test_node_status_debounces_an_unchanged_heartbeat() -> None:
     assert undamped.last_heartbeat_time == NOW + timedelta(seconds=5)
 
 
+def test_heartbeat_writes_of_nodes_registered_together_are_spread() -> None:
+    """500 nodes registered at once wrote their heartbeat in the same second every minute (the
+    bench's steady window saw all of them or none): each node's interval is stretched by a
+    stable 0-50 %, never shortened."""
+    every = timedelta(seconds=60)
+    spread = {nodes.heartbeat_every(f"mac-{i}", every) for i in range(500)}
+    assert min(spread) >= every
+    assert max(spread) <= every * 1.5
+    assert len(spread) > 300  # not a few shared values
+    assert nodes.heartbeat_every("mac-7", every) == nodes.heartbeat_every("mac-7", every)
+    assert nodes.heartbeat_every("mac-7", timedelta(0)) == timedelta(0)
+
+
 def test_node_status_keeps_free_disk_until_it_moves_a_step() -> None:
     """On a real Mac free disk changes on every poll (logs, caches): the status keeps the
     written figure until it moved by a GiB (or 1 %), so a quiet node writes nothing."""

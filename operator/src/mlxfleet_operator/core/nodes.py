@@ -9,6 +9,7 @@ adapter (which turns a poll's errors into `PollError`s).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -82,6 +83,14 @@ def disk_free(written: int | None, seen: int | None) -> int | None:
     if written is None or seen is None:
         return seen
     return written if abs(seen - written) < max(DISK_STEP_BYTES, written // 100) else seen
+
+
+def heartbeat_every(name: str, every: timedelta) -> timedelta:
+    """The node's own heartbeat write interval: `every` stretched by 0-50 % by a hash of its
+    name, so nodes registered together do not all write their heartbeat in the same second
+    (500 nodes at once would be one burst every minute). Never shorter than `every`."""
+    spread = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=4).digest()) % 1000
+    return every * (1 + spread / 2000)
 
 
 def _heartbeat_time(
