@@ -603,6 +603,52 @@ def test_node_status_debounces_an_unchanged_heartbeat() -> None:
     assert undamped.last_heartbeat_time == NOW + timedelta(seconds=5)
 
 
+def test_heartbeat_writes_of_nodes_registered_together_are_spread() -> None:
+    """500 nodes registered at once wrote their heartbeat in the same second every minute (the
+    bench's steady window saw all of them or none): each node's interval is stretched by a
+    stable 0-50 %, never shortened."""
+    every = timedelta(seconds=60)
+    spread = {nodes.heartbeat_every(f"mac-{i}", every) for i in range(500)}
+    assert min(spread) >= every
+    assert max(spread) <= every * 1.5
+    assert len(spread) > 300  # not a few shared values
+    assert nodes.heartbeat_every("mac-7", every) == nodes.heartbeat_every("mac-7", every)
+    assert nodes.heartbeat_every("mac-7", timedelta(0)) == timedelta(0)
+
+
+def test_node_status_keeps_free_disk_until_it_moves_a_step() -> None:
+    """On a real Mac free disk changes on every poll (logs, caches): the status keeps the
+    written figure until it moved by a GiB (or 1 %), so a quiet node writes nothing."""
+    GiB = 1024**3
+
+    def polled(n: Any, free: int) -> Any:
+        answer = state()
+        answer.disk.free_bytes = free
+        return nodes.status(
+            n,
+            nodes.Poll(answer),
+            heartbeat.Health(ready=True, last_heartbeat=NOW),
+            threshold=3,
+            now=NOW,
+            heartbeat_every=timedelta(seconds=60),
+        )
+
+    first = polled(node("n1"), 100 * GiB)
+    assert first.disk is not None
+    assert first.disk.free_bytes == 100 * GiB
+    n = node("n1").model_copy(update={"status": first})
+    for free in (100 * GiB - 4096, 100 * GiB + 512 * 1024**2, 99 * GiB + 1):
+        assert polled(n, free) == first  # nothing to write: no PATCH, no watch event
+    moved = polled(n, 97 * GiB)  # a model downloaded: written at once
+    assert moved.disk is not None
+    assert moved.disk.free_bytes == 97 * GiB
+    assert nodes.disk_free(None, 5) == 5
+    assert nodes.disk_free(5, None) is None
+    big = 10_000 * GiB  # 1 % of 10 TB is 100 GB
+    assert nodes.disk_free(big, big - 50 * GiB) == big
+    assert nodes.disk_free(big, big - 100 * GiB) == big - 100 * GiB
+
+
 def test_a_name_served_by_another_tenant_on_the_one_node_is_a_filter_with_its_own_reason() -> None:
     """Issue 9: `chat` in team-a and team-b on one node; team-b's is Stalled with
     ServedNameConflict (not SourceInvalid), and the message never names team-a's slot."""

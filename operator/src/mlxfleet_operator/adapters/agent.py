@@ -5,16 +5,22 @@ library.
 Called by: `fleet` (which keeps one client per InferenceNode) and, through it, the handlers.
 Every call has a timeout and is counted (`mlxfleet_operator_agent_calls_total{op,result}`);
 errors come back as `AgentError` subclasses so callers can tell "unreachable" from "refused".
+With an `IoLoop` (the fleet's), requests are sent, timed and read on that loop's own thread: a
+timeout then measures the agent, not how late the caller's busy event loop runs (under load a
+request needs several loop turns, each one late, and healthy agents timed out).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import ssl
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
@@ -30,6 +36,57 @@ DEFAULT_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 # PUT /v1/slots may have to read a model's config (estimate) before answering.
 SLOT_TIMEOUT = httpx.Timeout(30.0, connect=3.0)
 PREFETCH_TIMEOUT = httpx.Timeout(300.0, connect=3.0)
+T = TypeVar("T")
+
+
+class IoLoop:
+    """An event loop on its own (daemon) thread that only sends agent requests and reads their
+    answers; started on first use, stopped by `close`. `run` awaits a coroutine there from any
+    other loop (cancelling the caller cancels it there too)."""
+
+    def __init__(self, name: str = "mlxfleet-agent-io") -> None:
+        self._name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._guard = threading.Lock()
+
+    def _started(self) -> asyncio.AbstractEventLoop:
+        with self._guard:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=loop.run_forever, name=self._name, daemon=True
+                )
+                self._thread.start()
+                self._loop = loop
+            return self._loop
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        loop = self._started()
+        if asyncio.get_running_loop() is loop:  # already there (a call made by a call)
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+
+    def close(self) -> None:
+        """Cancel what still runs there, stop the loop and its thread (idempotent)."""
+        with self._guard:
+            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is None or thread is None:
+            return
+
+        async def _cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result(timeout=5)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5)
+            if not thread.is_alive():
+                loop.close()
 
 
 class AgentError(Exception):
@@ -69,9 +126,13 @@ class Credentials:
     ca_pem: str | None = None
 
 
-def _verify(ca_pem: str | None) -> ssl.SSLContext | bool:
+@functools.lru_cache(maxsize=64)
+def _verify(ca_pem: str | None) -> ssl.SSLContext:
+    """One TLS context per trust root, shared by every client that uses it: each context loads
+    its CA bundle (about 0.9 MB and 60 ms a client, 430 MB for 500 nodes when every client made
+    its own). None: httpx's default (certifi or SSL_CERT_FILE/DIR)."""
     if ca_pem is None:
-        return True
+        return httpx.create_ssl_context()
     return ssl.create_default_context(cadata=ca_pem)
 
 
@@ -109,12 +170,18 @@ def _refused(response: httpx.Response) -> AgentRefused:
 
 
 class AgentClient:
-    """One agent. Create with `Credentials`; close with `aclose()`."""
+    """One agent. Create with `Credentials`; close with `aclose()`. With `io`, every request
+    runs on that loop (see `IoLoop`); without, on the caller's loop."""
 
     def __init__(
-        self, credentials: Credentials, *, transport: httpx.AsyncBaseTransport | None = None
+        self,
+        credentials: Credentials,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        io: IoLoop | None = None,
     ) -> None:
         self.credentials = credentials
+        self._io = io
         self._http = httpx.AsyncClient(
             base_url=credentials.url.rstrip("/"),
             headers={"Authorization": f"Bearer {credentials.token}"},
@@ -124,7 +191,10 @@ class AgentClient:
         )
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._on_io(self._http.aclose())
+
+    async def _on_io(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await (self._io.run(coro) if self._io is not None else coro)
 
     async def _call(
         self,
@@ -154,8 +224,10 @@ class AgentClient:
     ) -> httpx.Response:
         """The agent's answer; no answer or a 5xx other than 507 raises `AgentUnreachable`."""
         try:
-            response = await self._http.request(
-                method, PREFIX + path, json=json, timeout=budget or DEFAULT_TIMEOUT
+            response = await self._on_io(
+                self._http.request(
+                    method, PREFIX + path, json=json, timeout=budget or DEFAULT_TIMEOUT
+                )
             )
         except httpx.HTTPError as exc:
             raise AgentUnreachable(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
@@ -172,7 +244,11 @@ class AgentClient:
             raise AgentUnreachable(f"GET /state: unexpected body: {exc}") from exc
 
     async def clocked_state(self) -> tuple[contract.AgentState, timedelta | None]:
-        """`GET /state` and the agent's clock minus ours (None: an agent too old to say)."""
+        """`GET /state` and the agent's clock minus ours (None: an agent too old to say), timed
+        where the request is sent (see `IoLoop`)."""
+        return await self._on_io(self._clocked_state())
+
+    async def _clocked_state(self) -> tuple[contract.AgentState, timedelta | None]:
         sent, start = datetime.now(UTC), time.monotonic()
         state = await self.state()
         round_trip = timedelta(seconds=time.monotonic() - start)

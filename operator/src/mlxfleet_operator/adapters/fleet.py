@@ -8,6 +8,8 @@ return it as a `nodes.Poll`, `facts.Outcome`, `facts.Prefetch` or `swapplan.stat
 It is memory only: after a restart the handlers wait for the first poll of each node.
 Credentials are read from their Secrets at most every `credentials_ttl` seconds per node (not
 on every poll), and again at once when the agent answers 401/403 (a rotated token).
+Every agent request is sent and timed on the fleet's own `agent.IoLoop` thread, so a busy
+operator loop never makes a healthy agent look unreachable (heartbeats measure the agent).
 May import: the standard library, `agent`, `kube`, `api`, `core` (fact types), the agent
 `contract`. Called by: handlers (through `runtime.Runtime.fleet`).
 """
@@ -79,6 +81,7 @@ class Fleet:
     ) -> None:
         self.kube = kube_
         self.entries: dict[str, Entry] = {}
+        self.io = agent.IoLoop()  # started on the first request, stopped by `aclose`
         self._lock = asyncio.Lock()
         self._credentials: dict[str, _Cached] = {}
         self.version = 0  # bumped when an answer changes what a deployment's decisions read
@@ -134,7 +137,8 @@ class Fleet:
                 return entry.client
             old = entry.client if entry is not None else None
             self.entries[name] = Entry(
-                client=agent.AgentClient(creds), state=entry.state if entry else None
+                client=agent.AgentClient(creds, io=self.io),
+                state=entry.state if entry else None,
             )
         if old is not None:
             await old.aclose()
@@ -322,6 +326,7 @@ class Fleet:
     async def aclose(self) -> None:
         for name in list(self.entries):
             await self.forget(name)
+        await asyncio.to_thread(self.io.close)
 
 
 def decisive(state: contract.AgentState) -> object:

@@ -6,7 +6,11 @@ event loop never blocks. Owned objects are written with server-side apply (field
 `mlxfleet-operator`), so a repeated call is a no-op and nobody else's fields are touched.
 Status of the object a handler is working on is written by kopf's own patch, not here.
 `publish` remembers what it last published per deployment and skips an unchanged one (no GET,
-LIST or apply) until `PUBLISH_RESYNC_S` passes, so a quiet fleet does not write at all.
+LIST or apply) until `PUBLISH_RESYNC_S` passes, so a quiet fleet does not write at all. When the
+endpoints did change, objects this process wrote (their uids) are applied again without being
+read first, the Service is not touched and the stale-slice LIST is skipped while the set of
+slice names is the same: one apply instead of five calls (the full path runs again after
+`PUBLISH_RESYNC_S`, or at once when a fast apply fails: someone else changed the object).
 May import: kubernetes, the standard library, `api`, `core.naming`. Called by: handlers.
 """
 
@@ -18,7 +22,7 @@ import ipaddress
 import socket
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -99,6 +103,16 @@ def write_status(
     found = status_patch(status, body.get("status") or {})
     if found is not None:
         patch["status"] = found
+
+
+@dataclass
+class _Written:
+    """The objects this process wrote for one deployment (uid) and their uids."""
+
+    deployment: str
+    at: float
+    service: str | None = None
+    slices: dict[str, str] = field(default_factory=dict)  # name -> uid
 
 
 @dataclass(frozen=True)
@@ -206,6 +220,8 @@ class Kube:
         self.api = api
         # (namespace, name) -> (what was last published, when): publish skips an unchanged one
         self._published: dict[tuple[str, str], tuple[object, float]] = {}
+        # (namespace, name) -> what this process wrote for it (see `_publish`)
+        self._written: dict[tuple[str, str], _Written] = {}
         self._resync = publish_resync
         self._clock = clock
         self.core = kubernetes.client.CoreV1Api(api)
@@ -315,6 +331,10 @@ class Kube:
         left exactly as it is; no EndpointSlice is written for a Service that is not ours."""
         meta = deployment["metadata"]
         namespace, name = meta["namespace"], meta["name"]
+        key = (namespace, name)
+        written = self._written.pop(key, None)
+        if written is None or written.deployment != meta["uid"] or self._expired(written.at):
+            written = _Written(meta["uid"], self._clock())
         service = naming.service_name(name)
         owner = [owner_reference(deployment)]
         labels = {"app.kubernetes.io/managed-by": MANAGED_BY, **naming.deployment_labels(name)}
@@ -333,9 +353,22 @@ class Kube:
                 "ports": [{"name": SERVICE_PORT_NAME, "port": SERVICE_PORT, "protocol": "TCP"}]
             },
         }
-        await self._own(self._services, deployment, svc_body)
-        wanted = await self.publish_slices(deployment, endpoints)
-        await self._delete_slices(deployment, service, keep=wanted)
+        if written.service is None:  # not written by this process since the last full path
+            written.service = await self._own(self._services, deployment, svc_body)
+        before = set(written.slices)
+        self._written[key] = written  # `publish_slices` reads and fills it
+        try:
+            wanted = await self.publish_slices(deployment, endpoints)
+            if wanted != before or not before:
+                await self._delete_slices(deployment, service, keep=wanted)
+        except BaseException:
+            self._written.pop(key, None)  # the next publish takes the full path
+            raise
+        for gone in before - wanted:
+            written.slices.pop(gone, None)
+
+    def _expired(self, at: float) -> bool:
+        return self._clock() - at >= self._resync
 
     async def publish_slices(
         self, deployment: Mapping[str, Any], endpoints: Sequence[Endpoint]
@@ -388,8 +421,31 @@ class Kube:
                     for address, ep in sorted(members, key=lambda m: m[1].node)
                 ],
             }
-            await self._own(self._slices, deployment, body)
+            await self._own_slice(deployment, body)
         return wanted
+
+    async def _own_slice(self, deployment: Mapping[str, Any], body: JsonDict) -> None:
+        """`_own` for an EndpointSlice; one this process wrote for the deployment is applied
+        with its known uid (no read); if that fails it is read and decided on again."""
+        meta, dmeta = body["metadata"], deployment["metadata"]
+        written = self._written.get((dmeta["namespace"], dmeta["name"]))
+        if written is not None and written.deployment != dmeta["uid"]:
+            written = None
+        uid = written.slices.get(meta["name"]) if written is not None else None
+        if uid is not None:
+            try:
+                await self._apply(
+                    self._slices.patch,
+                    meta["name"],
+                    meta["namespace"],
+                    {**body, "metadata": {**meta, "uid": uid}},
+                )
+                return
+            except KubeError:
+                pass  # changed or gone meanwhile: the careful way below
+        uid = await self._own(self._slices, deployment, body)
+        if written is not None:
+            written.slices[meta["name"]] = uid
 
     async def unpublish(self, deployment: Mapping[str, Any]) -> None:
         """Remove the deployment's own Service and EndpointSlices (ownerReferences do this too
@@ -397,6 +453,7 @@ class Kube:
         meta = deployment["metadata"]
         namespace, service = meta["namespace"], naming.service_name(meta["name"])
         self._published.pop((namespace, meta["name"]), None)
+        self._written.pop((namespace, meta["name"]), None)
         await self._delete_slices(deployment, service, keep=set())
         found = await self._read(self._services, service, namespace)
         if found is not None and owns(deployment, found):
@@ -422,23 +479,27 @@ class Kube:
             self.discovery.delete_namespaced_endpoint_slice,
         )
 
-    async def _own(self, kind: _Kind, deployment: Mapping[str, Any], body: JsonDict) -> None:
-        """Create `body`, or apply it over the existing object if (and only if) it is ours."""
+    async def _own(self, kind: _Kind, deployment: Mapping[str, Any], body: JsonDict) -> str:
+        """Create `body`, or apply it over the existing object if (and only if) it is ours.
+        Returns the object's uid."""
         meta = body["metadata"]
         name, namespace = meta["name"], meta["namespace"]
         found = await self._read(kind, name, namespace)
         if found is None:
             try:
-                await asyncio.to_thread(kind.create, namespace, body, field_manager=FIELD_MANAGER)
+                made = await asyncio.to_thread(
+                    kind.create, namespace, body, field_manager=FIELD_MANAGER
+                )
             except ApiException as exc:  # 409: made meanwhile; the next reconcile looks again
                 raise KubeError(
                     f"create {kind.name} {namespace}/{name}: {exc.status} {exc.reason}"
                 ) from exc
-            return
+            return str(self._plain(made)["metadata"]["uid"])
         if not owns(deployment, found):
             raise ServiceConflict(conflict_message(kind.name, found))
         uid = found["metadata"]["uid"]  # precondition: never applied to a replacement
         await self._apply(kind.patch, name, namespace, {**body, "metadata": {**meta, "uid": uid}})
+        return str(uid)
 
     async def _read(self, kind: _Kind, name: str, namespace: str) -> JsonDict | None:
         try:

@@ -23,6 +23,32 @@ from mlxfleet_operator.adapters import fleet, kube, metrics
 KEY = "runtime"
 
 
+@dataclass
+class NodeView:
+    """What the converge-skip check needs of all InferenceNodes, kept as they change instead of
+    scanned per deployment per tick: a version that moves when any node object changes, and
+    the nodes whose Ready condition is not True. Fed by the `inference_nodes` index (every
+    watch event) and the node delete handler."""
+
+    version: int = 0
+    not_ready: set[str] = field(default_factory=set)
+    _seen: dict[str, str | None] = field(default_factory=dict)  # name -> resourceVersion
+
+    def observe(self, name: str, resource_version: str | None, *, ready: bool) -> None:
+        if self._seen.get(name, "") != resource_version:
+            self._seen[name] = resource_version
+            self.version += 1
+        if ready:
+            self.not_ready.discard(name)
+        else:
+            self.not_ready.add(name)
+
+    def forget(self, name: str) -> None:
+        self._seen.pop(name, None)
+        self.not_ready.discard(name)
+        self.version += 1
+
+
 def now() -> datetime:
     """The one clock of the operator (core functions get it as an argument)."""
     return datetime.now(UTC).replace(microsecond=0)
@@ -38,6 +64,7 @@ class Runtime:
     settled: dict[str, tuple[object, float]] = field(default_factory=dict)
     watches: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # by object uid
     withdrawn: dict[str, set[str]] = field(default_factory=dict)  # group ids a watch withdrew
+    nodes: NodeView = field(default_factory=NodeView)
 
     def watch(self, uid: str, task: asyncio.Task[None] | None) -> None:
         """Keep one background watch per object (a sharded deployment's ready groups): the

@@ -9,6 +9,7 @@ adapter (which turns a poll's errors into `PollError`s).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -72,6 +73,26 @@ def download_summary(transfers: Sequence[contract.Transfer]) -> str | None:
     return f"{done:.1f}/{total:.1f} GiB {rate:.0f} MB/s{more}"
 
 
+DISK_STEP_BYTES = 1024**3  # free disk is rewritten when it moved this much (or 1 %), not per byte
+
+
+def disk_free(written: int | None, seen: int | None) -> int | None:
+    """The free disk figure to write: the one already written while the agent's figure stays
+    within `DISK_STEP_BYTES` or 1 % of it (a real Mac's free space moves on every poll: logs,
+    caches, swap), so an unchanged node's status is not rewritten on every poll."""
+    if written is None or seen is None:
+        return seen
+    return written if abs(seen - written) < max(DISK_STEP_BYTES, written // 100) else seen
+
+
+def heartbeat_every(name: str, every: timedelta) -> timedelta:
+    """The node's own heartbeat write interval: `every` stretched by 0-50 % by a hash of its
+    name, so nodes registered together do not all write their heartbeat in the same second
+    (500 nodes at once would be one burst every minute). Never shorter than `every`."""
+    spread = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=4).digest()) % 1000
+    return every * (1 + spread / 2000)
+
+
 def _heartbeat_time(
     written: datetime | None, seen: datetime | None, every: timedelta
 ) -> datetime | None:
@@ -92,9 +113,10 @@ def status(
 ) -> inode.InferenceNodeStatus:
     """The whole new status (conditions keep their transition times unless they flip).
 
-    `lastHeartbeatTime` moves only when it is `heartbeat_every` old (or was never written): a
-    poll that changes nothing else then writes nothing (Kubernetes' NodeStatus does the same:
-    written on change or every few minutes). Ready flips are conditions: written at once."""
+    `lastHeartbeatTime` moves only when it is `heartbeat_every` old (or was never written), and
+    `disk.freeBytes` only when it moved by a step (`disk_free`): a poll that changes nothing
+    else then writes nothing (Kubernetes' NodeStatus does the same: written on change or every
+    few minutes). Ready flips are conditions: written at once."""
     old = node.status
     gen = node.metadata.generation
     new = old.model_copy(update={"observed_generation": gen})
@@ -113,7 +135,11 @@ def status(
                 "agent_version": state.agent_version,
                 "chip": chip,
                 "memory": _memory(node, state),
-                "disk": inode.DiskStatus(free_bytes=state.disk.free_bytes),
+                "disk": inode.DiskStatus(
+                    free_bytes=disk_free(
+                        old.disk.free_bytes if old.disk else None, state.disk.free_bytes
+                    )
+                ),
                 "slots": [
                     inode.SlotStatus(
                         name=s.name,

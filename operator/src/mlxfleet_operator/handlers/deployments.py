@@ -61,15 +61,16 @@ async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs
 
 def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> object | None:
     """What a reconcile of `body` reads, as a comparable value (None: always reconcile)."""
-    found = idx.inference_nodes()
-    if not all(facts.NodeFacts(node=n, state=None, endpoint=None).ready for n in found):
+    view = rt.nodes  # kept by the node index: no scan of every node per deployment per tick
+    if any(name in idx.nodes for name in view.not_ready):
         return None
     meta = body.metadata
     plans = idx.plans_of(meta.namespace or "", meta.name or "")
     return (
         meta.get("resourceVersion"),
         rt.fleet.version,
-        tuple((n.metadata.name, n.metadata.resource_version) for n in found),
+        view.version,
+        len(idx.nodes),  # a deleted node leaves the index without an event the view sees
         tuple((p.metadata.name, p.metadata.resource_version) for p in plans),
     )
 

@@ -10,8 +10,11 @@ handler module imports another. One index per question:
 - `deployment_ready`: every ModelDeployment's ready replicas by (namespace, name) (ModelRoutes).
 
 Bodies are parsed here, once per change: an object the operator's model refuses is left out
-(kopf logs the error) instead of breaking every handler that reads the index.
-May import: kopf, api, core (claims). Called by: kopf (indexing), handler modules (the view).
+(kopf logs the error) instead of breaking every handler that reads the index. Each node seen
+also updates the runtime's `NodeView` (its version and NotReady set: the converge-skip check
+reads those instead of scanning every node per deployment per tick).
+May import: kopf, api, core (claims, facts), adapters.runtime. Called by: kopf (indexing),
+handler modules (the view).
 """
 
 from __future__ import annotations
@@ -23,19 +26,26 @@ from typing import Any
 
 import kopf
 
+from mlxfleet_operator.adapters import runtime
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.core import naming
 from mlxfleet_operator.core.deployment import claims as slot_claims
+from mlxfleet_operator.core.deployment import facts
 
 NODES = (resources.GROUP, resources.VERSION, resources.INFERENCE_NODE.plural)
 DEPLOYMENTS = (resources.GROUP, resources.VERSION, resources.MODEL_DEPLOYMENT.plural)
 PLANS = (resources.GROUP, resources.VERSION, resources.SWAP_PLAN.plural)
 
 
-def inference_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, inode.InferenceNode]:
-    return {name: inode.InferenceNode.model_validate(copy.deepcopy(dict(body)))}
+def inference_nodes(
+    name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> dict[str, inode.InferenceNode]:
+    node = inode.InferenceNode.model_validate(copy.deepcopy(dict(body)))
+    ready = facts.NodeFacts(node=node, state=None, endpoint=None).ready
+    runtime.of(memo).nodes.observe(name, node.metadata.resource_version, ready=ready)
+    return {name: node}
 
 
 def deployment_slots(

@@ -1,6 +1,7 @@
 """InferenceNode heartbeat: poll the agent's /v1/state every --poll-seconds, debounce misses,
 write status (memory, disk, slots, cached models, conditions) when it changed (lastHeartbeatTime
-alone only every --heartbeat-write-seconds), post an Event on Ready flips.
+alone only every --heartbeat-write-seconds, stretched per node by up to 50 % so nodes do not
+write together), post an Event on Ready flips.
 
 May import: kopf, adapters, core, api, settings, `guard`. Called by: kopf.
 """
@@ -38,7 +39,7 @@ async def heartbeat_poll(
         )
         memo["health"] = seen.health
         rt.fleet.record(name, poll.state, now=now)
-        every = timedelta(seconds=rt.config.heartbeat_write_seconds)
+        every = nodes.heartbeat_every(name, timedelta(seconds=rt.config.heartbeat_write_seconds))
         status = nodes.status(
             node, poll, seen.health, threshold=misses, now=now, heartbeat_every=every
         )
@@ -53,6 +54,7 @@ async def heartbeat_poll(
 async def forget(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> None:
     async with guard.guarded(KIND, body, memo) as run:
         await run.rt.fleet.forget(name)
+        run.rt.nodes.forget(name)
         metrics.NODE_READY.labels(name).set(0)
 
 
