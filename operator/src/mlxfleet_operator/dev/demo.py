@@ -9,7 +9,8 @@ client, changes the model while a load generator streams through the gateway, fo
 SwapPlan to Completed and counts failed requests. Records the gateway's base URL as `gateway` in
 `.dev/demo/demo.json`. Leaves it all running; `down()` (make demo-down) stops it.
 
-May import: dev.controlplane, httpx, openai (dev dependency, lazily). Called by: dev.cli.
+May import: dev (controlplane, credentials, processes), httpx, openai (dev dependency, lazily).
+Called by: dev.cli.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 import httpx
 
 from mlxfleet_operator.api import resources
-from mlxfleet_operator.dev import controlplane
+from mlxfleet_operator.dev import controlplane, credentials, processes
 
 NAMESPACE = "default"
 DEPLOYMENT = "tiny-chat"
@@ -55,7 +56,7 @@ def _bin(name: str) -> str:
 
 
 def _spawn(cmd: list[str], log: Path) -> int:
-    return controlplane.spawn(cmd, log).pid
+    return processes.spawn(cmd, log).pid
 
 
 def _wait_agent(url: str, token: str, *, timeout: float = 60) -> dict[str, Any]:
@@ -188,7 +189,7 @@ def _api_key(plane: controlplane.ControlPlane) -> str:
             "apiVersion": "v1",
             "kind": "Secret",
             "type": "mlxfleet.io/api-key",
-            "metadata": {"name": "demo-key", "namespace": controlplane.OPERATOR_NAMESPACE},
+            "metadata": {"name": "demo-key", "namespace": credentials.OPERATOR_NAMESPACE},
             "stringData": {
                 "keyHash": hashlib.sha256(key.encode()).hexdigest(),
                 "namespaces": NAMESPACE,
@@ -204,8 +205,8 @@ def _start_gateway(
     plane: controlplane.ControlPlane, demo: Path, fleet_key: Path, pids: list[int]
 ) -> str:
     """`mlxfleet-gateway` as its own ServiceAccount (API keys required); its base URL."""
-    say(f"starting the gateway as {controlplane.GATEWAY_USER}")
-    port, metrics_port = controlplane.free_ports(2)
+    say(f"starting the gateway as {credentials.GATEWAY_USER}")
+    port, metrics_port = processes.free_ports(2)
     assert plane.gateway_kubeconfig is not None
     pids.append(
         _spawn(
@@ -285,7 +286,7 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
     say("starting two node agents")
     agents = []
     for node in NODES:
-        control, data = controlplane.free_ports(2)
+        control, data = processes.free_ports(2)
         node_dir = demo / node
         token_file = node_dir / "token"
         if not token_file.exists():
@@ -387,7 +388,7 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
     gateway = _start_gateway(plane, demo, fleet_key, pids)
     state["gateway"] = gateway
     save()
-    print(f"    gateway: {gateway}/v1 (its own identity {controlplane.GATEWAY_USER})")
+    print(f"    gateway: {gateway}/v1 (its own identity {credentials.GATEWAY_USER})")
     print(f"    API key demo-key (team demo): {key}")
     endpoints = [gateway]
 
@@ -479,7 +480,7 @@ def down(dev: Path) -> int:
     state_file = demo / STATE
     if state_file.exists():
         pids = [int(p) for p in json.loads(state_file.read_text()).get("pids", [])]
-        controlplane.terminate(list(reversed(pids)), grace=30)
+        processes.terminate(list(reversed(pids)), grace=30)
         state_file.unlink()
     controlplane.stop(dev / "control-plane")
     for name in ("kubeconfig", "operator.kubeconfig", "gateway.kubeconfig"):
