@@ -48,7 +48,7 @@ from tests.support import gateway as gws
 
 from benchmarks.agent_bench import PROMPT, pct
 from mlxfleet_agent import devmodels
-from mlxfleet_operator.dev import controlplane
+from mlxfleet_operator.dev import controlplane, processes
 
 SECTION = "## Gateway"
 CONVERSATIONS = 12
@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         plain = gws.start_gateway(
             kubeconfig, root / "gw-plain", anonymous=True, extra=["--no-affinity"]
         )
-        (port,) = controlplane.free_ports(1)
+        (port,) = processes.free_ports(1)
         n1_data = fl.nodes[n1].data_url
         floor = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.floor_proxy", str(port), n1_data, gws.FLEET_KEY]

@@ -38,7 +38,7 @@ import httpx
 
 from benchmarks.scale import observe, workload
 from mlxfleet_operator.core import naming
-from mlxfleet_operator.dev import controlplane
+from mlxfleet_operator.dev import controlplane, processes
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -140,7 +140,7 @@ def hollow_fleet(s: Settings, root: Path) -> Iterator[Hollow]:
         f"--download-s={s.download_s}", f"--load-s={s.load_s}", f"--warm-s={s.warm_s}",
         f"--out={out}",
     ]  # fmt: skip
-    proc = controlplane.spawn(args, log, die_with_parent=True)  # (run from the repo root)
+    proc = processes.spawn(args, log, die_with_parent=True)  # (run from the repo root)
     try:
         if until("hollow fleet", out.exists, timeout=120, interval=0.1) is None:
             raise RuntimeError(f"hollow fleet did not start:\n{log.read_text()[-2000:]}")
@@ -171,7 +171,7 @@ def operator(
         "--failover-delay", str(s.failover_delay), "--log-level", "WARNING",
         "--metrics-host", "127.0.0.1", "--metrics-port", str(metrics_port),
     ]  # fmt: skip
-    proc = controlplane.spawn(cmd, root / "operator.log", die_with_parent=True)
+    proc = processes.spawn(cmd, root / "operator.log", die_with_parent=True)
     try:
         yield proc.pid
     finally:
@@ -309,7 +309,7 @@ def run(s: Settings) -> dict[str, Any]:
         plane.kubectl("create", "namespace", NAMESPACE)
         say(f"{s.nodes} hollow nodes up; registering them")
         result["register_s"] = round(_register(admin, fleet), 1)
-        (metrics_port,) = controlplane.free_ports(1)
+        (metrics_port,) = processes.free_ports(1)
         pid = stack.enter_context(operator(s, plane, root, metrics_port=metrics_port))
         sampler = observe.ProcessSampler(pid).start()
         stack.callback(sampler.stop)

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mlxfleet_operator.dev import controlplane
+from mlxfleet_operator.dev import controlplane, processes
 
 BIN = Path(sys.executable).parent
 POLL = 1.0
@@ -209,7 +209,7 @@ class Agents:
         **more: Any,
     ) -> Agent:
         """Start an agent; `more`: other `Agent` fields (host, prefix, models_root)."""
-        control, data = controlplane.free_ports(2)
+        control, data = processes.free_ports(2)
         more.setdefault("models_root", self.models_root)
         agent = Agent(
             name=name,
@@ -290,7 +290,7 @@ class Operator:
 
 @pytest.fixture
 def operator(cluster: controlplane.ControlPlane, tmp_path: Path) -> Iterator[Operator]:
-    metrics_port, liveness_port = controlplane.free_ports(2)
+    metrics_port, liveness_port = processes.free_ports(2)
     op = Operator(
         cluster=cluster,
         root=tmp_path / "operator",

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mlxfleet_operator.dev import controlplane
+from mlxfleet_operator.dev import controlplane, processes
 from tests.e2e import gwfleet
 from tests.e2e.conftest import wait_for
 from tests.support import gateway as gws
@@ -166,7 +166,7 @@ def test_a_swap_under_load_through_the_gateway_fails_nothing(
 @contextlib.contextmanager
 def mlx_lm_server(model: Path, log: Path) -> Iterator[str]:
     """A plain `mlx_lm.server`: an OpenAI-compatible server outside the fleet."""
-    (port,) = controlplane.free_ports(1)
+    (port,) = processes.free_ports(1)
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mlxfleet_operator.dev import controlplane
+from mlxfleet_operator.dev import controlplane, processes
 from tests.e2e.conftest import BIN, E2E, Agents, Operator, is_true, stop_process, wait_for
 
 pytestmark = [pytest.mark.cluster]
@@ -227,7 +227,7 @@ def test_join_registers_rejoin_is_idempotent_and_leave_drains(
 ) -> None:
     node = f"{e2e.label}-joined"
     root = tmp_path / "mac"
-    control, data = controlplane.free_ports(2)
+    control, data = processes.free_ports(2)
     token = create_token(cluster, "--ttl", "15m")
     extra = (
         "--labels",

@@ -24,7 +24,7 @@ import openai
 import pytest
 import yaml
 
-from mlxfleet_operator.dev import controlplane
+from mlxfleet_operator.dev import controlplane, processes
 from tests.e2e.conftest import BIN, Agents, stop_process, wait_for
 from tests.support.gateway import start_gateway
 from tests.support.helm import (
@@ -107,7 +107,7 @@ def test_quickstart(
         macs = []
         for name in ("mac-studio-1", "mac-studio-2"):
             root = tmp_path / name
-            control, data = controlplane.free_ports(2)
+            control, data = processes.free_ports(2)
             words = [w.replace("BOOTSTRAP", token.strip()) for w in join[2:]]
             words[words.index("--server") + 1] = plane.server
             words[words.index("--ca-file") + 1] = str(ca_out)  # what `token create` wrote

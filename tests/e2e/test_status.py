@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_operator.dev import controlplane
+from mlxfleet_operator.dev import processes
 from tests.e2e.conftest import E2E, Agents, Operator, condition, is_true, wait_for
 
 pytestmark = [pytest.mark.cluster]
@@ -178,7 +178,7 @@ def test_hub_down_is_transient_only_a_missing_source_stalls(
     reason: str,
     stalled: bool,
 ) -> None:
-    [closed] = controlplane.free_ports(1)  # nothing listens there: every hub call fails
+    [closed] = processes.free_ports(1)  # nothing listens there: every hub call fails
     hub = {"HF_ENDPOINT": f"http://127.0.0.1:{closed}", "HF_HOME": str(tmp_path / "hf"), **env}
     agent = agents.start("a", env=hub)
     node = e2e.register(agent)

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import yaml
 
-from mlxfleet_operator.dev import controlplane
+from mlxfleet_operator.dev import controlplane, processes
 from tests.e2e.conftest import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,7 +150,7 @@ class ChartOperator:
 
     def start(self) -> list[str]:
         """Start with the rendered args; only the listen addresses move to free loopback ports."""
-        health, metrics = controlplane.free_ports(2)
+        health, metrics = processes.free_ports(2)
         args = []
         for arg in self.rendered_args():
             if arg.startswith("--liveness="):

@@ -14,10 +14,10 @@ import pytest
 
 from mlxfleet_operator.adapters import fleet, kube
 from mlxfleet_operator.api import inferencenode, resources
-from mlxfleet_operator.dev import controlplane
+from mlxfleet_operator.dev import controlplane, credentials
 
 pytestmark = pytest.mark.cluster
-NS = controlplane.OPERATOR_NAMESPACE
+NS = credentials.OPERATOR_NAMESPACE
 
 
 def _secret(cluster: controlplane.ControlPlane, name: str, token: str) -> None:

@@ -16,10 +16,10 @@ import pytest
 from mlxfleet_operator.adapters import kube
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.core import naming
-from mlxfleet_operator.dev import controlplane
+from mlxfleet_operator.dev import controlplane, credentials
 
 pytestmark = pytest.mark.cluster
-NS = controlplane.OPERATOR_NAMESPACE
+NS = credentials.OPERATOR_NAMESPACE
 
 
 def _slices(cluster: controlplane.ControlPlane, service: str) -> list[dict[str, Any]]:

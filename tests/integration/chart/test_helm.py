@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_operator.dev import controlplane
+from mlxfleet_operator.dev import controlplane, processes
 from tests.e2e.conftest import Agent, wait_for
 from tests.support.helm import (
     CHART,
@@ -109,7 +109,7 @@ def test_every_rendering_passes_server_side_validation(
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[Agent]:
-    control, data = controlplane.free_ports(2)
+    control, data = processes.free_ports(2)
     (tmp_path / "models").mkdir()
     one = Agent(
         name="mac-1",

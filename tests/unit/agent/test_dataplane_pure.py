@@ -14,6 +14,7 @@ import pytest
 from mlxfleet_agent import contract
 from mlxfleet_agent.dataplane import answers, errors, routing
 from mlxfleet_agent.models import source
+from mlxfleet_agent.slots import deps as deps_
 from mlxfleet_agent.slots import handle as handle_
 from mlxfleet_agent.slots import lease, slot, swap
 from mlxfleet_agent.telemetry import recorder
@@ -369,7 +370,7 @@ def test_a_ready_slot_admits_max_concurrency_then_queues_then_refuses() -> None:
     async def scenario() -> None:
         spec = _spec(maxConcurrency=2)
         src = source.of(spec)
-        deps = slot.Deps(
+        deps = deps_.Deps(
             catalog=cast(Any, None),
             launcher=cast(Any, None),
             telemetry=recorder.Telemetry(),

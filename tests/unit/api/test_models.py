@@ -15,6 +15,7 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.api import (
     base,
     conditions,
+    deploymentspec,
     fields,
     inferencenode,
     modeldeployment,
@@ -95,12 +96,12 @@ def test_invalid_objects_are_rejected_naming_the_field(case: cases.Invalid) -> N
 
 
 def test_defaults_follow_the_issue() -> None:
-    spec = modeldeployment.ModelDeploymentSpec.model_validate({"model": {"source": "hf://a/b"}})
+    spec = deploymentspec.ModelDeploymentSpec.model_validate({"model": {"source": "hf://a/b"}})
     assert (spec.replicas, spec.context_length, spec.max_concurrency) == (1, 8192, 4)
-    assert spec.placement.strategy is modeldeployment.PlacementStrategy.SPREAD
+    assert spec.placement.strategy is deploymentspec.PlacementStrategy.SPREAD
     assert spec.swap.strategy is fields.SwapStrategy.AUTO
     assert spec.swap.drain_timeout_seconds == 300
-    assert spec.swap.approval is modeldeployment.SwapApproval.AUTOMATIC
+    assert spec.swap.approval is deploymentspec.SwapApproval.AUTOMATIC
     assert spec.memory_bytes() is None
     ref = inferencenode.InferenceNodeSpec.model_validate(
         {"agent": {"url": "http://m:1", "tokenSecretRef": {"name": "s"}}}
@@ -109,10 +110,10 @@ def test_defaults_follow_the_issue() -> None:
 
 
 def test_names_and_aliases_both_validate_and_dump_by_alias() -> None:
-    by_name = modeldeployment.ModelDeploymentSpec.model_validate(
+    by_name = deploymentspec.ModelDeploymentSpec.model_validate(
         {"model": {"source": "hf://a/b", "served_name": "b"}, "context_length": 1024}
     )
-    by_alias = modeldeployment.ModelDeploymentSpec.model_validate(
+    by_alias = deploymentspec.ModelDeploymentSpec.model_validate(
         {"model": {"source": "hf://a/b", "servedName": "b"}, "contextLength": 1024}
     )
     assert by_name == by_alias
@@ -124,7 +125,7 @@ def test_names_and_aliases_both_validate_and_dump_by_alias() -> None:
 
 
 def test_unknown_fields_are_ignored() -> None:
-    spec = modeldeployment.ModelDeploymentSpec.model_validate(
+    spec = deploymentspec.ModelDeploymentSpec.model_validate(
         {"model": {"source": "hf://a/b", "futureField": 1}, "addedByServer": True}
     )
     assert "futureField" not in spec.to_wire()["model"]
@@ -144,10 +145,10 @@ def test_sources_also_pass_the_agent_contract(source: str) -> None:
 
 
 def test_server_options_match_the_agent_contract() -> None:
-    ours = {f.alias or n for n, f in modeldeployment.ServerOptions.model_fields.items()}
+    ours = {f.alias or n for n, f in deploymentspec.ServerOptions.model_fields.items()}
     theirs = {to_camel(n) for n in contract.ServerOptions.model_fields}
     assert ours == theirs
-    options = modeldeployment.ServerOptions.model_validate(
+    options = deploymentspec.ServerOptions.model_validate(
         {"decodeConcurrency": 32, "kvBits": 4, "chatTemplateArgs": {"enable_thinking": False}}
     )
     agent = options.to_agent()
@@ -163,7 +164,7 @@ def test_swap_strategy_maps_to_the_agent_and_back(strategy: fields.SwapStrategy)
 
 
 def test_swap_settings_to_agent_policy() -> None:
-    policy = modeldeployment.SwapSettings(
+    policy = deploymentspec.SwapSettings(
         strategy=fields.SwapStrategy.HOLD, drain_timeout_seconds=30
     ).to_agent()
     assert policy == contract.SwapPolicy(
@@ -258,7 +259,7 @@ def test_chat_template_args_are_bounded_in_depth_and_size(
     CRD), so the operator's model and the agent contract bound depth and size alike."""
     spec = {"model": {"source": "hf://a/b"}, "server": {"chatTemplateArgs": args}}
     with pytest.raises(ValidationError) as info:
-        modeldeployment.ModelDeploymentSpec.model_validate(spec)
+        deploymentspec.ModelDeploymentSpec.model_validate(spec)
     assert "server.chatTemplateArgs" in str(info.value)
     assert needle in str(info.value)
     with pytest.raises(ValidationError, match=needle):
@@ -277,5 +278,5 @@ def test_chat_template_args_are_bounded_in_depth_and_size(
 )
 def test_chat_template_args_within_bounds_pass_both_models(args: dict[str, Any]) -> None:
     spec = {"model": {"source": "hf://a/b"}, "server": {"chatTemplateArgs": args}}
-    md = modeldeployment.ModelDeploymentSpec.model_validate(spec)
+    md = deploymentspec.ModelDeploymentSpec.model_validate(spec)
     assert md.server.to_agent().chat_template_args == args

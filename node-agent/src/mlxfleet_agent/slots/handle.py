@@ -3,7 +3,7 @@
 Requests hold a handle from admission to their last byte (`in_flight`); a retired handle
 drains (`drained` is set once its last request ended) and is then stopped by its slot.
 May import: the standard library, contract, backends.process, models.source.
-Called by: slots (slot, gate, swap).
+Called by: slots (slot, handles, gate, swap).
 """
 
 from __future__ import annotations

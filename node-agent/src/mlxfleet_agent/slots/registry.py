@@ -8,7 +8,7 @@ idempotent). Refusals are `refusals.Rejected` / `refusals.NoFit`, mapped to HTTP
 API. The registry is the slots' `Owner` (memory budget, backend records, persistence) and the
 data plane's `lease.Routes`.
 May import: the standard library, contract, sizing, refusals, host.platform, backends
-(launcher, orphans), models (catalog, errors, source), telemetry.recorder, slots (slot,
+(launcher, orphans), models (catalog, errors, source), telemetry.recorder, slots (deps, slot,
 convergence, statefile). Called by: runtime (builds it), controlapi (slot routes, state).
 """
 
@@ -22,8 +22,8 @@ from mlxfleet_agent import contract, refusals, sizing
 from mlxfleet_agent.backends import launcher, orphans, recipes
 from mlxfleet_agent.host import platform
 from mlxfleet_agent.models import catalog, errors, source
-from mlxfleet_agent.slots import convergence, statefile
-from mlxfleet_agent.slots.slot import Deps, Slot
+from mlxfleet_agent.slots import convergence, deps, statefile
+from mlxfleet_agent.slots.slot import Slot
 from mlxfleet_agent.telemetry import recorder
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class Registry:
         self.queue_limit = queue_limit
         self.memory_budget = memory_budget
         self.slots: dict[str, Slot] = {}
-        self._deps = Deps(
+        self._deps = deps.Deps(
             catalog=catalog,
             launcher=launcher,
             telemetry=telemetry,

@@ -5,9 +5,12 @@ while the gate is open and keep that handle until they finish, whatever happens 
 meanwhile: that is what makes `switch` atomic and drop-free. Everything the swap protocol
 (`swap`) and the convergence loop (`convergence`) do to a slot goes through the public
 operations here (prepare, load, switch, take_offline, drain, stop_retired, revert, ...); the
-loop itself runs in a task the registry starts (`start(run)`).
-May import: the standard library, contract, backends (launcher, process, ranks, readiness),
-models (catalog, progress, source), telemetry.recorder, slots (gate, handle, lease).
+loop itself runs in a task the registry starts (`start(run)`). The slot keeps the desired spec,
+the phase, the gate, the swap records and the watch on its backends; the backends themselves
+(active, standby, retiring: bringing one up, draining, stopping) are `handles.Handles`, and what
+every slot shares is `deps.Deps`.
+May import: the standard library, contract, backends (process, readiness), models (progress,
+source), slots (deps, gate, handle, handles, lease).
 Called by: slots (registry, swap, convergence); the data plane through `slots.lease` only.
 """
 
@@ -20,49 +23,18 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from mlxfleet_agent import contract
-from mlxfleet_agent.backends import launcher, process, ranks, readiness
-from mlxfleet_agent.models import catalog, progress, source
-from mlxfleet_agent.slots import gate, lease
+from mlxfleet_agent.backends import process, readiness
+from mlxfleet_agent.models import progress, source
+from mlxfleet_agent.slots import deps as deps_
+from mlxfleet_agent.slots import gate, handles, lease
 from mlxfleet_agent.slots.handle import Handle, Prepared
-from mlxfleet_agent.telemetry import recorder
 
 log = logging.getLogger(__name__)
 SWAP_HISTORY = 50
 Phase = contract.SlotPhase
-
-
-class Owner(Protocol):
-    """What a slot asks of the registry that owns it (the registry implements this)."""
-
-    def budget(self) -> int:
-        """Bytes all slots together may use."""
-        ...
-
-    def others_estimate(self, name: str) -> int:
-        """Bytes the other slots' backends hold now."""
-        ...
-
-    def backends_changed(self) -> None:
-        """A backend process started or stopped (the registry records the live ones)."""
-        ...
-
-    def persist(self) -> None:
-        """A slot's desired spec changed on its own (rollback): save the desired state."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class Deps:
-    """What every slot of one agent shares; built once by the registry."""
-
-    catalog: catalog.Catalog
-    launcher: launcher.Launcher
-    telemetry: recorder.Telemetry
-    owner: Owner
-    restart_backoff_max_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +59,7 @@ class Slot:
         spec: contract.SlotSpec,
         src: source.Source,
         *,
-        deps: Deps,
+        deps: deps_.Deps,
         queue_limit: int,
     ) -> None:
         self.name = name
@@ -101,9 +73,7 @@ class Slot:
         self.swaps: deque[contract.SwapRecord] = deque(maxlen=SWAP_HISTORY)
         self._desired = (spec, src)
         self.request_id: str | None = None  # the caller's id for a swap to the desired spec
-        self._active: Handle | None = None
-        self._standby: Handle | None = None  # B while it loads, before the switch
-        self._retiring: list[Handle] = []
+        self._backends = handles.Handles(deps)
         self._gate = gate.Gate(slot=name, limit=queue_limit)
         self._swap: contract.SwapRecord | None = None
         self._download: progress.Meter | None = None  # the weights being prepared
@@ -123,7 +93,7 @@ class Slot:
 
     @property
     def active(self) -> Handle | None:
-        return self._active
+        return self._backends.active
 
     @property
     def queued(self) -> int:
@@ -131,7 +101,7 @@ class Slot:
 
     def refusal(self) -> str | None:
         """Why no request is served now (deleted, shutting down, failed without a backend)."""
-        if self.deleted or self.closing or (self.failed and self._active is None):
+        if self.deleted or self.closing or (self.failed and self._backends.active is None):
             return self.last_error or "slot is not serving"
         return None
 
@@ -140,7 +110,7 @@ class Slot:
     async def lease(self, *, timeout_s: float) -> SlotLease:
         """Lease the active backend: at once while the gate is open and it has a free place,
         else in the bounded FIFO queue (see `gate`)."""
-        handle = self._active
+        handle = self._backends.active
         if self._gate.admit_now(handle):
             assert handle is not None
             return SlotLease(self, handle, 0.0, self._swap)
@@ -162,7 +132,7 @@ class Slot:
         the one running now (requests in flight on A while a swap drains it).
         """
         held.upstream.release()
-        self._gate.dispatch(self._active)
+        self._gate.dispatch(self._backends.active)
         swap = held.swap or self._swap
         if swap is not None:
             if ok:
@@ -173,7 +143,7 @@ class Slot:
     # ---- status -------------------------------------------------------------------------------
 
     def status(self) -> contract.SlotStatus:
-        handle = self._active
+        handle = self._backends.active
         serving = handle.spec if handle is not None else self.desired
         return contract.SlotStatus(
             name=self.name,
@@ -183,7 +153,7 @@ class Slot:
             phase=self.phase,
             ready=handle is not None and self._gate.is_open,
             backend_port=handle.backend.port if handle is not None else None,
-            in_flight=sum(h.in_flight for h in self._handles()),
+            in_flight=sum(h.in_flight for h in self._backends.all()),
             queued=self.queued,
             restarts=self.restarts,
             last_error=self.last_error,
@@ -195,14 +165,10 @@ class Slot:
 
     def estimate(self) -> int:
         """Memory the slot's live backends hold now (active + standby + draining)."""
-        return sum(h.estimate for h in self._handles())
+        return sum(h.estimate for h in self._backends.all())
 
     def backend_pids(self) -> list[int]:
-        return [h.backend.pid for h in self._handles() if h.backend.pid is not None]
-
-    def _handles(self) -> list[Handle]:
-        out = [h for h in (self._active, self._standby) if h is not None]
-        return out + [h for h in self._retiring if h not in out]
+        return [h.backend.pid for h in self._backends.all() if h.backend.pid is not None]
 
     # ---- the convergence loop's task and its wake-ups -----------------------------------------
 
@@ -232,7 +198,7 @@ class Slot:
         """Stop a rank still forming its group when that group is no longer wanted (`spec`:
         the new desired spec; None: the slot is deleted). It may wait in the ring's accept for
         a peer that is gone, which would hold this slot's loop until the load timeout."""
-        forming = self._standby
+        forming = self._backends.standby
         if forming is None or forming.spec.shard is None or forming.spec == spec:
             return
         log.info("rank of an abandoned group stopped", extra={"slot": self.name})
@@ -262,7 +228,7 @@ class Slot:
     def fail(self, message: str) -> bool:
         """Converging failed; True when no backend serves (the slot is Failed and retries)."""
         self.last_error = message
-        if self._active is not None:
+        if self._backends.active is not None:
             return False
         self.phase = Phase.FAILED
         self.failed = True
@@ -278,9 +244,7 @@ class Slot:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        await asyncio.gather(*(self._stop_handle(h) for h in self._handles()))
-        self._active = self._standby = None
-        self._retiring.clear()
+        await self._backends.stop_all()
 
     # ---- primitives of the swap protocol and the convergence loop -----------------------------
 
@@ -292,12 +256,12 @@ class Slot:
 
     def end_swap(self) -> None:
         self._swap = None
-        if self._active is not None and self._gate.is_open:
+        if self._backends.active is not None and self._gate.is_open:
             self.phase = Phase.READY
 
     async def prepare(self, spec: contract.SlotSpec, src: source.Source) -> Prepared:
         """Weights for `spec` on disk (downloaded if needed) and pinned, and their estimate."""
-        if self._active is None:
+        if self._backends.active is None:
             self.phase = Phase.DOWNLOADING
         label = f"{self.name}-{int(time.time() * 1000) % 10**9}"
         meter = self._download = progress.Meter()
@@ -312,7 +276,7 @@ class Slot:
             self._download = None
             self.deps.catalog.release(label)
             raise
-        if self._active is None:
+        if self._backends.active is None:
             self.phase = Phase.LOADING
         return Prepared(spec=spec, source=src, model_dir=model_dir, estimate=estimate, label=label)
 
@@ -324,45 +288,19 @@ class Slot:
     async def load(self, prepared: Prepared) -> Handle:
         """Start and warm a backend on prepared weights (it becomes the standby); on failure the
         backend is stopped, the weights unpinned and BackendFailed raised."""
-        if self._active is None:
+        if self._backends.active is None:
             self.phase = Phase.LOADING
-        spec = prepared.spec
-        if spec.shard is not None:
-            why = ranks.check_model(spec.shard, ranks.read_config(prepared.model_dir))
-            if why is not None:
-                self.deps.catalog.release(prepared.label)
-                raise process.BackendFailed(why)
-        backend, probes = self.deps.launcher.backend(
-            model_dir=prepared.model_dir, spec=spec, label=prepared.label
-        )
-        handle = Handle(
-            backend=backend,
-            spec=spec,
-            source=prepared.source,
-            model_dir=prepared.model_dir,
-            estimate=prepared.estimate,
-        )
-        self._standby = handle
+        handle, probes = self._backends.create(prepared)
         try:
-            await backend.start()
-            self.deps.owner.backends_changed()
-            if self._active is None:
+            await self._backends.start(handle)
+            if self._backends.active is None:
                 self.phase = Phase.WARMING
-            if spec.shard is not None and not spec.shard.leader:
-                # a follower has no HTTP server: it is up while it runs; rank 0's warm-up
-                # proves the whole group (it cannot answer without every rank)
-                await ranks.follower_started(alive=backend.alive)
-            else:
-                warm = await self.deps.launcher.warm_up(backend, probes)
-                handle.fingerprint = warm.fingerprint
+            await self._backends.warm(handle, probes)
         except BaseException as exc:
-            self._standby = None
             self._download = None
-            await self.deps.launcher.stop(backend, grace_s=2.0)
-            self.deps.catalog.release(prepared.label)
-            self.deps.owner.backends_changed()
+            await self._backends.discard(handle, label=prepared.label)
             if isinstance(exc, readiness.NotReady | OSError):
-                raise process.BackendFailed(f"{exc}; log: {backend.log_tail()}") from exc
+                raise process.BackendFailed(f"{exc}; log: {handle.backend.log_tail()}") from exc
             raise
         self._download = None  # loaded: the download's figures are history
         handle.watcher = asyncio.get_running_loop().create_task(self._watch(handle))
@@ -370,13 +308,7 @@ class Slot:
 
     def switch(self, handle: Handle) -> Handle | None:
         """Atomically make `handle` the active backend and open the gate; return the old one."""
-        old = self._active
-        self._active = handle
-        if self._standby is handle:
-            self._standby = None
-        if old is not None:
-            old.retire()
-            self._retiring.append(old)
+        old = self._backends.promote(handle)
         self.failed = False
         self.phase = Phase.READY
         self._gate.open(handle)
@@ -387,22 +319,20 @@ class Slot:
 
     def update_in_place(self, spec: contract.SlotSpec) -> None:
         """A new spec the active backend serves as it is (names, policies): adopt it."""
-        if self._active is not None:
-            self._active.spec = spec
+        if self._backends.active is not None:
+            self._backends.active.spec = spec
 
     def close_gate(self) -> None:
         """New requests queue (a cold start or a hold swap is under way)."""
         self._gate.close()
 
     def open_gate(self) -> None:
-        self._gate.open(self._active)
+        self._gate.open(self._backends.active)
 
     def take_offline(self, handle: Handle) -> None:
         """Shut the gate and take `handle` off the route; its requests in flight go on."""
         self._gate.close()
-        if self._active is handle:
-            self._active = None
-            self._retiring.append(handle)
+        self._backends.take_off(handle)
 
     def revert(self, target: contract.SlotSpec, *, to: Handle) -> None:
         """A swap to `target` was rolled back: unless a newer spec arrived meanwhile, the desired
@@ -414,51 +344,25 @@ class Slot:
 
     async def drain(self, handle: Handle, *, timeout_s: float) -> bool:
         """Wait for a retired handle's in-flight requests; False when the timeout cut it short."""
-        handle.retire()
-        try:
-            await asyncio.wait_for(handle.drained.wait(), timeout=timeout_s)
-            return True
-        except TimeoutError:
-            return False
+        return await self._backends.drain(handle, timeout_s=timeout_s)
 
     async def outlive(self, handle: Handle, *, timeout_s: float) -> bool:
         """A retired follower rank: wait until its process exits on its own (its group's rank 0
         stopped); False when the timeout cut it short (it is stopped next)."""
-        handle.retire()
-        try:
-            await asyncio.wait_for(handle.backend.wait_exit(), timeout=timeout_s)
-            return True
-        except TimeoutError:
-            return False
+        return await self._backends.outlive(handle, timeout_s=timeout_s)
 
     async def stop_retired(self, handle: Handle) -> None:
-        await self._stop_handle(handle)
+        await self._backends.stop(handle)
 
     async def drain_and_stop(self) -> None:
         """The slot is deleted: refuse what queues, drain and stop every backend."""
-        handles = self._handles()
-        self._active = self._standby = None
+        backends = self._backends
+        every = backends.all()
+        backends.active = backends.standby = None
         self._gate.open(None)  # wake waiters: they see `deleted` and give up
         drain_s = float(self.desired.swap.drain_timeout_seconds)
-        await asyncio.gather(*(self._retire_and_stop(h, drain_s=drain_s) for h in handles))
+        await asyncio.gather(*(backends.retire_and_stop(h, drain_s=drain_s) for h in every))
         self.deps.telemetry.forget_slot(self.name)
-
-    async def _retire_and_stop(self, handle: Handle, *, drain_s: float) -> None:
-        if handle not in self._retiring:
-            self._retiring.append(handle)
-        if drain_s > 0:
-            await self.drain(handle, timeout_s=drain_s)
-        await self._stop_handle(handle)
-
-    async def _stop_handle(self, handle: Handle) -> None:
-        handle.retire()
-        await self.deps.launcher.stop(handle.backend)
-        self.deps.catalog.release(handle.backend.label)
-        if handle in self._retiring:
-            self._retiring.remove(handle)
-        if handle.watcher is not None and handle.watcher is not asyncio.current_task():
-            handle.watcher.cancel()
-        self.deps.owner.backends_changed()
 
     async def _watch(self, handle: Handle) -> None:
         """Notice a backend that exits on its own: fail over to a restart with backoff."""
@@ -476,14 +380,14 @@ class Slot:
         self.last_error = f"backend exited with code {code}; log: {tail}"
         handle.backend.stopping = True
         self.deps.owner.backends_changed()
-        if handle is not self._active:
+        if handle is not self._backends.active:
             return  # a standby's warm-up fails on its own; a draining one just ends
         self._gate.close()
-        self._active = None
+        self._backends.active = None
         self.phase = Phase.LOADING
         delay = readiness.next_backoff(self.restarts - 1, max_s=self.deps.restart_backoff_max_s)
         self.restarts += 1
-        await self._stop_handle(handle)
+        await self._backends.stop(handle)
         await asyncio.sleep(delay if self.restarts > 1 else 0.0)
         self._wake.set()
 
@@ -498,19 +402,19 @@ class Slot:
         log.error("rank stopped", extra={"slot": self.name, "pid": backend.pid, "reason": why})
         self.last_error = f"{why}; log: {backend.log_tail()}"
         backend.stopping = True
-        if handle is self._active:
+        if handle is self._backends.active:
             self._gate.close()
-            self._active = None
+            self._backends.active = None
             self.phase = Phase.FAILED
             self.failed = True
-        await self._stop_handle(handle)
+        await self._backends.stop(handle)
 
     async def restart_rank(self, spec: contract.SlotSpec, src: source.Source) -> None:
         """A group re-forms as a whole: stop this rank's backend, start the new one (no surge)."""
-        handle = self._active
+        handle = self._backends.active
         if handle is not None:
             self._gate.close()
-            self._active = None
-            await self._stop_handle(handle)
+            self._backends.active = None
+            await self._backends.stop(handle)
         handle = await self.load(await self.prepare(spec, src))
         self.switch(handle)

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from mlxfleet_operator.api import (
     base,
+    deploymentspec,
     inferencenode,
     modeldeployment,
     modelroute,
@@ -61,7 +62,7 @@ KINDS: tuple[Kind, ...] = (
     Kind(
         resources.MODEL_DEPLOYMENT,
         modeldeployment.ModelDeployment,
-        modeldeployment.ModelDeploymentSpec,
+        deploymentspec.ModelDeploymentSpec,
         modeldeployment.ModelDeploymentStatus,
         modeldeployment.PRINTER_COLUMNS,
         MODEL_DEPLOYMENT_SCALE,

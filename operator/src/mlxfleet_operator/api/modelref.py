@@ -1,7 +1,7 @@
 """`ModelRef`: which weights, as one value (source + revision) from the API to core to adapters.
 
 The CRDs carry a model in two wire shapes, both named after their place in the schema:
-`ModelDeployment.spec.model` (`modeldeployment.ModelSpec`: source, revision and the served name)
+`ModelDeployment.spec.model` (`deploymentspec.ModelSpec`: source, revision and the served name)
 and `SwapPlan.spec.target` (`swapplan.SwapTarget`: source and revision, immutable). The agent
 reports models the same way (slots, cached models, swap records). Everything past the boundary
 speaks `ModelRef`: placement compares them, a SwapPlan's steps record them, the agent client

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from mlxfleet_operator.api import base, fields, modeldeployment, resources
+from mlxfleet_operator.api import base, deploymentspec, fields, resources
 from mlxfleet_operator.api import conditions as cond
 
 
@@ -57,7 +57,7 @@ class SwapPlanSpec(base.ApiModel):
     target: SwapTarget = Field(description="The model to move to.")
     nodes: list[fields.ObjectName] | None = Field(
         default=None,
-        max_length=modeldeployment.REPLICAS_MAX,
+        max_length=deploymentspec.REPLICAS_MAX,
         description="Order in which nodes swap, one at a time. Unset: the deployment's "
         "placements in name order. A listed node without a replica gets one (with the target) "
         "in place of a replica on a node not listed here, removed once the new one serves; "

@@ -1,6 +1,7 @@
 """`mlxfleet dev ...`: start and stop the local control plane and the demo.
 
-May import: dev.controlplane, dev.demo. Called by: mlxfleet_operator.cli (and the Makefile).
+May import: dev (controlplane, credentials, demo).
+Called by: mlxfleet_operator.cli (and the Makefile).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from mlxfleet_operator.dev import controlplane, demo
+from mlxfleet_operator.dev import controlplane, credentials, demo
 
 
 def dev_dir() -> Path:
@@ -35,8 +36,8 @@ def cluster_up(_: argparse.Namespace) -> int:
             shutil.copy2(src, dev_dir() / name)
     print(f"control plane ready at {plane.server}")
     print(f"  admin:    export KUBECONFIG={dev_dir() / 'kubeconfig'}")
-    print(f"  operator: {dev_dir() / 'operator.kubeconfig'} ({controlplane.OPERATOR_USER})")
-    print(f"  gateway:  {dev_dir() / 'gateway.kubeconfig'} ({controlplane.GATEWAY_USER})")
+    print(f"  operator: {dev_dir() / 'operator.kubeconfig'} ({credentials.OPERATOR_USER})")
+    print(f"  gateway:  {dev_dir() / 'gateway.kubeconfig'} ({credentials.GATEWAY_USER})")
     print("  stop:     make cluster-down")
     return 0
 

@@ -1,12 +1,17 @@
 """A real Kubernetes control plane on loopback: etcd + kube-apiserver, RBAC on, static tokens.
 
-The way controller-runtime's envtest does it, with three identities: an admin (`system:masters`),
-the operator's and the gateway's ServiceAccount identities, so tests prove the shipped RBAC. Used by
+The way controller-runtime's envtest does it, with three identities (`credentials`: an admin,
+the operator's and the gateway's ServiceAccount identities, so tests prove the shipped RBAC). This
+module is the lifecycle: `start` (ports, credentials, spawn, readiness wait, kubeconfigs, CRDs and
+RBAC), `load`, `stop`, `restart` (fault tests) and `running` (tests), with the state file
+(`control-plane.json`: pids and command lines) that lets another process stop or restart it; and
+`ControlPlane`, the handle callers hold (paths, `kubectl`, `wait_established`). Used by
 `make cluster-up` / `mlxfleet dev cluster-up`, the demo and the pytest session fixture alike.
 Binaries come from `scripts/build-control-plane.sh` (built once from the Go module proxy, cached
 outside the repo keyed by version).
 
-May import: the standard library and cryptography. Called by: dev.cli, dev.demo, tests/support.
+May import: the standard library and dev (commands, credentials, processes).
+Called by: dev.cli, dev.demo, tests/support, tests (the `ControlPlane` type), benchmarks.
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -29,19 +33,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import cast
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+from mlxfleet_operator.dev import commands, credentials, processes
 
-OPERATOR_NAMESPACE = "mlxfleet-system"
-OPERATOR_SERVICE_ACCOUNT = "mlxfleet-operator"
-OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
-OPERATOR_GROUPS = (
-    "system:serviceaccounts",
-    f"system:serviceaccounts:{OPERATOR_NAMESPACE}",
-    "system:authenticated",
-)
-GATEWAY_SERVICE_ACCOUNT = "mlxfleet-gateway"
-GATEWAY_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{GATEWAY_SERVICE_ACCOUNT}"
 # What the harness applies so the operator and gateway identities (and `mlxfleet-agent join`'s
 # bootstrap identity) have exactly the shipped permissions.
 BASE_MANIFESTS = (
@@ -52,8 +45,6 @@ BASE_MANIFESTS = (
     "gateway-rbac.yaml",
 )
 STATE_FILE = "control-plane.json"
-# Popen objects of processes this interpreter started, kept so they are reaped (not leaked) on stop.
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class ControlPlaneError(RuntimeError):
@@ -169,89 +160,6 @@ def find_kubectl() -> str:
 # ------------------------------------------------------------------------------------------
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free loopback ports (bound together so they cannot repeat)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-
-
-def _write_private(path: Path, data: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-
-
-def _service_account_key(path: Path) -> None:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
-    )
-    _write_private(path, pem)
-
-
-def _die_with_parent() -> None:
-    """Child-side hook (Linux): SIGTERM this process when the process that started it dies."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
-
-
-def spawn(
-    cmd: Sequence[str], log: Path, *, die_with_parent: bool = False
-) -> subprocess.Popen[bytes]:
-    """Start a long-lived process in its own session, output appended to `log`.
-
-    `die_with_parent` (Linux) ties its life to this process: a test run killed by a timeout
-    leaves no control plane behind. `cluster-up` leaves it False so the processes outlive the CLI.
-    """
-    log.parent.mkdir(parents=True, exist_ok=True)
-    hook = _die_with_parent if die_with_parent and sys.platform == "linux" else None
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            list(cmd),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=hook,  # only prctl: safe between fork and exec
-        )
-    _CHILDREN[proc.pid] = proc
-    return proc
-
-
-def _kubeconfig(*, server: str, ca_pem: bytes, user: str, token: str) -> str:
-    import base64
-
-    return json.dumps(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "mlxfleet-dev",
-                    "cluster": {
-                        "server": server,
-                        "certificate-authority-data": base64.b64encode(ca_pem).decode(),
-                    },
-                }
-            ],
-            "users": [{"name": user, "user": {"token": token}}],
-            "contexts": [
-                {"name": "mlxfleet-dev", "context": {"cluster": "mlxfleet-dev", "user": user}}
-            ],
-            "current-context": "mlxfleet-dev",
-        },
-        indent=2,
-    )
-
-
 def _wait_ready(
     *,
     server: str,
@@ -297,54 +205,30 @@ def start(
     if root.exists():
         stop(root)
     root.mkdir(parents=True)
-    etcd_client, etcd_peer, api_port = free_ports(3)
+    etcd_client, etcd_peer, api_port = processes.free_ports(3)
     admin_token, operator_token = secrets.token_hex(24), secrets.token_hex(24)
     gateway_token = secrets.token_hex(24)
     pki = root / "pki"
-    _service_account_key(pki / "sa.key")
-    _write_private(
+    credentials.write_service_account_key(pki / "sa.key")
+    credentials.write_private(
         pki / "tokens.csv",
-        f'{admin_token},mlxfleet-admin,uid-admin,"system:masters"\n'
-        f'{operator_token},{OPERATOR_USER},uid-operator,"{",".join(OPERATOR_GROUPS)}"\n'
-        f'{gateway_token},{GATEWAY_USER},uid-gateway,"{",".join(OPERATOR_GROUPS)}"\n',
+        credentials.token_file(admin=admin_token, operator=operator_token, gateway=gateway_token),
     )
     etcd_log, api_log = root / "logs" / "etcd.log", root / "logs" / "kube-apiserver.log"
-    etcd = spawn(
-        [
-            str(bins / "etcd"),
-            "--name=mlxfleet-dev",
-            f"--data-dir={root / 'etcd'}",
-            f"--listen-client-urls=http://127.0.0.1:{etcd_client}",
-            f"--advertise-client-urls=http://127.0.0.1:{etcd_client}",
-            f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
-            f"--initial-cluster=mlxfleet-dev=http://127.0.0.1:{etcd_peer}",
-            "--unsafe-no-fsync",
-            "--log-level=warn",
-        ],
+    etcd = processes.spawn(
+        commands.etcd(
+            binary=bins / "etcd",
+            data_dir=root / "etcd",
+            client_port=etcd_client,
+            peer_port=etcd_peer,
+        ),
         etcd_log,
         die_with_parent=die_with_parent,
     )
-    apiserver = spawn(
-        [
-            str(bins / "kube-apiserver"),
-            f"--etcd-servers=http://127.0.0.1:{etcd_client}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={api_port}",
-            f"--cert-dir={pki / 'serving'}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki / 'sa.key'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.0.0.0/16",  # one Service per ModelDeployment
-            "--authorization-mode=RBAC",
-            f"--token-auth-file={pki / 'tokens.csv'}",
-            "--enable-bootstrap-token-auth",  # `mlxfleet token create` + `mlxfleet-agent join`
-            "--endpoint-reconciler-type=none",
-            "--enable-priority-and-fairness=false",
-            "--profiling=false",
-            "-v=1",
-        ],
+    apiserver = processes.spawn(
+        commands.apiserver(
+            binary=bins / "kube-apiserver", etcd_port=etcd_client, port=api_port, pki=pki
+        ),
         api_log,
         die_with_parent=die_with_parent,
     )
@@ -374,18 +258,13 @@ def start(
             timeout=timeout,
         )
         ca_pem = ca_file.read_bytes()
-        _write_private(
-            plane.kubeconfig,
-            _kubeconfig(server=server, ca_pem=ca_pem, user="mlxfleet-admin", token=admin_token),
-        )
-        _write_private(
-            plane.operator_kubeconfig,
-            _kubeconfig(server=server, ca_pem=ca_pem, user=OPERATOR_USER, token=operator_token),
-        )
-        _write_private(
-            root / "gateway.kubeconfig",
-            _kubeconfig(server=server, ca_pem=ca_pem, user=GATEWAY_USER, token=gateway_token),
-        )
+        for path, user, token in (
+            (plane.kubeconfig, credentials.ADMIN_USER, admin_token),
+            (plane.operator_kubeconfig, credentials.OPERATOR_USER, operator_token),
+            (root / "gateway.kubeconfig", credentials.GATEWAY_USER, gateway_token),
+        ):
+            config = credentials.kubeconfig(server=server, ca_pem=ca_pem, user=user, token=token)
+            credentials.write_private(path, config)
         install(plane, crds_dir=crds_dir, manifests_dir=manifests_dir)
     except BaseException:
         stop(root)
@@ -426,52 +305,7 @@ def load(root: Path) -> ControlPlane | None:
         if data.get("gateway_kubeconfig")
         else None,
     )
-    return plane if all(_alive(p) for p in (plane.etcd_pid, plane.apiserver_pid)) else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.split(")")[-1].split()[0] != "Z"
-    return True
-
-
-def terminate(pids: Sequence[int], *, grace: float = 10.0) -> None:
-    """SIGTERM each process group, then SIGKILL what is still alive after `grace` seconds."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        _reap(pids)
-        time.sleep(0.1)
-    for pid in pids:
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-    for pid in pids:  # our own children: wait for SIGKILL to land so none is left unreaped
-        child = _CHILDREN.pop(pid, None)
-        if child is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.wait(timeout=5)
-    _reap(pids)
-
-
-def _reap(pids: Sequence[int]) -> None:
-    for pid in pids:
-        child = _CHILDREN.get(pid)
-        if child is not None:
-            if child.poll() is not None:
-                del _CHILDREN[pid]
-            continue
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
+    return plane if all(processes.alive(p) for p in (plane.etcd_pid, plane.apiserver_pid)) else None
 
 
 def stop(root: Path, *, remove: bool = True) -> None:
@@ -479,8 +313,8 @@ def stop(root: Path, *, remove: bool = True) -> None:
     state_file = root / STATE_FILE
     if state_file.exists():
         data = json.loads(state_file.read_text())
-        terminate([int(data["apiserver_pid"])])
-        terminate([int(data["etcd_pid"])])
+        processes.terminate([int(data["apiserver_pid"])])
+        processes.terminate([int(data["etcd_pid"])])
     if remove and root.exists():
         shutil.rmtree(root, ignore_errors=True)
 
@@ -505,10 +339,10 @@ def restart(
     if kill:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(old, signal.SIGKILL)
-    terminate([old])
+    processes.terminate([old])
     time.sleep(down)
     log = plane.root / "logs" / f"{part}.log"
-    proc = spawn(state[f"{key}_cmd"], log, die_with_parent=die_with_parent)
+    proc = processes.spawn(state[f"{key}_cmd"], log, die_with_parent=die_with_parent)
     state[f"{key}_pid"] = proc.pid
     state_file.write_text(json.dumps(state, indent=2))
     admin = json.loads(plane.kubeconfig.read_text())["users"][0]["user"]["token"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from mlxfleet_operator.api import base, resources
+from mlxfleet_operator.api import base, deploymentspec, resources
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
@@ -137,7 +137,7 @@ def new_plan(md: mdep.ModelDeployment, nodes: Sequence[str]) -> swp.SwapPlan:
             deployment_ref=swp.DeploymentRef(name=md.metadata.name or ""),
             target=swp.SwapTarget(source=model.source, revision=model.revision),
             nodes=list(nodes),
-            paused=md.spec.swap.approval == mdep.SwapApproval.MANUAL,
+            paused=md.spec.swap.approval == deploymentspec.SwapApproval.MANUAL,
         ),
     )
 

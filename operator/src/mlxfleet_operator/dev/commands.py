@@ -1,0 +1,49 @@
+"""The etcd and kube-apiserver command lines of the dev control plane (pure: argv only).
+
+Loopback only, the given ports, data and certificates under the given folders; RBAC on, static
+tokens plus bootstrap tokens, no fsync (test data), no priority-and-fairness, no profiling.
+May import: the standard library only. Called by: dev.controlplane (`start`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def etcd(*, binary: Path, data_dir: Path, client_port: int, peer_port: int) -> list[str]:
+    """A one-member etcd listening on loopback."""
+    return [
+        str(binary),
+        "--name=mlxfleet-dev",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls=http://127.0.0.1:{client_port}",
+        f"--advertise-client-urls=http://127.0.0.1:{client_port}",
+        f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+        f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+        f"--initial-cluster=mlxfleet-dev=http://127.0.0.1:{peer_port}",
+        "--unsafe-no-fsync",
+        "--log-level=warn",
+    ]
+
+
+def apiserver(*, binary: Path, etcd_port: int, port: int, pki: Path) -> list[str]:
+    """kube-apiserver on 127.0.0.1:`port`; `pki` holds sa.key, tokens.csv and serving/."""
+    return [
+        str(binary),
+        f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--cert-dir={pki / 'serving'}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={pki / 'sa.key'}",
+        f"--service-account-signing-key-file={pki / 'sa.key'}",
+        "--service-cluster-ip-range=10.0.0.0/16",  # one Service per ModelDeployment
+        "--authorization-mode=RBAC",
+        f"--token-auth-file={pki / 'tokens.csv'}",
+        "--enable-bootstrap-token-auth",  # `mlxfleet token create` + `mlxfleet-agent join`
+        "--endpoint-reconciler-type=none",
+        "--enable-priority-and-fairness=false",
+        "--profiling=false",
+        "-v=1",
+    ]
