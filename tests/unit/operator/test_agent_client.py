@@ -13,7 +13,8 @@ from typing import TypeVar
 import httpx
 import pytest
 
-from mlxfleet_operator.adapters import agent, fleet, metrics
+from mlxfleet_operator.adapters import agent, fleet, leader, metrics
+from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core.deployment import facts
 
 T = TypeVar("T")
@@ -185,3 +186,53 @@ def test_clients_share_one_tls_context_per_trust_root() -> None:
     assert agent._verify(None) is agent._verify(None)
     asyncio.run(one.aclose())
     asyncio.run(two.aclose())
+
+
+class _Stale:
+    """An elector whose lease is past its renew deadline (e.g. a leader woken from SIGSTOP)."""
+
+    def leading(self) -> bool:
+        return False
+
+
+@pytest.fixture
+def not_leading() -> Iterator[None]:
+    leader.lead_with(_Stale())  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        leader.lead_with(leader.ALONE)
+
+
+def test_a_process_that_may_not_act_changes_no_agent_but_still_reads(not_leading: None) -> None:
+    sent: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.method)
+        return httpx.Response(404, json={})
+
+    before = calls("delete_slot", "not_leading")
+    for change in (
+        lambda c: c.delete_slot("x"),
+        lambda c: c.prefetch(ModelRef("file:///m", None)),
+    ):
+        with pytest.raises(agent.NotLeading):
+            run(change, agent.AgentClient(CREDS, transport=httpx.MockTransport(handler)))
+    assert sent == []  # fenced before anything reached the agent
+    assert calls("delete_slot", "not_leading") == before + 1
+    assert (
+        run(
+            lambda c: c.swaps("x"), agent.AgentClient(CREDS, transport=httpx.MockTransport(handler))
+        )
+        == []
+    )
+    assert sent == ["GET"]
+
+
+def test_standby_then_leader_then_stopped() -> None:
+    assert leader.may_act()  # no election in this process: it acts
+    leader.lead_with(None)
+    try:
+        assert not leader.may_act()
+    finally:
+        leader.lead_with(leader.ALONE)

@@ -1,7 +1,7 @@
 """Async client of one node agent's control API (`/v1`, bearer token, optional private CA).
 
-May import: httpx, the agent `contract`, `api.modelref`, `core.clocks`, `metrics`, the standard
-library.
+May import: httpx, the agent `contract`, `api.modelref`, `core.clocks`, `metrics`, `leader`
+(`may_act`, checked before every request that changes an agent), the standard library.
 Called by: `fleet` (which keeps one client per InferenceNode) and, through it, the handlers.
 Every call has a timeout and is counted (`mlxfleet_operator_agent_calls_total{op,result}`);
 errors come back as `AgentError` subclasses so callers can tell "unreachable" from "refused".
@@ -27,7 +27,7 @@ import httpx
 from pydantic import ValidationError
 
 from mlxfleet_agent import contract
-from mlxfleet_operator.adapters import metrics
+from mlxfleet_operator.adapters import leader, metrics
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import clocks
 
@@ -102,6 +102,11 @@ class AgentError(Exception):
 class AgentUnreachable(AgentError):
     """No answer (connection refused, timeout, TLS failure) or a 5xx: the agent could not do it
     now (e.g. 502: the model source could not be fetched). Worth retrying."""
+
+
+class NotLeading(AgentUnreachable):
+    """Not sent: this process does not lead with a fresh lease (`leader.may_act`). Handled like
+    an agent that did not answer: the leader that does lead sends it."""
 
 
 class AgentRefused(AgentError):
@@ -210,6 +215,9 @@ class AgentClient:
         (nothing there) is an answer, returned as is, not an error."""
         try:
             response = await self._send(method, path, budget=budget, json=json)
+        except NotLeading:
+            metrics.AGENT_CALLS.labels(op, "not_leading").inc()
+            raise
         except AgentUnreachable:
             metrics.AGENT_CALLS.labels(op, "unreachable").inc()
             raise
@@ -222,7 +230,11 @@ class AgentClient:
     async def _send(
         self, method: str, path: str, *, budget: httpx.Timeout | None, json: Any
     ) -> httpx.Response:
-        """The agent's answer; no answer or a 5xx other than 507 raises `AgentUnreachable`."""
+        """The agent's answer; no answer or a 5xx other than 507 raises `AgentUnreachable`.
+        A request that changes the agent is sent only while this process may act (fencing: a
+        leader past its renew deadline, e.g. woken from a freeze, never PUTs a stale decision)."""
+        if method not in ("GET", "HEAD") and not leader.may_act():
+            raise NotLeading(f"{method} {path}: not sent, this operator does not lead now")
         try:
             response = await self._on_io(
                 self._http.request(

@@ -169,6 +169,7 @@ async def run(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     candidate = Candidate(settings, kubeconfig=kubeconfig)
+    leader.lead_with(None)  # a standby never acts (`leader.may_act`)
     await candidate.start()
     try:
         log.info(

@@ -244,19 +244,30 @@ class Elector:
         return True
 
 
-_acting: Elector | None = None  # the elector of this process while it leads (`may_act`)
+class _Alone:
+    """No election in this process (`--standalone`, or code run outside `election`): it acts."""
+
+    def leading(self) -> bool:
+        return True
 
 
-def lead_with(elector: Elector | None) -> None:
+ALONE = _Alone()
+# who `may_act` asks: the elector of this process while it leads, None while it stands by or
+# has stopped, ALONE until an election starts in this process
+_acting: Elector | _Alone | None = ALONE
+
+
+def lead_with(elector: Elector | _Alone | None) -> None:
     """Make `elector` the one `may_act` asks (None: this process stands by or has stopped)."""
     global _acting
     _acting = elector
 
 
 def may_act() -> bool:
-    """The check before an action with effects outside this process (an agent call, a write):
-    True while this process leads with a fresh lease. A process that was frozen (SIGSTOP, a VM
-    pause) past its renew deadline gets False here even before the watchdog fences it."""
+    """The check before an action with effects outside this process (an agent's PUT, DELETE or
+    prefetch: `adapters.agent`): True while this process leads with a fresh lease (or runs
+    without election). A process that was frozen (SIGSTOP, a VM pause) past its renew deadline
+    gets False here even before the watchdog fences it."""
     found = _acting
     return found is not None and found.leading()
 
