@@ -297,7 +297,7 @@ async def _stream(
                 if not raw:
                     break
                 chunk = feed(raw)  # whole SSE events; counts tokens, holds back usage
-                if scanner.data_events:
+                if b"data: {" in chunk:
                     outcome.ttft_s = time.monotonic() - t0
                 if chunk:
                     await send(
