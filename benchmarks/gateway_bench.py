@@ -82,9 +82,13 @@ def _events(buffer: bytes, out: Stream) -> bytes:
     """Count the whole SSE events in `buffer` (token events; the usage event is read, not
     counted); return the unfinished rest."""
     *whole, rest = buffer.split(b"\n\n")
-    for event in whole:
-        if not event.startswith(b"data: {"):
+    for raw in whole:
+        # the floor proxy passes the agent's chunked framing through as body bytes: an event
+        # may then start with `\r\n<size>\r\n`
+        at = raw.find(b"data: {")
+        if at < 0 or (at and raw[:at].strip(b"\r\n0123456789abcdefABCDEF")):
             continue  # [DONE], keep-alive comments
+        event = raw[at:]
         if b'"choices": []' in event or b'"choices":[]' in event:
             found = json.loads(event[6:]).get("usage") or {}
             out.prompt = int(found.get("prompt_tokens") or 0)
