@@ -8,10 +8,14 @@ credential), the operator and `mlxfleet-gateway` as their own ServiceAccounts, w
 ModelDeployment `bench` (on n1) and a 2-replica `pair`, then measures, alternating the order
 every round:
 - time to first token (first `data: {` event), p50/p99, one stream at a time: the gateway against
-  the agent's data plane it forwards to (same agent, same backend);
-- streamed tokens/s (SSE data events per second, summed) at 1 and 8 concurrent streams;
-- CPU per streamed event of the gateway process (and of the agent process) from their own CPU
-  time over those rounds (tokens arrive paced by the model, about 1 ms apart);
+  the agent's data plane it forwards to (same agent, same backend), and the floor proxy;
+- streamed tokens/s (token events per second, summed) at 1 and 8 concurrent streams, direct and
+  through the gateway in alternating pairs of short rounds; the goal's figure is the median of
+  the paired ratios (the model's speed on this shared box drifts between rounds, a pair does not);
+- CPU per streamed event of the gateway process and of the agent process, from each process's
+  own CPU clock (nanoseconds; all its threads, background work included) over long paced
+  streams (tokens arrive paced by the model, one event per read), and of the floor proxy in the
+  same rounds; idle CPU of both processes is measured and reported beside it (not subtracted);
 - prefix affinity: 12 conversations with long system prompts over 2 replicas, with affinity and
   without (a second gateway with `--no-affinity`), each with its own prompts: TTFT and the share
   of prompt tokens mlx-lm served from its prompt cache (`usage.prompt_tokens_details`);
@@ -74,6 +78,26 @@ class Stream:
     ok: bool = True
 
 
+def _events(buffer: bytes, out: Stream) -> bytes:
+    """Count the whole SSE events in `buffer` (token events; the usage event is read, not
+    counted); return the unfinished rest."""
+    *whole, rest = buffer.split(b"\n\n")
+    for raw in whole:
+        # the floor proxy passes the agent's chunked framing through as body bytes: an event
+        # may then start with `\r\n<size>\r\n`
+        at = raw.find(b"data: {")
+        if at < 0 or (at and raw[:at].strip(b"\r\n0123456789abcdefABCDEF")):
+            continue  # [DONE], keep-alive comments
+        event = raw[at:]
+        if b'"choices": []' in event or b'"choices":[]' in event:
+            found = json.loads(event[6:]).get("usage") or {}
+            out.prompt = int(found.get("prompt_tokens") or 0)
+            out.cached = int((found.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+            continue
+        out.events += 1
+    return rest
+
+
 async def stream(side: Side, *, max_tokens: int, messages: Any = PROMPT) -> Stream:
     body = {
         "model": side.model,
@@ -83,29 +107,25 @@ async def stream(side: Side, *, max_tokens: int, messages: Any = PROMPT) -> Stre
         "stream_options": {"include_usage": True},
     }
     t0 = time.perf_counter()
-    ttft, events, tail, usage = 0.0, 0, b"", b""
+    out = Stream(0.0, 0, 0.0)
+    pending, tail = b"", b""
     async with side.client.stream("POST", f"{side.base}/v1/chat/completions", json=body) as r:
         async for chunk in r.aiter_raw():
-            n = chunk.count(b"data: {")
-            if n and not events:
-                ttft = time.perf_counter() - t0
-            events += n
+            if not out.ttft and b"data: {" in chunk:
+                out.ttft = time.perf_counter() - t0
+            pending = _events(pending + chunk, out)
             tail = (tail + chunk)[-64:]
-            if b'"usage"' in chunk:
-                usage = chunk
-    out = Stream(
-        ttft, events, time.perf_counter() - t0, ok=r.status_code == 200 and b"[DONE]" in tail
-    )
-    for line in usage.split(b"\n"):
-        if line.startswith(b"data: {") and b'"usage"' in line:
-            found = json.loads(line[6:])["usage"]
-            out.prompt = int(found.get("prompt_tokens") or 0)
-            out.cached = int((found.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-            out.events -= 1  # the usage event is not a token
+    out.seconds = time.perf_counter() - t0
+    out.ok = r.status_code == 200 and b"[DONE]" in tail
     return out
 
 
 def cpu(pid: int) -> float:
+    """CPU seconds the process `pid` has used, all its threads (exited ones too): its POSIX CPU
+    clock on Linux (nanoseconds; /proc's user+system times tick in 10 ms), psutil elsewhere."""
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError):
+            return time.clock_gettime(((~pid) << 3) | 2)  # glibc's clock_getcpuclockid(pid)
     t = psutil.Process(pid).cpu_times()
     return float(t.user + t.system)
 
@@ -130,13 +150,12 @@ async def ttft_rounds(direct: Side, gateway: Side, floor: Side, n: int) -> Compa
     return out
 
 
-async def throughput(
-    direct: Side, gateway: Side, agent_pid: int, *, streams: int, rounds: int
-) -> Compare:
+async def throughput(direct: Side, gateway: Side, *, streams: int, rounds: int) -> Compare:
+    """Tokens/s direct and through the gateway in `rounds` back-to-back pairs (which goes first
+    alternates), so each pair sees the same model speed."""
     out = Compare()
     for i in range(rounds):
         for side in (direct, gateway) if i % 2 == 0 else (gateway, direct):
-            g0, a0 = cpu(gateway.pid), cpu(agent_pid)
             t0 = time.perf_counter()
             results = await asyncio.gather(*(stream(side, max_tokens=200) for _ in range(streams)))
             wall = time.perf_counter() - t0
@@ -144,17 +163,15 @@ async def throughput(
             events = sum(r.events for r in results)
             getattr(out, side.name).append(events / wall)
             out.events[side.name] += events
-            if side.name == "gateway":
-                out.cpu["gateway"] += cpu(gateway.pid) - g0
-                out.cpu["agent"] += cpu(agent_pid) - a0
     return out
 
 
 async def cpu_rounds(
     gateway: Side, floor: Side, agent_pid: int, *, streams: int, tokens: int, rounds: int
 ) -> dict[str, float]:
-    """CPU seconds of the gateway, the floor proxy and the agent process over long paced streams,
-    and events (enough that the 10 ms tick of the process CPU clock is under 2 us per event)."""
+    """CPU seconds of the gateway, the floor proxy and the agent process over long paced streams
+    (start-up excluded: the processes are warm; each request's own fixed costs included), and
+    the token events the clients received (the usage event and [DONE] are not counted)."""
     out = dict.fromkeys(("gateway", "agent", "events", "seconds", "floor", "floor_events"), 0.0)
     for i in range(rounds):
         for side in (gateway, floor) if i % 2 == 0 else (floor, gateway):
@@ -244,19 +261,20 @@ async def measure(
         for _ in range(3):
             for side in (direct, gateway, floor):
                 await stream(side, max_tokens=4)
-        ttft = await ttft_rounds(direct, gateway, floor, args.rounds * 10)
+        ttft = await ttft_rounds(direct, gateway, floor, args.rounds * 25)
         agent_pid = n1.proc.pid  # type: ignore[union-attr]
-        tps1 = await throughput(direct, gateway, agent_pid, streams=1, rounds=args.rounds)
-        tps8 = await throughput(direct, gateway, agent_pid, streams=8, rounds=args.rounds)
+        tps1 = await throughput(direct, gateway, streams=1, rounds=args.rounds * 3)
+        tps8 = await throughput(direct, gateway, streams=8, rounds=args.rounds * 3)
         cpu1 = await cpu_rounds(
             gateway, floor, agent_pid, streams=1, tokens=1000, rounds=args.rounds
         )
         cpu8 = await cpu_rounds(
             gateway, floor, agent_pid, streams=8, tokens=250, rounds=args.rounds
         )
-        idle = cpu(gw.proc.pid)
-        await asyncio.sleep(5.0)
-        idle = (cpu(gw.proc.pid) - idle) / 5.0
+        idle0 = cpu(gw.proc.pid), cpu(agent_pid)
+        await asyncio.sleep(10.0)
+        idle = (cpu(gw.proc.pid) - idle0[0]) / 10.0
+        agent_idle = (cpu(agent_pid) - idle0[1]) / 10.0
         aff = await affinity(
             Side("gateway", gw.url, "pair", gc, gw.proc.pid), seeds=range(CONVERSATIONS), rounds=4
         )
@@ -272,6 +290,7 @@ async def measure(
         "cpu1": cpu1,
         "cpu8": cpu8,
         "idle": idle,
+        "agent_idle": agent_idle,
         "affinity": aff,
         "no_affinity": no_aff,
     }
@@ -314,8 +333,8 @@ def render(results: dict[str, Any]) -> str:
         d, g = statistics.median(c.direct), statistics.median(c.gateway)
         pr = statistics.median(y / x for x, y in zip(c.direct, c.gateway, strict=True))
         lines.append(
-            f"| streamed tokens/s, {n} concurrent (median of {len(c.direct)} rounds) | {d:.0f} | "
-            f"{g:.0f} | {g / d * 100:.1f}% (paired median {pr * 100:.1f}%) |"
+            f"| streamed tokens/s, {n} concurrent ({len(c.direct)} pairs of rounds) | {d:.0f} | "
+            f"{g:.0f} | paired median {pr * 100:.1f}% (ratio of medians {g / d * 100:.1f}%) |"
         )
     for n in (1, 8):
         c = results[f"cpu{n}"]
@@ -323,14 +342,20 @@ def render(results: dict[str, Any]) -> str:
         agent = c["agent"] / max(1.0, c["events"]) * 1e6
         busy = c["gateway"] / max(1e-9, c["seconds"]) * 100
         floor = c["floor"] / max(1.0, c["floor_events"]) * 1e6
+        # what the processes' idle work (probes, polls, watches, timers) adds per event here
+        span = c["seconds"] / max(1.0, c["events"]) * 1e6
+        g_idle, a_idle = results["idle"] * span, results["agent_idle"] * span
         lines.append(
             f"| CPU per streamed event, {n} concurrent ({c['events']:.0f} events) | agent "
-            f"process: {agent:.1f} us | gateway process: {per:.1f} us | floor proxy {floor:.1f} "
-            f"us; gateway busy {busy:.1f}% of one core |"
+            f"process: {agent:.1f} us (idle work {a_idle:.1f} us of it) | gateway process: "
+            f"{per:.1f} us (idle work {g_idle:.1f} us of it) | floor proxy {floor:.1f} us "
+            f"(gateway / floor {per / max(1e-9, floor):.2f}x); gateway busy {busy:.1f}% of one "
+            "core |"
         )
     lines.append(
-        f"| gateway CPU while idle (probes of 2 agents every 0.2 s, watches) | - | "
-        f"{results['idle'] * 100:.2f}% of one core | included in the figures above |"
+        f"| CPU while idle (agent: control API polls, 2 gateways' probes; gateway: probes of 2 "
+        f"agents every 0.2 s, watches) | agent {results['agent_idle'] * 100:.2f}% of one core | "
+        f"gateway {results['idle'] * 100:.2f}% of one core | included in the figures above |"
     )
     a, b = results["affinity"], results["no_affinity"]
 

@@ -11,7 +11,8 @@ backends are not probed (they come back when their ejection ends; the next failu
 One probe per agent is in flight at a time, so detection takes at most interval + timeout. An
 agent that sent answer bytes within the last interval is alive and is not probed (under load the
 probes cost nothing).
-May import: the standard library, upstream, core.balancer, metrics. Called by: server.
+May import: the standard library, mlxfleet_agent (httpclient, healthcheck), core.balancer,
+metrics. Called by: server.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from mlxfleet_agent import healthcheck
 from mlxfleet_agent import httpclient as upstream
 from mlxfleet_gateway import metrics
 from mlxfleet_gateway.core import balancer
@@ -50,7 +52,7 @@ class Prober:
         self.last_heard = last_heard
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self.checks: dict[str, upstream.HealthCheck] = {}
+        self.checks: dict[str, healthcheck.HealthCheck] = {}
         self._task: asyncio.Task[None] | None = None
 
     def origins(self) -> tuple[set[str], set[str]]:
@@ -61,11 +63,11 @@ class Prober:
             (externals if cid.startswith("external:") else agents).add(state.origin)
         return agents, externals
 
-    def _check(self, origin_url: str) -> upstream.HealthCheck:
+    def _check(self, origin_url: str) -> healthcheck.HealthCheck:
         check = self.checks.get(origin_url)
         if check is None:
             origin, base = upstream.Origin.from_url(origin_url)
-            check = self.checks[origin_url] = upstream.HealthCheck(
+            check = self.checks[origin_url] = healthcheck.HealthCheck(
                 origin,
                 base + "/healthz",
                 timeout_s=self.timeout_s,

@@ -12,7 +12,10 @@ events; only a usage event the client did not ask for is held back, because the 
 asks for usage to count tokens); a stream cut after it started ends with an OpenAI-style error
 event and is counted as `cut`. Responses name their backend (`x-mlxfleet-backend`), a fallback
 (`x-mlxfleet-fallback`) and replicas tried first (`x-mlxfleet-tried`).
-May import: the standard library, core, upstream, view, shipper, metrics.
+The OpenAI error shape, the stream scanner and the ASGI plumbing are the agent data plane's
+(`mlxfleet_agent.openai_proxy`), as is the HTTP client (`mlxfleet_agent.httpclient`).
+May import: the standard library, core, mlxfleet_agent (httpclient, openai_proxy), view,
+shipper, metrics.
 Called by: server (mounts it under uvicorn), health (on_dead/on_alive).
 """
 
@@ -24,23 +27,23 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from mlxfleet_agent import httpclient as upstream
+from mlxfleet_agent import openai_proxy as asgi
 from mlxfleet_gateway import metrics, shipper, view
-from mlxfleet_gateway.core import balancer, budget, catalog, errors, keys, limits, plan, sse
+from mlxfleet_gateway.core import balancer, budget, catalog, errors, keys, limits, plan
 from mlxfleet_gateway.core import traits as traits_mod
 from mlxfleet_gateway.core import usage as usage_mod
 from mlxfleet_operator.api import modelroute as mroute
 
 log = logging.getLogger("mlxfleet_gateway.proxy")
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+Scope = asgi.Scope
+Receive = asgi.Receive
+Send = asgi.Send
 When = mroute.FallbackWhen
 
 ENDPOINTS = {
@@ -57,7 +60,6 @@ ENDPOINTS = {
 STREAMING = frozenset({"chat/completions", "completions"})
 JSON = b"application/json"
 SLOT_HEADER = b"x-mlxfleet-slot"  # names the agent slot (fleet credential only)
-JSON_HEADERS = [(b"content-type", JSON)]
 H_BACKEND = b"x-mlxfleet-backend"
 H_FALLBACK = b"x-mlxfleet-fallback"
 H_TRIED = b"x-mlxfleet-tried"
@@ -81,14 +83,6 @@ class ProxyConfig:
     affinity: bool = True
     min_affinity_chars: int = traits_mod.MIN_AFFINITY_CHARS
     default_estimate_tokens: int = 256
-
-
-class BodyTooLarge(Exception):
-    pass
-
-
-class ClientGone(Exception):
-    pass
 
 
 class Exchange:
@@ -172,18 +166,18 @@ class Proxy:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await asgi.lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
         try:
             if path == "/healthz":
-                await _send_json(send, 200, b'{"status":"ok"}')
+                await asgi.send_json(send, 200, b'{"status":"ok"}')
             elif path == "/readyz":
                 ok = self.view.ready
                 answer = b'{"ready":true}' if ok else b'{"ready":false}'
-                await _send_json(send, 200 if ok else 503, answer)
+                await asgi.send_json(send, 200 if ok else 503, answer)
             elif path in ENDPOINTS:
                 if method != "POST":
                     raise errors.GatewayError(405, f"method {method} not allowed on {path}")
@@ -195,8 +189,8 @@ class Proxy:
             else:
                 raise errors.GatewayError(404, f"no route {path}", code="not_found")
         except errors.GatewayError as exc:
-            await _send_json(send, exc.status, exc.body(), extra=list(exc.headers))
-        except ClientGone:
+            await asgi.send_error(send, exc)
+        except asgi.ClientGone:
             return
 
     # ---- who is calling ------------------------------------------------------------------------
@@ -234,30 +228,11 @@ class Proxy:
             found = self.view.catalog.resolve(key.scope, name)
             if found is None or not key.may_use(name):
                 raise errors.model_not_found(name)
-            await _send_json(send, 200, json.dumps(entry(found)).encode())
+            await asgi.send_json(send, 200, json.dumps(entry(found)).encode())
             return
         listed = [e for e in self.view.catalog.listed(key.scope) if key.may_use(e.name)]
         body = {"object": "list", "data": [entry(e) for e in listed]}
-        await _send_json(send, 200, json.dumps(body).encode())
-
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
-        limit = self.config.max_body_bytes
-        for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                raise BodyTooLarge
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        await asgi.send_json(send, 200, json.dumps(body).encode())
 
     # ---- one request -------------------------------------------------------------------------
 
@@ -265,8 +240,8 @@ class Proxy:
         t0 = self.clock()
         key = self._authenticate(scope)
         try:
-            raw = await self._read_body(scope, receive)
-        except BodyTooLarge:
+            raw = await asgi.read_body(scope, receive, limit=self.config.max_body_bytes)
+        except asgi.BodyTooLarge:
             self.metrics.rejected.labels(key.name, "too_large").inc()
             raise errors.GatewayError(
                 413,
@@ -316,13 +291,10 @@ class Proxy:
             self._finish(call)
 
     async def _watch_client(self, receive: Receive, call: Call) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                call.gone = True
-                if call.exchange is not None:
-                    call.exchange.abort("client gone")
-                return
+        await asgi.until_disconnect(receive)
+        call.gone = True
+        if call.exchange is not None:
+            call.exchange.abort("client gone")
 
     async def _serve(self, call: Call) -> None:
         p = call.plan
@@ -574,7 +546,7 @@ class Proxy:
         exchange.started = call.started = True
         call.ttfb = self.clock() - call.t0
         if resp.status < 400:
-            counted = sse.usage_of(body)
+            counted = asgi.usage_of(body)
             if counted is not None:
                 call.prompt_tokens, call.completion_tokens = counted
         else:
@@ -597,7 +569,7 @@ class Proxy:
         resp: upstream.Response,
         name: str,
     ) -> str:
-        scanner = sse.StreamScanner(forward_usage=call.req.include_usage)
+        scanner = asgi.StreamScanner(forward_usage=call.req.include_usage)
         try:
             first = b""
             while not first:  # wait for the first whole event before answering the client
@@ -653,13 +625,7 @@ class Proxy:
             call.error = "cut"
         if call.error == "cut":
             err = errors.upstream_failed(f"{name} stopped in the middle of this stream")
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": b"data: " + err.body() + b"\n\n",
-                    "more_body": True,
-                }
-            )
+            await send({"type": "http.response.body", "body": err.event(), "more_body": True})
         call.prompt_tokens = scanner.prompt_tokens
         call.completion_tokens = scanner.completion_tokens
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -671,13 +637,8 @@ class Proxy:
         call.served_by = name
 
     async def _send_error(self, call: Call, failure: errors.GatewayError) -> None:
-        headers = [(b"content-type", JSON), *failure.headers]
-        if call.tried:
-            headers.append((H_TRIED, ",".join(call.tried).encode()))
-        await call.send(
-            {"type": "http.response.start", "status": failure.status, "headers": headers}
-        )
-        await call.send({"type": "http.response.body", "body": failure.body()})
+        tried = [(H_TRIED, ",".join(call.tried).encode())] if call.tried else []
+        await asgi.send_error(call.send, failure, tried)
 
     # ---- bookkeeping ---------------------------------------------------------------------------
 
@@ -795,26 +756,3 @@ def _passed_error(status: int, detail: bytes, name: str) -> errors.GatewayError:
             headers=((b"retry-after", b"1"),),
         )
     return errors.GatewayError(status, message, type_=type_, code=code or "upstream_error")
-
-
-async def _send_json(
-    send: Send, status: int, body: bytes, *, extra: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [*JSON_HEADERS, *(extra or [])],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

@@ -111,3 +111,55 @@ def test_a_refused_port_is_a_backend_error() -> None:
         port = s.getsockname()[1]  # bound, not listening: connections are refused
         with pytest.raises(upstream.BackendError):
             asyncio.run(upstream.call_backend(port, "/v1/completions", b"{}"))
+
+
+async def _trickle(
+    events: int, gap_s: float, finished: asyncio.Event
+) -> tuple[asyncio.Server, int]:
+    """A backend that streams `events` events `gap_s` apart, then falls silent (never ends the
+    answer) until the client hangs up; `finished` is set when it has closed its side."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            await reader.readexactly(2)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+            for _ in range(events):
+                writer.write(EVENTS[0])
+                await writer.drain()
+                await asyncio.sleep(gap_s)
+            await reader.read()  # silent until the client gives up
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+            finished.set()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def test_a_backend_is_cut_after_its_silence_not_after_a_fixed_time() -> None:
+    """One watchdog per read loop: a stream that keeps talking is never cut, however long it
+    runs (6 events 0.2 s apart under a 0.6 s bound); one that falls silent is cut soon after."""
+
+    async def main() -> tuple[int, str, float]:
+        finished = asyncio.Event()
+        server, port = await _trickle(6, 0.2, finished)
+        async with server:
+            reply = await upstream.call_backend(port, "/v1/chat/completions", b"{}")
+            got, why, t0 = 0, "", asyncio.get_running_loop().time()
+            try:
+                async for chunk in reply.chunks(idle_timeout_s=0.6):
+                    got += chunk.count(b"data:")
+            except upstream.BackendError as exc:
+                why = str(exc)
+            took = asyncio.get_running_loop().time() - t0
+            reply.close()
+            await asyncio.wait_for(finished.wait(), 5)
+            return got, why, took
+
+    got, why, took = asyncio.run(main())
+    assert got == 6
+    assert "silent" in why
+    assert 1.2 < took < 3.0  # 1.2 s of events, then cut within ~0.6-0.75 s of silence

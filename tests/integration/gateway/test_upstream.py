@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+from mlxfleet_agent import healthcheck
 from mlxfleet_agent import httpclient as upstream
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -278,7 +279,7 @@ def test_health_checks_reuse_one_connection_and_report_every_failure() -> None:
             done.set()
 
         async with server(handler) as origin:
-            check = upstream.HealthCheck(origin, "/healthz", timeout_s=0.3, on_result=record)
+            check = healthcheck.HealthCheck(origin, "/healthz", timeout_s=0.3, on_result=record)
             for _ in range(5):
                 done.clear()
                 check.fire()
@@ -289,7 +290,7 @@ def test_health_checks_reuse_one_connection_and_report_every_failure() -> None:
         assert "500" in results[2][1]
         assert "no answer" in results[3][1]
         assert len(connections) == 2  # one kept alive; a new one after the silent answer
-        refused = upstream.HealthCheck(origin, "/healthz", timeout_s=0.3, on_result=record)
+        refused = healthcheck.HealthCheck(origin, "/healthz", timeout_s=0.3, on_result=record)
         done.clear()
         refused.fire()
         await asyncio.wait_for(done.wait(), 5)

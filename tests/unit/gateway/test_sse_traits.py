@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_gateway.core import errors, sse, traits, usage
+from mlxfleet_agent import openai_proxy as sse
+from mlxfleet_gateway.core import errors, traits, usage
 
 
 def event(obj: Any) -> bytes:

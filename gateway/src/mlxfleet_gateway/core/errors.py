@@ -1,36 +1,18 @@
 """OpenAI-shaped errors of the gateway: `{"error": {"message", "type", "param", "code"}}`.
 
-May import: the standard library. Called by: every gateway module that refuses a request.
+The shape (and its class) is the one the agent's data plane answers too
+(`mlxfleet_agent.openai_proxy`).
+May import: the standard library, mlxfleet_agent.openai_proxy. Called by: every gateway module
+that refuses a request.
 """
 
 from __future__ import annotations
 
-import json
+from mlxfleet_agent.openai_proxy import OpenAIError
 
 
-class GatewayError(Exception):
+class GatewayError(OpenAIError):
     """A request the gateway refuses or could not serve, with the status and body to send."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type_: str = "invalid_request_error",
-        code: str | None = None,
-        param: str | None = None,
-        headers: tuple[tuple[bytes, bytes], ...] = (),
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.type = type_
-        self.code = code
-        self.param = param
-        self.headers = headers
-
-    def body(self) -> bytes:
-        err = {"message": str(self), "type": self.type, "param": self.param, "code": self.code}
-        return json.dumps({"error": err}).encode()
 
 
 def bad_request(message: str, *, param: str | None = None, code: str | None = None) -> GatewayError:

@@ -1,8 +1,10 @@
 """The data plane: the OpenAI-compatible API on the data port, in front of the slots' backends.
 
 `app` (raw ASGI: auth, body, routing, lease) -> `routing` (model -> route, request policy) ->
-`relay` (forward, stream back, assemble whole answers: `answers`, `tokens`) -> `upstream` (the
-client to the backends); `errors` is the OpenAI error shape, `asgi` the plumbing.
+`relay` (forward, stream back, assemble whole answers: `answers`) -> `upstream` (the client to
+the backends); `errors` is the OpenAI error shape. The ASGI plumbing, the error shape's class and
+the token-counting stream scanner are shared with the gateway (`mlxfleet_agent.openai_proxy`).
 May import: contract, slots.lease (the narrow routing protocol, nothing else of slots),
-telemetry.recorder, the standard library. Never the control API. Called by: runtime.
+telemetry.recorder, openai_proxy, httpclient, the standard library. Never the control API.
+Called by: runtime.
 """

@@ -8,8 +8,9 @@ not ready) and hand it to `relay`, which forwards the request and passes the ans
 arrives. The lease is held until the last byte, so a swap never cuts a request. Every refusal is
 an OpenAI-shaped `errors.RouteError`. Raw ASGI and raw sockets rather than a framework and an
 HTTP client keep the added latency per request small.
-May import: the standard library, slots.lease, telemetry.recorder, dataplane (asgi, errors,
-relay, routing). Never the control API. Called by: runtime (serves it on the data port).
+May import: the standard library, openai_proxy (ASGI plumbing), slots.lease,
+telemetry.recorder, dataplane (errors, relay, routing). Never the control API.
+Called by: runtime (serves it on the data port).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import hmac
 import json
 import time
 
-from mlxfleet_agent.dataplane import asgi, relay, routing
+from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_agent.dataplane import relay, routing
 from mlxfleet_agent.dataplane.errors import RouteError
 from mlxfleet_agent.slots import lease
 from mlxfleet_agent.telemetry import recorder
@@ -42,14 +44,6 @@ CAPABILITY = {
     "embeddings": "embeddings",
     "rerank": "rerank",
 }
-
-
-class BodyTooLarge(Exception):
-    pass
-
-
-class ClientGone(Exception):
-    """The client disconnected before it sent its whole request."""
 
 
 class DataPlane:
@@ -92,8 +86,8 @@ class DataPlane:
             else:
                 raise RouteError(404, f"no route {path}", code="not_found")
         except RouteError as exc:
-            await asgi.send_json(send, exc.status, exc.body(), exc.headers)
-        except ClientGone:
+            await asgi.send_error(send, exc)
+        except asgi.ClientGone:
             return
 
     def _authorize(self, scope: asgi.Scope) -> None:
@@ -133,31 +127,13 @@ class DataPlane:
         ]
         return json.dumps({"object": "list", "data": data}).encode()
 
-    async def _read_body(self, scope: asgi.Scope, receive: asgi.Receive) -> bytes:
-        for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
-                raise BodyTooLarge
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise BodyTooLarge
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-
     async def _complete(
         self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send, endpoint: str
     ) -> None:
         t0 = time.monotonic()
         try:
-            raw = await self._read_body(scope, receive)
-        except BodyTooLarge:
+            raw = await asgi.read_body(scope, receive, limit=self.max_body_bytes)
+        except asgi.BodyTooLarge:
             raise RouteError(
                 413, f"request body exceeds {self.max_body_bytes} bytes", code="body_too_large"
             ) from None

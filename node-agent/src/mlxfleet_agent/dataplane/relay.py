@@ -9,8 +9,11 @@ opaque). Whole answers are asked for as a stream and assembled here (`answers`),
 that hangs up stops the generation at once. A stream whose backend dies ends with an
 OpenAI-style `error` event instead of hanging; the shutdown drain's end gets one too.
 `Outcome` is what the request contributes to telemetry.
-May import: the standard library, slots.lease, dataplane (answers, asgi, errors, routing,
-tokens, upstream). Called by: dataplane.app.
+Per streamed chunk the relay does one await for the backend's bytes, the token scan
+(`openai_proxy.StreamScanner`: byte searches), the model/fingerprint rewrite (two
+`bytes.replace`) and one `send`; the backend's silence is bounded by one timer per read loop.
+May import: the standard library, slots.lease, openai_proxy, dataplane (answers, errors,
+routing, upstream). Called by: dataplane.app.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import json
 import logging
 import time
 
-from mlxfleet_agent.dataplane import answers, asgi, routing, tokens, upstream
+from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_agent.dataplane import answers, routing, upstream
 from mlxfleet_agent.dataplane.errors import RETRY_AFTER, RouteError
 from mlxfleet_agent.slots import lease
 
@@ -33,7 +37,6 @@ BACKEND_PATHS = {
     "rerank": "/v1/rerank",
 }
 WHOLE_ONLY = frozenset({"embeddings", "rerank"})  # answered whole; no tokens generated
-DONE = b"data: [DONE]"
 BACKEND_HEADER = b"x-mlxfleet-backend"
 ERROR_BODY_LIMIT = 64 * 1024  # of a backend's error body, what the client is shown
 
@@ -50,22 +53,27 @@ class Outcome:
         self.streaming = False
 
     def count_usage(self, body: bytes) -> None:
-        with contextlib.suppress(ValueError, AttributeError, TypeError):
-            usage = json.loads(body).get("usage") or {}
-            self.prompt_tokens = int(usage.get("prompt_tokens", 0))
-            self.completion_tokens = int(usage.get("completion_tokens", 0))
+        counted = asgi.usage_of(body)
+        if counted is not None:
+            self.prompt_tokens, self.completion_tokens = counted
+
+
+class Gone:
+    """Whether the client hung up (set by the watcher task; read as a plain attribute)."""
+
+    __slots__ = ("is_set",)
+
+    def __init__(self) -> None:
+        self.is_set = False
 
 
 async def _watch_disconnect(
-    receive: asgi.Receive, gone: asyncio.Event, reply: upstream.BackendReply
+    receive: asgi.Receive, gone: Gone, reply: upstream.BackendReply
 ) -> None:
     """The client hung up: say so and drop the backend connection (that stops generation)."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            gone.set()
-            reply.abort()
-            return
+    await asgi.until_disconnect(receive)
+    gone.is_set = True
+    reply.abort()
 
 
 async def cut_by_shutdown(send: asgi.Send, outcome: Outcome) -> None:
@@ -81,8 +89,7 @@ async def cut_by_shutdown(send: asgi.Send, outcome: Outcome) -> None:
         if not outcome.started:
             await asgi.send_json(send, 503, err.body(), RETRY_AFTER)
         elif outcome.streaming:
-            event = b"data: " + err.body() + b"\n\n"
-            await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": err.event(), "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
@@ -107,7 +114,7 @@ async def forward(
     assemble = not whole_only and not routed.stream and not answers.wants_logprobs(body)
     client_usage = False
     if routed.stream:
-        client_usage = tokens.ask_for_usage(body)
+        client_usage = asgi.ask_for_usage(body)
     elif assemble:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -128,7 +135,7 @@ async def forward(
             type_="server_error",
             code="backend_unreachable",
         ) from exc
-    gone = asyncio.Event()
+    gone = Gone()
     watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, gone, reply))
     try:
         if reply.status != 200:
@@ -141,7 +148,7 @@ async def forward(
                 rewrite=rewrite,
                 outcome=outcome,
                 t0=t0,
-                counter=tokens.StreamCounter(forward_usage=client_usage),
+                scanner=asgi.StreamScanner(forward_usage=client_usage),
                 gone=gone,
             )
         elif assemble:
@@ -201,21 +208,22 @@ async def _assembled(
     fingerprint: str,
     outcome: Outcome,
     t0: float,
-    gone: asyncio.Event,
+    gone: Gone,
 ) -> None:
     """A whole answer, built from the backend's stream."""
+    read = resp.read_chunk
     try:
-        async with contextlib.aclosing(resp.chunks()) as chunks:
-            async for raw in chunks:
+        with resp.watchdog():
+            while raw := await read():
                 builder.feed(raw)
                 if outcome.ttft_s is None and builder.events:
                     outcome.ttft_s = time.monotonic() - t0
     except upstream.BackendError as exc:
-        if not gone.is_set():
+        if not gone.is_set:
             log.warning("backend stream broke", extra={"error": str(exc)})
     outcome.prompt_tokens = builder.prompt_tokens
     outcome.completion_tokens = builder.completion_tokens
-    if gone.is_set():
+    if gone.is_set:
         outcome.error = "client_gone"
         return
     if not builder.done:
@@ -236,14 +244,14 @@ async def _whole(
     rewrite: answers.Rewrite,
     outcome: Outcome,
     t0: float | None,
-    gone: asyncio.Event,
+    gone: Gone,
 ) -> None:
     """A whole answer generated whole by the backend (requests that ask for logprobs;
     embeddings and rerank, which have no first token: t0 None)."""
     try:
         body = await resp.read_all()
     except upstream.BackendError:
-        if gone.is_set():
+        if gone.is_set:
             outcome.error = "client_gone"
             return
         outcome.error = "backend_died"
@@ -255,7 +263,7 @@ async def _whole(
     body = rewrite(body)
     outcome.count_usage(body)
     outcome.started = True
-    await asgi.send_whole(send, 200, body, headers, content_type=resp.content_type)
+    await asgi.send_whole(send, 200, body, headers, content_type=resp.content_type or asgi.JSON)
 
 
 async def _stream(
@@ -266,8 +274,8 @@ async def _stream(
     rewrite: answers.Rewrite,
     outcome: Outcome,
     t0: float,
-    counter: tokens.StreamCounter,
-    gone: asyncio.Event,
+    scanner: asgi.StreamScanner,
+    gone: Gone,
 ) -> None:
     outcome.started = outcome.streaming = True
     await send(
@@ -281,34 +289,39 @@ async def _stream(
             ],
         }
     )
-    tail = b""
+    read, feed = resp.read_chunk, scanner.feed
     try:
-        async with contextlib.aclosing(resp.chunks()) as chunks:
-            async for raw in chunks:
-                chunk = counter.feed(raw)  # whole SSE events; counts tokens from usage
-                if outcome.ttft_s is None and b"data: {" in chunk:
+        with resp.watchdog():
+            while outcome.ttft_s is None:  # until the first data event
+                raw = await read()
+                if not raw:
+                    break
+                chunk = feed(raw)  # whole SSE events; counts tokens, holds back usage
+                if b"data: {" in chunk:
                     outcome.ttft_s = time.monotonic() - t0
-                tail = (tail + raw)[-32:]
                 if chunk:
                     await send(
-                        {
-                            "type": "http.response.body",
-                            "body": rewrite(chunk),
-                            "more_body": True,
-                        }
+                        {"type": "http.response.body", "body": rewrite(chunk), "more_body": True}
                     )
-                if gone.is_set():
+            while not gone.is_set:
+                raw = await read()
+                if not raw:
                     break
+                chunk = feed(raw)
+                if chunk:
+                    await send(
+                        {"type": "http.response.body", "body": rewrite(chunk), "more_body": True}
+                    )
     except upstream.BackendError as exc:
-        if not gone.is_set() and DONE not in tail:
+        if not gone.is_set and not scanner.done:
             log.warning("backend stream broke", extra={"error": str(exc)})
-    outcome.prompt_tokens = counter.prompt_tokens
-    outcome.completion_tokens = counter.completion_tokens
-    if DONE not in tail:  # a client that leaves after [DONE] got everything
-        outcome.error = "client_gone" if gone.is_set() else "backend_died"
+    outcome.prompt_tokens = scanner.prompt_tokens
+    outcome.completion_tokens = scanner.completion_tokens
+    rest = scanner.flush()
+    if not (scanner.done or asgi.DONE in rest):  # a client that leaves after [DONE] got all
+        outcome.error = "client_gone" if gone.is_set else "backend_died"
     if outcome.error == "client_gone":
         return
-    rest = counter.flush()
     if rest and outcome.error is None:
         await send({"type": "http.response.body", "body": rewrite(rest), "more_body": True})
     if outcome.error == "backend_died":
@@ -318,11 +331,5 @@ async def _stream(
             type_="server_error",
             code="backend_died",
         )
-        await send(
-            {
-                "type": "http.response.body",
-                "body": b"data: " + err.body() + b"\n\n",
-                "more_body": True,
-            }
-        )
+        await send({"type": "http.response.body", "body": err.event(), "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -12,8 +12,10 @@ May import: the standard library, `httpclient`. Called by: dataplane.relay.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 import weakref
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 
 from mlxfleet_agent import httpclient
 
@@ -24,8 +26,8 @@ _POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpclient.Pool] = 
 )
 
 
-class BackendError(Exception):
-    """The backend could not be reached, or broke (or fell silent) while answering."""
+BackendError = httpclient.UpstreamError
+"""The backend could not be reached, or broke (or fell silent) while answering."""
 
 
 def _pool() -> httpclient.Pool:
@@ -38,45 +40,47 @@ def _pool() -> httpclient.Pool:
 
 class BackendReply:
     """A backend's answer: status and content type at once, the body as it arrives (several
-    chunks coalesced when the agent runs behind)."""
+    chunks coalesced when the agent runs behind).
 
-    __slots__ = ("_resp", "content_type", "status")
+    `read_chunk()` is the HTTP client's own (b"" at the end, BackendError when the body broke
+    off): a relay loop pays one await per chunk and nothing else. Silence is bounded per read
+    loop, not per read: `watchdog()` arms one timer that looks at the time of the last chunk now
+    and then and cuts a backend silent for `idle_timeout_s`.
+    """
+
+    __slots__ = ("_resp", "content_type", "read_chunk", "status")
 
     def __init__(self, resp: httpclient.Response) -> None:
         self._resp = resp
         self.status = resp.status
         self.content_type = resp.header(b"content-type")
+        self.read_chunk = resp.read_chunk
 
-    async def chunks(self, *, idle_timeout_s: float = READ_TIMEOUT_S) -> AsyncGenerator[bytes]:
-        """The body as it arrives; a backend silent for `idle_timeout_s` is cut off (an error).
-
-        The idle check is a timer that looks at the time of the last chunk now and then, not a
-        timeout per read: per-chunk cost stays an attribute store.
-        """
+    @contextlib.contextmanager
+    def watchdog(self, idle_timeout_s: float = READ_TIMEOUT_S) -> Iterator[None]:
+        """While inside, a backend silent for `idle_timeout_s` is cut off (reads then fail)."""
         loop = asyncio.get_running_loop()
         resp = self._resp
-        read = resp.read_chunk
-        last = [loop.time()]
+        timer: asyncio.TimerHandle | None = None
 
         def check() -> None:
-            if loop.time() - last[0] > idle_timeout_s:
+            nonlocal timer
+            if time.monotonic() - resp.idle_since > idle_timeout_s:
                 resp.abort(f"backend silent for {idle_timeout_s:.0f}s")
             else:
-                timer[0] = loop.call_later(idle_timeout_s / 4, check)
+                timer = loop.call_later(idle_timeout_s / 4, check)
 
-        timer = [loop.call_later(idle_timeout_s / 4, check)]
+        timer = loop.call_later(idle_timeout_s / 4, check)
         try:
-            while True:
-                try:
-                    chunk = await read()
-                except httpclient.UpstreamError as exc:
-                    raise BackendError(str(exc)) from exc
-                if not chunk:
-                    return
-                last[0] = loop.time()
-                yield chunk
+            yield
         finally:
-            timer[0].cancel()
+            timer.cancel()
+
+    async def chunks(self, *, idle_timeout_s: float = READ_TIMEOUT_S) -> AsyncGenerator[bytes]:
+        """The body as it arrives, under `watchdog(idle_timeout_s)`."""
+        with self.watchdog(idle_timeout_s):
+            while chunk := await self.read_chunk():
+                yield chunk
 
     async def read_all(self, *, limit: int | None = None) -> bytes:
         """The whole body (its first `limit` bytes when given: the rest is dropped)."""
@@ -90,8 +94,10 @@ class BackendReply:
                     if limit is not None and size >= limit:
                         self._resp.close()
                         return b"".join(parts)[:limit]
-        except (httpclient.UpstreamError, TimeoutError) as exc:
-            raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+        except TimeoutError:
+            raise httpclient.ResponseError(
+                f"backend silent for {READ_TIMEOUT_S:.0f}s", before_response=False
+            ) from None
         return b"".join(parts)
 
     def close(self) -> None:
@@ -105,17 +111,14 @@ class BackendReply:
 
 
 async def call_backend(port: int, path: str, body: bytes) -> BackendReply:
-    """POST `body` (JSON) to the backend on 127.0.0.1:`port`; return once its headers arrived."""
-    origin = httpclient.Origin("127.0.0.1", port)
-    try:
-        resp = await _pool().request(
-            origin,
-            b"POST",
-            path.encode(),
-            headers=((b"Content-Type", b"application/json"),),
-            body=body,
-            head_timeout_s=READ_TIMEOUT_S,
-        )
-    except httpclient.UpstreamError as exc:
-        raise BackendError(str(exc)) from exc
+    """POST `body` (JSON) to the backend on 127.0.0.1:`port`; return once its headers arrived
+    (BackendError when it cannot be reached or does not answer)."""
+    resp = await _pool().request(
+        httpclient.Origin("127.0.0.1", port),
+        b"POST",
+        path.encode(),
+        headers=((b"Content-Type", b"application/json"),),
+        body=body,
+        head_timeout_s=READ_TIMEOUT_S,
+    )
     return BackendReply(resp)
