@@ -381,17 +381,22 @@ def check(data: bytes) -> None:
         raise ColumnarError(f"not a telemetry day object: columns {missing} are missing")
 
 
-def batches(data: bytes, *, columns: Sequence[str]) -> Iterable[pa.RecordBatch]:
-    """The rows of a Parquet object one row group at a time (bounded memory)."""
+def batches(
+    data: bytes, *, columns: Sequence[str], dictionary: Sequence[str] = ()
+) -> Iterable[pa.RecordBatch]:
+    """The rows of a Parquet object one row group at a time (bounded memory); the string
+    columns named in `dictionary` come as dictionary arrays (Parquet's own dictionary pages,
+    no string per row)."""
     try:
-        reader = pq.ParquetFile(pa.BufferReader(data))
+        reader = pq.ParquetFile(pa.BufferReader(data), read_dictionary=list(dictionary) or None)
         have = set(reader.schema_arrow.names)
         missing = sorted(set(columns) - have - set(LATER))
         if missing:
             raise ColumnarError(f"not a telemetry day object: columns {missing} are missing")
         read = [c for c in columns if c in have]
         for i in range(reader.num_row_groups):
-            group = _with_later(reader.read_row_group(i, columns=read)).combine_chunks()
+            group = _with_later(reader.read_row_group(i, columns=read, use_threads=False))
+            group = group.combine_chunks()
             yield from group.to_batches()
     except (pa.ArrowInvalid, OSError) as exc:
         raise ColumnarError(f"not a readable Parquet object: {exc}") from exc
