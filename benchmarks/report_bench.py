@@ -6,7 +6,8 @@ What is measured and what is extrapolated:
 - Compacted: 30 day objects, one per day, for every node and minute of the month, generated
   straight in the columnar layout (21.6 million intervals for 500 nodes; writing 21.6 million
   objects to the server is not feasible here) and put in the bucket under their compacted keys.
-  The monthly report (figures, HTML, PDF) runs against them: measured time and GETs.
+  The monthly report (figures, HTML, PDF and the detail CSVs) runs against them: measured time
+  and GETs.
 - Raw: one day of `--raw-nodes` nodes as the agents ship it (one object per node and minute,
   28,800 objects for 20 nodes), generated through the contract models. Reading that day the
   way a report reads an uncompacted day is measured, per object; the raw month is that cost per
@@ -38,6 +39,7 @@ from mlxfleet_operator.reports import (
     columnar,
     compaction,
     config,
+    detail,
     monthly,
     render,
     source,
@@ -248,10 +250,14 @@ def _measure(
     t0 = time.monotonic()
     figures = cli.summarise(reader, period, cfg)
     t1 = time.monotonic()
-    html = render.monthly_html(monthly.build(figures))
+    report = monthly.build(figures)
+    html = render.monthly_html(report)
     pdf = render.pdf(html)
+    csvs = detail.files(report)  # every node and model, next to the PDF
     t2 = time.monotonic()
     (root / "monthly.pdf").write_bytes(pdf)
+    for name, data in csvs.items():
+        (root / name).write_bytes(data)
     calls = dict(reader.store.calls)
     month = {
         "month_s": round(t2 - t0, 1),
@@ -265,6 +271,7 @@ def _measure(
         "generate_s": round(generate_s, 1),
         "tokens": figures.tokens,
         "pdf_pages": len(pypdf.PdfReader(io.BytesIO(pdf)).pages),
+        "detail_csv_kb": round(sum(len(d) for d in csvs.values()) / 1024),
     }
     return month | _raw_day(server, bucket, raw_nodes=raw_nodes, month_nodes=nodes, days=days)
 
