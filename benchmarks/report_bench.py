@@ -261,6 +261,8 @@ def _measure(
     calls = dict(reader.store.calls)
     month = {
         "month_s": round(t2 - t0, 1),
+        "report_month_s": round(t2 - t0, 1),  # the names `make bench-scale` reports them under
+        "report_gets": calls.get("GetObject", 0),
         "figures_s": round(t1 - t0, 1),
         "render_s": round(t2 - t1, 1),
         "gets": calls.get("GetObject", 0),
