@@ -60,9 +60,9 @@ COLUMNS = [
         )
     ),
     *(f"{h}_{part}" for h in LATENCY for part in ("bounds", "counts", "sum", "count")),
-    *(f"event_{k}" for k in columnar.EVENT_FIELDS),
     "gateway_line",
 ]
+EVENT_COLUMNS = [f"event_{k}" for k in columnar.EVENT_FIELDS]  # read for row groups with events
 # string columns read as dictionaries: few distinct values, grouped by code
 DICTIONARY = [
     "node",
@@ -91,9 +91,15 @@ def reduce(data: bytes, *, start: date, end: date) -> partials.Partial:
     )
     hi = lo + (end - start).days * DAY_US
     total = partials.Partial()
-    for batch in columnar.batches(data, columns=COLUMNS, dictionary=DICTIONARY):
+    for batch in columnar.batches(
+        data, columns=COLUMNS, dictionary=DICTIONARY, rare=EVENT_COLUMNS, rare_in=_has_events
+    ):
         total.merge(_reduce_batch(batch, lo=lo, hi=hi))
     return total
+
+
+def _has_events(group: pa.Table) -> bool:
+    return bool(pc.any(pc.equal(group.column("kind"), columnar.EVENT)).as_py())
 
 
 # ---- one batch ------------------------------------------------------------------------------
