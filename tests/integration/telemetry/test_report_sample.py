@@ -23,6 +23,8 @@ def test_sample_renders_weekly_and_monthly(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == [
+        "monthly-2026-10-models.csv",
+        "monthly-2026-10-nodes.csv",
         "monthly-2026-10.html",
         "monthly-2026-10.pdf",
         "weekly-2026-W42.html",

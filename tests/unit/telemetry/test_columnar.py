@@ -186,7 +186,6 @@ def fold(ivs: list[contract.TelemetryInterval], *, start: date, end: date) -> pa
                 last=s + timedelta(seconds=iv.interval_seconds),
             )
             m.e2e.add(x.end_to_end_seconds)
-            m.ttft.add(x.ttft_seconds)
             out.models.setdefault((iv.node, x.namespace, x.model), partials.ModelPart()).merge(m)
             tokens += x.prompt_tokens + x.completion_tokens
         out.daily_tokens[s.date()] = out.daily_tokens.get(s.date(), 0) + tokens
@@ -289,3 +288,39 @@ def test_histograms_with_other_buckets_cannot_be_merged() -> None:
 def test_a_file_that_is_not_a_telemetry_day_is_refused_by_name() -> None:
     with pytest.raises(columnar.ColumnarError, match="not a readable Parquet object"):
         columnar.check(b"PAR1 not really")
+
+
+def test_vectorised_reduction_equals_the_plain_fold_on_generated_days(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two days of the report benchmark's generated fleet (every minute of 6 nodes, 1-3 slots
+    each, histograms on busy slots only): the reduction of the two day objects, row groups
+    that split nodes included, equals the plain fold of the same intervals."""
+    from benchmarks import report_bench
+
+    monkeypatch.setattr(columnar, "ROW_GROUP", 4_000)
+    names = report_bench._node_names(6)
+    days = [DAY, DAY + timedelta(days=1)]
+    tables = [report_bench.day_table(d, names, seed=i) for i, d in enumerate(days)]
+    got = partials.Partial()
+    for t in tables:
+        got.merge(dayagg.reduce(columnar.encode(t), start=DAY, end=DAY + timedelta(days=2)))
+    want = fold(
+        [iv for t in tables for iv in columnar.to_intervals(t)],
+        start=DAY,
+        end=DAY + timedelta(days=2),
+    )
+    assert sum(m.e2e.count for m in want.models.values()) > 0
+    same(got, want)
+
+
+def test_histograms_of_other_widths_without_observations_are_ignored() -> None:
+    """A slot whose histogram has other buckets but no observation (count 0) neither merges
+    nor breaks the others' sums (the batch's lists are then of several widths)."""
+    ivs = list(fixture.intervals(interval_hours=6, first=DAY, last=DAY))
+    empty = contract.HistogramData(bounds=[1.0], counts=[0, 0], sum=0.0, count=0)
+    odd = ivs[0].slots[0].model_copy(update={"end_to_end_seconds": empty})
+    ivs[0] = ivs[0].model_copy(update={"slots": [odd, *ivs[0].slots[1:]]})
+    end = DAY + timedelta(days=1)
+    got = dayagg.reduce(columnar.encode(columnar.to_table(ivs)), start=DAY, end=end)
+    same(got, fold(ivs, start=DAY, end=end))

@@ -6,6 +6,8 @@ matched a node with telemetry; a report must instead say which nodes have no cos
 
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from mlxfleet_operator.reports import (
     cli,
     columnar,
     config,
+    detail,
     fixture,
     inventory,
     monthly,
@@ -174,7 +177,8 @@ def test_bad_aliases_name_the_field(text: str, names: str) -> None:
 
 def test_page_one_of_a_big_fleet_shows_the_largest_ten() -> None:
     """30 nodes and their models: page 1's tables and charts keep to the ten that cost most (or
-    served most tokens); page 2 still lists every one."""
+    served most tokens); page 2 lists the 25 that cost most and sums the other 5; the CSV next
+    to the PDF has every one."""
     from datetime import date
 
     from benchmarks import report_bench
@@ -187,11 +191,24 @@ def test_page_one_of_a_big_fleet_shows_the_largest_ten() -> None:
             return data if d == day else None
 
     june = summary.month(2026, 6)
-    report = monthly.build(cli.summarise(OneDay(), june, report_bench._report_config([])))
+    priced = report_bench._report_config(report_bench._node_names(30))
+    report = monthly.build(cli.summarise(OneDay(), june, priced))
     assert len(report.nodes) == 30
     assert len(report.top_nodes) == monthly.SUMMARY_ROWS
     costs = sorted((n.total_usd or 0.0 for n in report.nodes), reverse=True)
     assert [n.total_usd or 0.0 for n in report.top_nodes] == costs[: monthly.SUMMARY_ROWS]
     html = render.monthly_html(report, generated="now")
-    assert "the 10 that cost most; all 30 on page 2" in html
-    assert html.count("<tr><td>mac-0") == 10 + 30  # page 1 + the page 2 table
+    assert "the 10 that cost most of 30; every node in monthly-2026-06-nodes.csv" in html
+    assert html.count("<tr><td>mac-0") == 10 + monthly.DETAIL_ROWS  # page 1 + page 2's table
+    assert "<tr><td>5 other nodes</td>" in html
+    assert [n.total_usd for n in report.detail_nodes] == [
+        n.total_usd for n in sorted(report.nodes, key=lambda n: -(n.total_usd or 0.0))[:25]
+    ]
+    left_out = {n.node for n in report.nodes} - {n.node for n in report.detail_nodes}
+    assert report.other_nodes.count == 5
+    assert report.other_nodes.cost_usd == pytest.approx(
+        sum(n.total_usd or 0.0 for n in report.nodes if n.node in left_out)
+    )
+    rows = list(csv.DictReader(io.StringIO(detail.nodes_csv(report).decode())))
+    assert [r["node"] for r in rows] == [n.node for n in report.nodes]  # all 30
+    assert float(rows[0]["total_usd"]) == report.nodes[0].total_usd

@@ -2,7 +2,8 @@
 
 - `weekly [--week YYYY-Www]`: Markdown + HTML placement/cost diff against the week before
   (default: the last complete ISO week).
-- `monthly [--month YYYY-MM]`: executive PDF (default: the last complete month).
+- `monthly [--month YYYY-MM]`: executive PDF (default: the last complete month), with every
+  node and model in two CSV files next to it (reports.detail).
 - `sample --out DIR`: both, from the built-in fixture month (no bucket needed).
 - `compact [--days N | --day YYYY-MM-DD ...] [--delete-raw [--retention-days N]]`: roll each
   day's per-interval objects into one Parquet object (see reports.compaction); the reports read
@@ -31,6 +32,7 @@ from mlxfleet_operator.reports import (
     cluster,
     compaction,
     config,
+    detail,
     fixture,
     inventory,
     monthly,
@@ -231,11 +233,11 @@ def monthly_files(
 ) -> dict[str, tuple[bytes, str]]:
     report = monthly.build(summarise(source, period, cfg, cluster=cluster))
     html = render.monthly_html(report)
-    name = f"monthly-{period.start:%Y-%m}"
+    name = monthly.file_stem(period)
     return {
         f"{name}.html": (html.encode(), "text/html; charset=utf-8"),
         f"{name}.pdf": (render.pdf(html), "application/pdf"),
-    }
+    } | {k: (v, "text/csv; charset=utf-8") for k, v in detail.files(report).items()}
 
 
 def _week_label(start: date) -> str:

@@ -24,7 +24,7 @@ reports.compaction, reports.dayagg, reports.source, reports.fixture.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -381,18 +381,38 @@ def check(data: bytes) -> None:
         raise ColumnarError(f"not a telemetry day object: columns {missing} are missing")
 
 
-def batches(data: bytes, *, columns: Sequence[str]) -> Iterable[pa.RecordBatch]:
-    """The rows of a Parquet object one row group at a time (bounded memory)."""
+def batches(
+    data: bytes,
+    *,
+    columns: Sequence[str],
+    dictionary: Sequence[str] = (),
+    rare: Sequence[str] = (),
+    rare_in: Callable[[pa.Table], bool] | None = None,
+) -> Iterable[pa.RecordBatch]:
+    """The rows of a Parquet object one row group at a time (bounded memory); the string
+    columns named in `dictionary` come as dictionary arrays (Parquet's own dictionary pages,
+    no string per row). Columns in `rare` (those of rows few groups have) are read only for
+    the groups `rare_in` says need them (all, without `rare_in`); elsewhere they are nulls."""
     try:
-        reader = pq.ParquetFile(pa.BufferReader(data))
+        reader = pq.ParquetFile(pa.BufferReader(data), read_dictionary=list(dictionary) or None)
         have = set(reader.schema_arrow.names)
-        missing = sorted(set(columns) - have - set(LATER))
+        missing = sorted((set(columns) | set(rare)) - have - set(LATER))
         if missing:
             raise ColumnarError(f"not a telemetry day object: columns {missing} are missing")
         read = [c for c in columns if c in have]
+        extra = [c for c in rare if c in have]
         for i in range(reader.num_row_groups):
-            group = _with_later(reader.read_row_group(i, columns=read)).combine_chunks()
-            yield from group.to_batches()
+            group = reader.read_row_group(i, columns=read, use_threads=False)
+            if extra and (rare_in is None or rare_in(group)):
+                more = reader.read_row_group(i, columns=extra, use_threads=False)
+                group = pa.Table.from_arrays(
+                    [*group.columns, *more.columns], names=[*group.column_names, *extra]
+                )
+            else:
+                for name in extra:
+                    kind = reader.schema_arrow.field(name).type
+                    group = group.append_column(name, pa.nulls(group.num_rows, kind))
+            yield from _with_later(group).combine_chunks().to_batches()
     except (pa.ArrowInvalid, OSError) as exc:
         raise ColumnarError(f"not a readable Parquet object: {exc}") from exc
 

@@ -27,7 +27,7 @@ from mlxfleet_operator.reports import columnar, partials
 
 DAY_US = 86_400_000_000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-LATENCY = ("e2e", "ttft")  # the histograms the reports use
+LATENCY = ("e2e",)  # the histograms the reports show (end to end; TTFT is in no report)
 COLUMNS = [
     "kind",
     "node",
@@ -60,8 +60,17 @@ COLUMNS = [
         )
     ),
     *(f"{h}_{part}" for h in LATENCY for part in ("bounds", "counts", "sum", "count")),
-    *(f"event_{k}" for k in columnar.EVENT_FIELDS),
     "gateway_line",
+]
+EVENT_COLUMNS = [f"event_{k}" for k in columnar.EVENT_FIELDS]  # read for row groups with events
+# string columns read as dictionaries: few distinct values, grouped by code
+DICTIONARY = [
+    "node",
+    "host_memory_pressure_max",
+    "host_power_source",
+    "slot_model",
+    "slot_namespace",
+    *(f"{h}_bounds" for h in LATENCY),
 ]
 
 
@@ -82,9 +91,15 @@ def reduce(data: bytes, *, start: date, end: date) -> partials.Partial:
     )
     hi = lo + (end - start).days * DAY_US
     total = partials.Partial()
-    for batch in columnar.batches(data, columns=COLUMNS):
+    for batch in columnar.batches(
+        data, columns=COLUMNS, dictionary=DICTIONARY, rare=EVENT_COLUMNS, rare_in=_has_events
+    ):
         total.merge(_reduce_batch(batch, lo=lo, hi=hi))
     return total
+
+
+def _has_events(group: pa.Table) -> bool:
+    return bool(pc.any(pc.equal(group.column("kind"), columnar.EVENT)).as_py())
 
 
 # ---- one batch ------------------------------------------------------------------------------
@@ -98,32 +113,61 @@ def _np(batch: pa.RecordBatch, name: str, fill: Any = 0) -> np.ndarray[Any, Any]
 
 
 def _codes(array: pa.Array) -> tuple[np.ndarray[Any, Any], list[Any]]:
-    """Integer codes (nulls: -1) and the distinct values of a string column."""
+    """Integer codes (nulls: -1) and the distinct values of a string column. A column read as
+    a dictionary (Parquet's own, `DICTIONARY`) is used as it is when its values do not repeat:
+    no hashing of every row."""
+    if pa.types.is_dictionary(array.type):
+        values = array.dictionary
+        if values.null_count == 0 and len(pc.unique(values)) == len(values):
+            return _indices(array.indices), values.to_pylist()
+        array = array.cast(array.type.value_type)
     enc = pc.dictionary_encode(array)
-    idx = np.asarray(pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
-    return idx, enc.dictionary.to_pylist()
+    return _indices(enc.indices), enc.dictionary.to_pylist()
+
+
+def _indices(indices: pa.Array) -> np.ndarray[Any, Any]:
+    if indices.null_count:
+        indices = pc.fill_null(indices, -1)
+    return np.asarray(indices.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 class _Groups:
-    """Rows grouped by an integer key, in first-row order within each group (stable)."""
+    """Rows grouped by an integer key, in first-row order within each group (stable). Keys
+    already in order (interval rows by node: the canonical row order) are not sorted again."""
 
     def __init__(self, keys: np.ndarray[Any, Any]) -> None:
-        self.order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[self.order]
+        self.n = len(keys)
+        ordered = self.n < 2 or bool(np.all(keys[1:] >= keys[:-1]))
+        self.order: np.ndarray[Any, Any] | None = (
+            None if ordered else np.argsort(keys, kind="stable")
+        )
+        sorted_keys = keys if self.order is None else keys[self.order]
         self.starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
         self.keys = sorted_keys[self.starts]
 
+    def _sorted(self, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return values if self.order is None else values[self.order]
+
+    def index(self) -> np.ndarray[Any, Any]:
+        """The group of each row, in the rows' own order."""
+        groups = np.repeat(np.arange(len(self.keys)), np.diff(np.r_[self.starts, self.n]))
+        if self.order is None:
+            return groups
+        out = np.empty(self.n, dtype=np.int64)
+        out[self.order] = groups
+        return out
+
     def sum(self, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        return np.add.reduceat(values[self.order], self.starts, axis=0)
+        return np.add.reduceat(self._sorted(values), self.starts, axis=0)
 
     def max(self, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        return np.maximum.reduceat(values[self.order], self.starts)
+        return np.maximum.reduceat(self._sorted(values), self.starts)
 
     def min(self, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        return np.minimum.reduceat(values[self.order], self.starts)
+        return np.minimum.reduceat(self._sorted(values), self.starts)
 
     def any(self, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        return np.logical_or.reduceat(values[self.order], self.starts)
+        return np.logical_or.reduceat(self._sorted(values), self.starts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +306,6 @@ def _slots(out: partials.Partial, b: _Rows, rows: np.ndarray[Any, Any]) -> None:
                 completion_tokens=int(sums["completion"][g]),
                 busy_seconds=float(sums["busy"][g]),
                 e2e=hists["e2e"][g],
-                ttft=hists["ttft"][g],
                 first=EPOCH + timedelta(microseconds=int(first[g])),
                 last=EPOCH + timedelta(microseconds=int(last_end[g])),
             )
@@ -311,32 +354,44 @@ def _hists(
     bounds_code, bounds = _codes(batch.column(f"{prefix}_bounds"))
     counts = batch.column(f"{prefix}_counts")
     offsets = np.asarray(counts.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-    flat = np.asarray(pc.fill_null(counts.values, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    values = counts.values
+    if values.null_count:
+        values = pc.fill_null(values, 0)
+    flat = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.int64)
     used = (count != 0) & (bounds_code[rows] >= 0)
     out = [partials.Hist() for _ in groups.keys]
     if not used.any():
         return out
-    group_of = np.empty(len(rows), dtype=np.int64)
-    group_of[groups.order] = np.repeat(
-        np.arange(len(groups.keys)), np.diff(np.r_[groups.starts, len(rows)])
-    )
+    group_of = groups.index()
     sel = rows[used]
     lengths = offsets[sel + 1] - offsets[sel]
-    if len(np.unique(lengths)) == 1:
-        width = int(lengths[0])
-        matrix = flat[(offsets[sel][:, None] + np.arange(width)[None, :])]
-        sub = _Groups(group_of[used] * (len(bounds) + 1) + bounds_code[sel])
-        matrix_sums = sub.sum(matrix)
-        count_sums = sub.sum(count[used])
-        total_sums = sub.sum(total[used])
-        for g, key in enumerate(sub.keys):
-            grp, code = divmod(int(key), len(bounds) + 1)
+    width = int(lengths[0])
+    if bool(np.all(lengths == width)):
+        # one sum per (group, buckets) and bucket, in row order (np.add.at: exact integers,
+        # no sort, one pass over every bucket of every row)
+        nb = len(bounds) + 1
+        key = group_of[used] * nb + bounds_code[sel]
+        size = len(groups.keys) * nb
+        present = np.flatnonzero(np.bincount(key, minlength=size))
+        cells = _cells(flat, offsets, sel, width)
+        buckets = np.zeros(size * width, dtype=np.int64)
+        cell_key = (key[:, None] * width + np.arange(width)[None, :]).reshape(-1)
+        np.add.at(buckets, cell_key, cells.reshape(-1))
+        bucket_sums = buckets.reshape(size, width)[present].tolist()
+        counts_of = np.zeros(size, dtype=np.int64)
+        np.add.at(counts_of, key, count[used])
+        count_sums = counts_of[present].tolist()
+        totals = np.zeros(size, dtype=np.float64)
+        np.add.at(totals, key, total[used])
+        total_sums = totals[present].tolist()
+        for g, k in enumerate(present.tolist()):
+            grp, code = divmod(k, nb)
             out[grp].merge(
                 partials.Hist(
                     tuple(columnar.bounds_of(bounds[code])),
-                    [int(x) for x in matrix_sums[g]],
-                    int(count_sums[g]),
-                    float(total_sums[g]),
+                    bucket_sums[g],
+                    count_sums[g],
+                    total_sums[g],
                 )
             )
         return out
@@ -352,6 +407,21 @@ def _hists(
             )
         )
     return out
+
+
+def _cells(
+    flat: np.ndarray[Any, Any], offsets: np.ndarray[Any, Any], sel: np.ndarray[Any, Any], width: int
+) -> np.ndarray[Any, Any]:
+    """The `width` counts of each row in `sel`, one row each. When every list of the batch has
+    that width (or none), the lists are one `(n, width)` block: rows taken whole, or as they are."""
+    lengths = np.diff(offsets)
+    if width and bool(np.all((lengths == 0) | (lengths == width))):
+        block: np.ndarray[Any, Any] = flat[offsets[0] : offsets[-1]].reshape(-1, width)
+        at = (offsets[sel] - offsets[0]) // width
+        if len(at) == len(block) and bool(np.all(at == np.arange(len(at)))):
+            return block
+        return np.asarray(block[at])
+    return np.asarray(flat[offsets[sel][:, None] + np.arange(width)[None, :]])
 
 
 def _events(out: partials.Partial, b: _Rows, rows: np.ndarray[Any, Any]) -> None:

@@ -1,9 +1,12 @@
 """The monthly executive report: headline figures, charts and per-model / per-node tables.
 
 Builds plain rows from one month's `summary.PeriodSummary`; `render.monthly_html` + `render.pdf`
-turn them into the PDF. Page 1 is the one-page summary; page 2 has the tables, incidents, data
-gaps and the method.
-May import: the standard library, `core.cost`, reports.summary, reports.charts. Called by: cli.
+turn them into the PDF. Page 1 is the one-page summary; page 2 has the detail tables (the
+DETAIL_ROWS models and nodes that cost most, the rest summed in one row), incidents, data gaps and
+the method. Every row (`models`, `nodes`) goes to the CSV files next to the PDF (reports.detail),
+so the PDF stays a few pages whatever the size of the fleet.
+May import: the standard library, `core.cost`, reports.summary, reports.charts, reports.teams.
+Called by: cli, reports.detail.
 """
 
 from __future__ import annotations
@@ -15,8 +18,21 @@ from typing import TypeVar
 from mlxfleet_operator.core import cost
 from mlxfleet_operator.reports import charts, summary, teams
 
-SUMMARY_ROWS = 10  # models and nodes on page 1 (the largest); page 2 lists them all
+SUMMARY_ROWS = 10  # models and nodes on page 1 (the largest)
+DETAIL_ROWS = 25  # models and nodes in page 2's tables (the costliest); the rest summed, all in CSV
+SHOWN_NODE_NAMES = 3  # a model on more nodes than this shows their number, the CSV their names
 Row = TypeVar("Row")
+
+
+def file_stem(period: summary.Period) -> str:
+    """`monthly-YYYY-MM`: the PDF, the HTML and the detail CSVs are named after it."""
+    return f"monthly-{period.start:%Y-%m}"
+
+
+def detail_names(period: summary.Period) -> tuple[str, str]:
+    """The CSV files with every node and every model of the month (next to the PDF)."""
+    stem = file_stem(period)
+    return f"{stem}-nodes.csv", f"{stem}-models.csv"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +46,7 @@ class Tile:
 class ModelRow:
     model: str
     namespace: str
-    nodes: str
+    nodes: str  # what the tables show: the names, or their number when there are many
     requests: int
     tokens: int
     p50: float | None
@@ -38,6 +54,10 @@ class ModelRow:
     cost_usd: float | None
     cpm: float | None
     reference_cpm: float | None
+    node_names: tuple[str, ...] = ()
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
     @property
     def saving(self) -> float | None:
@@ -60,6 +80,24 @@ class NodeRow:
     cpm: float | None
     peak_memory: int
     memory_total: int
+    requests: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Rest:
+    """The rows left out of a detail table, summed: `count` of them (0: none left out)."""
+
+    count: int = 0
+    requests: int = 0
+    tokens: int = 0
+    cost_usd: float | None = None  # models: allocated serving cost; nodes: total cost
+    cpm: float | None = None
+    reference_cpm: float | None = None  # models only
+    uptime: float | None = None  # nodes only: the mean over the rows left out
+    busy: float | None = None
+    hardware_usd: float | None = None
+    energy_kwh: float | None = None
+    idle_usd: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +120,13 @@ class MonthlyReport:
     cpm_chart: str = ""
     split_chart: str = ""
     reference_name: str | None = None
-    top_models: list[ModelRow] = field(default_factory=list)  # page 1 (all on page 2)
+    top_models: list[ModelRow] = field(default_factory=list)  # page 1
     top_nodes: list[NodeRow] = field(default_factory=list)
+    detail_models: list[ModelRow] = field(default_factory=list)  # page 2 (all in the CSV)
+    detail_nodes: list[NodeRow] = field(default_factory=list)
+    other_models: Rest = field(default_factory=Rest)  # the models page 2 leaves out, summed
+    other_nodes: Rest = field(default_factory=Rest)
+    detail_files: tuple[str, str] = ("", "")  # (nodes CSV, models CSV)
 
 
 def _reference_cpm(ref: cost.ReferencePrice | None, prompt: int, completion: int) -> float | None:
@@ -160,11 +203,18 @@ def build(s: summary.PeriodSummary) -> MonthlyReport:
     by_key = {mc.key: mc for mc in f.models} if f else {}
     for key, m in s.models.items():
         mc = by_key.get(key)
+        names = tuple(sorted(m.nodes))
         r.models.append(
             ModelRow(
                 model=key.model,
                 namespace=key.namespace,
-                nodes=", ".join(sorted(m.nodes)),
+                nodes=", ".join(names)
+                if len(names) <= SHOWN_NODE_NAMES
+                else f"{len(names):,} nodes",
+                node_names=names,
+                errors=m.errors,
+                prompt_tokens=m.prompt_tokens,
+                completion_tokens=m.completion_tokens,
                 requests=m.requests,
                 tokens=m.tokens,
                 p50=m.e2e.quantile(0.5),
@@ -195,6 +245,7 @@ def build(s: summary.PeriodSummary) -> MonthlyReport:
                 cpm=nc.cost_per_million if nc else None,
                 peak_memory=ns.memory_used_max,
                 memory_total=ns.memory_total_bytes,
+                requests=ns.requests,
             )
         )
     windows: dict[tuple[object, object], list[str]] = {}
@@ -231,6 +282,11 @@ def build(s: summary.PeriodSummary) -> MonthlyReport:
     r.daily_chart = charts.daily_bars(days, [s.daily_tokens[d] for d in days])
     r.top_models = _top(r.models, key=lambda m: m.tokens)
     r.top_nodes = _top(r.nodes, key=lambda n: n.total_usd or 0.0)
+    r.detail_models = _top(r.models, key=_model_cost, limit=DETAIL_ROWS)
+    r.detail_nodes = _top(r.nodes, key=lambda n: n.total_usd or 0.0, limit=DETAIL_ROWS)
+    r.other_models = _rest_models(_left_out(r.models, r.detail_models))
+    r.other_nodes = _rest_nodes(_left_out(r.nodes, r.detail_nodes))
+    r.detail_files = detail_names(s.period)
     r.cpm_chart = charts.cost_per_million_bars(
         [charts.PairBar(m.model, m.cpm, m.reference_cpm) for m in r.top_models]
     )
@@ -245,12 +301,71 @@ def build(s: summary.PeriodSummary) -> MonthlyReport:
     return r
 
 
-def _top(rows: list[Row], *, key: Callable[[Row], float]) -> list[Row]:
-    """Page 1 of a big fleet: the SUMMARY_ROWS largest by `key`; a small fleet: every row, in
+def _top(
+    rows: list[Row], *, key: Callable[[Row], float | tuple[float, float]], limit: int = SUMMARY_ROWS
+) -> list[Row]:
+    """A table of a big fleet: the `limit` largest rows by `key`; a small fleet: every row, in
     its order."""
-    if len(rows) <= SUMMARY_ROWS:
+    if len(rows) <= limit:
         return list(rows)
-    return sorted(rows, key=key, reverse=True)[:SUMMARY_ROWS]
+    return sorted(rows, key=key, reverse=True)[:limit]
+
+
+def _model_cost(m: ModelRow) -> tuple[float, float]:
+    """Costliest first; without cost inputs, most tokens first."""
+    return (m.cost_usd or 0.0, float(m.tokens))
+
+
+def _left_out(rows: list[Row], shown: list[Row]) -> list[Row]:
+    kept = {id(x) for x in shown}
+    return [x for x in rows if id(x) not in kept]
+
+
+def _total(values: list[float | None]) -> float | None:
+    """The sum of the known values; None when none is known."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _per_million(usd: float | None, tokens: int) -> float | None:
+    return usd / tokens * 1e6 if usd is not None and tokens else None
+
+
+def _rest_models(rows: list[ModelRow]) -> Rest:
+    if not rows:
+        return Rest()
+    tokens = sum(m.tokens for m in rows)
+    cost_usd = _total([m.cost_usd for m in rows])
+    reference = _total(
+        [m.reference_cpm * m.tokens / 1e6 if m.reference_cpm is not None else None for m in rows]
+    )
+    return Rest(
+        count=len(rows),
+        requests=sum(m.requests for m in rows),
+        tokens=tokens,
+        cost_usd=cost_usd,
+        cpm=_per_million(cost_usd, tokens),
+        reference_cpm=_per_million(reference, tokens),
+    )
+
+
+def _rest_nodes(rows: list[NodeRow]) -> Rest:
+    if not rows:
+        return Rest()
+    tokens = sum(n.tokens for n in rows)
+    total_usd = _total([n.total_usd for n in rows])
+    return Rest(
+        count=len(rows),
+        requests=sum(n.requests for n in rows),
+        tokens=tokens,
+        cost_usd=total_usd,
+        cpm=_per_million(total_usd, tokens),
+        uptime=sum(n.uptime for n in rows) / len(rows),
+        busy=sum(n.busy for n in rows) / len(rows),
+        hardware_usd=_total([n.hardware_usd for n in rows]),
+        energy_kwh=_total([n.energy_kwh for n in rows]),
+        idle_usd=_total([n.idle_usd for n in rows]),
+    )
 
 
 def _cost_note(f: cost.FleetCost | None, *, unpriced: int) -> str:

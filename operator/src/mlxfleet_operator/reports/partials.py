@@ -111,8 +111,7 @@ class ModelPart:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     busy_seconds: float = 0.0
-    e2e: Hist = field(default_factory=Hist)
-    ttft: Hist = field(default_factory=Hist)
+    e2e: Hist = field(default_factory=Hist)  # end to end; the only latency the reports show
     first: datetime | None = None
     last: datetime | None = None
 
@@ -123,7 +122,6 @@ class ModelPart:
         self.completion_tokens += o.completion_tokens
         self.busy_seconds += o.busy_seconds
         self.e2e.merge(o.e2e)
-        self.ttft.merge(o.ttft)
         if o.first is not None:
             self.first = o.first if self.first is None else min(self.first, o.first)
         if o.last is not None:

@@ -84,7 +84,6 @@ class ModelSummary:
     busy_seconds: float = 0.0
     nodes: set[str] = field(default_factory=set)
     e2e: Hist = field(default_factory=Hist)
-    ttft: Hist = field(default_factory=Hist)
 
     @property
     def tokens(self) -> int:
@@ -307,7 +306,6 @@ def summarise(
         ms.busy_seconds += mp.busy_seconds
         ms.nodes.add(node)
         ms.e2e.merge(mp.e2e)
-        ms.ttft.merge(mp.ttft)
         placements.add((model, node))
         if mp.first is not None and mp.last is not None:
             first, last = presence.get((model, node), (mp.first, mp.last))
