@@ -11,6 +11,9 @@ watches for the model's final directory on disk and only then asks the agent (on
 costs the agent tens of ms of CPU: polling it hard would slow the copy it measures).
 Run: `python -m benchmarks.peer_bench [--gib 2 --files 8 --rounds 3]`; prints a table (median
 seconds per method, min-max, GiB/s and the ratio to curl) and the load average.
+`--compare-agent-src DIR` adds rows for receiving agents run from another checkout's
+`node-agent/src` (PYTHONPATH), interleaved with the others in every round, so a change to the
+receiving path is compared under the same load.
 May import: the standard library, tests.support, tests.integration.agent.conftest.
 """
 
@@ -174,6 +177,11 @@ def main() -> None:
     parser.add_argument("--gib", type=float, default=2.0, help="model size (default 2 GiB)")
     parser.add_argument("--files", type=int, default=8, help="weight files (default 8)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, median reported (3)")
+    parser.add_argument(
+        "--compare-agent-src",
+        metavar="DIR",
+        help="also time receiving agents run from this node-agent/src (e.g. main's), same rounds",
+    )
     args = parser.parse_args()
     if not (0 < args.gib <= 64 and 1 <= args.files <= 256 and 1 <= args.rounds <= 20):
         parser.error("--gib in (0, 64], --files in 1..256, --rounds in 1..20")
@@ -209,21 +217,28 @@ def main() -> None:
         methods = baselines(
             base, src_dir, f"{sources[0].control_url}/peer/v1/models/{mid}/files", rels
         )
-        for n in (1, 3):
+        variants = [("", env)]
+        if args.compare_agent_src:  # another checkout's agent code for the receiving agents
+            other = {**env, "PYTHONPATH": str(Path(args.compare_agent_src).resolve())}
+            variants.append((f" [{args.compare_agent_src}]", other))
+        for label, dest_env in variants:
+            for n in (1, 3):
 
-            def peer_copy(n: int = n) -> None:
-                dest = agent(base, f"dest{n}", env, token_file)
-                agents.append(dest)
-                try:
-                    times[f"agent prefetch from {n} peer(s)"].append(
-                        fetch_into(dest, source, mid, sources[:n])
-                    )
-                finally:
-                    cleanup(dest)
-                    agents.remove(dest)
-                    shutil.rmtree(base / f"dest{n}")
+                def peer_copy(
+                    n: int = n, label: str = label, dest_env: dict[str, str] = dest_env
+                ) -> None:
+                    dest = agent(base, f"dest{n}", dest_env, token_file)
+                    agents.append(dest)
+                    try:
+                        times[f"agent prefetch from {n} peer(s){label}"].append(
+                            fetch_into(dest, source, mid, sources[:n])
+                        )
+                    finally:
+                        cleanup(dest)
+                        agents.remove(dest)
+                        shutil.rmtree(base / f"dest{n}")
 
-            methods.append((f"agent prefetch from {n} peer(s)", peer_copy))
+                methods.append((f"agent prefetch from {n} peer(s){label}", peer_copy))
         times: dict[str, list[float]] = {name: [] for name, _ in methods}
         for _ in range(args.rounds):
             for name, run in methods:
