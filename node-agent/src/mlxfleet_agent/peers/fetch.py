@@ -1,10 +1,12 @@
 """Fetch a model's files from peer agents, several at once, each file verified.
 
 `fetch(expects, peers=..., ...)` fills a partial folder (the store's, laid out as the origin
-download lays it out) with the files the origin listed: one worker thread per peer takes the next
-file (largest first) from a shared queue and streams it into `<file>.part`, resuming a `.part` left
-by an earlier try with `Range: bytes=<offset>-`; the digest runs while bytes arrive (in a hashing
-thread beside the receiving one: hashlib drops the GIL, so receiving, writing and hashing overlap)
+download lays it out) with the files the origin listed: worker threads (one per peer, and at least
+`STREAMS` in all, so one peer still sends two files at once and two MD5s run on two cores), each on
+its own connection, take the next file (largest first) from a shared queue and stream it into
+`<file>.part`, resuming a `.part` left by an earlier try with `Range: bytes=<offset>-`; the digest
+runs while bytes arrive (in a hashing thread beside the receiving one: hashlib drops the GIL, so
+receiving, writing and hashing overlap)
 and a file is renamed into place only when its size and digest match the origin's (`checks.Expect`),
 after its fsync (in a finishing thread, so the next file streams meanwhile; `fetch` returns once
 every verified file is synced and in place). A peer that sends bytes that do not verify, more bytes
@@ -44,6 +46,10 @@ WRITE_BYTES = 64 * 1024
 3.4 s and 64 KiB writes of the same bytes 0.3 s on the test machine."""
 MAX_ERRORS = 2
 """Connection errors after which a peer is dropped for the rest of this fetch."""
+STREAMS = 2
+"""Streams (worker threads, each with its own connection and hashing thread) at least, spread
+over the peers: MD5 is sequential within a file, so a single stream is bound to one core's MD5
+rate; with one peer, two streams fetch two files at once (figures: docs/benchmarks.md)."""
 
 
 class Cancelled(Exception):
@@ -118,6 +124,7 @@ class _Run:
         self.done_bytes = 0
         self.finisher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="peer-fsync")
         self.finishing: list[Future[None]] = []
+        self.errors: dict[str, int] = {}
 
     def add(self, n: int, peer: str | None = None) -> None:
         if self.abort.is_set():
@@ -156,8 +163,9 @@ class _Run:
             self.changed.notify_all()
 
     def worker(self, peer: str) -> None:
+        """Fetch files from `peer` until none is left for it (several workers may share a peer:
+        they take different files, and its lies and connection errors count for all of them)."""
         conn: http.client.HTTPConnection | None = None
-        errors = 0
         try:
             while (expect := self.take(peer)) is not None:
                 if conn is None:
@@ -177,9 +185,9 @@ class _Run:
                 except (OSError, http.client.HTTPException, _Retry) as exc:
                     conn.close()
                     conn = None
-                    errors += 1
                     with self.lock:
-                        if errors >= MAX_ERRORS:
+                        self.errors[peer] = self.errors.get(peer, 0) + 1
+                        if self.errors[peer] >= MAX_ERRORS:
                             self.outcome.dropped[peer] = f"connection errors: {exc}"
                         else:
                             self.tried[expect.rel].discard(peer)  # may retry the same peer
@@ -368,7 +376,8 @@ def fetch(
         except BaseException as exc:  # Cancelled, disk errors: re-raised in the caller
             errors.append(exc)
 
-    threads = [threading.Thread(target=guarded, args=(p,), daemon=True) for p in bases]
+    workers = [bases[i % len(bases)] for i in range(max(STREAMS, len(bases)))]
+    threads = [threading.Thread(target=guarded, args=(p,), daemon=True) for p in workers]
     for t in threads:
         t.start()
     for t in threads:
