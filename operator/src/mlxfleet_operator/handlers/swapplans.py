@@ -3,8 +3,8 @@ progress folded from the agents' swap records (core.swapplan), written to the pl
 Because progress lives in status, a restarted operator resumes without repeating a step.
 As soon as the plan exists, every node it will use starts copying the target weights (from peers
 that hold them first: core.swapplan.prefetch; a sharded deployment: every rank's node; not with
---no-swap-prefetch), and a step waiting on that copy shows its progress. A sharded deployment's plan swaps each group as a
-unit (core.swapplan.groups): its step's PUTs go to every rank's agent.
+--no-swap-prefetch), and a step waiting on that copy shows its progress. A sharded deployment's
+plan swaps each group as a unit (core.swapplan.groups): its step's PUTs go to every rank's agent.
 
 May import: kopf, pydantic, adapters, core, api, settings, `guard`, `indexes`. Called by: kopf.
 """
