@@ -26,13 +26,12 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.e2e.conftest import E2E, Agent, Agents, Operator, is_true
+from tests.e2e.conftest import E2E, Agent, Agents, Operator, is_true, wait_for
 from tests.support import s3 as s3_support
 
 from mlxfleet_agent import devmodels
@@ -43,14 +42,7 @@ PAD = "consolidated.safetensors"
 CHUNK = 64 * 2**20
 
 
-def until(what: str, check: Callable[[], Any], *, timeout: float = 600) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise TimeoutError(f"timed out waiting for {what}")
+until = functools.partial(wait_for, timeout=600, interval=0.1)
 
 
 def pad_file(path: Path, size: int) -> int:
