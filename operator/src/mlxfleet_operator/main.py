@@ -128,6 +128,14 @@ def _parser() -> argparse.ArgumentParser:
         help="write an unchanged node's lastHeartbeatTime at most this often (default 60)",
     )
     p.add_argument(
+        "--swap-prefetch",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.swap_prefetch,
+        help="copy a SwapPlan's new weights to all its nodes as soon as the plan exists (default "
+        "on; --no-swap-prefetch: each node fetches them when its step starts, e.g. on a metered "
+        "link)",
+    )
+    p.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
     )
     p.add_argument(
@@ -198,6 +206,7 @@ def _settings(ns: argparse.Namespace, kubeconfig: str | None) -> opsettings.Oper
         misses=ns.misses,
         failover_delay=ns.failover_delay,
         heartbeat_write_seconds=ns.heartbeat_write_seconds,
+        swap_prefetch=ns.swap_prefetch,
         metrics_host=ns.metrics_host,
         metrics_port=ns.metrics_port,
         log_level=ns.log_level.upper(),

@@ -24,6 +24,11 @@ class OperatorSettings(BaseModel):
     misses: int = Field(default=3, ge=1, le=100)
     failover_delay: float = Field(default=15.0, ge=0, le=86400)
     heartbeat_write_seconds: float = Field(default=60.0, ge=0, le=3600)
+    swap_prefetch: bool = Field(
+        default=True,
+        description="copy a SwapPlan's target weights to its nodes as soon as the plan exists "
+        "(off: each step's node fetches them when its step starts)",
+    )
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     log_level: str = "INFO"

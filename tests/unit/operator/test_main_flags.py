@@ -43,6 +43,12 @@ def test_good_flags(tmp_path: Path) -> None:
     assert settings.standalone
 
 
+def test_swap_prefetch_is_on_unless_turned_off() -> None:
+    assert main.parse([]).swap_prefetch
+    assert main.parse(["--swap-prefetch"]).swap_prefetch
+    assert not main.parse(["--no-swap-prefetch"]).swap_prefetch
+
+
 def test_election_is_on_by_default_with_pod_identity(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POD_NAME", "mlxfleet-operator-7d9f-abcde")
     monkeypatch.setenv("POD_NAMESPACE", "ops")

@@ -58,6 +58,12 @@ def test_no_prefetch_for_a_node_that_holds_or_is_copying_it_or_a_finished_plan()
     assert prefetch.wanted(done, TARGET, ["c"], {"c": state()}, URLS) == []
 
 
+def test_with_swap_prefetch_off_no_node_copies_ahead() -> None:
+    states = {"a": state(), "b": state(), "c": state(cached=[cached()])}
+    assert prefetch.wanted(st.PlanState(), TARGET, ["a", "b"], states, URLS, enabled=False) == []
+    assert len(prefetch.wanted(st.PlanState(), TARGET, ["a", "b"], states, URLS)) == 2
+
+
 def test_another_revision_is_not_the_target_and_peers_are_capped() -> None:
     holders = {n: state(cached=[cached()]) for n in ("b", "c", "d", "e")}
     states = {"a": state(cached=[cached(revision="v1")]), **holders}

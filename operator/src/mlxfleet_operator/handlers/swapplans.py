@@ -2,9 +2,9 @@
 progress folded from the agents' swap records (core.swapplan), written to the plan's status.
 Because progress lives in status, a restarted operator resumes without repeating a step.
 As soon as the plan exists, every node it will use starts copying the target weights (from peers
-that hold them first: core.swapplan.prefetch; a sharded deployment: every rank's node), and a
-step waiting on that copy shows its progress. A sharded deployment's plan swaps each group as a
-unit (core.swapplan.groups): its step's PUTs go to every rank's agent.
+that hold them first: core.swapplan.prefetch; a sharded deployment: every rank's node; not with
+--no-swap-prefetch), and a step waiting on that copy shows its progress. A sharded deployment's
+plan swaps each group as a unit (core.swapplan.groups): its step's PUTs go to every rank's agent.
 
 May import: kopf, pydantic, adapters, core, api, settings, `guard`, `indexes`. Called by: kopf.
 """
@@ -77,7 +77,8 @@ async def advance(
     scope = gate.scope(plan, md, previous)
     target = ModelRef.of(plan.spec.target)
     states = rt.fleet.states()
-    for ask in prefetch.wanted(previous, target, scope.prefetch, states, rt.fleet.control_urls()):
+    urls, on = rt.fleet.control_urls(), rt.config.swap_prefetch
+    for ask in prefetch.wanted(previous, target, scope.prefetch, states, urls, enabled=on):
         answer = await rt.fleet.prefetch(ask.node, ask.model, ask.peers)  # failed: asked again
         if answer is not None and answer.error is not None:
             events.post(body, prefetch.refused(ask, answer.error))

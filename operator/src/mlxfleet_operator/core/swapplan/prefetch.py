@@ -58,10 +58,13 @@ def wanted(
     nodes: Sequence[str],
     states: Mapping[str, contract.AgentState | None],
     urls: Mapping[str, str],
+    *,
+    enabled: bool = True,
 ) -> list[Prefetch]:
     """The prefetches to send now for an open plan (see the module docstring). `states`: the
-    last polled agent state per node (None: not polled yet); `urls`: control URLs per node."""
-    if plan.phase.terminal:
+    last polled agent state per node (None: not polled yet); `urls`: control URLs per node;
+    `enabled` False (`--no-swap-prefetch`): none, each step's slot request fetches the model."""
+    if not enabled or plan.phase.terminal:
         return []
     return asks(target, nodes, states, urls)
 
