@@ -14,6 +14,7 @@ import kubernetes
 from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import agent, fleet, kube, runtime
+from mlxfleet_operator.core import naming
 from mlxfleet_operator.core.deployment import facts as dfacts
 from mlxfleet_operator.core.deployment import slots as dslots
 from mlxfleet_operator.handlers import deployments, indexes
@@ -164,3 +165,68 @@ def test_a_decided_slot_counts_on_its_node_until_a_poll_lists_it() -> None:
     clock[0] = fleet.RESERVATION_S + 1
     f.record("n1", state(), now=NOW)  # never listed: stops counting
     assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 0
+
+
+def test_a_placed_deployment_reads_only_its_nodes_and_an_unplaced_one_every_node() -> None:
+    """At 500 x 1,000 one fleet-wide version made all 1,000 deployments reconcile whenever any
+    agent's answer changed (35 % of samples): once all its replicas are placed, a deployment's
+    skip key covers only the nodes that hold its slot. One that still needs a node keeps
+    reading every node, so it re-places when a node frees memory or becomes Ready."""
+    f = _fleet()
+    f.entries["n2"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n2", "t")))
+    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=f)  # type: ignore[arg-type]
+    slot = naming.slot_name("ns", "d")
+    mine = SLOT.model_copy(update={"name": slot})
+    other = SLOT.model_copy(update={"name": "ns-other"})
+    f.record("n1", state(slots=[mine]), now=NOW)
+    f.record("n2", state(slots=[other]), now=NOW)
+    for n, rv in (("n1", "1"), ("n2", "1")):
+        rt.nodes.observe(n, rv, ready=True)
+    idx = indexes.Indexes(
+        nodes=_Index({"n1": [_ready("n1", "1")], "n2": [_ready("n2", "1")]}),  # type: ignore[arg-type]
+        claims=_Index(),  # type: ignore[arg-type]
+        plans=_Index(),  # type: ignore[arg-type]
+        ready=_Index(),  # type: ignore[arg-type]
+    )
+
+    def body(replicas: int) -> kopf.Body:
+        meta = {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}
+        return kopf.Body({"metadata": meta, "spec": {"replicas": replicas}})
+
+    placed, wanting = deployments._inputs(rt, body(1), idx), deployments._inputs(rt, body(2), idx)
+    assert None not in (placed, wanting)
+    # n2 frees its memory (its slot gone), its object changes, then it is lost and back
+    f.record("n2", state(), now=NOW + timedelta(seconds=5))
+    assert deployments._inputs(rt, body(1), idx) == placed  # placed on n1 only: skipped
+    assert deployments._inputs(rt, body(2), idx) != wanting  # needs a node: reconciles
+    wanting = deployments._inputs(rt, body(2), idx)
+    rt.nodes.observe("n2", "2", ready=True)
+    assert deployments._inputs(rt, body(1), idx) == placed
+    assert deployments._inputs(rt, body(2), idx) != wanting
+    rt.nodes.observe("n2", "3", ready=False)
+    assert deployments._inputs(rt, body(1), idx) == placed  # a node it does not use
+    assert deployments._inputs(rt, body(2), idx) is None  # could place there once back
+    rt.nodes.observe("n2", "4", ready=True)
+    # its own node: the answer, the object, Ready
+    ready = mine.model_copy(update={"phase": contract.SlotPhase.READY, "ready": True})
+    f.record("n1", state(slots=[ready]), now=NOW + timedelta(seconds=10))
+    assert deployments._inputs(rt, body(1), idx) not in (None, placed)
+    placed = deployments._inputs(rt, body(1), idx)
+    rt.nodes.observe("n1", "2", ready=True)
+    assert deployments._inputs(rt, body(1), idx) not in (None, placed)
+    rt.nodes.observe("n1", "3", ready=False)
+    assert deployments._inputs(rt, body(1), idx) is None  # failover is timed
+    rt.nodes.observe("n1", "4", ready=True)
+    # a Failed replica is placed nowhere: the deployment reads every node again
+    failed = mine.model_copy(update={"phase": contract.SlotPhase.FAILED})
+    f.record("n1", state(slots=[failed]), now=NOW + timedelta(seconds=15))
+    assert f.placed(slot) == {}
+    everyone = deployments._inputs(rt, body(1), idx)
+    f.record("n2", state(slots=[other]), now=NOW + timedelta(seconds=20))
+    assert deployments._inputs(rt, body(1), idx) != everyone
+    # a reservation counts as placed; a deleted node holds nothing
+    spec = contract.SlotSpec.model_validate({"source": "file:///m", "servedName": "m"})
+    f.reserve(slot, dslots.SlotRequest("n2", spec), GIB)
+    assert list(f.placed(slot)) == ["n2"]
+    f.record("n1", state(slots=[ready]), now=NOW + timedelta(seconds=25))
+    assert list(f.placed(slot)) == ["n1", "n2"]

@@ -27,7 +27,7 @@ def test_every_handler_is_registered_once_with_one_index_per_question() -> None:
         "swap_plans",
     ]
     activities = [h.id for h in registry._activities.get_all_handlers()]
-    assert activities == ["login_via_client", "configure", "close", "nodes"]
+    assert activities == ["login", "configure", "close", "nodes"]
     changing = sorted(h.id for h in registry._changing.get_all_handlers())
     assert changing == ["changed"] * 6 + ["forget"] + ["route_status"] * 3 + ["teardown"]
 

@@ -60,7 +60,7 @@ class Entry:
         return agent.data_endpoint(self.client.credentials.url, self.state.data_port)
 
 
-CREDENTIALS_TTL_S = 60.0
+CREDENTIALS_TTL_S = 600.0  # a rotated token is read at once on the agent's 401/403 anyway
 RESERVATION_S = 30.0  # a slot decided on and not listed by a poll since stops counting
 
 
@@ -85,6 +85,8 @@ class Fleet:
         self._lock = asyncio.Lock()
         self._credentials: dict[str, _Cached] = {}
         self.version = 0  # bumped when an answer changes what a deployment's decisions read
+        self._versions: dict[str, int] = {}  # the same, per node (`placed`)
+        self._hosts: dict[str, set[str]] = {}  # slot -> nodes whose answer lists it, not Failed
         # node -> slot -> (placeholder, when): slots decided on that no poll has listed yet
         self._reserved: dict[str, dict[str, tuple[contract.SlotStatus, float]]] = {}
         self._ttl = credentials_ttl
@@ -161,12 +163,12 @@ class Fleet:
             estimated_memory_bytes=footprint_bytes,
         )
         self._reserved.setdefault(request.node, {})[slot] = (placeholder, self._clock())
-        self.version += 1
+        self._bump(request.node)
 
     def release(self, name: str, slot: str) -> None:
         """Drop a reservation (the PUT was refused or never reached the agent)."""
         if self._reserved.get(name, {}).pop(slot, None) is not None:
-            self.version += 1
+            self._bump(name)
 
     def record(self, name: str, state: contract.AgentState | None, *, now: datetime) -> None:
         entry = self.entries.get(name)
@@ -176,7 +178,8 @@ class Fleet:
                 del held[slot]
         if entry is not None and state is not None:
             if entry.state is None or decisive(entry.state) != decisive(state):
-                self.version += 1
+                self._bump(name)
+                self._host(name, entry.state, state)
             entry.state = state
             entry.polled_at = now
         elif entry is not None:
@@ -187,8 +190,34 @@ class Fleet:
         entry = self.entries.get(name)
         if entry is not None and entry.state is not None:
             kept = [s for s in entry.state.slots if s.name != slot]
-            entry.state = entry.state.model_copy(update={"slots": kept})
-            self.version += 1
+            old, entry.state = entry.state, entry.state.model_copy(update={"slots": kept})
+            self._bump(name)
+            self._host(name, old, entry.state)
+
+    def _bump(self, name: str) -> None:
+        self.version += 1
+        self._versions[name] = self._versions.get(name, 0) + 1
+
+    def _host(
+        self, name: str, old: contract.AgentState | None, new: contract.AgentState | None
+    ) -> None:
+        """Keep the slot -> nodes index (`placed`) as the node's answer changes."""
+        for slot in _live(old) - _live(new):
+            if (hosts := self._hosts.get(slot)) is not None:
+                hosts.discard(name)
+                if not hosts:
+                    del self._hosts[slot]
+        for slot in _live(new) - _live(old):
+            self._hosts.setdefault(slot, set()).add(name)
+
+    def placed(self, slot: str) -> dict[str, int]:
+        """The nodes that hold `slot` (listed by their last answer and not Failed, or reserved
+        for it), each with its version: it moves whenever that node's answer changes what a
+        decision reads. A deployment whose replicas are all placed depends on these nodes
+        only, not on the rest of the fleet (handlers.deployments `_inputs`)."""
+        names = set(self._hosts.get(slot, ()))
+        names.update(n for n, held in self._reserved.items() if slot in held)
+        return {n: self._versions.get(n, 0) for n in sorted(names)}
 
     def get(self, name: str) -> Entry | None:
         return self.entries.get(name)
@@ -318,8 +347,9 @@ class Fleet:
     async def forget(self, name: str) -> None:
         self.forget_credentials(name)
         self._reserved.pop(name, None)
-        self.version += 1
+        self._bump(name)
         entry = self.entries.pop(name, None)
+        self._host(name, entry.state if entry is not None else None, None)
         if entry is not None:
             await entry.client.aclose()
 
@@ -327,6 +357,13 @@ class Fleet:
         for name in list(self.entries):
             await self.forget(name)
         await asyncio.to_thread(self.io.close)
+
+
+def _live(state: contract.AgentState | None) -> set[str]:
+    """The slots an answer lists that are not Failed (a Failed one is placed nowhere)."""
+    if state is None:
+        return set()
+    return {s.name for s in state.slots if s.phase is not contract.SlotPhase.FAILED}
 
 
 def decisive(state: contract.AgentState) -> object:

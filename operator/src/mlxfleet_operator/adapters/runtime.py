@@ -10,7 +10,7 @@ reads it with `of(memo)`; `lifecycle` closes it).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import MutableMapping
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -42,6 +42,10 @@ class NodeView:
             self.not_ready.discard(name)
         else:
             self.not_ready.add(name)
+
+    def versions(self, names: Iterable[str]) -> tuple[str | None, ...]:
+        """The resourceVersion of each named node as last seen (None: not seen)."""
+        return tuple(self._seen.get(name) for name in names)
 
     def forget(self, name: str) -> None:
         self._seen.pop(name, None)

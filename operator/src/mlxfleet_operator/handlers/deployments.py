@@ -48,8 +48,9 @@ async def changed(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs:
 
 async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
     """The timer: a full reconcile, skipped while none of its inputs changed since the last one
-    (the deployment object, the InferenceNodes, the agents' answers, its SwapPlans), at most
-    CONVERGE_RESYNC_S seconds; never skipped while a node is not Ready (failover is timed)."""
+    (the deployment object, the InferenceNodes, the agents' answers, its SwapPlans; only the
+    nodes it is placed on once all its replicas are placed), at most CONVERGE_RESYNC_S seconds;
+    never skipped while a node it uses or could use is not Ready (failover is timed)."""
     rt, uid = runtime.of(memo), str(body.metadata.uid)
     seen = _inputs(rt, body, indexes.Indexes.of(kwargs))
     if seen is not None and rt.unchanged(uid, seen, at=time.monotonic(), resync=CONVERGE_RESYNC_S):
@@ -60,18 +61,35 @@ async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs
 
 
 def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> object | None:
-    """What a reconcile of `body` reads, as a comparable value (None: always reconcile)."""
+    """What a reconcile of `body` reads, as a comparable value (None: always reconcile).
+
+    A deployment whose replicas are all placed (as many nodes hold its slot as it wants, no
+    SwapPlan open, not sharded) reads only those nodes: their agents' answers and objects. Any
+    other one may place on any node, so any change in the fleet counts."""
     view = rt.nodes  # kept by the node index: no scan of every node per deployment per tick
+    meta, spec = body.metadata, body.get("spec") or {}
+    plans = idx.plans_of(meta.namespace or "", meta.name or "")
+    own = (
+        meta.get("resourceVersion"),
+        tuple((p.metadata.name, p.metadata.resource_version) for p in plans),
+    )
+    placed = rt.fleet.placed(naming.slot_name(meta.namespace or "", meta.name or ""))
+    settled = (
+        spec.get("sharding") is None
+        and all(p.status.phase is not None and p.status.phase.terminal for p in plans)
+        and len(placed) >= int(spec.get("replicas") or 1)
+    )
+    if settled:  # failover is timed: never skipped while a node it uses is not Ready
+        if any(name in view.not_ready for name in placed):
+            return None
+        return (*own, tuple(placed.items()), view.versions(placed))
     if any(name in idx.nodes for name in view.not_ready):
         return None
-    meta = body.metadata
-    plans = idx.plans_of(meta.namespace or "", meta.name or "")
     return (
-        meta.get("resourceVersion"),
+        *own,
         rt.fleet.version,
         view.version,
         len(idx.nodes),  # a deleted node leaves the index without an event the view sees
-        tuple((p.metadata.name, p.metadata.resource_version) for p in plans),
     )
 
 

@@ -1,6 +1,7 @@
 """Operator startup and shutdown: logging in to the API server (the kubernetes client's config:
-in-cluster ServiceAccount or $KUBECONFIG), kopf's own settings (our finalizer and annotation
-prefix, backoff from --poll-seconds), closing the shared runtime, and the liveness probe.
+in-cluster ServiceAccount or $KUBECONFIG; at most `apisession.KUBE_CONNECTIONS` requests at
+once), kopf's own settings (our finalizer and annotation prefix, backoff from --poll-seconds),
+closing the shared runtime, and the liveness probe.
 
 `main` builds the runtime (settings, Kubernetes facade, fleet view, metrics server) before kopf
 starts and hands it to every handler in kopf's memo; these handlers only tune kopf and clean up.
@@ -14,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from mlxfleet_operator.adapters import runtime
+from mlxfleet_operator.adapters import apisession, runtime
 from mlxfleet_operator.api import resources
 
 
@@ -46,8 +47,9 @@ def known_nodes(memo: kopf.Memo, **_: Any) -> int:
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
-    # An explicit registry has none of kopf's fallback logins: name the one we rely on.
-    kopf.on.login(errors=kopf.ErrorsMode.IGNORED, registry=registry)(kopf.login_via_client)
+    # An explicit registry has none of kopf's fallback logins: name the one we rely on (kopf's
+    # login via the kubernetes client, in a session with a bound on concurrent connections).
+    kopf.on.login(errors=kopf.ErrorsMode.IGNORED, registry=registry)(apisession.login)
     kopf.on.startup(registry=registry)(configure)
     kopf.on.cleanup(registry=registry)(close)
     kopf.on.probe(id="nodes", registry=registry)(known_nodes)
