@@ -45,6 +45,8 @@ DEFAULT_LEASE_NAME = "mlxfleet-operator"
 # Exit status of a leader that lost its lease: not an error of the program, a restart makes it
 # a standby (EX_TEMPFAIL).
 EXIT_LOST_LEASE = 75
+# writes of a release over a Lease that changed under it (our own renew that landed late)
+RELEASE_ATTEMPTS = 3
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -227,21 +229,31 @@ class Elector:
 
     async def release(self) -> bool:
         """Hand the Lease over (only if it is still ours): call after this replica stopped
-        acting. False when it could not be written (the lease then simply expires)."""
+        acting. False when it could not be written (the lease then simply expires).
+
+        A renew cancelled in flight may still have landed on the API server, leaving us with a
+        stale resourceVersion: on a conflict the Lease is read again and, while it still names
+        us as holder, the release is written over the fresh copy."""
         current = self._lease
         self.renewed_at = None
-        if current is None or current.record.holder != self.identity:
-            return False
         try:
             async with asyncio.timeout(self.timing.renew_deadline):
-                self._lease = await self.store.replace(
-                    current, leadership.released(current.record, wall=_wall())
-                )
+                for _ in range(RELEASE_ATTEMPTS):
+                    if current is None or current.record.holder != self.identity:
+                        return False
+                    try:
+                        self._lease = await self.store.replace(
+                            current, leadership.released(current.record, wall=_wall())
+                        )
+                    except lease.Conflict:
+                        current = self._lease = await self.store.read()
+                        continue
+                    log.info("released the lease")
+                    return True
+                raise lease.Conflict("the Lease kept changing while it was being released")
         except (lease.LeaseError, TimeoutError) as exc:
             log.warning("could not release the lease (it expires by itself): %s", exc)
             return False
-        log.info("released the lease")
-        return True
 
 
 class _Alone:
