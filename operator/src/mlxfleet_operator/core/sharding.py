@@ -1,7 +1,8 @@
 """Placement of sharded replicas (pure): groups of N ranks on N distinct nodes.
 
 May import: the standard library and `core.placement` (node views, rejections).
-Called by: `core.sharded` (the sharded ModelDeployment decisions), property tests.
+Called by: `core.sharded` (the group request, formations, rank specs), `core.swapplan.groups`,
+the sharded ModelDeployment handler, property tests.
 
 Each rank holds its share of the weights and of the KV cache plus the runtime overhead:
 - Tensor: every layer is split by KV heads, so each rank holds 1/N of both (the model's KV heads
