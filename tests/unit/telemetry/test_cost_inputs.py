@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -175,24 +176,27 @@ def test_bad_aliases_name_the_field(text: str, names: str) -> None:
         config.ReportConfig.from_yaml(text)
 
 
-def test_page_one_of_a_big_fleet_shows_the_largest_ten() -> None:
-    """30 nodes and their models: page 1's tables and charts keep to the ten that cost most (or
-    served most tokens); page 2 lists the 25 that cost most and sums the other 5; the CSV next
-    to the PDF has every one."""
-    from datetime import date
-
+def _june_report(nodes: int) -> monthly.MonthlyReport:
+    """June's report of `nodes` priced nodes whose telemetry is one generated day."""
     from benchmarks import report_bench
 
     day = date(2026, 6, 3)
-    data = columnar.encode(report_bench.day_table(day, report_bench._node_names(30), seed=3))
+    names = report_bench._node_names(nodes)
+    data = columnar.encode(report_bench.day_table(day, names, seed=3))
 
     class OneDay:
         def day_parquet(self, d: date) -> bytes | None:
             return data if d == day else None
 
     june = summary.month(2026, 6)
-    priced = report_bench._report_config(report_bench._node_names(30))
-    report = monthly.build(cli.summarise(OneDay(), june, priced))
+    return monthly.build(cli.summarise(OneDay(), june, report_bench._report_config(names)))
+
+
+def test_page_one_of_a_big_fleet_shows_the_largest_ten() -> None:
+    """30 nodes and their models: page 1's tables and charts keep to the ten that cost most (or
+    served most tokens); page 2 lists the 25 that cost most and sums the other 5; the CSV next
+    to the PDF has every one."""
+    report = _june_report(30)
     assert len(report.nodes) == 30
     assert len(report.top_nodes) == monthly.SUMMARY_ROWS
     costs = sorted((n.total_usd or 0.0 for n in report.nodes), reverse=True)
@@ -212,3 +216,49 @@ def test_page_one_of_a_big_fleet_shows_the_largest_ten() -> None:
     rows = list(csv.DictReader(io.StringIO(detail.nodes_csv(report).decode())))
     assert [r["node"] for r in rows] == [n.node for n in report.nodes]  # all 30
     assert float(rows[0]["total_usd"]) == report.nodes[0].total_usd
+
+
+def test_the_other_rows_sum_what_page_two_leaves_out() -> None:
+    """Page 2's "other models" and "other nodes" rows: the rows its tables leave out, counted and
+    summed (cost, tokens, requests, hardware, energy, idle), with the cost per million tokens and
+    the reference's of those tokens, and the nodes' mean uptime and busy share."""
+    report = _june_report(30)
+    shown = {id(m) for m in report.detail_models}
+    models = [m for m in report.models if id(m) not in shown]
+    assert len(models) == len(report.models) - monthly.DETAIL_ROWS > 0
+    o = report.other_models
+    tokens = sum(m.tokens for m in models)
+    usd = sum(m.cost_usd or 0.0 for m in models)
+    reference = sum((m.reference_cpm or 0.0) * m.tokens / 1e6 for m in models)
+    assert (o.count, o.requests, o.tokens) == (
+        len(models),
+        sum(m.requests for m in models),
+        tokens,
+    )
+    assert o.cost_usd == pytest.approx(usd)
+    assert o.cpm == pytest.approx(usd / tokens * 1e6)
+    assert o.reference_cpm == pytest.approx(reference / tokens * 1e6)
+    assert o.uptime is None
+    assert o.hardware_usd is None
+    shown = {id(n) for n in report.detail_nodes}
+    nodes = [n for n in report.nodes if id(n) not in shown]
+    o = report.other_nodes
+    tokens = sum(n.tokens for n in nodes)
+    usd = sum(n.total_usd or 0.0 for n in nodes)
+    assert (o.count, o.requests, o.tokens) == (5, sum(n.requests for n in nodes), tokens)
+    assert o.cost_usd == pytest.approx(usd)
+    assert o.cpm == pytest.approx(usd / tokens * 1e6)
+    assert o.uptime == pytest.approx(sum(n.uptime for n in nodes) / 5)
+    assert o.busy == pytest.approx(sum(n.busy for n in nodes) / 5)
+    assert o.hardware_usd == pytest.approx(sum(n.hardware_usd or 0.0 for n in nodes))
+    assert o.energy_kwh == pytest.approx(sum(n.energy_kwh or 0.0 for n in nodes))
+    assert o.idle_usd == pytest.approx(sum(n.idle_usd or 0.0 for n in nodes))
+    assert o.reference_cpm is None
+    html = render.monthly_html(report, generated="now")
+    assert f"{report.other_models.count} other models</td>" in html
+    assert render.fmt_value(report.other_models.reference_cpm, "usd_m") in html
+    small = _june_report(3)  # every row fits page 2: no "other" rows
+    assert small.other_models == monthly.Rest()
+    assert small.other_nodes == monthly.Rest()
+    assert small.other_models.cpm is None
+    assert "other nodes" not in render.monthly_html(small)

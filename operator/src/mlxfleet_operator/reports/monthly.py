@@ -11,9 +11,9 @@ Called by: cli, reports.detail.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol, TypeVar
 
 from mlxfleet_operator.core import cost
 from mlxfleet_operator.reports import charts, summary, teams
@@ -22,6 +22,18 @@ SUMMARY_ROWS = 10  # models and nodes on page 1 (the largest)
 DETAIL_ROWS = 25  # models and nodes in page 2's tables (the costliest); the rest summed, all in CSV
 SHOWN_NODE_NAMES = 3  # a model on more nodes than this shows their number, the CSV their names
 Row = TypeVar("Row")
+
+
+class _Counted(Protocol):
+    """A row of a detail table, as its "others" row sums it."""
+
+    @property
+    def requests(self) -> int: ...
+    @property
+    def tokens(self) -> int: ...
+
+
+Counted = TypeVar("Counted", bound=_Counted)
 
 
 def file_stem(period: summary.Period) -> str:
@@ -91,13 +103,20 @@ class Rest:
     requests: int = 0
     tokens: int = 0
     cost_usd: float | None = None  # models: allocated serving cost; nodes: total cost
-    cpm: float | None = None
-    reference_cpm: float | None = None  # models only
+    reference_usd: float | None = None  # models only: what the reference API charges for them
     uptime: float | None = None  # nodes only: the mean over the rows left out
     busy: float | None = None
     hardware_usd: float | None = None
     energy_kwh: float | None = None
     idle_usd: float | None = None
+
+    @property
+    def cpm(self) -> float | None:
+        return _per_million(self.cost_usd, self.tokens)
+
+    @property
+    def reference_cpm(self) -> float | None:
+        return _per_million(self.reference_usd, self.tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +149,10 @@ class MonthlyReport:
 
 
 def _reference_cpm(ref: cost.ReferencePrice | None, prompt: int, completion: int) -> float | None:
-    if ref is None or prompt + completion == 0:
+    if ref is None:
         return None
-    return (
-        ref.price(prompt_tokens=prompt, completion_tokens=completion) / (prompt + completion) * 1e6
-    )
+    price = ref.price(prompt_tokens=prompt, completion_tokens=completion)
+    return cost.per_million(price, prompt + completion)
 
 
 def build(s: summary.PeriodSummary) -> MonthlyReport:
@@ -284,8 +302,20 @@ def build(s: summary.PeriodSummary) -> MonthlyReport:
     r.top_nodes = _top(r.nodes, key=lambda n: n.total_usd or 0.0)
     r.detail_models = _top(r.models, key=_model_cost, limit=DETAIL_ROWS)
     r.detail_nodes = _top(r.nodes, key=lambda n: n.total_usd or 0.0, limit=DETAIL_ROWS)
-    r.other_models = _rest_models(_left_out(r.models, r.detail_models))
-    r.other_nodes = _rest_nodes(_left_out(r.nodes, r.detail_nodes))
+    left_models = _left_out(r.models, r.detail_models)
+    r.other_models = replace(
+        _rest(left_models, cost_usd=lambda m: m.cost_usd),
+        reference_usd=_total([_usd(m.reference_cpm, m.tokens) for m in left_models]),
+    )
+    left_nodes = _left_out(r.nodes, r.detail_nodes)
+    r.other_nodes = replace(
+        _rest(left_nodes, cost_usd=lambda n: n.total_usd),
+        uptime=_mean([n.uptime for n in left_nodes]),
+        busy=_mean([n.busy for n in left_nodes]),
+        hardware_usd=_total([n.hardware_usd for n in left_nodes]),
+        energy_kwh=_total([n.energy_kwh for n in left_nodes]),
+        idle_usd=_total([n.idle_usd for n in left_nodes]),
+    )
     r.detail_files = detail_names(s.period)
     r.cpm_chart = charts.cost_per_million_bars(
         [charts.PairBar(m.model, m.cpm, m.reference_cpm) for m in r.top_models]
@@ -327,44 +357,27 @@ def _total(values: list[float | None]) -> float | None:
     return sum(known) if known else None
 
 
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def _per_million(usd: float | None, tokens: int) -> float | None:
-    return usd / tokens * 1e6 if usd is not None and tokens else None
+    return cost.per_million(usd, tokens) if usd is not None else None
 
 
-def _rest_models(rows: list[ModelRow]) -> Rest:
-    if not rows:
-        return Rest()
-    tokens = sum(m.tokens for m in rows)
-    cost_usd = _total([m.cost_usd for m in rows])
-    reference = _total(
-        [m.reference_cpm * m.tokens / 1e6 if m.reference_cpm is not None else None for m in rows]
-    )
+def _usd(per_million: float | None, tokens: int) -> float | None:
+    """What `tokens` cost at `per_million` USD per million tokens."""
+    return per_million * tokens / 1e6 if per_million is not None else None
+
+
+def _rest(rows: Sequence[Counted], *, cost_usd: Callable[[Counted], float | None]) -> Rest:
+    """A detail table's "others" row: the rows it leaves out, counted and summed (the cost of
+    each by `cost_usd`); the table adds the figures only it has (`dataclasses.replace`)."""
     return Rest(
         count=len(rows),
-        requests=sum(m.requests for m in rows),
-        tokens=tokens,
-        cost_usd=cost_usd,
-        cpm=_per_million(cost_usd, tokens),
-        reference_cpm=_per_million(reference, tokens),
-    )
-
-
-def _rest_nodes(rows: list[NodeRow]) -> Rest:
-    if not rows:
-        return Rest()
-    tokens = sum(n.tokens for n in rows)
-    total_usd = _total([n.total_usd for n in rows])
-    return Rest(
-        count=len(rows),
-        requests=sum(n.requests for n in rows),
-        tokens=tokens,
-        cost_usd=total_usd,
-        cpm=_per_million(total_usd, tokens),
-        uptime=sum(n.uptime for n in rows) / len(rows),
-        busy=sum(n.busy for n in rows) / len(rows),
-        hardware_usd=_total([n.hardware_usd for n in rows]),
-        energy_kwh=_total([n.energy_kwh for n in rows]),
-        idle_usd=_total([n.idle_usd for n in rows]),
+        requests=sum(r.requests for r in rows),
+        tokens=sum(r.tokens for r in rows),
+        cost_usd=_total([cost_usd(r) for r in rows]),
     )
 
 
