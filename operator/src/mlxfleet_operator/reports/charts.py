@@ -33,6 +33,24 @@ def _nice_max(value: float, ticks: int = 4) -> float:
     return 10.0 * base * ticks
 
 
+def _svg(width: int, height: int) -> str:
+    """The opening tag of a chart `width` x `height` pixels, in the reports' font."""
+    return (
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+        f"viewBox='0 0 {width} {height}' {FONT} font-size='9'>"
+    )
+
+
+def _legend(left: int, entries: Sequence[tuple[str, str, int]]) -> str:
+    """A legend on the chart's top line: per (label, colour, offset from `left`), a swatch and
+    its label (a fixed text, not escaped)."""
+    return "".join(
+        f"<rect x='{left + dx}' y='2' width='8' height='8' fill='{colour}'/>"
+        f"<text x='{left + dx + 11}' y='9' fill='{INK}'>{label}</text>"
+        for label, colour, dx in entries
+    )
+
+
 def _fmt_tokens(v: float) -> str:
     if v >= 1e9:
         return f"{v / 1e9:.1f}B"
@@ -54,8 +72,7 @@ def daily_bars(
     slot = plot_w / n
     bar_w = max(2.0, slot * 0.72)
     parts = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-        f"viewBox='0 0 {width} {height}' {FONT} font-size='9'>",
+        _svg(width, height),
         "<defs><pattern id='gap' width='4' height='4' patternUnits='userSpaceOnUse' "
         f"patternTransform='rotate(45)'><rect width='2' height='4' fill='{GAP}'/></pattern></defs>",
     ]
@@ -103,12 +120,8 @@ def cost_per_million_bars(rows: Sequence[PairBar], *, width: int = 330) -> str:
     vmax = _nice_max(max([r.ours or 0 for r in rows] + [r.reference or 0 for r in rows] + [0.01]))
     plot_w = width - left - right
     parts = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-        f"viewBox='0 0 {width} {height}' {FONT} font-size='9'>",
-        f"<rect x='{left}' y='2' width='8' height='8' fill='{PRIMARY}'/>"
-        f"<text x='{left + 11}' y='9' fill='{INK}'>mlxfleet</text>"
-        f"<rect x='{left + 60}' y='2' width='8' height='8' fill='{SECONDARY}'/>"
-        f"<text x='{left + 71}' y='9' fill='{INK}'>reference API</text>",
+        _svg(width, height),
+        _legend(left, [("mlxfleet", PRIMARY, 0), ("reference API", SECONDARY, 60)]),
     ]
     for i, r in enumerate(rows):
         y = top + i * row_h
@@ -137,12 +150,8 @@ def split_bars(rows: Sequence[tuple[str, float, float]], *, width: int = 330) ->
     vmax = _nice_max(max([a + b for _, a, b in rows] + [0.01]))
     plot_w = width - left - right
     parts = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-        f"viewBox='0 0 {width} {height}' {FONT} font-size='9'>",
-        f"<rect x='{left}' y='2' width='8' height='8' fill='{PRIMARY}'/>"
-        f"<text x='{left + 11}' y='9' fill='{INK}'>serving</text>"
-        f"<rect x='{left + 56}' y='2' width='8' height='8' fill='{GAP}'/>"
-        f"<text x='{left + 67}' y='9' fill='{INK}'>idle capacity</text>",
+        _svg(width, height),
+        _legend(left, [("serving", PRIMARY, 0), ("idle capacity", GAP, 56)]),
     ]
     for i, (label, used, idle) in enumerate(rows):
         y = top + i * row_h
