@@ -176,7 +176,13 @@ class FleetCost:
 
 
 def per_million(usd: float, tokens: int) -> float | None:
+    """USD per million tokens (None without tokens); `usd_for` is its inverse."""
     return usd / tokens * MILLION if tokens > 0 else None
+
+
+def usd_for(tokens: int, usd_per_million: float) -> float:
+    """What `tokens` cost at `usd_per_million` USD per million tokens."""
+    return usd_per_million * tokens / MILLION
 
 
 def node_cost(inputs: NodeCostInputs, usage: NodeUsage) -> NodeCost:

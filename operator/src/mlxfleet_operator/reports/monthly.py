@@ -72,6 +72,13 @@ class ModelRow:
     completion_tokens: int = 0
 
     @property
+    def reference_usd(self) -> float | None:
+        """What the reference API charges for this model's tokens."""
+        if self.reference_cpm is None:
+            return None
+        return cost.usd_for(self.tokens, self.reference_cpm)
+
+    @property
     def saving(self) -> float | None:
         if self.cpm is None or self.reference_cpm is None or self.cpm == 0:
             return None
@@ -305,7 +312,7 @@ def build(s: summary.PeriodSummary) -> MonthlyReport:
     left_models = _left_out(r.models, r.detail_models)
     r.other_models = replace(
         _rest(left_models, cost_usd=lambda m: m.cost_usd),
-        reference_usd=_total([_usd(m.reference_cpm, m.tokens) for m in left_models]),
+        reference_usd=_total([m.reference_usd for m in left_models]),
     )
     left_nodes = _left_out(r.nodes, r.detail_nodes)
     r.other_nodes = replace(
@@ -363,11 +370,6 @@ def _mean(values: list[float]) -> float | None:
 
 def _per_million(usd: float | None, tokens: int) -> float | None:
     return cost.per_million(usd, tokens) if usd is not None else None
-
-
-def _usd(per_million: float | None, tokens: int) -> float | None:
-    """What `tokens` cost at `per_million` USD per million tokens."""
-    return per_million * tokens / 1e6 if per_million is not None else None
 
 
 def _rest(rows: Sequence[Counted], *, cost_usd: Callable[[Counted], float | None]) -> Rest:

@@ -62,5 +62,5 @@ def rows(
             if price is None:
                 row.unpriced_tokens += tokens
             elif tokens:
-                row.cost_usd = (row.cost_usd or 0.0) + tokens * price / 1e6
+                row.cost_usd = (row.cost_usd or 0.0) + cost.usd_for(tokens, price)
     return sorted(teams.values(), key=lambda r: (-(r.cost_usd or 0.0), -r.tokens, r.team))
