@@ -86,3 +86,55 @@ def fact(name: str, st: contract.AgentState | None = None, **kw: Any) -> dfacts.
     return dfacts.NodeFacts(
         node=node(name, **kw), state=st or state(), endpoint=f"http://{name}:9000"
     )
+
+
+def sharded_md(
+    source: str, *, groups: list[dict[str, Any]] | None = None, **spec: Any
+) -> mdep.ModelDeployment:
+    """ns/big: one group of 2 Tensor ranks of `source`; `groups`: its status.groups."""
+    body: dict[str, Any] = {
+        "model": {"source": source},
+        "replicas": 1,
+        "sharding": {"size": 2, "mode": "Tensor"},
+        **spec,
+    }
+    return mdep.ModelDeployment.model_validate(
+        {
+            "metadata": {"name": "big", "namespace": "ns", "generation": 2, "uid": "u"},
+            "spec": body,
+            "status": {"groups": groups or []},
+        }
+    )
+
+
+def rank(
+    node: str,
+    group: str,
+    *,
+    slot: str,
+    source: str,
+    phase: str = "Ready",
+    ready: bool | None = None,
+    error: str | None = None,
+    swap: bool = False,
+) -> dfacts.NodeFacts:
+    """Node `node` whose agent runs rank 0 of formation `group` of ns/big in slot `slot`
+    (`ready`: by default, whether `phase` is Ready; `swap`: a swap is under way in it)."""
+    spec = contract.SlotSpec.model_validate(
+        {
+            "source": source,
+            "servedName": "big",
+            "shard": {"group": group, "rank": 0, "worldSize": 2, "hosts": ["a:1", "b:2"]},
+        }
+    )
+    observed = contract.SlotStatus(
+        name=slot,
+        served_name="big",
+        source=source,
+        phase=phase,
+        ready=phase == "Ready" if ready is None else ready,
+        spec=spec,
+        last_error=error,
+        active_swap="s1" if swap else None,
+    )
+    return fact(node, state(slots=[observed]))

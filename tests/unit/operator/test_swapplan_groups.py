@@ -18,6 +18,7 @@ from mlxfleet_operator.core import naming, sharded, sharding
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.swapplan import effects, gate, groups, progress
 from mlxfleet_operator.core.swapplan import state as st
+from tests.unit.operator import builders
 from tests.unit.operator.builders import GIB, SHAPE, fact, state
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -33,20 +34,8 @@ def deployment(source: str = NEW, **spec: Any) -> mdep.ModelDeployment:
         {"rank": 0, "node": "a", "ready": True, "memoryBytes": 3 * GIB},
         {"rank": 1, "node": "b", "ready": True, "memoryBytes": 3 * GIB},
     ]
-    return mdep.ModelDeployment.model_validate(
-        {
-            "metadata": {"name": "big", "namespace": "ns", "generation": 2, "uid": "u"},
-            "spec": {
-                "model": {"source": source},
-                "replicas": 1,
-                "sharding": {"size": 2, "mode": "Tensor"},
-                **spec,
-            },
-            "status": {
-                "groups": [{"index": 0, "id": "g0-1", "ready": True, "source": OLD, "ranks": ranks}]
-            },
-        }
-    )
+    group = {"index": 0, "id": "g0-1", "ready": True, "source": OLD, "ranks": ranks}
+    return builders.sharded_md(source, groups=[group], **spec)
 
 
 def facts(budget: int, *, cached: bool = True, used: int = 0) -> list[Any]:
@@ -363,24 +352,8 @@ def test_the_deployment_keeps_old_groups_and_follows_the_steps() -> None:
 
 
 def rank_fact(group: str, *, ready: bool, swapping: bool = False) -> Any:
-    hosts = ["127.0.0.1:20000", "127.0.0.1:20001"]
-    spec = contract.SlotSpec.model_validate(
-        {
-            "source": NEW,
-            "servedName": "big",
-            "shard": {"group": group, "rank": 0, "worldSize": 2, "hosts": hosts},
-        }
-    )
-    observed = contract.SlotStatus(
-        name=SLOT,
-        served_name="big",
-        source=NEW,
-        phase="Swapping" if swapping else ("Ready" if ready else "Loading"),
-        ready=ready,
-        spec=spec,
-        active_swap="s1" if swapping else None,
-    )
-    return fact("a", state(slots=[observed]))
+    phase = "Swapping" if swapping else ("Ready" if ready else "Loading")
+    return builders.rank("a", group, slot=SLOT, source=NEW, phase=phase, ready=ready, swap=swapping)
 
 
 @pytest.mark.parametrize(
