@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from mlxfleet_operator.core import cost
 from mlxfleet_operator.reports import charts, summary, teams
@@ -22,18 +22,6 @@ SUMMARY_ROWS = 10  # models and nodes on page 1 (the largest)
 DETAIL_ROWS = 25  # models and nodes in page 2's tables (the costliest); the rest summed, all in CSV
 SHOWN_NODE_NAMES = 3  # a model on more nodes than this shows their number, the CSV their names
 Row = TypeVar("Row")
-
-
-class _Counted(Protocol):
-    """A row of a detail table, as its "others" row sums it."""
-
-    @property
-    def requests(self) -> int: ...
-    @property
-    def tokens(self) -> int: ...
-
-
-Counted = TypeVar("Counted", bound=_Counted)
 
 
 def file_stem(period: summary.Period) -> str:
@@ -311,12 +299,12 @@ def build(s: summary.PeriodSummary) -> MonthlyReport:
     r.detail_nodes = _top(r.nodes, key=lambda n: n.total_usd or 0.0, limit=DETAIL_ROWS)
     left_models = _left_out(r.models, r.detail_models)
     r.other_models = replace(
-        _rest(left_models, cost_usd=lambda m: m.cost_usd),
+        _rest(left_models, [m.cost_usd for m in left_models]),
         reference_usd=_total([m.reference_usd for m in left_models]),
     )
     left_nodes = _left_out(r.nodes, r.detail_nodes)
     r.other_nodes = replace(
-        _rest(left_nodes, cost_usd=lambda n: n.total_usd),
+        _rest(left_nodes, [n.total_usd for n in left_nodes]),
         uptime=_mean([n.uptime for n in left_nodes]),
         busy=_mean([n.busy for n in left_nodes]),
         hardware_usd=_total([n.hardware_usd for n in left_nodes]),
@@ -372,14 +360,14 @@ def _per_million(usd: float | None, tokens: int) -> float | None:
     return cost.per_million(usd, tokens) if usd is not None else None
 
 
-def _rest(rows: Sequence[Counted], *, cost_usd: Callable[[Counted], float | None]) -> Rest:
-    """A detail table's "others" row: the rows it leaves out, counted and summed (the cost of
-    each by `cost_usd`); the table adds the figures only it has (`dataclasses.replace`)."""
+def _rest(rows: Sequence[ModelRow] | Sequence[NodeRow], costs: list[float | None]) -> Rest:
+    """A detail table's "others" row: the rows it leaves out, counted and summed with their
+    `costs` (one a row); the table adds the figures only it has (`dataclasses.replace`)."""
     return Rest(
         count=len(rows),
         requests=sum(r.requests for r in rows),
         tokens=sum(r.tokens for r in rows),
-        cost_usd=_total([cost_usd(r) for r in rows]),
+        cost_usd=_total(costs),
     )
 
 
