@@ -54,53 +54,22 @@ def status(
     before = {g.index: g for g in md.status.groups}
     swapping = plan.swapping if plan is not None and plan.active else frozenset()
     for f in forms:
-        source, revision = f.model.source, f.model.revision
-        ranks = []
-        for r in f.plan.ranks:
-            fact = facts.get(r.node)
-            h = health.rank_health(fact, slot=slot, group_id=f.id, fresh=r.node in fresh)
-            out = outcomes.get(r.node)
-            message = out.error if out is not None and out.error else h.message
-            url = fact.endpoint if fact is not None and r.rank == 0 else f.hosts[r.rank]
-            ranks.append(
-                mdep.RankStatus(
-                    rank=r.rank,
-                    node=r.node,
-                    ready=h.ready,
-                    endpoint=url,
-                    memory_bytes=r.memory_bytes,
-                    message=message,
-                )
-            )
+        ranks = _ranks(f, facts, fresh, outcomes, slot=slot)
         ready = all(r.ready for r in ranks)
         old = before.get(f.index)
-        broken_at = old.broken_at if old is not None and old.id == f.id else None
         groups.append(
             mdep.GroupStatus(
                 index=f.index,
                 id=f.id,
                 ready=ready,
-                source=source,
-                revision=revision,
-                broken_at=broken_at,
+                source=f.model.source,
+                revision=f.model.revision,
+                broken_at=old.broken_at if old is not None and old.id == f.id else None,
                 ranks=ranks,
             )
         )
+        placements.append(_placement(f, ranks, ready=ready))
         leader = ranks[0]
-        phase = mdep.PlacementPhase.READY if ready else mdep.PlacementPhase.LOADING
-        placements.append(
-            mdep.PlacementStatus(
-                node=leader.node,
-                phase=phase,
-                ready=ready,
-                source=source,
-                revision=revision,
-                endpoint=leader.endpoint,
-                message=None if ready else "; ".join(
-                    f"rank {r.rank} on {r.node}: {r.message}" for r in ranks if not r.ready
-                ),
-            )
-        )  # fmt: skip
         serving = ready
         if f.index in swapping:
             lead = facts.get(leader.node)
@@ -113,21 +82,10 @@ def status(
         old = before.get(index)
         if old is None:
             continue
-        ranks = [
-            r.model_copy(update={"ready": False, "message": "group is re-forming"})
-            for r in old.ranks
-        ]
-        groups.append(
-            old.model_copy(
-                update={
-                    "ready": False,
-                    "ranks": ranks,
-                    "broken_at": old.broken_at or now.isoformat(),
-                }
-            )
-        )
-        if ranks and ranks[0].endpoint:
-            eps.append((ranks[0].node, ranks[0].endpoint, False))
+        group = _reforming(old, now=now)
+        groups.append(group)
+        if group.ranks and group.ranks[0].endpoint:
+            eps.append((group.ranks[0].node, group.ranks[0].endpoint, False))
     groups.sort(key=lambda g: g.index)
     ready_groups = sum(1 for g in groups if g.ready)
     judged = verdict(md, decision, groups, outcomes, reforming, plan=plan)
@@ -149,6 +107,63 @@ def status(
         swap_plan=plan.name if plan is not None else md.status.swap_plan,
     )
     return Result(status=new, endpoints=tuple(eps))
+
+
+def _ranks(
+    f: Formation,
+    facts: Mapping[str, dep.NodeFacts],
+    fresh: frozenset[str],
+    outcomes: Mapping[str, dep.Outcome],
+    *,
+    slot: str,
+) -> list[mdep.RankStatus]:
+    """Each rank of formation `f` as its agent reports it (an agent's refusal of its slot is
+    the message); rank 0's endpoint is its agent's data plane, the others' their ring address."""
+    ranks = []
+    for r in f.plan.ranks:
+        fact = facts.get(r.node)
+        h = health.rank_health(fact, slot=slot, group_id=f.id, fresh=r.node in fresh)
+        out = outcomes.get(r.node)
+        ranks.append(
+            mdep.RankStatus(
+                rank=r.rank,
+                node=r.node,
+                ready=h.ready,
+                endpoint=fact.endpoint if fact is not None and r.rank == 0 else f.hosts[r.rank],
+                memory_bytes=r.memory_bytes,
+                message=out.error if out is not None and out.error else h.message,
+            )
+        )
+    return ranks
+
+
+def _placement(
+    f: Formation, ranks: Sequence[mdep.RankStatus], *, ready: bool
+) -> mdep.PlacementStatus:
+    """The group as one placement, on rank 0's node; not ready, it names the ranks waited for."""
+    leader = ranks[0]
+    return mdep.PlacementStatus(
+        node=leader.node,
+        phase=mdep.PlacementPhase.READY if ready else mdep.PlacementPhase.LOADING,
+        ready=ready,
+        source=f.model.source,
+        revision=f.model.revision,
+        endpoint=leader.endpoint,
+        message=None if ready else "; ".join(
+            f"rank {r.rank} on {r.node}: {r.message}" for r in ranks if not r.ready
+        ),
+    )  # fmt: skip
+
+
+def _reforming(old: mdep.GroupStatus, *, now: datetime) -> mdep.GroupStatus:
+    """A group waiting out the failover delay: its last ranks, none ready, broken since `now`
+    unless it already was."""
+    ranks = [
+        r.model_copy(update={"ready": False, "message": "group is re-forming"}) for r in old.ranks
+    ]
+    return old.model_copy(
+        update={"ready": False, "ranks": ranks, "broken_at": old.broken_at or now.isoformat()}
+    )
 
 
 def verdict(
