@@ -13,8 +13,10 @@ asks for usage to count tokens); a stream cut after it started ends with an Open
 event and is counted as `cut`. Responses name their backend (`x-mlxfleet-backend`), a fallback
 (`x-mlxfleet-fallback`) and replicas tried first (`x-mlxfleet-tried`).
 The OpenAI error shape, the stream scanner and the ASGI plumbing are the agent data plane's
-(`mlxfleet_agent.openai_proxy`), as is the HTTP client (`mlxfleet_agent.httpclient`).
-May import: the standard library, core, mlxfleet_agent (httpclient, openai_proxy), view,
+(`mlxfleet_agent.openai_proxy`), as are the HTTP client (`mlxfleet_agent.httpclient`) and the
+stream forwarding (`mlxfleet_agent.eventpipe`: after the first event, each chunk goes from the
+agent's connection callback to the client without waking the request task).
+May import: the standard library, core, mlxfleet_agent (httpclient, eventpipe, openai_proxy), view,
 shipper, metrics.
 Called by: server (mounts it under uvicorn), health (on_dead/on_alive).
 """
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from mlxfleet_agent import eventpipe
 from mlxfleet_agent import httpclient as upstream
 from mlxfleet_agent import openai_proxy as asgi
 from mlxfleet_gateway import metrics, shipper, view
@@ -600,15 +603,9 @@ class Proxy:
         )
         call.ttfb = self.clock() - call.t0
         await send({"type": "http.response.body", "body": first, "more_body": True})
-        read, feed = resp.read_chunk, scanner.feed
         try:
-            while not call.gone:
-                chunk = await read()
-                if not chunk:
-                    break
-                out = feed(chunk)
-                if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            if not call.gone:  # the rest goes from the agent's connection straight to the client
+                await eventpipe.EventPipe(resp, send, scanner).run()
         except upstream.ResponseError as exc:
             if not call.gone:
                 call.error = "cut"

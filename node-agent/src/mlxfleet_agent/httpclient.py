@@ -4,7 +4,9 @@ Built for a reverse proxy's hot path: one `asyncio.Protocol` per connection, llh
 httptools' `HttpResponseParser`) for the response head and body framing (chunked, content-length
 and close-delimited bodies, HTTP/1.0 and 1.1), body chunks handed over as they arrive (several
 coalesced when the reader runs behind), reading paused while too much is buffered. Idle
-connections are pooled per origin and reused (LIFO); a request that fails on a reused connection
+connections are pooled per origin and reused (LIFO); a body can also be forwarded chunk by
+chunk from the connection's own callback (`Response.forward`: no task wakes per chunk, the hot
+path of a streaming proxy). A request that fails on a reused connection
 before any byte of the answer is sent again once on a fresh one (the server closed an idle
 connection: nothing was processed).
 
@@ -90,10 +92,12 @@ class Origin:
 
 
 class Response:
-    """One answer: status and headers at once, the body as it arrives (`read_chunk`).
+    """One answer: status and headers at once, the body as it arrives (`read_chunk`), or handed
+    to a callback as it arrives (`forward`).
 
-    Read the body to its end (b"" from `read_chunk`) for the connection to go back to the pool;
-    `close()` anything abandoned (the connection is closed, never reused half-read).
+    Read the body to its end (b"" from `read_chunk`, or `forward`'s future) and `close()` for
+    the connection to go back to the pool; `close()` anything abandoned (the connection is
+    closed, never reused half-read).
     """
 
     __slots__ = (
@@ -101,7 +105,9 @@ class Response:
         "_chunks",
         "_conn",
         "_done",
+        "_ended",
         "_error",
+        "_sink",
         "_waiter",
         "created",
         "headers",
@@ -116,6 +122,8 @@ class Response:
         self._done = False
         self._error: UpstreamError | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._sink: Callable[[bytes], None] | None = None
+        self._ended: asyncio.Future[None] | None = None
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.created = time.monotonic()
@@ -167,6 +175,37 @@ class Response:
             parts.append(chunk)
         return b"".join(parts)
 
+    def forward(self, sink: Callable[[bytes], None]) -> asyncio.Future[None]:
+        """From now on hand each body chunk to `sink` as it arrives, called from the
+        connection's `data_received` (no task is woken per chunk); what was buffered goes to
+        `sink` at once. The future ends with the body (None) or with the ResponseError that
+        broke it off. `sink` must not raise; it may `pause_reading()` (backpressure) and
+        `abort()`. Call `close()` afterwards, as with `read_chunk`."""
+        ended = asyncio.get_running_loop().create_future()
+        self._ended = ended
+        if self._chunks:
+            data = b"".join(self._chunks)
+            self._chunks.clear()
+            if self._buffered > HIGH_WATER and self._conn is not None:
+                self._conn.resume()
+            self._buffered = 0
+            sink(data)
+        self._sink = sink
+        if self._done:
+            ended.set_result(None)
+        elif self._error is not None:
+            ended.set_exception(self._error)
+        return ended
+
+    def pause_reading(self) -> None:
+        """Stop reading the upstream (the consumer cannot keep up); `resume_reading` undoes."""
+        if self._conn is not None:
+            self._conn.pause()
+
+    def resume_reading(self) -> None:
+        if self._conn is not None:
+            self._conn.resume()
+
     def abort(self, reason: str = "aborted") -> None:
         """Cut the exchange now (from anywhere): a reader gets ResponseError(reason)."""
         conn = self._conn
@@ -190,6 +229,10 @@ class Response:
 
     def _feed(self, data: bytes) -> None:
         self.heard = time.monotonic()
+        sink = self._sink
+        if sink is not None:
+            sink(data)
+            return
         self._chunks.append(data)
         self._buffered += len(data)
         if self._buffered > HIGH_WATER and self._conn is not None:
@@ -198,11 +241,17 @@ class Response:
 
     def _finish(self) -> None:
         self._done = True
+        ended = self._ended
+        if ended is not None and not ended.done():
+            ended.set_result(None)
         self._wake()
 
     def _fail(self, error: UpstreamError) -> None:
         if not self._done:
             self._error = error
+            ended = self._ended
+            if ended is not None and not ended.done():
+                ended.set_exception(error)
         self._wake()
 
     def _release(self) -> None:

@@ -9,11 +9,12 @@ opaque). Whole answers are asked for as a stream and assembled here (`answers`),
 that hangs up stops the generation at once. A stream whose backend dies ends with an
 OpenAI-style `error` event instead of hanging; the shutdown drain's end gets one too.
 `Outcome` is what the request contributes to telemetry.
-Per streamed chunk the relay does one await for the backend's bytes, the token scan
+Until the first token the relay reads in its own task; from there each streamed chunk is handled
+in the backend connection's callback (`eventpipe`: no task wake-up per chunk): the token scan
 (`openai_proxy.StreamScanner`: byte searches), the model/fingerprint rewrite (two
-`bytes.replace`) and one `send`; the backend's silence is bounded by one timer per read loop.
-May import: the standard library, slots.lease, openai_proxy, dataplane (answers, errors,
-routing, upstream). Called by: dataplane.app.
+`bytes.replace`) and the ASGI `send`; the backend's silence is bounded by one timer per stream.
+May import: the standard library, slots.lease, eventpipe, openai_proxy, dataplane (answers,
+errors, routing, upstream). Called by: dataplane.app.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import json
 import logging
 import time
 
+from mlxfleet_agent import eventpipe
 from mlxfleet_agent import openai_proxy as asgi
 from mlxfleet_agent.dataplane import answers, routing, upstream
 from mlxfleet_agent.dataplane.errors import RETRY_AFTER, RouteError
@@ -303,15 +305,8 @@ async def _stream(
                     await send(
                         {"type": "http.response.body", "body": rewrite(chunk), "more_body": True}
                     )
-            while not gone.is_set:
-                raw = await read()
-                if not raw:
-                    break
-                chunk = feed(raw)
-                if chunk:
-                    await send(
-                        {"type": "http.response.body", "body": rewrite(chunk), "more_body": True}
-                    )
+            if outcome.ttft_s is not None and not gone.is_set:  # the rest: callback to client
+                await eventpipe.EventPipe(resp.response, send, scanner, rewrite).run()
     except upstream.BackendError as exc:
         if not gone.is_set and not scanner.done:
             log.warning("backend stream broke", extra={"error": str(exc)})

@@ -48,10 +48,10 @@ class BackendReply:
     and then and cuts a backend silent for `idle_timeout_s`.
     """
 
-    __slots__ = ("_resp", "content_type", "read_chunk", "status")
+    __slots__ = ("_resp", "content_type", "read_chunk", "response", "status")
 
     def __init__(self, resp: httpclient.Response) -> None:
-        self._resp = resp
+        self._resp = self.response = resp  # `response`: to forward its body from the callback
         self.status = resp.status
         self.content_type = resp.header(b"content-type")
         self.read_chunk = resp.read_chunk
