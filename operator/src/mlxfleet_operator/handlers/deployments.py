@@ -8,6 +8,7 @@ May import: kopf, pydantic, adapters, core, api, settings, `guard`, `indexes`. C
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from datetime import timedelta
@@ -34,16 +35,9 @@ CONVERGE_RESYNC_S = 60.0  # the timer runs a full reconcile at least this often
 
 
 async def changed(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
-    if body.metadata.get("deletionTimestamp"):
-        return  # being deleted: `teardown` owns it now; never re-create what it removes
-    async with guard.guarded(KIND, body, memo) as run:
-        try:
-            md = mdep.ModelDeployment.model_validate(dict(body))
-        except pydantic.ValidationError as exc:  # admitted, but beyond what the CRD can check
-            run.invalid()
-            kube.write_status(patch, _invalid(body, exc), body)
-            return
-        await reconcile(run.rt, md, body, patch, indexes.Indexes.of(kwargs))
+    """Create, update, resume: a full reconcile, unless the timer (which kopf starts on the
+    same first sight of the object) has just made one on the very same inputs."""
+    await converge(body, memo, patch, **kwargs)
 
 
 async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
@@ -51,14 +45,41 @@ async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs
     (the deployment object, the InferenceNodes, the agents' answers, its SwapPlans; only the
     nodes it is placed on once all its replicas are placed; only those and room for its
     footprint while it waits for room), at most CONVERGE_RESYNC_S seconds; never skipped while
-    a node it uses is not Ready (failover is timed)."""
-    rt, uid = runtime.of(memo), str(body.metadata.uid)
-    seen = _inputs(rt, body, indexes.Indexes.of(kwargs))
-    if seen is not None and rt.unchanged(uid, seen, at=time.monotonic(), resync=CONVERGE_RESYNC_S):
+    a node it uses is not Ready (failover is timed). Checked before the object's lock (cheap,
+    not counted) and again under it (a run that waited for the lock may find its work done)."""
+    if body.metadata.get("deletionTimestamp"):
+        return  # being deleted: `teardown` owns it now; never re-create what it removes
+    rt, uid, idx = runtime.of(memo), str(body.metadata.uid), indexes.Indexes.of(kwargs)
+    if _unchanged(rt, body, idx) is None:
         return
-    rt.settle(uid, None, at=0)
-    await changed(body, memo, patch, **kwargs)
-    rt.settle(uid, seen, at=time.monotonic())
+    async with guard.guarded(KIND, body, memo) as run:
+        seen = _unchanged(rt, body, idx)
+        if seen is None:
+            run.skipped()
+            return
+        rt.settle(uid, None, at=0)
+        try:
+            md = mdep.ModelDeployment.model_validate(dict(body))
+        except pydantic.ValidationError as exc:  # admitted, but beyond what the CRD can check
+            run.invalid()
+            kube.write_status(patch, _invalid(body, exc), body)
+        else:
+            await reconcile(run.rt, md, body, patch, idx)
+        rt.settle(uid, seen.inputs, at=time.monotonic())
+
+
+@dataclasses.dataclass(frozen=True)
+class _Due:
+    inputs: object | None  # what the run will have seen (None: always run)
+
+
+def _unchanged(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> _Due | None:
+    """None when a run just decided on these inputs (skip); else what this run will see."""
+    seen = _inputs(rt, body, idx)
+    uid = str(body.metadata.uid)
+    if seen is not None and rt.unchanged(uid, seen, at=time.monotonic(), resync=CONVERGE_RESYNC_S):
+        return None
+    return _Due(seen)
 
 
 def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> object | None:
