@@ -41,7 +41,9 @@ def test_fleet_version_moves_only_when_a_decision_could() -> None:
     busy.memory.available_bytes = 3 * GIB
     busy.disk.free_bytes = 1
     f.record("n1", busy, now=NOW + timedelta(seconds=10))
-    assert f.version == first  # the same answer, or only its counters / free memory moved
+    later = busy.model_copy(update={"now": NOW + timedelta(seconds=12)})  # every real answer
+    f.record("n1", later, now=NOW + timedelta(seconds=12))
+    assert f.version == first  # the same answer, or only its counters / free memory / clock
     ready = SLOT.model_copy(update={"phase": contract.SlotPhase.READY, "ready": True})
     f.record("n1", state(slots=[ready]), now=NOW + timedelta(seconds=15))
     assert f.version == first + 1

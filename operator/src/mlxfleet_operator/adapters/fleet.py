@@ -5,7 +5,11 @@ The InferenceNode poller fills it every few seconds; the ModelDeployment and Swa
 read it (data-plane port, cached models with their shapes, slots) and ask agents through it:
 `poll`, `put_slot`, `delete_slot`, `prefetch` and `observe` never raise on an agent's error, they
 return it as a `nodes.Poll`, `facts.Outcome`, `facts.Prefetch` or `swapplan.state.NodeSlot`.
-It is memory only: after a restart the handlers wait for the first poll of each node.
+Each node's typed facts and placement view are kept between reconciles (made again when the
+node's object, client or version changes), and what each node leaves for a new replica is
+watched, so a deployment waiting for room wakes only when a node may now take it
+(`room_version`). It is memory only: after a restart the handlers wait for the first poll of
+each node.
 Credentials are read from their Secrets at most every `credentials_ttl` seconds per node (not
 on every poll), and again at once when the agent answers 401/403 (a rotated token).
 Every agent request is sent and timed on the fleet's own `agent.IoLoop` thread, so a busy
@@ -447,12 +451,15 @@ def _live(state: contract.AgentState | None) -> set[str]:
 
 def decisive(state: contract.AgentState) -> object:
     """The part of an agent's answer that deployment decisions and statuses read: everything
-    but request counters, free memory and disk, and when a cached model was last used."""
+    but request counters, free memory and disk, when a cached model was last used, and the
+    agent's clock (`now`: new in every answer, so keeping it made every poll a change and
+    reconciled every deployment on every node at every tick)."""
     return state.model_dump(
         exclude={
             "counters": True,
             "disk": True,
             "started_at": True,
+            "now": True,
             "memory": {"available_bytes", "pressure"},
             "slots": {"__all__": {"in_flight", "queued"}},
             "cached_models": {"__all__": {"last_used", "in_use"}},

@@ -4,7 +4,8 @@ that may fetch and size a model nobody knows yet.
 
 May import: the standard library, the agent `contract`, `api`, `core.naming`, `core.placement`,
 `core.events`, `facts`.
-Called by: the ModelDeployment handler (`place`, `sizing_nodes`, `rescheduled`).
+Called by: the ModelDeployment handler (`place`, `sizing_nodes`, `rescheduled`), the fleet
+adapter (`prepare`, `views_for`: each node's view kept between reconciles).
 """
 
 from __future__ import annotations
