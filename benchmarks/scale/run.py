@@ -478,6 +478,11 @@ def _failover(
     stats = window.close()
     snap = deps.snapshot()
     twice = _counted_twice(snap, fleet, exclude=gone)
+    falsely = sorted(
+        name
+        for name, o in nodes.snapshot().items()
+        if name not in gone and condition(o, "Ready") != "True"
+    )
     out: dict[str, Any] = {
         "lost_nodes": len(lost),
         "affected_deployments": len(affected),
@@ -485,37 +490,65 @@ def _failover(
         "failover_median_s": round(statistics.median(settled.values()), 1) if settled else None,
         "failover_moved": len(settled),
         "detect_s": round(max(detected.values()), 1) if len(detected) == len(lost) else None,
-        "counted_twice": twice,
+        "counted_twice": {k: v for k, v in twice.items() if k != "detail"},
+        "counted_twice_detail": twice["detail"],
+        "not_ready_not_lost": falsely[:20],  # healthy nodes NotReady at the phase's end
         "failover": stats,
     }
-    out |= _comeback(s, deps, nodes, fleet, lost, affected)
+    out |= _comeback(s, deps, nodes, fleet, lost, sorted(settled))
+    out["counted_twice_after_comeback"] = _counted_twice(deps.snapshot(), fleet, exclude=set())
     return out
 
 
 def _counted_twice(
     snap: dict[str, dict[str, Any]], fleet: Hollow, *, exclude: set[str]
-) -> dict[str, int]:
-    """Deployments whose status lists a node twice or more ready replicas than wanted, and
-    deployments with more live serving slots on the agents than replicas."""
+) -> dict[str, Any]:
+    """Deployments whose status lists a node twice or more ready replicas than wanted
+    (`status`), and deployments with more live serving slots on the agents than replicas,
+    split by why: `handover` (every extra slot is a replica the status lists as Removing:
+    make-before-break keeps it serving until its replacement serves, by design) and `agents`
+    (an extra slot the status does not list at all: a slot the operator lost track of)."""
     status = sum(
         1
         for o in snap.values()
         if len(set(placed(o))) != len(placed(o))
         or (o.get("status", {}).get("readyReplicas") or 0) > o["spec"]["replicas"]
     )
-    slots: dict[str, int] = {}
+    slots: dict[str, set[str]] = {}
     for node, found in fleet.stats()["slots"].items():
         if node in exclude:
             continue
         for slot, info in found.items():
             if info["ready"] and not info["deleted"]:
-                slots[slot] = slots.get(slot, 0) + 1
-    agents = sum(
-        1
-        for name, o in snap.items()
-        if slots.get(naming.slot_name(NAMESPACE, name), 0) > o["spec"]["replicas"]
-    )
-    return {"status": status, "agents": agents}
+                slots.setdefault(slot, set()).add(node)
+    handover, agents = 0, 0
+    detail: list[dict[str, Any]] = []
+    for name, o in sorted(snap.items()):
+        holding = slots.get(naming.slot_name(NAMESPACE, name), set())
+        if len(holding) <= o["spec"]["replicas"]:
+            continue
+        listed = o.get("status", {}).get("placements", [])
+        chosen = {p["node"] for p in listed if p.get("phase") != "Removing"}
+        removing = {p["node"] for p in listed if p.get("phase") == "Removing"}
+        extra = holding - chosen
+        if extra <= removing:
+            handover += 1
+        else:
+            agents += 1
+        if len(detail) < 10:
+            ready: dict[str, Any] = next(
+                (c for c in o.get("status", {}).get("conditions", []) if c["type"] == "Ready"), {}
+            )
+            detail.append(
+                {
+                    "deployment": name,
+                    "replicas": o["spec"]["replicas"],
+                    "slots_on": sorted(holding),
+                    "placements": [(p["node"], p.get("phase")) for p in listed],
+                    "ready": (ready.get("status"), ready.get("reason")),
+                }
+            )
+    return {"status": status, "agents": agents, "handover": handover, "detail": detail}
 
 
 def _comeback(
@@ -524,21 +557,38 @@ def _comeback(
     nodes: observe.Watcher,
     fleet: Hollow,
     lost: list[str],
-    affected: list[str],
+    moved: list[str],
 ) -> dict[str, Any]:
-    """The lost nodes answer again: nothing moves back, nothing flaps, stale slots go."""
-    where = {name: sorted(placed(o)) for name, o in deps.snapshot().items() if name in affected}
+    """The lost nodes answer again: nothing moves back, nothing flaps, stale slots go. A flap
+    is a deployment that had failed over (Ready elsewhere within the phase) and is Ready now
+    whose serving nodes change or whose Ready turns False while the nodes come back; one that
+    had not finished its failover is still moving, which is no flap (counted apart)."""
+    start = deps.snapshot()
+    where = {
+        name: _serving(o) for name, o in start.items() if name in moved and deployment_ready(o)
+    }
     fleet.faults(lost)
     t0 = time.monotonic()
     window = s.flap_window_s or 2 * (s.poll_seconds * s.misses + s.failover_delay)
-    flaps: set[str] = set()
+    flaps: dict[str, dict[str, Any]] = {}
     back_s: float | None = None
     while time.monotonic() - t0 < window:
         snap = deps.snapshot()
         for name, nodes_then in where.items():
             o = snap.get(name)
-            if o is None or sorted(placed(o)) != nodes_then or condition(o, "Ready") != "True":
-                flaps.add(name)
+            now = _serving(o) if o is not None else []
+            if name not in flaps and (now != nodes_then or condition(o or {}, "Ready") != "True"):
+                ready: dict[str, Any] = next(
+                    (c for c in (o or {}).get("status", {}).get("conditions", [])
+                     if c["type"] == "Ready"),
+                    {},
+                )  # fmt: skip
+                flaps[name] = {
+                    "t": round(time.monotonic() - t0, 1),
+                    "before": nodes_then,
+                    "after": now,
+                    "ready": (ready.get("status"), ready.get("reason"), ready.get("message")),
+                }
         if back_s is None and all(
             condition(nodes.snapshot().get(n, {}), "Ready") == "True" for n in lost
         ):
@@ -555,8 +605,17 @@ def _comeback(
         "comeback_ready_s": round(back_s, 1) if back_s is not None else None,
         "comeback_window_s": round(window, 1),
         "flapping_deployments": len(flaps),
+        "flap_watched": len(where),  # failed over and Ready when the nodes came back
+        "flap_detail": [{"deployment": k, **v} for k, v in sorted(flaps.items())[:10]],
         "stale_slots_after_window": stale,
     }
+
+
+def _serving(o: dict[str, Any]) -> list[str]:
+    """The nodes whose replicas count (a Removing one is on its way out, by design)."""
+    return sorted(
+        p["node"] for p in o.get("status", {}).get("placements", []) if p.get("phase") != "Removing"
+    )
 
 
 def _placed_there(snap: dict[str, dict[str, Any]], slot: str, node: str) -> bool:

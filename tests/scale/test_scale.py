@@ -28,7 +28,8 @@ def test_hollow_fleet_and_operator_converge_fail_over_and_swap(tmp_path: Path) -
     assert r["lost_nodes"] == 5
     assert r["failover_moved"] == r["affected_deployments"] > 0
     assert r["failover_s"] is not None
-    assert r["counted_twice"] == {"status": 0, "agents": 0}
+    assert r["counted_twice"] == {"status": 0, "agents": 0, "handover": 0}
+    assert r["flap_watched"] == r["affected_deployments"]  # every one failed over, all watched
     assert r["flapping_deployments"] == 0
     assert r["stale_slots_after_window"] == 0
     assert r["swap_plan_phases"] == {"Completed": 20}

@@ -41,7 +41,9 @@ def test_fleet_version_moves_only_when_a_decision_could() -> None:
     busy.memory.available_bytes = 3 * GIB
     busy.disk.free_bytes = 1
     f.record("n1", busy, now=NOW + timedelta(seconds=10))
-    assert f.version == first  # the same answer, or only its counters / free memory moved
+    later = busy.model_copy(update={"now": NOW + timedelta(seconds=12)})  # every real answer
+    f.record("n1", later, now=NOW + timedelta(seconds=12))
+    assert f.version == first  # the same answer, or only its counters / free memory / clock
     ready = SLOT.model_copy(update={"phase": contract.SlotPhase.READY, "ready": True})
     f.record("n1", state(slots=[ready]), now=NOW + timedelta(seconds=15))
     assert f.version == first + 1
@@ -106,8 +108,10 @@ def test_inputs_change_with_nodes_agents_and_the_object_and_never_skip_a_lost_no
     one = idx(_ready("n1", "1"))  # n2 deleted: gone from the index, no event the view saw
     assert deployments._inputs(rt, body, one) != now
     lost = idx(_ready("n1", "1"), _ready("n2", "3", ready=False))
-    assert deployments._inputs(rt, body, lost) is None  # failover is timed: always reconcile
-    assert deployments._inputs(rt, body, one) is not None  # the lost node is not indexed
+    assert deployments._inputs(rt, body, lost) is not None  # nothing of it there, no room there
+    on_n2 = kopf.Body({**body, "status": {"placements": [{"node": "n2"}]}})
+    assert deployments._inputs(rt, on_n2, lost) is None  # failover is timed: always reconcile
+    assert deployments._inputs(rt, on_n2, one) is not None  # the lost node is not indexed
     back = idx(_ready("n1", "1"), _ready("n2", "4"))
     assert deployments._inputs(rt, body, back) is not None
     rt.nodes.observe("n3", "1", ready=False)
@@ -205,7 +209,8 @@ def test_a_placed_deployment_reads_only_its_nodes_and_an_unplaced_one_every_node
     assert deployments._inputs(rt, body(2), idx) != wanting
     rt.nodes.observe("n2", "3", ready=False)
     assert deployments._inputs(rt, body(1), idx) == placed  # a node it does not use
-    assert deployments._inputs(rt, body(2), idx) is None  # could place there once back
+    # nothing of it on n2 and nothing can be placed there: no timed failover, reconciles once
+    assert deployments._inputs(rt, body(2), idx) not in (None, wanting)
     rt.nodes.observe("n2", "4", ready=True)
     # its own node: the answer, the object, Ready
     ready = mine.model_copy(update={"phase": contract.SlotPhase.READY, "ready": True})

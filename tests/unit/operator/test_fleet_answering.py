@@ -7,12 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.adapters import agent, fleet
+from tests.unit.operator import builders
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def state() -> contract.AgentState:
-    return contract.AgentState.model_construct(slots=[])  # the fleet only stores it
+    return builders.state()  # the fleet keeps what it leaves for a new replica too
 
 
 def test_a_failed_request_after_the_last_state_is_not_answering() -> None:

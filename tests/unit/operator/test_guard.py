@@ -78,3 +78,58 @@ def test_a_deliberate_retry_and_anything_else_propagate_as_they_are() -> None:
     assert runs("retry") == before + 1
     with pytest.raises(ValueError, match="bug"):
         guarded(ValueError("bug"))
+
+
+def test_an_event_and_the_timer_on_the_same_inputs_reconcile_once() -> None:
+    """kopf starts an object's timer on its first sight, together with the create handler: both
+    ran a full reconcile of every new ModelDeployment (issue 12, 1,000 created at once). The
+    run that waited for the lock finds the work done on the same inputs and skips (counted as
+    `skipped`, not timed)."""
+    from mlxfleet_operator.adapters import fleet
+    from mlxfleet_operator.handlers import deployments, indexes
+
+    rt = runtime.Runtime(
+        config=settings.OperatorSettings(),
+        kube=None,  # type: ignore[arg-type]
+        fleet=fleet.Fleet(None),  # type: ignore[arg-type]
+    )
+    memo = kopf.Memo({runtime.KEY: rt})
+    meta = {"uid": "u", "name": "chat", "namespace": "ns", "resourceVersion": "1"}
+    body = kopf.Body({"metadata": meta, "spec": {"replicas": 1}})  # no model: invalid, no I/O
+    kwargs = {
+        "inference_nodes": {},
+        "deployment_slots": {},
+        "swap_plans": {},
+        "deployment_ready": {},
+    }
+    assert indexes.Indexes.of(kwargs).inference_nodes() == []
+
+    def count(result: str) -> float:
+        kind = resources.MODEL_DEPLOYMENT.kind
+        labels = {"kind": kind, "result": result}
+        return metrics.REGISTRY.get_sample_value("mlxfleet_operator_reconciles_total", labels) or 0
+
+    def timed() -> float:
+        labels = {"kind": resources.MODEL_DEPLOYMENT.kind}
+        sample = "mlxfleet_operator_reconcile_seconds_count"
+        return metrics.REGISTRY.get_sample_value(sample, labels) or 0
+
+    before = count("invalid"), count("skipped"), timed()
+
+    async def both() -> None:
+        async with rt.lock("u"):  # a run in progress: both wait for the lock
+            runs = asyncio.gather(
+                deployments.changed(body, memo, kopf.Patch(), **kwargs),
+                deployments.converge(body, memo, kopf.Patch(), **kwargs),
+            )
+            await asyncio.sleep(0.01)
+        await runs
+
+    asyncio.run(both())
+    assert (count("invalid"), count("skipped"), timed()) == (
+        before[0] + 1,
+        before[1] + 1,
+        before[2] + 1,
+    )
+    asyncio.run(both())  # the same inputs again: nothing runs, nothing is counted or timed
+    assert (count("invalid"), timed()) == (before[0] + 1, before[2] + 1)

@@ -5,7 +5,11 @@ The InferenceNode poller fills it every few seconds; the ModelDeployment and Swa
 read it (data-plane port, cached models with their shapes, slots) and ask agents through it:
 `poll`, `put_slot`, `delete_slot`, `prefetch` and `observe` never raise on an agent's error, they
 return it as a `nodes.Poll`, `facts.Outcome`, `facts.Prefetch` or `swapplan.state.NodeSlot`.
-It is memory only: after a restart the handlers wait for the first poll of each node.
+Each node's typed facts and placement view are kept between reconciles (made again when the
+node's object, client or version changes), and what each node leaves for a new replica is
+watched, so a deployment waiting for room wakes only when a node may now take it
+(`room_version`). It is memory only: after a restart the handlers wait for the first poll of
+each node.
 Credentials are read from their Secrets at most every `credentials_ttl` seconds per node (not
 on every poll), and again at once when the agent answers 401/403 (a rotated token).
 Every agent request is sent and timed on the fleet's own `agent.IoLoop` thread, so a busy
@@ -26,8 +30,8 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.adapters import agent, kube
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import nodes
-from mlxfleet_operator.core.deployment import facts, slots
+from mlxfleet_operator.core import nodes, placement
+from mlxfleet_operator.core.deployment import facts, placing, slots
 from mlxfleet_operator.core.swapplan import state as plan_state
 
 
@@ -62,6 +66,18 @@ class Entry:
 
 CREDENTIALS_TTL_S = 600.0  # a rotated token is read at once on the agent's 401/403 anyway
 RESERVATION_S = 30.0  # a slot decided on and not listed by a poll since stops counting
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """One node's facts and placement view as of its object, its entry and its version."""
+
+    node: inode.InferenceNode
+    entry: Entry | None
+    version: int
+    fact: facts.NodeFacts
+    prepared: placing.Prepared
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,10 @@ class Fleet:
         self._reserved: dict[str, dict[str, tuple[contract.SlotStatus, float]]] = {}
         self._ttl = credentials_ttl
         self._clock = clock
+        self._kept: dict[str, _Kept] = {}  # node -> facts and view, rebuilt when they change
+        self._rooms: dict[str, facts.Room] = {}  # node -> what it leaves for a new replica
+        self._room_at: dict[int, int] = {}  # free GiB -> `room_version` when a node got there
+        self._room_clock = 0
 
     async def credentials(self, node: inode.InferenceNode) -> agent.Credentials:
         """The node's URL, token and CA; the Secrets are read again only when the node's
@@ -164,26 +184,35 @@ class Fleet:
         )
         self._reserved.setdefault(request.node, {})[slot] = (placeholder, self._clock())
         self._bump(request.node)
+        self._watch_room(request.node)
 
     def release(self, name: str, slot: str) -> None:
         """Drop a reservation (the PUT was refused or never reached the agent)."""
         if self._reserved.get(name, {}).pop(slot, None) is not None:
             self._bump(name)
+            self._watch_room(name)
 
     def record(self, name: str, state: contract.AgentState | None, *, now: datetime) -> None:
         entry = self.entries.get(name)
+        dropped = False
         if state is not None and (held := self._reserved.get(name)):
             listed, stale = {s.name for s in state.slots}, self._clock() - RESERVATION_S
             for slot in [k for k, (_, at) in held.items() if k in listed or at < stale]:
                 del held[slot]
+                dropped = True
         if entry is not None and state is not None:
             if entry.state is None or decisive(entry.state) != decisive(state):
+                dropped = False
                 self._bump(name)
                 self._host(name, entry.state, state)
             entry.state = state
             entry.polled_at = now
+            self._watch_room(name)
         elif entry is not None:
             entry.failed_at = now
+        if dropped:  # a reservation expired: what the node's facts count changed
+            self._bump(name)
+            self._watch_room(name)
 
     def slot_removed(self, name: str, slot: str) -> None:
         """Forget a slot we just deleted, so the next reconcile does not trust the old answer."""
@@ -193,10 +222,33 @@ class Fleet:
             old, entry.state = entry.state, entry.state.model_copy(update={"slots": kept})
             self._bump(name)
             self._host(name, old, entry.state)
+            self._watch_room(name)
 
     def _bump(self, name: str) -> None:
         self.version += 1
         self._versions[name] = self._versions.get(name, 0) + 1
+
+    def _watch_room(self, name: str) -> None:
+        """Keep what the node leaves for a new replica; when it may now take one it could not
+        (`facts.roomier`), note the free memory it has at `room_version`."""
+        entry = self.entries.get(name)
+        if entry is None or entry.state is None:
+            self._rooms.pop(name, None)
+            return
+        held = [p for p, _ in self._reserved.get(name, {}).values()]
+        new, old = facts.room(entry.state, held), self._rooms.get(name)
+        self._rooms[name] = new
+        if facts.roomier(old, new):
+            self._room_clock += 1
+            self._room_at[max(new.free, 0) // GIB] = self._room_clock
+
+    def room_version(self, footprint_bytes: int) -> int:
+        """Moves when a node's agent may now take a replica of `footprint_bytes` it could not
+        take before (memory freed to at least about that much, a slot gone, an engine added):
+        what a deployment waiting for room keys its converge skip on, instead of every answer
+        of the fleet. Conservative by up to 1 GiB (it may move for a node slightly short)."""
+        floor = footprint_bytes // GIB
+        return max((v for b, v in self._room_at.items() if b >= floor), default=0)
 
     def _host(
         self, name: str, old: contract.AgentState | None, new: contract.AgentState | None
@@ -236,19 +288,48 @@ class Fleet:
     ) -> list[facts.NodeFacts]:
         """Each InferenceNode with its agent's last answer (None: not polled yet), plus the
         slots other decisions reserved there (`reserve`; never `slot`'s own: a deployment
-        sees its replicas as the agents report them)."""
+        sees its replicas as the agents report them). Kept per node and made again only when
+        the node's object, its client or its version (`_bump`) changed, not per call: the
+        answer they carry may lag in what `decisive` leaves out (counters, free memory)."""
         out = []
         for node in found:
             name = node.metadata.name or ""
-            entry = self.entries.get(name)
-            state = entry.state if entry else None
-            if state is not None and (held := self._reserved.get(name)):
-                more = [p for name_, (p, _) in held.items() if name_ != slot]
-                state = state.model_copy(update={"slots": [*state.slots, *more]})
-            out.append(
-                facts.NodeFacts(node=node, state=state, endpoint=entry.endpoint if entry else None)
-            )
+            held = self._reserved.get(name)
+            if slot is not None and held and slot in held:
+                out.append(self._fact(node, leave_out=slot))
+            else:
+                out.append(self._keep(node).fact)
         return out
+
+    def placement_views(
+        self, found: Iterable[inode.InferenceNode], *, slot: str
+    ) -> dict[str, placement.NodeView]:
+        """The nodes' placement views, kept like `node_facts`, for every node that does not
+        count `slot` (core.deployment.placing `views_for`): a deployment's reconcile reuses them
+        instead of building a view of every node."""
+        kept = {node.metadata.name or "": self._keep(node).prepared for node in found}
+        return placing.views_for(kept, slot=slot)
+
+    def _keep(self, node: inode.InferenceNode) -> _Kept:
+        name = node.metadata.name or ""
+        entry, version = self.entries.get(name), self._versions.get(name, 0)
+        kept = self._kept.get(name)
+        if (kept is None or kept.version != version) or (
+            kept.node is not node or kept.entry is not entry
+        ):
+            fact = self._fact(node, leave_out=None)
+            kept = _Kept(node, entry, version, fact, placing.prepare(fact))
+            self._kept[name] = kept
+        return kept
+
+    def _fact(self, node: inode.InferenceNode, *, leave_out: str | None) -> facts.NodeFacts:
+        name = node.metadata.name or ""
+        entry = self.entries.get(name)
+        state = entry.state if entry else None
+        if state is not None and (held := self._reserved.get(name)):
+            more = [p for name_, (p, _) in held.items() if name_ != leave_out]
+            state = state.model_copy(update={"slots": [*state.slots, *more]})
+        return facts.NodeFacts(node=node, state=state, endpoint=entry.endpoint if entry else None)
 
     # ------------------------------------------------------------------ agent requests
 
@@ -347,6 +428,8 @@ class Fleet:
     async def forget(self, name: str) -> None:
         self.forget_credentials(name)
         self._reserved.pop(name, None)
+        self._kept.pop(name, None)
+        self._rooms.pop(name, None)
         self._bump(name)
         entry = self.entries.pop(name, None)
         self._host(name, entry.state if entry is not None else None, None)
@@ -368,12 +451,15 @@ def _live(state: contract.AgentState | None) -> set[str]:
 
 def decisive(state: contract.AgentState) -> object:
     """The part of an agent's answer that deployment decisions and statuses read: everything
-    but request counters, free memory and disk, and when a cached model was last used."""
+    but request counters, free memory and disk, when a cached model was last used, and the
+    agent's clock (`now`: new in every answer, so keeping it made every poll a change and
+    reconciled every deployment on every node at every tick)."""
     return state.model_dump(
         exclude={
             "counters": True,
             "disk": True,
             "started_at": True,
+            "now": True,
             "memory": {"available_bytes", "pressure"},
             "slots": {"__all__": {"in_flight", "queued"}},
             "cached_models": {"__all__": {"last_used", "in_use"}},

@@ -26,19 +26,30 @@ KEY = "runtime"
 @dataclass
 class NodeView:
     """What the converge-skip check needs of all InferenceNodes, kept as they change instead of
-    scanned per deployment per tick: a version that moves when any node object changes, and
-    the nodes whose Ready condition is not True. Fed by the `inference_nodes` index (every
-    watch event) and the node delete handler."""
+    scanned per deployment per tick: a version that moves when any node object changes, the
+    nodes whose Ready condition is not True, and `shape`: a version that moves only when a node
+    may take replicas it could not before (new, Ready again, or its labels, cordon, drain or
+    agent changed; not its status writes). Fed by the `inference_nodes` index (every watch
+    event) and the node delete handler."""
 
     version: int = 0
+    shape: int = 0
     not_ready: set[str] = field(default_factory=set)
     _seen: dict[str, str | None] = field(default_factory=dict)  # name -> resourceVersion
+    _shapes: dict[str, object] = field(default_factory=dict)  # name -> what placement filters
 
-    def observe(self, name: str, resource_version: str | None, *, ready: bool) -> None:
+    def observe(
+        self, name: str, resource_version: str | None, *, ready: bool, shape: object = None
+    ) -> None:
         if self._seen.get(name, "") != resource_version:
             self._seen[name] = resource_version
             self.version += 1
+        if name not in self._shapes or self._shapes[name] != shape:
+            self._shapes[name] = shape
+            self.shape += 1
         if ready:
+            if name in self.not_ready:
+                self.shape += 1
             self.not_ready.discard(name)
         else:
             self.not_ready.add(name)
@@ -49,6 +60,7 @@ class NodeView:
 
     def forget(self, name: str) -> None:
         self._seen.pop(name, None)
+        self._shapes.pop(name, None)
         self.not_ready.discard(name)
         self.version += 1
 
@@ -69,6 +81,7 @@ class Runtime:
     watches: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # by object uid
     withdrawn: dict[str, set[str]] = field(default_factory=dict)  # group ids a watch withdrew
     nodes: NodeView = field(default_factory=NodeView)
+    waiting: dict[str, int] = field(default_factory=dict)  # uid -> footprint waiting for room
 
     def watch(self, uid: str, task: asyncio.Task[None] | None) -> None:
         """Keep one background watch per object (a sharded deployment's ready groups): the

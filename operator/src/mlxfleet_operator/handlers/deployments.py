@@ -8,6 +8,7 @@ May import: kopf, pydantic, adapters, core, api, settings, `guard`, `indexes`. C
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from datetime import timedelta
@@ -34,38 +35,64 @@ CONVERGE_RESYNC_S = 60.0  # the timer runs a full reconcile at least this often
 
 
 async def changed(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
-    if body.metadata.get("deletionTimestamp"):
-        return  # being deleted: `teardown` owns it now; never re-create what it removes
-    async with guard.guarded(KIND, body, memo) as run:
-        try:
-            md = mdep.ModelDeployment.model_validate(dict(body))
-        except pydantic.ValidationError as exc:  # admitted, but beyond what the CRD can check
-            run.invalid()
-            kube.write_status(patch, _invalid(body, exc), body)
-            return
-        await reconcile(run.rt, md, body, patch, indexes.Indexes.of(kwargs))
+    """Create, update, resume: a full reconcile, unless the timer (which kopf starts on the
+    same first sight of the object) has just made one on the very same inputs."""
+    await converge(body, memo, patch, **kwargs)
 
 
 async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
     """The timer: a full reconcile, skipped while none of its inputs changed since the last one
     (the deployment object, the InferenceNodes, the agents' answers, its SwapPlans; only the
-    nodes it is placed on once all its replicas are placed), at most CONVERGE_RESYNC_S seconds;
-    never skipped while a node it uses or could use is not Ready (failover is timed)."""
-    rt, uid = runtime.of(memo), str(body.metadata.uid)
-    seen = _inputs(rt, body, indexes.Indexes.of(kwargs))
-    if seen is not None and rt.unchanged(uid, seen, at=time.monotonic(), resync=CONVERGE_RESYNC_S):
+    nodes it is placed on once all its replicas are placed; only those and room for its
+    footprint while it waits for room), at most CONVERGE_RESYNC_S seconds; never skipped while
+    a node it uses is not Ready (failover is timed). Checked before the object's lock (cheap,
+    not counted) and again under it (a run that waited for the lock may find its work done)."""
+    if body.metadata.get("deletionTimestamp"):
+        return  # being deleted: `teardown` owns it now; never re-create what it removes
+    rt, uid, idx = runtime.of(memo), str(body.metadata.uid), indexes.Indexes.of(kwargs)
+    if _unchanged(rt, body, idx) is None:
         return
-    rt.settle(uid, None, at=0)
-    await changed(body, memo, patch, **kwargs)
-    rt.settle(uid, seen, at=time.monotonic())
+    async with guard.guarded(KIND, body, memo) as run:
+        seen = _unchanged(rt, body, idx)
+        if seen is None:
+            run.skipped()
+            return
+        rt.settle(uid, None, at=0)
+        try:
+            md = mdep.ModelDeployment.model_validate(dict(body))
+        except pydantic.ValidationError as exc:  # admitted, but beyond what the CRD can check
+            run.invalid()
+            kube.write_status(patch, _invalid(body, exc), body)
+        else:
+            await reconcile(run.rt, md, body, patch, idx)
+        rt.settle(uid, seen.inputs, at=time.monotonic())
+
+
+@dataclasses.dataclass(frozen=True)
+class _Due:
+    inputs: object | None  # what the run will have seen (None: always run)
+
+
+def _unchanged(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> _Due | None:
+    """None when a run just decided on these inputs (skip); else what this run will see."""
+    seen = _inputs(rt, body, idx)
+    uid = str(body.metadata.uid)
+    if seen is not None and rt.unchanged(uid, seen, at=time.monotonic(), resync=CONVERGE_RESYNC_S):
+        return None
+    return _Due(seen)
 
 
 def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> object | None:
     """What a reconcile of `body` reads, as a comparable value (None: always reconcile).
 
     A deployment whose replicas are all placed (as many nodes hold its slot as it wants, no
-    SwapPlan open, not sharded) reads only those nodes: their agents' answers and objects. Any
-    other one may place on any node, so any change in the fleet counts."""
+    SwapPlan open, not sharded) reads only those nodes: their agents' answers and objects. One
+    whose last decision found no room for a replica (`Runtime.waiting`: its footprint) reads
+    those nodes and whatever could give it room: a node that may now take its footprint
+    (`Fleet.room_version`) or a node added, back Ready, relabelled, uncordoned
+    (`NodeView.shape`). Any other one may place on any node, so any change in the fleet counts.
+    A NotReady node counts only where the deployment is (or its status says it is): failover
+    is timed there, and nothing can be placed on it."""
     view = rt.nodes  # kept by the node index: no scan of every node per deployment per tick
     meta, spec = body.metadata, body.get("spec") or {}
     plans = idx.plans_of(meta.namespace or "", meta.name or "")
@@ -79,12 +106,23 @@ def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> objec
         and all(p.status.phase is not None and p.status.phase.terminal for p in plans)
         and len(placed) >= int(spec.get("replicas") or 1)
     )
-    if settled:  # failover is timed: never skipped while a node it uses is not Ready
-        if any(name in view.not_ready for name in placed):
-            return None
+    listed = [p.get("node") for p in (body.get("status") or {}).get("placements") or []]
+    if any(name in view.not_ready and name in idx.nodes for name in (*placed, *listed)):
+        return None  # failover is timed: never skipped while a node it uses is not Ready
+    if settled:
         return (*own, tuple(placed.items()), view.versions(placed))
-    if any(name in idx.nodes for name in view.not_ready):
+    if spec.get("sharding") is not None and any(name in idx.nodes for name in view.not_ready):
         return None
+    need = rt.waiting.get(str(meta.uid))
+    if need is not None and spec.get("sharding") is None:
+        return (
+            *own,
+            tuple(placed.items()),
+            view.versions([*placed, *(n for n in listed if n not in placed)]),
+            rt.fleet.room_version(need),
+            view.shape,
+            len(idx.nodes),
+        )
     return (
         *own,
         rt.fleet.version,
@@ -101,6 +139,7 @@ async def reconcile(
     idx: indexes.Indexes,
 ) -> None:
     namespace, name = md.metadata.namespace or "", md.metadata.name or ""
+    rt.waiting.pop(md.metadata.uid or "", None)  # set again below if it still finds no room
     clash = idx.slot_conflict(namespace, name, md.metadata.uid or "")
     if clash is not None:  # another deployment's slot: never PUT, DELETE or publish for it
         status = mdstatus.slot_conflict_status(md, clash, now=runtime.now())
@@ -129,11 +168,20 @@ async def reconcile(
         )
         return
     failover = timedelta(seconds=rt.config.failover_delay)
+    nodes = idx.inference_nodes()
     if rt.fleet.version != view:  # others decided (or agents answered) while this one waited
-        found = rt.fleet.node_facts(idx.inference_nodes(), slot=slot)
+        found = rt.fleet.node_facts(nodes, slot=slot)
     want = intent.intent(
-        md, found, plan=plan, footprint_bytes=size, now=now, failover_delay=failover
+        md,
+        found,
+        plan=plan,
+        footprint_bytes=size,
+        now=now,
+        failover_delay=failover,
+        views=rt.fleet.placement_views(nodes, slot=slot),
     )
+    if want.decision.missing and not want.decision.fits_nowhere:
+        rt.waiting[md.metadata.uid or ""] = size  # no room now: wait for room (`_inputs`)
     for request in want.puts:  # before any await: the next decision sees this one's memory
         rt.fleet.reserve(slot, request, size)
     outcomes = await _perform(rt, body, want, slot=slot)
@@ -241,6 +289,7 @@ async def teardown(
     async with guard.guarded(KIND, body, memo) as run:  # an in-flight reconcile finishes first
         rt = run.rt
         rt.announced.pop(uid, None)
+        rt.waiting.pop(uid, None)
         rt.settle(uid, None, at=0)
         rt.watch(uid, None)
         for node in [] if shared else list(rt.fleet.entries):

@@ -11,8 +11,9 @@ mapped to kopf retries, and the reconcile metrics.
   lands here. Anything else propagates to kopf (logged, retried with its backoff).
 - `mlxfleet_operator_reconciles_total{kind,result}` counts every run: `ok`, `invalid` (the body
   is beyond what the operator's model accepts; the handler said so in status: `run.invalid()`),
-  `retry` (the handler asked kopf to retry, e.g. waiting for a first poll), `error`;
-  `mlxfleet_operator_reconcile_seconds{kind}` times it.
+  `retry` (the handler asked kopf to retry, e.g. waiting for a first poll), `error`,
+  `skipped` (another run had just decided on the same inputs: `run.skipped()`);
+  `mlxfleet_operator_reconcile_seconds{kind}` times every run but the skipped ones.
 
 May import: kopf, adapters, api. Called by: every handler module (the only module besides
 `indexes` that handler modules share).
@@ -42,6 +43,10 @@ class Run:
         """The object's body was refused (and the handler wrote why into its status)."""
         self.result = "invalid"
 
+    def skipped(self) -> None:
+        """Nothing to do: another run decided on these very inputs (not timed)."""
+        self.result = "skipped"
+
 
 @contextlib.asynccontextmanager
 async def guarded(kind: resources.Resource, body: kopf.Body, memo: kopf.Memo) -> AsyncIterator[Run]:
@@ -62,4 +67,5 @@ async def guarded(kind: resources.Resource, body: kopf.Body, memo: kopf.Memo) ->
         raise
     finally:
         metrics.RECONCILES.labels(kind.kind, run.result).inc()
-        metrics.RECONCILE_SECONDS.labels(kind.kind).observe(time.monotonic() - started)
+        if run.result != "skipped":
+            metrics.RECONCILE_SECONDS.labels(kind.kind).observe(time.monotonic() - started)

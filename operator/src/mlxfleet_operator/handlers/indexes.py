@@ -44,7 +44,8 @@ def inference_nodes(
 ) -> dict[str, inode.InferenceNode]:
     node = inode.InferenceNode.model_validate(copy.deepcopy(dict(body)))
     ready = facts.NodeFacts(node=node, state=None, endpoint=None).ready
-    runtime.of(memo).nodes.observe(name, node.metadata.resource_version, ready=ready)
+    shape = (tuple(sorted(node.metadata.labels.items())), node.spec)  # what placement filters
+    runtime.of(memo).nodes.observe(name, node.metadata.resource_version, ready=ready, shape=shape)
     return {name: node}
 
 

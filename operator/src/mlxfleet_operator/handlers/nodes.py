@@ -41,14 +41,32 @@ async def heartbeat_poll(
         rt.fleet.record(name, poll.state, now=now)
         every = nodes.heartbeat_every(name, timedelta(seconds=rt.config.heartbeat_write_seconds))
         status = nodes.status(
-            node, poll, seen.health, threshold=misses, now=now, heartbeat_every=every
+            _as_written(node, memo),
+            poll,
+            seen.health,
+            threshold=misses,
+            now=now,
+            heartbeat_every=every,
         )
         kube.write_status(patch, status, body)
+        memo["heartbeat_written"] = status.last_heartbeat_time
         metrics.NODE_READY.labels(name).set(1 if seen.health.ready else 0)
         ignored = nodes.ignored_fields(node)
         if ignored is not None and rt.first_time(str(body.metadata.uid), IGNORED):
             events.post(body, ignored)
         events.post(body, nodes.flip_event(seen, poll))
+
+
+def _as_written(node: inode.InferenceNode, memo: kopf.Memo) -> inode.InferenceNode:
+    """The node with the heartbeat time this process last wrote, when kopf's body does not show
+    it yet (it lags our writes under load): the heartbeat is written again only when that one
+    is `heartbeat_every` old, not on every poll until the body catches up."""
+    written, shown = memo.get("heartbeat_written"), node.status.last_heartbeat_time
+    if written is None or (shown is not None and shown >= written):
+        return node
+    return node.model_copy(
+        update={"status": node.status.model_copy(update={"last_heartbeat_time": written})}
+    )
 
 
 async def forget(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> None:

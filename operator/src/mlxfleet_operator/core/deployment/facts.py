@@ -10,8 +10,10 @@ answers into `Outcome`s and `Prefetch`es.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
@@ -30,11 +32,11 @@ class NodeFacts:
     def name(self) -> str:
         return self.node.metadata.name or ""
 
-    @property
-    def ready(self) -> bool:
+    @cached_property
+    def ready(self) -> bool:  # cached: facts are kept per node between reconciles
         return cond.is_true(self.node.status.conditions, cond.ConditionType.READY)
 
-    @property
+    @cached_property
     def not_ready_since(self) -> datetime | None:
         found = cond.find(self.node.status.conditions, cond.ConditionType.READY)
         if found is None or found.status is cond.ConditionStatus.TRUE:
@@ -62,6 +64,37 @@ def used_by_others(fact: NodeFacts, slot: str) -> int:
     if fact.state is None:
         return 0
     return sum(s.estimated_memory_bytes or 0 for s in fact.state.slots if s.name != slot)
+
+
+@dataclass(frozen=True)
+class Room:
+    """What a node's agent answer (plus the slots reserved there) leaves for a new replica:
+    free memory under its budget, the slots counted, the engines it can run."""
+
+    free: int
+    slots: frozenset[str]
+    engines: frozenset[str]
+
+
+def room(state: contract.AgentState, reserved: Sequence[contract.SlotStatus] = ()) -> Room:
+    counted = [*state.slots, *reserved]
+    used = sum(s.estimated_memory_bytes or 0 for s in counted)
+    return Room(
+        free=state.memory.budget_bytes - used,
+        slots=frozenset(s.name for s in counted),
+        engines=frozenset(e.name for e in state.engines if e.available),
+    )
+
+
+def roomier(old: Room | None, new: Room) -> bool:
+    """The node may now take a replica it could not take before: more free memory, a slot gone
+    (its memory and served name), an engine added (the first answer counts as roomier)."""
+    return (
+        old is None
+        or new.free > old.free
+        or bool(old.slots - new.slots)
+        or bool(new.engines - old.engines)
+    )
 
 
 def unpolled(facts: list[NodeFacts]) -> list[str]:

@@ -9,7 +9,7 @@ May import: the standard library, `api`, `core.events`, `core.naming`, `core.pla
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -42,7 +42,9 @@ def intent(
     footprint_bytes: int,
     now: datetime,
     failover_delay: timedelta,
+    views: Mapping[str, placement.NodeView] | None = None,
 ) -> Intent:
+    """`views`: placement views made ahead for this slot (`placing.views_for`), by node."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     decision = placing.place(
         md,
@@ -51,6 +53,7 @@ def intent(
         now=now,
         failover_delay=failover_delay,
         moves=plan.moves if plan is not None else None,
+        views=views,
     )
     desired = slots.desired_models(md, decision, plan)
     create = None

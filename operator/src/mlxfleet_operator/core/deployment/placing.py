@@ -4,12 +4,14 @@ that may fetch and size a model nobody knows yet.
 
 May import: the standard library, the agent `contract`, `api`, `core.naming`, `core.placement`,
 `core.events`, `facts`.
-Called by: the ModelDeployment handler (`place`, `sizing_nodes`, `rescheduled`).
+Called by: the ModelDeployment handler (`place`, `sizing_nodes`, `rescheduled`), the fleet
+adapter (`prepare`, `views_for`: each node's view kept between reconciles).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from mlxfleet_agent import contract
@@ -42,6 +44,28 @@ def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
             if s.name != slot
         ),
     )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One node's placement view, made once per change of the node (its object, its agent's
+    decisive answer, a reservation) instead of per deployment per reconcile: valid as is for
+    every deployment whose slot the node does not count (`slots`)."""
+
+    view: placement.NodeView  # every slot counted as another deployment's
+    slots: frozenset[str]  # the slots the view counts (listed by the agent or reserved)
+
+
+def prepare(fact: f.NodeFacts) -> Prepared:
+    """The node's view as any deployment not on it sees it."""
+    listed = fact.state.slots if fact.state is not None else ()
+    return Prepared(node_view(fact, slot=""), frozenset(s.name for s in listed))
+
+
+def views_for(prepared: Mapping[str, Prepared], *, slot: str) -> dict[str, placement.NodeView]:
+    """The prepared views valid for `slot`'s deployment (by node; a node that counts the slot
+    is left out: its view must leave the deployment's own usage out, `node_view`)."""
+    return {name: p.view for name, p in prepared.items() if slot not in p.slots}
 
 
 def engines_of(fact: f.NodeFacts) -> tuple[frozenset[str], dict[str, str]]:
@@ -89,12 +113,16 @@ def place(
     now: datetime,
     failover_delay: timedelta,
     moves: Mapping[str, str] | None = None,
+    views: Mapping[str, placement.NodeView] | None = None,
 ) -> placement.Decision:
+    """`views`: nodes' placement views made ahead for this deployment's slot (`views_for`);
+    the others are made here."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     current = current_nodes(md, moves or {})
-    views = [node_view(fact, slot=slot) for fact in facts]
+    made = views or {}
+    views_ = [made.get(fact.name) or node_view(fact, slot=slot) for fact in facts]
     return placement.place(
-        request(md, footprint_bytes), views, current, now=now, failover_delay=failover_delay
+        request(md, footprint_bytes), views_, current, now=now, failover_delay=failover_delay
     )
 
 
