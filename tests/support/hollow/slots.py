@@ -122,6 +122,11 @@ class HollowSlot:
             estimated_memory_bytes=self.estimate(),
             spec=self.desired,
             active_swap=self.current.id if self.current is not None else None,
+            serving_group=(
+                self.active.spec.shard.group
+                if self.active is not None and self.active.spec.shard is not None
+                else None
+            ),
         )
 
     def estimate(self) -> int:

@@ -117,9 +117,12 @@ def rank(
     ready: bool | None = None,
     error: str | None = None,
     swap: bool = False,
+    serving: str | None = None,
 ) -> dfacts.NodeFacts:
     """Node `node` whose agent runs rank 0 of formation `group` of ns/big in slot `slot`
-    (`ready`: by default, whether `phase` is Ready; `swap`: a swap is under way in it)."""
+    (`ready`: by default, whether `phase` is Ready; `swap`: a swap to `group` is under way in
+    it; `serving`: the formation its serving backend runs, by default `group` unless swapping,
+    where the old one serves until the switch)."""
     spec = contract.SlotSpec.model_validate(
         {
             "source": source,
@@ -136,5 +139,6 @@ def rank(
         spec=spec,
         last_error=error,
         active_swap="s1" if swap else None,
+        serving_group=serving if serving is not None or swap else group,
     )
     return fact(node, state(slots=[observed]))

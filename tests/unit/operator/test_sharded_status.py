@@ -48,6 +48,18 @@ def rank(node: str, group: str, **kw: Any) -> dep.NodeFacts:
             id="failed-by-its-agent",
         ),
         pytest.param(rank("a", "g0-1", swap=True), True, (False, False, "swapping"), id="swap"),
+        pytest.param(
+            rank("a", "g0-1", swap=True, serving="g0-0", phase="Swapping", ready=True),
+            True,
+            (False, False, "swapping"),
+            id="swap-old-formation-serves",
+        ),
+        pytest.param(  # the switch happened, the old rank drains: a poll before the plan ends
+            rank("a", "g0-1", swap=True, serving="g0-1", phase="Swapping", ready=True),
+            True,
+            (True, False, None),
+            id="swap-switched",
+        ),
         pytest.param(rank("a", "g0-1"), False, (False, True, "node is not answering"), id="stale"),
         pytest.param(None, True, (False, True, "node is not answering"), id="no-node"),
         pytest.param(

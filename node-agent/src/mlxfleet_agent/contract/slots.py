@@ -186,6 +186,12 @@ class SlotStatus(Wire):
     estimated_memory_bytes: int | None = None
     spec: SlotSpec | None = None
     active_swap: str | None = Field(default=None, description="id of the swap in progress")
+    serving_group: str | None = Field(
+        default=None,
+        description="the sharded group (formation id) the serving backend is a rank of; it "
+        "differs from spec.shard.group while a swap has not switched yet (absent: not a rank, "
+        "or nothing serves)",
+    )
     download: DownloadProgress | None = Field(
         default=None,
         description="the download of the weights being prepared (absent when none runs)",

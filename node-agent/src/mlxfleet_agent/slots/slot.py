@@ -160,6 +160,9 @@ class Slot:
             estimated_memory_bytes=self.estimate(),
             spec=self.desired,
             active_swap=self._swap.id if self._swap is not None else None,
+            serving_group=serving.shard.group
+            if handle is not None and serving.shard is not None
+            else None,
             download=self._download.snapshot() if self._download is not None else None,
         )
 

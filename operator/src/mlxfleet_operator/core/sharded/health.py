@@ -40,7 +40,8 @@ def _observed(
 
 
 def rank_health(fact: dep.NodeFacts | None, *, slot: str, group_id: str, fresh: bool) -> RankHealth:
-    """A rank of formation `group_id`: ready (running; rank 0: serving), failed (its node is
+    """A rank of formation `group_id`: ready (running; rank 0: serving; while its slot swaps,
+    only once the serving backend is this formation's: the swap switched), failed (its node is
     lost or the agent stopped it), or still starting."""
     if fact is None or not fact.ready or not fresh:
         return RankHealth(False, True, "node is not answering")
@@ -49,8 +50,8 @@ def rank_health(fact: dep.NodeFacts | None, *, slot: str, group_id: str, fresh: 
         return RankHealth(False, False, "starting")
     if observed.phase == contract.SlotPhase.FAILED:
         return RankHealth(False, True, observed.last_error or "rank failed")
-    if observed.active_swap is not None:  # its old rank may still serve: not this formation
-        return RankHealth(False, False, "swapping")
+    if observed.active_swap is not None and observed.serving_group != group_id:
+        return RankHealth(False, False, "swapping")  # its old rank may still serve
     if observed.ready:
         return RankHealth(True, False, None)
     return RankHealth(False, False, f"{observed.phase.value.lower()}")
