@@ -1,6 +1,8 @@
 """What the scale benchmark measures with: API server request counts (its own /metrics, read as
-admin), watches that keep the latest objects of a kind, the operator process's CPU and memory,
-and py-spy profiles folded into the functions that took the time.
+admin), watches that keep the latest objects of a kind, what each change of an object changed
+outside its status (kopf's bookkeeping annotations, finalizers), the operator's log lines by
+kind, the operator process's CPU and memory, and py-spy profiles folded into the functions that
+took the time.
 """
 
 from __future__ import annotations
@@ -214,6 +216,89 @@ class Watcher:
                             self.on_event(event["type"], obj, time.monotonic())
                         if self._stop.is_set():
                             return
+
+
+class Changes:
+    """What each MODIFIED event of the watched objects changed outside `status`: every
+    annotation key set, changed or removed, finalizers, labels and `spec` (by `generation`),
+    counted as `"<kind> <what>"`; a `Watcher`'s `on_event` (`changes.seen(kind)`). Which object
+    writes are kopf's own bookkeeping is read from here (the API server counts only verbs)."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+
+    def seen(self, kind: str) -> Callable[[str, dict[str, Any], float], None]:
+        def on_event(kind_of_event: str, obj: dict[str, Any], _: float) -> None:
+            meta = obj.get("metadata") or {}
+            key = (kind, str(meta.get("name")))
+            now = {
+                "annotations": dict(meta.get("annotations") or {}),
+                "finalizers": list(meta.get("finalizers") or []),
+                "labels": dict(meta.get("labels") or {}),
+                "generation": meta.get("generation"),
+            }
+            with self._lock:
+                before = self._last.get(key)
+                self._last[key] = now
+                if kind_of_event == "DELETED":
+                    self._last.pop(key, None)
+                if before is None or kind_of_event != "MODIFIED":
+                    return
+                for what in metadata_changes(before, now):
+                    self.counts[f"{kind} {what}"] += 1
+
+        return on_event
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.counts)
+
+
+def metadata_changes(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """`annotation <key> set|changed|removed`, `finalizers`, `labels`, `spec` between two
+    versions of an object's metadata (as `Changes` keeps it)."""
+    out = []
+    old, new = before["annotations"], now["annotations"]
+    for k in sorted(set(old) | set(new)):
+        if k not in old:
+            out.append(f"annotation {k} set")
+        elif k not in new:
+            out.append(f"annotation {k} removed")
+        elif old[k] != new[k]:
+            out.append(f"annotation {k} changed")
+    for part in ("finalizers", "labels"):
+        if before[part] != now[part]:
+            out.append(part)
+    if before["generation"] != now["generation"]:
+        out.append("spec")
+    return out
+
+
+_KOPF_FAILURE = re.compile(
+    r"(Handler|Timer|Daemon) '([^']+)' failed (temporarily|permanently|with an exception)"
+    r"[^:]*: (.*)$"
+)
+_NAME = r"[\w.-]*\d[\w.-]*"  # names with digits (mac-0042, md-17, 10.0.0.1): left out
+_NAMES = re.compile(rf"{_NAME}(, {_NAME})*")
+
+
+def log_kinds(text: str, *, top: int = 12) -> list[tuple[str, int]]:
+    """The operator's ERROR lines by kind: kopf's handler failures as `<handler> failed
+    <how>: <message without names>`, any other ERROR line by its first words."""
+    kinds: Counter[str] = Counter()
+    for line in text.splitlines():
+        if "ERROR" not in line:
+            continue
+        found = _KOPF_FAILURE.search(line)
+        if found is not None:
+            what, handler, how, message = found.groups()
+            text_ = _NAMES.sub("*", message)[:60]
+            kinds[f"{what.lower()} {handler} failed {how}: {text_}"] += 1
+        else:
+            kinds[" ".join(line.split("ERROR", 1)[1].split()[:6])] += 1
+    return kinds.most_common(top)
 
 
 @dataclass
