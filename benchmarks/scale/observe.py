@@ -190,7 +190,9 @@ class Watcher:
 
     def _list_and_watch(self) -> None:
         with self.admin.client(timeout=120) as c:
-            listed = c.get(self.path).json()
+            got = c.get(self.path)
+            got.raise_for_status()  # e.g. 429 while new CRDs' storage initialises: again
+            listed = got.json()
             with self.lock:
                 self.objects = {o["metadata"]["name"]: o for o in listed["items"]}
             self.synced.set()
