@@ -221,10 +221,11 @@ class Watcher:
 
 
 class Changes:
-    """What each MODIFIED event of the watched objects changed outside `status`: every
-    annotation key set, changed or removed, finalizers, labels and `spec` (by `generation`),
-    counted as `"<kind> <what>"`; a `Watcher`'s `on_event` (`changes.seen(kind)`). Which object
-    writes are kopf's own bookkeeping is read from here (the API server counts only verbs)."""
+    """What each MODIFIED event of the watched objects changed: every annotation key set,
+    changed or removed, finalizers, labels, `spec` (by `generation`) and each status field
+    (`status_changes`), counted as `"<kind> <what>"`; a `Watcher`'s `on_event`
+    (`changes.seen(kind)`). Which object writes are kopf's own bookkeeping, and which status
+    writes changed what, is read from here (the API server counts only verbs)."""
 
     def __init__(self) -> None:
         self._last: dict[tuple[str, str], dict[str, Any]] = {}
@@ -240,6 +241,7 @@ class Changes:
                 "finalizers": list(meta.get("finalizers") or []),
                 "labels": dict(meta.get("labels") or {}),
                 "generation": meta.get("generation"),
+                "status": obj.get("status") or {},
             }
             with self._lock:
                 before = self._last.get(key)
@@ -275,6 +277,25 @@ def metadata_changes(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
             out.append(part)
     if before["generation"] != now["generation"]:
         out.append("spec")
+    return out + status_changes(before.get("status") or {}, now.get("status") or {})
+
+
+def status_changes(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """`status.<field>` for each top-level status field that changed; conditions by type and
+    what changed in them (`status.conditions[Ready].message`). None at all: the event was a
+    write outside status (or an unchanged status: the API server sends no event for it)."""
+    out = []
+    for k in sorted(set(before) | set(now)):
+        if k == "conditions" or before.get(k) == now.get(k):
+            continue
+        out.append(f"status.{k}")
+    old = {c.get("type"): c for c in before.get("conditions") or []}
+    new = {c.get("type"): c for c in now.get("conditions") or []}
+    for kind in sorted(set(old) | set(new), key=str):
+        a, b = old.get(kind) or {}, new.get(kind) or {}
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                out.append(f"status.conditions[{kind}].{key}")
     return out
 
 

@@ -273,7 +273,7 @@ class Window:
             "requests_per_s": round(sum(counts.values()) / seconds, 2) if seconds else 0.0,
             "by_verb": observe.by_verb(counts),
             "top": observe.top_requests(counts),
-            "object_changes": changed.most_common(12),  # outside status, by the watches
+            "object_changes": changed.most_common(16),  # what the writes changed (watches)
             "operator_cpu_s": round(cpu, 1),
             "operator_cpu_pct": round(100 * cpu / seconds, 1) if seconds else 0.0,
             "operator_rss_mb": round(rss / 2**20, 1),

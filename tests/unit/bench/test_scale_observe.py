@@ -32,6 +32,21 @@ def test_changes_count_each_annotation_write_and_ignore_status_only_events() -> 
     }
 
 
+def test_changes_name_the_status_fields_and_conditions_that_changed() -> None:
+    changes = observe.Changes()
+    seen = changes.seen("md")
+    ready = {"type": "Ready", "status": "False", "reason": "Loading", "message": "0/1"}
+    seen("ADDED", _obj("a", {}) | {"status": {"replicas": 1, "conditions": [ready]}}, 0.0)
+    now = {**ready, "status": "True", "message": "1/1"}
+    seen("MODIFIED", _obj("a", {}) | {"status": {"replicas": 1, "conditions": [now]}}, 0.0)
+    seen("MODIFIED", _obj("a", {}) | {"status": {"replicas": 2, "conditions": [now]}}, 0.0)
+    assert changes.snapshot() == {
+        "md status.conditions[Ready].message": 1,
+        "md status.conditions[Ready].status": 1,
+        "md status.replicas": 1,
+    }
+
+
 def test_log_kinds_group_kopf_failures_without_names() -> None:
     log = "\n".join(
         [
