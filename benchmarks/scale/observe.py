@@ -1,6 +1,8 @@
 """What the scale benchmark measures with: API server request counts (its own /metrics, read as
-admin), watches that keep the latest objects of a kind, the operator process's CPU and memory,
-and py-spy profiles folded into the functions that took the time.
+admin), watches that keep the latest objects of a kind, what each change of an object changed
+outside its status (kopf's bookkeeping annotations, finalizers), the operator's log lines by
+kind, the operator process's CPU and memory, and py-spy profiles folded into the functions that
+took the time.
 """
 
 from __future__ import annotations
@@ -188,7 +190,9 @@ class Watcher:
 
     def _list_and_watch(self) -> None:
         with self.admin.client(timeout=120) as c:
-            listed = c.get(self.path).json()
+            got = c.get(self.path)
+            got.raise_for_status()  # e.g. 429 while new CRDs' storage initialises: again
+            listed = got.json()
             with self.lock:
                 self.objects = {o["metadata"]["name"]: o for o in listed["items"]}
             self.synced.set()
@@ -214,6 +218,110 @@ class Watcher:
                             self.on_event(event["type"], obj, time.monotonic())
                         if self._stop.is_set():
                             return
+
+
+class Changes:
+    """What each MODIFIED event of the watched objects changed: every annotation key set,
+    changed or removed, finalizers, labels, `spec` (by `generation`) and each status field
+    (`status_changes`), counted as `"<kind> <what>"`; a `Watcher`'s `on_event`
+    (`changes.seen(kind)`). Which object writes are kopf's own bookkeeping, and which status
+    writes changed what, is read from here (the API server counts only verbs)."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+
+    def seen(self, kind: str) -> Callable[[str, dict[str, Any], float], None]:
+        def on_event(kind_of_event: str, obj: dict[str, Any], _: float) -> None:
+            meta = obj.get("metadata") or {}
+            key = (kind, str(meta.get("name")))
+            now = {
+                "annotations": dict(meta.get("annotations") or {}),
+                "finalizers": list(meta.get("finalizers") or []),
+                "labels": dict(meta.get("labels") or {}),
+                "generation": meta.get("generation"),
+                "status": obj.get("status") or {},
+            }
+            with self._lock:
+                before = self._last.get(key)
+                self._last[key] = now
+                if kind_of_event == "DELETED":
+                    self._last.pop(key, None)
+                if before is None or kind_of_event != "MODIFIED":
+                    return
+                for what in metadata_changes(before, now):
+                    self.counts[f"{kind} {what}"] += 1
+
+        return on_event
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.counts)
+
+
+def metadata_changes(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """`annotation <key> set|changed|removed`, `finalizers`, `labels`, `spec` between two
+    versions of an object's metadata (as `Changes` keeps it)."""
+    out = []
+    old, new = before["annotations"], now["annotations"]
+    for k in sorted(set(old) | set(new)):
+        if k not in old:
+            out.append(f"annotation {k} set")
+        elif k not in new:
+            out.append(f"annotation {k} removed")
+        elif old[k] != new[k]:
+            out.append(f"annotation {k} changed")
+    for part in ("finalizers", "labels"):
+        if before[part] != now[part]:
+            out.append(part)
+    if before["generation"] != now["generation"]:
+        out.append("spec")
+    return out + status_changes(before.get("status") or {}, now.get("status") or {})
+
+
+def status_changes(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """`status.<field>` for each top-level status field that changed; conditions by type and
+    what changed in them (`status.conditions[Ready].message`). None at all: the event was a
+    write outside status (or an unchanged status: the API server sends no event for it)."""
+    out = []
+    for k in sorted(set(before) | set(now)):
+        if k == "conditions" or before.get(k) == now.get(k):
+            continue
+        out.append(f"status.{k}")
+    old = {c.get("type"): c for c in before.get("conditions") or []}
+    new = {c.get("type"): c for c in now.get("conditions") or []}
+    for kind in sorted(set(old) | set(new), key=str):
+        a, b = old.get(kind) or {}, new.get(kind) or {}
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                out.append(f"status.conditions[{kind}].{key}")
+    return out
+
+
+_KOPF_FAILURE = re.compile(
+    r"(Handler|Timer|Daemon) '([^']+)' failed (temporarily|permanently|with an exception)"
+    r"[^:]*: (.*)$"
+)
+_NAME = r"[\w.-]*\d[\w.-]*"  # names with digits (mac-0042, md-17, 10.0.0.1): left out
+_NAMES = re.compile(rf"{_NAME}(, {_NAME})*")
+
+
+def log_kinds(text: str, *, top: int = 12) -> list[tuple[str, int]]:
+    """The operator's ERROR lines by kind: kopf's handler failures as `<handler> failed
+    <how>: <message without names>`, any other ERROR line by its first words."""
+    kinds: Counter[str] = Counter()
+    for line in text.splitlines():
+        if "ERROR" not in line:
+            continue
+        found = _KOPF_FAILURE.search(line)
+        if found is not None:
+            what, handler, how, message = found.groups()
+            text_ = _NAMES.sub("*", message)[:60]
+            kinds[f"{what.lower()} {handler} failed {how}: {text_}"] += 1
+        else:
+            kinds[" ".join(line.split("ERROR", 1)[1].split()[:6])] += 1
+    return kinds.most_common(top)
 
 
 @dataclass

@@ -223,11 +223,14 @@ class Window:
     sampler: observe.ProcessSampler
     others: dict[str, observe.ProcessSampler] = field(default_factory=dict)
     metrics_url: str = ""
+    changes: observe.Changes = field(default_factory=observe.Changes)
     t0: float = 0.0
     counts0: Any = None
     ops0: Any = None
+    changes0: Any = None
 
     def open(self) -> None:
+        self.changes0 = self.changes.snapshot()
         self.counts0 = observe.request_counts(self.admin)
         self.ops0 = observe.operator_counts(self.metrics_url)
         self.t0 = time.monotonic()
@@ -260,6 +263,7 @@ class Window:
             counts[key] -= n
         seconds = time.monotonic() - self.t0
         cpu, rss = self.sampler.window(self.t0, time.monotonic())
+        changed = self.changes.snapshot() - self.changes0
         return {
             "seconds": round(seconds, 1),
             "requests": sum(counts.values()),
@@ -269,6 +273,7 @@ class Window:
             "requests_per_s": round(sum(counts.values()) / seconds, 2) if seconds else 0.0,
             "by_verb": observe.by_verb(counts),
             "top": observe.top_requests(counts),
+            "object_changes": changed.most_common(16),  # what the writes changed (watches)
             "operator_cpu_s": round(cpu, 1),
             "operator_cpu_pct": round(100 * cpu / seconds, 1) if seconds else 0.0,
             "operator_rss_mb": round(rss / 2**20, 1),
@@ -313,7 +318,10 @@ def run(s: Settings) -> dict[str, Any]:
         pid = stack.enter_context(operator(s, plane, root, metrics_port=metrics_port))
         sampler = observe.ProcessSampler(pid).start()
         stack.callback(sampler.stop)
-        nodes = observe.Watcher(admin, f"{API}/inferencenodes").start()
+        changes = observe.Changes()
+        nodes = observe.Watcher(
+            admin, f"{API}/inferencenodes", on_event=changes.seen("InferenceNode")
+        ).start()
         stack.callback(nodes.stop)
         started = time.monotonic()
         ready = until(
@@ -325,7 +333,11 @@ def run(s: Settings) -> dict[str, Any]:
         )
         result["nodes_ready_s"] = round(time.monotonic() - started, 1) if ready else None
         say(f"nodes Ready after {result['nodes_ready_s']} s; applying {s.deployments} deployments")
-        deps = observe.Watcher(admin, f"{API}/namespaces/{NAMESPACE}/modeldeployments").start()
+        deps = observe.Watcher(
+            admin,
+            f"{API}/namespaces/{NAMESPACE}/modeldeployments",
+            on_event=changes.seen("ModelDeployment"),
+        ).start()
         stack.callback(deps.stop)
         others = {
             "kube-apiserver": plane.apiserver_pid,
@@ -337,6 +349,7 @@ def run(s: Settings) -> dict[str, Any]:
             sampler,
             {k: observe.ProcessSampler(p).start() for k, p in others.items()},
             metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+            changes=changes,
         )
         for other in window.others.values():
             stack.callback(other.stop)
@@ -355,6 +368,7 @@ def run(s: Settings) -> dict[str, Any]:
         ]
         result["operator_rss_mb"] = round(sampler.rss_max / 2**20, 1)
         result["operator_log_errors"] = _log_errors(root / "operator.log")
+        result["operator_log_kinds"] = observe.log_kinds(_read(root / "operator.log"))
         result["load_avg_1m"] = round(os.getloadavg()[0], 1)
     return result
 
@@ -687,7 +701,11 @@ def _ts(text: str) -> datetime:
 
 
 def _log_errors(path: Path) -> int:
+    return sum(1 for line in _read(path).splitlines() if "ERROR" in line)
+
+
+def _read(path: Path) -> str:
     try:
-        return sum(1 for line in path.read_text(errors="replace").splitlines() if "ERROR" in line)
+        return path.read_text(errors="replace")
     except OSError:
-        return 0
+        return ""

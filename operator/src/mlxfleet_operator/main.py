@@ -125,7 +125,8 @@ def _parser() -> argparse.ArgumentParser:
         "--heartbeat-write-seconds",
         type=float,
         default=defaults.heartbeat_write_seconds,
-        help="write an unchanged node's lastHeartbeatTime at most this often (default 60)",
+        help="write an unchanged node's lastHeartbeatTime at most this often (default 60; "
+        "longer above 120 nodes: heartbeats alone write at most twice a second)",
     )
     p.add_argument(
         "--swap-prefetch",

@@ -136,3 +136,49 @@ def test_changed_endpoints_of_objects_it_wrote_cost_one_apply(
     finally:
         asyncio.run(k.unpublish(deployment))
         k.close()
+
+
+def test_the_resync_of_unchanged_objects_reads_them_and_writes_only_an_edited_one(
+    cluster: controlplane.ControlPlane,
+) -> None:
+    """Every `publish_resync` the full path runs again to repair edits by others: it applied
+    the Service and every slice of every deployment again (at 1,000 deployments over 2,000
+    write requests every 5 minutes with nothing changed). Now an object already as it would be
+    written is only read; one edited by someone else is applied again."""
+    deployment, service = _deployment(cluster)
+    endpoints = [
+        kube.Endpoint("n1", "10.1.0.1", 9000, ready=True),
+        kube.Endpoint("n2", "10.1.0.2", 9000, ready=False),
+    ]
+    clock = [0.0]
+    k = kube.Kube(
+        kube.client_from(str(cluster.operator_kubeconfig)),
+        publish_resync=300,
+        clock=lambda: clock[0],
+    )
+    calls: list[str] = []
+    k.core, k.discovery = _Counting(k.core, calls), _Counting(k.discovery, calls)  # type: ignore[assignment]
+    try:
+        asyncio.run(k.publish(deployment, endpoints))
+        calls.clear()
+        clock[0] = 300.0
+        asyncio.run(k.publish(deployment, endpoints))  # the resync: read, nothing written
+        assert "read_namespaced_service" in calls
+        assert "read_namespaced_endpoint_slice" in calls
+        assert not [c for c in calls if c.startswith(("patch_", "create_", "delete_"))], calls
+        (made,) = _slices(cluster, service)
+        edit = [{"op": "replace", "path": "/endpoints/0/conditions/ready", "value": False}]
+        cluster.kubectl(
+            "-n", NS, "patch", "endpointslice", made["metadata"]["name"],
+            "--type=json", "-p", json.dumps(edit),
+        )  # fmt: skip
+        calls.clear()
+        clock[0] = 600.0
+        asyncio.run(k.publish(deployment, endpoints))  # edited by someone: applied again
+        assert calls.count("patch_namespaced_endpoint_slice") == 1, calls
+        assert "patch_namespaced_service" not in calls
+        (repaired,) = _slices(cluster, service)
+        assert [e["conditions"]["ready"] for e in repaired["endpoints"]] == [True, False]
+    finally:
+        asyncio.run(k.unpublish(deployment))
+        k.close()

@@ -29,7 +29,7 @@ def test_every_handler_is_registered_once_with_one_index_per_question() -> None:
     activities = [h.id for h in registry._activities.get_all_handlers()]
     assert activities == ["login", "configure", "close", "nodes"]
     changing = sorted(h.id for h in registry._changing.get_all_handlers())
-    assert changing == ["changed"] * 6 + ["forget"] + ["route_status"] * 3 + ["teardown"]
+    assert changing == ["changed"] * 6 + ["forget"] + ["route_changed"] * 3 + ["teardown"]
 
 
 def test_importing_the_handlers_registers_nothing_and_reads_no_settings() -> None:

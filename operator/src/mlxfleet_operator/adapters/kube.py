@@ -12,7 +12,10 @@ LIST or apply) until `PUBLISH_RESYNC_S` passes, so a quiet fleet does not write 
 endpoints did change, objects this process wrote (their uids) are applied again without being
 read first, the Service is not touched and the stale-slice LIST is skipped while the set of
 slice names is the same: one apply instead of five calls (the full path runs again after
-`PUBLISH_RESYNC_S`, or at once when a fast apply fails: someone else changed the object).
+`PUBLISH_RESYNC_S`, or at once when a fast apply fails: someone else changed the object). The
+full path reads each object and applies it only when it is not already as we would write it
+(`covers`): the resync of a quiet fleet reads, it does not write (at 1,000 deployments an
+apply of the Service and each slice every 5 minutes is over 2,000 write requests each time).
 May import: kubernetes, the standard library, `api`, `core.naming`. Called by: handlers.
 """
 
@@ -155,6 +158,23 @@ class _Kind:
     create: Any
     patch: Any
     delete: Any
+
+
+def covers(found: Any, wanted: Any) -> bool:
+    """`found` (an object as the API server returns it) already holds every field of `wanted`
+    with the same value: mappings key by key, with more keys allowed in `found` (the server's
+    defaults, other managers' fields); lists of the same length, item by item."""
+    if isinstance(wanted, Mapping):
+        return isinstance(found, Mapping) and all(
+            key in found and covers(found[key], value) for key, value in wanted.items()
+        )
+    if isinstance(wanted, list):
+        return (
+            isinstance(found, list)
+            and len(found) == len(wanted)
+            and all(covers(f, w) for f, w in zip(found, wanted, strict=True))
+        )
+    return bool(found == wanted)
 
 
 def owns(deployment: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
@@ -529,6 +549,8 @@ class Kube:
         if not owns(deployment, found):
             raise ServiceConflict(conflict_message(kind.name, found))
         uid = found["metadata"]["uid"]  # precondition: never applied to a replacement
+        if covers(found, body):  # already as we would write it (a resync): read, not written
+            return str(uid)
         await self._apply(kind.patch, name, namespace, {**body, "metadata": {**meta, "uid": uid}})
         return str(uid)
 

@@ -34,10 +34,14 @@ DEPLOYMENTS = (resources.GROUP, resources.VERSION, KIND.plural)
 CONVERGE_RESYNC_S = 60.0  # the timer runs a full reconcile at least this often
 
 
-async def changed(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
+async def changed(
+    body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any
+) -> None:
     """Create, update, resume: a full reconcile, unless the timer (which kopf starts on the
-    same first sight of the object) has just made one on the very same inputs."""
-    await converge(body, memo, patch, **kwargs)
+    same first sight of the object) has just made one on the very same inputs. Never fails to
+    kopf (`guard.by_timer`): the timer retries, without writing the object."""
+    async with guard.by_timer(logger):
+        await converge(body, memo, patch, logger=logger, **kwargs)
 
 
 async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:

@@ -14,6 +14,11 @@ mapped to kopf retries, and the reconcile metrics.
   `retry` (the handler asked kopf to retry, e.g. waiting for a first poll), `error`,
   `skipped` (another run had just decided on the same inputs: `run.skipped()`);
   `mlxfleet_operator_reconcile_seconds{kind}` times every run but the skipped ones.
+- `by_timer(logger)` wraps a create/update/resume handler of a kind that also has a timer: it
+  never fails to kopf, the timer's next tick is its retry. kopf persists a failed
+  create/update handler's progress on the object itself (an annotation written at every try,
+  and a `touch-dummy` annotation written to wake the object up again), where a timer's retry
+  lives in memory only: a deployment that cannot finish now must not write its object.
 
 May import: kopf, adapters, api. Called by: every handler module (the only module besides
 `indexes` that handler modules share).
@@ -46,6 +51,17 @@ class Run:
     def skipped(self) -> None:
         """Nothing to do: another run decided on these very inputs (not timed)."""
         self.result = "skipped"
+
+
+@contextlib.asynccontextmanager
+async def by_timer(logger: kopf.Logger) -> AsyncIterator[None]:
+    """Around a create/update/resume handler whose kind has a timer (see the module)."""
+    try:
+        yield
+    except kopf.TemporaryError as exc:
+        logger.warning(f"Not finished now, the timer tries again: {exc}")
+    except Exception:  # a bug: logged with its traceback; the timer tries again
+        logger.exception("Failed, the timer tries again")
 
 
 @contextlib.asynccontextmanager

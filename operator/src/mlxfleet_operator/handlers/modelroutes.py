@@ -29,7 +29,15 @@ async def route_status(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kw
         kube.write_status(patch, core.status(mr, ready_replicas=ready, now=runtime.now()), body)
 
 
+async def route_changed(
+    body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any
+) -> None:
+    """Create, update, resume; never fails to kopf (`guard.by_timer`): the timer retries."""
+    async with guard.by_timer(logger):
+        await route_status(body, memo, patch, **kwargs)
+
+
 def register(registry: kopf.OperatorRegistry, config: opsettings.OperatorSettings) -> None:
     for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
-        on(*ROUTES, registry=registry)(route_status)
+        on(*ROUTES, registry=registry)(route_changed)
     kopf.timer(*ROUTES, interval=config.poll_seconds, sharp=True, registry=registry)(route_status)

@@ -1,7 +1,8 @@
 """InferenceNode heartbeat: poll the agent's /v1/state every --poll-seconds, debounce misses,
 write status (memory, disk, slots, cached models, conditions) when it changed (lastHeartbeatTime
-alone only every --heartbeat-write-seconds, stretched per node by up to 50 % so nodes do not
-write together), post an Event on Ready flips.
+alone only every --heartbeat-write-seconds, longer in a fleet so large that heartbeats alone
+would write more than twice a second, stretched per node by up to 50 % so nodes do not write
+together), post an Event on Ready flips.
 
 May import: kopf, adapters, core, api, settings, `guard`. Called by: kopf.
 """
@@ -39,7 +40,11 @@ async def heartbeat_poll(
         )
         memo["health"] = seen.health
         rt.fleet.record(name, poll.state, now=now)
-        every = nodes.heartbeat_every(name, timedelta(seconds=rt.config.heartbeat_write_seconds))
+        every = nodes.heartbeat_every(
+            name,
+            timedelta(seconds=rt.config.heartbeat_write_seconds),
+            fleet=len(rt.fleet.entries),
+        )
         status = nodes.status(
             _as_written(node, memo),
             poll,

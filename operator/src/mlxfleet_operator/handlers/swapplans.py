@@ -32,10 +32,14 @@ KIND = resources.SWAP_PLAN
 PLANS = (resources.GROUP, resources.VERSION, KIND.plural)
 
 
-async def changed(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:
-    plan = swp.SwapPlan.model_validate(dict(body))
-    async with guard.guarded(KIND, body, memo) as run:
-        await advance(run.rt, plan, body, patch, indexes.Indexes.of(kwargs))
+async def changed(
+    body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any
+) -> None:
+    """Create, update, resume; never fails to kopf (`guard.by_timer`): `follow` retries."""
+    async with guard.by_timer(logger):
+        plan = swp.SwapPlan.model_validate(dict(body))
+        async with guard.guarded(KIND, body, memo) as run:
+            await advance(run.rt, plan, body, patch, indexes.Indexes.of(kwargs))
 
 
 async def follow(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any) -> None:

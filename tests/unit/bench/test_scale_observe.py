@@ -1,0 +1,67 @@
+"""What the scale benchmark reads from object watches and the operator's log: which object
+writes changed what outside status (kopf's bookkeeping annotations), and the log's ERROR kinds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.scale import observe
+
+
+def _obj(name: str, annotations: dict[str, str], *, gen: int = 1, fin: int = 1) -> dict[str, Any]:
+    meta = {"name": name, "annotations": annotations, "generation": gen}
+    return {"metadata": meta | {"finalizers": ["mlxfleet.io/finalizer"] * fin}}
+
+
+def test_changes_count_each_annotation_write_and_ignore_status_only_events() -> None:
+    changes = observe.Changes()
+    seen = changes.seen("ModelDeployment")
+    seen("ADDED", _obj("a", {}, fin=0), 0.0)
+    seen("MODIFIED", _obj("a", {}), 0.0)  # finalizer added
+    seen("MODIFIED", _obj("a", {"mlxfleet.io/changed": '{"retries":1}'}), 0.0)
+    seen("MODIFIED", _obj("a", {"mlxfleet.io/changed": '{"retries":2}'}), 0.0)
+    seen("MODIFIED", _obj("a", {"mlxfleet.io/changed": '{"retries":2}'}), 0.0)  # status only
+    seen("MODIFIED", _obj("a", {"mlxfleet.io/last-handled-configuration": "{}"}, gen=2), 0.0)
+    assert changes.snapshot() == {
+        "ModelDeployment finalizers": 1,
+        "ModelDeployment annotation mlxfleet.io/changed set": 1,
+        "ModelDeployment annotation mlxfleet.io/changed changed": 1,
+        "ModelDeployment annotation mlxfleet.io/changed removed": 1,
+        "ModelDeployment annotation mlxfleet.io/last-handled-configuration set": 1,
+        "ModelDeployment spec": 1,
+    }
+
+
+def test_changes_name_the_status_fields_and_conditions_that_changed() -> None:
+    changes = observe.Changes()
+    seen = changes.seen("md")
+    ready = {"type": "Ready", "status": "False", "reason": "Loading", "message": "0/1"}
+    seen("ADDED", _obj("a", {}) | {"status": {"replicas": 1, "conditions": [ready]}}, 0.0)
+    now = {**ready, "status": "True", "message": "1/1"}
+    seen("MODIFIED", _obj("a", {}) | {"status": {"replicas": 1, "conditions": [now]}}, 0.0)
+    seen("MODIFIED", _obj("a", {}) | {"status": {"replicas": 2, "conditions": [now]}}, 0.0)
+    assert changes.snapshot() == {
+        "md status.conditions[Ready].message": 1,
+        "md status.conditions[Ready].status": 1,
+        "md status.replicas": 1,
+    }
+
+
+def test_log_kinds_group_kopf_failures_without_names() -> None:
+    log = "\n".join(
+        [
+            "2026-11-27 00:00:01 ERROR kopf.objects Handler 'changed' failed temporarily: "
+            "waiting for the first poll of mac-0001, mac-0002",
+            "2026-11-27 00:00:02 ERROR kopf.objects Handler 'changed' failed temporarily: "
+            "waiting for the first poll of mac-0417",
+            "2026-11-27 00:00:03 ERROR kopf.objects Timer 'converge' failed with an exception "
+            "and will try again in 5.0 seconds: boom",
+            "2026-11-27 00:00:04 INFO kopf.objects Handler 'changed' succeeded.",
+            "2026-11-27 00:00:05 ERROR asyncio Task exception was never retrieved",
+        ]
+    )
+    assert observe.log_kinds(log) == [
+        ("handler changed failed temporarily: waiting for the first poll of *", 2),
+        ("timer converge failed with an exception: boom", 1),
+        ("asyncio Task exception was never retrieved", 1),
+    ]
