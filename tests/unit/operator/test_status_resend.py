@@ -10,6 +10,7 @@ from datetime import timedelta
 import kopf
 
 from mlxfleet_operator.adapters import kube
+from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.handlers import nodes as node_handlers
 from tests.unit.operator.builders import NOW, node
@@ -59,3 +60,42 @@ def test_the_heartbeat_time_this_process_wrote_counts_while_the_body_lags() -> N
     assert seen.status.conditions == shown.status.conditions  # nothing else replaced
     memo["heartbeat_written"] = NOW - timedelta(seconds=5)  # the body is newer: it counts
     assert node_handlers._as_written(shown, memo) is shown
+
+
+def _conditions(at: int, ready: str = "True") -> inode.InferenceNodeStatus:
+    def c(kind: str, status: str) -> cond.Condition:
+        return cond.Condition(
+            type=kind,
+            status=cond.ConditionStatus(status),
+            last_transition_time=NOW + timedelta(seconds=at),
+            reason="Ready" if status == "True" else "Progressing",
+        )
+
+    other = "False" if ready == "True" else "True"
+    return inode.InferenceNodeStatus(conditions=[c("Ready", ready), c("Reconciling", other)])
+
+
+def _times(patch: dict[str, object]) -> dict[str, str]:
+    status = patch["status"]
+    assert isinstance(status, dict)
+    return {c["type"]: c["lastTransitionTime"] for c in status["conditions"]}
+
+
+def test_a_body_without_our_last_conditions_does_not_move_their_transition_times() -> None:
+    """kopf's body from before our last write (here: no status at all) makes every condition
+    look new, so each run stamped `now` on all of them: a real PATCH every time that changed
+    nothing but lastTransitionTime (55 a second at 500 x 1,000). The times this process last
+    sent are kept while a condition's status is the same; a real transition gets its own."""
+    bare = _body("u-times", "1", {})
+
+    def write(st: inode.InferenceNodeStatus, at: float) -> dict[str, object]:
+        patch: dict[str, object] = {}
+        kube.write_status(patch, st, bare, clock=lambda: at)
+        return patch
+
+    first = _times(write(_conditions(0), 0.0))
+    assert write(_conditions(5), 5.0) == {}  # same statuses, the body lags: nothing new
+    assert _times(write(_conditions(40), 40.0)) == first  # resent later, with the first times
+    flipped = _times(write(_conditions(50, ready="False"), 50.0))
+    changed = _times({"status": kube.status_patch(_conditions(50, ready="False"))})
+    assert flipped == changed  # Ready and Reconciling both flipped: their own new times
