@@ -247,6 +247,28 @@ def test_oversized_chat_template_args_are_stalled_and_never_reach_the_agent(
     assert "Traceback" not in operator.log()
 
 
+def test_a_ca_secret_without_a_certificate_is_stalled_not_a_traceback(
+    e2e: E2E, operator: Operator
+) -> None:
+    """A CA Secret whose key holds no PEM certificate made every heartbeat poll raise an
+    SSLError out of the handler (a traceback a second in the log, the node's status silent);
+    now the node is Stalled with reason SecretInvalid naming the Secret and key."""
+    secret = f"agent-{e2e.label}-badca"
+    e2e.secret(secret, {"token": "t", "ca.crt": "not a certificate"})
+    name = e2e.node("badca", "https://127.0.0.1:9", secret)
+    node = wait_for(
+        "Stalled",
+        lambda: (n := e2e.get("inode", name, namespaced=False)) and is_true(n, "Stalled") and n,
+        timeout=30,
+    )
+    ready = condition(node, "Ready")
+    assert ready["reason"] == "SecretInvalid", ready
+    assert f"Secret mlxfleet-system/{secret}" in ready["message"], ready
+    assert "'ca.crt'" in ready["message"], ready
+    operator.assert_alive()
+    assert "Traceback" not in operator.log()
+
+
 def test_unlabelled_secret_is_never_sent_to_an_agent_url(e2e: E2E, operator: Operator) -> None:
     """The operator sends only Secrets labelled as agent credentials: an InferenceNode cannot
     make it send any other Secret of its namespace to a URL of the node author's choosing."""

@@ -141,6 +141,16 @@ def _verify(ca_pem: str | None) -> ssl.SSLContext:
     return ssl.create_default_context(cadata=ca_pem)
 
 
+def untrusted(ca_pem: str) -> str | None:
+    """Why `ca_pem` cannot be a trust root (None: it can): the reason is shown in the node's
+    status instead of a TLS error in every poll."""
+    try:
+        _verify(ca_pem)
+    except (ssl.SSLError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
 def data_endpoint(agent_url: str, data_port: int) -> str:
     """The agent's data-plane base URL: the control URL's host, the data port, plain http (the
     agent serves TLS on its control API only; the data plane sits behind the LAN/gateway)."""

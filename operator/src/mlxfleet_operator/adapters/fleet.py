@@ -43,6 +43,10 @@ class CredentialsNotAllowed(CredentialsError):
     """The token (or CA) Secret is not labelled as agent credentials: it is never used."""
 
 
+class CredentialsInvalid(CredentialsError):
+    """The CA Secret's key holds no PEM certificate the operator can trust."""
+
+
 @dataclass
 class Entry:
     client: agent.AgentClient
@@ -147,6 +151,12 @@ class Fleet:
             raise CredentialsNotAllowed(str(exc)) from exc
         except kube.SecretMissing as exc:
             raise CredentialsError(str(exc)) from exc
+        if ca is not None and (problem := agent.untrusted(ca)) is not None:
+            c = spec.ca_secret_ref
+            raise CredentialsInvalid(
+                f"key {c.key!r} of Secret {c.namespace}/{c.name} (spec.agent.caSecretRef) "
+                f"is not a PEM CA certificate: {problem}"
+            )
         return agent.Credentials(url=spec.url, token=token, ca_pem=ca)
 
     async def client(self, node: inode.InferenceNode) -> agent.AgentClient:
@@ -349,6 +359,8 @@ class Fleet:
             state = await client.state()
         except CredentialsNotAllowed as exc:
             return nodes.Poll(None, nodes.PollError.SECRET_NOT_ALLOWED, str(exc))
+        except CredentialsInvalid as exc:
+            return nodes.Poll(None, nodes.PollError.SECRET_INVALID, str(exc))
         except CredentialsError as exc:
             return nodes.Poll(None, nodes.PollError.SECRET_MISSING, str(exc))
         except agent.AgentRefused as exc:

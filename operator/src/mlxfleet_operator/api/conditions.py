@@ -74,6 +74,7 @@ class Reason(StrEnum):
     UNAUTHORIZED = "Unauthorized"
     SECRET_NOT_FOUND = "SecretNotFound"  # noqa: S105 - a reason, not a secret
     SECRET_NOT_ALLOWED = "SecretNotAllowed"  # noqa: S105 - a reason, not a secret
+    SECRET_INVALID = "SecretInvalid"  # noqa: S105 - a reason, not a secret
     CORDONED = "Cordoned"
     MEMORY_NORMAL = "MemoryNormal"
     MEMORY_WARN = "MemoryWarn"

@@ -28,6 +28,7 @@ class PollError(StrEnum):
 
     SECRET_MISSING = "SecretNotFound"  # noqa: S105 - a condition reason, not a secret
     SECRET_NOT_ALLOWED = "SecretNotAllowed"  # noqa: S105 - a condition reason, not a secret
+    SECRET_INVALID = "SecretInvalid"  # noqa: S105 - a condition reason, not a secret
     UNAUTHORIZED = "Unauthorized"
     UNREACHABLE = "AgentUnreachable"
 
@@ -191,6 +192,7 @@ def status(
     stalled = poll.error in (
         PollError.SECRET_MISSING,
         PollError.SECRET_NOT_ALLOWED,
+        PollError.SECRET_INVALID,
         PollError.UNAUTHORIZED,
     )
     if health.ready:
