@@ -151,10 +151,10 @@ class Fleet:
             raise CredentialsNotAllowed(str(exc)) from exc
         except kube.SecretMissing as exc:
             raise CredentialsError(str(exc)) from exc
-        if ca is not None and (problem := agent.untrusted(ca)) is not None:
-            c = spec.ca_secret_ref
+        bad = spec.ca_secret_ref
+        if ca is not None and bad is not None and (problem := agent.untrusted(ca)) is not None:
             raise CredentialsInvalid(
-                f"key {c.key!r} of Secret {c.namespace}/{c.name} (spec.agent.caSecretRef) "
+                f"key {bad.key!r} of Secret {bad.namespace}/{bad.name} (spec.agent.caSecretRef) "
                 f"is not a PEM CA certificate: {problem}"
             )
         return agent.Credentials(url=spec.url, token=token, ca_pem=ca)
