@@ -31,7 +31,7 @@ from mlxfleet_operator.adapters import agent, kube
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import nodes, placement
-from mlxfleet_operator.core.deployment import facts, placing, slots
+from mlxfleet_operator.core.deployment import candidates, facts, placing, slots
 from mlxfleet_operator.core.swapplan import state as plan_state
 
 
@@ -112,6 +112,7 @@ class Fleet:
         self._ttl = credentials_ttl
         self._clock = clock
         self._kept: dict[str, _Kept] = {}  # node -> facts and view, rebuilt when they change
+        self.index = candidates.NodeIndex()  # the kept views by label, model and free memory
         self._rooms: dict[str, facts.Room] = {}  # node -> what it leaves for a new replica
         self._room_at: dict[int, int] = {}  # free GiB -> `room_version` when a node got there
         self._room_clock = 0
@@ -303,12 +304,12 @@ class Fleet:
         answer they carry may lag in what `decisive` leaves out (counters, free memory)."""
         out = []
         for node in found:
-            name = node.metadata.name or ""
-            held = self._reserved.get(name)
+            kept = self._keep(node)  # also keeps the node's entry in `index` current
+            held = self._reserved.get(kept.fact.name)
             if slot is not None and held and slot in held:
                 out.append(self._fact(node, leave_out=slot))
             else:
-                out.append(self._keep(node).fact)
+                out.append(kept.fact)
         return out
 
     def placement_views(
@@ -320,6 +321,17 @@ class Fleet:
         kept = {node.metadata.name or "": self._keep(node).prepared for node in found}
         return placing.views_for(kept, slot=slot)
 
+    def placement_index(self, found: Sequence[facts.NodeFacts]) -> candidates.NodeIndex:
+        """The kept views indexed (core.deployment.candidates), so a reconcile decides on the
+        nodes that may take its replicas instead of walking every node. `found`: what
+        `node_facts` just gave, which made every one of these nodes' entries current; the
+        entries of nodes not among them (gone from the cluster) are dropped."""
+        if len(self.index) > len(found):
+            names = {fact.name for fact in found}
+            for name in [n for n in self.index.names() if n not in names]:
+                self.index.drop(name)
+        return self.index
+
     def _keep(self, node: inode.InferenceNode) -> _Kept:
         name = node.metadata.name or ""
         entry, version = self.entries.get(name), self._versions.get(name, 0)
@@ -330,6 +342,7 @@ class Fleet:
             fact = self._fact(node, leave_out=None)
             kept = _Kept(node, entry, version, fact, placing.prepare(fact))
             self._kept[name] = kept
+            self.index.put(kept.prepared.view, kept.prepared.slots)
         return kept
 
     def _fact(self, node: inode.InferenceNode, *, leave_out: str | None) -> facts.NodeFacts:
@@ -441,6 +454,7 @@ class Fleet:
         self.forget_credentials(name)
         self._reserved.pop(name, None)
         self._kept.pop(name, None)
+        self.index.drop(name)
         self._rooms.pop(name, None)
         self._bump(name)
         entry = self.entries.pop(name, None)

@@ -182,7 +182,7 @@ async def reconcile(
         footprint_bytes=size,
         now=now,
         failover_delay=failover,
-        views=rt.fleet.placement_views(nodes, slot=slot),
+        index=rt.fleet.placement_index(found),
     )
     if want.decision.missing and not want.decision.fits_nowhere:
         rt.waiting[md.metadata.uid or ""] = size  # no room now: wait for room (`_inputs`)

@@ -28,8 +28,8 @@ class NodeFacts:
     state: contract.AgentState | None
     endpoint: str | None  # the agent's data-plane base URL
 
-    @property
-    def name(self) -> str:
+    @cached_property
+    def name(self) -> str:  # cached: read for every node by several steps of a reconcile
         return self.node.metadata.name or ""
 
     @cached_property

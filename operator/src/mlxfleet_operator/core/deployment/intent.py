@@ -3,8 +3,8 @@ size is known: where the replicas go, what each serves, the SwapPlan to create f
 the slot PUTs and DELETEs to send, which dropped replicas hand over first, and the Event a move
 posts. The handler performs it (create, PUT, DELETE), then judges the status from the answers.
 
-May import: the standard library, `api`, `core.events`, `core.naming`, `core.placement`, `facts`,
-`placing`, `plan`, `slots`. Called by: the ModelDeployment handler.
+May import: the standard library, `api`, `core.events`, `core.naming`, `core.placement`,
+`candidates`, `facts`, `placing`, `plan`, `slots`. Called by: the ModelDeployment handler.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import events, naming, placement
+from mlxfleet_operator.core.deployment import candidates, placing, slots
 from mlxfleet_operator.core.deployment import facts as f
-from mlxfleet_operator.core.deployment import placing, slots
 from mlxfleet_operator.core.deployment import plan as plans
 
 
@@ -43,9 +43,12 @@ def intent(
     now: datetime,
     failover_delay: timedelta,
     views: Mapping[str, placement.NodeView] | None = None,
+    index: candidates.NodeIndex | None = None,
 ) -> Intent:
-    """`views`: placement views made ahead for this slot (`placing.views_for`), by node."""
+    """`views`: placement views made ahead for this slot (`placing.views_for`), by node;
+    `index`: the fleet's kept views indexed, to decide on the nodes it shortlists."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
+    by_name = {fact.name: fact for fact in facts}
     decision = placing.place(
         md,
         facts,
@@ -54,13 +57,14 @@ def intent(
         failover_delay=failover_delay,
         moves=plan.moves if plan is not None else None,
         views=views,
+        index=index,
+        by_name=by_name,
     )
     desired = slots.desired_models(md, decision, plan)
     create = None
     if plans.plan_due(md, desired, decision, plan):
         create = plans.new_plan(md, sorted(decision.kept))
         plan = plans.created(md, create)
-    by_name = {fact.name: fact for fact in facts}
     handover = slots.handover(md, decision, by_name, slot=slot)
     held = slots.held(handover, plan)
     return Intent(
@@ -70,6 +74,12 @@ def intent(
         create=create,
         handover=handover,
         puts=slots.requests(md, decision, plan, desired, by_name, slot=slot),
-        deletes=slots.slots_to_delete(facts, decision, slot=slot, held=held),
+        deletes=slots.slots_to_delete(
+            facts,
+            decision,
+            slot=slot,
+            held=held,
+            among=index.counting(slot) if index is not None else None,
+        ),
         rescheduled=placing.rescheduled(md, decision),
     )

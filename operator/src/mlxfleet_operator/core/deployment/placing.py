@@ -3,7 +3,7 @@ deployment's request, where its replicas are now (a SwapPlan's moves applied), a
 that may fetch and size a model nobody knows yet.
 
 May import: the standard library, the agent `contract`, `api`, `core.naming`, `core.placement`,
-`core.events`, `facts`.
+`core.events`, `candidates`, `facts`.
 Called by: the ModelDeployment handler (`place`, `sizing_nodes`, `rescheduled`), the fleet
 adapter (`prepare`, `views_for`: each node's view kept between reconciles).
 """
@@ -18,6 +18,7 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import events, naming, placement
+from mlxfleet_operator.core.deployment import candidates
 from mlxfleet_operator.core.deployment import facts as f
 
 
@@ -114,16 +115,42 @@ def place(
     failover_delay: timedelta,
     moves: Mapping[str, str] | None = None,
     views: Mapping[str, placement.NodeView] | None = None,
+    index: candidates.NodeIndex | None = None,
+    by_name: Mapping[str, f.NodeFacts] | None = None,
 ) -> placement.Decision:
     """`views`: nodes' placement views made ahead for this deployment's slot (`views_for`);
-    the others are made here."""
+    the others are made here. `index` (with `by_name`, `facts` by name): the fleet's kept
+    views, indexed: the decision is first taken on the nodes it shortlists (`candidates`)
+    and, only when that leaves a replica unplaced, on every node (the status then names
+    each node's reason). Either way the same nodes, kept, added, dropped and missing as on
+    every node; a decision that places every replica lists only the shortlist's rejections."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     current = current_nodes(md, moves or {})
+    want = request(md, footprint_bytes)
+    if index is not None:
+        lookup = by_name if by_name is not None else {fact.name: fact for fact in facts}
+        own = index.counting(slot)
+        names = index.shortlist(want, keep=[*current, *own])
+        short = [_view(n, lookup[n], index, own, slot) for n in sorted(names) if n in lookup]
+        decision = placement.place(want, short, current, now=now, failover_delay=failover_delay)
+        if not decision.missing:
+            return decision
+        views = {n: v for n in lookup if n not in own and (v := index.view(n)) is not None}
     made = views or {}
     views_ = [made.get(fact.name) or node_view(fact, slot=slot) for fact in facts]
-    return placement.place(
-        request(md, footprint_bytes), views_, current, now=now, failover_delay=failover_delay
-    )
+    return placement.place(want, views_, current, now=now, failover_delay=failover_delay)
+
+
+def _view(
+    name: str,
+    fact: f.NodeFacts,
+    index: candidates.NodeIndex,
+    own: frozenset[str],
+    slot: str,
+) -> placement.NodeView:
+    """The node's kept view, or one made for `slot` (a node that counts it, or not indexed)."""
+    kept = index.view(name) if name not in own else None
+    return kept if kept is not None else node_view(fact, slot=slot)
 
 
 def sizing_nodes(

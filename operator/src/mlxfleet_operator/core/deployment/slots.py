@@ -9,7 +9,7 @@ fleet adapter (`SlotRequest`) and the ModelDeployment handler.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from mlxfleet_agent import contract
@@ -172,9 +172,13 @@ def slots_to_delete(
     *,
     slot: str,
     held: Sequence[str] = (),
+    among: Collection[str] | None = None,
 ) -> tuple[str, ...]:
     """Nodes (answering now) that still run this deployment's slot but carry no replica (and
-    are not held for a make-before-break handover)."""
+    are not held for a make-before-break handover). `among`: the only nodes that may run it
+    (e.g. `candidates.NodeIndex.counting`), in place of asking every node."""
+    if among is not None:
+        facts = [fact for fact in facts if fact.name in among] if len(among) < len(facts) else facts
     return tuple(
         fact.name
         for fact in facts
