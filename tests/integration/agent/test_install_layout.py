@@ -22,7 +22,6 @@ import pwd
 import shlex
 import shutil
 import signal
-import socket
 import ssl
 import stat
 import subprocess
@@ -38,6 +37,7 @@ import pytest
 import yaml
 
 from mlxfleet_agent import service_units
+from mlxfleet_operator.dev import processes
 from tests.support import docs
 from tests.support import s3 as s3support
 
@@ -65,13 +65,6 @@ def _account() -> tuple[str, str, str]:
         return user.pw_name, grp.getgrgid(user.pw_gid).gr_name, str(SYSTEM_PYTHON)
     me = pwd.getpwuid(os.geteuid())
     return me.pw_name, grp.getgrgid(os.getegid()).gr_name, sys.executable
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _moved(root: Path) -> dict[str, str]:
@@ -150,7 +143,7 @@ def test_documented_install_runs_the_agent_as_its_service_user(
         config_text = config_text.replace(old, new)
     config = yaml.safe_load(config_text)
     assert config["nodeName"] == NODE
-    control_port, data_port = _free_port(), _free_port()
+    control_port, data_port = processes.free_ports(2)
     config |= {
         "bind": "127.0.0.1",
         "controlPort": control_port,

@@ -5,7 +5,6 @@ follower's agent makes rank 0 leave the route and stop (no rank runs alone)."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,19 +14,10 @@ import openai
 import psutil
 import pytest
 
+from mlxfleet_operator.dev import processes
 from tests.integration.agent.conftest import Agent, slot_spec
 
 pytestmark = [pytest.mark.mlx, pytest.mark.timeout(300)]
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [int(s.getsockname()[1]) for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def _rank(model: Path, group: str, rank: int, ports: list[int]) -> dict[str, Any]:
@@ -55,7 +45,7 @@ def test_abandoned_rank_stops_at_once_and_the_new_group_serves(
     agent_factory: Callable[..., Agent], model_a: Path
 ) -> None:
     leader, follower = agent_factory(), agent_factory()
-    lost = _free_ports(2)  # rank 1 of this group never starts: rank 0 waits in accept
+    lost = processes.free_ports(2)  # rank 1 of this group never starts: rank 0 waits in accept
     assert leader.put_slot("s", _rank(model_a, "g0-1", 0, lost)).status_code == 202
     deadline = time.monotonic() + 60
     while not _pids_of(leader, "g0-1") and time.monotonic() < deadline:
@@ -65,7 +55,7 @@ def test_abandoned_rank_stops_at_once_and_the_new_group_serves(
     time.sleep(2.0)  # well into the ring's accept
     assert leader.slot("s")["phase"] in ("Loading", "Warming")
 
-    ports = _free_ports(2)
+    ports = processes.free_ports(2)
     replaced = time.monotonic()
     assert leader.put_slot("s", _rank(model_a, "g0-2", 0, ports)).status_code == 202
     while any(psutil.pid_exists(p) for p in stale) and time.monotonic() - replaced < 10:

@@ -12,7 +12,6 @@ tests/integration/engines.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+
+from mlxfleet_operator.dev import processes
 
 START_TIMEOUT_S = 120.0
 EMBED_LIMITS = {
@@ -73,19 +74,13 @@ class Engine:
         return time.monotonic() - began
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def limit_flags(limits: dict[str, int]) -> list[str]:
     return [f"--{k.replace('_', '-')}={v}" for k, v in limits.items()]
 
 
 def launch(model: Path, name: str, log_dir: Path, *flags: str) -> Engine:
     """Start an engine; does not wait for it."""
-    port = free_port()
+    (port,) = processes.free_ports(1)
     log_path = log_dir / f"engine-{name}-{port}.log"
     with log_path.open("wb") as out:
         proc = subprocess.Popen(

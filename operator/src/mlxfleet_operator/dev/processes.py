@@ -24,13 +24,24 @@ from pathlib import Path
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
+# Ports this interpreter has handed out. A port is free only until its user binds it, and a user
+# such as kopf's liveness server binds seconds after start: without this record a second call in
+# that window can hand out the same port (CI saw an agent and an operator share one).
+_HANDED_OUT: set[int] = set()
+
+
 def free_ports(count: int) -> list[int]:
-    """`count` distinct free loopback ports (bound together so they cannot repeat)."""
+    """`count` distinct free loopback ports, none handed out before by this interpreter."""
     with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in socks:
+        found: list[int] = []
+        while len(found) < count:
+            s = stack.enter_context(socket.socket())  # held open: the kernel cannot repeat it
             s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+            port = int(s.getsockname()[1])
+            if port not in _HANDED_OUT:
+                found.append(port)
+        _HANDED_OUT.update(found)
+        return found
 
 
 def _die_with_parent() -> None:
