@@ -5,6 +5,7 @@ Requests after each switch are served by the new backend; no backend process is 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -112,6 +113,7 @@ def test_swaps_under_load_drop_nothing(
         ({**b, "swap": {"strategy": "surge"}}, "surge", "Completed"),
     ]
     windows: list[tuple[float, int]] = []  # (time the swap was seen finished, serving port)
+    holds: list[str] = []  # ids of the hold swaps
     puts: list[float] = []
     all_pids: set[int] = {p.pid for p in agent.backends()}
     try:
@@ -139,6 +141,7 @@ def test_swaps_under_load_drop_nothing(
                 assert after["spec"]["source"] == a["source"], "desired reverts to A"
             if strategy == "hold":
                 assert record["maxQueueWaitMs"] > 0, record
+                holds.append(record["id"])
             windows.append((seen, after["backendPort"]))
             time.sleep(1.5)  # let traffic flow on the new backend before the next swap
         puts.append(time.monotonic())
@@ -159,6 +162,15 @@ def test_swaps_under_load_drop_nothing(
         window = [r for r in results if seen < r.started and r.ended < until]
         assert window, "no traffic after a swap"
         assert {r.port for r in window} == {port}
+
+    # the figure telemetry ships (and the log shows) is taken when the swap finishes: the
+    # requests a hold queued are counted by then, not only once they run
+    finished = {
+        line["swap"]: line["max_queue_wait_ms"]
+        for line in map(json.loads, agent.log_path.read_text().splitlines())
+        if isinstance(line, dict) and line.get("msg") == "swap finished"
+    }
+    assert all(finished[h] > 0 for h in holds), {h: finished.get(h) for h in holds}
 
     states = agent.swaps("s")
     assert len(states) == len(plan)

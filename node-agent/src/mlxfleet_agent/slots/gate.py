@@ -4,16 +4,16 @@ While the gate is open a request gets the active backend at once if it runs fewe
 `maxConcurrency` requests and nobody queues before it; otherwise it waits in the queue (at most
 `limit` requests), where free places are handed over oldest first (`dispatch`). With the gate
 shut (loading, a hold swap, a restart) every request queues. A request handed a place holds one
-`in_flight` of that backend.
+`in_flight` of that backend. `dispatch` and `open` return the longest wait among the requests
+they handed places to: a hold swap counts it when its switch opens the gate, before the woken
+requests run (they run after the swap has finished and its record has gone to telemetry).
 May import: the standard library, slots.handle, slots.lease. Called by: slots.slot.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections import deque
 from typing import Protocol
 
 from mlxfleet_agent.slots import handle as handle_
@@ -39,16 +39,18 @@ class Gate:
         self.limit = limit
         self.queued = 0
         self._open = asyncio.Event()
-        self._waiters: deque[asyncio.Future[handle_.Handle]] = deque()  # oldest first
+        # queued requests, oldest first, with the time each joined the queue
+        self._waiters: dict[asyncio.Future[handle_.Handle], float] = {}
 
     @property
     def is_open(self) -> bool:
         return self._open.is_set()
 
-    def open(self, active: handle_.Handle | None) -> None:
-        """Let requests through to `active` (queued ones first)."""
+    def open(self, active: handle_.Handle | None) -> float:
+        """Let requests through to `active` (queued ones first); the longest wait handed a place
+        (seconds, 0.0 if none)."""
         self._open.set()
-        self.dispatch(active)
+        return self.dispatch(active)
 
     def close(self) -> None:
         """New requests queue from now on (requests in flight go on)."""
@@ -75,7 +77,7 @@ class Gate:
                 f"its maxConcurrency; retry shortly"
             )
         waiter: asyncio.Future[handle_.Handle] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        self._waiters[waiter] = time.monotonic()
         self.queued += 1
         deadline = time.monotonic() + timeout_s
         try:
@@ -109,16 +111,21 @@ class Gate:
                 waiter.result().release()  # handed a place just as it gave up: pass it on
                 self.dispatch(serving.active)
             waiter.cancel()
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(waiter)
+            self._waiters.pop(waiter, None)
             raise
 
-    def dispatch(self, active: handle_.Handle | None) -> None:
-        """Hand free places of the active backend to queued requests, oldest first."""
+    def dispatch(self, active: handle_.Handle | None) -> float:
+        """Hand free places of the active backend to queued requests, oldest first; the longest
+        wait among them (seconds, 0.0 if none was handed a place)."""
+        longest = 0.0
         if active is None or not self._open.is_set():
-            return
+            return longest
+        now = time.monotonic()
         while self._waiters and active.in_flight < active.spec.max_concurrency:
-            waiter = self._waiters.popleft()
+            waiter = next(iter(self._waiters))
+            queued_at = self._waiters.pop(waiter)
             if not waiter.done():
                 active.in_flight += 1
                 waiter.set_result(active)
+                longest = max(longest, now - queued_at)
+        return longest

@@ -132,7 +132,7 @@ class Slot:
         the one running now (requests in flight on A while a swap drains it).
         """
         held.upstream.release()
-        self._gate.dispatch(self._backends.active)
+        self._count_wait(self._gate.dispatch(self._backends.active))
         swap = held.swap or self._swap
         if swap is not None:
             if ok:
@@ -314,7 +314,7 @@ class Slot:
         old = self._backends.promote(handle)
         self.failed = False
         self.phase = Phase.READY
-        self._gate.open(handle)
+        self._count_wait(self._gate.open(handle))
         self.deps.telemetry.observe_slot(
             self.name, model=handle.spec.served_name, source=handle.spec.source
         )
@@ -330,7 +330,13 @@ class Slot:
         self._gate.close()
 
     def open_gate(self) -> None:
-        self._gate.open(self._backends.active)
+        self._count_wait(self._gate.open(self._backends.active))
+
+    def _count_wait(self, waited_s: float) -> None:
+        """The gate handed places to requests that waited up to `waited_s`: the running swap
+        counts it now, before its record is finished (the requests themselves run later)."""
+        if waited_s > 0.0 and self._swap is not None:
+            self._swap.max_queue_wait_ms = max(self._swap.max_queue_wait_ms, waited_s * 1000.0)
 
     def take_offline(self, handle: Handle) -> None:
         """Shut the gate and take `handle` off the route; its requests in flight go on."""
