@@ -1,9 +1,9 @@
 """The per-deployment Service works through kube-proxy: EndpointSlices carry IP addresses.
 
-The operator's kube adapter publishes against the real API server: a name is resolved (real
-getaddrinfo) on every publish, an IP stays an IP, loopback (a development machine) falls back to
-the `loopback.localhost` FQDN the API server accepts, and a name that does not resolve keeps the
-old FQDN form rather than failing the reconcile.
+The operator's publishing adapter publishes against the real API server: a name is resolved
+(real getaddrinfo) on every publish, an IP stays an IP, loopback (a development machine) falls
+back to the `loopback.localhost` FQDN the API server accepts, and a name that does not resolve
+keeps the old FQDN form rather than failing the reconcile.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_operator.adapters import kube
+from mlxfleet_operator.adapters import kube, publishing
 from mlxfleet_operator.dev import controlplane
 
 pytestmark = pytest.mark.cluster
@@ -22,10 +22,10 @@ NAMESPACE = "endpoint-addresses"
 
 
 def test_names_resolve_and_ips_stay() -> None:
-    assert asyncio.run(kube.resolve_host("192.0.2.7")) == "192.0.2.7"
-    assert asyncio.run(kube.resolve_host("[2001:db8::5]")) == "2001:db8::5"
-    assert asyncio.run(kube.resolve_host("localhost")) == "127.0.0.1"
-    assert asyncio.run(kube.resolve_host("no-such-host.invalid")) == "no-such-host.invalid"
+    assert asyncio.run(publishing.resolve_host("192.0.2.7")) == "192.0.2.7"
+    assert asyncio.run(publishing.resolve_host("[2001:db8::5]")) == "2001:db8::5"
+    assert asyncio.run(publishing.resolve_host("localhost")) == "127.0.0.1"
+    assert asyncio.run(publishing.resolve_host("no-such-host.invalid")) == "no-such-host.invalid"
 
 
 def _slices(cluster: controlplane.ControlPlane, name: str) -> dict[str, Any]:
@@ -55,17 +55,17 @@ def test_published_slices_carry_ip_addresses(cluster: controlplane.ControlPlane)
         cluster.kubectl("get", "mdep", "svc", "-n", NAMESPACE, "-o", "json").stdout
     )
 
-    async def publish(*endpoints: kube.Endpoint) -> None:
+    async def publish(*endpoints: publishing.Endpoint) -> None:
         api = kube.Kube(kube.client_from(str(cluster.kubeconfig)))
         try:
-            await api.publish(deployment, list(endpoints))
+            await publishing.Publisher(api).publish(deployment, list(endpoints))
         finally:
             api.close()
 
     asyncio.run(
         publish(
-            kube.Endpoint("mac-1", "192.0.2.7", 8471, ready=True),
-            kube.Endpoint("mac-2", "localhost", 8471, ready=True),
+            publishing.Endpoint("mac-1", "192.0.2.7", 8471, ready=True),
+            publishing.Endpoint("mac-2", "localhost", 8471, ready=True),
         )
     )
     slices = _slices(cluster, "svc")
@@ -73,7 +73,7 @@ def test_published_slices_carry_ip_addresses(cluster: controlplane.ControlPlane)
     assert [e["addresses"] for e in slices["IPv4"]["endpoints"]] == [["192.0.2.7"]]
     assert [e["addresses"] for e in slices["FQDN"]["endpoints"]] == [["loopback.localhost"]]
     # the address changes (DHCP, a moved Mac): the next publish follows, the stale slice goes
-    asyncio.run(publish(kube.Endpoint("mac-1", "192.0.2.9", 8471, ready=True)))
+    asyncio.run(publish(publishing.Endpoint("mac-1", "192.0.2.9", 8471, ready=True)))
     slices = _slices(cluster, "svc")
     assert set(slices) == {"IPv4"}
     assert [e["addresses"] for e in slices["IPv4"]["endpoints"]] == [["192.0.2.9"]]

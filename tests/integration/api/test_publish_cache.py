@@ -1,6 +1,6 @@
-"""`Kube.publish` writes the Service and EndpointSlices only when the endpoints changed (issue 12:
-32 of 47 API writes per second at steady state were unchanged re-publishes), and again after
-`publish_resync` (so an edit by someone else is repaired). Real API server, operator identity.
+"""`Publisher.publish` writes the Service and EndpointSlices only when the endpoints changed
+(issue 12: 32 of 47 API writes per second at steady state were unchanged re-publishes), and again
+after `resync` (so an edit by someone else is repaired). Real API server, operator identity.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_operator.adapters import kube
+from mlxfleet_operator.adapters import kube, publishing
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.core import naming
 from mlxfleet_operator.dev import controlplane, credentials
@@ -50,17 +50,14 @@ def _deployment(cluster: controlplane.ControlPlane) -> tuple[dict[str, Any], str
 
 def test_unchanged_endpoints_are_not_written_again(cluster: controlplane.ControlPlane) -> None:
     deployment, service = _deployment(cluster)
-    one = [kube.Endpoint("n1", "10.1.0.1", 9000, ready=True)]
-    two = [*one, kube.Endpoint("n2", "10.1.0.2", 9000, ready=False)]
+    one = [publishing.Endpoint("n1", "10.1.0.1", 9000, ready=True)]
+    two = [*one, publishing.Endpoint("n2", "10.1.0.2", 9000, ready=False)]
     clock = [0.0]
-    k = kube.Kube(
-        kube.client_from(str(cluster.operator_kubeconfig)),
-        publish_resync=300,
-        clock=lambda: clock[0],
-    )
+    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    p = publishing.Publisher(k, resync=300, clock=lambda: clock[0])
 
-    async def publish(endpoints: list[kube.Endpoint]) -> None:
-        await k.publish(deployment, endpoints)
+    async def publish(endpoints: list[publishing.Endpoint]) -> None:
+        await p.publish(deployment, endpoints)
 
     try:
         asyncio.run(publish(one))
@@ -76,12 +73,12 @@ def test_unchanged_endpoints_are_not_written_again(cluster: controlplane.Control
         clock[0] = 299.0 + 300.0
         asyncio.run(publish(two))  # resync: applied again, the deleted slice comes back
         assert len(_slices(cluster, service)) == 1
-        asyncio.run(k.unpublish(deployment))
+        asyncio.run(p.unpublish(deployment))
         assert _slices(cluster, service) == []
         asyncio.run(publish(two))  # after unpublish nothing is remembered
         assert len(_slices(cluster, service)) == 1
     finally:
-        asyncio.run(k.unpublish(deployment))
+        asyncio.run(p.unpublish(deployment))
         k.close()
 
 
@@ -111,17 +108,18 @@ def test_changed_endpoints_of_objects_it_wrote_cost_one_apply(
     this process wrote is applied again by uid and nothing else is called. A slice replaced by
     someone else's is still found and left alone."""
     deployment, service = _deployment(cluster)
-    one = [kube.Endpoint("n1", "10.1.0.1", 9000, ready=False)]
-    two = [kube.Endpoint("n1", "10.1.0.1", 9000, ready=True)]
-    three = [*two, kube.Endpoint("n2", "10.1.0.2", 9000, ready=True)]
+    one = [publishing.Endpoint("n1", "10.1.0.1", 9000, ready=False)]
+    two = [publishing.Endpoint("n1", "10.1.0.1", 9000, ready=True)]
+    three = [*two, publishing.Endpoint("n2", "10.1.0.2", 9000, ready=True)]
     k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    p = publishing.Publisher(k)
     calls: list[str] = []
     k.core, k.discovery = _Counting(k.core, calls), _Counting(k.discovery, calls)  # type: ignore[assignment]
     try:
-        asyncio.run(k.publish(deployment, one))
+        asyncio.run(p.publish(deployment, one))
         assert "list_namespaced_endpoint_slice" in calls  # the first time: the full path
         calls.clear()
-        asyncio.run(k.publish(deployment, two))
+        asyncio.run(p.publish(deployment, two))
         assert calls == ["patch_namespaced_endpoint_slice"]
         (slice_,) = _slices(cluster, service)
         assert [e["conditions"]["ready"] for e in slice_["endpoints"]] == [True]
@@ -129,40 +127,37 @@ def test_changed_endpoints_of_objects_it_wrote_cost_one_apply(
         foreign = {**slice_, "metadata": {"name": slice_["metadata"]["name"], "namespace": NS}}
         foreign["metadata"]["labels"] = {"kubernetes.io/service-name": service}
         cluster.kubectl("apply", "-f", "-", input=json.dumps(foreign))
-        with pytest.raises(kube.ServiceConflict):  # replaced by someone else's: not applied
-            asyncio.run(k.publish(deployment, three))
+        with pytest.raises(publishing.ServiceConflict):  # replaced by someone else's: not applied
+            asyncio.run(p.publish(deployment, three))
         (kept,) = _slices(cluster, service)
         assert len(kept["endpoints"]) == 1
     finally:
-        asyncio.run(k.unpublish(deployment))
+        asyncio.run(p.unpublish(deployment))
         k.close()
 
 
 def test_the_resync_of_unchanged_objects_reads_them_and_writes_only_an_edited_one(
     cluster: controlplane.ControlPlane,
 ) -> None:
-    """Every `publish_resync` the full path runs again to repair edits by others: it applied
+    """Every `resync` the full path runs again to repair edits by others: it applied
     the Service and every slice of every deployment again (at 1,000 deployments over 2,000
     write requests every 5 minutes with nothing changed). Now an object already as it would be
     written is only read; one edited by someone else is applied again."""
     deployment, service = _deployment(cluster)
     endpoints = [
-        kube.Endpoint("n1", "10.1.0.1", 9000, ready=True),
-        kube.Endpoint("n2", "10.1.0.2", 9000, ready=False),
+        publishing.Endpoint("n1", "10.1.0.1", 9000, ready=True),
+        publishing.Endpoint("n2", "10.1.0.2", 9000, ready=False),
     ]
     clock = [0.0]
-    k = kube.Kube(
-        kube.client_from(str(cluster.operator_kubeconfig)),
-        publish_resync=300,
-        clock=lambda: clock[0],
-    )
+    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    p = publishing.Publisher(k, resync=300, clock=lambda: clock[0])
     calls: list[str] = []
     k.core, k.discovery = _Counting(k.core, calls), _Counting(k.discovery, calls)  # type: ignore[assignment]
     try:
-        asyncio.run(k.publish(deployment, endpoints))
+        asyncio.run(p.publish(deployment, endpoints))
         calls.clear()
         clock[0] = 300.0
-        asyncio.run(k.publish(deployment, endpoints))  # the resync: read, nothing written
+        asyncio.run(p.publish(deployment, endpoints))  # the resync: read, nothing written
         assert "read_namespaced_service" in calls
         assert "read_namespaced_endpoint_slice" in calls
         assert not [c for c in calls if c.startswith(("patch_", "create_", "delete_"))], calls
@@ -174,11 +169,11 @@ def test_the_resync_of_unchanged_objects_reads_them_and_writes_only_an_edited_on
         )  # fmt: skip
         calls.clear()
         clock[0] = 600.0
-        asyncio.run(k.publish(deployment, endpoints))  # edited by someone: applied again
+        asyncio.run(p.publish(deployment, endpoints))  # edited by someone: applied again
         assert calls.count("patch_namespaced_endpoint_slice") == 1, calls
         assert "patch_namespaced_service" not in calls
         (repaired,) = _slices(cluster, service)
         assert [e["conditions"]["ready"] for e in repaired["endpoints"]] == [True, False]
     finally:
-        asyncio.run(k.unpublish(deployment))
+        asyncio.run(p.unpublish(deployment))
         k.close()

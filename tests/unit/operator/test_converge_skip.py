@@ -54,7 +54,9 @@ def test_fleet_version_moves_only_when_a_decision_could() -> None:
 
 
 def test_runtime_remembers_inputs_until_resync() -> None:
-    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=None)  # type: ignore[arg-type]
+    rt = runtime.Runtime(
+        config=opsettings.OperatorSettings(), kube=None, fleet=None, publisher=None
+    )  # type: ignore[arg-type]
     assert not rt.unchanged("u", ("a",), at=0.0, resync=60)
     rt.settle("u", ("a",), at=100.0)
     assert rt.unchanged("u", ("a",), at=159.0, resync=60)
@@ -78,7 +80,7 @@ def _ready(name: str, rv: str, *, ready: bool = True) -> Any:
 
 def test_inputs_change_with_nodes_agents_and_the_object_and_never_skip_a_lost_node() -> None:
     f = _fleet()
-    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=f)  # type: ignore[arg-type]
+    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=f, publisher=None)  # type: ignore[arg-type]
     memo = kopf.Memo({runtime.KEY: rt})
     body = kopf.Body(
         {"metadata": {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}}
@@ -122,7 +124,9 @@ def test_inputs_change_with_nodes_agents_and_the_object_and_never_skip_a_lost_no
 def test_the_node_view_counts_no_scan_per_deployment() -> None:
     """At 100 x 300 the skip check read every node's Ready condition per deployment per tick
     (7-10 % of the operator's samples): it must read the kept view, not the nodes."""
-    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=_fleet())  # type: ignore[arg-type]
+    rt = runtime.Runtime(
+        config=opsettings.OperatorSettings(), kube=None, fleet=_fleet(), publisher=None
+    )  # type: ignore[arg-type]
     body = kopf.Body(
         {"metadata": {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}}
     )
@@ -178,7 +182,7 @@ def test_a_placed_deployment_reads_only_its_nodes_and_an_unplaced_one_every_node
     reading every node, so it re-places when a node frees memory or becomes Ready."""
     f = _fleet()
     f.entries["n2"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n2", "t")))
-    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=f)  # type: ignore[arg-type]
+    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=f, publisher=None)  # type: ignore[arg-type]
     slot = naming.slot_name("ns", "d")
     mine = SLOT.model_copy(update={"name": slot})
     other = SLOT.model_copy(update={"name": "ns-other"})

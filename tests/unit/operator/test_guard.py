@@ -27,7 +27,7 @@ def runs(result: str) -> float:
 
 def guarded(failure: BaseException | None = None, *, invalid: bool = False) -> None:
     config = settings.OperatorSettings(poll_seconds=3)
-    rt = runtime.Runtime(config=config, kube=None, fleet=None)  # type: ignore[arg-type]
+    rt = runtime.Runtime(config=config, kube=None, fleet=None, publisher=None)  # type: ignore[arg-type]
     memo = kopf.Memo({runtime.KEY: rt})
     body = kopf.Body({"metadata": {"uid": "u", "name": "p", "namespace": "ns"}})
 
@@ -93,6 +93,7 @@ def test_an_event_and_the_timer_on_the_same_inputs_reconcile_once() -> None:
         config=settings.OperatorSettings(),
         kube=None,  # type: ignore[arg-type]
         fleet=fleet.Fleet(None),  # type: ignore[arg-type]
+        publisher=None,  # type: ignore[arg-type]
     )
     memo = kopf.Memo({runtime.KEY: rt})
     meta = {"uid": "u", "name": "chat", "namespace": "ns", "resourceVersion": "1"}

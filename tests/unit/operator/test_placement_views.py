@@ -152,7 +152,7 @@ def test_a_deployment_waiting_for_room_skips_until_room_or_a_node_shows_up() -> 
     room for its footprint, and node status writes, do not reconcile it; room that fits it, a
     new node, a node back Ready, a relabelled node, and a NotReady node it is on do."""
     f = _fleet(["n1", "n2"])
-    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=f)  # type: ignore[arg-type]
+    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=f, publisher=None)  # type: ignore[arg-type]
     memo = kopf.Memo({runtime.KEY: rt})
     f.record("n1", state(budget=16 * GIB, slots=[_slot("a", 14)]), now=NOW)
     f.record("n2", state(budget=16 * GIB, slots=[_slot("b", 14)]), now=NOW)

@@ -1,11 +1,11 @@
-"""`kube.covers`: the publish resync applies an owned Service or EndpointSlice again only when
+"""`ownership.covers`: the publish resync applies an owned Service or EndpointSlice again only when
 the object read is not already as the operator would write it (issue 12: every unchanged one
 was applied every 5 minutes). The server's defaults and other managers' fields do not count;
 a changed, missing or extra item of a list does."""
 
 from __future__ import annotations
 
-from mlxfleet_operator.adapters import kube
+from mlxfleet_operator.adapters import ownership
 
 WANTED = {
     "metadata": {"name": "s", "labels": {"a": "1"}},
@@ -22,17 +22,17 @@ FOUND = {
 
 
 def test_defaults_and_others_fields_do_not_count() -> None:
-    assert kube.covers(FOUND, WANTED)
+    assert ownership.covers(FOUND, WANTED)
 
 
 def test_a_changed_missing_or_extra_value_does() -> None:
     ready = {**FOUND, "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": False}}]}
-    assert not kube.covers(ready, WANTED)
+    assert not ownership.covers(ready, WANTED)
     extra = {**FOUND, "endpoints": [*FOUND["endpoints"], {"addresses": ["10.0.0.2"]}]}
-    assert not kube.covers(extra, WANTED)
-    assert not kube.covers({**FOUND, "endpoints": []}, WANTED)
+    assert not ownership.covers(extra, WANTED)
+    assert not ownership.covers({**FOUND, "endpoints": []}, WANTED)
     no_label = {**FOUND, "metadata": {"name": "s", "labels": {"other": "x"}}}
-    assert not kube.covers(no_label, WANTED)
-    assert not kube.covers({"metadata": FOUND["metadata"], "ports": FOUND["ports"]}, WANTED)
-    assert not kube.covers({**FOUND, "ports": {"name": "http"}}, WANTED)
-    assert not kube.covers({**FOUND, "ports": [{"name": "http", "port": "80"}]}, WANTED)
+    assert not ownership.covers(no_label, WANTED)
+    assert not ownership.covers({"metadata": FOUND["metadata"], "ports": FOUND["ports"]}, WANTED)
+    assert not ownership.covers({**FOUND, "ports": {"name": "http"}}, WANTED)
+    assert not ownership.covers({**FOUND, "ports": [{"name": "http", "port": "80"}]}, WANTED)

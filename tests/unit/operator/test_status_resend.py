@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import kopf
 
-from mlxfleet_operator.adapters import kube
+from mlxfleet_operator.adapters import statuspatch
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.handlers import nodes as node_handlers
@@ -27,7 +27,7 @@ def test_the_same_status_against_the_same_version_is_sent_once_then_after_the_re
 
     def write(body: dict[str, object], st: inode.InferenceNodeStatus) -> dict[str, object]:
         patch: dict[str, object] = {}
-        kube.write_status(patch, st, body, clock=lambda: clock[0])
+        statuspatch.write_status(patch, st, body, clock=lambda: clock[0])
         return patch
 
     def sent(patch: dict[str, object]) -> object:
@@ -39,11 +39,11 @@ def test_the_same_status_against_the_same_version_is_sent_once_then_after_the_re
     assert write(stale, status) == {}  # kopf's body has not caught up: already sent
     other = inode.InferenceNodeStatus(agent_version="3")
     assert sent(write(stale, other)) == "3"  # something new: sent
-    written = kube.status_patch(status) or {}
+    written = statuspatch.status_patch(status) or {}
     assert sent(write(_body("u-resend", "2", written), other)) == "3"  # a newer body
-    clock[0] = 5.0 + kube.STATUS_RESEND_S
+    clock[0] = 5.0 + statuspatch.STATUS_RESEND_S
     assert sent(write(_body("u-resend", "2", written), other)) == "3"  # lost? sent again
-    caught_up = _body("u-resend", "3", kube.status_patch(other) or {})
+    caught_up = _body("u-resend", "3", statuspatch.status_patch(other) or {})
     assert write(caught_up, other) == {}  # the body shows it: nothing to write
 
 
@@ -90,12 +90,12 @@ def test_a_body_without_our_last_conditions_does_not_move_their_transition_times
 
     def write(st: inode.InferenceNodeStatus, at: float) -> dict[str, object]:
         patch: dict[str, object] = {}
-        kube.write_status(patch, st, bare, clock=lambda: at)
+        statuspatch.write_status(patch, st, bare, clock=lambda: at)
         return patch
 
     first = _times(write(_conditions(0), 0.0))
     assert write(_conditions(5), 5.0) == {}  # same statuses, the body lags: nothing new
     assert _times(write(_conditions(40), 40.0)) == first  # resent later, with the first times
     flipped = _times(write(_conditions(50, ready="False"), 50.0))
-    changed = _times({"status": kube.status_patch(_conditions(50, ready="False"))})
+    changed = _times({"status": statuspatch.status_patch(_conditions(50, ready="False"))})
     assert flipped == changed  # Ready and Reconciling both flipped: their own new times

@@ -1,5 +1,6 @@
 """Everything the handlers share in one operator process: settings, the Kubernetes facade, the
-fleet view and per-object locks. Lives in kopf's memo (`memo["runtime"]`).
+fleet view, the Service + EndpointSlice publisher and per-object locks. Lives in kopf's memo
+(`memo["runtime"]`).
 
 May import: the standard library, kubernetes (its config errors), sibling adapters,
 `mlxfleet_operator.settings`.
@@ -18,7 +19,7 @@ from typing import Any
 import kubernetes
 
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import fleet, kube, metrics
+from mlxfleet_operator.adapters import fleet, kube, metrics, publishing
 
 KEY = "runtime"
 
@@ -75,6 +76,7 @@ class Runtime:
     config: opsettings.OperatorSettings
     kube: kube.Kube
     fleet: fleet.Fleet
+    publisher: publishing.Publisher
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     announced: dict[str, str] = field(default_factory=dict)
     settled: dict[str, tuple[object, float]] = field(default_factory=dict)
@@ -138,7 +140,7 @@ class StartError(Exception):
 
 def start(config: opsettings.OperatorSettings) -> Runtime:
     """The runtime for `config`: a Kubernetes client (the kubeconfig, else in-cluster), the
-    fleet view, and the metrics server when a port is set. Raises `StartError`."""
+    fleet view, the publisher, and the metrics server when a port is set. Raises `StartError`."""
     try:
         api = kube.client_from(config.kubeconfig)
     except kubernetes.config.ConfigException as exc:
@@ -152,7 +154,7 @@ def start(config: opsettings.OperatorSettings) -> Runtime:
             k.close()
             where = f"--metrics-host {config.metrics_host} --metrics-port {config.metrics_port}"
             raise StartError(f"{where}: {exc}") from exc
-    return Runtime(config=config, kube=k, fleet=fleet.Fleet(k))
+    return Runtime(config=config, kube=k, fleet=fleet.Fleet(k), publisher=publishing.Publisher(k))
 
 
 def of(memo: MutableMapping[str, Any]) -> Runtime:

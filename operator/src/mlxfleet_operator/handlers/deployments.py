@@ -18,7 +18,7 @@ import kopf
 import pydantic
 
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import events, kube, metrics, runtime
+from mlxfleet_operator.adapters import events, metrics, publishing, runtime, statuspatch
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
@@ -66,7 +66,7 @@ async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs
             md = mdep.ModelDeployment.model_validate(dict(body))
         except pydantic.ValidationError as exc:  # admitted, but beyond what the CRD can check
             run.invalid()
-            kube.write_status(patch, _invalid(body, exc), body)
+            statuspatch.write_status(patch, _invalid(body, exc), body)
         else:
             await reconcile(run.rt, md, body, patch, idx)
         rt.settle(uid, seen.inputs, at=time.monotonic())
@@ -147,14 +147,14 @@ async def reconcile(
     clash = idx.slot_conflict(namespace, name, md.metadata.uid or "")
     if clash is not None:  # another deployment's slot: never PUT, DELETE or publish for it
         status = mdstatus.slot_conflict_status(md, clash, now=runtime.now())
-        kube.write_status(patch, status, body)
+        statuspatch.write_status(patch, status, body)
         return
     view, slot = rt.fleet.version, naming.slot_name(namespace, name)
     found = rt.fleet.node_facts(idx.inference_nodes(), slot=slot)
     if unpolled := facts.unpolled(found):
         waiting = f"waiting for the first poll of {', '.join(unpolled)}"
         raise kopf.TemporaryError(waiting, delay=rt.config.poll_seconds)
-    endpoint = kube.service_url(namespace, name)
+    endpoint = publishing.service_url(namespace, name)
     plan = await _plan(rt, md, idx)
     if md.spec.sharding is None:
         rt.watch(md.metadata.uid or "", None)  # no longer sharded: no group watch
@@ -167,7 +167,7 @@ async def reconcile(
     size = await _size(rt, md, found)
     now = runtime.now()
     if isinstance(size, conditions.Verdict):
-        kube.write_status(
+        statuspatch.write_status(
             patch, mdstatus.unplaced_status(md, size, now=now, endpoint=endpoint), body
         )
         return
@@ -204,15 +204,16 @@ async def reconcile(
     )
     result = judge()
     try:
-        await rt.kube.publish(
-            body, [kube.Endpoint.from_url(n, url, ready=ok) for n, url, ok in result.endpoints]
+        await rt.publisher.publish(
+            body,
+            [publishing.Endpoint.from_url(n, url, ready=ok) for n, url, ok in result.endpoints],
         )
-    except kube.ServiceConflict as exc:  # someone else's Service: leave it, say so
+    except publishing.ServiceConflict as exc:  # someone else's Service: leave it, say so
         result = judge(conflict=str(exc))
     moved = want.rescheduled
     if moved is not None and rt.first_time(str(body.metadata.uid), moved.message):
         events.post(body, moved)
-    kube.write_status(patch, result.status, body)
+    statuspatch.write_status(patch, result.status, body)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
 
@@ -300,7 +301,7 @@ async def teardown(
             gone = await rt.fleet.delete_slot(node, slot)
             if gone is not None:
                 events.post(body, slots.not_removed(gone, reported=rt.fleet.runs(node, slot)))
-        await rt.kube.unpublish(body)
+        await rt.publisher.unpublish(body)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(0)
 

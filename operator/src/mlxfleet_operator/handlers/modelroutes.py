@@ -12,7 +12,7 @@ from typing import Any
 import kopf
 
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import kube, runtime
+from mlxfleet_operator.adapters import runtime, statuspatch
 from mlxfleet_operator.api import modelroute as mroute
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.core import modelroute as core
@@ -26,7 +26,9 @@ async def route_status(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kw
     mr = mroute.ModelRoute.model_validate(dict(body))
     async with guard.guarded(KIND, body, memo):
         ready = indexes.Indexes.of(kwargs).ready_replicas(mr.metadata.namespace or "")
-        kube.write_status(patch, core.status(mr, ready_replicas=ready, now=runtime.now()), body)
+        statuspatch.write_status(
+            patch, core.status(mr, ready_replicas=ready, now=runtime.now()), body
+        )
 
 
 async def route_changed(

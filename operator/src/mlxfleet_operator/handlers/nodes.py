@@ -15,7 +15,7 @@ from typing import Any
 import kopf
 
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import events, kube, metrics, runtime
+from mlxfleet_operator.adapters import events, metrics, runtime, statuspatch
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.core import heartbeat, nodes
@@ -53,7 +53,7 @@ async def heartbeat_poll(
             now=now,
             heartbeat_every=every,
         )
-        kube.write_status(patch, status, body)
+        statuspatch.write_status(patch, status, body)
         memo["heartbeat_written"] = status.last_heartbeat_time
         metrics.NODE_READY.labels(name).set(1 if seen.health.ready else 0)
         ignored = nodes.ignored_fields(node)

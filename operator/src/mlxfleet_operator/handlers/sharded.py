@@ -27,7 +27,7 @@ from datetime import timedelta
 
 import kopf
 
-from mlxfleet_operator.adapters import agent, events, kube, metrics, runtime
+from mlxfleet_operator.adapters import agent, events, metrics, publishing, runtime, statuspatch
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
@@ -79,7 +79,7 @@ async def reconcile(
         verdict = sized if isinstance(sized, conditions.Verdict) else conditions.Verdict(
             False, cond.Reason.SIZE_UNKNOWN, "waiting for the model's shape", reconciling=True
         )  # fmt: skip
-        kube.write_status(
+        statuspatch.write_status(
             patch, mdstatus.unplaced_status(md, verdict, now=now, endpoint=endpoint), body
         )
         return
@@ -149,10 +149,10 @@ async def reconcile(
     )
     lost_now = rt.withdrawn.get(uid, set())  # a watch withdrew a group while this ran
     gone = {g.ranks[0].node for g in result.status.groups if g.id in lost_now and g.ranks}
-    await rt.kube.publish(
+    await rt.publisher.publish(
         body,
         [
-            kube.Endpoint.from_url(n, url, ready=ok and n not in gone)
+            publishing.Endpoint.from_url(n, url, ready=ok and n not in gone)
             for n, url, ok in result.endpoints
         ],
     )
@@ -163,7 +163,7 @@ async def reconcile(
         ):
             lost = f"group {index} lost a rank: re-forming"
             events.post(body, core_events.Event(cond.Reason.GROUP_REFORMING, lost, warning=True))
-    kube.write_status(patch, result.status, body)
+    statuspatch.write_status(patch, result.status, body)
     watched = {g.id: [r.node for r in g.ranks] for g in result.status.groups if g.ready and g.ranks}
     if watched:
         watch = _watch(rt, uid, dict(body), watched, result.endpoints, by_name, slot=slot)
@@ -225,10 +225,10 @@ async def _watch(
             continue
         leaders = {watched[g][0] for g in lost}
         rt.withdrawn.setdefault(uid, set()).update(lost)  # the next reconcile: broken
-        await rt.kube.publish_slices(  # not under the object's lock (a reconcile may hold it)
+        await rt.publisher.publish_slices(  # not under the object's lock (a reconcile may hold it)
             body,
             [
-                kube.Endpoint.from_url(n, url, ready=ok and n not in leaders)
+                publishing.Endpoint.from_url(n, url, ready=ok and n not in leaders)
                 for n, url, ok in endpoints
             ],
         )

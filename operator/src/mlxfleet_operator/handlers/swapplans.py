@@ -17,7 +17,7 @@ import kopf
 import pydantic
 
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import events, kube, metrics, runtime
+from mlxfleet_operator.adapters import events, metrics, runtime, statuspatch
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
@@ -129,7 +129,7 @@ def _hold(
 
 
 def _write(plan: swp.SwapPlan, state: st.PlanState, body: kopf.Body, patch: kopf.Patch) -> None:
-    kube.write_status(patch, plan_status.plan_status(plan, state, now=runtime.now()), body)
+    statuspatch.write_status(patch, plan_status.plan_status(plan, state, now=runtime.now()), body)
 
 
 def register(registry: kopf.OperatorRegistry, config: opsettings.OperatorSettings) -> None:
