@@ -3,9 +3,9 @@
 Every `interval_s` each agent origin gets `GET /healthz` on its data plane (answered by the
 agent's own event loop, over a kept-alive connection, driven by callbacks) with a `timeout_s`
 bound on connect and answer. A probe that fails ejects every replica on that agent at once (no
-new request goes there) and tells the proxy, which moves the requests still waiting for their
-first byte there once the agent has been silent for `move_after_s`; this is what catches a frozen
-(SIGSTOPped, hung, asleep) Mac, whose kernel still accepts connections. An
+new request goes there) and tells the proxy's `liveness.Origins`, which moves the requests still
+waiting for their first byte there once the agent has been silent for `move_after_s`; this is
+what catches a frozen (SIGSTOPped, hung, asleep) Mac, whose kernel still accepts connections. An
 ejected agent comes back after its minimum ejection when a probe succeeds again. External
 backends are not probed (they come back when their ejection ends; the next failure ejects again).
 One probe per agent is in flight at a time, so detection takes at most interval + timeout. An
@@ -76,7 +76,7 @@ class Prober:
         return check
 
     def result(self, origin_url: str, ok: bool, why: str) -> None:
-        """One probe's outcome: bring the agent back, or eject it and tell the proxy."""
+        """One probe's outcome: bring the agent back, or eject it and tell liveness (on_dead)."""
         now = time.monotonic()
         if ok:
             self.on_alive(origin_url)

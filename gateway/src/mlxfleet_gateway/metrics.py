@@ -2,7 +2,8 @@
 
 Labels are key *names* (the API-key Secret's name, `anonymous` without a key), model names,
 backend and replica ids and small enums: never a key, never request text.
-May import: prometheus_client, the standard library. Called by: proxy, health, server.
+May import: prometheus_client, the standard library. Called by: proxy, relay, metering, health,
+shipper, server.
 """
 
 from __future__ import annotations

@@ -177,9 +177,9 @@ async def serve(
         pool=pool,
         balance=balance,
         gauges=gauges,
-        on_dead=app.on_dead,
-        on_alive=app.on_alive,
-        last_heard=app.last_heard,
+        on_dead=app.origins.on_dead,
+        on_alive=app.origins.on_alive,
+        last_heard=app.origins.last_heard,
         interval_s=cfg.probe_interval_s,
         timeout_s=cfg.probe_timeout_s,
     )
@@ -203,7 +203,7 @@ async def serve(
     metrics_srv = await serve_metrics(metrics_sock, gauges) if metrics_sock is not None else None
     prober.start()
     usage.start()
-    sweeper = loop.create_task(app.sweep())
+    sweeper = loop.create_task(app.origins.sweep())
     while not data_srv.started and not tasks[0].done():  # noqa: ASYNC110 - uvicorn has no event
         await asyncio.sleep(0.02)
     port = data_sock.getsockname()[1]

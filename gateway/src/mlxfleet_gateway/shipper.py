@@ -7,7 +7,7 @@ both with one listing. The gateway is stateless: closed intervals wait in memory
 `max_buffered`; the oldest are dropped and counted) while the store is unreachable, and the open
 interval is closed and flushed on shutdown. Nothing is shipped without a bucket.
 May import: boto3 (lazily), the standard library, mlxfleet_agent.contract, core.usage, metrics.
-Called by: server (start/stop) and proxy (record).
+Called by: server (start/stop) and metering (record).
 """
 
 from __future__ import annotations

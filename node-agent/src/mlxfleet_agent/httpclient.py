@@ -16,8 +16,8 @@ Errors say how far the exchange got, so a caller can decide what is safe to retr
 Shared by the agent and the gateway (the one HTTP client of the product's data plane): it lives
 in the agent, which must not import a gateway, and the gateway may import it (an import-linter
 allow-list). May import: the standard library and httptools only (no other mlxfleet module).
-Called by: the agent's `dataplane.upstream` (to its backends), the gateway's proxy (to agents
-and external providers), `healthcheck` (liveness probes over one kept-alive connection).
+Called by: the agent's `dataplane.upstream` (to its backends), the gateway's proxy and relay (to
+agents and external providers), `healthcheck` (liveness probes over one kept-alive connection).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ Pure bookkeeping with an explicit `now` (monotonic seconds) and an injected rand
   `failures_to_eject` consecutive failures otherwise; an ejected replica stays out for at least
   `eject_min_s` (doubling with repeated ejections up to `eject_max_s`) and comes back only after
   an active probe succeeds (`probe_ok`); `sync` forgets replicas that no longer exist.
-May import: the standard library. Called by: the proxy (pick/started/finished/failed) and the
-health prober (probe_ok/probe_failed/due_probes).
+May import: the standard library. Called by: the proxy (pick/started/finished), its relay
+(succeeded/failed) and the health prober (probe_ok/probe_failed/due_probes).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Built (pure) from the ModelDeployments, ModelRoutes and provider-key Secrets the
 A name resolves within the caller's scope (the namespaces of its API key, in their order): in one
 namespace a ModelRoute's name wins over a ModelDeployment's served name; across namespaces the
 first namespace of the scope that has the name wins. Nothing outside the scope is visible.
-May import: the standard library, mlxfleet_operator.api. Called by: plan, the proxy, the watches.
+May import: the standard library, mlxfleet_operator.api. Called by: plan, the proxy, listing, the
+watches.
 """
 
 from __future__ import annotations

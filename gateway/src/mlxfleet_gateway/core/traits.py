@@ -1,8 +1,8 @@
 """What routing reads from a request: the model, streaming, tools, prompt size, an affinity key.
 
-`parse(raw, headers)` turns the raw JSON body into a `Traits` (and the parsed body, which the
-proxy re-serialises only when it must change it). Prompt size is estimated as characters / 4
-(no tokenizer in the gateway). The affinity key is a stable 64-bit hash of the first
+`parse(raw, headers)` turns the raw JSON body into a `Traits` (and the parsed body, which
+`calls.payload` re-serialises only when it must change it). Prompt size is estimated as
+characters / 4 (no tokenizer in the gateway). The affinity key is a stable 64-bit hash of the first
 `AFFINITY_CHARS` characters of the prompt (roles included), only for prompts of at least
 `min_affinity_chars`: requests that share that prefix (one long system prompt, the turns of one
 conversation) get the same key, so the balancer can send them to the replica whose prompt cache

@@ -1,0 +1,90 @@
+"""What one request counts: its metrics, and its line in the per-key usage book.
+
+`finish` runs once per call, when it has been answered (or not): requests by key, model, backend
+and outcome (`ok`, `cut`, `error`), prompt and completion tokens by key and team, errors by kind,
+time to first byte and duration by model, and the call's `usage.Use` for the shipper. `record`
+books one use on its own (a request refused by its rate limit never becomes a call). Without a
+shipper nothing is booked; the metrics are counted all the same.
+May import: the standard library, core (keys, usage), calls, metrics, shipper. Called by: proxy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mlxfleet_gateway import calls, metrics, shipper
+from mlxfleet_gateway.core import keys
+from mlxfleet_gateway.core import usage as usage_mod
+
+
+class Meter:
+    def __init__(
+        self,
+        *,
+        gauges: metrics.GatewayMetrics,
+        usage: shipper.Shipper | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.metrics = gauges
+        self.usage = usage
+        self.clock = clock
+
+    def finish(self, call: calls.Call) -> None:
+        key, req, m = call.key, call.req, self.metrics
+        outcome = "ok" if call.error is None else ("cut" if call.error == "cut" else "error")
+        backend = call.backend or "none"
+        m.child(m.requests, key.name, req.model, backend, outcome).inc()
+        team = key.spec.team or ""
+        if call.prompt_tokens:
+            m.child(m.prompt_tokens, key.name, team, req.model).inc(call.prompt_tokens)
+        if call.completion_tokens:
+            m.child(m.completion_tokens, key.name, team, req.model).inc(call.completion_tokens)
+        if call.error is not None:
+            m.child(m.errors, key.name, call.error).inc()
+        if call.ttfb is not None:
+            m.child(m.ttft, req.model).observe(call.ttfb)
+        m.child(m.duration, req.model).observe(self.clock() - call.t0)
+        self.record(
+            key,
+            call.plan.namespace,
+            req.model,
+            backend,
+            call.external,
+            prompt=call.prompt_tokens,
+            completion=call.completion_tokens,
+            error=call.error,
+            served=call.served,
+        )
+
+    def record(
+        self,
+        key: keys.ApiKey,
+        namespace: str | None,
+        model: str,
+        backend: str,
+        external: bool,
+        *,
+        prompt: int = 0,
+        completion: int = 0,
+        error: str | None = None,
+        rate_limited: bool = False,
+        served: str | None = None,
+    ) -> None:
+        if self.usage is None:
+            return
+        self.usage.record(
+            usage_mod.Use(
+                key=key.name,
+                owner=key.spec.owner,
+                team=key.spec.team,
+                namespace=namespace,
+                model=model,
+                backend=backend or "none",
+                external=external,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                error=error,
+                rate_limited=rate_limited,
+                served=served,
+            )
+        )
