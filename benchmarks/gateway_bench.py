@@ -234,6 +234,10 @@ def failover(fl: gwfleet.Fleet, gw: gws.Gateway, victim: str, *, freeze: bool) -
         "failed_whole": len(load.failed_whole()),
         "failed_before_start": len(load.failed_before_start()),
         "cut": len(load.cut()),
+        # what failed, so a failure the goals forbid can be explained from the run's output
+        "errors": sorted(
+            {r.error or "no error text" for r in load.failed_whole() + load.failed_before_start()}
+        ),
     }
     if freeze:
         fl.nodes[victim].thaw()
@@ -390,6 +394,8 @@ def render(results: dict[str, Any]) -> str:
             f"| {name} of an agent | {f['route_around_s'] * 1000:.0f} ms | {f['after']} | "
             f"{f['moved']} | {f['failed_whole']} | {f['failed_before_start']} | {f['cut']} |"
         )
+    for name, f in (("SIGKILL", results["kill"]), ("SIGSTOP", results["stop"])):
+        lines += [f"- {name}: a request failed with `{e}`" for e in f["errors"]]
     lines += [
         "",
         "A killed agent refuses connections: the first attempt that meets it ejects it and is "
