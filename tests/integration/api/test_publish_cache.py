@@ -177,3 +177,101 @@ def test_the_resync_of_unchanged_objects_reads_them_and_writes_only_an_edited_on
     finally:
         asyncio.run(p.unpublish(deployment))
         k.close()
+
+
+def test_a_new_deployment_costs_one_request_per_object_and_a_list(
+    cluster: controlplane.ControlPlane,
+) -> None:
+    """Issue 12, at 500 x 1,000: a new deployment's first publish read the Service and each
+    slice before creating it (404, then POST), and every later change applied every slice again,
+    even those whose endpoints had not changed. Now: a POST per object and the stale-slice LIST;
+    then one apply per slice that changed."""
+    deployment, service = _deployment(cluster)
+    a = publishing.Endpoint("n1", "10.1.0.1", 9000, ready=False)
+    b = publishing.Endpoint("n2", "10.1.0.2", 9001, ready=False)  # another port: its own slice
+    a_up, b_up = (publishing.Endpoint(e.node, e.host, e.port, ready=True) for e in (a, b))
+    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    p = publishing.Publisher(k)
+    calls: list[str] = []
+    k.core, k.discovery = _Counting(k.core, calls), _Counting(k.discovery, calls)  # type: ignore[assignment]
+    try:
+        asyncio.run(p.publish(deployment, [a, b]))
+        assert calls == [
+            "create_namespaced_service",
+            "create_namespaced_endpoint_slice",
+            "create_namespaced_endpoint_slice",
+            "list_namespaced_endpoint_slice",
+        ]
+        calls.clear()
+        asyncio.run(p.publish(deployment, [a_up, b]))  # one replica Ready: its slice only
+        assert calls == ["patch_namespaced_endpoint_slice"]
+        calls.clear()
+        asyncio.run(p.publish(deployment, [a_up, b_up]))
+        assert calls == ["patch_namespaced_endpoint_slice"]
+        ready = {
+            s["ports"][0]["port"]: s["endpoints"][0]["conditions"]["ready"]
+            for s in _slices(cluster, service)
+        }
+        assert ready == {9000: True, 9001: True}
+    finally:
+        asyncio.run(p.unpublish(deployment))
+        k.close()
+
+
+def test_a_new_deployment_whose_names_are_taken_reads_and_never_adopts(
+    cluster: controlplane.ControlPlane,
+) -> None:
+    """The POST of a new deployment's Service fails on a name that is taken; the object is
+    then read: someone else's stays exactly as it was (ServiceConflict, no slice written), and
+    later publishes read first. A slice a deployment of that name left behind (ownerReference
+    by name) is still found and removed although the Service's POST succeeded: the stale-slice
+    LIST of a new deployment is not skipped."""
+    deployment, service = _deployment(cluster)
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": service, "namespace": NS, "labels": {"team": "other"}},
+        "spec": {"ports": [{"port": 8080, "protocol": "TCP"}]},
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(foreign))
+    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    p = publishing.Publisher(k)
+    calls: list[str] = []
+    k.core, k.discovery = _Counting(k.core, calls), _Counting(k.discovery, calls)  # type: ignore[assignment]
+    endpoints = [publishing.Endpoint("n1", "10.1.0.1", 9000, ready=True)]
+    try:
+        with pytest.raises(publishing.ServiceConflict):
+            asyncio.run(p.publish(deployment, endpoints))
+        assert calls == ["create_namespaced_service", "read_namespaced_service"]
+        kept = json.loads(cluster.kubectl("-n", NS, "get", "service", service, "-o", "json").stdout)
+        assert kept["metadata"].get("ownerReferences") is None
+        assert kept["metadata"]["labels"] == {"team": "other"}
+        assert _slices(cluster, service) == []
+        calls.clear()
+        with pytest.raises(publishing.ServiceConflict):  # the name is known taken: read first
+            asyncio.run(p.publish(deployment, endpoints))
+        assert calls == ["read_namespaced_service"]
+    finally:
+        cluster.kubectl("-n", NS, "delete", "service", service, check=False)
+
+    old = publishing.Publisher(k)  # a deployment of that name before, another port
+    asyncio.run(old.publish(deployment, endpoints))
+    cluster.kubectl("-n", NS, "delete", "service", service)  # its slice is left behind
+    again = {**deployment, "metadata": {**deployment["metadata"], "uid": str(uuid.uuid4())}}
+    moved = [publishing.Endpoint("n1", "10.1.0.1", 9001, ready=True)]
+    p = publishing.Publisher(k)  # another operator process: no record of either
+    calls.clear()
+    try:
+        asyncio.run(p.publish(again, moved))  # the Service POST succeeds: the LIST still runs
+        assert calls == [
+            "create_namespaced_service",
+            "create_namespaced_endpoint_slice",
+            "list_namespaced_endpoint_slice",
+            "delete_namespaced_endpoint_slice",
+        ]
+        (left,) = _slices(cluster, service)  # the predecessor's 9000 slice is gone
+        assert left["ports"][0]["port"] == 9001
+        assert left["metadata"]["ownerReferences"][0]["uid"] == again["metadata"]["uid"]
+    finally:
+        asyncio.run(p.unpublish(again))
+        k.close()

@@ -34,6 +34,10 @@ class KubeError(Exception):
     """A Kubernetes call that failed for a reason other than not-found / already-exists."""
 
 
+class AlreadyExists(KubeError):
+    """A create (POST) found an object with that name already there (409)."""
+
+
 class SecretMissing(KubeError):
     """The referenced Secret or key does not exist (or the operator may not read it)."""
 
@@ -185,13 +189,15 @@ class Kube:
         return self.plain(found)
 
     async def create(self, kind: Kind, namespace: str, body: JsonDict) -> JsonDict:
-        """Create `body` (POST: fails if someone made it meanwhile); the object as created."""
+        """Create `body` (POST: fails if the name is taken, `AlreadyExists`); the object as
+        created."""
         try:
             made = await asyncio.to_thread(
                 kind.create, namespace, body, field_manager=FIELD_MANAGER
             )
-        except ApiException as exc:  # 409: made meanwhile; the next reconcile looks again
-            raise KubeError(
+        except ApiException as exc:  # 409: made meanwhile (`AlreadyExists`)
+            error = AlreadyExists if exc.status == 409 else KubeError
+            raise error(
                 f"create {kind.name} {namespace}/{body['metadata']['name']}: "
                 f"{exc.status} {exc.reason}"
             ) from exc

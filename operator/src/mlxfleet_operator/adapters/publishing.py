@@ -14,6 +14,12 @@ full path reads each object and applies it only when it is not already as we wou
 (`ownership.covers`): the resync of a quiet fleet reads, it does not write (at 1,000
 deployments an apply of the Service and each slice every 5 minutes is over 2,000 write
 requests each time).
+A deployment the operator has not published yet (no `status.endpoint`, no name found taken in
+this process) has its objects created with a POST straight away: the POST fails on a name that
+is taken (409), and only then is the object read and decided on as above, so nothing of someone
+else's is ever written, and a new deployment costs one request per object instead of two. A
+slice this process already wrote with exactly the body it would write now is not applied again
+(a deployment's other slices when one endpoint turned ready); the resync reads it.
 May import: kubernetes, the standard library, `kube`, `ownership`, `api`, `core.naming`.
 Called by: `runtime` (builds it), handlers (through `runtime.Runtime.publisher`).
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -67,6 +74,8 @@ class _Written:
     at: float
     service: str | None = None
     slices: dict[str, str] = field(default_factory=dict)  # name -> uid
+    bodies: dict[str, int] = field(default_factory=dict)  # name -> hash of the body it holds
+    fresh: bool = False  # a deployment not published before: its objects are POSTed first
 
 
 def slice_address(host: str) -> tuple[str, str]:
@@ -133,6 +142,8 @@ class Publisher:
         self._published: dict[tuple[str, str], tuple[object, float]] = {}
         # (namespace, name) -> what this process wrote for it (see `_publish`)
         self._written: dict[tuple[str, str], _Written] = {}
+        # (namespace, name): a POST of theirs found the name taken; read first from then on
+        self._taken: set[tuple[str, str]] = set()
         self._resync = resync
         self._clock = clock
 
@@ -161,7 +172,8 @@ class Publisher:
         key = (namespace, name)
         written = self._written.pop(key, None)
         if written is None or written.deployment != meta["uid"] or self._expired(written.at):
-            written = _Written(meta["uid"], self._clock())
+            first = written is None or written.deployment != meta["uid"]  # not the resync
+            written = _Written(meta["uid"], self._clock(), fresh=first and self._new(deployment))
         service = naming.service_name(name)
         owner, labels, annotations = _marks(deployment)
         svc_body: kube.JsonDict = {
@@ -179,7 +191,9 @@ class Publisher:
             },
         }
         if written.service is None:  # not written by this process since the last full path
-            written.service = await self._own(self.kube.services, deployment, svc_body)
+            written.service = await self._own(
+                self.kube.services, deployment, svc_body, create_first=written.fresh
+            )
         before = set(written.slices)
         self._written[key] = written  # `publish_slices` reads and fills it
         try:
@@ -191,6 +205,15 @@ class Publisher:
             raise
         for gone in before - wanted:
             written.slices.pop(gone, None)
+            written.bodies.pop(gone, None)
+
+    def _new(self, deployment: Mapping[str, Any]) -> bool:
+        """Nothing was published for `deployment` yet, as far as it and this process know: its
+        status names no endpoint (set once its Service is published) and no POST of its objects
+        found the name taken. A guess that only decides the order (POST first, or GET first)."""
+        meta = deployment["metadata"]
+        status = deployment.get("status") or {}
+        return not status.get("endpoint") and (meta["namespace"], meta["name"]) not in self._taken
 
     def _expired(self, at: float) -> bool:
         return self._clock() - at >= self._resync
@@ -250,13 +273,17 @@ class Publisher:
 
     async def _own_slice(self, deployment: Mapping[str, Any], body: kube.JsonDict) -> None:
         """`_own` for an EndpointSlice; one this process wrote for the deployment is applied
-        with its known uid (no read); if that fails it is read and decided on again."""
+        with its known uid (no read), and not at all when it wrote this very body; if the apply
+        fails it is read and decided on again."""
         meta, dmeta = body["metadata"], deployment["metadata"]
         written = self._written.get((dmeta["namespace"], dmeta["name"]))
         if written is not None and written.deployment != dmeta["uid"]:
             written = None
+        digest = hash(json.dumps(body, sort_keys=True))
         uid = written.slices.get(meta["name"]) if written is not None else None
-        if uid is not None:
+        if written is not None and uid is not None:
+            if written.bodies.get(meta["name"]) == digest:
+                return  # written as it is now since the last full path: the resync reads it
             try:
                 await self.kube.apply(
                     self.kube.slices,
@@ -264,12 +291,15 @@ class Publisher:
                     meta["namespace"],
                     {**body, "metadata": {**meta, "uid": uid}},
                 )
+                written.bodies[meta["name"]] = digest
                 return
             except kube.KubeError:
                 pass  # changed or gone meanwhile: the careful way below
-        uid = await self._own(self.kube.slices, deployment, body)
+        fresh = written is not None and written.fresh
+        uid = await self._own(self.kube.slices, deployment, body, create_first=fresh)
         if written is not None:
             written.slices[meta["name"]] = uid
+            written.bodies[meta["name"]] = digest
 
     async def unpublish(self, deployment: Mapping[str, Any]) -> None:
         """Remove the deployment's own Service and EndpointSlices (ownerReferences do this too
@@ -278,18 +308,33 @@ class Publisher:
         namespace, service = meta["namespace"], naming.service_name(meta["name"])
         self._published.pop((namespace, meta["name"]), None)
         self._written.pop((namespace, meta["name"]), None)
+        self._taken.discard((namespace, meta["name"]))
         await self._delete_slices(deployment, service, keep=set())
         found = await self.kube.read(self.kube.services, service, namespace)
         if found is not None and ownership.owns(deployment, found):
             await self.kube.delete(self.kube.services, found)
 
     async def _own(
-        self, kind: kube.Kind, deployment: Mapping[str, Any], body: kube.JsonDict
+        self,
+        kind: kube.Kind,
+        deployment: Mapping[str, Any],
+        body: kube.JsonDict,
+        *,
+        create_first: bool = False,
     ) -> str:
         """Create `body`, or apply it over the existing object if (and only if) it is ours.
-        Returns the object's uid."""
+        Returns the object's uid. `create_first`: POST without reading first (a new
+        deployment's objects are not there yet); a name found taken (409) is read and decided
+        on like any existing object."""
         meta = body["metadata"]
         name, namespace = meta["name"], meta["namespace"]
+        if create_first:
+            try:
+                made = await self.kube.create(kind, namespace, body)
+                return str(made["metadata"]["uid"])
+            except kube.AlreadyExists:
+                dmeta = deployment["metadata"]
+                self._taken.add((dmeta["namespace"], dmeta["name"]))
         found = await self.kube.read(kind, name, namespace)
         if found is None:
             made = await self.kube.create(kind, namespace, body)
