@@ -275,3 +275,37 @@ def test_a_new_deployment_whose_names_are_taken_reads_and_never_adopts(
     finally:
         asyncio.run(p.unpublish(again))
         k.close()
+
+
+def test_a_deployment_created_again_takes_its_predecessors_objects_over(
+    cluster: controlplane.ControlPlane,
+) -> None:
+    """A ModelDeployment deleted and created again under the same name (a new uid) before the
+    garbage collector removed its Service and slices takes them back: their ownerReferences
+    name only the new deployment (server-side apply alone kept the old controller reference
+    beside the new one, and the API server refused two: 422), and the Service keeps its
+    cluster IP (clients keep their address)."""
+    deployment, service = _deployment(cluster)
+    endpoints = [publishing.Endpoint("n1", "10.1.0.1", 9000, ready=True)]
+    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    again = {**deployment, "metadata": {**deployment["metadata"], "uid": str(uuid.uuid4())}}
+    new_uid = again["metadata"]["uid"]
+    try:
+        asyncio.run(publishing.Publisher(k).publish(deployment, endpoints))
+        before = json.loads(
+            cluster.kubectl("-n", NS, "get", "service", service, "-o", "json").stdout
+        )
+        moved = [publishing.Endpoint("n2", "10.1.0.2", 9000, ready=True)]
+        asyncio.run(publishing.Publisher(k).publish(again, moved))  # another operator process
+        after = json.loads(
+            cluster.kubectl("-n", NS, "get", "service", service, "-o", "json").stdout
+        )
+        assert [r["uid"] for r in after["metadata"]["ownerReferences"]] == [new_uid]
+        assert after["spec"]["clusterIP"] == before["spec"]["clusterIP"]
+        assert after["metadata"]["uid"] == before["metadata"]["uid"]
+        (taken,) = _slices(cluster, service)
+        assert [r["uid"] for r in taken["metadata"]["ownerReferences"]] == [new_uid]
+        assert [e["addresses"] for e in taken["endpoints"]] == [["10.1.0.2"]]
+    finally:
+        asyncio.run(publishing.Publisher(k).unpublish(again))
+        k.close()

@@ -1,9 +1,14 @@
-"""`ownership.covers`: the publish resync applies an owned Service or EndpointSlice again only when
-the object read is not already as the operator would write it (issue 12: every unchanged one
-was applied every 5 minutes). The server's defaults and other managers' fields do not count;
-a changed, missing or extra item of a list does."""
+"""`ownership.covers` and `ownership.inherited`.
+
+`covers`: the publish resync applies an owned Service or EndpointSlice again only when the
+object read is not already as the operator would write it (issue 12: every unchanged one was
+applied every 5 minutes). The server's defaults and other managers' fields do not count; a
+changed, missing or extra item of a list does. `inherited`: an object of a predecessor of the
+same name, whose ownerReferences are replaced when the new deployment takes it over."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from mlxfleet_operator.adapters import ownership
 
@@ -36,3 +41,32 @@ def test_a_changed_missing_or_extra_value_does() -> None:
     assert not ownership.covers({"metadata": FOUND["metadata"], "ports": FOUND["ports"]}, WANTED)
     assert not ownership.covers({**FOUND, "ports": {"name": "http"}}, WANTED)
     assert not ownership.covers({**FOUND, "ports": [{"name": "http", "port": "80"}]}, WANTED)
+
+
+def _deployment(uid: str) -> dict[str, Any]:
+    return {"metadata": {"name": "chat", "namespace": "ns", "uid": uid}}
+
+
+def _published(*owner_uids: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "labels": {"app.kubernetes.io/managed-by": ownership.MANAGED_BY},
+            "ownerReferences": [
+                {
+                    "apiVersion": "mlxfleet.io/v1alpha1",
+                    "kind": "ModelDeployment",
+                    "name": "chat",
+                    "uid": uid,
+                    "controller": True,
+                }
+                for uid in owner_uids
+            ],
+        }
+    }
+
+
+def test_a_predecessors_object_is_inherited_ours_is_not_and_a_strangers_is_neither() -> None:
+    assert ownership.inherited(_deployment("new"), _published("old"))
+    assert not ownership.inherited(_deployment("new"), _published("new"))
+    stranger = {"metadata": {"ownerReferences": _published("old")["metadata"]["ownerReferences"]}}
+    assert not ownership.inherited(_deployment("new"), stranger)  # no managed-by label

@@ -27,6 +27,7 @@ from mlxfleet_operator.api import resources
 
 FIELD_MANAGER = "mlxfleet-operator"
 APPLY = "application/apply-patch+yaml"
+JSON_PATCH = "application/json-patch+json"
 JsonDict = dict[str, Any]
 
 
@@ -218,6 +219,28 @@ class Kube:
         except ApiException as exc:
             raise KubeError(
                 f"apply {body['kind']} {namespace}/{name}: {exc.status} {exc.body}"
+            ) from exc
+
+    async def replace_owners(
+        self, kind: Kind, found: Mapping[str, Any], owners: list[JsonDict]
+    ) -> None:
+        """Set the ownerReferences of exactly the object that was read (uid test) to `owners`.
+
+        Server-side apply merges ownerReferences by uid and cannot drop one it did not set (a
+        POST sets them), so taking a predecessor's object over replaces them first."""
+        meta = found["metadata"]
+        ops = [
+            {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+            {"op": "replace", "path": "/metadata/ownerReferences", "value": owners},
+        ]
+        try:
+            await asyncio.to_thread(
+                kind.patch, meta["name"], meta["namespace"], ops, _content_type=JSON_PATCH
+            )
+        except ApiException as exc:
+            raise KubeError(
+                f"take over {kind.name} {meta['namespace']}/{meta['name']}: "
+                f"{exc.status} {exc.reason}"
             ) from exc
 
     async def delete(self, kind: Kind, found: Mapping[str, Any]) -> None:

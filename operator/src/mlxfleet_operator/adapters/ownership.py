@@ -55,6 +55,15 @@ def owns(deployment: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
     return False
 
 
+def inherited(deployment: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
+    """`obj` is ours (`owns`) but names a predecessor of this deployment (same name, another
+    uid) as its owner, not this one: its ownerReferences must be replaced, not merged (two
+    controller references are invalid)."""
+    uid = deployment["metadata"]["uid"]
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return owns(deployment, obj) and not any(ref.get("uid") == uid for ref in refs)
+
+
 def conflict_message(kind: str, obj: Mapping[str, Any]) -> str:
     """Why an object with our name is not ours, and what a person can do."""
     meta = obj.get("metadata") or {}

@@ -342,6 +342,8 @@ class Publisher:
         if not ownership.owns(deployment, found):
             raise ServiceConflict(ownership.conflict_message(kind.name, found))
         uid = found["metadata"]["uid"]  # precondition: never applied to a replacement
+        if ownership.inherited(deployment, found):  # a predecessor's: now this deployment's
+            await self.kube.replace_owners(kind, found, meta["ownerReferences"])
         if ownership.covers(found, body):  # already as we would write it (a resync): not written
             return str(uid)
         await self.kube.apply(kind, name, namespace, {**body, "metadata": {**meta, "uid": uid}})
