@@ -1,21 +1,24 @@
 """Gateway benchmark: gateway -> agent against the agent directly, in the same run; prefix
 affinity; failover.
 
-    python -m benchmarks.gateway_bench [--rounds N] [--out docs/benchmarks.md]
+    python -m benchmarks.gateway_bench [--rounds N] [--out docs/benchmarks.md] [--cpu-only]
 
 Starts the loopback control plane, two agents (their data planes accept only the fleet
 credential), the operator and `mlxfleet-gateway` as their own ServiceAccounts, with a 1-replica
-ModelDeployment `bench` (on n1) and a 2-replica `pair`, then measures, alternating the order
-every round:
+ModelDeployment `bench` (on n1), the paced source `paced` (on n1) and a 2-replica `pair`, then
+measures, alternating the order every round:
 - time to first token (first `data: {` event), p50/p99, one stream at a time: the gateway against
   the agent's data plane it forwards to (same agent, same backend), and the floor proxy;
 - streamed tokens/s (token events per second, summed) at 1 and 8 concurrent streams, direct and
   through the gateway in alternating pairs of short rounds; the goal's figure is the median of
   the paired ratios (the model's speed on this shared box drifts between rounds, a pair does not);
 - CPU per streamed event of the gateway process and of the agent process, from each process's
-  own CPU clock (nanoseconds; all its threads, background work included) over long paced
-  streams (tokens arrive paced by the model, one event per read), and of the floor proxy in the
-  same rounds; idle CPU of both processes is measured and reported beside it (not subtracted);
+  own CPU clock (nanoseconds; all its threads, background work included) over long streams, one
+  event per read, and of the floor proxy in the same rounds; idle CPU of both processes is
+  measured and reported beside it (not subtracted). Twice: over a paced source
+  (`benchmarks/paced_server.py` as a `command` engine slot `paced` on n1: one token event every
+  1 ms, no decoding, so the figure is the proxies' own cost: the goal's measurement), and over
+  the tiny model (tokens paced by decoding on the same 2 cores);
 - prefix affinity: 12 conversations with long system prompts over 2 replicas, with affinity and
   without (a second gateway with `--no-affinity`), each with its own prompts: TTFT and the share
   of prompt tokens mlx-lm served from its prompt cache (`usage.prompt_tokens_details`);
@@ -40,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -55,6 +58,7 @@ from mlxfleet_agent import devmodels
 from mlxfleet_operator.dev import controlplane, processes
 
 SECTION = "## Gateway"
+PACED = "paced"  # the deployment served by benchmarks/paced_server.py
 CONVERSATIONS = 12
 WORDS = ("fleet", "mac", "swap", "token", "cache", "model", "route", "agent", "queue", "node")
 
@@ -265,20 +269,33 @@ async def measure(
         for _ in range(3):
             for side in (direct, gateway, floor):
                 await stream(side, max_tokens=4)
-        ttft = await ttft_rounds(direct, gateway, floor, args.rounds * 25)
         agent_pid = n1.proc.pid  # type: ignore[union-attr]
-        tps1 = await throughput(direct, gateway, streams=1, rounds=args.rounds * 3)
-        tps8 = await throughput(direct, gateway, streams=8, rounds=args.rounds * 3)
-        cpu1 = await cpu_rounds(
-            gateway, floor, agent_pid, streams=1, tokens=1000, rounds=args.rounds
+        out: dict[str, Any] = {}
+        # the proxies' own cost: a source that decodes nothing, one event every 1 ms
+        paced_gw, paced_floor = replace(gateway, model=PACED), replace(floor, model=PACED)
+        for side in (paced_gw, paced_floor):
+            await stream(side, max_tokens=4)
+        out["paced1"] = await cpu_rounds(
+            paced_gw, paced_floor, agent_pid, streams=1, tokens=2000, rounds=args.rounds
         )
-        cpu8 = await cpu_rounds(
-            gateway, floor, agent_pid, streams=8, tokens=250, rounds=args.rounds
+        out["paced8"] = await cpu_rounds(
+            paced_gw, paced_floor, agent_pid, streams=8, tokens=500, rounds=args.rounds
         )
         idle0 = cpu(gw.proc.pid), cpu(agent_pid)
         await asyncio.sleep(10.0)
-        idle = (cpu(gw.proc.pid) - idle0[0]) / 10.0
-        agent_idle = (cpu(agent_pid) - idle0[1]) / 10.0
+        out["idle"] = (cpu(gw.proc.pid) - idle0[0]) / 10.0
+        out["agent_idle"] = (cpu(agent_pid) - idle0[1]) / 10.0
+        if args.cpu_only:
+            return out
+        out["ttft"] = await ttft_rounds(direct, gateway, floor, args.rounds * 25)
+        out["tps1"] = await throughput(direct, gateway, streams=1, rounds=args.rounds * 3)
+        out["tps8"] = await throughput(direct, gateway, streams=8, rounds=args.rounds * 3)
+        out["cpu1"] = await cpu_rounds(
+            gateway, floor, agent_pid, streams=1, tokens=1000, rounds=args.rounds
+        )
+        out["cpu8"] = await cpu_rounds(
+            gateway, floor, agent_pid, streams=8, tokens=250, rounds=args.rounds
+        )
         aff = await affinity(
             Side("gateway", gw.url, "pair", gc, gw.proc.pid), seeds=range(CONVERSATIONS), rounds=4
         )
@@ -287,16 +304,48 @@ async def measure(
             seeds=range(100, 100 + CONVERSATIONS),
             rounds=4,
         )
+        out["affinity"], out["no_affinity"] = aff, no_aff
+    return out
+
+
+def cpu_rows(results: dict[str, Any]) -> list[str]:
+    """The CPU-per-event rows: over the paced source (the goal's figure: the proxies' own cost)
+    and over the model (what they cost while decoding shares the cores)."""
+    rows = []
+    phases = [(f"paced{n}", f"paced source (1 event/ms), {n} concurrent") for n in (1, 8)]
+    phases += [(f"cpu{n}", f"tiny model, {n} concurrent") for n in (1, 8)]
+    for key, label in phases:
+        if key not in results:
+            continue
+        c = results[key]
+        per = c["gateway"] / max(1.0, c["events"]) * 1e6
+        agent = c["agent"] / max(1.0, c["events"]) * 1e6
+        busy = c["gateway"] / max(1e-9, c["seconds"]) * 100
+        floor = c["floor"] / max(1.0, c["floor_events"]) * 1e6
+        # what the processes' idle work (probes, polls, watches, timers) adds per event here
+        span = c["seconds"] / max(1.0, c["events"]) * 1e6
+        g_idle, a_idle = results["idle"] * span, results["agent_idle"] * span
+        rows.append(
+            f"| CPU per streamed event, {label} ({c['events']:.0f} events) | agent "
+            f"process: {agent:.1f} us (idle work {a_idle:.1f} us of it) | gateway process: "
+            f"{per:.1f} us (idle work {g_idle:.1f} us of it) | floor proxy {floor:.1f} us "
+            f"(gateway / floor {per / max(1e-9, floor):.2f}x); gateway busy {busy:.1f}% of one "
+            "core |"
+        )
+    return rows
+
+
+def paced_engine() -> dict[str, Any]:
+    """`spec.engine` of the paced source: the generic command engine running
+    `benchmarks/paced_server.py` (the agent allow-lists this interpreter)."""
+    script = str(Path(__file__).with_name("paced_server.py"))
     return {
-        "ttft": ttft,
-        "tps1": tps1,
-        "tps8": tps8,
-        "cpu1": cpu1,
-        "cpu8": cpu8,
-        "idle": idle,
-        "agent_idle": agent_idle,
-        "affinity": aff,
-        "no_affinity": no_aff,
+        "name": "command",
+        "command": {
+            "argv": [sys.executable, script, "--host", "{host}", "--port", "{port}"],
+            "capabilities": ["chat", "completions"],
+            "memoryBytes": 64 << 20,
+        },
     }
 
 
@@ -319,7 +368,10 @@ def render(results: dict[str, Any]) -> str:
         "cores: every microsecond the gateway spends per event is taken from decoding. The floor "
         "proxy (`benchmarks/floor_proxy.py`: the same uvicorn + httptools + uvloop stack, a raw "
         "asyncio stream per request, bytes forwarded unparsed) runs in the same rounds: it is "
-        "what this box charges any Python hop.",
+        "what this box charges any Python hop. The paced source (`benchmarks/paced_server.py`, "
+        "run by the agent as a `command` engine slot: one token event every 1 ms, nothing "
+        "decoded) gives the proxies' own CPU per event, the goal's figure; the tiny-model rows "
+        "show the same while decoding shares the cores.",
         "",
         "| metric | agent direct | via gateway | gateway - direct / ratio |",
         "| --- | --- | --- | --- |",
@@ -340,22 +392,7 @@ def render(results: dict[str, Any]) -> str:
             f"| streamed tokens/s, {n} concurrent ({len(c.direct)} pairs of rounds) | {d:.0f} | "
             f"{g:.0f} | paired median {pr * 100:.1f}% (ratio of medians {g / d * 100:.1f}%) |"
         )
-    for n in (1, 8):
-        c = results[f"cpu{n}"]
-        per = c["gateway"] / max(1.0, c["events"]) * 1e6
-        agent = c["agent"] / max(1.0, c["events"]) * 1e6
-        busy = c["gateway"] / max(1e-9, c["seconds"]) * 100
-        floor = c["floor"] / max(1.0, c["floor_events"]) * 1e6
-        # what the processes' idle work (probes, polls, watches, timers) adds per event here
-        span = c["seconds"] / max(1.0, c["events"]) * 1e6
-        g_idle, a_idle = results["idle"] * span, results["agent_idle"] * span
-        lines.append(
-            f"| CPU per streamed event, {n} concurrent ({c['events']:.0f} events) | agent "
-            f"process: {agent:.1f} us (idle work {a_idle:.1f} us of it) | gateway process: "
-            f"{per:.1f} us (idle work {g_idle:.1f} us of it) | floor proxy {floor:.1f} us "
-            f"(gateway / floor {per / max(1e-9, floor):.2f}x); gateway busy {busy:.1f}% of one "
-            "core |"
-        )
+    lines += cpu_rows(results)
     lines.append(
         f"| CPU while idle (agent: control API polls, 2 gateways' probes; gateway: probes of 2 "
         f"agents every 0.2 s, watches) | agent {results['agent_idle'] * 100:.2f}% of one core | "
@@ -436,12 +473,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gateway_bench")
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds (x10 for TTFT)")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
+    parser.add_argument(
+        "--cpu-only",
+        action="store_true",
+        help="only the CPU-per-event phases (printed, not written): for work on the hot path",
+    )
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     models = root / "models"
     model = devmodels.generate_model(models / "a", seed=1)
-    with controlplane.running(root / "cp") as cluster, gwfleet.fleet(cluster, root, models) as fl:
+    allow = ("--allow-command", sys.executable)
+    with (
+        controlplane.running(root / "cp") as cluster,
+        gwfleet.fleet(cluster, root, models, agent_flags=allow) as fl,
+    ):
         n1 = fl.node("n1")
+        fl.deploy(
+            PACED,
+            model,
+            replicas=1,
+            maxConcurrency=8,
+            contextLength=4096,
+            placement={"nodes": [n1]},
+            engine=paced_engine(),
+        )
         fl.deploy(
             "bench",
             model,
@@ -452,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         fl.deploy("pair", model, replicas=2, maxConcurrency=8, contextLength=4096)
         fl.wait_ready("bench")
+        fl.wait_ready(PACED)
         fl.wait_ready("pair", replicas=2)
         kubeconfig = cluster.gateway_kubeconfig
         assert kubeconfig is not None
@@ -475,6 +531,9 @@ def main(argv: list[str] | None = None) -> int:
             plain.stop()
             floor.send_signal(signal.SIGTERM)
             floor.wait(timeout=30)
+        if args.cpu_only:
+            print("\n".join(cpu_rows(results)))
+            return 0
         victim = fl.node("n2")
         results["kill"] = failover(fl, fl.gateway, victim, freeze=False)
         fl.nodes[victim].start()

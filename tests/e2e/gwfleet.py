@@ -82,6 +82,7 @@ def fleet(
     *,
     agents: tuple[str, ...] = ("n1", "n2"),
     namespaces: tuple[str, ...] = (),
+    agent_flags: tuple[str, ...] = (),
 ) -> Iterator[Fleet]:
     label = f"g{uuid.uuid4().hex[:8]}"
     ws = E2E(cluster=cluster, namespace=f"gw-{label}", label=label)
@@ -93,7 +94,7 @@ def fleet(
     fl = Fleet(cluster=cluster, agents=pool, operator=op, ws=ws)
     try:
         for short in agents:
-            agent = pool.start(short, data_key=gws.FLEET_KEY)
+            agent = pool.start(short, data_key=gws.FLEET_KEY, flags=list(agent_flags))
             fl.nodes[ws.register(agent)] = agent
         op.start()
         yield fl
