@@ -24,18 +24,23 @@ from mlxfleet_gateway import server
 Message = MutableMapping[str, Any]
 
 
+async def read_body(receive: Callable[[], Awaitable[Message]]) -> bytes:
+    """The whole request body of an ASGI request."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
 def app_for(host: str, port: int, key: str) -> Any:
     async def app(
         scope: Message, receive: Callable[[], Awaitable[Message]], send: Callable[[Message], Any]
     ) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         reader, writer = await asyncio.open_connection(host, port)
         writer.write(
             b"POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
