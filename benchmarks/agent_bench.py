@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -423,6 +424,7 @@ async def run(args: argparse.Namespace, *, pin: bool, swaps: bool) -> dict[str, 
             import psutil
 
             psutil.Process().cpu_affinity([])  # all CPUs again
+    shutil.rmtree(base, ignore_errors=True)  # kept after a failure: its logs explain it
     return {
         "pin": pin,
         "when": datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),

@@ -36,6 +36,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import signal
 import socket
 import statistics
@@ -531,15 +532,17 @@ def main(argv: list[str] | None = None) -> int:
             plain.stop()
             floor.send_signal(signal.SIGTERM)
             floor.wait(timeout=30)
-        if args.cpu_only:
-            print("\n".join(cpu_rows(results)))
-            return 0
-        victim = fl.node("n2")
-        results["kill"] = failover(fl, fl.gateway, victim, freeze=False)
-        fl.nodes[victim].start()
-        fl.wait_ready("pair", replicas=2)
-        time.sleep(3)
-        results["stop"] = failover(fl, fl.gateway, victim, freeze=True)
+        if not args.cpu_only:
+            victim = fl.node("n2")
+            results["kill"] = failover(fl, fl.gateway, victim, freeze=False)
+            fl.nodes[victim].start()
+            fl.wait_ready("pair", replicas=2)
+            time.sleep(3)
+            results["stop"] = failover(fl, fl.gateway, victim, freeze=True)
+    shutil.rmtree(root, ignore_errors=True)  # kept after a failure: its logs explain it
+    if args.cpu_only:
+        print("\n".join(cpu_rows(results)))
+        return 0
     results["when"] = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     results["host"] = (
         f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores "

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -187,6 +188,7 @@ def run(rounds: int) -> dict[str, Any]:
             op.stop()
             for agent in pool.started:
                 agent.stop()
+    shutil.rmtree(base, ignore_errors=True)  # kept after a failure: its logs explain it
     return results
 
 
