@@ -83,11 +83,7 @@ class Relay:
             call.last_error = errors.upstream_failed(f"{name}: {exc}")
             return calls.RETRY
         except upstream.ResponseError as exc:
-            if call.gone:
-                return calls.RETRY
-            self.failed(c, fatal=True, reason="no_answer")
-            call.last_error = errors.upstream_failed(f"{name}: {exc}")
-            return calls.RETRY
+            return self.lost(call, c, name, exc, reason="no_answer")
         status = resp.status
         refused = c.id.startswith("external:") and status in (401, 403)
         if status >= 500 or status == 429 or refused:
@@ -113,6 +109,22 @@ class Relay:
             self.metrics.ejections.labels(cid, reason).inc()
             self.metrics.replica_up.labels(cid).set(0)
 
+    def lost(
+        self,
+        call: calls.Call,
+        c: balancer.Candidate,
+        name: str,
+        exc: upstream.ResponseError,
+        *,
+        reason: str,
+    ) -> str:
+        """An answer lost before a byte reached the client: `RETRY`; the replica is ejected and the
+        loss kept as `last_error` unless the client is gone (the read was cut for it: no fault)."""
+        if not call.gone:
+            self.failed(c, fatal=True, reason=reason)
+            call.last_error = errors.upstream_failed(f"{name}: {exc}")
+        return calls.RETRY
+
     def succeeded(self, call: calls.Call, c: balancer.Candidate, name: str) -> None:
         self.balancer.succeeded(c, now=self.clock())
         self.metrics.child(self.metrics.attempts, c.id, "ok").inc()
@@ -129,11 +141,7 @@ class Relay:
         try:
             body = await resp.read(self.max_answer_bytes)
         except upstream.ResponseError as exc:
-            if call.gone:
-                return calls.RETRY
-            self.failed(c, fatal=True, reason="broken_answer")
-            call.last_error = errors.upstream_failed(f"{name}: {exc}")
-            return calls.RETRY
+            return self.lost(call, c, name, exc, reason="broken_answer")
         self.succeeded(call, c, name)
         exchange.started = call.started = True
         call.ttfb = self.clock() - call.t0
@@ -175,11 +183,7 @@ class Relay:
                 )
         except upstream.ResponseError as exc:
             resp.close()
-            if call.gone:
-                return calls.RETRY
-            self.failed(c, fatal=True, reason="no_first_event")
-            call.last_error = errors.upstream_failed(f"{name}: {exc}")
-            return calls.RETRY
+            return self.lost(call, c, name, exc, reason="no_first_event")
         exchange.started = call.started = True
         self.succeeded(call, c, name)
         send = call.send

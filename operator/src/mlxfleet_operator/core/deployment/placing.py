@@ -143,9 +143,8 @@ def place(
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     listed = current_nodes(md, moves or {})
     current = [*listed, *(n for n in carrying(facts, slot) if n not in listed)]
-    decision = _place(
-        md, facts, current, footprint_bytes, now, failover_delay, views, index, by_name
-    )
+    want = request(md, footprint_bytes)
+    decision = _place(want, facts, slot, current, now, failover_delay, views, index, by_name)
     if len(current) == len(listed):
         return decision
     # a slot not kept that the status does not name goes at once, as before (no handover)
@@ -153,18 +152,16 @@ def place(
 
 
 def _place(
-    md: mdep.ModelDeployment,
+    want: placement.Request,
     facts: Sequence[f.NodeFacts],
+    slot: str,
     current: list[str],
-    footprint_bytes: int,
     now: datetime,
     failover_delay: timedelta,
     views: Mapping[str, placement.NodeView] | None,
     index: candidates.NodeIndex | None,
     by_name: Mapping[str, f.NodeFacts] | None,
 ) -> placement.Decision:
-    slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
-    want = request(md, footprint_bytes)
     if index is not None:
         lookup = by_name if by_name is not None else {fact.name: fact for fact in facts}
         own = index.counting(slot)
