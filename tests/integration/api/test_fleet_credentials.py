@@ -1,6 +1,7 @@
 """The operator reads a node's token Secret once per `credentials_ttl`, not on every poll (issue 12:
 500 nodes x one GET per 5 s poll), and reads it again when the node's references change, the TTL
-passes or the cache is dropped (a 401 from the agent). Real API server, the operator's identity.
+passes or the cache is dropped (a 401 from the agent): `credentials.Cache`, as `fleet.Fleet` builds
+it. Real API server, the operator's identity.
 """
 
 from __future__ import annotations
@@ -60,19 +61,19 @@ def test_token_secret_is_read_once_per_ttl(cluster: controlplane.ControlPlane) -
     async def scenario() -> list[str]:
         f = fleet.Fleet(k, credentials_ttl=60, clock=lambda: clock[0])
         node = _node(name)
-        seen = [(await f.credentials(node)).token]
+        seen = [(await f.credentials.get(node)).token]
         _secret(cluster, name, "second")  # rotated on the API server
         clock[0] = 59.0
-        seen.append((await f.credentials(node)).token)  # cached: no GET within the TTL
+        seen.append((await f.credentials.get(node)).token)  # cached: no GET within the TTL
         clock[0] = 60.0
-        seen.append((await f.credentials(node)).token)  # TTL passed: read again
+        seen.append((await f.credentials.get(node)).token)  # TTL passed: read again
         _secret(cluster, name, "third")
-        assert f.forget_credentials(node.metadata.name or "")  # what a 401 does
-        seen.append((await f.credentials(node)).token)
+        assert f.credentials.forget(node.metadata.name or "")  # what a 401 does
+        seen.append((await f.credentials.get(node)).token)
         _secret(cluster, name, "fourth")
         moved = node.model_copy(deep=True)
         moved.spec.agent.url = "http://127.0.0.1:10"  # another reference: read again
-        seen.append((await f.credentials(moved)).token)
+        seen.append((await f.credentials.get(moved)).token)
         return seen
 
     try:

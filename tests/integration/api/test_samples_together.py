@@ -4,7 +4,7 @@ docs/install.md steps 2 and 4 run as written (loopback names and a unique Secret
 in): openssl makes the CA, the agent's certificate and its token (with a trailing newline);
 `kubectl create secret --from-file` + `label` store token and CA on the real API server. A real
 agent starts from manifests/agent/agent.yaml with those files; the operator's own code
-(`fleet.Fleet.credentials`, as the operator's identity) reads the Secret and calls the agent's
+(`credentials.Cache`, as the operator's identity) reads the Secret and calls the agent's
 control API over verified TLS with the token.
 """
 
@@ -22,7 +22,7 @@ import yaml
 
 from mlxfleet_agent.runtime import settings
 from mlxfleet_operator.adapters import agent as agent_client
-from mlxfleet_operator.adapters import fleet, kube
+from mlxfleet_operator.adapters import credentials, kube
 from mlxfleet_operator.api import inferencenode
 from mlxfleet_operator.dev import controlplane
 from tests.integration.agent.conftest import start_agent
@@ -99,7 +99,7 @@ async def _operator_reads_state(
 ) -> Any:
     k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
     try:
-        creds = await fleet.Fleet(k).credentials(node)
+        creds = await credentials.Cache(k).get(node)
         assert "\n" not in creds.token  # the Secret's trailing newline is not part of the token
         client = agent_client.AgentClient(creds)
         try:

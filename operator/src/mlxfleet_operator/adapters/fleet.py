@@ -10,12 +10,13 @@ node's object, client or version changes), and what each node leaves for a new r
 watched, so a deployment waiting for room wakes only when a node may now take it
 (`room_version`). It is memory only: after a restart the handlers wait for the first poll of
 each node.
-Credentials are read from their Secrets at most every `credentials_ttl` seconds per node (not
-on every poll), and again at once when the agent answers 401/403 (a rotated token).
+Each node's URL, token and CA come from `credentials.Cache` (read from their Secrets at most
+every `credentials_ttl` seconds per node); a poll the agent answers 401/403 drops them and asks
+once more with the Secrets read again (a rotated token).
 Every agent request is sent and timed on the fleet's own `agent.IoLoop` thread, so a busy
 operator loop never makes a healthy agent look unreachable (heartbeats measure the agent).
-May import: the standard library, `agent`, `kube`, `api`, `core` (fact types), the agent
-`contract`. Called by: handlers (through `runtime.Runtime.fleet`).
+May import: the standard library, `agent`, `credentials`, `kube`, `api`, `core` (fact types),
+the agent `contract`. Called by: handlers (through `runtime.Runtime.fleet`).
 """
 
 from __future__ import annotations
@@ -27,24 +28,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from mlxfleet_agent import contract
-from mlxfleet_operator.adapters import agent, kube
+from mlxfleet_operator.adapters import agent, credentials, kube
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import nodes, placement
 from mlxfleet_operator.core.deployment import candidates, facts, placing, slots
 from mlxfleet_operator.core.swapplan import state as plan_state
-
-
-class CredentialsError(Exception):
-    """The token (or CA) Secret of a node cannot be read: a person must fix the reference."""
-
-
-class CredentialsNotAllowed(CredentialsError):
-    """The token (or CA) Secret is not labelled as agent credentials: it is never used."""
-
-
-class CredentialsInvalid(CredentialsError):
-    """The CA Secret's key holds no PEM certificate the operator can trust."""
 
 
 @dataclass
@@ -68,7 +57,6 @@ class Entry:
         return agent.data_endpoint(self.client.credentials.url, self.state.data_port)
 
 
-CREDENTIALS_TTL_S = 600.0  # a rotated token is read at once on the agent's 401/403 anyway
 RESERVATION_S = 30.0  # a slot decided on and not listed by a poll since stops counting
 GIB = 2**30
 
@@ -84,32 +72,23 @@ class _Kept:
     prepared: placing.Prepared
 
 
-@dataclass(frozen=True)
-class _Cached:
-    refs: tuple[object, ...]  # the node's URL and Secret references the credentials came from
-    credentials: agent.Credentials
-    read_at: float
-
-
 class Fleet:
     def __init__(
         self,
         kube_: kube.Kube,
         *,
-        credentials_ttl: float = CREDENTIALS_TTL_S,
+        credentials_ttl: float = credentials.TTL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.kube = kube_
         self.entries: dict[str, Entry] = {}
         self.io = agent.IoLoop()  # started on the first request, stopped by `aclose`
         self._lock = asyncio.Lock()
-        self._credentials: dict[str, _Cached] = {}
+        self.credentials = credentials.Cache(kube_, ttl=credentials_ttl, clock=clock)
         self.version = 0  # bumped when an answer changes what a deployment's decisions read
         self._versions: dict[str, int] = {}  # the same, per node (`placed`)
         self._hosts: dict[str, set[str]] = {}  # slot -> nodes whose answer lists it, not Failed
         # node -> slot -> (placeholder, when): slots decided on that no poll has listed yet
         self._reserved: dict[str, dict[str, tuple[contract.SlotStatus, float]]] = {}
-        self._ttl = credentials_ttl
         self._clock = clock
         self._kept: dict[str, _Kept] = {}  # node -> facts and view, rebuilt when they change
         self.index = candidates.NodeIndex()  # the kept views by label, model and free memory
@@ -117,53 +96,10 @@ class Fleet:
         self._room_at: dict[int, int] = {}  # free GiB -> `room_version` when a node got there
         self._room_clock = 0
 
-    async def credentials(self, node: inode.InferenceNode) -> agent.Credentials:
-        """The node's URL, token and CA; the Secrets are read again only when the node's
-        references changed, `credentials_ttl` passed, or `forget_credentials` was called."""
-        name, spec = node.metadata.name or "", node.spec.agent
-        refs = (spec.url, spec.token_secret_ref, spec.ca_secret_ref)
-        cached = self._credentials.get(name)
-        if (
-            cached is not None
-            and cached.refs == refs
-            and self._clock() - cached.read_at < self._ttl
-        ):
-            return cached.credentials
-        creds = await self._read_credentials(node)
-        self._credentials[name] = _Cached(refs, creds, self._clock())
-        return creds
-
-    def forget_credentials(self, name: str) -> bool:
-        """Drop the node's cached credentials (True: there were some)."""
-        return self._credentials.pop(name, None) is not None
-
-    async def _read_credentials(self, node: inode.InferenceNode) -> agent.Credentials:
-        spec = node.spec.agent
-        ref = spec.token_secret_ref
-        try:
-            token = await self.kube.agent_credential(
-                namespace=ref.namespace, name=ref.name, key=ref.key
-            )
-            ca = None
-            if spec.ca_secret_ref is not None:
-                c = spec.ca_secret_ref
-                ca = await self.kube.agent_credential(namespace=c.namespace, name=c.name, key=c.key)
-        except kube.SecretNotAllowed as exc:
-            raise CredentialsNotAllowed(str(exc)) from exc
-        except kube.SecretMissing as exc:
-            raise CredentialsError(str(exc)) from exc
-        bad = spec.ca_secret_ref
-        if ca is not None and bad is not None and (problem := agent.untrusted(ca)) is not None:
-            raise CredentialsInvalid(
-                f"key {bad.key!r} of Secret {bad.namespace}/{bad.name} (spec.agent.caSecretRef) "
-                f"is not a PEM CA certificate: {problem}"
-            )
-        return agent.Credentials(url=spec.url, token=token, ca_pem=ca)
-
     async def client(self, node: inode.InferenceNode) -> agent.AgentClient:
         """The node's client, rebuilt when its URL, token or CA changed."""
         name = node.metadata.name or ""
-        creds = await self.credentials(node)
+        creds = await self.credentials.get(node)
         async with self._lock:
             entry = self.entries.get(name)
             if entry is not None and entry.client.credentials == creds:
@@ -360,7 +296,7 @@ class Fleet:
         """`GET /v1/state` of the node's agent, failures named by what a person must fix. A
         401/403 with cached credentials asks once more with the Secret read again (rotated)."""
         answer = await self._poll(node)
-        if answer.error is nodes.PollError.UNAUTHORIZED and self.forget_credentials(
+        if answer.error is nodes.PollError.UNAUTHORIZED and self.credentials.forget(
             node.metadata.name or ""
         ):
             answer = await self._poll(node)
@@ -370,11 +306,11 @@ class Fleet:
         try:
             client = await self.client(node)
             state = await client.state()
-        except CredentialsNotAllowed as exc:
+        except credentials.CredentialsNotAllowed as exc:
             return nodes.Poll(None, nodes.PollError.SECRET_NOT_ALLOWED, str(exc))
-        except CredentialsInvalid as exc:
+        except credentials.CredentialsInvalid as exc:
             return nodes.Poll(None, nodes.PollError.SECRET_INVALID, str(exc))
-        except CredentialsError as exc:
+        except credentials.CredentialsError as exc:
             return nodes.Poll(None, nodes.PollError.SECRET_MISSING, str(exc))
         except agent.AgentRefused as exc:
             denied = exc.status in (401, 403)
@@ -451,7 +387,7 @@ class Fleet:
         return out
 
     async def forget(self, name: str) -> None:
-        self.forget_credentials(name)
+        self.credentials.forget(name)
         self._reserved.pop(name, None)
         self._kept.pop(name, None)
         self.index.drop(name)
