@@ -285,3 +285,91 @@ def test_a_failed_slot_the_status_does_not_name_is_not_a_replica_to_keep() -> No
         one(), found, plan=None, footprint_bytes=GIB, now=NOW, failover_delay=timedelta(0)
     )
     assert want.decision.nodes == ("n2",)
+
+
+def _reserving(
+    d: mdep.ModelDeployment,
+    *,
+    reserved: str = SLOT,
+    objects: Sequence[Any] | None = None,
+    indexed: bool,
+) -> intent.Intent:
+    """A stale reconcile of `d` (status names no placement) on n1 (a reservation for the slot
+    `reserved`: the PUT decided on, its agent not listing it yet), n2 (its agent lists this
+    deployment's slot, Loading) and n3 (free, the model cached: a new replica's best node),
+    facts made by the fleet adapter as the handler gets them (on `objects`: the InferenceNodes
+    that exist now, default all three as they are)."""
+    cached = contract.CachedModel(id="a", source=A, size_bytes=GIB, shape=SHAPE)
+    answers = {
+        "n1": state(),
+        "n2": state(slots=[slot(phase="Loading")]),
+        "n3": state(cached=[cached]),
+    }
+    f = _fleet(list(answers))
+    for n, st in answers.items():
+        f.record(n, st, now=NOW)
+    put = dslots.SlotRequest("n1", dslots.slot_spec(d, d.model_ref()))
+    f.reserve(reserved, put, GIB)
+    found = f.node_facts(objects or [fact(n).node for n in answers], slot=SLOT)
+    kw: dict[str, Any] = {"index": f.placement_index(found)} if indexed else {}
+    return intent.intent(
+        d, found, plan=None, footprint_bytes=GIB, now=NOW, failover_delay=timedelta(0), **kw
+    )
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_reconcile_that_reads_no_placements_yet_keeps_the_replica_it_reserved(
+    indexed: bool,
+) -> None:
+    """The same stale read, one step earlier: the previous reconcile reserved n1 for the slot
+    and its PUT is in flight (n1's agent does not list the slot yet). n1 carries a replica as
+    much as n2, whose agent lists it: both kept, no replica added on n3 (a surplus a later
+    reconcile would delete again: a slot loaded for nothing), nothing deleted."""
+    want = _reserving(md(), indexed=indexed)
+    assert sorted(want.decision.kept) == ["n1", "n2"]
+    assert want.decision.added == ()
+    assert want.decision.dropped == ()
+    assert want.deletes == ()
+    assert {p.node for p in want.puts} <= {"n1", "n2"}  # the spec again at most (idempotent)
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_another_deployments_reservation_is_not_a_replica_of_this_one(indexed: bool) -> None:
+    """n1 holds a reservation for another deployment's slot: this one's replicas are n2 and a
+    new one (n3, the model cached), never n1 counted as its own."""
+    want = _reserving(md(), reserved="ns--other", indexed=indexed)
+    assert want.decision.kept == ("n2",)
+    assert want.decision.added == ("n3",)
+    assert want.deletes == ()
+
+
+def _relabelled(name: str, **labels: str) -> Any:
+    base = fact(name).node
+    return base.model_copy(update={"metadata": base.metadata.model_copy(update={"labels": labels})})
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+@pytest.mark.parametrize(
+    ("spec", "objects"),
+    [
+        pytest.param({}, ["n2", "n3"], id="node-deleted"),
+        pytest.param({"placement": {"nodes": ["n2", "n3"]}}, None, id="not-in-explicit-nodes"),
+        pytest.param({"placement": {"nodeSelector": {"pool": "a"}}}, "n1-relabelled",
+                     id="selector-no-longer-matches"),
+    ],
+)  # fmt: skip
+def test_a_reservation_on_a_node_placement_now_refuses_is_not_a_replica(
+    indexed: bool, spec: dict[str, Any], objects: list[str] | str | None
+) -> None:
+    """This deployment's reservation on n1, but n1 is gone or statically out (not in the
+    explicit nodes, labels no longer match the selector): no replica there, n3 takes it."""
+    found: list[Any] | None = None
+    if isinstance(objects, list):
+        found = [fact(n).node for n in objects]
+    elif objects == "n1-relabelled":
+        found = [_relabelled("n1", pool="b"), *(_relabelled(n, pool="a") for n in ("n2", "n3"))]
+    want = _reserving(md(**spec), objects=found, indexed=indexed)
+    assert want.decision.kept == ("n2",)
+    assert want.decision.added == ("n3",)
+    assert "n1" not in want.decision.nodes
+    assert want.deletes == ()

@@ -112,6 +112,10 @@ def test_views_and_facts_are_made_once_per_node_change(monkeypatch: pytest.Monke
     assert sorted(made[20:]) == ["n1", "n2", "n3"]
     (own,) = f.node_facts([objects[2]], slot="c")
     assert own.slot("c") is None  # its own reservation: the agents' word only
+    assert own.reserved == {"c"}  # named as such (a replica placement keeps, `placing.reserving`)
+    (other,) = f.node_facts([objects[2]], slot="b")
+    assert other.reserved == frozenset()
+    assert other.slot("c") is not None  # another deployment's reservation: counted as used
 
 
 def test_room_version_moves_only_for_room_that_fits_the_footprint() -> None:

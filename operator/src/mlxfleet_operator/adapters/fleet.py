@@ -235,7 +235,8 @@ class Fleet:
     ) -> list[facts.NodeFacts]:
         """Each InferenceNode with its agent's last answer (None: not polled yet), plus the
         slots other decisions reserved there (`reserve`; never `slot`'s own: a deployment
-        sees its replicas as the agents report them). Kept per node and made again only when
+        sees its replicas as the agents report them, and its own reservation as such,
+        `NodeFacts.reserved`). Kept per node and made again only when
         the node's object, its client or its version (`_bump`) changed, not per call: the
         answer they carry may lag in what `decisive` leaves out (counters, free memory)."""
         out = []
@@ -285,10 +286,13 @@ class Fleet:
         name = node.metadata.name or ""
         entry = self.entries.get(name)
         state = entry.state if entry else None
+        own: frozenset[str] = frozenset()
         if state is not None and (held := self._reserved.get(name)):
             more = [p for name_, (p, _) in held.items() if name_ != leave_out]
+            own = frozenset({leave_out}) if leave_out is not None and leave_out in held else own
             state = state.model_copy(update={"slots": [*state.slots, *more]})
-        return facts.NodeFacts(node=node, state=state, endpoint=entry.endpoint if entry else None)
+        endpoint = entry.endpoint if entry else None
+        return facts.NodeFacts(node=node, state=state, endpoint=endpoint, reserved=own)
 
     # ------------------------------------------------------------------ agent requests
 

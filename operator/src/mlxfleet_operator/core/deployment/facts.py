@@ -27,6 +27,9 @@ class NodeFacts:
     node: inode.InferenceNode
     state: contract.AgentState | None
     endpoint: str | None  # the agent's data-plane base URL
+    # slots reserved on the node (a PUT decided on, not listed by its agent yet) that `state`
+    # leaves out: the deciding deployment's own (the fleet adapter's `node_facts`)
+    reserved: frozenset[str] = frozenset()
 
     @cached_property
     def name(self) -> str:  # cached: read for every node by several steps of a reconcile

@@ -121,6 +121,16 @@ def carrying(facts: Sequence[f.NodeFacts], slot: str) -> list[str]:
     )
 
 
+def reserving(facts: Sequence[f.NodeFacts], slot: str) -> list[str]:
+    """Nodes that hold the slot's reservation (its PUT decided on, in flight or not reported
+    yet) but whose agent does not list it, by name: replicas placement keeps after those
+    `carrying` it. The same stale read one step earlier: a decision that saw neither the
+    status nor the agent name such a node placed a replica elsewhere on top of it, one too
+    many, which a later reconcile deleted again (a slot loaded for nothing). Placement's
+    filters still apply: a node gone or now statically out keeps no replica."""
+    return sorted(fact.name for fact in facts if slot in fact.reserved and fact.slot(slot) is None)
+
+
 def place(
     md: mdep.ModelDeployment,
     facts: Sequence[f.NodeFacts],
@@ -139,10 +149,12 @@ def place(
     and, only when that leaves a replica unplaced, on every node (the status then names
     each node's reason). Either way the same nodes, kept, added, dropped and missing as on
     every node; a decision that places every replica lists only the shortlist's rejections.
-    Where the replicas are: the status's placements, then the nodes `carrying` the slot."""
+    Where the replicas are: the status's placements, then the nodes `carrying` the slot, then
+    those `reserving` it."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     listed = current_nodes(md, moves or {})
-    current = [*listed, *(n for n in carrying(facts, slot) if n not in listed)]
+    held = [*carrying(facts, slot), *reserving(facts, slot)]
+    current = [*listed, *(n for n in held if n not in listed)]
     want = request(md, footprint_bytes)
     decision = _place(want, facts, slot, current, now, failover_delay, views, index, by_name)
     if len(current) == len(listed):
