@@ -24,23 +24,36 @@ from mlxfleet_gateway import server
 Message = MutableMapping[str, Any]
 
 
-async def read_body(receive: Callable[[], Awaitable[Message]]) -> bytes:
-    """The whole request body of an ASGI request."""
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            return body
+Send = Callable[[Message], Any]
+Handler = Callable[[Message, bytes, Send], Awaitable[None]]
+# the head of every streamed answer the benchmark relays send
+STREAM_START: Message = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [(b"content-type", b"text/event-stream")],
+}
+
+
+def http_app(handle: Handler) -> Any:
+    """An ASGI app that reads each HTTP request's whole body and hands scope, body and `send`
+    to `handle` (lifespan and other scopes are ignored)."""
+
+    async def app(scope: Message, receive: Callable[[], Awaitable[Message]], send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        await handle(scope, body, send)
+
+    return app
 
 
 def app_for(host: str, port: int, key: str) -> Any:
-    async def app(
-        scope: Message, receive: Callable[[], Awaitable[Message]], send: Callable[[Message], Any]
-    ) -> None:
-        if scope["type"] != "http":
-            return
-        body = await read_body(receive)
+    async def forward(scope: Message, body: bytes, send: Send) -> None:
         reader, writer = await asyncio.open_connection(host, port)
         writer.write(
             b"POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
@@ -48,19 +61,13 @@ def app_for(host: str, port: int, key: str) -> Any:
             % (scope["path"].encode(), host.encode(), key.encode(), len(body), body)
         )
         await reader.readuntil(b"\r\n\r\n")
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"text/event-stream")],
-            }
-        )
+        await send(STREAM_START)
         while chunk := await reader.read(65536):
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         writer.close()
 
-    return app
+    return http_app(forward)
 
 
 async def main(port: int, upstream: str, key: str) -> None:

@@ -29,7 +29,8 @@ CHUNK_HEAD = (
 )
 
 
-def _chunk(data: bytes) -> bytes:
+def chunk(data: bytes) -> bytes:
+    """`data` as one chunk of a chunked HTTP/1.1 body."""
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
@@ -133,13 +134,13 @@ class Paced(asyncio.Protocol):
             await asyncio.sleep(max(0.0, due - loop.time()))
             if t.is_closing():
                 return
-            t.write(_chunk(event))
+            t.write(chunk(event))
         tail = b'data: {"id":"paced","object":"%s","model":"%s","choices":[],"usage":%s}\n\n' % (
             obj,
             model.encode(),
             json.dumps(usage).encode(),
         )
-        t.write(_chunk(tail) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        t.write(chunk(tail) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
 
 
 async def serve(host: str, port: int, model: str, interval_s: float) -> None:

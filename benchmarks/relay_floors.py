@@ -21,21 +21,20 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any, cast
 
 import httptools
 import httpx
 import uvloop
 
-from benchmarks.floor_proxy import read_body
+from benchmarks.floor_proxy import STREAM_START, Send, http_app
 from benchmarks.gateway_bench import _listening, cpu
+from benchmarks.paced_server import CHUNK_HEAD, chunk
 from mlxfleet_agent import eventpipe, httpclient, openai_proxy
 from mlxfleet_gateway import server
 from mlxfleet_operator.dev import processes
 
-Message = MutableMapping[str, Any]
-HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 JSON = [(b"Content-Type", b"application/json")]
 
 
@@ -105,33 +104,27 @@ class _Own(asyncio.Protocol):
 
     async def _answer(self, url: bytes, body: bytes) -> None:
         resp = await self.pool.request(self.origin, b"POST", url, headers=JSON, body=body)
-        self.t.write(HEAD)
+        self.t.write(CHUNK_HEAD)
         feed, write = openai_proxy.StreamScanner(forward_usage=True).feed, self.t.write
 
-        def chunk(data: bytes) -> None:
+        def forward(data: bytes) -> None:
             if out := feed(data):
-                write(b"%x\r\n%s\r\n" % (len(out), out))
+                write(chunk(out))
 
-        await resp.forward(chunk)
+        await resp.forward(forward)
         write(b"0\r\n\r\n")
 
 
 def _pipe_app(pool: httpclient.Pool, origin: httpclient.Origin) -> Any:
-    async def app(
-        scope: Message, receive: Callable[[], Awaitable[Message]], send: Callable[[Message], Any]
-    ) -> None:
-        if scope["type"] != "http":
-            return
-        body = await read_body(receive)
+    async def forward(scope: MutableMapping[str, Any], body: bytes, send: Send) -> None:
         path = scope["path"].encode()
         resp = await pool.request(origin, b"POST", path, headers=JSON, body=body)
-        head = [(b"content-type", b"text/event-stream")]
-        await send({"type": "http.response.start", "status": 200, "headers": head})
+        await send(STREAM_START)
         scanner = openai_proxy.StreamScanner(forward_usage=True)
         await eventpipe.EventPipe(resp, send, scanner).run()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    return app
+    return http_app(forward)
 
 
 async def _serve(kind: str, port: int, upstream: str) -> None:
