@@ -5,7 +5,8 @@ connection, a 5xx, an external backend refusing its key (401/403, answered as 50
 that ends before its first event is `RETRY` (nothing reached the client, the proxy may try
 elsewhere), a 429 is `BUSY`; anything else is relayed and `DONE`. Whole answers are read (bounded
 by `max_answer_bytes`) and sent with their token counts taken; a stream is answered at its first
-whole SSE event, then each chunk goes from the agent's connection callback straight to the client
+whole `data:` event (comments before it, mlx-lm's `: keepalive` during the prompt, go with it),
+then each chunk goes from the agent's connection callback straight to the client
 (`mlxfleet_agent.eventpipe`, the whole loop in one call: no per-event layer here), and a stream
 cut after it started ends with an OpenAI-style error event and is counted as `cut`. Every outcome
 is reported to the balancer (passive health: ejections logged and counted). Answers name their
@@ -171,13 +172,16 @@ class Relay:
     ) -> str:
         scanner = asgi.StreamScanner(forward_usage=call.req.include_usage)
         try:
+            # answer the client at the first `data:` event, not at a comment: mlx-lm writes
+            # `: keepalive` comments while it processes the prompt, and a replica lost then
+            # must still be retried elsewhere (the client has seen nothing it could parse)
             first = b""
-            while not first:  # wait for the first whole event before answering the client
+            while not scanner.data_events:
                 chunk = await resp.read_chunk()
                 if not chunk:
                     break
-                first = scanner.feed(chunk)
-            if not first:
+                first += scanner.feed(chunk)
+            if not scanner.data_events:
                 raise upstream.ResponseError(
                     "stream ended before its first event", before_response=True
                 )
