@@ -155,19 +155,22 @@ async def ttft_rounds(direct: Side, gateway: Side, floor: Side, n: int) -> Compa
     return out
 
 
-async def throughput(direct: Side, gateway: Side, *, streams: int, rounds: int) -> Compare:
-    """Tokens/s direct and through the gateway in `rounds` back-to-back pairs (which goes first
-    alternates), so each pair sees the same model speed."""
+async def throughput(
+    direct: Side, gateway: Side, floor: Side, *, streams: int, rounds: int
+) -> Compare:
+    """Tokens/s direct, through the gateway and through the floor proxy in `rounds` back-to-back
+    triples (which goes first rotates), so each triple sees the same model speed."""
     out = Compare()
+    sides = [direct, gateway, floor]
     for i in range(rounds):
-        for side in (direct, gateway) if i % 2 == 0 else (gateway, direct):
+        for side in sides[i % 3 :] + sides[: i % 3]:
             t0 = time.perf_counter()
             results = await asyncio.gather(*(stream(side, max_tokens=200) for _ in range(streams)))
             wall = time.perf_counter() - t0
             assert all(r.ok for r in results), f"{side.name} stream failed"
             events = sum(r.events for r in results)
             getattr(out, side.name).append(events / wall)
-            out.events[side.name] += events
+            out.events[side.name] = out.events.get(side.name, 0) + events
     return out
 
 
@@ -289,9 +292,9 @@ async def measure(
         if args.cpu_only:
             return out
         out["ttft"] = await ttft_rounds(direct, gateway, floor, args.rounds * 25)
-        out["tps1"] = await throughput(direct, gateway, streams=1, rounds=args.rounds * 3)
-        # 8 streams on 2 cores swing more from round to round: twice the pairs for the median
-        out["tps8"] = await throughput(direct, gateway, streams=8, rounds=args.rounds * 6)
+        out["tps1"] = await throughput(direct, gateway, floor, streams=1, rounds=args.rounds * 5)
+        # 8 streams on 2 cores swing more from round to round: more triples for the median
+        out["tps8"] = await throughput(direct, gateway, floor, streams=8, rounds=args.rounds * 6)
         out["cpu1"] = await cpu_rounds(
             gateway, floor, agent_pid, streams=1, tokens=1000, rounds=args.rounds
         )
@@ -389,10 +392,14 @@ def render(results: dict[str, Any]) -> str:
     for n in (1, 8):
         c = results[f"tps{n}"]
         d, g = statistics.median(c.direct), statistics.median(c.gateway)
-        pr = statistics.median(y / x for x, y in zip(c.direct, c.gateway, strict=True))
+        ratios = [y / x for x, y in zip(c.direct, c.gateway, strict=True)]
+        q1, pr, q3 = statistics.quantiles(ratios, n=4)
+        fr = statistics.median(y / x for x, y in zip(c.direct, c.floor, strict=True))
         lines.append(
-            f"| streamed tokens/s, {n} concurrent ({len(c.direct)} pairs of rounds) | {d:.0f} | "
-            f"{g:.0f} | paired median {pr * 100:.1f}% (ratio of medians {g / d * 100:.1f}%) |"
+            f"| streamed tokens/s, {n} concurrent ({len(c.direct)} rotated triples of rounds) | "
+            f"{d:.0f} | {g:.0f} | paired median {pr * 100:.1f}% (quartiles {q1 * 100:.1f}-"
+            f"{q3 * 100:.1f}%; ratio of medians {g / d * 100:.1f}%); floor proxy in the same "
+            f"rounds: paired median {fr * 100:.1f}% |"
         )
     lines += cpu_rows(results)
     lines.append(

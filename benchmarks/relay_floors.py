@@ -5,6 +5,8 @@
 Starts `benchmarks.paced_server` (one token event every 1 ms) and four relays in front of it,
 then streams through each in turn (1 stream, then 8), alternating, and prints the CPU per event
 of each relay process (its own CPU clock, as `benchmarks.gateway_bench` measures):
+- `c`: `benchmarks/c_relay.c`, an epoll loop in C copying bytes (compiled with `cc -O2` when a C
+  compiler is present, left out otherwise): the machine's own cost of waking a process per event;
 - `bare`: a uvloop `asyncio.Protocol` relay that writes each read from `data_received`, no HTTP
   parsing at all (the least any Python process can do per event);
 - `own`: our own `asyncio.Protocol` server (httptools request parsing, no uvicorn), the upstream
@@ -18,10 +20,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import MutableMapping
+from pathlib import Path
 from typing import Any, cast
 
 import httptools
@@ -173,9 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=2000, help="events per 1-stream run")
     args = parser.parse_args(argv)
-    up_port, *ports = processes.free_ports(5)
+    up_port, *ports = processes.free_ports(6)
     upstream = f"http://127.0.0.1:{up_port}"
     me = [sys.executable, "-m", "benchmarks.relay_floors", "serve"]
+    scratch = tempfile.TemporaryDirectory(prefix="relay-floors-")
     procs = [
         subprocess.Popen([sys.executable, "-m", "benchmarks.paced_server", "--port", str(up_port)])
     ]
@@ -184,10 +190,12 @@ def main(argv: list[str] | None = None) -> int:
         relays[name] = (port, subprocess.Popen([*me, name, str(port), upstream]))
     floor_cmd = [sys.executable, "-m", "benchmarks.floor_proxy", str(ports[3]), upstream, "-"]
     relays["floor"] = (ports[3], subprocess.Popen(floor_cmd))
+    if c_relay := _compile_c_relay(Path(scratch.name)):
+        relays["c"] = (ports[4], subprocess.Popen([str(c_relay), str(ports[4]), str(up_port)]))
     procs += [p for _, p in relays.values()]
     try:
         deadline = time.monotonic() + 60
-        for port in (up_port, *ports):
+        for port in (up_port, *(port for port, _ in relays.values())):
             while not _listening(port):
                 if time.monotonic() > deadline:
                     raise SystemExit(f"nothing listens on {port} after 60 s")
@@ -212,7 +220,20 @@ def main(argv: list[str] | None = None) -> int:
         for p in procs:
             p.terminate()
             p.wait(timeout=10)
+        scratch.cleanup()
     return 0
+
+
+def _compile_c_relay(scratch: Path) -> Path | None:
+    """`benchmarks/c_relay.c` built into `scratch`, or None (said) without a C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        print("no C compiler: the `c` relay is left out", file=sys.stderr)
+        return None
+    out = scratch / "c_relay"
+    source = Path(__file__).with_name("c_relay.c")
+    subprocess.run([cc, "-O2", "-o", str(out), str(source)], check=True)
+    return out
 
 
 if __name__ == "__main__":
