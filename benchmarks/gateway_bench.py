@@ -9,9 +9,11 @@ ModelDeployment `bench` (on n1), the paced source `paced` (on n1) and a 2-replic
 measures, alternating the order every round:
 - time to first token (first `data: {` event), p50/p99, one stream at a time: the gateway against
   the agent's data plane it forwards to (same agent, same backend), and the floor proxy;
-- streamed tokens/s (token events per second, summed) at 1 and 8 concurrent streams, direct and
-  through the gateway in alternating pairs of short rounds; the goal's figure is the median of
-  the paired ratios (the model's speed on this shared box drifts between rounds, a pair does not);
+- streamed tokens/s (token events per second, summed) at 1 and 8 concurrent streams: direct,
+  through the gateway, through the floor proxy and direct again, in rotated back-to-back rounds;
+  the goal's figure is the median of the paired ratios gateway / direct (the model's speed on
+  this shared box drifts between rounds, neighbouring rounds less), with quartiles, beside the
+  floor proxy's and the A/A control's (direct again / direct: the measurement's own spread);
 - CPU per streamed event of the gateway process and of the agent process, from each process's
   own CPU clock (nanoseconds; all its threads, background work included) over long streams, one
   event per read, and of the floor proxy in the same rounds; idle CPU of both processes is
@@ -140,6 +142,7 @@ class Compare:
     direct: list[float] = field(default_factory=list)
     gateway: list[float] = field(default_factory=list)
     floor: list[float] = field(default_factory=list)
+    again: list[float] = field(default_factory=list)  # direct a second time: the A/A control
     cpu: dict[str, float] = field(default_factory=lambda: {"gateway": 0.0, "agent": 0.0})
     events: dict[str, int] = field(default_factory=lambda: {"gateway": 0, "direct": 0})
 
@@ -158,12 +161,13 @@ async def ttft_rounds(direct: Side, gateway: Side, floor: Side, n: int) -> Compa
 async def throughput(
     direct: Side, gateway: Side, floor: Side, *, streams: int, rounds: int
 ) -> Compare:
-    """Tokens/s direct, through the gateway and through the floor proxy in `rounds` back-to-back
-    triples (which goes first rotates), so each triple sees the same model speed."""
+    """Tokens/s direct, through the gateway, through the floor proxy and direct again (the A/A
+    control: how far two direct rounds in a row differ) in `rounds` back-to-back quadruples
+    (which goes first rotates), so each quadruple sees about the same model speed."""
     out = Compare()
-    sides = [direct, gateway, floor]
+    sides = [direct, gateway, floor, replace(direct, name="again")]
     for i in range(rounds):
-        for side in sides[i % 3 :] + sides[: i % 3]:
+        for side in sides[i % 4 :] + sides[: i % 4]:
             t0 = time.perf_counter()
             results = await asyncio.gather(*(stream(side, max_tokens=200) for _ in range(streams)))
             wall = time.perf_counter() - t0
@@ -293,7 +297,7 @@ async def measure(
             return out
         out["ttft"] = await ttft_rounds(direct, gateway, floor, args.rounds * 25)
         out["tps1"] = await throughput(direct, gateway, floor, streams=1, rounds=args.rounds * 5)
-        # 8 streams on 2 cores swing more from round to round: more triples for the median
+        # 8 streams on 2 cores swing more from round to round: more rounds for the median
         out["tps8"] = await throughput(direct, gateway, floor, streams=8, rounds=args.rounds * 6)
         out["cpu1"] = await cpu_rounds(
             gateway, floor, agent_pid, streams=1, tokens=1000, rounds=args.rounds
@@ -358,6 +362,11 @@ def ms(x: float) -> str:
     return f"{x * 1000:.2f} ms"
 
 
+def quartiles(base: list[float], other: list[float]) -> list[float]:
+    """Quartiles of the paired ratios other / base (the middle one is their median)."""
+    return statistics.quantiles([y / x for x, y in zip(base, other, strict=True)], n=4)
+
+
 def render(results: dict[str, Any]) -> str:
     t = results["ttft"]
     paired = statistics.median(g - d for d, g in zip(t.direct, t.gateway, strict=True))
@@ -392,14 +401,14 @@ def render(results: dict[str, Any]) -> str:
     for n in (1, 8):
         c = results[f"tps{n}"]
         d, g = statistics.median(c.direct), statistics.median(c.gateway)
-        ratios = [y / x for x, y in zip(c.direct, c.gateway, strict=True)]
-        q1, pr, q3 = statistics.quantiles(ratios, n=4)
-        fr = statistics.median(y / x for x, y in zip(c.direct, c.floor, strict=True))
+        q1, pr, q3 = quartiles(c.direct, c.gateway)
+        fr, aa = quartiles(c.direct, c.floor)[1], quartiles(c.direct, c.again)
         lines.append(
-            f"| streamed tokens/s, {n} concurrent ({len(c.direct)} rotated triples of rounds) | "
+            f"| streamed tokens/s, {n} concurrent ({len(c.direct)} rotated rounds of each) | "
             f"{d:.0f} | {g:.0f} | paired median {pr * 100:.1f}% (quartiles {q1 * 100:.1f}-"
-            f"{q3 * 100:.1f}%; ratio of medians {g / d * 100:.1f}%); floor proxy in the same "
-            f"rounds: paired median {fr * 100:.1f}% |"
+            f"{q3 * 100:.1f}%; ratio of medians {g / d * 100:.1f}%); same rounds: floor proxy "
+            f"{fr * 100:.1f}%, direct again (A/A) {aa[1] * 100:.1f}% (quartiles "
+            f"{aa[0] * 100:.1f}-{aa[2] * 100:.1f}%) |"
         )
     lines += cpu_rows(results)
     lines.append(
