@@ -34,6 +34,8 @@ PROVIDER_KEY_TYPE = "mlxfleet.io/provider-key"
 """Secret type of an external provider's API key (in the gateway's namespace)."""
 PROVIDER_KEY_NAMESPACES = "mlxfleet.io/allowed-namespaces"
 """Annotation of a provider-key Secret: namespaces whose routes may use it (`*`: all)."""
+PROVIDER_KEY_URLS = "mlxfleet.io/allowed-urls"
+"""Annotation of a provider-key Secret: the URL prefixes it may be sent to (required)."""
 
 HEADER_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 HeaderName = Annotated[str, Field(min_length=1, max_length=128, pattern=HEADER_NAME_PATTERN)]
@@ -142,7 +144,8 @@ class ProviderKeyRef(base.ApiModel):
     name: fields.ObjectName = Field(
         description=f"Name of a Secret of type {PROVIDER_KEY_TYPE} in the gateway's namespace "
         f"({resources.OPERATOR_NAMESPACE}) whose annotation {PROVIDER_KEY_NAMESPACES} lists "
-        "this route's namespace (or `*`)."
+        f"this route's namespace (or `*`) and whose annotation {PROVIDER_KEY_URLS} lists a "
+        "prefix of this backend's url (the gateway sends the key nowhere else)."
     )
     key: fields.SecretKey = Field(default="apiKey", description="Key within the Secret's data.")
 
