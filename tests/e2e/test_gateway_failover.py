@@ -231,7 +231,11 @@ def test_fallback_to_an_external_server_and_back(
                 "metadata": {
                     "name": f"{fl.ws.label}-provider",
                     "namespace": "mlxfleet-system",
-                    "annotations": {"mlxfleet.io/allowed-namespaces": fl.ws.namespace},
+                    "annotations": {
+                        "mlxfleet.io/allowed-namespaces": fl.ws.namespace,
+                        # the owner allows this plain-http loopback server, and nothing else
+                        "mlxfleet.io/allowed-urls": external,
+                    },
                 },
                 "stringData": {"apiKey": "provider-secret"},
             }
