@@ -52,10 +52,6 @@ class Destination:
         head = (self.scheme, self.host, self.port)
         return head == (url.scheme, url.host, url.port) and url.path[: len(self.path)] == self.path
 
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{host}:{self.port}/{'/'.join(self.path)}"
-
 
 def destination(url: str) -> Destination:
     """Parse and normalise one http(s) URL; InvalidUrl says what is wrong with it."""
