@@ -17,7 +17,7 @@ serving until its replacement serves); with nowhere to go it stays (drain never 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -104,9 +104,25 @@ class Decision:
     fits_nowhere: bool  # footprint larger than every candidate's whole budget: needs a human
 
     def rejection_summary(self) -> str:
-        return "; ".join(
-            f"{r.node}: {r.message}" for r in self.rejections if r.reason != Reason.NOT_NEEDED
-        )
+        """Why each node takes no (further) replica; with a replica missing, the chosen nodes
+        too (one replica per node), so the text always says why (`summary`)."""
+        hosting = [Rejection(n, Reason.HAS_REPLICA, HOSTS_REPLICA) for n in self.nodes]
+        return summary([*self.rejections, *(hosting if self.missing else [])])
+
+
+HOSTS_REPLICA = "already has a replica of this deployment (one per node)"
+NO_NODES = "no InferenceNodes to place on yet (add a Mac: `mlxfleet-agent join`, docs/install.md)"
+
+
+def summary(rejections: Iterable[Rejection]) -> str:
+    """`a, b: cordoned (spec.unschedulable); c: needs 4.00 GiB, ...`: nodes in name order, those
+    with the same message in one entry, NotNeeded left out; `NO_NODES` when nothing is left (an
+    empty fleet: every node given to `place` is either chosen or rejected)."""
+    by_message: dict[str, list[str]] = {}
+    for r in sorted(rejections, key=lambda r: r.node):
+        if r.reason != Reason.NOT_NEEDED:
+            by_message.setdefault(r.message, []).append(r.node)
+    return "; ".join(f"{', '.join(nodes)}: {m}" for m, nodes in by_message.items()) or NO_NODES
 
 
 def nowhere_reason(decision: Decision) -> str:

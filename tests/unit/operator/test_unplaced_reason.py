@@ -1,0 +1,140 @@
+"""A replica that finds no node always says why (new-user test: `kubectl scale mdep/tiny-chat
+--replicas=3` on two nodes read `2/3 ready, 1 unplaced: ` with nothing after the colon, because
+the nodes that already run a replica are chosen, not rejected). Pure: placement's and group
+placement's summaries and the deployment's Ready/Reconciling message."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mlxfleet_agent import contract
+from mlxfleet_operator.api import conditions as cond
+from mlxfleet_operator.api.modelref import ModelRef
+from mlxfleet_operator.core import naming, placement, sharding
+from mlxfleet_operator.core.deployment import placing
+from mlxfleet_operator.core.deployment import status as mdstatus
+from tests.unit.operator.builders import GIB, NOW, fact, md, state
+
+M = ModelRef("file:///m")
+DELAY = timedelta(seconds=15)
+
+
+def view(name: str, **kw: object) -> placement.NodeView:
+    return placement.NodeView(name=name, budget_bytes=16 * GIB, **kw)  # type: ignore[arg-type]
+
+
+def test_more_replicas_than_nodes_names_the_nodes_that_already_run_one() -> None:
+    """The demo: two nodes, three replicas; both nodes run one, the third has nowhere to go."""
+    request = placement.Request(replicas=3, footprint_bytes=GIB, model=M)
+    nodes = [view("mac-mini-1"), view("mac-mini-2")]
+    decision = placement.place(
+        request, nodes, ("mac-mini-1", "mac-mini-2"), now=NOW, failover_delay=DELAY
+    )
+    assert decision.missing == 1
+    assert decision.rejections == ()  # chosen nodes are not rejections (the invariant holds)
+    assert decision.rejection_summary() == (
+        "mac-mini-1, mac-mini-2: already has a replica of this deployment (one per node)"
+    )
+
+
+def test_the_deployments_message_says_why_after_the_colon() -> None:
+    """Through the handler's path: facts from the agents, `placing.place`, the verdict."""
+    slot = naming.slot_name("ns", "chat")
+    running = contract.SlotStatus(
+        name=slot, served_name="chat", source="file:///models/a", phase="Ready", ready=True
+    )
+    facts = [fact(n, state(slots=[running])) for n in ("mac-mini-1", "mac-mini-2")]
+    d = md(replicas=3)
+    decision = placing.place(d, facts, footprint_bytes=GIB, now=NOW, failover_delay=DELAY)
+    verdict = mdstatus.verdict(d, decision, [], {}, None)
+    assert verdict.reason == cond.Reason.WAITING_FOR_CAPACITY
+    assert verdict.message.startswith("0/3 ready, 1 unplaced: mac-mini-1, mac-mini-2: already ")
+    assert "one per node" in verdict.message
+
+
+def test_nodes_with_the_same_reason_share_one_entry_others_keep_theirs() -> None:
+    request = placement.Request(replicas=4, footprint_bytes=4 * GIB, model=M)
+    nodes = [
+        view("a", unschedulable=True),
+        view("b", unschedulable=True),
+        view("c", used_bytes=14 * GIB),
+        view("d"),
+    ]
+    decision = placement.place(request, nodes, (), now=NOW, failover_delay=DELAY)
+    assert decision.missing == 3
+    assert decision.rejection_summary() == (
+        "a, b: cordoned (spec.unschedulable); "
+        "c: needs 4.00 GiB, free 2.00 GiB of 16.00 GiB budget; "
+        "d: already has a replica of this deployment (one per node)"
+    )
+
+
+def test_an_empty_fleet_says_there_is_no_node() -> None:
+    decision = placement.place(
+        placement.Request(replicas=1, footprint_bytes=GIB, model=M), [], (), now=NOW,
+        failover_delay=DELAY,
+    )  # fmt: skip
+    assert decision.missing == 1
+    assert decision.rejection_summary() == placement.NO_NODES
+    assert "mlxfleet-agent join" in placement.NO_NODES
+
+
+def test_a_group_with_nowhere_to_go_names_the_nodes_other_groups_use() -> None:
+    req = sharding.GroupRequest(
+        groups=2, size=2, mode=sharding.Mode.TENSOR, weights_bytes=8 * GIB, kv_bytes=GIB,
+        overhead_bytes=GIB, num_layers=8, num_kv_heads=8, model=M,
+    )  # fmt: skip
+    nodes = [placement.NodeView(name=n, budget_bytes=64 * GIB) for n in ("a", "b")]
+    d = sharding.place_groups(req, nodes, [], now=NOW, failover_delay=DELAY)
+    assert d.missing == 1
+    assert d.rejection_summary() == "a, b: already runs a rank of this deployment (one per node)"
+
+
+names = st.sampled_from([f"n{i}" for i in range(5)])
+views = st.lists(
+    st.builds(
+        placement.NodeView,
+        name=names,
+        labels=st.sampled_from([{}, {"pool": "x"}]),
+        unschedulable=st.booleans(),
+        draining=st.booleans(),
+        ready=st.booleans(),
+        not_ready_since=st.sampled_from([None, NOW - timedelta(seconds=1), NOW - timedelta(1)]),
+        budget_bytes=st.integers(0, 32).map(lambda g: g * GIB),
+        used_bytes=st.integers(0, 32).map(lambda g: g * GIB),
+    ),
+    max_size=5,
+    unique_by=lambda n: n.name,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    replicas=st.integers(1, 6),
+    footprint=st.integers(1, 20),
+    selector=st.sampled_from([{}, {"pool": "x"}]),
+    nodes=views,
+    current=st.lists(names, max_size=4),
+)
+def test_a_missing_replica_always_has_a_reason_for_every_node(
+    replicas: int,
+    footprint: int,
+    selector: dict[str, str],
+    nodes: list[placement.NodeView],
+    current: list[str],
+) -> None:
+    request = placement.Request(
+        replicas=replicas, footprint_bytes=footprint * GIB, model=M, node_selector=selector
+    )
+    decision = placement.place(request, nodes, tuple(current), now=NOW, failover_delay=DELAY)
+    if not decision.missing:
+        return
+    text = decision.rejection_summary()
+    assert text.strip()
+    for n in nodes:  # every node is named, with a reason
+        assert f"{n.name}:" in text or f"{n.name}," in text
+    if not nodes:
+        assert text == placement.NO_NODES
