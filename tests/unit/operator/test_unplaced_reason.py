@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
+from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import naming, placement, sharding
 from mlxfleet_operator.core.deployment import placing
@@ -72,6 +73,38 @@ def test_nodes_with_the_same_reason_share_one_entry_others_keep_theirs() -> None
     )
 
 
+def test_a_replica_held_on_a_draining_node_says_why_while_the_deployment_is_ready() -> None:
+    """Drain with nowhere to go: the replica stays (make-before-break) and the deployment stays
+    Ready, but its message says why the replica cannot leave (what `kubectl mlxfleet drain`
+    shows while it waits)."""
+    request = placement.Request(replicas=2, footprint_bytes=GIB, model=M)
+    nodes = [view("mac-mini-1", draining=True, unschedulable=True), view("mac-mini-2")]
+    decision = placement.place(
+        request, nodes, ("mac-mini-1", "mac-mini-2"), now=NOW, failover_delay=DELAY
+    )
+    assert (decision.missing, decision.held) == (0, ("mac-mini-1",))
+    summary = (
+        "mac-mini-1: draining (spec.drain), its replica stays until another node can take it; "
+        "mac-mini-2: already has a replica of this deployment (one per node)"
+    )
+    assert decision.rejection_summary() == summary
+    d = md(replicas=2)
+    ready = [
+        mdep.PlacementStatus(node=n, phase=mdep.PlacementPhase.READY, ready=True, slot="s")
+        for n in decision.nodes
+    ]
+    verdict = mdstatus.verdict(d, decision, ready, {}, None)
+    assert (verdict.ready, verdict.reason) == (True, cond.Reason.READY)
+    assert verdict.message == f"2/2 replicas ready; {summary}"
+    # once another node has room, the replica moves and the message is plain again
+    moved = placement.place(
+        request, [*nodes, view("mac-mini-3")], ("mac-mini-1", "mac-mini-2"), now=NOW,
+        failover_delay=DELAY,
+    )  # fmt: skip
+    assert (moved.held, moved.added) == ((), ("mac-mini-3",))
+    assert mdstatus.verdict(d, moved, ready, {}, None).message == "2/2 replicas ready"
+
+
 def test_an_empty_fleet_says_there_is_no_node() -> None:
     decision = placement.place(
         placement.Request(replicas=1, footprint_bytes=GIB, model=M), [], (), now=NOW,
@@ -130,7 +163,7 @@ def test_a_missing_replica_always_has_a_reason_for_every_node(
         replicas=replicas, footprint_bytes=footprint * GIB, model=M, node_selector=selector
     )
     decision = placement.place(request, nodes, tuple(current), now=NOW, failover_delay=DELAY)
-    if not decision.missing:
+    if not decision.missing and not decision.held:
         return
     text = decision.rejection_summary()
     assert text.strip()

@@ -12,7 +12,8 @@ room left), then name.
 Stability: a replica already placed on a node that is still eligible stays there, healthy or not
 yet failed over, even when a better node appeared; replicas are never counted twice.
 Drain: a replica on a draining node is dropped once another node takes it (the handover keeps it
-serving until its replacement serves); with nowhere to go it stays (drain never loses a replica).
+serving until its replacement serves); with nowhere to go it stays (drain never loses a replica)
+and the decision says so (`held`, with every node's reason in `rejection_summary`).
 """
 
 from __future__ import annotations
@@ -102,15 +103,22 @@ class Decision:
     rejections: tuple[Rejection, ...]
     missing: int  # replicas that found no node
     fits_nowhere: bool  # footprint larger than every candidate's whole budget: needs a human
+    held: tuple[str, ...] = ()  # kept on a draining node: no other node can take the replica
 
     def rejection_summary(self) -> str:
-        """Why each node takes no (further) replica; with a replica missing, the chosen nodes
-        too (one replica per node), so the text always says why (`summary`)."""
-        hosting = [Rejection(n, Reason.HAS_REPLICA, HOSTS_REPLICA) for n in self.nodes]
-        return summary([*self.rejections, *(hosting if self.missing else [])])
+        """Why each node takes no (further) replica; with a replica missing or held on a
+        draining node, the chosen nodes too, so the text always says why (`summary`)."""
+        chosen = [
+            Rejection(n, Reason.CORDONED, HELD)
+            if n in self.held
+            else Rejection(n, Reason.HAS_REPLICA, HOSTS_REPLICA)
+            for n in self.nodes
+        ]
+        return summary([*self.rejections, *(chosen if self.missing or self.held else [])])
 
 
 HOSTS_REPLICA = "already has a replica of this deployment (one per node)"
+HELD = "draining (spec.drain), its replica stays until another node can take it"
 NO_NODES = "no InferenceNodes to place on yet (add a Mac: `mlxfleet-agent join`, docs/install.md)"
 
 
@@ -245,11 +253,13 @@ def place(
             rejections[node.name] = Rejection(node.name, Reason.NOT_NEEDED, "enough replicas")
             continue
         added.append(node.name)
+    held: list[str] = []
     for name in evacuating:  # nowhere else to go (yet): the replica stays where it serves
         if len(kept) + len(added) < request.replicas and _within_grace(
             by_name[name], now=now, failover_delay=failover_delay
         ):
             kept.append(name)
+            held.append(name)
 
     chosen = (*kept, *added)
     dropped = tuple(n for n in dict.fromkeys(current) if n not in chosen)
@@ -266,4 +276,5 @@ def place(
         rejections=tuple(rejections[k] for k in sorted(rejections)),
         missing=request.replicas - len(chosen),
         fits_nowhere=request.replicas > 0 and bool(nodes) and not eligible_budget,
+        held=tuple(held),
     )
