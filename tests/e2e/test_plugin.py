@@ -149,4 +149,4 @@ def test_plugin_commands_on_a_live_fleet(
     assert reply.choices[0].message.content is not None
     unknown = plugin("drain", "no-such-node", kubeconfig=cluster.kubeconfig)
     assert unknown.returncode == 1
-    assert "404" in unknown.stderr
+    assert 'InferenceNode "no-such-node" not found' in unknown.stderr
