@@ -253,13 +253,13 @@ def place(
             rejections[node.name] = Rejection(node.name, Reason.NOT_NEEDED, "enough replicas")
             continue
         added.append(node.name)
-    held: list[str] = []
+    stays: list[str] = []
     for name in evacuating:  # nowhere else to go (yet): the replica stays where it serves
         if len(kept) + len(added) < request.replicas and _within_grace(
             by_name[name], now=now, failover_delay=failover_delay
         ):
             kept.append(name)
-            held.append(name)
+            stays.append(name)
 
     chosen = (*kept, *added)
     dropped = tuple(n for n in dict.fromkeys(current) if n not in chosen)
@@ -276,5 +276,5 @@ def place(
         rejections=tuple(rejections[k] for k in sorted(rejections)),
         missing=request.replicas - len(chosen),
         fits_nowhere=request.replicas > 0 and bool(nodes) and not eligible_budget,
-        held=tuple(held),
+        held=tuple(stays),
     )
