@@ -5,6 +5,7 @@ placement's summaries and the deployment's Ready/Reconciling message."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 from hypothesis import given, settings
@@ -18,6 +19,7 @@ from mlxfleet_operator.core import naming, placement, sharding
 from mlxfleet_operator.core.deployment import placing
 from mlxfleet_operator.core.deployment import status as mdstatus
 from tests.unit.operator.builders import GIB, NOW, fact, md, state
+from tests.unit.operator.test_placement import names, nodes_st, requests_st
 
 M = ModelRef("file:///m")
 DELAY = timedelta(seconds=15)
@@ -126,48 +128,24 @@ def test_a_group_with_nowhere_to_go_names_the_nodes_other_groups_use() -> None:
     assert d.rejection_summary() == "a, b: already runs a rank of this deployment (one per node)"
 
 
-names = st.sampled_from([f"n{i}" for i in range(5)])
-views = st.lists(
-    st.builds(
-        placement.NodeView,
-        name=names,
-        labels=st.sampled_from([{}, {"pool": "x"}]),
-        unschedulable=st.booleans(),
-        draining=st.booleans(),
-        ready=st.booleans(),
-        not_ready_since=st.sampled_from([None, NOW - timedelta(seconds=1), NOW - timedelta(1)]),
-        budget_bytes=st.integers(0, 32).map(lambda g: g * GIB),
-        used_bytes=st.integers(0, 32).map(lambda g: g * GIB),
-    ),
-    max_size=5,
-    unique_by=lambda n: n.name,
-)
-
-
 @settings(max_examples=300, deadline=None)
-@given(
-    replicas=st.integers(1, 6),
-    footprint=st.integers(1, 20),
-    selector=st.sampled_from([{}, {"pool": "x"}]),
-    nodes=views,
-    current=st.lists(names, max_size=4),
-)
-def test_a_missing_replica_always_has_a_reason_for_every_node(
-    replicas: int,
-    footprint: int,
-    selector: dict[str, str],
+@given(request=requests_st, nodes=nodes_st, current=st.lists(names, max_size=4), data=st.data())
+def test_a_missing_or_held_replica_always_has_a_reason_for_every_node(
+    request: placement.Request,
     nodes: list[placement.NodeView],
     current: list[str],
+    data: st.DataObject,
 ) -> None:
-    request = placement.Request(
-        replicas=replicas, footprint_bytes=footprint * GIB, model=M, node_selector=selector
-    )
+    """test_placement's random fleets, some nodes draining: whenever a replica found no node or
+    stays on a draining node, the summary names every node with a reason."""
+    draining = data.draw(st.lists(st.booleans(), min_size=len(nodes), max_size=len(nodes)))
+    nodes = [dataclasses.replace(n, draining=d) for n, d in zip(nodes, draining, strict=True)]
     decision = placement.place(request, nodes, tuple(current), now=NOW, failover_delay=DELAY)
     if not decision.missing and not decision.held:
         return
     text = decision.rejection_summary()
-    assert text.strip()
-    for n in nodes:  # every node is named, with a reason
-        assert f"{n.name}:" in text or f"{n.name}," in text
     if not nodes:
         assert text == placement.NO_NODES
+        return
+    named = {n for entry in text.split("; ") for n in entry.split(": ", 1)[0].split(", ")}
+    assert named == {n.name for n in nodes}
