@@ -61,7 +61,8 @@ def test_a_timed_out_drain_says_why_and_what_to_do() -> None:
     assert "stays draining" in lines[0]
     assert lines[1] == f"       default/tiny-chat: Ready: {HELD}"
     hint = lines[2]
-    for what in ("uncordon", "kubectl scale mdep/", "--timeout", "kubectl mlxfleet status"):
+    scale = "kubectl scale mdep/tiny-chat -n default --replicas=N"
+    for what in ("uncordon mac-mini-1", scale, "--timeout", "kubectl mlxfleet status"):
         assert what in hint
 
 

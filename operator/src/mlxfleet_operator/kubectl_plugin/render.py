@@ -156,12 +156,13 @@ def drain_lines(node: str, waiting: Sequence[Waiting], elapsed: float) -> list[s
 def drain_timeout(node: str, waiting: Sequence[Waiting], timeout: float) -> list[str]:
     """What a drain that timed out says: what is still there and why, and what a person can do."""
     names = ", ".join(w.deployment for w in waiting)
+    namespace, _, name = (waiting[0].deployment if waiting else "NS/NAME").partition("/")
     return [
         f"drain {node}: timed out after {timeout:.0f}s with {names} still there; the node stays "
         "draining: replicas move as soon as another node can take them",
         *drain_lines(node, waiting, timeout)[1:],
         "  to let them move: add a node or uncordon one (`kubectl mlxfleet uncordon NODE`), free "
-        "memory elsewhere, or scale a deployment down (`kubectl scale mdep/NAME -n NS "
+        f"memory elsewhere, or scale down (`kubectl scale mdep/{name} -n {namespace} "
         f"--replicas=N`); to stop draining: `kubectl mlxfleet uncordon {node}`; wait longer with "
         "--timeout; overview: `kubectl mlxfleet status`",
     ]
