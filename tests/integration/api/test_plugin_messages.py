@@ -13,7 +13,7 @@ import json
 import secrets
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -121,12 +121,17 @@ def test_drain_reports_while_it_waits_says_why_and_gives_up_with_a_hint(
         [str(PLUGIN), "--kubeconfig", str(cluster.kubeconfig), "drain", name, "--poll", "0.2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    guard = threading.Timer(60, running.kill)  # never hang on a drain that says nothing
+    guard.start()
     try:
-        time.sleep(1.5)
+        assert running.stderr is not None
+        seen = [running.stderr.readline() for _ in range(2)]  # it has seen the replica and why
         placed_on(cluster, ns, ["other", "third"], "2/2 replicas ready")
-        stdout, stderr = running.communicate(timeout=30)
+        stdout, rest = running.communicate(timeout=30)
     finally:
+        guard.cancel()
         running.kill()
+    stderr = "".join(seen) + rest
     assert running.returncode == 0, stderr
     assert f"inferencenode/{name} drained" in stdout
     assert f"{ns}/chat: Ready: 2/2 replicas ready; {name}: draining" in stderr
