@@ -8,7 +8,9 @@ characters / 4 (no tokenizer in the gateway). The affinity key is a stable 64-bi
 conversation) get the same key, so the balancer can send them to the replica whose prompt cache
 already holds it. Never logs or stores
 the text itself.
-May import: the standard library, `errors`. Called by: the proxy.
+The body's shape (what an engine would choke on: a malformed `stop`, `messages` or `prompt`) is
+checked by the agent's own `mlxfleet_agent.openai_body`, shared, so both refuse the same bodies.
+May import: the standard library, `errors`, mlxfleet_agent.openai_body. Called by: the proxy.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlxfleet_agent import openai_body
 from mlxfleet_gateway.core import errors
 
 AFFINITY_CHARS = 1024  # the prefix hashed for affinity (about 256 tokens)
@@ -106,9 +109,11 @@ def traits(
     body: Mapping[str, Any],
     headers: Mapping[str, str],
     *,
+    endpoint: str = "",
     min_affinity_chars: int = MIN_AFFINITY_CHARS,
 ) -> Traits:
-    """Traits of a parsed body; 400 naming the field when `model` or `stream` is malformed."""
+    """Traits of a parsed body; 400 naming the field when `model` or `stream` is malformed, or
+    (chat and text completions at `endpoint`) a field has not the OpenAI shape."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise errors.bad_request("`model` is required and must be a string", param="model")
@@ -118,6 +123,10 @@ def traits(
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)):
         raise errors.bad_request("`max_tokens` must be an integer", param="max_tokens")
+    try:
+        openai_body.check(body, endpoint=endpoint)
+    except openai_body.BodyError as exc:
+        raise errors.bad_request(str(exc), param=exc.param, code=exc.code) from None
     tools = body.get("tools") or body.get("functions")
     options = body.get("stream_options")
     include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
