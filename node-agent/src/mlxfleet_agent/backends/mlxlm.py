@@ -22,6 +22,7 @@ from mlxfleet_agent import contract
 
 STOP_SIGNAL = signal.SIGINT
 WARMUP_PATH = "/v1/completions"
+HEALTH_PATH = "/health"  # 503 once the generation thread died (the process lives on)
 WARMUP_BODY: dict[str, Any] = {
     "prompt": "ping",
     "max_tokens": 1,
