@@ -1,5 +1,6 @@
 """What every backend of one agent shares: the interpreter, the log folder, the load and stop
-timeouts and the HTTP client of warm-ups. The slots ask it for backends.
+timeouts, the health poll interval and the HTTP client of warm-ups and health polls. The slots
+ask it for backends.
 
 `backend(...)` makes a (not yet started) backend of the slot's engine for a model directory,
 `warm_up(...)` waits until it answers its engine's probes (`readiness`), `watch(...)` returns
@@ -26,8 +27,6 @@ from mlxfleet_agent import contract
 from mlxfleet_agent.backends import process, ranks, readiness, recipes
 from mlxfleet_agent.engines import plugin
 
-HEALTH_INTERVAL_S = 2.0  # a serving backend's health endpoint (each poll is a line in its log)
-
 
 class Launcher:
     """Starts, warms and stops the backends of one agent."""
@@ -39,6 +38,7 @@ class Launcher:
         python: str | None = None,
         load_timeout_s: float,
         stop_grace_s: float,
+        health_interval_s: float = 2.0,
         engines: Sequence[contract.EngineInfo] | None = None,
         command_programs: Sequence[str] = (),
     ) -> None:
@@ -54,6 +54,7 @@ class Launcher:
         )
         self.load_timeout_s = load_timeout_s
         self.stop_grace_s = stop_grace_s
+        self.health_interval_s = health_interval_s  # each poll is a line in the backend's log
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=60.0),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
@@ -112,7 +113,7 @@ class Launcher:
                 self._client,
                 backend.base_url + path,
                 alive=backend.alive,
-                interval_s=HEALTH_INTERVAL_S if shard is None else ranks.HEALTH_INTERVAL_S,
+                interval_s=self.health_interval_s if shard is None else ranks.HEALTH_INTERVAL_S,
                 silent_limit=None if shard is None else ranks.SILENT_LIMIT,
             )
             if why is not None:
