@@ -10,7 +10,9 @@ proxies refuse such bodies first with a 400 that names the field and says what i
   `logprobs` / `top_logprobs`, the sampling numbers, `tools`, `stream_options`,
   `chat_template_kwargs`, `role_mapping`. The gateway runs it where it parses the body.
 - `check_mlx_lm(body, endpoint=...)`: what mlx_lm accepts on top (`prompt` is one string, one
-  choice per request). The agent's data plane runs both for slots of the mlx-lm engine.
+  choice per request). The agent's data plane runs both for slots of the mlx-lm engine, and
+  `check_token_ids` once it knows the backend's model (a `logit_bias` id beyond the vocabulary
+  kills mlx_lm's process).
 
 Embeddings and rerank bodies are not looked at. Raises `BodyError` (an `OpenAIError`: 400,
 `invalid_request_error`, `param` = the field's path, e.g. `messages[1].content[0].text`).
@@ -104,6 +106,18 @@ def check_mlx_lm(body: Mapping[str, Any], *, endpoint: str) -> None:
     n = body.get("n")
     if n is not None and n != 1:
         raise invalid("n", "`n` must be 1: this engine (mlx-lm) generates one choice per request")
+
+
+def check_token_ids(body: Mapping[str, Any], *, vocab_size: int) -> None:
+    """Refuse (400) a `logit_bias` token id beyond the model's vocabulary (mlx_lm indexes the
+    logits with it unchecked: its process dies). Run after `check` (the ids are digits)."""
+    bias = body.get("logit_bias")
+    for key in bias if isinstance(bias, dict) else ():
+        if int(key) >= vocab_size:
+            raise invalid(
+                f"logit_bias.{key}",
+                f"`logit_bias` token ids must be below this model's vocabulary size ({vocab_size})",
+            )
 
 
 def _messages(messages: Any) -> None:

@@ -4,6 +4,7 @@ between answered 503 (retryable), never 404. Real agent, real mlx_lm backend."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -79,6 +80,23 @@ def test_bodies_mlx_lm_chokes_on_are_400_and_the_backend_serves_on(
     good = _post(serving_agent, CHAT, {"messages": HI})
     assert good.status_code == 200, good.text
     assert serving_agent.slot("a")["restarts"] == 0
+
+
+def test_logit_bias_beyond_the_vocabulary_is_400_and_the_backend_lives(
+    serving_agent: Agent, model_a: Path
+) -> None:
+    """mlx_lm indexes the logits with `logit_bias` ids unchecked: one beyond the vocabulary
+    killed its process (a model reload per request)."""
+    vocab = json.loads((model_a / "config.json").read_text())["vocab_size"]
+    port = serving_agent.slot("a")["backendPort"]
+    resp = _post(serving_agent, CHAT, {"messages": HI, "logit_bias": {str(vocab): 5}})
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == f"logit_bias.{vocab}"
+    inside = _post(serving_agent, CHAT, {"messages": HI, "logit_bias": {str(vocab - 1): 5}})
+    assert inside.status_code == 200, inside.text
+    slot = serving_agent.slot("a")
+    assert (slot["backendPort"], slot["restarts"]) == (port, 0)
+    assert _backend_health(serving_agent) == 200
 
 
 def test_bad_bodies_mlx_lm_refuses_itself_are_400_not_404(serving_agent: Agent) -> None:

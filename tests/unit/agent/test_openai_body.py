@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from mlxfleet_agent import openai_body
+from mlxfleet_agent.backends import mlxlm
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 TEXT = {"model": "m", "prompt": "hi"}
@@ -184,3 +185,26 @@ def test_mlx_lm_takes_what_it_serves() -> None:
     openai_body.check_mlx_lm({**CHAT, "n": 1}, endpoint="chat.completions")
     openai_body.check_mlx_lm(TEXT, endpoint="completions")
     openai_body.check_mlx_lm({"input": [1]}, endpoint="embeddings")
+
+
+def test_logit_bias_token_ids_stay_inside_the_vocabulary() -> None:
+    """mlx_lm indexes the logits with these ids unchecked: one beyond the vocabulary kills it."""
+    openai_body.check_token_ids({**TEXT, "logit_bias": {"0": 1, "99": -1}}, vocab_size=100)
+    openai_body.check_token_ids(TEXT, vocab_size=100)
+    with pytest.raises(openai_body.BodyError) as caught:
+        openai_body.check_token_ids({**TEXT, "logit_bias": {"5": 1, "100": 1}}, vocab_size=100)
+    assert caught.value.param == "logit_bias.100"
+    assert "100" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("config", "size"),
+    [
+        pytest.param({"vocab_size": 256}, 256, id="top-level"),
+        pytest.param({"text_config": {"vocab_size": 9}}, 9, id="vision-language"),
+        pytest.param({"vocab_size": "x"}, None, id="unusable"),
+        pytest.param({}, None, id="absent"),
+    ],
+)
+def test_vocab_size_from_config(config: dict[str, object], size: int | None) -> None:
+    assert mlxlm.vocab_size(config) == size

@@ -111,6 +111,7 @@ async def forward(
     body = routed.body
     whole_only = endpoint in WHOLE_ONLY
     if not whole_only:
+        routing.check_token_ids(body, backend)
         routing.limit_tokens(body, backend.spec)
     body["model"] = backend.pinned
     assemble = not whole_only and not routed.stream and not answers.wants_logprobs(body)

@@ -93,7 +93,21 @@ def check_body(body: dict[str, Any], spec: contract.SlotSpec, *, endpoint: str) 
         if spec.engine.name is contract.EngineName.MLX_LM:
             openai_body.check_mlx_lm(body, endpoint=endpoint)
     except openai_body.BodyError as exc:
-        raise RouteError(exc.status, str(exc), param=exc.param, code=exc.code) from None
+        raise _refused(exc) from None
+
+
+def check_token_ids(body: dict[str, Any], backend: lease_.Upstream) -> None:
+    """Refuse (400) token ids beyond the leased backend's vocabulary (after `check_body`)."""
+    if backend.vocab_size is None:
+        return
+    try:
+        openai_body.check_token_ids(body, vocab_size=backend.vocab_size)
+    except openai_body.BodyError as exc:
+        raise _refused(exc) from None
+
+
+def _refused(exc: openai_body.BodyError) -> RouteError:
+    return RouteError(exc.status, str(exc), param=exc.param, code=exc.code)
 
 
 def limit_tokens(body: dict[str, Any], spec: contract.SlotSpec) -> None:
