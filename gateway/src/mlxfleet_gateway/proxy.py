@@ -176,7 +176,9 @@ class Proxy:
             for k, v in scope["headers"]
             if k.startswith(b"x-")
         }
-        req = traits_mod.traits(body, headers, min_affinity_chars=self.config.min_affinity_chars)
+        req = traits_mod.traits(
+            body, headers, endpoint=endpoint, min_affinity_chars=self.config.min_affinity_chars
+        )
         found = self.view.catalog.resolve(key.scope, req.model)
         if found is None:
             self.metrics.rejected.labels(key.name, "not_found").inc()

@@ -200,15 +200,57 @@ def test_image_allow_list_does_not_restart_the_backend() -> None:
 def test_backend_errors_become_openai_shaped(
     status: int, raw: bytes, message: str, type_: str
 ) -> None:
-    body = json.loads(answers.backend_error(status, raw, pinned="/m/a", served="a"))
+    body = json.loads(answers.backend_error(status, raw, pinned="/m/a", served="a").body())
     assert set(body["error"]) == {"message", "type", "param", "code"}
     assert body["error"]["message"] == message
     assert body["error"]["type"] == type_
 
 
 def test_backend_error_messages_are_bounded() -> None:
-    body = json.loads(answers.backend_error(400, b"x" * 100_000, pinned="/m", served="a"))
+    body = json.loads(answers.backend_error(400, b"x" * 100_000, pinned="/m", served="a").body())
     assert len(body["error"]["message"]) <= 2000
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "type_", "code", "message"),
+    [
+        pytest.param(
+            b'{"error": "Cannot apply chat template to an empty conversation"}',
+            400,
+            "invalid_request_error",
+            "invalid_request",
+            "Cannot apply chat template to an empty conversation",
+            id="bad-body-is-400-with-mlx-text",
+        ),
+        pytest.param(
+            b'{"error": "\'text\'"}',
+            400,
+            "invalid_request_error",
+            "invalid_request",
+            "'text'",
+            id="key-error-text",
+        ),
+        pytest.param(
+            b'{"error": "generation thread died"}',
+            503,
+            "server_error",
+            "backend_unhealthy",
+            "restarted",
+            id="dead-generation-thread-is-503",
+        ),
+    ],
+)
+def test_mlx_lm_404s_are_the_clients_400_or_a_retryable_503(
+    raw: bytes, status: int, type_: str, code: str, message: str
+) -> None:
+    err = answers.backend_error(404, raw, pinned="/m/a", served="a", mlx_lm=True)
+    assert (err.status, err.type, err.code) == (status, type_, code)
+    assert message in str(err)
+    assert (b"retry-after", b"1") in err.headers if status == 503 else not err.headers
+
+
+def test_other_engines_keep_their_404() -> None:
+    assert answers.backend_error(404, b"Not Found", pinned="/m", served="a").status == 404
 
 
 # ---- system_fingerprint -------------------------------------------------------------------

@@ -190,6 +190,31 @@ def test_malformed_requests_are_400_naming_the_field(raw: bytes, param: str | No
     assert info.value.param == param
 
 
+@pytest.mark.parametrize(
+    ("endpoint", "body", "param"),
+    [
+        pytest.param("chat/completions", {"stop": 5}, "stop", id="stop-int"),
+        pytest.param(
+            "chat/completions",
+            {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+            "messages[0].content[0].text",
+            id="text-part-without-text",
+        ),
+        pytest.param("completions", {"prompt": {"a": 1}}, "prompt", id="prompt-object"),
+    ],
+)
+def test_bodies_an_engine_would_choke_on_are_refused_early(
+    endpoint: str, body: dict[str, Any], param: str
+) -> None:
+    """The agent's own check (`mlxfleet_agent.openai_body`), shared: the same 400."""
+    good = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "prompt": "hi"}
+    traits.traits({**good, "stop": ["x"]}, {}, endpoint=endpoint)
+    with pytest.raises(errors.GatewayError) as info:
+        traits.traits({**good, **body}, {}, endpoint=endpoint)
+    assert (info.value.status, info.value.param) == (400, param)
+    assert info.value.type == "invalid_request_error"
+
+
 def test_usage_book_rolls_intervals_by_key_and_model() -> None:
     book = usage.UsageBook.open(node="gateway-x", interval_s=60, now=125.0)
     assert book.start == 120.0

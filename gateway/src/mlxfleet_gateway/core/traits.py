@@ -10,7 +10,9 @@ integers of at least 1: the limits reserve prompt + max_tokens. The affinity key
 for prompts of at least `min_affinity_chars`: requests that share that prefix (one long system
 prompt, the turns of one conversation) get the same key, so the balancer can send them to the
 replica whose prompt cache already holds it. Never logs or stores the text itself.
-May import: the standard library, `errors`. Called by: the proxy.
+The body's shape (what an engine would choke on: a malformed `stop`, `messages` or `prompt`) is
+checked by the agent's own `mlxfleet_agent.openai_body`, shared, so both refuse the same bodies.
+May import: the standard library, `errors`, mlxfleet_agent.openai_body. Called by: the proxy.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlxfleet_agent import openai_body
 from mlxfleet_gateway.core import errors
 
 AFFINITY_CHARS = 1024  # the prefix hashed for affinity (about 256 tokens)
@@ -154,10 +157,11 @@ def traits(
     body: Mapping[str, Any],
     headers: Mapping[str, str],
     *,
+    endpoint: str = "",
     min_affinity_chars: int = MIN_AFFINITY_CHARS,
 ) -> Traits:
     """Traits of a parsed body; 400 naming the field when `model`, `stream` or the token cap is
-    malformed."""
+    malformed, or (chat and text completions at `endpoint`) a field has not the OpenAI shape."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise errors.bad_request("`model` is required and must be a string", param="model")
@@ -172,6 +176,10 @@ def traits(
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise errors.bad_request(f"`{name}` must be an integer of at least 1", param=name)
         max_tokens = value
+    try:
+        openai_body.check(body, endpoint=endpoint)
+    except openai_body.BodyError as exc:
+        raise errors.bad_request(str(exc), param=exc.param, code=exc.code) from None
     tools = body.get("tools") or body.get("functions")
     options = body.get("stream_options")
     include_usage = isinstance(options, dict) and bool(options.get("include_usage"))

@@ -1,8 +1,10 @@
 """What every backend of one agent shares: the interpreter, the log folder, the load and stop
-timeouts and the HTTP client of warm-ups. The slots ask it for backends.
+timeouts, the health poll interval and the HTTP client of warm-ups and health polls. The slots
+ask it for backends.
 
 `backend(...)` makes a (not yet started) backend of the slot's engine for a model directory,
-`warm_up(...)` waits until it answers its engine's probes (`readiness`), `stop(...)` stops it
+`warm_up(...)` waits until it answers its engine's probes (`readiness`), `watch(...)` returns
+once a serving one stops serving (exit, or its health endpoint says no), `stop(...)` stops it
 within the grace period (the engine's own grace when longer, vLLM's 30 s). The engine
 specifics come from `recipes`; `check` refuses an engine this node cannot run; `engines` is
 what discovery found at start (GET /v1/state).
@@ -36,6 +38,7 @@ class Launcher:
         python: str | None = None,
         load_timeout_s: float,
         stop_grace_s: float,
+        health_interval_s: float = 2.0,
         engines: Sequence[contract.EngineInfo] | None = None,
         command_programs: Sequence[str] = (),
     ) -> None:
@@ -51,6 +54,7 @@ class Launcher:
         )
         self.load_timeout_s = load_timeout_s
         self.stop_grace_s = stop_grace_s
+        self.health_interval_s = health_interval_s  # each poll is a line in the backend's log
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=60.0),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
@@ -98,12 +102,25 @@ class Launcher:
             timeout_s=self.load_timeout_s,
         )
 
-    async def watch_rank(self, backend: process.Backend, shard: contract.RankSpec) -> str:
-        """Return (why) once a rank stops: a follower's process exits, rank 0 exits or turns
-        unhealthy (a peer was lost)."""
-        if shard.leader:
-            return await ranks.watch_leader(self._client, backend.base_url, alive=backend.alive)
+    async def watch(self, backend: process.Backend, shard: contract.RankSpec | None) -> str:
+        """Return (why) once a serving backend stops serving: its process exits, or its engine's
+        health endpoint (`Launch.health_path`) says no (mlx_lm whose generation thread died;
+        rank 0 of a group that lost a peer, polled faster, silence counted). A follower rank has
+        no HTTP: only its exit is watched."""
+        path = backend.launch.health_path
+        if path is not None and (shard is None or shard.leader):
+            why = await readiness.watch_health(
+                self._client,
+                backend.base_url + path,
+                alive=backend.alive,
+                interval_s=self.health_interval_s if shard is None else ranks.HEALTH_INTERVAL_S,
+                silent_limit=None if shard is None else ranks.SILENT_LIMIT,
+            )
+            if why is not None:
+                return f"backend {why}" if shard is None else f"rank 0 {why}: a peer rank was lost"
         code = await backend.wait_exit()
+        if shard is None:
+            return f"backend exited with code {code}"
         return f"rank {shard.rank} exited with code {code}: a peer rank was lost"
 
     async def stop(self, backend: process.Backend, *, grace_s: float | None = None) -> None:

@@ -22,6 +22,21 @@ from mlxfleet_agent import contract
 
 STOP_SIGNAL = signal.SIGINT
 WARMUP_PATH = "/v1/completions"
+HEALTH_PATH = "/health"  # 503 once the generation thread died (the process lives on)
+
+
+def vocab_size(config: dict[str, object]) -> int | None:
+    """The model's vocabulary (the logits' width) from its config.json, if it says: mlx_lm
+    indexes the logits with `logit_bias` token ids unchecked, and one beyond it kills the
+    process."""
+    text = config.get("text_config")
+    for where in (config, text if isinstance(text, dict) else {}):
+        value = where.get("vocab_size")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 WARMUP_BODY: dict[str, Any] = {
     "prompt": "ping",
     "max_tokens": 1,

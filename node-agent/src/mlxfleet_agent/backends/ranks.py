@@ -10,10 +10,11 @@ ssh; here each agent starts only its own rank with the same contract:
 `mlx_lm.server` then loads its share (`sharded_load`: tensor by default, `--pipeline`); rank 0
 serves HTTP, the others loop in lockstep. A lost peer makes followers exit and rank 0's
 generation thread die (its `/health` turns 503 while the process lives on), so rank 0 is watched
-through `/health` and stopped: no rank keeps running alone. Ranks are never restarted by the
+through `/health` (`readiness.watch_health`, as every mlx-lm backend, only faster and with
+silence counted) and stopped: no rank keeps running alone. Ranks are never restarted by the
 agent alone; the operator re-forms the group with a new group id.
-May import: contract, httpx, the standard library. Called by: backends.launcher (environment,
-watch), slots (model check, follower start).
+May import: contract, the standard library. Called by: backends.launcher (environment, watch
+intervals), slots (model check, follower start).
 """
 
 from __future__ import annotations
@@ -23,12 +24,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-
 from mlxfleet_agent import contract
 
-HEALTH_INTERVAL_S = 0.1
-SILENT_LIMIT = 3
+HEALTH_INTERVAL_S = 0.1  # rank 0's /health (`readiness.watch_health`): a lost peer fails fast
+SILENT_LIMIT = 3  # rank 0 silent this many times in a row: its group broke
 
 
 def hostfile(spec: contract.RankSpec) -> str:
@@ -78,23 +77,3 @@ async def follower_started(*, alive: Callable[[], bool], settle_s: float = 1.0) 
     await asyncio.sleep(settle_s)
     if not alive():
         raise OSError("rank process exited at start")
-
-
-async def watch_leader(
-    client: httpx.AsyncClient, base_url: str, *, alive: Callable[[], bool]
-) -> str:
-    """Return once rank 0 stops being healthy (process gone, or `/health` not 200: a peer was
-    lost and its generation thread died); the reason comes back as text."""
-    silent = 0
-    while alive():
-        try:
-            r = await client.get(f"{base_url}/health", timeout=2.0)
-            if r.status_code != 200:
-                return f"rank 0 unhealthy (/health {r.status_code}): a peer rank was lost"
-            silent = 0
-        except httpx.HTTPError as exc:  # one slow answer under load is not a lost peer
-            silent += 1
-            if silent >= SILENT_LIMIT and alive():
-                return f"rank 0 does not answer /health: {exc}"
-        await asyncio.sleep(HEALTH_INTERVAL_S)
-    return "rank 0 exited"

@@ -5,7 +5,9 @@ early): a one-token completion for mlx-lm, one embedding or rerank for those eng
 the shape `plugin.accepts` expects, the process dies, the server keeps answering with an error (a
 model that fails to load leaves mlx_lm up, answering 404), or the deadline passes. `next_backoff` is
 the pure restart
-schedule of a crashed backend.
+schedule of a crashed backend. `watch_health` is the other half of readiness: once serving, a
+backend whose health endpoint stops answering 200 is out of service (mlx_lm whose generation
+thread died; rank 0 of a group that lost a peer).
 May import: httpx, engines.plugin and the standard library. Called by: backends.launcher, slots
 (backoff).
 """
@@ -103,6 +105,32 @@ async def _until_accepted(
             last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         await asyncio.sleep(poll_s)
     raise NotReady(f"backend not ready after {timeout_s:.0f}s ({last})")
+
+
+async def watch_health(
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    alive: Callable[[], bool],
+    interval_s: float,
+    silent_limit: int | None = None,
+) -> str | None:
+    """Poll GET `url` while the process is `alive`; return why once it is not healthy (an answer
+    other than 200; or, with `silent_limit`, that many failed polls in a row), None once the
+    process is gone. Without `silent_limit`, a backend too busy to answer is not unhealthy."""
+    silent = 0
+    while alive():
+        try:
+            r = await client.get(url, timeout=2.0)
+            if r.status_code != 200:
+                return f"unhealthy (GET {httpx.URL(url).path} answered {r.status_code})"
+            silent = 0
+        except httpx.HTTPError as exc:  # one slow answer under load is not a failure
+            silent += 1
+            if silent_limit is not None and silent >= silent_limit and alive():
+                return f"does not answer GET {httpx.URL(url).path}: {exc}"
+        await asyncio.sleep(interval_s)
+    return None
 
 
 def next_backoff(restarts: int, *, base_s: float = 1.0, max_s: float = 30.0) -> float:

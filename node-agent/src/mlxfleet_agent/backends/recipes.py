@@ -73,6 +73,7 @@ def launch(spec: contract.SlotSpec, model_dir: Path, port: int, host: Host) -> p
             stop_signal=mlxlm.STOP_SIGNAL,
             stop_grace_s=0.0,  # the agent's --stop-grace-s, as always
             upstream_model=str(model_dir),  # pinned: mlx_lm never loads other weights
+            health_path=mlxlm.HEALTH_PATH,
         )
     if engine.name in (Name.MLX_EMBED, Name.MLX_RERANK):
         options = engine.embed or contract.EmbedOptions()

@@ -7,7 +7,8 @@
   values of mlx_lm's own whole answer (its stream carries no logprobs: requests that ask for them
   are still generated whole, see `wants_logprobs`).
 - `backend_error`: a backend's 4xx/5xx body (mlx_lm writes `{"error": "text"}` or plain text) as
-  the OpenAI error shape, with the backend's model path replaced by the served name.
+  the OpenAI error shape, with the backend's model path replaced by the served name; mlx_lm's
+  404 for a request it failed on becomes 400, or 503 when its generation thread died.
 - `fingerprint` / `rewriter`: mlx_lm's `system_fingerprint` names the kernel and C library
   (`platform.platform()`); answers carry an opaque, stable value instead. The original is known
   per backend (from its warm-up answer), so a stream pays one `bytes.replace` per chunk.
@@ -26,7 +27,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from mlxfleet_agent.dataplane.errors import RouteError
+from mlxfleet_agent.dataplane.errors import RETRY_AFTER, RouteError
 
 _FINGERPRINT_KEY = secrets.token_bytes(32)  # per agent process: the value cannot be reversed
 _FINGERPRINT_FIELD = re.compile(rb'"system_fingerprint": "[^"]*"')
@@ -74,8 +75,19 @@ def rewriter(*, pinned: str, served: str, original_fingerprint: str | None) -> R
 # ---- errors -----------------------------------------------------------------------------------
 
 
-def backend_error(status: int, raw: bytes, *, pinned: str, served: str) -> bytes:
-    """A backend's error body, OpenAI-shaped; the status is the caller's to keep."""
+MLX_LM_THREAD_DIED = "generation thread died"  # mlx_lm's words once its one generation thread died
+
+
+def backend_error(
+    status: int, raw: bytes, *, pinned: str, served: str, mlx_lm: bool = False
+) -> RouteError:
+    """A backend's error answer, OpenAI-shaped.
+
+    mlx_lm (`mlx_lm=True`) answers 404 for any exception while it handles a completion, with the
+    exception's text: that is the client's bad request (400, the text kept: it names the
+    problem), or, when its generation thread died, a backend out of service until the agent
+    restarts it (503, retryable: the gateway tries another replica). Other answers keep their
+    status."""
     message, type_, param, code = "", None, None, None
     try:
         parsed: Any = json.loads(raw)
@@ -92,8 +104,19 @@ def backend_error(status: int, raw: bytes, *, pinned: str, served: str) -> bytes
     else:
         message = raw.decode("utf-8", "replace").strip()
     message = message.replace(pinned, served)[:MAX_ERROR_MESSAGE] or f"backend answered {status}"
+    if mlx_lm and status == 404:
+        if MLX_LM_THREAD_DIED in message:
+            return RouteError(
+                503,
+                "the model's backend failed (mlx_lm: generation thread died) and is being "
+                "restarted; retry the request",
+                type_="server_error",
+                code="backend_unhealthy",
+                headers=RETRY_AFTER,
+            )
+        return RouteError(400, message, code=code or "invalid_request", param=param)
     kind = type_ or ("server_error" if status >= 500 else "invalid_request_error")
-    return RouteError(status, message, type_=kind, code=code, param=param).body()
+    return RouteError(status, message, type_=kind, code=code, param=param)
 
 
 # ---- whole answers from a stream ---------------------------------------------------------------

@@ -140,6 +140,7 @@ class DataPlane:
         routed = routing.resolve(self.routes, routing.parse(raw), slot=self._slot(scope))
         route = routed.route
         routing.check_capability(route.desired, CAPABILITY[endpoint], path=scope["path"])
+        routing.check_body(routed.body, route.desired, endpoint=endpoint)
         routing.check_images(routed.body, allowed=route.desired.server.allowed_image_urls or ())
         held = await routing.lease(route, timeout_s=self.queue_timeout_s)
         backend = held.upstream

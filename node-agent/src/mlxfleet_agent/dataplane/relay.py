@@ -13,8 +13,8 @@ Until the first token the relay reads in its own task; from there each streamed 
 in the backend connection's callback (`eventpipe`: no task wake-up per chunk): the token scan
 (`openai_proxy.StreamScanner`: byte searches), the model/fingerprint rewrite (two
 `bytes.replace`) and the ASGI `send`; the backend's silence is bounded by one timer per stream.
-May import: the standard library, slots.lease, eventpipe, openai_proxy, dataplane (answers,
-errors, routing, upstream). Called by: dataplane.app.
+May import: the standard library, contract, slots.lease, eventpipe, openai_proxy, dataplane
+(answers, errors, routing, upstream). Called by: dataplane.app.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import json
 import logging
 import time
 
-from mlxfleet_agent import eventpipe
+from mlxfleet_agent import contract, eventpipe
 from mlxfleet_agent import openai_proxy as asgi
 from mlxfleet_agent.dataplane import answers, routing, upstream
 from mlxfleet_agent.dataplane.errors import RETRY_AFTER, RouteError
@@ -111,6 +111,7 @@ async def forward(
     body = routed.body
     whole_only = endpoint in WHOLE_ONLY
     if not whole_only:
+        routing.check_token_ids(body, backend)
         routing.limit_tokens(body, backend.spec)
     body["model"] = backend.pinned
     assemble = not whole_only and not routed.stream and not answers.wants_logprobs(body)
@@ -188,16 +189,20 @@ async def _error(
     outcome: Outcome,
     backend: lease.Upstream,
 ) -> None:
-    """A backend's refusal, OpenAI-shaped, with its status."""
-    outcome.error = "backend_5xx" if resp.status >= 500 else "backend_4xx"
+    """A backend's refusal, OpenAI-shaped, with its status (mlx_lm's 404s mapped: `answers`)."""
     try:
         raw = await resp.read_all(limit=ERROR_BODY_LIMIT)
     except upstream.BackendError:
         raw = b""
-    body = answers.backend_error(
-        resp.status, raw, pinned=backend.pinned, served=backend.spec.served_name
+    err = answers.backend_error(
+        resp.status,
+        raw,
+        pinned=backend.pinned,
+        served=backend.spec.served_name,
+        mlx_lm=backend.spec.engine.name is contract.EngineName.MLX_LM,
     )
-    await asgi.send_whole(send, resp.status, body, headers)
+    outcome.error = "backend_5xx" if err.status >= 500 else "backend_4xx"
+    await asgi.send_whole(send, err.status, err.body(), (*err.headers, *headers))
 
 
 async def _assembled(

@@ -2,9 +2,9 @@
 
 Pure-ish glue between the HTTP edge (app) and the slots, written against the narrow
 `slots.lease` protocols: it decides which route serves a body, applies the slot's request policy
-(the `max_tokens` cap, which image URLs the backend may fetch), waits for a lease (bounded
-queue) and turns every refusal into an OpenAI-shaped `errors.RouteError`.
-May import: contract, slots.lease, dataplane.errors, the standard library.
+(the body's shape: `openai_body`, the `max_tokens` cap, which image URLs the backend may fetch),
+waits for a lease (bounded queue) and turns every refusal into an OpenAI-shaped `errors.RouteError`.
+May import: contract, openai_body, slots.lease, dataplane.errors, the standard library.
 Called by: dataplane (app, relay).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from mlxfleet_agent import contract
+from mlxfleet_agent import contract, openai_body
 from mlxfleet_agent.dataplane.errors import RETRY_AFTER, RouteError
 from mlxfleet_agent.slots import lease as lease_
 
@@ -82,6 +82,32 @@ def check_capability(spec: contract.SlotSpec, capability: str, *, path: str) -> 
             param="model",
             code="unsupported_endpoint",
         )
+
+
+def check_body(body: dict[str, Any], spec: contract.SlotSpec, *, endpoint: str) -> None:
+    """Refuse (400, naming the field) a completion body the slot's engine would choke on: the
+    OpenAI shape for every engine, and what mlx-lm accepts for its slots (a malformed `stop`
+    or message would kill mlx_lm's generation thread; see `openai_body`)."""
+    try:
+        openai_body.check(body, endpoint=endpoint)
+        if spec.engine.name is contract.EngineName.MLX_LM:
+            openai_body.check_mlx_lm(body, endpoint=endpoint)
+    except openai_body.BodyError as exc:
+        raise _refused(exc) from None
+
+
+def check_token_ids(body: dict[str, Any], backend: lease_.Upstream) -> None:
+    """Refuse (400) token ids beyond the leased backend's vocabulary (after `check_body`)."""
+    if backend.vocab_size is None:
+        return
+    try:
+        openai_body.check_token_ids(body, vocab_size=backend.vocab_size)
+    except openai_body.BodyError as exc:
+        raise _refused(exc) from None
+
+
+def _refused(exc: openai_body.BodyError) -> RouteError:
+    return RouteError(exc.status, str(exc), param=exc.param, code=exc.code)
 
 
 def limit_tokens(body: dict[str, Any], spec: contract.SlotSpec) -> None:

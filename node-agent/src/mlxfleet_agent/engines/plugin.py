@@ -40,7 +40,10 @@ class Launch:
 
     `argv` is exec'd directly (never through a shell); `env` is added to the agent's
     environment; `upstream_model` is what the data plane writes into a request's `model` field
-    (mlx_lm: its pinned model path; servers started with a served name: that name).
+    (mlx_lm: its pinned model path; servers started with a served name: that name);
+    `health_path` is a GET that answers 200 while the engine can serve (mlx_lm's /health turns
+    503 once its generation thread died while the process lives on): the agent watches it and
+    restarts the backend when it says no (None: only the process's exit is watched).
     """
 
     argv: tuple[str, ...]
@@ -48,6 +51,7 @@ class Launch:
     stop_signal: signal.Signals = signal.SIGTERM
     stop_grace_s: float = 10.0
     upstream_model: str = ""
+    health_path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,6 +100,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         python=cfg.python,
         load_timeout_s=cfg.load_timeout_s,
         stop_grace_s=cfg.stop_grace_s,
+        health_interval_s=cfg.health_interval_s,
         engines=engines,
         command_programs=cfg.command_programs,
     )

@@ -121,6 +121,11 @@ class Settings(BaseModel):
     stop_grace_s: Annotated[
         float, Field(ge=0), Opt("SIGINT -> SIGKILL grace of a backend (default 10)")
     ] = 10.0
+    health_interval_s: Annotated[
+        float,
+        Field(gt=0, le=3600),
+        Opt("poll of a serving backend's health endpoint, mlx_lm's /health (default 2)"),
+    ] = 2.0
     shutdown_drain_s: Annotated[
         float, Field(ge=0), Opt("drain of the data plane on exit (default 30)")
     ] = 30.0

@@ -43,6 +43,7 @@ class Handle:
     drained: asyncio.Event = field(default_factory=asyncio.Event)
     watcher: asyncio.Task[None] | None = None
     fingerprint: str | None = None  # the backend's system_fingerprint (from its warm-up)
+    vocab_size: int | None = None  # token ids a request may name are below it (config.json)
 
     @property
     def pinned(self) -> str:

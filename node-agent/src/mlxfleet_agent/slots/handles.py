@@ -6,7 +6,7 @@ brings a backend up on prepared weights (`create`, `start`, `warm`, or `discard`
 moves handles between those places (`promote`, `take_off`) and drains and stops them, unpinning
 their weights and telling the owner. It knows nothing of the gate, the phase or swaps: the slot
 (`slot.Slot`) decides when, and keeps its own state.
-May import: the standard library, contract, backends (process, ranks), engines.plugin,
+May import: the standard library, contract, backends (mlxlm, process, ranks), engines.plugin,
 slots (deps, handle). Called by: slots.slot.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from mlxfleet_agent.backends import process, ranks
+from mlxfleet_agent.backends import mlxlm, process, ranks
 from mlxfleet_agent.engines import plugin
 from mlxfleet_agent.slots import deps as deps_
 from mlxfleet_agent.slots.handle import Handle, Prepared
@@ -41,8 +41,9 @@ class Handles:
         """A backend for prepared weights (not started yet), now the standby, and its readiness
         probes. A rank whose model cannot be split as asked raises BackendFailed (unpinned)."""
         spec = prepared.spec
+        config = ranks.read_config(prepared.model_dir)
         if spec.shard is not None:
-            why = ranks.check_model(spec.shard, ranks.read_config(prepared.model_dir))
+            why = ranks.check_model(spec.shard, config)
             if why is not None:
                 self.deps.catalog.release(prepared.label)
                 raise process.BackendFailed(why)
@@ -55,6 +56,7 @@ class Handles:
             source=prepared.source,
             model_dir=prepared.model_dir,
             estimate=prepared.estimate,
+            vocab_size=mlxlm.vocab_size(config),
         )
         self.standby = handle
         return handle, probes

@@ -49,6 +49,11 @@ class Upstream(Protocol):
         """The backend's own system_fingerprint (learnt at its warm-up), if known."""
         ...
 
+    @property
+    def vocab_size(self) -> int | None:
+        """The model's vocabulary size (config.json), if known: token ids must be below it."""
+        ...
+
 
 class Lease(Protocol):
     """What a request holds from admission to its last byte."""

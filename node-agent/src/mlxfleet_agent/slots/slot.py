@@ -374,23 +374,28 @@ class Slot:
         self.deps.telemetry.forget_slot(self.name)
 
     async def _watch(self, handle: Handle) -> None:
-        """Notice a backend that exits on its own: fail over to a restart with backoff."""
+        """Notice a backend that stops serving on its own (its process exits, or its health
+        endpoint says no: mlx_lm whose generation thread died, the process alive): stop it and
+        fail over to a restart with backoff."""
         if handle.spec.shard is not None:
             await self._watch_rank(handle, handle.spec.shard)
             return
-        code = await handle.backend.wait_exit()
+        why = await self.deps.launcher.watch(handle.backend, None)
         if handle.backend.stopping:
             return
         tail = handle.backend.log_tail()
         log.error(
-            "backend exited",
-            extra={"slot": self.name, "pid": handle.backend.pid, "returncode": code},
+            "backend stopped serving",
+            extra={"slot": self.name, "pid": handle.backend.pid, "reason": why},
         )
-        self.last_error = f"backend exited with code {code}; log: {tail}"
+        self.last_error = f"{why}; log: {tail}"
         handle.backend.stopping = True
         self.deps.owner.backends_changed()
         if handle is not self._backends.active:
-            return  # a standby's warm-up fails on its own; a draining one just ends
+            # a standby's warm-up fails on its own; a draining one just ends (an unhealthy
+            # process is stopped first, so both see an exited backend)
+            await self.deps.launcher.stop(handle.backend)
+            return
         self._gate.close()
         self._backends.active = None
         self.phase = Phase.LOADING
@@ -405,7 +410,7 @@ class Slot:
         stopped and the slot fails: no rank keeps running alone, and none restarts alone (the
         operator re-forms the group with a new group id)."""
         backend = handle.backend
-        why = await self.deps.launcher.watch_rank(backend, shard)
+        why = await self.deps.launcher.watch(backend, shard)
         if backend.stopping or handle.retired:
             return  # stopped on purpose, or an old rank retired by a swap (the swap stops it)
         log.error("rank stopped", extra={"slot": self.name, "pid": backend.pid, "reason": why})

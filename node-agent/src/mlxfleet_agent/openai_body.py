@@ -1,0 +1,241 @@
+"""What a chat or text completion body must look like before an engine sees it (pure).
+
+mlx_lm.server trusts the body: a `stop` that is not a string or a list of strings, a `messages`
+entry that is not an object, or a content part without `type` raise inside its one generation
+thread, which then dies for good (its /health turns 503, every later request fails). So both
+proxies refuse such bodies first with a 400 that names the field and says what is allowed:
+
+- `check(body, endpoint=...)`: the OpenAI request shape (any OpenAI-compatible engine refuses
+  what it refuses): `stop`, `messages` (chat) / `prompt` (completions), `n`, `logit_bias`,
+  `logprobs` / `top_logprobs`, the sampling numbers, `tools`, `stream_options`,
+  `chat_template_kwargs`, `role_mapping`. The gateway runs it where it parses the body.
+- `check_mlx_lm(body, endpoint=...)`: what mlx_lm accepts on top (`prompt` is one string, one
+  choice per request). The agent's data plane runs both for slots of the mlx-lm engine, and
+  `check_token_ids` once it knows the backend's model (a `logit_bias` id beyond the vocabulary
+  kills mlx_lm's process).
+
+Embeddings and rerank bodies are not looked at. Raises `BodyError` (an `OpenAIError`: 400,
+`invalid_request_error`, `param` = the field's path, e.g. `messages[1].content[0].text`).
+May import: the standard library, openai_proxy. Called by: dataplane.app (agent), the gateway's
+proxy (an import-linter allow-list).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from mlxfleet_agent.openai_proxy import OpenAIError
+
+CHAT = "chat.completions"  # the gateway spells it "chat/completions": both are read
+GENERATING = frozenset({CHAT, "completions"})
+MAX_STOP = 16  # stop sequences per request
+MAX_STOP_CHARS = 1000  # characters per stop sequence
+MAX_N = 128
+MAX_LOGIT_BIAS = 1024  # entries
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound
+TEXT_PART = "text"
+# numbers mlx_lm reads without a null check: field -> (lowest, highest) allowed, None: unbounded
+NUMBERS: dict[str, tuple[float | None, float | None]] = {
+    "temperature": (0.0, None),
+    "top_p": (0.0, 1.0),
+    "min_p": (0.0, 1.0),
+    "presence_penalty": (None, None),
+    "frequency_penalty": (None, None),
+    "repetition_penalty": (0.0, None),
+    "xtc_probability": (0.0, 1.0),
+    "xtc_threshold": (0.0, 1.0),
+}
+INTEGERS: dict[str, tuple[int | None, int | None]] = {
+    "max_tokens": (1, None),
+    "max_completion_tokens": (1, None),
+    "top_k": (0, None),
+    "n": (1, MAX_N),
+    "seed": (None, None),
+    "top_logprobs": (0, MAX_TOP_LOGPROBS),
+    "repetition_context_size": (0, None),
+    "presence_context_size": (0, None),
+    "frequency_context_size": (0, None),
+}
+NULLABLE = frozenset({"max_tokens", "max_completion_tokens", "n", "seed"})  # null: not set
+OBJECTS = ("stream_options", "chat_template_kwargs", "role_mapping", "response_format")
+
+
+class BodyError(OpenAIError):
+    """A body refused: 400 `invalid_request_error`, `param` naming the field."""
+
+
+def invalid(param: str, message: str) -> BodyError:
+    return BodyError(400, message, param=param, code="invalid_value")
+
+
+def check(body: Mapping[str, Any], *, endpoint: str) -> None:
+    """Refuse (400) a chat/text completion body whose fields do not have the OpenAI shape."""
+    endpoint = endpoint.replace("/", ".")
+    if endpoint not in GENERATING:
+        return
+    if endpoint == CHAT:
+        _messages(body.get("messages"))
+    else:
+        _prompt(body.get("prompt"))
+    _stop(body.get("stop"))
+    for name, (low, high) in NUMBERS.items():
+        _number(body, name, low=low, high=high, integer=False)
+    for name, (ilow, ihigh) in INTEGERS.items():
+        _number(body, name, low=ilow, high=ihigh, integer=True)
+    logprobs = body.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise invalid("logprobs", "`logprobs` must be a boolean")
+    _logit_bias(body.get("logit_bias"))
+    for name in OBJECTS:
+        if body.get(name) is not None and not isinstance(body[name], dict):
+            raise invalid(name, f"`{name}` must be an object")
+    tools = body.get("tools")
+    if tools is not None:
+        _objects(tools, "tools")
+
+
+def check_mlx_lm(body: Mapping[str, Any], *, endpoint: str) -> None:
+    """Refuse (400) what the mlx-lm engine does not serve, beyond the OpenAI shape."""
+    endpoint = endpoint.replace("/", ".")
+    if endpoint not in GENERATING:
+        return
+    if endpoint == "completions" and not isinstance(body.get("prompt"), str):
+        raise invalid("prompt", "`prompt` must be a string for this engine (mlx-lm)")
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise invalid("n", "`n` must be 1: this engine (mlx-lm) generates one choice per request")
+
+
+def check_token_ids(body: Mapping[str, Any], *, vocab_size: int) -> None:
+    """Refuse (400) a `logit_bias` token id beyond the model's vocabulary (mlx_lm indexes the
+    logits with it unchecked: its process dies). Run after `check` (the ids are digits)."""
+    bias = body.get("logit_bias")
+    for key in bias if isinstance(bias, dict) else ():
+        if int(key) >= vocab_size:
+            raise invalid(
+                f"logit_bias.{key}",
+                f"`logit_bias` token ids must be below this model's vocabulary size ({vocab_size})",
+            )
+
+
+def _messages(messages: Any) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise invalid("messages", "`messages` is required: a non-empty list of message objects")
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise invalid(where, f"`{where}` must be an object with `role` and `content`")
+        if not isinstance(message.get("role"), str) or not message["role"]:
+            raise invalid(f"{where}.role", f"`{where}.role` is required and must be a string")
+        content = message.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                _part(part, f"{where}.content[{j}]")
+        elif content is not None and not isinstance(content, str):
+            raise invalid(
+                f"{where}.content",
+                f"`{where}.content` must be a string, null or a list of content parts",
+            )
+        calls = message.get("tool_calls")
+        if calls is not None:
+            _objects(calls, f"{where}.tool_calls")
+
+
+def _part(part: Any, where: str) -> None:
+    if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+        raise invalid(where, f"`{where}` must be an object with a string `type` (e.g. 'text')")
+    if part["type"] == TEXT_PART and not isinstance(part.get("text"), str):
+        raise invalid(f"{where}.text", f"`{where}.text` is required and must be a string")
+
+
+def _prompt(prompt: Any) -> None:
+    ok = isinstance(prompt, str) or (
+        isinstance(prompt, list)
+        and prompt
+        and (
+            all(isinstance(p, str) for p in prompt)
+            or all(_is_int(p) for p in prompt)
+            or all(isinstance(p, list) and all(_is_int(t) for t in p) for p in prompt)
+        )
+    )
+    if not ok:
+        raise invalid(
+            "prompt",
+            "`prompt` is required: a string (or a non-empty list of strings or of token ids)",
+        )
+
+
+def _stop(stop: Any) -> None:
+    allowed = (
+        f"`stop` must be a string or a list of at most {MAX_STOP} strings, "
+        f"each 1 to {MAX_STOP_CHARS} characters"
+    )
+    if stop is None:
+        return
+    words = [stop] if isinstance(stop, str) else stop
+    if not isinstance(words, list) or len(words) > MAX_STOP:
+        raise invalid("stop", allowed)
+    for i, word in enumerate(words):
+        if not isinstance(word, str) or not 1 <= len(word) <= MAX_STOP_CHARS:
+            raise invalid("stop" if isinstance(stop, str) else f"stop[{i}]", allowed)
+
+
+def _number(
+    body: Mapping[str, Any],
+    name: str,
+    *,
+    low: float | None,
+    high: float | None,
+    integer: bool,
+) -> None:
+    if name not in body:
+        return
+    value = body[name]
+    if value is None and name in NULLABLE:
+        return  # OpenAI's "not set"; the agent's token cap fills max_tokens in
+    kind = "an integer" if integer else "a finite number"
+    bad = not (_is_int(value) or (not integer and isinstance(value, float)))
+    bad = bad or (isinstance(value, float) and not math.isfinite(value))
+    bad = bad or (low is not None and value < low) or (high is not None and value > high)
+    if bad:
+        raise invalid(name, f"`{name}` must be {kind}{_range(low, high)}")
+
+
+def _range(low: float | None, high: float | None) -> str:
+    if low is not None and high is not None:
+        return f" from {low:g} to {high:g}"
+    if low is not None:
+        return f" of at least {low:g}"
+    return ""
+
+
+def _logit_bias(bias: Any) -> None:
+    if bias is None:
+        return
+    allowed = (
+        f"`logit_bias` must be an object of at most {MAX_LOGIT_BIAS} entries mapping token ids "
+        "(non-negative integers, as strings) to numbers from -100 to 100"
+    )
+    if not isinstance(bias, dict) or len(bias) > MAX_LOGIT_BIAS:
+        raise invalid("logit_bias", allowed)
+    for key, value in bias.items():
+        if not (isinstance(key, str) and key.isascii() and key.isdigit()):
+            raise invalid("logit_bias", allowed)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or abs(value) > 100
+        ):
+            raise invalid(f"logit_bias.{key}", allowed)
+
+
+def _objects(value: Any, where: str) -> None:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise invalid(where, f"`{where}` must be a list of objects")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
