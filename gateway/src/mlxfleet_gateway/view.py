@@ -89,12 +89,11 @@ class View:
         providers = []
         for name, raw in sorted(self.raw["provider-keys"].items()):
             annotations = (raw.get("metadata") or {}).get("annotations") or {}
-            allowed = annotations.get(mroute.PROVIDER_KEY_NAMESPACES, "")
             providers.append(
                 catalog.ProviderKey(
                     name=(raw.get("metadata") or {}).get("name", name),
                     data=secret_data(raw),
-                    namespaces=frozenset(p.strip() for p in allowed.split(",") if p.strip()),
+                    namespaces=mroute.allowed_namespaces(annotations),
                 )
             )
         ring = []

@@ -72,7 +72,7 @@ class ProviderKey:
     namespaces: frozenset[str]  # "*" = every namespace
 
     def allows(self, namespace: str) -> bool:
-        return "*" in self.namespaces or namespace in self.namespaces
+        return mroute.namespace_allowed(self.namespaces, namespace)
 
 
 Target = Deployment | External
