@@ -107,8 +107,8 @@ class Backend:
         """The stop signal to the process group, SIGKILL after `grace_s`; idempotent.
 
         Logged at info when the backend ended after the agent's signal (whatever its return
-        code: mlx_lm on Linux often aborts, -6, while exiting after SIGINT), at warning when it
-        had to be killed or had already exited on its own."""
+        code: an engine may abort on its way out, as mlx_lm did before `mlxlm.ENTRY`), at
+        warning when it had to be killed or had already exited on its own."""
         self.stopping = True
         proc = self.proc
         if proc is None:
