@@ -83,9 +83,9 @@ def _key_problem(
         or not mroute.namespace_allowed(mroute.allowed_namespaces(seen.annotations), namespace)
     ):
         return (
-            f"provider-key Secret {name} not found: {key_namespace} holds no Secret {name} of "
-            f"type {mroute.PROVIDER_KEY_TYPE} whose annotation {mroute.PROVIDER_KEY_NAMESPACES} "
-            f"lists {namespace}",
+            f"provider-key Secret {name} not found: no Secret of that name in {key_namespace} "
+            f"has type {mroute.PROVIDER_KEY_TYPE} and lists {namespace} in its annotation "
+            f"{mroute.PROVIDER_KEY_NAMESPACES}",
             True,
         )
     return None, False
