@@ -102,6 +102,7 @@ def setup(
             "narrow": fl.key(f"{label}-narrow", models="chat-b"),
             "rpm": fl.key(f"{label}-rpm", requestsPerMinute=20),
             "tpm": fl.key(f"{label}-tpm", tokensPerMinute=600),
+            "cap": fl.key(f"{label}-cap", tokensPerMinute=100),
             "expired": fl.key(f"{label}-expired", expiresAt="2020-01-01T00:00:00Z"),
         }
         bucket = s3_server.make_bucket()
@@ -287,6 +288,34 @@ def test_tokens_per_minute_hold_within_10_percent(setup: Setup) -> None:
     print(f"\ntokens per minute: limit 600, served {used}")
     assert code == "tokens_per_minute"
     assert 600 <= used <= 660
+
+
+def test_a_token_cap_below_1_is_refused_before_it_reserves_anything(setup: Setup) -> None:
+    """The attack on tokensPerMinute: `max_tokens` -1e12 reserved a negative amount (20 requests
+    of 60 tokens served on a key allowed 100), and overlapping ones left +1e12 reserved for good
+    (every later request 429). The gateway refuses it itself (no backend answered), naming the
+    field, and the key's limit holds as if it had never been sent."""
+
+    def bad(client: openai.OpenAI, field: str) -> tuple[int, str, str]:
+        try:
+            ask(client, "chat-a", extra_body={field: -(10**12)})
+        except openai.BadRequestError as exc:
+            error = exc.response.json()["error"]
+            return exc.status_code, error["param"], backend(exc.response)
+        pytest.fail(f"{field} -1e12 was served")
+
+    fields = ["max_tokens", "max_completion_tokens"] * 3
+    served, codes = 0, set()
+    with setup.client("cap") as client, concurrent.futures.ThreadPoolExecutor(6) as pool:
+        refused = sorted(pool.map(lambda field: bad(client, field), fields))
+        for _ in range(20):
+            try:
+                ask(client, "chat-a", max_tokens=60)
+                served += 1
+            except openai.RateLimitError as exc:
+                codes.add(exc.response.json()["error"]["code"])
+    assert refused == [(400, "max_completion_tokens", "")] * 3 + [(400, "max_tokens", "")] * 3
+    assert (served, codes) == (2, {"tokens_per_minute"})
 
 
 def _bucket_objects(s3: s3support.S3Server, bucket: str) -> dict[str, str]:

@@ -232,7 +232,11 @@ def test_fallback_to_an_external_server_and_back(
                 "metadata": {
                     "name": f"{fl.ws.label}-provider",
                     "namespace": "mlxfleet-system",
-                    "annotations": {"mlxfleet.io/allowed-namespaces": fl.ws.namespace},
+                    "annotations": {
+                        "mlxfleet.io/allowed-namespaces": fl.ws.namespace,
+                        # the owner allows this plain-http loopback server, and nothing else
+                        "mlxfleet.io/allowed-urls": external,
+                    },
                 },
                 "stringData": {"apiKey": "provider-secret"},
             }
@@ -368,7 +372,10 @@ def test_a_fallback_whose_provider_key_secret_is_missing_is_not_ready_and_says_s
                 "metadata": {
                     "name": key,
                     "namespace": "mlxfleet-system",
-                    "annotations": {"mlxfleet.io/allowed-namespaces": fl.ws.namespace},
+                    "annotations": {
+                        "mlxfleet.io/allowed-namespaces": fl.ws.namespace,
+                        "mlxfleet.io/allowed-urls": "http://127.0.0.1:9/v1",
+                    },
                 },
                 "stringData": {"apiKey": "provider-secret"},
             }

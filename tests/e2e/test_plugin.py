@@ -3,7 +3,8 @@
 One fleet of two agents and a one-replica deployment walks through every command: status (with
 KUBECONFIG only, and --kubeconfig winning over a wrong KUBECONFIG), top after real requests, logs
 (the agent's tail, never the prompt), approve on a paused SwapPlan, cordon/uncordon, and drain
-moving the replica make-before-break (a ready replica at every observation while it moves).
+moving the replica make-before-break (a ready replica at every observation while it moves),
+then a drain with nowhere to go that says why while it waits and gives up with a hint.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import openai
 import pytest
 
 from mlxfleet_operator.dev import controlplane
-from tests.e2e.conftest import BIN, E2E, Agents, Operator, wait_for
+from tests.e2e.conftest import BIN, E2E, Agents, Operator, condition, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mlx]
 PROMPT_MARK = "zebra-kumquat-7731"
@@ -147,6 +148,18 @@ def test_plugin_commands_on_a_live_fleet(
         model="chat", max_tokens=4, messages=[{"role": "user", "content": "hi"}]
     )
     assert reply.choices[0].message.content is not None
+    # drain with nowhere to go (a still drains): the deployment stays Ready and says why, the
+    # plugin repeats it while it waits and gives up with what would let the replica move
+    stuck = plugin("drain", node_b, "--timeout", "12", "--report-every", "3",
+                   kubeconfig=cluster.kubeconfig)  # fmt: skip
+    assert stuck.returncode == 1, stuck.stderr
+    assert stuck.stderr.count(f"1 replica(s) still on {node_b}: {e2e.namespace}/chat") >= 2
+    held = f"{node_b}: draining (spec.drain), its replica stays until another node can take it"
+    assert f"{e2e.namespace}/chat: Ready: 1/1 replicas ready; " in stuck.stderr
+    assert held in stuck.stderr
+    assert "to let them move" in stuck.stderr
+    assert held in condition(e2e.get("mdep", "chat"), "Ready")["message"]
+    assert placed(e2e, "chat") == [node_b]
     unknown = plugin("drain", "no-such-node", kubeconfig=cluster.kubeconfig)
     assert unknown.returncode == 1
-    assert "404" in unknown.stderr
+    assert 'InferenceNode "no-such-node" not found' in unknown.stderr

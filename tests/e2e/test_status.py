@@ -69,6 +69,33 @@ def test_too_big_is_stalled_with_numbers_and_kstatus_on_all_kinds(
 
 
 @pytest.mark.mlx
+def test_more_replicas_than_nodes_says_why_one_is_unplaced(
+    e2e: E2E, agents: Agents, operator: Operator, model_a: Path
+) -> None:
+    """New-user test: `kubectl scale --replicas=3` on two nodes read `2/3 ready, 1 unplaced: `
+    with nothing after the colon, in the conditions and in `kubectl get -o wide`."""
+    node = e2e.register(agents.start("a"))
+    wait_for("node Ready", lambda: is_true(e2e.get("inode", node, namespaced=False), "Ready"))
+    e2e.apply(e2e.deployment("more", model_a, replicas=2))
+    why = f"{node}: already has a replica of this deployment (one per node)"
+    md = wait_for(
+        "one ready, one unplaced",
+        lambda: (
+            (d := e2e.get("mdep", "more"))
+            and condition(d, "Ready").get("message", "").startswith("1/2 ready, 1 unplaced: ")
+            and d
+        ),
+    )
+    ready, reconciling = condition(md, "Ready"), condition(md, "Reconciling")
+    assert (ready["status"], ready["reason"]) == ("False", "WaitingForCapacity")
+    assert why in ready["message"]
+    assert (reconciling["status"], reconciling["message"]) == ("True", ready["message"])
+    wide = e2e.kubectl("get", "mdep", "more", "-n", e2e.namespace, "-o", "wide")
+    assert why in wide
+    operator.assert_alive()
+
+
+@pytest.mark.mlx
 @pytest.mark.parametrize(
     ("name", "spec", "reason"),
     [

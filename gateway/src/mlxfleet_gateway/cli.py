@@ -7,7 +7,8 @@
 
 Without `--allow-anonymous` every request needs a valid API key (secure by default). A bad flag
 exits 2 naming it. `new-key` prints a fresh key once (to stderr) and the Secret that holds only
-its hash (to stdout, for `kubectl apply -f -`).
+its hash (to stdout, for `kubectl apply -f -`), after checking every option (`keys.minted`:
+Kubernetes names, an expiry in the future), so it prints nothing for a key that cannot be used.
 May import: settings, server (lazily), core.keys, the standard library. Called by: the console
 script.
 """
@@ -17,7 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pydantic
@@ -164,6 +167,14 @@ def parse(argv: list[str]) -> settings_mod.Settings:
         )
 
 
+def _flag(field: str) -> str:
+    """The `new-key` option behind a Secret field (`expiresAt` -> `--expires-at`)."""
+    name = field.split(".")[0]
+    if name == "namespace":
+        return "--secret-namespace"
+    return "--" + re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()
+
+
 def new_key(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="mlxfleet-gateway new-key", description=new_key.__doc__)
     p.add_argument("--name", required=True, help="the Secret's name (also the key's name)")
@@ -189,9 +200,9 @@ def new_key(argv: list[str]) -> int:
     }
     string_data = {k: str(v) for k, v in data.items() if v is not None}
     try:
-        keys.from_secret(ns.name, string_data)
-    except keys.InvalidKey as exc:
-        p.error(str(exc))
+        keys.minted(ns.name, string_data, namespace=ns.secret_namespace, now_utc=datetime.now(UTC))
+    except keys.InvalidKey as exc:  # before anything is printed: no key for a Secret never applied
+        p.error("; ".join(f"{_flag(field)}: {problem}" for field, problem in exc.problems))
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",

@@ -286,7 +286,7 @@ class Proxy:
     ) -> When | None:
         if target.problem is not None:
             call.last_error = errors.unavailable(
-                f"fallback {step.name} cannot be used: {target.problem}", code="backend_unusable"
+                f"backend {step.name} cannot be used: {target.problem}", code="backend_unusable"
             )
             return When.UNAVAILABLE
         c = balancer.Candidate(target.id, target.url, 1_000_000)

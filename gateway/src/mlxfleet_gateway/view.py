@@ -19,6 +19,7 @@ import pydantic
 from mlxfleet_gateway.core import balancer, catalog, keys
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import modelroute as mroute
+from mlxfleet_operator.api import providerkeys as providers
 
 log = logging.getLogger("mlxfleet_gateway.view")
 JsonDict = dict[str, Any]
@@ -86,16 +87,15 @@ class View:
     def _rebuild(self, found: dict[str, str]) -> None:
         deployments = self._parse("deployments", mdep.ModelDeployment, found)
         routes = self._parse("routes", mroute.ModelRoute, found)
-        providers = []
+        provider_keys = []
         for name, raw in sorted(self.raw["provider-keys"].items()):
-            annotations = (raw.get("metadata") or {}).get("annotations") or {}
-            providers.append(
-                catalog.ProviderKey(
-                    name=(raw.get("metadata") or {}).get("name", name),
-                    data=secret_data(raw),
-                    namespaces=mroute.allowed_namespaces(annotations),
-                )
+            meta = raw.get("metadata") or {}
+            key, wrong = providers.from_secret(
+                meta.get("name", name), meta.get("annotations") or {}, secret_data(raw)
             )
+            provider_keys.append(key)
+            if wrong:
+                found[f"provider-keys/{name}"] = "; ".join(wrong)
         ring = []
         for name, raw in sorted(self.raw["api-keys"].items()):
             secret = (raw.get("metadata") or {}).get("name", name)
@@ -103,7 +103,10 @@ class View:
                 ring.append(keys.from_secret(secret, secret_data(raw)))
             except keys.InvalidKey as exc:
                 found[f"api-keys/{name}"] = str(exc)
-        self.catalog = catalog.build(deployments, routes, providers)
+        self.catalog = catalog.build(deployments, routes, provider_keys)
+        for ext in self.catalog.externals():
+            if ext.problem is not None:
+                found[ext.id] = ext.problem  # logged: the route's backend is not used
         self.keys = keys.KeyRing(ring)
         self.balancer.sync(self.candidates())
         self.version += 1
@@ -114,10 +117,6 @@ class View:
         for dep in self.catalog.deployments.values():
             for r in dep.replicas:
                 out[r.id] = balancer.Candidate(r.id, r.url, dep.capacity)
-        for routes in self.catalog.routes.values():
-            for route in routes.values():
-                for backend in [*(b for r in route.rules for b in r.backends), *route.fallback]:
-                    if isinstance(backend.target, catalog.External):
-                        t = backend.target
-                        out[t.id] = balancer.Candidate(t.id, t.url, 1_000_000)
+        for t in self.catalog.externals():
+            out[t.id] = balancer.Candidate(t.id, t.url, 1_000_000)
         return list(out.values())

@@ -20,6 +20,7 @@ from mlxfleet_operator.dev import controlplane, credentials
 pytestmark = pytest.mark.cluster
 NS = credentials.OPERATOR_NAMESPACE
 KEY = "sk-" + secrets.token_hex(16)
+URLS = "https://api.openai.com/v1"
 
 
 def _secret(
@@ -32,7 +33,11 @@ def _secret(
         "metadata": {
             "name": name,
             "namespace": NS,
-            "annotations": {mroute.PROVIDER_KEY_NAMESPACES: allowed},
+            "annotations": {
+                mroute.PROVIDER_KEY_NAMESPACES: allowed,
+                mroute.PROVIDER_KEY_URLS: URLS,
+                "example.com/other": "dropped",
+            },
         },
         "data": {"apiKey": base64.b64encode(KEY.encode()).decode()},
     }
@@ -68,7 +73,8 @@ def test_the_operator_sees_type_and_annotations_never_the_key(
     finally:
         k.close()
     assert found == modelroute.KeySeen(
-        type=mroute.PROVIDER_KEY_TYPE, annotations={mroute.PROVIDER_KEY_NAMESPACES: "team-a"}
+        type=mroute.PROVIDER_KEY_TYPE,
+        annotations={mroute.PROVIDER_KEY_NAMESPACES: "team-a", mroute.PROVIDER_KEY_URLS: URLS},
     )
     assert absent is None
     assert elsewhere is not None
@@ -93,5 +99,6 @@ def test_a_key_copied_into_last_applied_configuration_is_not_kept(
     finally:
         k.close()
     assert seen == modelroute.KeySeen(
-        type="Opaque", annotations={mroute.PROVIDER_KEY_NAMESPACES: "*"}
+        type="Opaque",
+        annotations={mroute.PROVIDER_KEY_NAMESPACES: "*", mroute.PROVIDER_KEY_URLS: URLS},
     )

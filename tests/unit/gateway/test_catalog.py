@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from mlxfleet_gateway.core import catalog
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import modelroute as mroute
+from mlxfleet_operator.api import providerkeys as providers
 
 
 def dep(ns: str, name: str, *, served: str, ready: bool = True) -> mdep.ModelDeployment:
@@ -24,6 +27,19 @@ def route(ns: str, name: str, spec: dict[str, Any]) -> mroute.ModelRoute:
     return mroute.ModelRoute.model_validate(
         {"metadata": {"name": name, "namespace": ns}, "spec": spec}
     )
+
+
+def provider(*, namespaces: str, urls: str | None) -> providers.ProviderKey:
+    annotations = {"mlxfleet.io/allowed-namespaces": namespaces}
+    if urls is not None:
+        annotations["mlxfleet.io/allowed-urls"] = urls
+    found, _ = providers.from_secret("prov", annotations, {"apiKey": "sk-1"})
+    return found
+
+
+def external_route(ns: str, url: str) -> mroute.ModelRoute:
+    backend = {"external": {"url": url, "model": "m", "apiKeySecretRef": {"name": "prov"}}}
+    return route(ns, "r", {"rules": [{"name": "d", "backends": [backend]}]})
 
 
 DEPS = [
@@ -94,7 +110,7 @@ def test_provider_keys_are_used_only_where_they_are_allowed() -> None:
             }
         ]
     }
-    ok = catalog.ProviderKey("prov", {"apiKey": "sk-1"}, frozenset({"team-a"}))
+    ok = provider(namespaces="team-a", urls="https://p.example/v1")
     c = catalog.build([], [route("team-a", "r", spec), route("team-b", "r", spec)], [ok])
     a = c.resolve(["team-a"], "r")
     b = c.resolve(["team-b"], "r")
@@ -118,3 +134,48 @@ def test_provider_keys_are_used_only_where_they_are_allowed() -> None:
     target = m.route.rules[0].backends[0].target
     assert isinstance(target, catalog.External)
     assert "not found" in (target.problem or "")
+
+
+@pytest.mark.parametrize(
+    ("urls", "url", "why"),
+    [
+        pytest.param(
+            None,
+            "https://p.example/v1",
+            "provider-key Secret prov has no mlxfleet.io/allowed-urls annotation",
+            id="no allowed-urls: nowhere",
+        ),
+        pytest.param(
+            "https://p.example/v1",
+            "http://127.0.0.1:47999/v1",
+            "provider-key Secret prov may not be sent to http://127.0.0.1:47999/v1",
+            id="a listener on loopback",
+        ),
+        pytest.param(
+            "https://p.example/v1",
+            "https://p.example.evil.com/v1",
+            "may not be sent to https://p.example.evil.com/v1",
+            id="a look-alike host",
+        ),
+        pytest.param(
+            "https://p.example/v1",
+            "http://p.example/v1",
+            "may not be sent to http://p.example/v1",
+            id="plain http to an https prefix",
+        ),
+    ],
+)
+def test_a_key_is_never_attached_to_a_url_its_secret_does_not_allow(
+    urls: str | None, url: str, why: str
+) -> None:
+    """The attack: a team allowed to use the fleet's key points its route at its own listener."""
+    c = catalog.build([], [external_route("team-a", url)], [provider(namespaces="*", urls=urls)])
+    found = c.resolve(["team-a"], "r")
+    assert found is not None
+    assert found.route is not None
+    target = found.route.rules[0].backends[0].target
+    assert isinstance(target, catalog.External)
+    assert target.api_key is None
+    assert not target.ready
+    assert why in (target.problem or "")
+    assert [(t.id, t.problem) for t in c.externals()] == [(target.id, target.problem)]

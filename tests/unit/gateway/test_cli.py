@@ -4,6 +4,7 @@ key once and a Secret that holds only its hash."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,66 @@ def test_new_key_prints_the_key_once_and_a_secret_with_its_hash(
     assert key not in out
     parsed = keys.from_secret("app", secret["stringData"])
     assert (parsed.spec.team, parsed.spec.requests_per_minute) == ("t", 5)
+
+
+@pytest.mark.parametrize(
+    ("flags", "named", "allowed"),
+    [
+        pytest.param(
+            ["--expires-at", "2020-01-01T00:00:00Z"], "--expires-at", "in the future", id="expired"
+        ),
+        pytest.param(
+            ["--namespaces", "Team A,default"], "--namespaces: 'Team A'", "DNS-1123", id="ns-space"
+        ),
+        pytest.param(["--namespaces", "team_a"], "--namespaces: 'team_a'", "DNS-1123", id="ns-_"),
+        pytest.param(["--namespaces", "a" * 64], "--namespaces", "at most 63", id="ns-long"),
+        pytest.param(["--name", "Bad_Name"], "--name: 'Bad_Name'", "DNS-1123", id="name"),
+        pytest.param(["--name", "x" * 254], "--name", "at most 253", id="name-long"),
+        pytest.param(["--name", "app-"], "--name: 'app-'", "ending with", id="name-dash"),
+        pytest.param(
+            ["--secret-namespace", "Keys"], "--secret-namespace: 'Keys'", "DNS-1123", id="secret-ns"
+        ),
+        pytest.param(["--requests-per-minute", "0"], "--requests-per-minute", "1", id="rpm"),
+        pytest.param(["--expires-at", "2027-01-01"], "--expires-at", "time zone", id="no-zone"),
+    ],
+)
+def test_new_key_refuses_bad_input_before_printing_a_key(
+    flags: list[str], named: str, allowed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """New-user test: an expired key, a namespace that cannot exist and a name the API server
+    refuses were all minted; the key was printed, then `kubectl apply` failed or nothing matched."""
+    base = {"--name": "app", "--namespaces": "team-a"}
+    base.update(dict(zip(flags[::2], flags[1::2], strict=True)))
+    argv = ["new-key", *(x for kv in base.items() for x in kv)]
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert keys.KEY_PREFIX not in err
+    assert "API key" not in err
+    error = err.strip().splitlines()[-1]  # after the usage, which lists every option
+    assert error.startswith("mlxfleet-gateway new-key: error: ")
+    assert named in error
+    assert allowed in error
+
+
+def test_new_key_takes_every_kind_of_good_input(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["new-key", "--name", "search-app.v2", "--namespaces", "team-a, shared,*"]
+    argv += ["--secret-namespace", "keys", "--expires-at", "2999-12-31T00:00:00+01:00"]
+    assert cli.main(argv) == 0
+    secret = json.loads(capsys.readouterr().out)
+    assert secret["metadata"] == {"name": "search-app.v2", "namespace": "keys"}
+
+
+def test_minted_checks_against_the_given_clock() -> None:
+    """Pure: `now_utc` is the caller's; a Secret written before (the watch) is not re-judged."""
+    data = {"keyHash": "0" * 64, "namespaces": "team-a", "expiresAt": "2026-06-01T00:00:00Z"}
+    before = datetime(2026, 5, 31, tzinfo=UTC)
+    assert keys.minted("app", data, namespace="ns", now_utc=before).name == "app"
+    with pytest.raises(keys.InvalidKey) as info:
+        keys.minted("app", data, namespace="ns", now_utc=datetime(2026, 6, 1, tzinfo=UTC))
+    assert [field for field, _ in info.value.problems] == ["expiresAt"]
+    assert "API-key Secret app: expiresAt: " in str(info.value)
+    old = {**data, "namespaces": "Team A,default"}
+    assert keys.from_secret("app", old).scope == ("Team A", "default")

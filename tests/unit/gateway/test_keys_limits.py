@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from mlxfleet_gateway.core import budget, errors, keys, limits
 
@@ -106,6 +109,112 @@ def test_tokens_per_minute_counts_use_and_reservations() -> None:
         lim.admit(k, now=7.0, estimate=1)
     assert dict(info.value.headers)[b"retry-after"] == b"55"  # the 70 at t=2 leave at 62
     lim.admit(k, now=62.5, estimate=1)
+
+
+def admitted(lim: limits.Limits, k: keys.ApiKey, *, now: float, estimate: int) -> bool:
+    try:
+        lim.settle(lim.admit(k, now=now, estimate=estimate), now=now, tokens=73)
+    except errors.GatewayError:
+        return False
+    return True
+
+
+def test_a_negative_estimate_in_flight_buys_no_tokens() -> None:
+    """The attack: one request reserving -1e12 queued at a busy agent, then 20 ordinary ones
+    (estimate 63) queued behind it on a key allowed 100 tokens a minute: two get in, as without
+    the first one; all 20 did."""
+    _, k = key(tokensPerMinute="100")
+    lim = limits.Limits()
+    lim.admit(k, now=0.0, estimate=-1_000_000_000_000)
+    tickets = []
+    for i in range(20):
+        with contextlib.suppress(errors.GatewayError):
+            tickets.append(lim.admit(k, now=1.0 + i, estimate=63))
+    assert len(tickets) == 2
+
+
+def test_overlapping_negative_estimates_do_not_lock_the_key_out() -> None:
+    """The attack: 6 overlapping requests reserving -1e12 each, all refused upstream (0 tokens):
+    the key must not be left with a phantom reservation of 5e12."""
+    _, k = key(tokensPerMinute="1000000")
+    lim = limits.Limits()
+    tickets = [lim.admit(k, now=0.0, estimate=-1_000_000_000_000) for _ in range(6)]
+    for t in tickets:
+        lim.settle(t, now=0.5, tokens=0)
+    assert lim._windows["app"].reserved == 0
+    assert admitted(lim, k, now=1.0, estimate=60)
+
+
+def test_a_ticket_settled_twice_gives_its_reservation_back_once() -> None:
+    _, k = key(tokensPerMinute="1000")
+    lim = limits.Limits()
+    first = lim.admit(k, now=0.0, estimate=300)
+    second = lim.admit(k, now=0.0, estimate=500)
+    lim.settle(first, now=1.0, tokens=100)
+    lim.settle(first, now=1.0, tokens=100)  # must not eat into `second`'s reservation
+    w = lim._windows["app"]
+    assert (w.reserved, w.token_sum) == (500, 100)
+    lim.settle(second, now=2.0, tokens=0)
+    assert w.reserved == 0
+
+
+def test_a_reservation_outlives_the_window_sliding_past_it() -> None:
+    """A request admitted at 0 that ends at 130 (the window slid past its admission): it gives
+    back exactly its reservation, and what it used counts from when it ended."""
+    _, k = key(tokensPerMinute="100")
+    lim = limits.Limits()
+    long = lim.admit(k, now=0.0, estimate=50)
+    lim.settle(lim.admit(k, now=1.0, estimate=10), now=2.0, tokens=60)
+    with pytest.raises(errors.GatewayError):  # 60 used + 50 reserved
+        lim.admit(k, now=3.0, estimate=1)
+    short = lim.admit(k, now=62.5, estimate=10)  # the 60 left at 62
+    lim.settle(long, now=130.0, tokens=90)
+    w = lim._windows["app"]
+    assert w.reserved == 10
+    with pytest.raises(errors.GatewayError):  # 90 used at 130 + 10 reserved
+        lim.admit(k, now=140.0, estimate=1)
+    lim.settle(short, now=141.0, tokens=0)
+    assert w.reserved == 0
+    lim.admit(k, now=150.0, estimate=1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    hs.lists(
+        hs.tuples(
+            hs.integers(-(10**12), 10**6),  # an estimate (negative: what the attack sent)
+            hs.integers(0, 10**6),  # the tokens it used
+            hs.integers(0, 50),  # which open ticket ends next
+            hs.booleans(),  # admit (True) or settle
+        ),
+        max_size=60,
+    )
+)
+def test_reserved_is_always_the_sum_of_the_open_reservations(
+    steps: list[tuple[int, int, int, bool]],
+) -> None:
+    """Any overlap of admits and settles, any estimates, a window sliding under them: the window
+    holds exactly the open tickets' reservations, never below 0, and none once all are settled."""
+    _, k = key(tokensPerMinute="10000000")
+    lim = limits.Limits()
+    open_: list[limits.Ticket] = []
+    now = 0.0
+    for estimate, tokens, pick, admit in steps:
+        now += 7.0
+        if admit or not open_:
+            try:
+                ticket = lim.admit(k, now=now, estimate=estimate)
+            except errors.GatewayError:
+                continue
+            assert ticket.reserved >= 0
+            open_.append(ticket)
+        else:
+            lim.settle(open_.pop(pick % len(open_)), now=now, tokens=tokens)
+        assert lim._windows["app"].reserved == sum(t.reserved for t in open_)
+    for ticket in open_:
+        lim.settle(ticket, now=now, tokens=0)
+    if "app" in lim._windows:
+        assert lim._windows["app"].reserved == 0
 
 
 def test_limits_are_shared_among_gateway_replicas() -> None:

@@ -71,7 +71,7 @@ def test_traits_of_a_chat_request() -> None:
         True,
     )
     assert t.headers["x-mlxfleet-task"] == "code"
-    assert t.prompt_chars == len("user:") + len("hello") + 1
+    assert t.prompt_chars == len("user:") + len("hello") + 1 + len('[{"type":"function"}]')
     assert t.affinity is None  # short prompts have no affinity key
 
 
@@ -97,6 +97,67 @@ def test_affinity_keys_follow_the_prompt_prefix() -> None:
 
 
 @pytest.mark.parametrize(
+    ("fields", "cap"),
+    [
+        pytest.param({}, None, id="none"),
+        pytest.param({"max_tokens": 9}, 9, id="max_tokens"),
+        pytest.param({"max_tokens": 9, "max_completion_tokens": 7}, 7, id="completion-wins"),
+        pytest.param({"max_tokens": None}, None, id="null"),
+        pytest.param(
+            {"max_completion_tokens": None, "max_tokens": 5000}, 5000, id="null-is-not-given"
+        ),
+    ],
+)
+def test_the_token_cap_is_the_one_the_backend_honours(
+    fields: dict[str, Any], cap: int | None
+) -> None:
+    """mlx_lm (and the agent) take `max_completion_tokens` unless null, else `max_tokens`."""
+    assert traits.traits(body(**fields), {}).max_tokens == cap
+
+
+TEXT = "x" * 400
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param({"tools": [{"type": "function", "description": TEXT}]}, id="tools"),
+        pytest.param({"functions": [{"name": "f", "description": TEXT}]}, id="functions"),
+        pytest.param(
+            {
+                "messages": [
+                    {"role": "user", "content": "hello"},
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{"function": {"name": "f", "arguments": TEXT}}],
+                    },
+                ]
+            },
+            id="tool-calls",
+        ),
+        pytest.param(
+            {"messages": [{"role": "tool", "content": "hello", "tool_call_id": TEXT}]},
+            id="other-message-fields",
+        ),
+        pytest.param(
+            {"messages": [{"role": "user", "content": [{"type": "custom", "data": TEXT}]}]},
+            id="parts-without-text",
+        ),
+        pytest.param({"messages": [{"role": "user", "content": {"text": TEXT}}]}, id="object"),
+        pytest.param({"messages": [{"role": "user", "content": "hello"}, TEXT]}, id="not-object"),
+        pytest.param({"messages": None, "prompt": [[7] * 100]}, id="token-ids"),
+        pytest.param({"messages": None, "prompt": [7] * 100}, id="one-prompt-of-token-ids"),
+        pytest.param({"messages": None, "documents": [{"text": TEXT}]}, id="rerank-documents"),
+    ],
+)
+def test_the_prompt_estimate_counts_all_the_prompt_carries(fields: dict[str, Any]) -> None:
+    """Text outside `content` strings reaches the model too: each piece of it counts (as JSON)."""
+    t = traits.traits(body(**fields), {})
+    assert t.prompt_tokens_estimate >= len(TEXT) // traits.CHARS_PER_TOKEN
+
+
+@pytest.mark.parametrize(
     ("raw", "param"),
     [
         pytest.param(b"{nope", None, id="json"),
@@ -104,6 +165,22 @@ def test_affinity_keys_follow_the_prompt_prefix() -> None:
         pytest.param(b'{"messages": []}', "model", id="no-model"),
         pytest.param(b'{"model": "m", "stream": "yes"}', "stream", id="stream"),
         pytest.param(b'{"model": "m", "max_tokens": "9"}', "max_tokens", id="max-tokens"),
+        pytest.param(
+            b'{"model": "m", "max_tokens": -1000000000000}', "max_tokens", id="max-tokens-negative"
+        ),
+        pytest.param(b'{"model": "m", "max_tokens": 0}', "max_tokens", id="max-tokens-zero"),
+        pytest.param(b'{"model": "m", "max_tokens": true}', "max_tokens", id="max-tokens-bool"),
+        pytest.param(b'{"model": "m", "max_tokens": 9.5}', "max_tokens", id="max-tokens-float"),
+        pytest.param(
+            b'{"model": "m", "max_tokens": 9, "max_completion_tokens": -1}',
+            "max_completion_tokens",
+            id="max-completion-tokens-negative",
+        ),
+        pytest.param(
+            b'{"model": "m", "max_completion_tokens": 9, "max_tokens": -1}',
+            "max_tokens",
+            id="max-tokens-negative-beside-a-good-max-completion-tokens",
+        ),
     ],
 )
 def test_malformed_requests_are_400_naming_the_field(raw: bytes, param: str | None) -> None:

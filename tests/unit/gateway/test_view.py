@@ -56,3 +56,27 @@ def test_bad_objects_are_skipped_and_named() -> None:
     assert set(v.balancer.states) == {"a/chat@n1"}
     v.replace("deployments", {"a/chat": GOOD})
     assert "deployments/a/broken" not in v.problems
+
+
+def test_provider_keys_without_allowed_urls_and_the_backends_they_refuse_are_named() -> None:
+    v = view.View(balancer.Balancer())
+    backend = {
+        "external": {
+            "url": "http://127.0.0.1:47999/v1",
+            "model": "gpt-4o-mini",
+            "apiKeySecretRef": {"name": "openai", "key": "apiKey"},
+        }
+    }
+    spec = {"rules": [{"name": "d", "backends": [backend]}]}
+    v.replace("routes", {"a/r": {"metadata": {"name": "r", "namespace": "a"}, "spec": spec}})
+    annotations = {"mlxfleet.io/allowed-namespaces": "a"}
+    secret = {"metadata": {"name": "openai", "annotations": annotations}}
+    v.replace("provider-keys", {"s/openai": {**secret, "data": {"apiKey": b64("sk-1")}}})
+    assert "no usable mlxfleet.io/allowed-urls" in v.problems["provider-keys/s/openai"]
+    assert "has no mlxfleet.io/allowed-urls" in v.problems["external:a/r/external-0"]
+    annotations["mlxfleet.io/allowed-urls"] = "https://api.openai.com/v1"
+    v.replace("provider-keys", {"s/openai": {**secret, "data": {"apiKey": b64("sk-1")}}})
+    assert "provider-keys/s/openai" not in v.problems
+    assert "may not be sent to http://127.0.0.1:47999/v1" in v.problems["external:a/r/external-0"]
+    (target,) = v.catalog.externals()
+    assert target.api_key is None

@@ -109,9 +109,11 @@ SAMPLE = {
         ]
     },
 }
-USABLE = modelroute.KeySeen(
-    type=mroute.PROVIDER_KEY_TYPE, annotations={mroute.PROVIDER_KEY_NAMESPACES: "team-b, team-a"}
-)
+ALLOWED = {
+    mroute.PROVIDER_KEY_NAMESPACES: "team-b, team-a",
+    mroute.PROVIDER_KEY_URLS: "https://api.openai.com/v1",
+}
+USABLE = modelroute.KeySeen(type=mroute.PROVIDER_KEY_TYPE, annotations=ALLOWED)
 
 
 def keys(openai: modelroute.KeySeen | None) -> modelroute.ProviderKeys:
@@ -155,7 +157,8 @@ def test_the_sample_applied_alone_reports_nothing_ready_and_says_each_problem_on
         pytest.param(modelroute.KeySeen(type="Opaque", annotations=USABLE.annotations), id="type"),
         pytest.param(
             modelroute.KeySeen(
-                type=mroute.PROVIDER_KEY_TYPE, annotations={mroute.PROVIDER_KEY_NAMESPACES: "b"}
+                type=mroute.PROVIDER_KEY_TYPE,
+                annotations={**ALLOWED, mroute.PROVIDER_KEY_NAMESPACES: "b"},
             ),
             id="another namespace's",
         ),
@@ -175,6 +178,27 @@ def test_a_usable_key_secret_makes_the_fallback_ready() -> None:
     s = modelroute.status(sample(), ready_replicas=replicas, keys=keys(USABLE), now=NOW)
     assert (cloud(s).ready, cloud(s).message) == (True, None)
     assert (ready(s).reason, s.backends_ready) == ("FallbackOnly", "1/5")
+
+
+@pytest.mark.parametrize(
+    ("urls", "says"),
+    [
+        pytest.param(None, "has no mlxfleet.io/allowed-urls annotation", id="no allowed-urls"),
+        pytest.param("https://api.example.com/v1", "may not be sent to", id="another host"),
+    ],
+)
+def test_a_key_that_may_not_go_to_the_backends_url_is_not_usable(
+    urls: str | None, says: str
+) -> None:
+    """The gateway sends a key only under its allowed-urls (`api.providerkeys`): so does status."""
+    annotations = {mroute.PROVIDER_KEY_NAMESPACES: "team-a"}
+    if urls is not None:
+        annotations[mroute.PROVIDER_KEY_URLS] = urls
+    seen = modelroute.KeySeen(type=mroute.PROVIDER_KEY_TYPE, annotations=annotations)
+    s = modelroute.status(sample(), ready_replicas={}, keys=keys(seen), now=NOW)
+    assert not cloud(s).ready
+    assert says in (cloud(s).message or "")
+    assert ready(s).reason == "BackendNotFound"
 
 
 def test_a_key_secret_the_operator_cannot_look_at_is_not_ready_and_says_why() -> None:

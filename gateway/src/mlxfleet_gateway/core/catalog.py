@@ -4,17 +4,21 @@ Built (pure) from the ModelDeployments, ModelRoutes and provider-key Secrets the
 A name resolves within the caller's scope (the namespaces of its API key, in their order): in one
 namespace a ModelRoute's name wins over a ModelDeployment's served name; across namespaces the
 first namespace of the scope that has the name wins. Nothing outside the scope is visible.
-May import: the standard library, mlxfleet_operator.api. Called by: plan, the proxy, listing, the
-watches.
+An external backend gets its provider key only where the key's Secret allows both the route's
+namespace and the backend's URL (`mlxfleet_operator.api.providerkeys`, the policy the operator's
+ModelRoute status applies too); otherwise the backend is unusable, and says why.
+May import: the standard library, mlxfleet_operator.api. Called by: plan, the proxy,
+listing, the watches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import modelroute as mroute
+from mlxfleet_operator.api import providerkeys as providers
 
 ALL_NAMESPACES: tuple[str, ...] = ("*",)
 
@@ -56,23 +60,11 @@ class External:
     url: str
     model: str
     api_key: str | None
-    problem: str | None = None  # why it cannot be used (its key Secret is missing...)
+    problem: str | None = None  # why it cannot be used (its key Secret is missing, refuses...)
 
     @property
     def ready(self) -> bool:
         return self.problem is None
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderKey:
-    """A provider-key Secret: its data and the namespaces whose routes may use it."""
-
-    name: str
-    data: Mapping[str, str]
-    namespaces: frozenset[str]  # "*" = every namespace
-
-    def allows(self, namespace: str) -> bool:
-        return mroute.namespace_allowed(self.namespaces, namespace)
 
 
 Target = Deployment | External
@@ -146,6 +138,14 @@ class Catalog:
                 return Resolved(ns, model, deployment=dep)
         return None
 
+    def externals(self) -> Iterator[External]:
+        """Every external backend of every route (rules and fallback)."""
+        for routes in self.routes.values():
+            for route in routes.values():
+                for backend in [*(b for r in route.rules for b in r.backends), *route.fallback]:
+                    if isinstance(backend.target, External):
+                        yield backend.target
+
     def listed(self, scope: Sequence[str]) -> list[Resolved]:
         """What GET /v1/models shows: every route name and every ready deployment in scope,
         each name once (the first namespace of the scope wins)."""
@@ -180,7 +180,7 @@ def _backend(
     index: int,
     spec: mroute.RouteBackend,
     deployments: Mapping[tuple[str, str], Deployment],
-    keys: Mapping[str, ProviderKey],
+    keys: Mapping[str, providers.ProviderKey],
 ) -> Backend:
     name = spec.display_name(index)
     if spec.deployment is not None:
@@ -197,6 +197,8 @@ def _backend(
             problem = f"provider-key Secret {ref.name} not found"
         elif not secret.allows(namespace):
             problem = f"provider-key Secret {ref.name} does not allow namespace {namespace}"
+        elif not secret.may_send_to(ext.url):
+            problem = secret.refuses(ext.url)
         elif ref.key not in secret.data:
             problem = f"provider-key Secret {ref.name} has no key {ref.key!r}"
         else:
@@ -214,7 +216,7 @@ def _backend(
 def compile_route(
     mr: mroute.ModelRoute,
     deployments: Mapping[tuple[str, str], Deployment],
-    keys: Mapping[str, ProviderKey],
+    keys: Mapping[str, providers.ProviderKey],
 ) -> Route:
     namespace, name = mr.metadata.namespace or "", mr.metadata.name or ""
     rules = tuple(
@@ -246,7 +248,7 @@ def compile_route(
 def build(
     deployments: Iterable[mdep.ModelDeployment],
     routes: Iterable[mroute.ModelRoute],
-    provider_keys: Iterable[ProviderKey] = (),
+    provider_keys: Iterable[providers.ProviderKey] = (),
 ) -> Catalog:
     """The catalog of everything watched."""
     deps = {(d.namespace, d.name): d for d in map(deployment, deployments)}

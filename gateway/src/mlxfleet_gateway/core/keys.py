@@ -14,14 +14,18 @@ may use, its limits and an optional expiry:
       tokensPerMinute: "200000"                 # optional
       expiresAt: "2027-01-31T00:00:00Z"         # optional (RFC 3339)
 
-`from_secret` validates one Secret (errors name the field); `KeyRing.authenticate` finds a key by
-its hash (a SHA-256 lookup: keys are long random strings, so a slow hash adds nothing).
-May import: the standard library, pydantic, errors. Called by: the watches, the proxy, the CLI.
+`from_secret` validates one Secret (errors name the field); `minted` adds what only a key being
+minted must satisfy (the API server takes its Secret, it can be used at all);
+`KeyRing.authenticate` finds a key by its hash (a SHA-256 lookup: keys are long random strings,
+so a slow hash adds nothing).
+May import: the standard library, pydantic, errors, `mlxfleet_operator.api.fields` (name patterns).
+Called by: the watches, the proxy, the CLI.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from mlxfleet_gateway.core import errors
+from mlxfleet_operator.api import fields
 
 SECRET_TYPE = "mlxfleet.io/api-key"  # noqa: S105 - a Secret type, not a secret
 KEY_PREFIX = "mfk-"
@@ -109,7 +114,15 @@ ANONYMOUS_KEY = ApiKey(
 
 
 class InvalidKey(ValueError):
-    """An API-key Secret that cannot be used; the message names the Secret and the field."""
+    """An API-key Secret that cannot be used; the message names the Secret and the field.
+    `problems`: (field, what is wrong) pairs, the field as the Secret spells it (`expiresAt`;
+    `name` and `namespace` for the Secret's own)."""
+
+    def __init__(self, name: str, problems: Iterable[tuple[str, str]]) -> None:
+        self.problems = tuple(problems)
+        super().__init__(
+            f"API-key Secret {name}: " + "; ".join(f"{f}: {m}" for f, m in self.problems)
+        )
 
 
 def from_secret(name: str, data: Mapping[str, str]) -> ApiKey:
@@ -117,10 +130,58 @@ def from_secret(name: str, data: Mapping[str, str]) -> ApiKey:
     try:
         return ApiKey(name, KeySpec.model_validate(dict(data)))
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'data'}: {e['msg']}" for e in exc.errors()
-        )
-        raise InvalidKey(f"API-key Secret {name}: {problems}") from None
+        raise InvalidKey(
+            name,
+            ((".".join(str(p) for p in e["loc"]) or "data", e["msg"]) for e in exc.errors()),
+        ) from None
+
+
+NAME_RULE = (
+    "must be a DNS-1123 subdomain: at most 253 lower-case letters, digits, '-' and '.', "
+    "starting and ending with a letter or digit (such as search-app)"
+)
+NAMESPACE_RULE = (
+    "must be a DNS-1123 label: at most 63 lower-case letters, digits and '-', starting and "
+    "ending with a letter or digit (such as team-a)"
+)
+
+
+def _is_name(text: str) -> bool:
+    return len(text) <= 253 and re.fullmatch(fields.DNS_SUBDOMAIN_PATTERN, text) is not None
+
+
+def _is_namespace(text: str) -> bool:
+    return len(text) <= 63 and re.fullmatch(fields.DNS_LABEL_PATTERN, text) is not None
+
+
+def minted(name: str, data: Mapping[str, str], *, namespace: str, now_utc: datetime) -> ApiKey:
+    """A key about to be minted (`mlxfleet-gateway new-key`): what `from_secret` checks, and
+    what a Secret that the API server takes and that can be used needs: its name and namespace
+    are Kubernetes names, every namespace it may use is one (or `*`), and it has not expired
+    yet. The watch stays with `from_secret`: a Secret written before keeps working."""
+    problems: list[tuple[str, str]] = []
+    if not _is_name(name):
+        problems.append(("name", f"{name!r} {NAME_RULE}"))
+    if not _is_namespace(namespace):
+        problems.append(("namespace", f"{namespace!r} {NAMESPACE_RULE}"))
+    try:
+        key: ApiKey | None = from_secret(name, data)
+    except InvalidKey as exc:
+        key = None
+        problems.extend(exc.problems)
+    if key is not None:
+        bad = [ns for ns in key.spec.namespaces if ns != "*" and not _is_namespace(ns)]
+        if bad:
+            listed = ", ".join(repr(ns) for ns in bad)
+            problems.append(("namespaces", f"{listed}: each namespace {NAMESPACE_RULE}, or *"))
+        expires = key.spec.expires_at
+        if expires is not None and expires <= now_utc:
+            passed = f"{expires.isoformat(timespec='seconds')} has passed"
+            now = now_utc.isoformat(timespec="seconds")
+            problems.append(("expiresAt", f"{passed} (now {now}): must be in the future"))
+    if problems or key is None:
+        raise InvalidKey(name, problems)
+    return key
 
 
 class KeyRing:

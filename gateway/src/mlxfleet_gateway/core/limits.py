@@ -25,7 +25,7 @@ class _Window:
     requests: collections.deque[float] = field(default_factory=collections.deque)
     tokens: collections.deque[tuple[float, int]] = field(default_factory=collections.deque)
     token_sum: int = 0
-    reserved: int = 0
+    reserved: int = 0  # the sum of the open tickets' reservations: never below 0
 
     def expire(self, now: float) -> None:
         edge = now - WINDOW_S
@@ -35,12 +35,14 @@ class _Window:
             self.token_sum -= self.tokens.popleft()[1]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(eq=False, slots=True)
 class Ticket:
-    """An admitted request's reservation (settle it exactly once)."""
+    """An admitted request's reservation, held in `_window` until `settle` gives it back."""
 
     key: str
-    reserved: int
+    reserved: int  # >= 0
+    _window: _Window | None = field(default=None, repr=False)
+    settled: bool = False
 
 
 class Limits:
@@ -72,17 +74,21 @@ class Limits:
                 code="tokens_per_minute",
             )
         w.requests.append(now)
-        reserve = estimate if tpm is not None else 0
+        reserve = max(0, estimate) if tpm is not None else 0
         w.reserved += reserve
-        return Ticket(key.name, reserve)
+        return Ticket(key.name, reserve, w)
 
     def settle(self, ticket: Ticket, *, now: float, tokens: int) -> None:
-        """The request ended having used `tokens` (prompt + completion)."""
-        w = self._windows.get(ticket.key)
-        if w is None:
+        """The request ended having used `tokens` (prompt + completion); once per ticket."""
+        if ticket.settled:
             return
-        w.reserved = max(0, w.reserved - ticket.reserved)
-        if tokens > 0:
+        ticket.settled = True
+        w = ticket._window
+        if w is not None:
+            w.reserved -= ticket.reserved  # exactly what this ticket added, where it added it
+        else:
+            w = self._windows.get(ticket.key)  # limits set since it was admitted: count its use
+        if w is not None and tokens > 0:
             w.tokens.append((now, tokens))
             w.token_sum += tokens
 

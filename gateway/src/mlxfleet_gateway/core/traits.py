@@ -2,12 +2,14 @@
 
 `parse(raw, headers)` turns the raw JSON body into a `Traits` (and the parsed body, which
 `calls.payload` re-serialises only when it must change it). Prompt size is estimated as
-characters / 4 (no tokenizer in the gateway). The affinity key is a stable 64-bit hash of the first
-`AFFINITY_CHARS` characters of the prompt (roles included), only for prompts of at least
-`min_affinity_chars`: requests that share that prefix (one long system prompt, the turns of one
-conversation) get the same key, so the balancer can send them to the replica whose prompt cache
-already holds it. Never logs or stores
-the text itself.
+characters / 4 (no tokenizer in the gateway), counting all the prompt carries: the text, and as
+JSON the tools, the other fields of each message (`tool_calls`, ...) and the parts without text.
+`max_tokens` / `max_completion_tokens` (the latter wins, as in mlx_lm; null: not given) must be
+integers of at least 1: the limits reserve prompt + max_tokens. The affinity key is a stable
+64-bit hash of the first `AFFINITY_CHARS` characters of the prompt's text (roles included), only
+for prompts of at least `min_affinity_chars`: requests that share that prefix (one long system
+prompt, the turns of one conversation) get the same key, so the balancer can send them to the
+replica whose prompt cache already holds it. Never logs or stores the text itself.
 May import: the standard library, `errors`. Called by: the proxy.
 """
 
@@ -24,6 +26,8 @@ from mlxfleet_gateway.core import errors
 AFFINITY_CHARS = 1024  # the prefix hashed for affinity (about 256 tokens)
 MIN_AFFINITY_CHARS = 1024  # shorter prompts gain little from a prompt cache
 CHARS_PER_TOKEN = 4
+PROMPT_FIELDS = ("prompt", "input", "query", "documents")  # completions, embeddings, rerank
+MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")  # the last one given wins
 # fields a client must not pass through: mlx_lm would load other weights from these paths
 STRIPPED_FIELDS = ("adapters", "draft_model")
 
@@ -65,8 +69,12 @@ def _text(content: Any) -> Iterable[str]:
         yield content
     elif isinstance(content, list):
         for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
+            if _is_text_part(part):
                 yield part["text"]
+
+
+def _is_text_part(part: Any) -> bool:
+    return isinstance(part, dict) and isinstance(part.get("text"), str)
 
 
 def prompt_parts(body: Mapping[str, Any]) -> Iterable[str]:
@@ -80,12 +88,52 @@ def prompt_parts(body: Mapping[str, Any]) -> Iterable[str]:
                 yield from _text(message.get("content"))
                 yield "\n"
         return
-    for name in ("prompt", "input"):
+    for name in PROMPT_FIELDS:
         value = body.get(name)
         if isinstance(value, str):
             yield value
         elif isinstance(value, list):
             yield from (v for v in value if isinstance(v, str))
+
+
+def _json_chars(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+def carried_chars(body: Mapping[str, Any]) -> int:
+    """Characters the prompt carries beyond `prompt_parts`' text, each counted as its JSON:
+    `tools` / `functions`, every message field but role and content (`tool_calls`, `name`, ...),
+    content parts without text (an image as its URL), and prompt entries that are not strings
+    (token ids: one token each)."""
+    total = sum(_json_chars(body[name]) for name in ("tools", "functions") if body.get(name))
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for message in messages:
+            if not isinstance(message, dict):
+                total += _json_chars(message)
+                continue
+            rest = {k: v for k, v in message.items() if k not in ("role", "content")}
+            total += _json_chars(rest) if rest else 0
+            content = message.get("content")
+            if isinstance(content, list):
+                total += sum(_json_chars(p) for p in content if not _is_text_part(p))
+            elif content is not None and not isinstance(content, str):
+                total += _json_chars(content)
+        return total
+    for name in PROMPT_FIELDS:
+        value = body.get(name)
+        for entry in value if isinstance(value, list) else [value]:
+            if entry is not None and not isinstance(entry, str):
+                total += _entry_chars(entry)
+    return total
+
+
+def _entry_chars(entry: Any) -> int:
+    """A prompt entry that is not a string: token ids count a token each, the rest its JSON."""
+    ids = entry if isinstance(entry, list) else [entry]
+    if all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        return len(ids) * CHARS_PER_TOKEN
+    return _json_chars(entry)
 
 
 def affinity_key(parts: Iterable[str], *, min_chars: int = MIN_AFFINITY_CHARS) -> tuple[int, int]:
@@ -108,16 +156,22 @@ def traits(
     *,
     min_affinity_chars: int = MIN_AFFINITY_CHARS,
 ) -> Traits:
-    """Traits of a parsed body; 400 naming the field when `model` or `stream` is malformed."""
+    """Traits of a parsed body; 400 naming the field when `model`, `stream` or the token cap is
+    malformed."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise errors.bad_request("`model` is required and must be a string", param="model")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise errors.bad_request("`stream` must be a boolean", param="stream")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)):
-        raise errors.bad_request("`max_tokens` must be an integer", param="max_tokens")
+    max_tokens = None
+    for name in MAX_TOKENS_FIELDS:
+        value = body.get(name)
+        if value is None:
+            continue  # null: not given (the agent fills in its cap)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise errors.bad_request(f"`{name}` must be an integer of at least 1", param=name)
+        max_tokens = value
     tools = body.get("tools") or body.get("functions")
     options = body.get("stream_options")
     include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
@@ -126,7 +180,7 @@ def traits(
         model=model,
         stream=stream,
         has_tools=isinstance(tools, list) and len(tools) > 0,
-        prompt_chars=chars,
+        prompt_chars=chars + carried_chars(body),
         max_tokens=max_tokens,
         include_usage=include_usage,
         affinity=key or None,

@@ -294,14 +294,14 @@ class Kube:
 
 
 def _table_row(table: JsonDict) -> modelroute.KeySeen:
-    """The type (its column) and the allowed-namespaces annotation (the row's metadata) of a
-    one-row Secret table. Only that annotation is kept: a client-side `kubectl apply` copies the
-    whole Secret, key included, into the last-applied-configuration annotation."""
+    """The type (its column) and the allowed-namespaces and allowed-urls annotations (the row's
+    metadata) of a one-row Secret table. Only those annotations are kept: a client-side
+    `kubectl apply` copies the whole Secret, key included, into last-applied-configuration."""
     columns = [str(c.get("name", "")).lower() for c in table.get("columnDefinitions") or []]
     row = (table.get("rows") or [])[0]
     cells = row.get("cells") or []
     kind = str(cells[columns.index("type")]) if "type" in columns else ""
     meta = (row.get("object") or {}).get("metadata") or {}
-    wanted = mroute.PROVIDER_KEY_NAMESPACES
-    annotations = {k: str(v) for k, v in (meta.get("annotations") or {}).items() if k == wanted}
+    wanted = (mroute.PROVIDER_KEY_NAMESPACES, mroute.PROVIDER_KEY_URLS)
+    annotations = {k: str(v) for k, v in (meta.get("annotations") or {}).items() if k in wanted}
     return modelroute.KeySeen(type=kind, annotations=annotations)

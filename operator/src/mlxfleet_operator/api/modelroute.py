@@ -14,7 +14,7 @@ Called by: the gateway (routing), the operator's ModelRoute status handler, crdg
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -34,17 +34,8 @@ PROVIDER_KEY_TYPE = "mlxfleet.io/provider-key"
 """Secret type of an external provider's API key (in the gateway's namespace)."""
 PROVIDER_KEY_NAMESPACES = "mlxfleet.io/allowed-namespaces"
 """Annotation of a provider-key Secret: namespaces whose routes may use it (`*`: all)."""
-
-
-def allowed_namespaces(annotations: Mapping[str, str]) -> frozenset[str]:
-    """The namespaces a provider-key Secret's annotation lets routes use it from (`*`: all)."""
-    listed = annotations.get(PROVIDER_KEY_NAMESPACES, "")
-    return frozenset(p.strip() for p in listed.split(",") if p.strip())
-
-
-def namespace_allowed(namespaces: Collection[str], namespace: str) -> bool:
-    """Whether `namespaces` (a provider-key Secret's `allowed_namespaces`) admit `namespace`."""
-    return "*" in namespaces or namespace in namespaces
+PROVIDER_KEY_URLS = "mlxfleet.io/allowed-urls"
+"""Annotation of a provider-key Secret: the URL prefixes it may be sent to (required)."""
 
 
 HEADER_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
@@ -154,7 +145,8 @@ class ProviderKeyRef(base.ApiModel):
     name: fields.ObjectName = Field(
         description=f"Name of a Secret of type {PROVIDER_KEY_TYPE} in the gateway's namespace "
         f"({resources.OPERATOR_NAMESPACE}) whose annotation {PROVIDER_KEY_NAMESPACES} lists "
-        "this route's namespace (or `*`)."
+        f"this route's namespace (or `*`) and whose annotation {PROVIDER_KEY_URLS} lists a "
+        "prefix of this backend's url (the gateway sends the key nowhere else)."
     )
     key: fields.SecretKey = Field(default="apiKey", description="Key within the Secret's data.")
 
@@ -363,7 +355,8 @@ class BackendStatus(base.ApiModel):
         default=False,
         description="A deployment: it has ready replicas. External: it names no API key, or "
         f"its provider-key Secret exists in {resources.OPERATOR_NAMESPACE} with type "
-        f"{PROVIDER_KEY_TYPE} and allows this namespace (checked from the Secret's type and "
+        f"{PROVIDER_KEY_TYPE}, allows this namespace and may be sent to the backend's URL "
+        f"({PROVIDER_KEY_URLS}) (checked from the Secret's type and "
         "annotations, never its data; the key inside and the endpoint itself are the "
         "gateway's to try, and it ejects one that fails).",
     )

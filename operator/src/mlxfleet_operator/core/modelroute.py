@@ -2,7 +2,8 @@
 
 A deployment backend is ready when its ModelDeployment has ready replicas. An external backend
 is ready when it names no API key, or when its provider-key Secret exists with the provider-key
-type and allows the route's namespace: the handler passes what it saw of each Secret named
+type, allows the route's namespace and may be sent to the backend's URL (`api.providerkeys`,
+the gateway's own judgement): the handler passes what it saw of each Secret named
 (`KeySeen`: type and annotations, never the data), and a Secret it could not look at makes the
 backend not ready with a message saying so (unknown is not ready). The operator never calls
 providers: the key inside the Secret and the endpoint are the gateway's to try.
@@ -23,6 +24,7 @@ from datetime import datetime
 
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modelroute as mroute
+from mlxfleet_operator.api import providerkeys
 from mlxfleet_operator.core import conditions
 
 R = cond.Reason
@@ -68,19 +70,22 @@ def key_refs(mr: mroute.ModelRoute) -> list[str]:
 
 
 def _key_problem(
-    name: str, seen: KeySeen | None, *, namespace: str, key_namespace: str
+    name: str, seen: KeySeen | None, *, namespace: str, key_namespace: str, url: str
 ) -> tuple[str | None, bool]:
     """Why the provider-key Secret `name` (in `key_namespace`) cannot be used by a route of
     `namespace` (None: it can) and whether that counts as not found. A missing Secret, one of
     another type and one that does not allow the namespace read the same, so a route author
     learns only whether a key usable by their namespace exists, nothing about other Secrets of
-    the gateway's namespace."""
+    the gateway's namespace. One that does may still refuse the backend's URL (its allowed-urls
+    annotation, judged as the gateway judges it: `api.providerkeys`)."""
     if seen is not None and seen.error is not None:
         return f"cannot tell whether provider-key Secret {name} is usable: {seen.error}", False
+    key = None if seen is None else providerkeys.from_secret(name, seen.annotations, {})[0]
     if (
-        seen is None
+        key is None
+        or seen is None
         or seen.type != mroute.PROVIDER_KEY_TYPE
-        or not mroute.namespace_allowed(mroute.allowed_namespaces(seen.annotations), namespace)
+        or not key.allows(namespace)
     ):
         return (
             f"provider-key Secret {name} not found: no Secret of that name in {key_namespace} "
@@ -88,6 +93,8 @@ def _key_problem(
             f"{mroute.PROVIDER_KEY_NAMESPACES}",
             True,
         )
+    if not key.may_send_to(url):
+        return key.refuses(url), True
     return None, False
 
 
@@ -107,7 +114,11 @@ def _backend(
         if ref is not None:
             if ref.name in keys.seen:
                 problem, not_found = _key_problem(
-                    ref.name, keys.seen[ref.name], namespace=namespace, key_namespace=keys.namespace
+                    ref.name,
+                    keys.seen[ref.name],
+                    namespace=namespace,
+                    key_namespace=keys.namespace,
+                    url=spec.external.url,
                 )
             else:
                 problem = f"provider-key Secret {ref.name} was not checked"

@@ -12,12 +12,13 @@ room left), then name.
 Stability: a replica already placed on a node that is still eligible stays there, healthy or not
 yet failed over, even when a better node appeared; replicas are never counted twice.
 Drain: a replica on a draining node is dropped once another node takes it (the handover keeps it
-serving until its replacement serves); with nowhere to go it stays (drain never loses a replica).
+serving until its replacement serves); with nowhere to go it stays (drain never loses a replica)
+and the decision says so (`held`, with every node's reason in `rejection_summary`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -102,11 +103,34 @@ class Decision:
     rejections: tuple[Rejection, ...]
     missing: int  # replicas that found no node
     fits_nowhere: bool  # footprint larger than every candidate's whole budget: needs a human
+    held: tuple[str, ...] = ()  # kept on a draining node: no other node can take the replica
 
     def rejection_summary(self) -> str:
-        return "; ".join(
-            f"{r.node}: {r.message}" for r in self.rejections if r.reason != Reason.NOT_NEEDED
-        )
+        """Why each node takes no (further) replica; with a replica missing or held on a
+        draining node, the chosen nodes too, so the text always says why (`summary`)."""
+        chosen = [
+            Rejection(n, Reason.CORDONED, HELD)
+            if n in self.held
+            else Rejection(n, Reason.HAS_REPLICA, HOSTS_REPLICA)
+            for n in self.nodes
+        ]
+        return summary([*self.rejections, *(chosen if self.missing or self.held else [])])
+
+
+HOSTS_REPLICA = "already has a replica of this deployment (one per node)"
+HELD = "draining (spec.drain), its replica stays until another node can take it"
+NO_NODES = "no InferenceNodes to place on yet (add a Mac: `mlxfleet-agent join`, docs/install.md)"
+
+
+def summary(rejections: Iterable[Rejection]) -> str:
+    """`a, b: cordoned (spec.unschedulable); c: needs 4.00 GiB, ...`: nodes in name order, those
+    with the same message in one entry, NotNeeded left out; `NO_NODES` when nothing is left (an
+    empty fleet: every node given to `place` is either chosen or rejected)."""
+    by_message: dict[str, list[str]] = {}
+    for r in sorted(rejections, key=lambda r: r.node):
+        if r.reason != Reason.NOT_NEEDED:
+            by_message.setdefault(r.message, []).append(r.node)
+    return "; ".join(f"{', '.join(nodes)}: {m}" for m, nodes in by_message.items()) or NO_NODES
 
 
 def nowhere_reason(decision: Decision) -> str:
@@ -229,11 +253,13 @@ def place(
             rejections[node.name] = Rejection(node.name, Reason.NOT_NEEDED, "enough replicas")
             continue
         added.append(node.name)
+    stays: list[str] = []
     for name in evacuating:  # nowhere else to go (yet): the replica stays where it serves
         if len(kept) + len(added) < request.replicas and _within_grace(
             by_name[name], now=now, failover_delay=failover_delay
         ):
             kept.append(name)
+            stays.append(name)
 
     chosen = (*kept, *added)
     dropped = tuple(n for n in dict.fromkeys(current) if n not in chosen)
@@ -250,4 +276,5 @@ def place(
         rejections=tuple(rejections[k] for k in sorted(rejections)),
         missing=request.replicas - len(chosen),
         fits_nowhere=request.replicas > 0 and bool(nodes) and not eligible_budget,
+        held=tuple(stays),
     )

@@ -85,11 +85,15 @@ class GroupDecision:
         return tuple(n for g in self.groups for n in g.nodes)
 
     def rejection_summary(self) -> str:
-        return "; ".join(
-            f"{r.node}: {r.message}"
-            for r in self.rejections
-            if r.reason != placement.Reason.NOT_NEEDED
-        )
+        """Why each node takes no (further) rank; with a group missing, the chosen nodes too
+        (one rank per node), so the text always says why (`placement.summary`)."""
+        hosting = [
+            placement.Rejection(n, placement.Reason.HAS_REPLICA, HOSTS_RANK) for n in self.nodes
+        ]
+        return placement.summary([*self.rejections, *(hosting if self.missing else [])])
+
+
+HOSTS_RANK = "already runs a rank of this deployment (one per node)"
 
 
 def unsplittable(request: GroupRequest) -> str | None:

@@ -8,13 +8,17 @@
     kubectl mlxfleet logs NODE [--tail N]     the agent's recent log lines (never prompts)
 
 `--kubeconfig`, `KUBECONFIG`, `--context` and `-n` work as in kubectl, before or after the command.
-Exit codes: 0 done, 1 the cluster or an agent refused or timed out, 2 bad input.
+Exit codes: 0 done, 1 the cluster or an agent refused, a named object does not exist (the error
+names its kind, name and namespace) or a drain timed out, 2 bad input. `drain` reports to stderr
+what is still on the node, with each deployment's Ready reason and message, when that changes and
+at least every 30 s.
 May import: kubernetes, kubectl_plugin modules, `api.resources`. Called by: the console script.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -37,6 +41,35 @@ def _items(found: object) -> list[dict[str, Any]]:
     return list(_obj(found)["items"])
 
 
+class NotFound(Exception):
+    """A named object the command needs does not exist: `InferenceNode "x" not found`."""
+
+    def __init__(self, resource: resources.Resource, name: str, namespace: str | None) -> None:
+        where = f' in namespace "{namespace}"' if resource.namespaced else ""
+        super().__init__(f'{resource.kind} "{name}" not found{where}')
+
+
+def _named(
+    resource: resources.Resource, name: str, namespace: str | None, read: Callable[[], object]
+) -> dict[str, Any]:
+    """`read()`'s object; a 404 about that very object (not a missing CRD) is `NotFound`."""
+    try:
+        return _obj(read())
+    except ApiException as exc:
+        if exc.status == 404 and (_status(exc).get("details") or {}).get("name") == name:
+            raise NotFound(resource, name, namespace) from None
+        raise
+
+
+def _status(exc: ApiException) -> dict[str, Any]:
+    """The API server's Status object in an error answer ({} when the body is not one)."""
+    try:
+        found = json.loads(exc.body or "")
+    except (TypeError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 class Fleet:
     """The three kinds, read and patched through one API client."""
 
@@ -49,7 +82,19 @@ class Fleet:
         return _items(self.custom.list_cluster_custom_object(G, V, "inferencenodes"))
 
     def node(self, name: str) -> dict[str, Any]:
-        return _obj(self.custom.get_cluster_custom_object(G, V, "inferencenodes", name))
+        kind = resources.INFERENCE_NODE
+        return _named(
+            kind, name, None, lambda: self.custom.get_cluster_custom_object(G, V, kind.plural, name)
+        )
+
+    def plan(self, name: str, namespace: str) -> dict[str, Any]:
+        kind = resources.SWAP_PLAN
+        return _named(
+            kind,
+            name,
+            namespace,
+            lambda: self.custom.get_namespaced_custom_object(G, V, namespace, kind.plural, name),
+        )
 
     def namespaced(self, plural: str, namespace: str | None) -> list[dict[str, Any]]:
         if namespace is None:
@@ -78,7 +123,7 @@ def cmd_status(fleet: Fleet, args: argparse.Namespace) -> int:
 
 def cmd_approve(fleet: Fleet, args: argparse.Namespace) -> int:
     ns = args.namespace or fleet.target.namespace
-    plan = _obj(fleet.custom.get_namespaced_custom_object(G, V, ns, "swapplans", args.plan))
+    plan = fleet.plan(args.plan, ns)
     if not plan.get("spec", {}).get("paused"):
         print(f"swapplan {ns}/{args.plan} is not waiting for approval")
         return 0
@@ -105,23 +150,20 @@ def cmd_drain(fleet: Fleet, args: argparse.Namespace) -> int:
     fleet.patch_node(args.node, {"unschedulable": True, "drain": True})
     print(f"inferencenode/{args.node} cordoned and draining")
     start = time.monotonic()
-    last: list[str] | None = None
+    cadence = render.Cadence(every=args.report_every)
     while True:
-        left = render.placements_on(fleet.namespaced("modeldeployments", None), args.node)
+        left = render.waiting_on(fleet.namespaced("modeldeployments", None), args.node)
         elapsed = time.monotonic() - start
         if not left:
             print(f"inferencenode/{args.node} drained ({elapsed:.0f}s)")
             return 0
-        if left != last:
-            say(f"[{elapsed:4.0f}s] {len(left)} replica(s) still on {args.node}: {', '.join(left)}")
-            last = left
         if elapsed > args.timeout:
-            say(
-                f"drain {args.node}: timed out after {args.timeout:.0f}s with {', '.join(left)} "
-                "still there (no other node has room? see `kubectl mlxfleet status`); the node "
-                "stays draining: replicas move as soon as room appears"
-            )
+            for line in render.drain_timeout(args.node, left, args.timeout):
+                say(line)
             return 1
+        if cadence.due([(w.deployment, w.reason) for w in left], elapsed):
+            for line in render.drain_lines(args.node, left, elapsed):
+                say(line)
         time.sleep(args.poll)
 
 
@@ -209,6 +251,7 @@ def _parser() -> argparse.ArgumentParser:
         if name == "drain":
             p.add_argument("--timeout", type=_positive, default=600.0, help="seconds (600)")
             p.add_argument("--poll", type=_positive, default=2.0, help=argparse.SUPPRESS)
+            p.add_argument("--report-every", type=_positive, default=30.0, help=argparse.SUPPRESS)
         if name == "top":
             p.add_argument(
                 "--interval", type=_positive, default=5.0, help="seconds between scrapes (5)"
@@ -231,8 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     except agents.AgentAccessError as exc:
         say(f"kubectl mlxfleet {args.command}: {exc}")
         return 1
+    except NotFound as exc:
+        say(f"kubectl mlxfleet {args.command}: {exc}")
+        return 1
     except ApiException as exc:
-        say(f"kubectl mlxfleet {args.command}: the API server answered {exc.status} {exc.reason}")
+        said = _status(exc).get("message")
+        answer = f"{exc.status} {exc.reason}" + (f": {said}" if said else "")
+        say(f"kubectl mlxfleet {args.command}: the API server answered {answer}")
         return 1
     except KeyboardInterrupt:
         return 130

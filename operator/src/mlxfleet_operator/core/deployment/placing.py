@@ -146,9 +146,10 @@ def place(
     """`views`: nodes' placement views made ahead for this deployment's slot (`views_for`);
     the others are made here. `index` (with `by_name`, `facts` by name): the fleet's kept
     views, indexed: the decision is first taken on the nodes it shortlists (`candidates`)
-    and, only when that leaves a replica unplaced, on every node (the status then names
-    each node's reason). Either way the same nodes, kept, added, dropped and missing as on
-    every node; a decision that places every replica lists only the shortlist's rejections.
+    and, only when that leaves a replica unplaced or held on a draining node, on every node
+    (the status then names each node's reason). Either way the same nodes, kept, added,
+    dropped and missing as on every node; a decision that places every replica lists only
+    the shortlist's rejections.
     Where the replicas are: the status's placements, then the nodes `carrying` the slot, then
     those `reserving` it."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
@@ -180,7 +181,7 @@ def _place(
         names = index.shortlist(want, keep=[*current, *own])
         short = [_view(n, lookup[n], index, own, slot) for n in sorted(names) if n in lookup]
         decision = placement.place(want, short, current, now=now, failover_delay=failover_delay)
-        if not decision.missing:
+        if not decision.missing and not decision.held:
             return decision
         views = {n: v for n in lookup if n not in own and (v := index.view(n)) is not None}
     made = views or {}

@@ -202,7 +202,10 @@ def verdict(
         text = f"{why}; still serving the previous model"
         return conditions.Verdict(False, R.ROLLED_BACK, text, stalled=True)
     if ready >= want:
-        return conditions.Verdict(True, R.READY, f"{ready}/{want} replicas ready")
+        text = f"{ready}/{want} replicas ready"
+        if decision.held:  # serving, but a drain waits on it: say why (`kubectl mlxfleet drain`)
+            text += f"; {decision.rejection_summary()}"
+        return conditions.Verdict(True, R.READY, text)
     if decision.missing:
         text = f"{ready}/{want} ready, {decision.missing} unplaced: {decision.rejection_summary()}"
         if ready == 0 and any(

@@ -1,0 +1,137 @@
+"""`kubectl mlxfleet` (the real console script) against a real API server: what it says when a
+named object does not exist, and what a drain says while it waits and when it gives up.
+
+No operator runs here: the ModelDeployment's status (a replica on the draining node, the Ready
+condition the operator writes when no other node can take it) is written by the test, so the
+drain's waiting, reporting, timing out and finishing are driven step by step. The whole drain with
+the operator and agents is tests/e2e/test_plugin.py.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from mlxfleet_operator.api import resources
+from mlxfleet_operator.dev import controlplane
+
+pytestmark = pytest.mark.cluster
+PLUGIN = Path(sys.executable).parent / "kubectl-mlxfleet"
+HELD = (
+    "2/2 replicas ready; {node}: draining (spec.drain), its replica stays until another node "
+    "can take it; other: already has a replica of this deployment (one per node)"
+)
+
+
+def plugin(cluster: controlplane.ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(PLUGIN), "--kubeconfig", str(cluster.kubeconfig), *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def apply(cluster: controlplane.ControlPlane, body: dict[str, object]) -> None:
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
+
+
+def node(cluster: controlplane.ControlPlane, name: str) -> None:
+    apply(cluster, {
+        "apiVersion": resources.API_VERSION, "kind": "InferenceNode", "metadata": {"name": name},
+        "spec": {"agent": {"url": "http://127.0.0.1:9", "tokenSecretRef": {"name": "t"}}},
+    })  # fmt: skip
+
+
+def placed_on(cluster: controlplane.ControlPlane, ns: str, nodes: list[str], message: str) -> None:
+    """The status the operator writes: replicas on `nodes`, Ready with `message`."""
+    status = {
+        "placements": [
+            {"node": n, "phase": "Ready", "ready": True, "slot": f"{ns}-chat"} for n in nodes
+        ],
+        "conditions": [{
+            "type": "Ready", "status": "True", "reason": "Ready", "message": message,
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }],
+    }  # fmt: skip
+    cluster.kubectl(
+        "patch", "mdep", "chat", "-n", ns, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": status}),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        pytest.param(["logs", "nope"], 'logs: InferenceNode "nope" not found', id="logs"),
+        pytest.param(["cordon", "nope"], 'cordon: InferenceNode "nope" not found', id="cordon"),
+        pytest.param(
+            ["uncordon", "nope"], 'uncordon: InferenceNode "nope" not found', id="uncordon"
+        ),
+        pytest.param(["drain", "nope"], 'drain: InferenceNode "nope" not found', id="drain"),
+        pytest.param(
+            ["approve", "nope", "-n", "team-a"],
+            'approve: SwapPlan "nope" not found in namespace "team-a"',
+            id="approve",
+        ),
+    ],
+)
+def test_a_missing_object_is_named(
+    cluster: controlplane.ControlPlane, args: list[str], said: str
+) -> None:
+    out = plugin(cluster, *args)
+    assert out.returncode == 1
+    assert out.stderr.strip() == f"kubectl mlxfleet {said}"
+    assert "404" not in out.stderr
+
+
+def test_drain_reports_while_it_waits_says_why_and_gives_up_with_a_hint(
+    cluster: controlplane.ControlPlane,
+) -> None:
+    ns, name = f"drain-{secrets.token_hex(3)}", f"mac-{secrets.token_hex(3)}"
+    cluster.kubectl("create", "namespace", ns)
+    node(cluster, name)
+    apply(cluster, {
+        "apiVersion": resources.API_VERSION, "kind": "ModelDeployment",
+        "metadata": {"name": "chat", "namespace": ns},
+        "spec": {"model": {"source": "file:///m"}, "replicas": 2},
+    })  # fmt: skip
+    placed_on(cluster, ns, [name, "other"], HELD.format(node=name))
+
+    out = plugin(cluster, "drain", name, "--timeout", "4", "--poll", "0.2", "--report-every", "1.5")
+    assert out.returncode == 1
+    lines = out.stderr.splitlines()
+    heads = [line for line in lines if f"1 replica(s) still on {name}: {ns}/chat" in line]
+    assert len(heads) >= 3, out.stderr  # at 0 s, then every 1.5 s with the time
+    assert heads[0].startswith("[   0s]")
+    assert heads[-1] != heads[0]
+    why = f"       {ns}/chat: Ready: {HELD.format(node=name)}"
+    assert why in lines
+    assert f"drain {name}: timed out after 4s with {ns}/chat still there" in out.stderr
+    assert "to let them move" in lines[-1]
+    spec = json.loads(cluster.kubectl("get", "inode", name, "-o", "json").stdout)["spec"]
+    assert (spec["unschedulable"], spec["drain"]) == (True, True)
+
+    # room appears: the replica leaves the node and the same command finishes
+    running = subprocess.Popen(
+        [str(PLUGIN), "--kubeconfig", str(cluster.kubeconfig), "drain", name, "--poll", "0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    guard = threading.Timer(60, running.kill)  # never hang on a drain that says nothing
+    guard.start()
+    try:
+        assert running.stderr is not None
+        seen = [running.stderr.readline() for _ in range(2)]  # it has seen the replica and why
+        placed_on(cluster, ns, ["other", "third"], "2/2 replicas ready")
+        stdout, rest = running.communicate(timeout=30)
+    finally:
+        guard.cancel()
+        running.kill()
+    stderr = "".join(seen) + rest
+    assert running.returncode == 0, stderr
+    assert f"inferencenode/{name} drained" in stdout
+    assert f"{ns}/chat: Ready: 2/2 replicas ready; {name}: draining" in stderr

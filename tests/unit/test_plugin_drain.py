@@ -1,0 +1,82 @@
+"""`kubectl mlxfleet drain` while it waits (pure parts): which deployments hold a replica on the
+node and what their Ready condition says, the progress lines (when they change and at least every
+`--report-every` seconds) and what a timed-out drain tells a person to do. New-user test: the
+drain printed one line, then nothing for 600 s, then timed out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mlxfleet_operator.kubectl_plugin import render
+
+
+def deployment(
+    name: str, nodes: list[str], *, reason: str = "", message: str = ""
+) -> dict[str, Any]:
+    conditions = (
+        [{"type": "Ready", "status": "True", "reason": reason, "message": message}]
+        if reason
+        else []
+    )
+    return {
+        "metadata": {"name": name, "namespace": "default"},
+        "status": {
+            "placements": [{"node": n, "phase": "Ready", "ready": True} for n in nodes],
+            "conditions": conditions,
+        },
+    }
+
+
+HELD = (
+    "2/2 replicas ready; mac-mini-1: draining (spec.drain), its replica stays until another "
+    "node can take it; mac-mini-2: already has a replica of this deployment (one per node)"
+)
+
+
+def test_what_waits_on_the_node_with_each_deployments_own_reason() -> None:
+    found = [
+        deployment("tiny-chat", ["mac-mini-1", "mac-mini-2"], reason="Ready", message=HELD),
+        deployment("elsewhere", ["mac-mini-2"], reason="Ready", message="1/1 replicas ready"),
+        deployment("new", ["mac-mini-1"]),
+    ]
+    waiting = render.waiting_on(found, "mac-mini-1")
+    assert waiting == [
+        render.Waiting("default/new", "", ""),
+        render.Waiting("default/tiny-chat", "Ready", HELD),
+    ]
+    assert render.placements_on(found, "mac-mini-1") == ["default/new", "default/tiny-chat"]
+    assert render.drain_lines("mac-mini-1", waiting, 31.4) == [
+        "[  31s] 2 replica(s) still on mac-mini-1: default/new, default/tiny-chat",
+        "       default/new: no condition yet",
+        f"       default/tiny-chat: Ready: {HELD}",
+    ]
+
+
+def test_a_timed_out_drain_says_why_and_what_to_do() -> None:
+    waiting = [render.Waiting("default/tiny-chat", "Ready", HELD)]
+    lines = render.drain_timeout("mac-mini-1", waiting, 600)
+    assert lines[0].startswith("drain mac-mini-1: timed out after 600s with default/tiny-chat ")
+    assert "stays draining" in lines[0]
+    assert lines[1] == f"       default/tiny-chat: Ready: {HELD}"
+    hint = lines[2]
+    scale = "kubectl scale mdep/tiny-chat -n default --replicas=N"
+    for what in ("uncordon mac-mini-1", scale, "--timeout", "kubectl mlxfleet status"):
+        assert what in hint
+
+
+@pytest.mark.parametrize(
+    ("reports", "due"),
+    [
+        pytest.param([("a", 0.0), ("a", 2.0), ("a", 29.9)], [True, False, False], id="quiet"),
+        pytest.param([("a", 0.0), ("a", 30.0), ("a", 31.0)], [True, True, False], id="every-30s"),
+        pytest.param([("a", 0.0), ("b", 2.0), ("b", 4.0)], [True, True, False], id="changed"),
+        pytest.param([("a", 0.0), ("b", 2.0), ("a", 4.0)], [True, True, True], id="back"),
+    ],
+)
+def test_progress_is_reported_when_it_changes_and_at_least_every_30_seconds(
+    reports: list[tuple[str, float]], due: list[bool]
+) -> None:
+    cadence = render.Cadence(every=30.0)
+    assert [cadence.due(key, now) for key, now in reports] == due
