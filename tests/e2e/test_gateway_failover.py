@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -311,3 +312,74 @@ def test_fallback_to_an_external_server_and_back(
         )
         assert load.failed_whole() == []
         assert load.failed_before_start() == []
+
+
+def test_a_fallback_whose_provider_key_secret_is_missing_is_not_ready_and_says_so(
+    cluster: controlplane.ControlPlane, tmp_path: Path, model_a: Path
+) -> None:
+    """The new-user repro: a route's external fallback names a provider-key Secret that is not
+    there. Its status (the operator, as its own identity) says so, the gateway answers 503
+    `backend_unusable`, and once the Secret exists (type and namespace right) the backend is
+    ready."""
+    with gwfleet.fleet(cluster, tmp_path, model_a.parent, agents=()) as fl:
+        key = f"{fl.ws.label}-absent"
+        fl.deploy("local", model_a, replicas=1)  # no node may take it: never ready
+        external = {"url": "http://127.0.0.1:9/v1", "model": "m", "apiKeySecretRef": {"name": key}}
+        fallback = {"name": "cloud", "external": external}
+        fl.route(
+            "chat",
+            {
+                "rules": [
+                    {"name": "code", "backends": [{"deployment": "local"}]},
+                    {"name": "default", "backends": [{"deployment": "local"}]},
+                ],
+                "fallback": {"backends": [fallback]},
+            },
+        )
+
+        def status() -> dict[str, Any]:
+            return fl.ws.get("mroute", "chat").get("status") or {}
+
+        def cloud() -> dict[str, Any]:
+            return next((b for b in status().get("backends", []) if b["name"] == "cloud"), {})
+
+        wait_for(
+            "cloud not ready", lambda: "not found" in (cloud().get("message") or ""), timeout=60
+        )
+        assert cloud()["ready"] is False
+        assert f"provider-key Secret {key} not found" in cloud()["message"]
+        assert status()["backendsReady"] == "0/3"
+        assert {e["percent"] for e in status()["split"]} == {0.0}
+        ready = {c["type"]: c for c in status()["conditions"]}["Ready"]
+        assert ready["reason"] == "BackendNotFound"
+        assert ready["message"].count("provider-key Secret") == 1, ready["message"]
+
+        fl.gateway = gws.start_gateway(
+            cluster.gateway_kubeconfig,  # type: ignore[arg-type]
+            tmp_path / "gateway",
+            anonymous=True,
+        )
+        body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
+        answer = httpx.post(f"{fl.gateway.base_url}/chat/completions", json=body, timeout=30)
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["code"] == "backend_unusable"
+
+        fl.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "mlxfleet.io/provider-key",
+                "metadata": {
+                    "name": key,
+                    "namespace": "mlxfleet-system",
+                    "annotations": {
+                        "mlxfleet.io/allowed-namespaces": fl.ws.namespace,
+                        "mlxfleet.io/allowed-urls": "http://127.0.0.1:9/v1",
+                    },
+                },
+                "stringData": {"apiKey": "provider-secret"},
+            }
+        )
+        wait_for("cloud ready", lambda: cloud().get("ready") is True, timeout=60)
+        ready = {c["type"]: c for c in status()["conditions"]}["Ready"]
+        assert (status()["backendsReady"], ready["reason"]) == ("1/3", "FallbackOnly")

@@ -16,9 +16,10 @@ from typing import Any
 
 import pydantic
 
-from mlxfleet_gateway.core import balancer, catalog, keys, providers
+from mlxfleet_gateway.core import balancer, catalog, keys
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import modelroute as mroute
+from mlxfleet_operator.api import providerkeys as providers
 
 log = logging.getLogger("mlxfleet_gateway.view")
 JsonDict = dict[str, Any]

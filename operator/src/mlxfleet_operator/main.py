@@ -97,6 +97,13 @@ def _parser() -> argparse.ArgumentParser:
         default=leader.ElectionSettings.model_fields["retry_period"].default,
         help="seconds between renews and between a standby's tries (default 0.5)",
     )
+    p.add_argument(
+        "--provider-keys-namespace",
+        default=None,
+        help="namespace of the provider-key Secrets ModelRoute external backends name (the "
+        "gateway's; default: $POD_NAMESPACE, the ServiceAccount's namespace in a pod, else "
+        "mlxfleet-system)",
+    )
     # Deprecated: kopf peering (replaced by the Lease). Accepted so old manifests still start.
     p.add_argument("--priority", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--peering-name", default=None, help=argparse.SUPPRESS)
@@ -208,6 +215,7 @@ def _settings(ns: argparse.Namespace, kubeconfig: str | None) -> opsettings.Oper
         failover_delay=ns.failover_delay,
         heartbeat_write_seconds=ns.heartbeat_write_seconds,
         swap_prefetch=ns.swap_prefetch,
+        provider_keys_namespace=ns.provider_keys_namespace or leader.default_namespace(),
         metrics_host=ns.metrics_host,
         metrics_port=ns.metrics_port,
         log_level=ns.log_level.upper(),

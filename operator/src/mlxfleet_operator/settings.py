@@ -29,6 +29,13 @@ class OperatorSettings(BaseModel):
         description="copy a SwapPlan's target weights to its nodes as soon as the plan exists "
         "(off: each step's node fetches them when its step starts)",
     )
+    provider_keys_namespace: str = Field(
+        default="mlxfleet-system",
+        min_length=1,
+        max_length=63,
+        description="where the gateway reads provider-key Secrets: ModelRoute status checks "
+        "the ones external backends name there",
+    )
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     log_level: str = "INFO"

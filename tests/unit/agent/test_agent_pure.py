@@ -70,7 +70,8 @@ def _launch(**options: Any) -> mlxlm.LaunchSpec:
 
 def test_backend_command_defaults_follow_the_slot_concurrency() -> None:
     argv = mlxlm.command(_launch(), port=5000)
-    assert argv[:4] == ["/usr/bin/python3", "-m", "mlx_lm", "server"]
+    assert argv[:4] == ["/usr/bin/python3", "-c", mlxlm.ENTRY, "server"]
+    assert mlxlm.is_backend(" ".join(argv))  # the orphan sweep still recognises it
     joined = " ".join(argv)
     assert "--model /m/tiny --host 127.0.0.1 --port 5000" in joined
     assert "--decode-concurrency 4 --prompt-concurrency 4" in joined

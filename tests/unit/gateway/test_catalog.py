@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_gateway.core import catalog, providers
+from mlxfleet_gateway.core import catalog
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import modelroute as mroute
+from mlxfleet_operator.api import providerkeys as providers
 
 
 def dep(ns: str, name: str, *, served: str, ready: bool = True) -> mdep.ModelDeployment:

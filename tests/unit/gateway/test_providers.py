@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlxfleet_gateway.core import providers
+from mlxfleet_operator.api import providerkeys as providers
 
 OPENAI = "https://api.openai.com/v1"
 ANNOTATIONS = {

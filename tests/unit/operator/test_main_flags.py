@@ -18,6 +18,9 @@ from mlxfleet_operator import main
         pytest.param(["--misses", "many"], "--misses", id="not-a-number"),
         pytest.param(["--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig", id="no-file"),
         pytest.param(["-A", "-n", "team"], "not allowed with", id="scope-conflict"),
+        pytest.param(
+            ["--provider-keys-namespace", "x" * 64], "--provider-keys-namespace", id="long-ns"
+        ),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(
@@ -47,6 +50,14 @@ def test_swap_prefetch_is_on_unless_turned_off() -> None:
     assert main.parse([]).swap_prefetch
     assert main.parse(["--swap-prefetch"]).swap_prefetch
     assert not main.parse(["--no-swap-prefetch"]).swap_prefetch
+
+
+def test_provider_keys_are_looked_for_in_the_pod_namespace_unless_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "ops")
+    assert main.parse([]).provider_keys_namespace == "ops"
+    assert main.parse(["--provider-keys-namespace", "gw"]).provider_keys_namespace == "gw"
 
 
 def test_election_is_on_by_default_with_pod_identity(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,8 +5,9 @@ A name resolves within the caller's scope (the namespaces of its API key, in the
 namespace a ModelRoute's name wins over a ModelDeployment's served name; across namespaces the
 first namespace of the scope that has the name wins. Nothing outside the scope is visible.
 An external backend gets its provider key only where the key's Secret allows both the route's
-namespace and the backend's URL (`providers`); otherwise the backend is unusable, and says why.
-May import: the standard library, providers, mlxfleet_operator.api. Called by: plan, the proxy,
+namespace and the backend's URL (`mlxfleet_operator.api.providerkeys`, the policy the operator's
+ModelRoute status applies too); otherwise the backend is unusable, and says why.
+May import: the standard library, mlxfleet_operator.api. Called by: plan, the proxy,
 listing, the watches.
 """
 
@@ -15,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from mlxfleet_gateway.core import providers
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import modelroute as mroute
+from mlxfleet_operator.api import providerkeys as providers
 
 ALL_NAMESPACES: tuple[str, ...] = ("*",)
 

@@ -1,11 +1,15 @@
 """Everything specific to mlx-lm as an engine: its launch command, its warm-up request, how it
 stops and how its processes are recognised. The one module to swap for another engine.
 
-`python -m mlx_lm server --model DIR --host 127.0.0.1 --port P ...`: decode concurrency follows
-the slot's maxConcurrency (what the KV-cache estimate assumes) unless set, prompt concurrency
-min(decode, 8). mlx_lm ignores SIGTERM (it stops on SIGINT), its `/health` answers before the
-model is loaded (so readiness is a one-token completion), and it answers 404 to completions
-once its model failed to load.
+`python -c ENTRY server --model DIR --host 127.0.0.1 --port P ...` (ENTRY: what `python -m mlx_lm`
+runs, then `os._exit(0)`): decode concurrency follows the slot's maxConcurrency (what the
+KV-cache estimate assumes) unless set, prompt concurrency min(decode, 8). mlx_lm ignores SIGTERM
+(it stops on SIGINT), its `/health` answers before the model is loaded (so readiness is a
+one-token completion), and it answers 404 to completions once its model failed to load. After
+SIGINT it shuts its HTTP server down and joins its generation thread, but then the interpreter's
+exit aborts in mlx (`terminate called without an active exception`, SIGABRT, -6, on every idle
+stop on Linux; ml-explore/mlx#3126): no signal and no wait avoids it, so ENTRY leaves with
+`os._exit` once mlx_lm's main has returned, as the agent's embed server does.
 May import: contract and the standard library. Called by: backends.launcher, backends.orphans,
 tests.
 """
@@ -21,6 +25,18 @@ from typing import Any
 from mlxfleet_agent import contract
 
 STOP_SIGNAL = signal.SIGINT
+ENTRY = (
+    "import os, sys\n"
+    "from mlx_lm import cli\n"
+    "try:\n"
+    "    cli.main()\n"
+    "except KeyboardInterrupt:\n"  # stopped before its server ran (loading)
+    "    pass\n"
+    "sys.stdout.flush()\n"
+    "sys.stderr.flush()\n"
+    "os._exit(0)  # skip the interpreter's exit, which aborts in mlx (ml-explore/mlx#3126)\n"
+)
+"""`python -m mlx_lm`, then a clean exit: what the backend runs (`-c ENTRY server ...`)."""
 WARMUP_PATH = "/v1/completions"
 HEALTH_PATH = "/health"  # 503 once the generation thread died (the process lives on)
 
@@ -63,8 +79,8 @@ def command(spec: LaunchSpec, *, port: int) -> list[str]:
     prompt = opts.prompt_concurrency or min(decode, 8)
     argv = [
         spec.python,
-        "-m",
-        "mlx_lm",
+        "-c",
+        ENTRY,
         "server",
         "--model",
         str(spec.model_dir),

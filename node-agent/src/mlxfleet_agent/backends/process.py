@@ -38,6 +38,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def exit_text(returncode: int | None) -> str:
+    """A return code in words: `exit 0`, `exit 3`, `signal SIGABRT` (negative codes)."""
+    if returncode is None:
+        return "running"
+    if returncode >= 0:
+        return f"exit {returncode}"
+    try:
+        return f"signal {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"signal {-returncode}"
+
+
 class Backend:
     """A started (or failed) backend process on a loopback port."""
 
@@ -55,6 +67,7 @@ class Backend:
         self.stop_signal = self.launch.stop_signal
         self.proc: asyncio.subprocess.Process | None = None
         self.stopping = False
+        self._stop_logged = False
 
     @property
     def pid(self) -> int | None:
@@ -91,13 +104,19 @@ class Backend:
         return await self.proc.wait()
 
     async def stop(self, *, grace_s: float) -> None:
-        """The stop signal to the process group, SIGKILL after `grace_s`; idempotent."""
+        """The stop signal to the process group, SIGKILL after `grace_s`; idempotent.
+
+        Logged at info when the backend ended after the agent's signal (whatever its return
+        code: an engine may abort on its way out, as mlx_lm did before `mlxlm.ENTRY`), at
+        warning when it had to be killed or had already exited on its own."""
         self.stopping = True
         proc = self.proc
         if proc is None:
             return
+        sent: signal.Signals | None = None
         if proc.returncode is None:
-            self._signal_group(self.stop_signal)
+            sent = self.stop_signal
+            self._signal_group(sent)
             try:
                 await asyncio.wait_for(proc.wait(), timeout=grace_s)
             except TimeoutError:
@@ -105,13 +124,28 @@ class Backend:
                     f"backend ignored {self.stop_signal.name}, killing",
                     extra={"backend": self.label},
                 )
-                self._signal_group(signal.SIGKILL)
+                sent = signal.SIGKILL
+                self._signal_group(sent)
                 await proc.wait()
         self._signal_group(signal.SIGKILL)  # stragglers in its group, if any
-        log.info(
-            "backend stopped",
-            extra={"backend": self.label, "pid": proc.pid, "returncode": proc.returncode},
-        )
+        if sent is None and self._stop_logged:
+            return  # stopped by an earlier call, logged then
+        self._stop_logged = True
+        code = proc.returncode
+        extra = {
+            "backend": self.label,
+            "pid": proc.pid,
+            "returncode": code,
+            "exit": exit_text(code),
+        }
+        if sent is None:
+            log.warning("backend had exited on its own before the agent stopped it", extra=extra)
+        else:
+            log.log(
+                logging.WARNING if sent is signal.SIGKILL else logging.INFO,
+                f"backend stopped by the agent ({sent.name})",
+                extra={**extra, "signal": sent.name},
+            )
 
     def _signal_group(self, sig: signal.Signals) -> None:
         assert self.proc is not None

@@ -7,15 +7,18 @@ manager `mlxfleet-operator`), so a repeated call is a no-op and nobody else's fi
 answers None for a missing object, `delete` lets one already gone be, any other failure is a
 `KubeError`. Which objects are owned, and what they hold, is decided in `ownership` and
 `publishing`; status is written through kopf's patch (`statuspatch`), not here.
-May import: kubernetes, the standard library, `api`. Called by: `runtime` (builds it), `fleet`
-(agent credentials), `publishing` (the Service and EndpointSlices), handlers (SwapPlans and
-ModelDeployments, through `runtime.Runtime.kube`).
+May import: kubernetes, the standard library, `api`, `core.modelroute` (the value it answers).
+Called by: `runtime` (builds it), `fleet` (agent credentials), `publishing` (the Service and
+EndpointSlices), handlers (SwapPlans and ModelDeployments, through `runtime.Runtime.kube`; the
+ModelRoute handler's look at provider-key Secrets, asked for as a table row, so their data never
+reaches the operator).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -23,7 +26,13 @@ from typing import Any, cast
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
+from mlxfleet_operator.api import modelroute as mroute
 from mlxfleet_operator.api import resources
+from mlxfleet_operator.core import modelroute
+
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+"""A GET answered as a server-side table row: columns (a Secret's type among them) and the
+object's metadata only, never a Secret's data."""
 
 FIELD_MANAGER = "mlxfleet-operator"
 APPLY = "application/apply-patch+yaml"
@@ -109,6 +118,31 @@ class Kube:
         if key not in data:
             raise SecretMissing(f"Secret {namespace}/{name} has no key {key!r}")
         return base64.b64decode(data[key]).decode().strip()
+
+    async def provider_key_seen(self, *, namespace: str, name: str) -> modelroute.KeySeen | None:
+        """A provider-key Secret's type and annotations, never its data (a table row: the
+        operator checks that a route's key exists and allows its namespace without holding
+        the key); None when it does not exist, `error` set when it cannot be looked at."""
+        where = f"get Secret {namespace}/{name}"
+        try:
+            answer = await asyncio.to_thread(
+                self.core.read_namespaced_secret,
+                name,
+                namespace,
+                _preload_content=False,  # the raw table, not a V1Secret
+                _headers={"Accept": TABLE},
+            )
+            body: bytes = cast(Any, answer).data  # the raw response, not the V1Secret typed
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            return modelroute.KeySeen(error=f"{where}: {exc.status} {exc.reason}")
+        except OSError as exc:
+            return modelroute.KeySeen(error=f"{where}: {exc}")
+        try:
+            return _table_row(json.loads(body))
+        except (ValueError, TypeError, AttributeError, IndexError) as exc:
+            return modelroute.KeySeen(error=f"{where}: unexpected answer ({exc})")
 
     # ------------------------------------------------------------------------- custom objects
 
@@ -257,3 +291,17 @@ class Kube:
                     f"delete {kind.name} {meta['namespace']}/{meta['name']}: "
                     f"{exc.status} {exc.reason}"
                 ) from exc
+
+
+def _table_row(table: JsonDict) -> modelroute.KeySeen:
+    """The type (its column) and the allowed-namespaces and allowed-urls annotations (the row's
+    metadata) of a one-row Secret table. Only those annotations are kept: a client-side
+    `kubectl apply` copies the whole Secret, key included, into last-applied-configuration."""
+    columns = [str(c.get("name", "")).lower() for c in table.get("columnDefinitions") or []]
+    row = (table.get("rows") or [])[0]
+    cells = row.get("cells") or []
+    kind = str(cells[columns.index("type")]) if "type" in columns else ""
+    meta = (row.get("object") or {}).get("metadata") or {}
+    wanted = (mroute.PROVIDER_KEY_NAMESPACES, mroute.PROVIDER_KEY_URLS)
+    annotations = {k: str(v) for k, v in (meta.get("annotations") or {}).items() if k in wanted}
+    return modelroute.KeySeen(type=kind, annotations=annotations)

@@ -37,6 +37,7 @@ PROVIDER_KEY_NAMESPACES = "mlxfleet.io/allowed-namespaces"
 PROVIDER_KEY_URLS = "mlxfleet.io/allowed-urls"
 """Annotation of a provider-key Secret: the URL prefixes it may be sent to (required)."""
 
+
 HEADER_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 HeaderName = Annotated[str, Field(min_length=1, max_length=128, pattern=HEADER_NAME_PATTERN)]
 RULE_NAME_PATTERN = fields.DNS_LABEL_PATTERN
@@ -352,8 +353,12 @@ class BackendStatus(base.ApiModel):
     kind: BackendKind = Field(description="Deployment or External.")
     ready: bool = Field(
         default=False,
-        description="A deployment: it has ready replicas. External: assumed usable (the "
-        "operator does not call external endpoints; the gateway ejects one that fails).",
+        description="A deployment: it has ready replicas. External: it names no API key, or "
+        f"its provider-key Secret exists in {resources.OPERATOR_NAMESPACE} with type "
+        f"{PROVIDER_KEY_TYPE}, allows this namespace and may be sent to the backend's URL "
+        f"({PROVIDER_KEY_URLS}) (checked from the Secret's type and "
+        "annotations, never its data; the key inside and the endpoint itself are the "
+        "gateway's to try, and it ejects one that fails).",
     )
     ready_replicas: int | None = Field(
         default=None, ge=0, description="Ready replicas of the deployment."
@@ -362,7 +367,8 @@ class BackendStatus(base.ApiModel):
 
 
 class SplitEntry(base.ApiModel):
-    """The share of a rule's traffic one backend gets now (weights over ready backends)."""
+    """The share of a rule's traffic one backend gets now: weights over the ready backends;
+    0 for every backend of a rule that has none ready (the fallback, if any, serves it)."""
 
     rule: str = Field(description="The rule.")
     backend: str = Field(description="The backend.")
@@ -412,11 +418,11 @@ class ModelRoute(base.ApiModel):
 
 
 def split(backends: list[RouteBackend], *, ready: Collection[str]) -> dict[str, float]:
-    """Percent of requests per backend name: weights over the `ready` backends (all backends
-    when none is ready, so the shares still say what the route intends)."""
+    """Percent of requests per backend name: weights over the `ready` backends; 0 for each
+    when none is ready (no backend of the rule gets traffic: the split in force, not the
+    weights, which spec shows)."""
     named = [(b.display_name(i), b) for i, b in enumerate(backends)]
-    live = [(n, b) for n, b in named if b.weight > 0 and n in ready]
-    chosen = dict(live or [(n, b) for n, b in named if b.weight > 0])
+    chosen = {n: b for n, b in named if b.weight > 0 and n in ready}
     total = sum(b.weight for b in chosen.values())
     return {n: (100.0 * b.weight / total if n in chosen else 0.0) for n, b in named}
 

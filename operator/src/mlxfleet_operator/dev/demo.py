@@ -6,8 +6,11 @@ them as InferenceNodes (tokens in Secrets), starts the operator and `mlxfleet-ga
 ServiceAccount identities, mints an API key (a Secret holding its hash), applies a 2-replica
 ModelDeployment, waits for Ready, sends chat completions through the gateway with the `openai`
 client, changes the model while a load generator streams through the gateway, follows the
-SwapPlan to Completed and counts failed requests. Records the gateway's base URL as `gateway` in
-`.dev/demo/demo.json`. Leaves it all running; `down()` (make demo-down) stops it.
+SwapPlan to Completed and counts failed requests. Records in `.dev/demo/demo.json` the gateway's
+URL (`gateway`, without `/v1`: scripts read it), the base URL for OpenAI clients
+(`gateway_openai_base_url`, with `/v1`) and the path of the owner-only file holding the demo API
+key (`api_key_file`, `.dev/demo/api-key`). Leaves it all running; `down()` (make demo-down) stops
+it and removes the key file (the key dies with the control plane).
 The parts: `demofleet` (the processes), `demoobjects` (the Kubernetes objects), `demotraffic`
 (the openai client and the load generator).
 
@@ -35,6 +38,7 @@ from mlxfleet_operator.dev import (
 )
 
 STATE = "demo.json"
+KEY_FILE = "api-key"
 
 
 def say(text: str) -> None:
@@ -83,6 +87,17 @@ def _fleet_key(demo: Path) -> Path:
         fleet_key.write_text(secrets.token_urlsafe(32) + "\n")
         fleet_key.chmod(0o600)
     return fleet_key
+
+
+def record_gateway(demo: Path, state: dict[str, Any], *, gateway: str, key: str) -> None:
+    """Keep what a user needs to reach the gateway again: its URL (`gateway`, as scripts read
+    it), the OpenAI base URL and the demo key in an owner-only file (its path, not the key, in
+    `state`)."""
+    key_file = demo / KEY_FILE
+    credentials.write_private(key_file, key + "\n")
+    state["gateway"] = gateway
+    state["gateway_openai_base_url"] = f"{gateway}/v1"
+    state["api_key_file"] = str(key_file.resolve())
 
 
 def _swap_under_load(
@@ -185,10 +200,10 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
     key = demoobjects.api_key(plane)
     say(f"starting the gateway as {credentials.GATEWAY_USER}")
     gateway = demofleet.start_gateway(plane, demo, fleet_key, pids)
-    state["gateway"] = gateway
+    record_gateway(demo, state, gateway=gateway, key=key)
     save()
     print(f"    gateway: {gateway}/v1 (its own identity {credentials.GATEWAY_USER})")
-    print(f"    API key demo-key (team demo): {key}")
+    print(f"    API key demo-key (team demo): {key} (also in {demo / KEY_FILE})")
 
     say("chat completions through the gateway with the openai client")
     demotraffic.ask(gateway, key, model=demoobjects.DEPLOYMENT)
@@ -206,7 +221,7 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
     if keep_running:
         print(
             "\nEverything is still running. Explore:\n"
-            f"  export OPENAI_BASE_URL={gateway}/v1 OPENAI_API_KEY={key}\n"
+            f"  export OPENAI_BASE_URL={gateway}/v1 OPENAI_API_KEY=$(cat {demo / KEY_FILE})\n"
             '  curl -s $OPENAI_BASE_URL/models -H "Authorization: Bearer $OPENAI_API_KEY"\n'
             f"  export KUBECONFIG={dev / 'kubeconfig'}\n"
             "  kubectl get mlxfleet -A\n"
@@ -230,6 +245,8 @@ def down(dev: Path) -> int:
         pids = [int(p) for p in json.loads(state_file.read_text()).get("pids", [])]
         processes.terminate(list(reversed(pids)), grace=30)
         state_file.unlink()
+    with contextlib.suppress(FileNotFoundError):
+        (demo / KEY_FILE).unlink()
     controlplane.stop(dev / "control-plane")
     for name in ("kubeconfig", "operator.kubeconfig", "gateway.kubeconfig"):
         with contextlib.suppress(FileNotFoundError):

@@ -1,6 +1,8 @@
 """ModelRoute status: each backend's readiness and the split in force, from the ModelDeployments
-of the route's namespace (the `deployment_ready` index). Runs on create/update/resume and on a
-timer; never writes spec.
+of the route's namespace (the `deployment_ready` index) and, for external backends, the type and
+annotations of the provider-key Secrets they name (a GET by name in the operator's namespace,
+answered as a table row: never the key). Runs on create/update/resume and on a timer; never
+writes spec.
 
 May import: kopf, adapters, core, api, settings, `guard`, `indexes`. Called by: kopf.
 """
@@ -26,8 +28,17 @@ async def route_status(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kw
     mr = mroute.ModelRoute.model_validate(dict(body))
     async with guard.guarded(KIND, body, memo):
         ready = indexes.Indexes.of(kwargs).ready_replicas(mr.metadata.namespace or "")
+        rt = runtime.of(memo)
+        where = rt.config.provider_keys_namespace
+        keys = core.ProviderKeys(
+            namespace=where,
+            seen={
+                name: await rt.kube.provider_key_seen(namespace=where, name=name)
+                for name in core.key_refs(mr)
+            },
+        )
         statuspatch.write_status(
-            patch, core.status(mr, ready_replicas=ready, now=runtime.now()), body
+            patch, core.status(mr, ready_replicas=ready, keys=keys, now=runtime.now()), body
         )
 
 

@@ -18,7 +18,8 @@ filled in when left out) and the prefix's path segments first, compared whole (`
 parses them (`urlsplit`: hostname, port), so the host compared is the host connected to. A URL
 with userinfo (`user@`), a query or fragment, a dot segment (`..`, `%2e%2e`), an encoded slash or
 a backslash, or a control character never matches. Without `allowed-urls` the key goes nowhere.
-May import: the standard library, mlxfleet_operator.api. Called by: catalog, view.
+May import: the standard library, the sibling api modules. Called by: the gateway (catalog, view)
+and the operator's ModelRoute status (core.modelroute), so both judge a key alike.
 """
 
 from __future__ import annotations

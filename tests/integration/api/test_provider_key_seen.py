@@ -1,0 +1,104 @@
+"""What the operator sees of a ModelRoute's provider-key Secret: its type and annotations, never
+its data (`kube.Kube.provider_key_seen` asks for a table row). Real API server, the operator's
+own identity and shipped RBAC (`get` on Secrets in its namespace only)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import secrets
+from typing import Any
+
+import pytest
+
+from mlxfleet_operator.adapters import kube
+from mlxfleet_operator.api import modelroute as mroute
+from mlxfleet_operator.core import modelroute
+from mlxfleet_operator.dev import controlplane, credentials
+
+pytestmark = pytest.mark.cluster
+NS = credentials.OPERATOR_NAMESPACE
+KEY = "sk-" + secrets.token_hex(16)
+URLS = "https://api.openai.com/v1"
+
+
+def _secret(
+    cluster: controlplane.ControlPlane, name: str, *, type_: str, allowed: str, verb: str
+) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": type_,
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "annotations": {
+                mroute.PROVIDER_KEY_NAMESPACES: allowed,
+                mroute.PROVIDER_KEY_URLS: URLS,
+                "example.com/other": "dropped",
+            },
+        },
+        "data": {"apiKey": base64.b64encode(KEY.encode()).decode()},
+    }
+    cluster.kubectl(verb, "-f", "-", input=json.dumps(body))
+
+
+def test_the_operator_sees_type_and_annotations_never_the_key(
+    cluster: controlplane.ControlPlane,
+) -> None:
+    cluster.kubectl("create", "namespace", NS, check=False)
+    name = f"openai-{secrets.token_hex(3)}"
+    _secret(cluster, name, type_=mroute.PROVIDER_KEY_TYPE, allowed="team-a", verb="create")
+    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    bodies: list[bytes] = []
+    read = k.core.read_namespaced_secret
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        answer = read(*args, **kwargs)
+        bodies.append(answer.data)
+        return answer
+
+    k.core.read_namespaced_secret = spy  # type: ignore[method-assign]
+
+    async def scenario() -> list[modelroute.KeySeen | None]:
+        return [
+            await k.provider_key_seen(namespace=NS, name=name),
+            await k.provider_key_seen(namespace=NS, name=f"absent-{secrets.token_hex(3)}"),
+            await k.provider_key_seen(namespace="default", name=name),  # no RBAC there
+        ]
+
+    try:
+        found, absent, elsewhere = asyncio.run(scenario())
+    finally:
+        k.close()
+    assert found == modelroute.KeySeen(
+        type=mroute.PROVIDER_KEY_TYPE,
+        annotations={mroute.PROVIDER_KEY_NAMESPACES: "team-a", mroute.PROVIDER_KEY_URLS: URLS},
+    )
+    assert absent is None
+    assert elsewhere is not None
+    assert elsewhere.error is not None
+    assert "403" in elsewhere.error
+    encoded = base64.b64encode(KEY.encode())
+    assert bodies
+    assert not any(KEY.encode() in b or encoded in b for b in bodies)
+
+
+def test_a_key_copied_into_last_applied_configuration_is_not_kept(
+    cluster: controlplane.ControlPlane,
+) -> None:
+    """A client-side `kubectl apply` puts the whole Secret (key included) into an annotation:
+    the operator keeps only the allowed-namespaces annotation."""
+    cluster.kubectl("create", "namespace", NS, check=False)
+    name = f"applied-{secrets.token_hex(3)}"
+    _secret(cluster, name, type_="Opaque", allowed="*", verb="apply")
+    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    try:
+        seen = asyncio.run(k.provider_key_seen(namespace=NS, name=name))
+    finally:
+        k.close()
+    assert seen == modelroute.KeySeen(
+        type="Opaque",
+        annotations={mroute.PROVIDER_KEY_NAMESPACES: "*", mroute.PROVIDER_KEY_URLS: URLS},
+    )
