@@ -214,6 +214,21 @@ def test_two_authorization_headers_are_400_on_both_ports(
     assert resp.json()["error"]["param"] == "authorization"
 
 
+def test_json_nested_too_deeply_is_400_invalid_json(agent_factory: Callable[..., Agent]) -> None:
+    agent = agent_factory()
+    resp = httpx.post(
+        agent.data_url + "/v1/chat/completions", content=rawhttp.nested_json(100_000), timeout=30
+    )
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["code"] == "invalid_json"
+    log = agent.log_path.read_text()
+    assert "RecursionError" not in log
+    assert "Exception in ASGI application" not in log
+
+
+# ---- what answers and errors reveal ------------------------------------------------------
+
+
 def test_backend_errors_are_openai_shaped(serving_agent: Agent) -> None:
     cases = [
         ("/v1/completions", {"prompt": "hi", "temperature": -1}),

@@ -145,6 +145,19 @@ def test_a_body_sent_byte_by_byte_is_408_after_the_body_timeout(
     assert _error(answer)["code"] == "request_body_timeout"
 
 
+def test_json_nested_too_deeply_is_400_invalid_json(gateway: gws.Gateway, key: str) -> None:
+    resp = httpx.post(
+        gateway.url + CHAT,
+        content=rawhttp.nested_json(100_000),
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["code"] == "invalid_json"
+    assert "RecursionError" not in gateway.log()
+    assert "Exception in ASGI application" not in gateway.log()
+
+
 def test_two_authorization_headers_are_400(gateway: gws.Gateway, key: str) -> None:
     both = [("Authorization", "Bearer sk-wrong"), ("Authorization", f"Bearer {key}")]
     for headers in (both, both[::-1]):
