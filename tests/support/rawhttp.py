@@ -2,7 +2,7 @@
 the agent's and the gateway's hostile-input tests: endless headers, silent or half-sent heads,
 more connections than the cap, a body sent one byte at a time, JSON nested too deeply.
 
-May import: the standard library. Called by: tests/integration/agent/test_hostile_input.py,
+May import: the standard library, psutil. Called by: tests/integration/agent/test_hostile_input.py,
 tests/integration/gateway/test_hostile_input.py.
 """
 
@@ -12,6 +12,8 @@ import contextlib
 import socket
 import threading
 import time
+
+import psutil
 
 MIB = 1024 * 1024
 
@@ -53,6 +55,21 @@ def flood_in_threads(url: str, count: int, *, total: int = 64 * MIB) -> list[tup
     return results
 
 
+def assert_floods_cut_off(pid: int, urls: list[str]) -> None:
+    """4 connections to each URL send endless headers: each is cut off within 8 MiB (431, or
+    reset), and the process `pid` grows by less than 32 MiB."""
+    proc = psutil.Process(pid)
+    before = proc.memory_info().rss
+    for url in urls:
+        results = flood_in_threads(url, 4)
+        assert len(results) == 4
+        for sent, reply in results:
+            assert sent < 8 * MIB, f"{url} read {sent} bytes of headers"
+            assert reply == b"" or reply.startswith(b"HTTP/1.1 431"), reply[:100]
+    grown = proc.memory_info().rss - before
+    assert grown < 32 * MIB, f"{pid} grew {grown / MIB:.0f} MiB"
+
+
 def closed(sock: socket.socket, *, answers: tuple[bytes, ...] = (b"408", b"503")) -> bool:
     """Whether the server closed this connection (after an error answer with one of the
     `answers` statuses, if it wrote one); the socket's timeout bounds the wait."""
@@ -66,6 +83,28 @@ def closed(sock: socket.socket, *, answers: tuple[bytes, ...] = (b"408", b"503")
     except OSError:
         return True
     return True
+
+
+def silent_connections(url: str, count: int) -> list[socket.socket]:
+    """`count` connections: half say nothing, half send a head that never ends."""
+    socks = []
+    for i in range(count):
+        sock = socket.create_connection(address(url), timeout=10)
+        if i % 2:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        socks.append(sock)
+    return socks
+
+
+def still_open(socks: list[socket.socket], *, answers: tuple[bytes, ...] = (b"408",)) -> int:
+    """How many of `socks` the server has not closed (each closed one answered one of
+    `answers`, if anything); closes them all."""
+    count = 0
+    for sock in socks:
+        sock.settimeout(0.05)
+        count += not closed(sock, answers=answers)
+        sock.close()
+    return count
 
 
 def slow_body(

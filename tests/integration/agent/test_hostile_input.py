@@ -15,15 +15,12 @@ from typing import Any
 
 import httpx
 import openai
-import psutil
 import pytest
 
 from tests.integration.agent.conftest import Agent, slot_spec
 from tests.support import rawhttp
 
 pytestmark = [pytest.mark.mlx, pytest.mark.timeout(300)]
-
-MIB = rawhttp.MIB
 
 
 class _Counting(BaseHTTPRequestHandler):
@@ -126,16 +123,8 @@ def test_allowed_image_urls_are_validated(
 
 
 def test_huge_headers_are_cut_off_without_growing_the_agent(serving_agent: Agent) -> None:
-    proc = psutil.Process(serving_agent.proc.pid)
-    before = proc.memory_info().rss
-    for url in (serving_agent.data_url, serving_agent.control_url):
-        results = rawhttp.flood_in_threads(url, 4)
-        assert len(results) == 4
-        for sent, reply in results:
-            assert sent < 8 * MIB, f"{url} read {sent} bytes of headers"
-            assert reply == b"" or reply.startswith(b"HTTP/1.1 431"), reply[:100]
-    grown = proc.memory_info().rss - before
-    assert grown < 32 * MIB, f"the agent grew {grown / MIB:.0f} MiB"
+    urls = [serving_agent.data_url, serving_agent.control_url]
+    rawhttp.assert_floods_cut_off(serving_agent.proc.pid, urls)
     assert httpx.get(serving_agent.data_url + "/healthz", timeout=10).status_code == 200
 
 
@@ -143,20 +132,12 @@ def test_silent_connections_are_closed_after_the_header_timeout(
     agent_factory: Callable[..., Agent],
 ) -> None:
     agent = agent_factory(extra=["--header-timeout-s", "2"])
-    socks = []
-    for url in (agent.data_url, agent.control_url):
-        host, port = url.split("://", 1)[1].split(":")
-        for i in range(125):
-            sock = socket.create_connection((host, int(port)), timeout=10)
-            if i % 2:
-                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # a head that never ends
-            socks.append(sock)
+    socks = [
+        *rawhttp.silent_connections(agent.data_url, 125),
+        *rawhttp.silent_connections(agent.control_url, 125),
+    ]
     time.sleep(4.0)
-    still_open = 0
-    for sock in socks:
-        sock.settimeout(0.05)
-        still_open += not rawhttp.closed(sock)
-        sock.close()
+    still_open = rawhttp.still_open(socks, answers=(b"408", b"503"))  # control cap: 64
     assert still_open == 0, f"{still_open} of {len(socks)} connections are still open"
     assert httpx.get(agent.data_url + "/healthz", timeout=10).status_code == 200
 

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 from mlxfleet_operator.dev import controlplane
@@ -70,34 +69,17 @@ def _error(answer: bytes) -> dict[str, str]:
 
 
 def test_huge_headers_are_cut_off_without_growing_the_gateway(gateway: gws.Gateway) -> None:
-    proc = psutil.Process(gateway.proc.pid)
-    before = proc.memory_info().rss
-    results = rawhttp.flood_in_threads(gateway.url, 4)
-    assert len(results) == 4
-    for sent, reply in results:
-        assert sent < 8 * MIB, f"the gateway read {sent} bytes of headers"
-        assert reply == b"" or reply.startswith(b"HTTP/1.1 431"), reply[:100]
-    grown = proc.memory_info().rss - before
-    assert grown < 32 * MIB, f"the gateway grew {grown / MIB:.0f} MiB"
-    sent, reply = rawhttp.flood_headers(gateway.url, 64 * 1024)
+    rawhttp.assert_floods_cut_off(gateway.proc.pid, [gateway.url])
+    _, reply = rawhttp.flood_headers(gateway.url, 64 * 1024)
     assert reply.startswith(b"HTTP/1.1 431"), reply[:100]
     assert _error(reply)["code"] == "request_head_too_large"
     assert httpx.get(gateway.url + "/healthz", timeout=10).status_code == 200
 
 
 def test_heads_that_never_end_are_408_after_the_header_timeout(gateway: gws.Gateway) -> None:
-    socks = []
-    for i in range(CAP // 2):
-        sock = socket.create_connection(rawhttp.address(gateway.url), timeout=10)
-        if i % 2:
-            sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")  # a head that never ends
-        socks.append(sock)
+    socks = rawhttp.silent_connections(gateway.url, CAP // 2)
     time.sleep(3.5)
-    still_open = 0
-    for sock in socks:
-        sock.settimeout(0.05)
-        still_open += not rawhttp.closed(sock, answers=(b"408",))
-        sock.close()
+    still_open = rawhttp.still_open(socks)
     assert still_open == 0, f"{still_open} of {len(socks)} connections are still open"
     sock = socket.create_connection(rawhttp.address(gateway.url), timeout=10)
     sock.sendall(b"GET /v1/models HTTP/1.1\r\n")
