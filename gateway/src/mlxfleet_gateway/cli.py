@@ -101,6 +101,30 @@ def _parser() -> argparse.ArgumentParser:
         default=1,
         help="gateway replicas behind the Service: each enforces limit / peers (default 1)",
     )
+    p.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=32 * 1024,
+        help="largest request head (default 32 KiB): 431",
+    )
+    p.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=10.0,
+        help="time to send a whole request head (default 10): 408",
+    )
+    p.add_argument(
+        "--body-timeout-s",
+        type=float,
+        default=60.0,
+        help="time to send a whole request body after its head (default 60): 408",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=4096,
+        help="open client connections; beyond them 503 + Retry-After (default 4096)",
+    )
     p.add_argument("--name", help="this replica's name in telemetry (default: host name)")
     p.add_argument("--telemetry-bucket", help="S3/R2 bucket for per-key usage (default: off)")
     p.add_argument("--telemetry-prefix", default="mlxfleet-telemetry")
@@ -144,6 +168,10 @@ def parse(argv: list[str]) -> settings_mod.Settings:
             "read_timeout_s": ns.read_timeout_s,
             "affinity": not ns.no_affinity,
             "peers": ns.peers,
+            "max_header_bytes": ns.max_header_bytes,
+            "header_timeout_s": ns.header_timeout_s,
+            "body_timeout_s": ns.body_timeout_s,
+            "max_connections": ns.max_connections,
             "telemetry_bucket": ns.telemetry_bucket,
             "telemetry_prefix": ns.telemetry_prefix,
             "telemetry_endpoint_url": ns.telemetry_endpoint_url,

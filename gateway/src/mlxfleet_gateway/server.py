@@ -2,11 +2,14 @@
 
 `serve(settings)` starts the Kubernetes watches (threads), the view, the balancer, the upstream
 pool, the health prober, the idle sweeper, the usage shipper, the data port (uvicorn with
-httptools, raw ASGI `proxy.Proxy`) and the metrics port (`/metrics`, `/healthz`), logs one JSON
+httptools, raw ASGI `proxy.Proxy`, the agent's connection limits: `mlxfleet_agent.connlimits`)
+and the metrics port (`/metrics`, `/healthz`; bounded heads, a head timeout and a connection cap
+of its own), logs one JSON
 line `gateway ready` with the bound ports, and runs until SIGINT/SIGTERM. Shutdown: stop taking
 connections and drain requests in flight (up to `drain_s`), then the prober, the shipper (last
 upload), the watches and the pool.
-May import: everything in the gateway package, uvicorn, the standard library.
+May import: everything in the gateway package, mlxfleet_agent (httpclient, connlimits), uvicorn,
+the standard library.
 Called by: cli.
 """
 
@@ -25,12 +28,14 @@ from typing import Any
 
 import uvicorn
 
+from mlxfleet_agent import connlimits
 from mlxfleet_agent import httpclient as upstream
 from mlxfleet_gateway import health, metrics, proxy, shipper, view, watch
 from mlxfleet_gateway import settings as settings_mod
 from mlxfleet_gateway.core import balancer, budget, limits
 
 log = logging.getLogger("mlxfleet_gateway")
+METRICS_MAX_CONNECTIONS = 64  # scrapers and probes; more are closed unanswered
 
 
 class JsonFormatter(logging.Formatter):
@@ -85,10 +90,18 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _uvicorn(app: Any, *, drain_s: float) -> _Server:
+def _uvicorn(
+    app: Any,
+    *,
+    drain_s: float,
+    http: type[connlimits.LimitedHttpToolsProtocol] = connlimits.LimitedHttpToolsProtocol,
+) -> _Server:
+    """uvicorn on httptools with the connection limits of `http` (the class's defaults unless a
+    `connlimits.protocol(...)` is given: the benchmarks run the gateway's stack as it ships)."""
     config = uvicorn.Config(
         app,
-        http="httptools",
+        http=http,
+        ws="none",
         log_config=None,
         access_log=False,
         lifespan="off",
@@ -101,14 +114,21 @@ def _uvicorn(app: Any, *, drain_s: float) -> _Server:
 
 
 async def serve_metrics(
-    sock: socket.socket, gauges: metrics.GatewayMetrics
+    sock: socket.socket, gauges: metrics.GatewayMetrics, cfg: settings_mod.Settings
 ) -> asyncio.AbstractServer:
     """`GET /metrics` and `/healthz` on their own port: a plain asyncio server (one request per
-    connection), so the metrics port costs nothing between scrapes."""
+    connection), so the metrics port costs nothing between scrapes. A head is read up to
+    `max_header_bytes` (the stream's limit) within `header_timeout_s`; beyond
+    `METRICS_MAX_CONNECTIONS` open connections a new one is closed at once."""
+    open_now = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal open_now
+        open_now += 1
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            if open_now > METRICS_MAX_CONNECTIONS:
+                return
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), cfg.header_timeout_s)
             path = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b""
             if path == b"/metrics":
                 status, kind, body = b"200 OK", b"text/plain; version=0.0.4", gauges.exposition()
@@ -124,9 +144,10 @@ async def serve_metrics(
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         finally:
+            open_now -= 1
             writer.close()
 
-    return await asyncio.start_server(handle, sock=sock)
+    return await asyncio.start_server(handle, sock=sock, limit=cfg.max_header_bytes)
 
 
 async def serve(
@@ -198,9 +219,20 @@ async def serve(
     watches.start()
     data_sock = bind(*cfg.listen)
     metrics_sock = bind(*cfg.metrics_listen) if cfg.metrics_listen else None
-    data_srv = _uvicorn(app, drain_s=cfg.drain_s)
+    data_srv = _uvicorn(
+        app,
+        drain_s=cfg.drain_s,
+        http=connlimits.protocol(
+            max_header_bytes=cfg.max_header_bytes,
+            header_timeout_s=cfg.header_timeout_s,
+            body_timeout_s=cfg.body_timeout_s,
+            max_connections=cfg.max_connections,
+        ),
+    )
     tasks = [loop.create_task(data_srv.serve(sockets=[data_sock]))]
-    metrics_srv = await serve_metrics(metrics_sock, gauges) if metrics_sock is not None else None
+    metrics_srv = (
+        await serve_metrics(metrics_sock, gauges, cfg) if metrics_sock is not None else None
+    )
     prober.start()
     usage.start()
     sweeper = loop.create_task(app.origins.sweep())

@@ -57,6 +57,11 @@ class Settings(BaseModel):
     affinity: bool = True
     peers: int = Field(default=1, ge=1, le=1000)
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    # the OpenAI port, before authentication (mlxfleet_agent.connlimits; the agent's names)
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024, le=1024 * 1024)
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    body_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    max_connections: int = Field(default=4096, ge=1, le=100_000)
     drain_s: float = Field(default=30.0, ge=0)
     name: str = Field(default_factory=lambda: socket.gethostname().split(".")[0] or "gateway")
     telemetry_bucket: str | None = None

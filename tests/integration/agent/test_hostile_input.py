@@ -4,7 +4,6 @@ open without a request, read host details from answers or error messages."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import threading
@@ -16,14 +15,12 @@ from typing import Any
 
 import httpx
 import openai
-import psutil
 import pytest
 
 from tests.integration.agent.conftest import Agent, slot_spec
+from tests.support import rawhttp
 
 pytestmark = [pytest.mark.mlx, pytest.mark.timeout(300)]
-
-MIB = 1024 * 1024
 
 
 class _Counting(BaseHTTPRequestHandler):
@@ -122,87 +119,25 @@ def test_allowed_image_urls_are_validated(
         assert resp.json()["error"]["field"].startswith("server.allowedImageUrls")
 
 
-# ---- before authentication: header size, header timeout, connection cap ------------------------
-
-
-def _flood_headers(url: str, total: int) -> tuple[int, bytes]:
-    """Send one request whose headers go on for `total` bytes; return (bytes sent, reply)."""
-    host, port = url.split("://", 1)[1].split(":")
-    sock = socket.create_connection((host, int(port)), timeout=30)
-    sent = 0
-    with contextlib.suppress(OSError):
-        sock.sendall(b"GET /v1/state HTTP/1.1\r\nHost: x\r\n")
-        line = b"X-Pad: " + b"a" * 8185 + b"\r\n"
-        while sent < total:
-            sock.sendall(line * 16)
-            sent += len(line) * 16
-    reply = b""
-    with contextlib.suppress(OSError):
-        reply = sock.recv(4096)
-    sock.close()
-    return sent, reply
-
-
-def _flood_in_threads(url: str, count: int) -> list[tuple[int, bytes]]:
-    results: list[tuple[int, bytes]] = []
-
-    def one() -> None:
-        results.append(_flood_headers(url, 64 * MIB))
-
-    threads = [threading.Thread(target=one) for _ in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    return results
+# ---- before authentication: header size and timeout, body timeout, connection cap -------------
 
 
 def test_huge_headers_are_cut_off_without_growing_the_agent(serving_agent: Agent) -> None:
-    proc = psutil.Process(serving_agent.proc.pid)
-    before = proc.memory_info().rss
-    for url in (serving_agent.data_url, serving_agent.control_url):
-        results = _flood_in_threads(url, 4)
-        assert len(results) == 4
-        for sent, reply in results:
-            assert sent < 8 * MIB, f"{url} read {sent} bytes of headers"
-            assert reply == b"" or reply.startswith(b"HTTP/1.1 431"), reply[:100]
-    grown = proc.memory_info().rss - before
-    assert grown < 32 * MIB, f"the agent grew {grown / MIB:.0f} MiB"
+    urls = [serving_agent.data_url, serving_agent.control_url]
+    rawhttp.assert_floods_cut_off(serving_agent.proc.pid, urls)
     assert httpx.get(serving_agent.data_url + "/healthz", timeout=10).status_code == 200
-
-
-def _closed(sock: socket.socket) -> bool:
-    """Whether the agent closed this connection (after an error answer, if it wrote one)."""
-    answer = b""
-    try:
-        while data := sock.recv(4096):
-            answer += data
-            assert answer.startswith((b"HTTP/1.1 408", b"HTTP/1.1 503")), answer[:100]
-    except TimeoutError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def test_silent_connections_are_closed_after_the_header_timeout(
     agent_factory: Callable[..., Agent],
 ) -> None:
     agent = agent_factory(extra=["--header-timeout-s", "2"])
-    socks = []
-    for url in (agent.data_url, agent.control_url):
-        host, port = url.split("://", 1)[1].split(":")
-        for i in range(125):
-            sock = socket.create_connection((host, int(port)), timeout=10)
-            if i % 2:
-                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # a head that never ends
-            socks.append(sock)
+    socks = [
+        *rawhttp.silent_connections(agent.data_url, 125),
+        *rawhttp.silent_connections(agent.control_url, 125),
+    ]
     time.sleep(4.0)
-    still_open = 0
-    for sock in socks:
-        sock.settimeout(0.05)
-        still_open += not _closed(sock)
-        sock.close()
+    still_open = rawhttp.still_open(socks, answers=(b"408", b"503"))  # control cap: 64
     assert still_open == 0, f"{still_open} of {len(socks)} connections are still open"
     assert httpx.get(agent.data_url + "/healthz", timeout=10).status_code == 200
 
@@ -216,12 +151,60 @@ def test_connections_beyond_the_cap_are_refused(agent_factory: Callable[..., Age
         closed = 0
         for sock in socks:
             sock.settimeout(0.2)
-            closed += _closed(sock)
+            closed += rawhttp.closed(sock)
         assert closed >= 15, (url, closed)
         for sock in socks:
             sock.close()
         time.sleep(0.3)
         assert httpx.get(url + "/healthz", timeout=10).status_code == 200
+
+
+def test_a_body_sent_byte_by_byte_is_408_after_the_body_timeout(
+    agent_factory: Callable[..., Agent],
+) -> None:
+    agent = agent_factory(extra=["--body-timeout-s", "2"])
+    cases = [
+        (agent.data_url, "/v1/chat/completions", {}, "code", "request_body_timeout"),
+        (agent.control_url, "/v1/models/prefetch", agent.auth, "field", "body"),
+    ]
+    for url, path, headers, key, value in cases:
+        took, answer = rawhttp.slow_body(url, path, headers=headers, give_up_s=10)
+        assert answer.startswith(b"HTTP/1.1 408"), (url, took, answer[:200])
+        assert 1.5 < took < 5, (url, took)
+        assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"][key] == value
+    assert httpx.get(agent.data_url + "/healthz", timeout=10).status_code == 200
+
+
+def test_two_authorization_headers_are_400_on_both_ports(
+    agent_factory: Callable[..., Agent], tmp_path: Path
+) -> None:
+    (tmp_path / "keys").write_text("k1\n")
+    agent = agent_factory(extra=["--data-api-keys-file", str(tmp_path / "keys")])
+    for url, path, good in (
+        (agent.data_url, "/v1/models", "Bearer k1"),
+        (agent.control_url, "/v1/state", f"Bearer {agent.token}"),
+    ):
+        both = [("Authorization", "Bearer wrong"), ("Authorization", good)]
+        for headers in (both, both[::-1]):
+            resp = httpx.get(url + path, headers=headers, timeout=10)
+            assert resp.status_code == 400, (url, headers, resp.text)
+            assert "more than one Authorization header" in resp.text
+        assert httpx.get(url + path, headers={"Authorization": good}).status_code == 200
+    resp = httpx.get(agent.data_url + "/v1/models", headers=both, timeout=10)
+    assert resp.json()["error"]["code"] == "ambiguous_credentials"
+    assert resp.json()["error"]["param"] == "authorization"
+
+
+def test_json_nested_too_deeply_is_400_invalid_json(agent_factory: Callable[..., Agent]) -> None:
+    agent = agent_factory()
+    resp = httpx.post(
+        agent.data_url + "/v1/chat/completions", content=rawhttp.nested_json(100_000), timeout=30
+    )
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["code"] == "invalid_json"
+    log = agent.log_path.read_text()
+    assert "RecursionError" not in log
+    assert "Exception in ASGI application" not in log
 
 
 # ---- what answers and errors reveal ------------------------------------------------------

@@ -24,6 +24,8 @@ def test_the_documented_command_line_parses_secure_by_default(tmp_path: Path) ->
     )
     assert cfg.metrics_listen is None
     assert cfg.affinity
+    limits = (cfg.max_header_bytes, cfg.header_timeout_s, cfg.body_timeout_s, cfg.max_connections)
+    assert limits == (32 * 1024, 10.0, 60.0, 4096)
     assert cli.parse(["--listen", "[::1]:0", "--allow-anonymous"]).allow_anonymous
 
 
@@ -44,6 +46,15 @@ def test_the_documented_command_line_parses_secure_by_default(tmp_path: Path) ->
         ),
         pytest.param(["--listen", ":1", "--max-attempts", "0"], "--max-attempts", id="attempts"),
         pytest.param([], "--listen", id="missing"),
+        *(
+            pytest.param(["--listen", ":1", flag, "0"], flag, id=flag[2:])
+            for flag in (
+                "--max-header-bytes",
+                "--header-timeout-s",
+                "--body-timeout-s",
+                "--max-connections",
+            )
+        ),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(

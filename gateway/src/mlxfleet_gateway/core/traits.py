@@ -57,7 +57,7 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     """The body as a JSON object, or 400."""
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise errors.bad_request(
             f"request body is not valid JSON: {exc}", code="invalid_json"
         ) from None

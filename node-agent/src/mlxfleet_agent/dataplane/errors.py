@@ -4,7 +4,7 @@
 unreachable...), raised anywhere in it and answered once by the app with its status; the shape
 is the one the gateway answers too (`openai_proxy.OpenAIError`).
 May import: the standard library, openai_proxy. Called by: dataplane (app, routing, relay,
-answers), runtime (connection-limit bodies of the data port).
+answers).
 """
 
 from __future__ import annotations

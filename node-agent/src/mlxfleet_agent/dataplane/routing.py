@@ -37,7 +37,7 @@ def parse(raw: bytes) -> dict[str, Any]:
     """The request body as a JSON object, or RouteError 400."""
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise RouteError(
             400, f"request body is not valid JSON: {exc}", code="invalid_json"
         ) from exc

@@ -4,8 +4,8 @@ drain the in-flight ones, stop the control API, stop every backend (the lifespan
 
 Bind and TLS failures become `settings.SettingsError`s naming the flag, the value and the
 remedy. Both ports get the connection limits of `connlimits` (with their own error bodies).
-May import: uvicorn, the standard library, contract, dataplane.errors, runtime (compose,
-connlimits, settings). Called by: cli (`serve`), tests.
+May import: uvicorn, the standard library, contract, connlimits, runtime (compose, settings).
+Called by: cli (`serve`), tests.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from typing import Any
 
 import uvicorn
 
-from mlxfleet_agent import contract
-from mlxfleet_agent.dataplane.errors import RouteError
-from mlxfleet_agent.runtime import compose, connlimits
+from mlxfleet_agent import connlimits, contract
+from mlxfleet_agent.runtime import compose
 from mlxfleet_agent.runtime import settings as settings_mod
 
 log = logging.getLogger("mlxfleet_agent")
@@ -92,6 +91,7 @@ def _server(
         http=connlimits.protocol(
             max_header_bytes=cfg.max_header_bytes,
             header_timeout_s=cfg.header_timeout_s,
+            body_timeout_s=cfg.body_timeout_s,
             max_connections=max_connections,
             error_body=error_body,
         ),
@@ -107,14 +107,16 @@ def _server(
     return _Server(config)
 
 
-def _control_error(status: int, message: str) -> bytes:
-    body = contract.ErrorBody(error=contract.ErrorDetail(field="headers", message=message))
+CONTROL_FIELDS = {
+    connlimits.Refusal.AMBIGUOUS_CREDENTIALS: "authorization",
+    connlimits.Refusal.BODY_TIMEOUT: "body",
+}
+
+
+def _control_error(refusal: connlimits.Refusal, message: str) -> bytes:
+    field = CONTROL_FIELDS.get(refusal, "headers")
+    body = contract.ErrorBody(error=contract.ErrorDetail(field=field, message=message))
     return body.model_dump_json(exclude_none=True).encode()
-
-
-def _data_error(status: int, message: str) -> bytes:
-    kind = "rate_limit_error" if status == 503 else "invalid_request_error"
-    return RouteError(status, message, type_=kind, code="connection_refused").body()
 
 
 async def serve(
@@ -146,7 +148,7 @@ async def serve(
             tls=False,
             drain_s=cfg.shutdown_drain_s,
             max_connections=cfg.max_connections,
-            error_body=_data_error,
+            error_body=connlimits.openai_body,
         )
         data_task = loop.create_task(data_srv.serve(sockets=[data_sock]))
         control_task = loop.create_task(control_srv.serve(sockets=[control_sock]))

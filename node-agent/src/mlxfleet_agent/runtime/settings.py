@@ -132,7 +132,7 @@ class Settings(BaseModel):
     max_body_bytes: Annotated[
         int, Field(ge=1024), Opt("largest data-plane request body (default 16 MiB)")
     ] = 16 * 1024 * 1024
-    # both ports, before authentication (runtime.connlimits)
+    # both ports, before authentication (connlimits)
     max_header_bytes: Annotated[
         int,
         Field(ge=1024, le=1024 * 1024),
@@ -143,6 +143,11 @@ class Settings(BaseModel):
         Field(gt=0, le=600),
         Opt("time to send a whole request head, both ports (default 10): 408"),
     ] = 10.0
+    body_timeout_s: Annotated[
+        float,
+        Field(gt=0, le=3600),
+        Opt("time to send a whole request body after its head, both ports (default 60): 408"),
+    ] = 60.0
     max_connections: Annotated[
         int,
         Field(ge=1, le=100_000, description="data port"),
