@@ -20,6 +20,7 @@ import pytest
 from mlxfleet_operator.dev import controlplane, processes
 from tests.e2e.conftest import Agent, wait_for
 from tests.support.helm import (
+    AGENTS,
     CHART,
     NAMESPACE,
     RELEASE,
@@ -250,9 +251,9 @@ def test_install_run_upgrade_uninstall(
             "the operator holds the chart's Lease", lambda: holder().startswith(f"{OPERATOR}-1_")
         )
 
-        plane.kubectl("-n", NAMESPACE, "create", "secret", "generic", "mac-1-agent",
+        plane.kubectl("-n", AGENTS, "create", "secret", "generic", "mac-1-agent",
                       f"--from-literal=token={agent.token}")  # fmt: skip
-        plane.kubectl("-n", NAMESPACE, "label", "secret", "mac-1-agent",
+        plane.kubectl("-n", AGENTS, "label", "secret", "mac-1-agent",
                       "mlxfleet.io/agent-credentials=true")  # fmt: skip
         node = {
             "apiVersion": "mlxfleet.io/v1alpha1",
@@ -326,7 +327,7 @@ def test_install_run_upgrade_uninstall(
         # --- our objects go while the operator runs (its finalizers) -------------------------
         plane.kubectl("-n", "default", "delete", "mdep", "chat", "--timeout=60s")
         plane.kubectl("delete", "inferencenode", "mac-1", "--timeout=60s")
-        plane.kubectl("-n", NAMESPACE, "delete", "secret", "mac-1-agent")
+        plane.kubectl("-n", AGENTS, "delete", "secret", "mac-1-agent")
     finally:
         operator.stop()
 

@@ -255,6 +255,37 @@ def test_operator_flags_follow_the_values(helm_cli: Helm) -> None:
     )
 
 
+def test_agent_tokens_live_apart_from_the_gateway_by_default(
+    helm_cli: Helm, tmp_path: Path
+) -> None:
+    """The gateway may read every Secret of the release namespace (its keys): by default the
+    agents' token Secrets, which the operator reads and join creates, are in mlxfleet-agents;
+    `namespace.create` renders both namespaces; "" keeps 0.1.0's layout."""
+    chart = chart_copy(tmp_path, gateway=True)
+    docs = helm_cli.template("--set=gateway.enabled=true", "--set=namespace.create=true",
+                             chart=chart)  # fmt: skip
+    agents = "mlxfleet-agents"
+    for kind, name in (
+        ("Role", "mlxfleet-operator-secrets"),
+        ("RoleBinding", "mlxfleet-operator-secrets"),
+        ("Role", "mlxfleet-join"),
+        ("RoleBinding", "mlxfleet-join"),
+    ):
+        assert one(docs, kind, name)["metadata"]["namespace"] == agents, (kind, name)
+    assert one(docs, "Role", "mlxfleet-gateway-keys")["metadata"]["namespace"] == NAMESPACE
+    namespaces = [d["metadata"] for d in docs if d["kind"] == "Namespace"]
+    assert [n["name"] for n in namespaces] == [NAMESPACE, agents]
+    assert namespaces[1]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    policy = yaml.safe_dump(one(docs, "ValidatingAdmissionPolicy")["spec"]["validations"])
+    assert f"tokenSecretRef.namespace == '{agents}'" in policy
+    assert NAMESPACE not in policy
+
+    legacy = ("--set=operator.agentSecretsNamespace=", "--set=namespace.create=true")
+    old = helm_cli.template(*legacy)
+    assert one(old, "Role", "mlxfleet-operator-secrets")["metadata"]["namespace"] == NAMESPACE
+    assert [d["metadata"]["name"] for d in old if d["kind"] == "Namespace"] == [NAMESPACE]
+
+
 def test_leader_election_by_default(helm_cli: Helm) -> None:
     """Two replicas on the Lease named like the operator, rolled one at a time, a PDB, preferred
     anti-affinity, identity from the downward API; RBAC: create, and get/update of that one Lease
