@@ -52,13 +52,13 @@ def test_server_url(url: str, ok: bool) -> None:
 
 def test_node_objects_point_only_at_their_own_secret() -> None:
     node = plan.inference_node(
-        "mac-1", url="https://10.0.0.2:8470",
+        "mac-1", namespace=plan.NAMESPACE, url="https://10.0.0.2:8470",
         facts=plan.Facts(chip="Apple M2 Ultra", memory_bytes=192 * 2**30, gpu_cores=76),
         extra_labels={"room": "a"},
     )  # fmt: skip
     assert node["spec"]["agent"]["tokenSecretRef"] == {
         "name": "mac-1-agent",
-        "namespace": "mlxfleet-system",
+        "namespace": "mlxfleet-agents",
     }
     assert node["spec"]["agent"]["caSecretRef"]["name"] == "mac-1-agent"
     assert node["metadata"]["labels"] == {
@@ -66,9 +66,32 @@ def test_node_objects_point_only_at_their_own_secret() -> None:
         "mlxfleet.io/memory-gib": "192", "room": "a",
     }  # fmt: skip
     assert node["spec"]["hardware"] == {"chip": "Apple M2 Ultra", "memory": "196608Mi"}
-    secret = plan.secret("mac-1", token="t", ca_pem="pem")
+    secret = plan.secret("mac-1", namespace=plan.NAMESPACE, token="t", ca_pem="pem")
+    assert secret["metadata"]["namespace"] == "mlxfleet-agents"
     assert secret["metadata"]["labels"][plan.CREDENTIALS_LABEL] == "true"
     assert set(secret["stringData"]) == {"token", "ca.crt"}
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        pytest.param("mlxfleet-agents", True, id="default"),
+        pytest.param("mlxfleet-system", True, id="legacy"),
+        pytest.param("Agents", False, id="upper"),
+        pytest.param("a/b", False, id="slash"),
+        pytest.param("", False, id="empty"),
+    ],
+)
+def test_secrets_namespace_of_join_and_token_create(text: str, ok: bool) -> None:
+    flag = "--secrets-namespace"
+    if ok:
+        assert plan.secrets_namespace(text) == text
+        assert tokens.check_namespace(text, flag=flag) == text
+    else:
+        with pytest.raises(plan.JoinError, match=flag):
+            plan.secrets_namespace(text)
+        with pytest.raises(tokens.TokenError, match=flag):
+            tokens.check_namespace(text, flag=flag)
 
 
 def test_hardware_fact_parsers() -> None:
