@@ -32,22 +32,38 @@ def test_labels_merge_repeated_and_comma_separated() -> None:
     }  # fmt: skip
 
 
+def _token_create_namespace(text: str) -> str:
+    return tokens.check_namespace(text, flag="--secrets-namespace")
+
+
+CHECKS = {
+    "--server": (plan.server,),
+    "--secrets-namespace": (plan.secrets_namespace, _token_create_namespace),
+}
+
+
 @pytest.mark.parametrize(
-    ("url", "ok"),
+    ("flag", "text", "ok"),
     [
-        pytest.param("https://k8s.example.com:6443", True, id="https"),
-        pytest.param("http://k8s:6443", False, id="http"),
-        pytest.param("https://k8s:6443/api", False, id="path"),
-        pytest.param("https://k8s:99999", False, id="port"),
-        pytest.param("k8s:6443", False, id="no-scheme"),
+        pytest.param("--server", "https://k8s.example.com:6443", True, id="https"),
+        pytest.param("--server", "http://k8s:6443", False, id="http"),
+        pytest.param("--server", "https://k8s:6443/api", False, id="path"),
+        pytest.param("--server", "https://k8s:99999", False, id="port"),
+        pytest.param("--server", "k8s:6443", False, id="no-scheme"),
+        pytest.param("--secrets-namespace", "mlxfleet-agents", True, id="namespace-default"),
+        pytest.param("--secrets-namespace", "mlxfleet-system", True, id="namespace-legacy"),
+        pytest.param("--secrets-namespace", "Agents", False, id="namespace-upper"),
+        pytest.param("--secrets-namespace", "a/b", False, id="namespace-slash"),
+        pytest.param("--secrets-namespace", "", False, id="namespace-empty"),
     ],
 )
-def test_server_url(url: str, ok: bool) -> None:
-    if ok:
-        assert plan.server(url) == url
-    else:
-        with pytest.raises(plan.JoinError, match="--server"):
-            plan.server(url)
+def test_flag_values_of_join_and_token_create(flag: str, text: str, ok: bool) -> None:
+    for check in CHECKS[flag]:
+        if ok:
+            assert check(text) == text
+        else:
+            with pytest.raises((plan.JoinError, tokens.TokenError), match=flag):
+                check(text)
 
 
 def test_node_objects_point_only_at_their_own_secret() -> None:
@@ -70,28 +86,6 @@ def test_node_objects_point_only_at_their_own_secret() -> None:
     assert secret["metadata"]["namespace"] == "mlxfleet-agents"
     assert secret["metadata"]["labels"][plan.CREDENTIALS_LABEL] == "true"
     assert set(secret["stringData"]) == {"token", "ca.crt"}
-
-
-@pytest.mark.parametrize(
-    ("text", "ok"),
-    [
-        pytest.param("mlxfleet-agents", True, id="default"),
-        pytest.param("mlxfleet-system", True, id="legacy"),
-        pytest.param("Agents", False, id="upper"),
-        pytest.param("a/b", False, id="slash"),
-        pytest.param("", False, id="empty"),
-    ],
-)
-def test_secrets_namespace_of_join_and_token_create(text: str, ok: bool) -> None:
-    flag = "--secrets-namespace"
-    if ok:
-        assert plan.secrets_namespace(text) == text
-        assert tokens.check_namespace(text, flag=flag) == text
-    else:
-        with pytest.raises(plan.JoinError, match=flag):
-            plan.secrets_namespace(text)
-        with pytest.raises(tokens.TokenError, match=flag):
-            tokens.check_namespace(text, flag=flag)
 
 
 def test_hardware_fact_parsers() -> None:
