@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
+from mlxfleet_operator.api import resources
 from mlxfleet_operator.dev import controlplane, processes
 
 BIN = Path(sys.executable).parent
@@ -34,6 +35,7 @@ POLL = 1.0
 MISSES = 2
 FAILOVER_DELAY = 3.0
 WAIT = 180.0
+AGENT_SECRETS = resources.AGENT_SECRETS_NAMESPACE
 CREDENTIALS_LABEL = "mlxfleet.io/agent-credentials"  # docs/operator.md: Secrets the operator uses
 
 
@@ -311,7 +313,7 @@ class E2E:
     namespace: str
     label: str  # value of the `e2e` label on this test's InferenceNodes
     nodes: list[str] = field(default_factory=list)
-    secrets: list[str] = field(default_factory=list)  # in mlxfleet-system
+    secrets: list[str] = field(default_factory=list)  # in AGENT_SECRETS
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         return self.cluster.kubectl(*args, input=input, check=check).stdout
@@ -332,14 +334,14 @@ class E2E:
         )
 
     def secret(self, name: str, data: dict[str, str], *, labelled: bool = True) -> None:
-        """A Secret in mlxfleet-system; `labelled`: marked as agent credentials (the only kind
-        the operator sends to an agent)."""
+        """A Secret in the agents' Secret namespace (where InferenceNodes name them by default);
+        `labelled`: marked as agent credentials (the only kind the operator sends to an agent)."""
         labels = {CREDENTIALS_LABEL: "true"} if labelled else {}
         self.secrets.append(name)
         self.apply({
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": name, "namespace": "mlxfleet-system", "labels": labels},
+            "metadata": {"name": name, "namespace": AGENT_SECRETS, "labels": labels},
             "stringData": data,
         })  # fmt: skip
 
@@ -437,4 +439,4 @@ def e2e(cluster: controlplane.ControlPlane) -> Iterator[E2E]:
     for node in ws.nodes:
         cluster.kubectl("delete", "inferencenode", node, "--wait=false", check=False)
     for secret in ws.secrets:
-        cluster.kubectl("-n", "mlxfleet-system", "delete", "secret", secret, check=False)
+        cluster.kubectl("-n", AGENT_SECRETS, "delete", "secret", secret, check=False)

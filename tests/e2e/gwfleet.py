@@ -20,7 +20,7 @@ from typing import Any
 import openai
 
 from mlxfleet_operator.dev import controlplane
-from tests.e2e.conftest import E2E, Agent, Agents, Operator, is_true, wait_for
+from tests.e2e.conftest import AGENT_SECRETS, E2E, Agent, Agents, Operator, is_true, wait_for
 
 __all__ = ["Fleet", "GatewayLoad", "Record", "fleet", "wait_for"]
 from tests.support import gateway as gws
@@ -121,9 +121,7 @@ def fleet(
                     cluster.kubectl("-n", ns, "delete", obj, "--wait=false", check=False)
         for node in ws.nodes:
             cluster.kubectl("delete", "inferencenode", node, "--wait=false", check=False)
-            cluster.kubectl(
-                "-n", "mlxfleet-system", "delete", "secret", f"agent-{node}", check=False
-            )
+            cluster.kubectl("-n", AGENT_SECRETS, "delete", "secret", f"agent-{node}", check=False)
 
 
 # ---------------------------------------------------------------------------------- load

@@ -25,10 +25,19 @@ import httpx
 import pytest
 
 from mlxfleet_operator.dev import controlplane, processes
-from tests.e2e.conftest import BIN, E2E, Agents, Operator, is_true, stop_process, wait_for
+from tests.e2e.conftest import (
+    AGENT_SECRETS,
+    BIN,
+    E2E,
+    Agents,
+    Operator,
+    is_true,
+    stop_process,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.cluster]
-NS = "mlxfleet-system"
+NS = AGENT_SECRETS
 NODES = "/apis/mlxfleet.io/v1alpha1/inferencenodes"
 
 
@@ -111,6 +120,9 @@ def test_bootstrap_token_can_create_only_its_own_node_and_secret(
                              json=secret_body(f"{e2e.label}-y-agent", token="t", other="x")),
             "namespace": api.post("/api/v1/namespaces/default/secrets",
                                   json={**secret_body("z-agent"), "metadata": {"name": "z-agent"}}),
+            "gateway's namespace": api.post(
+                "/api/v1/namespaces/mlxfleet-system/secrets",
+                json={**secret_body("w-agent"), "metadata": {"name": "w-agent"}}),
         }  # fmt: skip
         assert {k: r.status_code for k, r in refused.items()} == dict.fromkeys(refused, 403)
         assert "agent-credentials" in refused["unlabelled"].json()["message"]
@@ -152,6 +164,30 @@ def test_expired_token_is_refused_by_the_api_server_and_join_names_the_flag(
     assert "deleted bootstrap token old123" in pruned.stdout
 
 
+def test_join_into_the_gateways_namespace_is_refused_and_names_the_flag(
+    cluster: controlplane.ControlPlane, e2e: E2E, tmp_path: Path
+) -> None:
+    """A cluster keeps agent tokens in mlxfleet-agents: `token create` for another namespace
+    prints it in the join command, and join into the gateway's namespace is refused (403) with
+    a message naming --secrets-namespace; nothing is registered."""
+    proc = run(str(BIN / "mlxfleet"), "token", "create", "--ttl", "10m", "--kubeconfig",
+               str(cluster.kubeconfig), "--secrets-namespace", "mlxfleet-system")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "--secrets-namespace mlxfleet-system" in proc.stderr
+    assert "--secrets-namespace" not in run(
+        str(BIN / "mlxfleet"), "token", "create", "--ttl", "10m", "--kubeconfig",
+        str(cluster.kubeconfig),
+    ).stderr  # fmt: skip
+    node = f"{e2e.label}-wrongns"
+    e2e.nodes.append(node)
+    refused = join_cmd(cluster, tmp_path, proc.stdout.strip(), node,
+                       "--secrets-namespace", "mlxfleet-system")  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert "403" in refused.stderr, refused.stderr
+    assert "--secrets-namespace" in refused.stderr, refused.stderr
+    assert not e2e.get("inferencenode", node, namespaced=False)
+
+
 def join_cmd(
     cluster: controlplane.ControlPlane, root: Path, token: str, node: str, *extra: str,
     control_port: int = 8470, data_port: int = 8471, server: str | None = None,
@@ -176,6 +212,7 @@ def join_cmd(
         pytest.param(["--server", "https://127.0.0.1:1"], "--server", id="unreachable"),
         pytest.param(["--token", "not-a-token"], "--token", id="token-format"),
         pytest.param(["--node-name", "Bad_Name!"], "--node-name", id="node-name"),
+        pytest.param(["--secrets-namespace", "Agents!"], "--secrets-namespace", id="namespace"),
     ],
 )
 def test_join_refuses_malformed_input_naming_the_flag(
@@ -252,7 +289,16 @@ def test_join_registers_rejoin_is_idempotent_and_leave_drains(
     obj = e2e.get("inferencenode", node, namespaced=False)
     assert obj["metadata"]["labels"]["mlxfleet.io/room"] == "lab-2"
     assert obj["spec"]["hardware"]["memory"].endswith("Mi")  # /proc/meminfo on Linux
-    assert obj["spec"]["agent"]["tokenSecretRef"]["name"] == f"{node}-agent"
+    assert obj["spec"]["agent"]["tokenSecretRef"] == {
+        "name": f"{node}-agent",
+        "namespace": AGENT_SECRETS,
+        "key": "token",
+    }
+    # the token is out of the gateway's reach (it may read every Secret of its own namespace)
+    stolen = cluster.kubectl("-n", NS, "get", "secret", f"{node}-agent", as_gateway=True,
+                             check=False)  # fmt: skip
+    assert stolen.returncode != 0, stolen.stdout
+    assert "forbidden" in stolen.stderr.lower(), stolen.stderr
 
     # the agent as the unit runs it: the operator reaches it over TLS with the joined token
     with (tmp_path / "joined-agent.log").open("wb") as log:

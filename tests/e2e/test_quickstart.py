@@ -81,7 +81,11 @@ def test_quickstart(
 ) -> None:
     started: list[subprocess.Popen[bytes]] = []
     helm = helm_cli.on(plane)
-    # 1. the cluster: the quickstart's helm install, word for word (chart path from the checkout)
+    # 1. the cluster: the agents' Secret namespace, then the quickstart's helm install, word for
+    # word (chart path from the checkout)
+    (agents_ns,) = commands("kubectl create namespace mlxfleet-agents")
+    made = plane.kubectl(*agents_ns[1:], check=False)
+    assert made.returncode == 0 or "AlreadyExists" in made.stderr, made.stderr
     (install,) = commands("helm install ")
     assert install[1:3] == ["install", "mlxfleet"]
     helm(*install[1:3], str(CHART), *install[4:])

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mlxfleet_operator.dev import processes
-from tests.e2e.conftest import E2E, Agents, Operator, condition, is_true, wait_for
+from tests.e2e.conftest import AGENT_SECRETS, E2E, Agents, Operator, condition, is_true, wait_for
 
 pytestmark = [pytest.mark.cluster]
 
@@ -290,7 +290,7 @@ def test_a_ca_secret_without_a_certificate_is_stalled_not_a_traceback(
     )
     ready = condition(node, "Ready")
     assert ready["reason"] == "SecretInvalid", ready
-    assert f"Secret mlxfleet-system/{secret}" in ready["message"], ready
+    assert f"Secret {AGENT_SECRETS}/{secret}" in ready["message"], ready
     assert "'ca.crt'" in ready["message"], ready
     operator.assert_alive()
     assert "Traceback" not in operator.log()

@@ -27,6 +27,7 @@ from tests.e2e.conftest import stop_process
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "mlxfleet"
 NAMESPACE = "mlxfleet-system"
+AGENTS = "mlxfleet-agents"  # operator.agentSecretsNamespace: created before `helm install`
 RELEASE = "mlxfleet"
 OPERATOR = "mlxfleet-operator"
 
@@ -87,16 +88,19 @@ def chart_copy(dest: Path, *, leader_election: bool = True, gateway: bool = Fals
 
 
 def ensure_namespace(plane: controlplane.ControlPlane, *, restricted: bool = True) -> None:
-    plane.kubectl("create", "namespace", NAMESPACE, check=False)
-    if restricted:
-        plane.kubectl(
-            "label",
-            "--overwrite",
-            "namespace",
-            NAMESPACE,
-            "pod-security.kubernetes.io/enforce=restricted",
-            "pod-security.kubernetes.io/warn=restricted",
-        )
+    """The release namespace and the agents' Secret namespace, as docs/quickstart.md makes them
+    before `helm install --create-namespace`."""
+    for namespace in (NAMESPACE, AGENTS):
+        plane.kubectl("create", "namespace", namespace, check=False)
+        if restricted:
+            plane.kubectl(
+                "label",
+                "--overwrite",
+                "namespace",
+                namespace,
+                "pod-security.kubernetes.io/enforce=restricted",
+                "pod-security.kubernetes.io/warn=restricted",
+            )
 
 
 def account_kubeconfig(plane: controlplane.ControlPlane, account: str, path: Path) -> Path:

@@ -32,33 +32,49 @@ def test_labels_merge_repeated_and_comma_separated() -> None:
     }  # fmt: skip
 
 
+def _token_create_namespace(text: str) -> str:
+    return tokens.check_namespace(text, flag="--secrets-namespace")
+
+
+CHECKS = {
+    "--server": (plan.server,),
+    "--secrets-namespace": (plan.secrets_namespace, _token_create_namespace),
+}
+
+
 @pytest.mark.parametrize(
-    ("url", "ok"),
+    ("flag", "text", "ok"),
     [
-        pytest.param("https://k8s.example.com:6443", True, id="https"),
-        pytest.param("http://k8s:6443", False, id="http"),
-        pytest.param("https://k8s:6443/api", False, id="path"),
-        pytest.param("https://k8s:99999", False, id="port"),
-        pytest.param("k8s:6443", False, id="no-scheme"),
+        pytest.param("--server", "https://k8s.example.com:6443", True, id="https"),
+        pytest.param("--server", "http://k8s:6443", False, id="http"),
+        pytest.param("--server", "https://k8s:6443/api", False, id="path"),
+        pytest.param("--server", "https://k8s:99999", False, id="port"),
+        pytest.param("--server", "k8s:6443", False, id="no-scheme"),
+        pytest.param("--secrets-namespace", "mlxfleet-agents", True, id="namespace-default"),
+        pytest.param("--secrets-namespace", "mlxfleet-system", True, id="namespace-legacy"),
+        pytest.param("--secrets-namespace", "Agents", False, id="namespace-upper"),
+        pytest.param("--secrets-namespace", "a/b", False, id="namespace-slash"),
+        pytest.param("--secrets-namespace", "", False, id="namespace-empty"),
     ],
 )
-def test_server_url(url: str, ok: bool) -> None:
-    if ok:
-        assert plan.server(url) == url
-    else:
-        with pytest.raises(plan.JoinError, match="--server"):
-            plan.server(url)
+def test_flag_values_of_join_and_token_create(flag: str, text: str, ok: bool) -> None:
+    for check in CHECKS[flag]:
+        if ok:
+            assert check(text) == text
+        else:
+            with pytest.raises((plan.JoinError, tokens.TokenError), match=flag):
+                check(text)
 
 
 def test_node_objects_point_only_at_their_own_secret() -> None:
     node = plan.inference_node(
-        "mac-1", url="https://10.0.0.2:8470",
+        "mac-1", namespace=plan.NAMESPACE, url="https://10.0.0.2:8470",
         facts=plan.Facts(chip="Apple M2 Ultra", memory_bytes=192 * 2**30, gpu_cores=76),
         extra_labels={"room": "a"},
     )  # fmt: skip
     assert node["spec"]["agent"]["tokenSecretRef"] == {
         "name": "mac-1-agent",
-        "namespace": "mlxfleet-system",
+        "namespace": "mlxfleet-agents",
     }
     assert node["spec"]["agent"]["caSecretRef"]["name"] == "mac-1-agent"
     assert node["metadata"]["labels"] == {
@@ -66,7 +82,8 @@ def test_node_objects_point_only_at_their_own_secret() -> None:
         "mlxfleet.io/memory-gib": "192", "room": "a",
     }  # fmt: skip
     assert node["spec"]["hardware"] == {"chip": "Apple M2 Ultra", "memory": "196608Mi"}
-    secret = plan.secret("mac-1", token="t", ca_pem="pem")
+    secret = plan.secret("mac-1", namespace=plan.NAMESPACE, token="t", ca_pem="pem")
+    assert secret["metadata"]["namespace"] == "mlxfleet-agents"
     assert secret["metadata"]["labels"][plan.CREDENTIALS_LABEL] == "true"
     assert set(secret["stringData"]) == {"token", "ca.crt"}
 

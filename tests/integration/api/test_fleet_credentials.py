@@ -15,10 +15,10 @@ import pytest
 
 from mlxfleet_operator.adapters import fleet, kube
 from mlxfleet_operator.api import inferencenode, resources
-from mlxfleet_operator.dev import controlplane, credentials
+from mlxfleet_operator.dev import controlplane
 
 pytestmark = pytest.mark.cluster
-NS = credentials.OPERATOR_NAMESPACE
+NS = resources.AGENT_SECRETS_NAMESPACE
 
 
 def _secret(cluster: controlplane.ControlPlane, name: str, token: str) -> None:

@@ -20,7 +20,7 @@ def test_base_renders_and_passes_server_validation_and_pod_security(cluster: Any
         *["ClusterRole"] * 3,  # operator, join's bootstrap identity, gateway
         *["ClusterRoleBinding"] * 3,
         "Deployment",
-        "Namespace",
+        *["Namespace"] * 2,  # mlxfleet-system, mlxfleet-agents (the agents' token Secrets)
         "PodDisruptionBudget",
         *["Role"] * 4,
         *["RoleBinding"] * 4,
@@ -44,7 +44,8 @@ WORKLOADS_COMMAND = "kubectl apply -k manifests/samples/workloads -n {namespace}
 
 def test_samples_apply_server_side_with_the_documented_commands(cluster: Any) -> None:
     """Issue 15 item 9: `kubectl apply -k manifests/samples -n <ns>` failed (a Secret of
-    mlxfleet-system and a cluster-scoped node in one bundle with namespaced workloads)."""
+    mlxfleet-system, now mlxfleet-agents, and a cluster-scoped node in one bundle with namespaced
+    workloads)."""
     namespace = "samples-team"
     cluster.kubectl("create", "namespace", namespace, check=False)
     secret_example = REPO / "manifests" / "samples" / "node" / "agent-secret.example.yaml"
@@ -58,7 +59,7 @@ def test_samples_apply_server_side_with_the_documented_commands(cluster: Any) ->
     node = cluster.kubectl("get", "inode", "mac-studio-1", "-o", "yaml").stdout
     assert yaml.safe_load(node)["spec"]["agent"]["url"] == "https://mac-studio-1.lan:8470"
     secret = yaml.safe_load(
-        cluster.kubectl("get", "secret", "mac-studio-1-agent", "-n", "mlxfleet-system", "-o",
+        cluster.kubectl("get", "secret", "mac-studio-1-agent", "-n", "mlxfleet-agents", "-o",
                         "yaml").stdout
     )  # fmt: skip
     assert secret["metadata"]["labels"]["mlxfleet.io/agent-credentials"] == "true"

@@ -12,6 +12,7 @@ from mlxfleet_operator.api import resources
 pytestmark = pytest.mark.cluster
 
 SYSTEM = resources.OPERATOR_NAMESPACE
+AGENTS = resources.AGENT_SECRETS_NAMESPACE
 ALL = "--all-namespaces"
 MD, IN, SWP, MR = (f"{r.plural}.{resources.GROUP}" for r in resources.ALL)
 CRUD = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
@@ -44,7 +45,8 @@ ALLOWED = [
     *(_p(v, "customresourcedefinitions.apiextensions.k8s.io") for v in ("get", "list", "watch")),
     _p("list", "namespaces"),
     _p("watch", "namespaces"),
-    _p("get", "secrets", "-n", SYSTEM),
+    _p("get", "secrets", "-n", AGENTS),
+    _p("get", "secrets", "-n", SYSTEM),  # by name: provider-key Secrets as table rows (routes)
     # leader election: one Lease in its own namespace (create cannot be limited by name)
     _p("create", LEASES, "-n", SYSTEM),
     _p("get", f"{LEASES}/{LEASE}", "-n", SYSTEM),
@@ -54,8 +56,11 @@ ALLOWED = [
 DENIED = [
     _p("get", "secrets", "-n", "default"),
     _p("list", "secrets", ALL),
-    _p("list", "secrets", "-n", SYSTEM),  # only Secrets named by an InferenceNode, by name
+    _p("list", "secrets", "-n", SYSTEM),  # the gateway's keys: never listed or watched
     _p("watch", "secrets", "-n", SYSTEM),
+    _p("list", "secrets", "-n", AGENTS),  # only Secrets named by an InferenceNode, by name
+    _p("watch", "secrets", "-n", AGENTS),
+    *(_p(v, "secrets", "-n", AGENTS) for v in ("create", "update", "patch", "delete")),
     *(_p(v, "services", ALL) for v in CRUD if v not in SERVICE_VERBS),
     *(_p(v, "endpointslices.discovery.k8s.io", ALL) for v in CRUD if v not in SLICE_VERBS),
     _p("update", "services", "--subresource=status", "-n", "default"),
@@ -132,10 +137,15 @@ def _secret(name: str, namespace: str) -> str:
     )
 
 
-def test_operator_reads_agent_tokens_only_in_its_namespace(cluster: Any) -> None:
-    cluster.kubectl("apply", "--server-side", "-f", "-", input=_secret("api-rbac-agent", SYSTEM))
-    cluster.kubectl("apply", "--server-side", "-f", "-", input=_secret("api-rbac-other", "default"))
-    own = cluster.kubectl("get", "secret", "api-rbac-agent", "-n", SYSTEM, as_operator=True)
+def test_operator_reads_agent_tokens_only_in_the_agents_namespace(cluster: Any) -> None:
+    """`get` by name in the agents' namespace (and, for provider-key table rows, in the gateway's:
+    see ALLOWED / DENIED), nothing elsewhere."""
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=_secret("api-rbac-agent", AGENTS))
+    for namespace in ("default", SYSTEM):
+        cluster.kubectl(
+            "apply", "--server-side", "-f", "-", input=_secret("api-rbac-other", namespace)
+        )
+    own = cluster.kubectl("get", "secret", "api-rbac-agent", "-n", AGENTS, as_operator=True)
     assert "api-rbac-agent" in own.stdout
     other = cluster.kubectl(
         "get", "secret", "api-rbac-other", "-n", "default", as_operator=True, check=False

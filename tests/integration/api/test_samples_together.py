@@ -91,7 +91,7 @@ def test_documented_credentials_let_the_operator_reach_the_sample_agent(
         assert state.data_port == int(agent.data_url.rsplit(":", 1)[1])
     finally:
         assert agent.stop() == 0
-        cluster.kubectl("delete", "secret", secret_name, "-n", "mlxfleet-system", check=False)
+        cluster.kubectl("delete", "secret", secret_name, "-n", "mlxfleet-agents", check=False)
 
 
 async def _operator_reads_state(

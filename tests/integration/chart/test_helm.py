@@ -20,6 +20,7 @@ import pytest
 from mlxfleet_operator.dev import controlplane, processes
 from tests.e2e.conftest import Agent, wait_for
 from tests.support.helm import (
+    AGENTS,
     CHART,
     NAMESPACE,
     RELEASE,
@@ -250,9 +251,9 @@ def test_install_run_upgrade_uninstall(
             "the operator holds the chart's Lease", lambda: holder().startswith(f"{OPERATOR}-1_")
         )
 
-        plane.kubectl("-n", NAMESPACE, "create", "secret", "generic", "mac-1-agent",
+        plane.kubectl("-n", AGENTS, "create", "secret", "generic", "mac-1-agent",
                       f"--from-literal=token={agent.token}")  # fmt: skip
-        plane.kubectl("-n", NAMESPACE, "label", "secret", "mac-1-agent",
+        plane.kubectl("-n", AGENTS, "label", "secret", "mac-1-agent",
                       "mlxfleet.io/agent-credentials=true")  # fmt: skip
         node = {
             "apiVersion": "mlxfleet.io/v1alpha1",
@@ -326,7 +327,7 @@ def test_install_run_upgrade_uninstall(
         # --- our objects go while the operator runs (its finalizers) -------------------------
         plane.kubectl("-n", "default", "delete", "mdep", "chat", "--timeout=60s")
         plane.kubectl("delete", "inferencenode", "mac-1", "--timeout=60s")
-        plane.kubectl("-n", NAMESPACE, "delete", "secret", "mac-1-agent")
+        plane.kubectl("-n", AGENTS, "delete", "secret", "mac-1-agent")
     finally:
         operator.stop()
 
@@ -351,7 +352,7 @@ def test_install_run_upgrade_uninstall(
 
 
 def test_a_kustomize_install_moves_under_helm(
-    helm_cli: Helm, bare_cluster: controlplane.ControlPlane
+    helm_cli: Helm, bare_cluster: controlplane.ControlPlane, tmp_path: Path
 ) -> None:
     """docs/upgrading.md: adopt `kubectl apply -f crds` + `-k manifests/base` (and the report
     CronJobs of `-k manifests/cronjobs`) into a release."""
@@ -365,17 +366,24 @@ def test_a_kustomize_install_moves_under_helm(
     refused = helm("install", RELEASE, str(CHART), f"--namespace={NAMESPACE}", *reports,
                    check=False)  # fmt: skip
     assert "invalid ownership metadata" in refused.stderr
-    names = (
-        plane.kubectl("get", "-f", str(REPO / "crds"), "-o", "name").stdout.split()
-        + plane.kubectl("get", "-k", str(base), "-o", "name").stdout.split()
-        + plane.kubectl("get", "-k", str(cronjobs), "-o", "name").stdout.split()
-    )
-    assert "clusterrole.rbac.authorization.k8s.io/mlxfleet-reports" in names
-    adopt = [n for n in names if not n.startswith("namespace/")]
-    plane.kubectl("-n", NAMESPACE, "annotate", "--overwrite", *adopt,
+    # as docs/upgrading.md: every object but the namespaces, each in its own namespace (the base
+    # spans mlxfleet-system and mlxfleet-agents), in one List file
+    items = [
+        item
+        for source in (("-f", str(REPO / "crds")), ("-k", str(base)), ("-k", str(cronjobs)))
+        for item in json.loads(plane.kubectl("get", *source, "-o", "json").stdout)["items"]
+        if item["kind"] != "Namespace"
+    ]
+    assert ("ClusterRole", "mlxfleet-reports") in {
+        (i["kind"], i["metadata"]["name"]) for i in items
+    }
+    assert {i["metadata"].get("namespace") for i in items} == {None, NAMESPACE, AGENTS}
+    adopt = tmp_path / "adopt.json"
+    adopt.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    plane.kubectl("annotate", "--overwrite", "-f", str(adopt),
                   f"meta.helm.sh/release-name={RELEASE}",
                   f"meta.helm.sh/release-namespace={NAMESPACE}")  # fmt: skip
-    plane.kubectl("-n", NAMESPACE, "label", "--overwrite", *adopt,
+    plane.kubectl("label", "--overwrite", "-f", str(adopt),
                   "app.kubernetes.io/managed-by=Helm")  # fmt: skip
     # the kustomize base holds the gateway's identity too: the release takes it with the gateway
     helm("install", RELEASE, str(CHART), f"--namespace={NAMESPACE}", "--set=crds.keep=false",

@@ -65,8 +65,10 @@ def test_defaults_render_the_operator_crds_and_dashboard(helm_cli: Helm) -> None
         "Deployment",
         "PodDisruptionBudget",
         "Role",  # the operator's Lease, by name
-        "Role",
+        "Role",  # the operator: agent tokens by name in the agents' namespace
+        "Role",  # the operator: provider-key Secrets by name (table rows) in its own
         "Role",  # join: ... and Secrets in the agents' namespace
+        "RoleBinding",
         "RoleBinding",
         "RoleBinding",
         "RoleBinding",
@@ -253,6 +255,38 @@ def test_operator_flags_follow_the_values(helm_cli: Helm) -> None:
         one(docs, "RoleBinding", "mlxfleet-operator-secrets")["subjects"][0]["namespace"]
         == NAMESPACE
     )
+
+
+def test_agent_tokens_live_apart_from_the_gateway_by_default(
+    helm_cli: Helm, tmp_path: Path
+) -> None:
+    """The gateway may read every Secret of the release namespace (its keys): by default the
+    agents' token Secrets, which the operator reads and join creates, are in mlxfleet-agents;
+    `namespace.create` renders both namespaces; "" keeps 0.1.0's layout."""
+    chart = chart_copy(tmp_path, gateway=True)
+    docs = helm_cli.template("--set=gateway.enabled=true", "--set=namespace.create=true",
+                             chart=chart)  # fmt: skip
+    agents = "mlxfleet-agents"
+    for kind, name in (
+        ("Role", "mlxfleet-operator-secrets"),
+        ("RoleBinding", "mlxfleet-operator-secrets"),
+        ("Role", "mlxfleet-join"),
+        ("RoleBinding", "mlxfleet-join"),
+    ):
+        assert one(docs, kind, name)["metadata"]["namespace"] == agents, (kind, name)
+    assert one(docs, "Role", "mlxfleet-gateway-keys")["metadata"]["namespace"] == NAMESPACE
+    namespaces = [d["metadata"] for d in docs if d["kind"] == "Namespace"]
+    assert [n["name"] for n in namespaces] == [NAMESPACE, agents]
+    assert namespaces[1]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    validations = one(docs, "ValidatingAdmissionPolicy")["spec"]["validations"]
+    policy = " ".join(f"{v['expression']} {v['message']}" for v in validations)
+    assert f"tokenSecretRef.namespace == '{agents}'" in policy
+    assert NAMESPACE not in policy
+
+    legacy = ("--set=operator.agentSecretsNamespace=", "--set=namespace.create=true")
+    old = helm_cli.template(*legacy)
+    assert one(old, "Role", "mlxfleet-operator-secrets")["metadata"]["namespace"] == NAMESPACE
+    assert [d["metadata"]["name"] for d in old if d["kind"] == "Namespace"] == [NAMESPACE]
 
 
 def test_leader_election_by_default(helm_cli: Helm) -> None:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import secrets
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from mlxfleet_operator.dev import controlplane
+from mlxfleet_operator.api import resources
+from mlxfleet_operator.dev import controlplane, demoobjects
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[3]
 SYSTEM = "mlxfleet-system"
+AGENTS = resources.AGENT_SECRETS_NAMESPACE
 ALL = "--all-namespaces"
 
 
@@ -34,6 +38,7 @@ DENIED = [
     _p("list", "inferencenodes.mlxfleet.io"),
     _p("list", "swapplans.mlxfleet.io", ALL),
     _p("get", "secrets", "-n", "default"),
+    *(_p(v, "secrets", "-n", AGENTS) for v in ("get", "list", "watch")),  # agents' tokens
     _p("create", "secrets", "-n", SYSTEM),
     _p("list", "endpointslices.discovery.k8s.io", ALL),
     _p("create", "events", "-n", SYSTEM),
@@ -60,6 +65,43 @@ def test_denied(
     cluster: controlplane.ControlPlane, verb: str, resource: str, extra: tuple[str, ...]
 ) -> None:
     assert _can(cluster, verb, resource, extra) == "no"
+
+
+def _sample_agent_secret() -> dict[str, Any]:
+    path = REPO / "manifests" / "samples" / "node" / "agent-secret.example.yaml"
+    return dict(yaml.safe_load(path.read_text()))
+
+
+@pytest.mark.parametrize(
+    "made_by",
+    [
+        pytest.param(lambda: demoobjects.agent_secret("mac-mini-1", "t0ken"), id="demo"),
+        pytest.param(_sample_agent_secret, id="install-sample"),
+    ],
+)
+def test_gateway_cannot_read_an_agent_token_that_the_operator_reads(
+    cluster: controlplane.ControlPlane, made_by: Any
+) -> None:
+    """The attack: the internet-facing gateway's identity may read every Secret of its own
+    namespace, so an agent token stored there (where the demo and the install docs put them)
+    gave whoever took the gateway every Mac's control API. Where they go now it is refused, and
+    the operator still reads it (by name)."""
+    secret = made_by()
+    name = f"{secret['metadata']['name']}-{secrets.token_hex(3)}"
+    namespace = secret["metadata"]["namespace"]
+    secret["metadata"]["name"] = name
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(secret))
+    try:
+        args = ("get", "secret", name, "-n", namespace, "-o", "jsonpath={.data.token}")
+        stolen = cluster.kubectl(*args, as_gateway=True, check=False)
+        assert stolen.returncode != 0, f"the gateway read {namespace}/{name}: {stolen.stdout}"
+        assert "Forbidden" in stolen.stderr, stolen.stderr
+        listed = cluster.kubectl("get", "secrets", "-n", namespace, as_gateway=True, check=False)
+        assert listed.returncode != 0
+        assert name not in listed.stdout
+        assert cluster.kubectl(*args, as_operator=True).stdout  # the operator still can
+    finally:
+        cluster.kubectl("delete", "secret", name, "-n", namespace, check=False)
 
 
 def test_gateway_manifests_pass_server_validation_and_pod_security(

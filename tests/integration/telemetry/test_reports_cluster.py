@@ -42,7 +42,10 @@ def _inference_node(name: str, tag: str, cost: dict[str, Any] | None) -> str:
     spec: dict[str, Any] = {
         "agent": {
             "url": f"https://{name}.lan:8470",
-            "tokenSecretRef": {"name": f"{name}-agent", "namespace": SYSTEM},
+            "tokenSecretRef": {
+                "name": f"{name}-agent",
+                "namespace": resources.AGENT_SECRETS_NAMESPACE,
+            },
         }
     }
     if cost is not None:

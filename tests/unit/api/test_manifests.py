@@ -37,7 +37,8 @@ def test_base_holds_exactly_the_expected_files() -> None:
     assert {p.name for p in BASE.iterdir()} == expected
     kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
     assert set(kustomization["resources"]) == expected - {"kustomization.yaml"}
-    assert kustomization["namespace"] == resources.OPERATOR_NAMESPACE
+    # no namespace transformer: it would move the agents' Secret Role into the gateway's namespace
+    assert "namespace" not in kustomization
 
 
 def test_join_identity_may_only_create() -> None:
@@ -50,7 +51,8 @@ def test_join_identity_may_only_create() -> None:
 
 
 def test_namespace_and_service_account() -> None:
-    assert _by_kind("namespace.yaml", "Namespace")["metadata"]["name"] == "mlxfleet-system"
+    names = [d["metadata"]["name"] for d in _docs("namespace.yaml")]
+    assert names == [resources.OPERATOR_NAMESPACE, resources.AGENT_SECRETS_NAMESPACE]
     account = _by_kind("serviceaccount.yaml", "ServiceAccount")["metadata"]
     assert (account["name"], account["namespace"]) == ("mlxfleet-operator", "mlxfleet-system")
 
@@ -184,7 +186,8 @@ def test_cluster_role_grants_exactly_what_the_operator_needs() -> None:
 def test_secrets_only_through_a_namespaced_role() -> None:
     assert not any(resource == "secrets" for _, resource, _ in _grants("ClusterRole"))
     role = _named("Role", SECRETS_ROLE)
-    assert role["metadata"]["namespace"] == resources.OPERATOR_NAMESPACE
+    # not the operator's (and gateway's) namespace: the gateway may read every Secret there
+    assert role["metadata"]["namespace"] == resources.AGENT_SECRETS_NAMESPACE
     assert _grants("Role", SECRETS_ROLE) == {("", "secrets", "get")}  # by name, not list
 
 

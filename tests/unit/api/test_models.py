@@ -106,7 +106,9 @@ def test_defaults_follow_the_issue() -> None:
     ref = inferencenode.InferenceNodeSpec.model_validate(
         {"agent": {"url": "http://m:1", "tokenSecretRef": {"name": "s"}}}
     ).agent.token_secret_ref
-    assert (ref.namespace, ref.key) == (resources.OPERATOR_NAMESPACE, "token")
+    # not the gateway's namespace (mlxfleet-system): the gateway may read every Secret there
+    assert (ref.namespace, ref.key) == (resources.AGENT_SECRETS_NAMESPACE, "token")
+    assert ref.namespace != resources.OPERATOR_NAMESPACE
 
 
 def test_names_and_aliases_both_validate_and_dump_by_alias() -> None:

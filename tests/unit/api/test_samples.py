@@ -61,7 +61,7 @@ def test_node_folder_holds_the_cluster_scoped_node_only() -> None:
     """Applied as is, a placeholder Secret would overwrite the real token created before it."""
     assert [d["kind"] for d in _folder("node")] == ["InferenceNode"]
     assert "namespace" not in _folder("node")[0]["metadata"]
-    assert _secret()["metadata"]["namespace"] == resources.OPERATOR_NAMESPACE
+    assert _secret()["metadata"]["namespace"] == resources.AGENT_SECRETS_NAMESPACE
 
 
 def test_workloads_leave_the_namespace_to_kubectl() -> None:

@@ -54,6 +54,9 @@ def add_join_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-port", type=int, default=8471)
     p.add_argument("--allowed-root", action="append", default=[], type=Path,
                    help="a directory file:// sources may name (repeatable)")  # fmt: skip
+    p.add_argument("--secrets-namespace", default=plan.NAMESPACE,
+                   help="namespace of this Mac's token Secret: the chart's "
+                   f"operator.agentSecretsNamespace (default {plan.NAMESPACE})")  # fmt: skip
     add_local_flags(p)
     p.add_argument("--state-dir", type=Path, default=Path("/var/lib/mlxfleet"))
     p.add_argument("--models-dir", type=Path, help="model cache (default: <state-dir>/models)")
@@ -100,6 +103,7 @@ def join(args: argparse.Namespace) -> int:
     token = plan.token(args.token)
     labels = plan.labels(args.labels)
     node = plan.node_name(args.node_name or plan.default_node_name(socket.gethostname()))
+    secrets_namespace = plan.secrets_namespace(args.secrets_namespace)
     host = args.advertise_address or socket.getfqdn()
     url = plan.advertise_url(host, args.control_port)
     for flag, port in (("--control-port", args.control_port), ("--data-port", args.data_port)):
@@ -158,13 +162,15 @@ def join(args: argparse.Namespace) -> int:
 
     created = list(record.get("created", []))
     record = {"server": server, "node": node, "url": url, "unit": str(unit), "created": created,
-              "caFile": str(args.ca_file.resolve()) if args.ca_file else None}  # fmt: skip
+              "caFile": str(args.ca_file.resolve()) if args.ca_file else None,
+              "secretsNamespace": secrets_namespace}  # fmt: skip
     files.write_private(record_path, json.dumps(record, indent=2))
     objects = [
-        ("secret", kubeapi.secrets_path(plan.NAMESPACE),
-         plan.secret(node, token=agent_token, ca_pem=cert_pem)),
+        ("secret", kubeapi.secrets_path(secrets_namespace),
+         plan.secret(node, namespace=secrets_namespace, token=agent_token, ca_pem=cert_pem)),
         ("inferencenode", kubeapi.NODES,
-         plan.inference_node(node, url=url, facts=detected, extra_labels=labels)),
+         plan.inference_node(node, namespace=secrets_namespace, url=url, facts=detected,
+                             extra_labels=labels)),
     ]  # fmt: skip
     for kind, path, body in objects:
         name = body["metadata"]["name"]
@@ -204,6 +210,11 @@ def _refused(exc: kubeapi.KubeApiError, kind: str, name: str) -> plan.JoinError:
         )
     if exc.status == 0:
         return plan.JoinError(f"--server: cannot reach the API server: {exc}")
+    if exc.status == 403 and kind == "secret":
+        return plan.JoinError(
+            f"creating secret {name}: the API server answered 403: {exc} (is --secrets-namespace "
+            "the cluster's operator.agentSecretsNamespace?)"
+        )
     return plan.JoinError(f"creating {kind} {name}: the API server answered {exc.status}: {exc}")
 
 
@@ -233,9 +244,10 @@ def leave(args: argparse.Namespace) -> int:
         _service("stop", unit)
         say(f"stopped {unit.name}")
     if not args.local_only:
+        namespace = _secrets_namespace(api, node, record)
         api.delete(f"{kubeapi.NODES}/{node}")
         say(f"deleted inferencenode/{node}")
-        api.delete(f"{kubeapi.secrets_path(plan.NAMESPACE)}/{plan.secret_name(node)}")
+        api.delete(f"{kubeapi.secrets_path(namespace)}/{plan.secret_name(node)}")
         say(f"deleted secret/{plan.secret_name(node)}")
     for path in (
         unit,
@@ -246,6 +258,17 @@ def leave(args: argparse.Namespace) -> int:
     files.remove(record_path)
     say(f"{node} left the fleet")
     return 0
+
+
+def _secrets_namespace(api: kubeapi.Api, node: str, record: dict[str, Any]) -> str:
+    """Where the node's token Secret is: as its InferenceNode names it (an admin may have moved
+    it), else as join recorded it (0.1.0 joins recorded nothing: mlxfleet-system)."""
+    try:
+        found = api.call("GET", f"{kubeapi.NODES}/{node}") or {}
+    except kubeapi.KubeApiError:
+        found = {}
+    ref = ((found.get("spec") or {}).get("agent") or {}).get("tokenSecretRef") or {}
+    return str(ref.get("namespace") or record.get("secretsNamespace") or plan.LEGACY_NAMESPACE)
 
 
 def _drain(api: kubeapi.Api, node: str, *, timeout: float) -> None:

@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-NAMESPACE = "mlxfleet-system"
+NAMESPACE = "mlxfleet-agents"
+"""Where join puts the agent's token Secret by default (the chart's operator.agentSecretsNamespace):
+not the gateway's namespace, whose Secrets the gateway may read."""
+LEGACY_NAMESPACE = "mlxfleet-system"
+"""Where joins of 0.1.0 put it (join.json without `secretsNamespace`)."""
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 CREDENTIALS_LABEL = "mlxfleet.io/agent-credentials"
 TOKEN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,55}[a-z0-9])?$")  # + "-agent" stays a DNS label
@@ -55,6 +60,16 @@ def node_name(text: str) -> str:
         raise JoinError(
             f"--node-name {text!r}: a DNS label of at most 57 characters (lowercase letters, "
             "digits and '-', starting and ending with a letter or digit)"
+        )
+    return name
+
+
+def secrets_namespace(text: str) -> str:
+    name = text.strip()
+    if _NAMESPACE.fullmatch(name) is None:
+        raise JoinError(
+            f"--secrets-namespace {text!r}: a namespace name (a DNS label of at most 63 "
+            "lowercase letters, digits and '-'), the chart's operator.agentSecretsNamespace"
         )
     return name
 
@@ -136,13 +151,13 @@ def secret_name(node: str) -> str:
     return f"{node}-agent"
 
 
-def secret(node: str, *, token: str, ca_pem: str) -> dict[str, Any]:
+def secret(node: str, *, namespace: str, token: str, ca_pem: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
             "name": secret_name(node),
-            "namespace": NAMESPACE,
+            "namespace": namespace,
             "labels": {CREDENTIALS_LABEL: "true", "app.kubernetes.io/part-of": "mlxfleet"},
         },
         "type": "Opaque",
@@ -151,14 +166,14 @@ def secret(node: str, *, token: str, ca_pem: str) -> dict[str, Any]:
 
 
 def inference_node(
-    node: str, *, url: str, facts: Facts, extra_labels: Mapping[str, str]
+    node: str, *, namespace: str, url: str, facts: Facts, extra_labels: Mapping[str, str]
 ) -> dict[str, Any]:
     hardware: dict[str, Any] = {}
     if facts.chip:
         hardware["chip"] = facts.chip[:128]
     if facts.memory_bytes:
         hardware["memory"] = f"{facts.memory_bytes // 2**20}Mi"
-    ref = {"name": secret_name(node), "namespace": NAMESPACE}
+    ref = {"name": secret_name(node), "namespace": namespace}
     spec: dict[str, Any] = {
         "agent": {"url": url, "tokenSecretRef": ref, "caSecretRef": {**ref, "key": "ca.crt"}}
     }

@@ -192,14 +192,16 @@ AgentUrl = Annotated[
 
 
 class SecretKeyRef(base.ApiModel):
-    """A key of a Secret. The operator may read Secrets only in its own namespace."""
+    """A key of an agent credential Secret. The operator may read Secrets only in the agents'
+    Secret namespace."""
 
     name: ObjectName = Field(description="Name of the Secret.")
     namespace: NamespaceName = Field(
-        default=resources.OPERATOR_NAMESPACE,
+        default=resources.AGENT_SECRETS_NAMESPACE,
         description=(
-            "Namespace of the Secret; the operator can read Secrets only in its own namespace "
-            f"({resources.OPERATOR_NAMESPACE})."
+            "Namespace of the Secret; the operator can read Secrets only in the agents' Secret "
+            f"namespace ({resources.AGENT_SECRETS_NAMESPACE}, chart value "
+            "operator.agentSecretsNamespace)."
         ),
     )
     key: SecretKey = Field(default="token", description="Key within the Secret's data.")

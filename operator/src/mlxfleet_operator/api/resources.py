@@ -16,6 +16,10 @@ VERSION = "v1alpha1"
 API_VERSION: Final = "mlxfleet.io/v1alpha1"  # f"{GROUP}/{VERSION}", as a Literal type
 CATEGORY = "mlxfleet"
 OPERATOR_NAMESPACE = "mlxfleet-system"
+AGENT_SECRETS_NAMESPACE = "mlxfleet-agents"
+"""Where agents' token Secrets live by default: not the operator's (and gateway's) namespace, so
+the gateway's identity, which may read Secrets there, cannot read them (chart
+operator.agentSecretsNamespace)."""
 OPERATOR_SERVICE_ACCOUNT = "mlxfleet-operator"
 GATEWAY_SERVICE_ACCOUNT = "mlxfleet-gateway"
 FINALIZER = f"{GROUP}/finalizer"

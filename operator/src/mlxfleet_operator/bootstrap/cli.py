@@ -1,14 +1,16 @@
 """`mlxfleet token`: create, list and delete the bootstrap tokens Macs join with.
 
     mlxfleet token create [--ttl 24h] [--description TEXT] [--group G] [--ca-out FILE]
-                          [--kubeconfig F]
+                          [--secrets-namespace NS] [--kubeconfig F]
     mlxfleet token list [--kubeconfig F]
     mlxfleet token delete (ID... | --expired) [--kubeconfig F]
 
 `create` prints the token alone on stdout (for scripts) and the join command on stderr;
 `--ca-out FILE` also writes the CA certificate the kubeconfig trusts for the API server (from a
-file or inline data) to FILE, for the Macs' `join --ca-file`.
-May import: kubernetes, bootstrap.tokens, kubectl_plugin.kubeconfig. Called by: the `mlxfleet` CLI.
+file or inline data) to FILE, for the Macs' `join --ca-file`; `--secrets-namespace NS` (the
+chart's operator.agentSecretsNamespace, when not the default) is added to the printed join command.
+May import: kubernetes, api.resources, bootstrap.tokens, kubectl_plugin.kubeconfig.
+Called by: the `mlxfleet` CLI.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
+from mlxfleet_operator.api import resources
 from mlxfleet_operator.bootstrap import tokens
 from mlxfleet_operator.kubectl_plugin import kubeconfig
 
@@ -34,6 +37,13 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--description", default="mlxfleet-agent join", help="shown by list")
     create.add_argument(
         "--group", default=tokens.DEFAULT_GROUP, help="extra group (chart join.group)"
+    )
+    create.add_argument(
+        "--secrets-namespace",
+        default=resources.AGENT_SECRETS_NAMESPACE,
+        help="the chart's operator.agentSecretsNamespace, where join puts each Mac's token "
+        f"Secret (default {resources.AGENT_SECRETS_NAMESPACE}; printed in the join command "
+        "when it differs)",
     )
     create.add_argument(
         "--ca-out",
@@ -82,6 +92,7 @@ def create(
 ) -> int:
     ttl = tokens.parse_ttl(args.ttl)
     group = tokens.check_group(args.group)
+    namespace = tokens.check_namespace(args.secrets_namespace, flag="--secrets-namespace")
     ca_out: Path | None = args.ca_out
     if ca_out is not None:
         _write_ca(target, ca_out)
@@ -91,10 +102,12 @@ def create(
     core.create_namespaced_secret(tokens.NAMESPACE, body)  # type: ignore[arg-type]
     print(token)
     ca_path = ca_out.name if ca_out is not None else target.ca_file
-    ca = f" --ca-file {ca_path}" if ca_path else ""
+    flags = f" --ca-file {ca_path}" if ca_path else ""
+    if namespace != resources.AGENT_SECRETS_NAMESPACE:
+        flags += f" --secrets-namespace {namespace}"
     print(
         f"bootstrap token {token.id} expires {tokens.rfc3339(now + ttl)}; on each Mac:\n"
-        f"  mlxfleet-agent join --server {target.server} --token {token}{ca}\n"
+        f"  mlxfleet-agent join --server {target.server} --token {token}{flags}\n"
         "(--ca-file: the cluster's CA certificate, copied to the Mac; leave it out when the "
         "API server's certificate is publicly trusted)",
         file=sys.stderr,

@@ -28,6 +28,7 @@ DEFAULT_TTL = timedelta(hours=24)
 MAX_TTL = timedelta(days=30)
 MIN_TTL = timedelta(minutes=1)
 TOKEN = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 GROUP = re.compile(r"^system:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]$")
 _TTL = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -86,6 +87,15 @@ def check_group(group: str, *, flag: str = "--group") -> str:
             "system:bootstrappers:<lowercase letters, digits, ':' and '-'>"
         )
     return group
+
+
+def check_namespace(name: str, *, flag: str) -> str:
+    if _NAMESPACE.fullmatch(name) is None:
+        raise TokenError(
+            f"{flag}: {name!r} is not a namespace name (a DNS label of at most 63 lowercase "
+            "letters, digits and '-')"
+        )
+    return name
 
 
 def rfc3339(moment: datetime) -> str:

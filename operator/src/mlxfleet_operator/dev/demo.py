@@ -14,7 +14,8 @@ it and removes the key file (the key dies with the control plane).
 The parts: `demofleet` (the processes), `demoobjects` (the Kubernetes objects), `demotraffic`
 (the openai client and the load generator).
 
-May import: dev (controlplane, credentials, processes, demofleet, demoobjects, demotraffic).
+May import: api.resources, dev (controlplane, credentials, processes, demofleet, demoobjects,
+demotraffic).
 Called by: dev.cli.
 """
 
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mlxfleet_operator.api import resources
 from mlxfleet_operator.dev import (
     controlplane,
     credentials,
@@ -173,7 +175,10 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
             f"http://127.0.0.1:{agent.data_port}/v1 (fleet key only)"
         )
 
-    say("registering them as InferenceNodes (tokens in Secrets in mlxfleet-system)")
+    say(
+        "registering them as InferenceNodes (tokens in Secrets in "
+        f"{resources.AGENT_SECRETS_NAMESPACE}, which the gateway cannot read)"
+    )
     for index, agent in enumerate(agents, start=1):
         demoobjects.apply(plane, demoobjects.agent_secret(agent.node, agent.token))
         demoobjects.apply(plane, demoobjects.node(agent.node, agent.url, index))

@@ -31,7 +31,10 @@ def node(name: str, url: str, index: int) -> dict[str, Any]:
         "spec": {
             "agent": {
                 "url": url,
-                "tokenSecretRef": {"name": f"{name}-agent", "namespace": "mlxfleet-system"},
+                "tokenSecretRef": {
+                    "name": f"{name}-agent",
+                    "namespace": resources.AGENT_SECRETS_NAMESPACE,
+                },
             },
             "hardware": {"chip": f"Apple M4 Pro (demo {index})", "memory": "64Gi"},
             "cost": {
@@ -52,7 +55,7 @@ def agent_secret(name: str, token: str) -> dict[str, Any]:
         "kind": "Secret",
         "metadata": {
             "name": f"{name}-agent",
-            "namespace": "mlxfleet-system",
+            "namespace": resources.AGENT_SECRETS_NAMESPACE,
             "labels": {resources.AGENT_CREDENTIALS_LABEL: "true"},
         },
         "stringData": {"token": token},

@@ -43,7 +43,7 @@ class Access:
 def _secret_value(
     core: kubernetes.client.CoreV1Api, ref: Mapping[str, Any], default_key: str
 ) -> str:
-    namespace = ref.get("namespace") or resources.OPERATOR_NAMESPACE
+    namespace = ref.get("namespace") or resources.AGENT_SECRETS_NAMESPACE
     name, key = ref["name"], ref.get("key") or default_key
     try:
         secret = core.read_namespaced_secret(name, namespace)
