@@ -103,6 +103,7 @@ def test_disruption_budget_keeps_one_operator() -> None:
 
 
 SECRETS_ROLE = "mlxfleet-operator-secrets"
+PROVIDER_KEYS_ROLE = "mlxfleet-operator-provider-keys"
 LEADER_ROLE = "mlxfleet-operator-leader-election"
 
 
@@ -131,6 +132,7 @@ def test_rbac_has_no_wildcards() -> None:
     assert sorted(roles) == [
         ("ClusterRole", "mlxfleet-operator"),
         ("Role", LEADER_ROLE),
+        ("Role", PROVIDER_KEYS_ROLE),
         ("Role", SECRETS_ROLE),
     ]
     for kind, name in roles:
@@ -189,6 +191,10 @@ def test_secrets_only_through_a_namespaced_role() -> None:
     # not the operator's (and gateway's) namespace: the gateway may read every Secret there
     assert role["metadata"]["namespace"] == resources.AGENT_SECRETS_NAMESPACE
     assert _grants("Role", SECRETS_ROLE) == {("", "secrets", "get")}  # by name, not list
+    # the provider-key Secrets routes name, in the gateway's namespace: by name too (table rows)
+    keys = _named("Role", PROVIDER_KEYS_ROLE)
+    assert keys["metadata"]["namespace"] == resources.OPERATOR_NAMESPACE
+    assert _grants("Role", PROVIDER_KEYS_ROLE) == {("", "secrets", "get")}
 
 
 @pytest.mark.parametrize(
@@ -196,6 +202,7 @@ def test_secrets_only_through_a_namespaced_role() -> None:
     [
         pytest.param("ClusterRoleBinding", "ClusterRole", "mlxfleet-operator", id="cluster"),
         pytest.param("RoleBinding", "Role", SECRETS_ROLE, id="secrets"),
+        pytest.param("RoleBinding", "Role", PROVIDER_KEYS_ROLE, id="provider-keys"),
         pytest.param("RoleBinding", "Role", LEADER_ROLE, id="leader-election"),
     ],
 )
