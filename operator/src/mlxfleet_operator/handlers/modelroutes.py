@@ -9,6 +9,7 @@ May import: kopf, adapters, core, api, settings, `guard`, `indexes`. Called by: 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import kopf
@@ -30,13 +31,11 @@ async def route_status(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kw
         ready = indexes.Indexes.of(kwargs).ready_replicas(mr.metadata.namespace or "")
         rt = runtime.of(memo)
         where = rt.config.provider_keys_namespace
-        keys = core.ProviderKeys(
-            namespace=where,
-            seen={
-                name: await rt.kube.provider_key_seen(namespace=where, name=name)
-                for name in core.key_refs(mr)
-            },
+        names = list(core.key_refs(mr))  # one lookup per named key, all at once
+        found = await asyncio.gather(
+            *(rt.kube.provider_key_seen(namespace=where, name=name) for name in names)
         )
+        keys = core.ProviderKeys(namespace=where, seen=dict(zip(names, found, strict=True)))
         statuspatch.write_status(
             patch, core.status(mr, ready_replicas=ready, keys=keys, now=runtime.now()), body
         )
