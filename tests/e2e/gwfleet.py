@@ -83,6 +83,7 @@ def fleet(
     agents: tuple[str, ...] = ("n1", "n2"),
     namespaces: tuple[str, ...] = (),
     agent_flags: tuple[str, ...] = (),
+    operator_flags: tuple[str, ...] = (),
 ) -> Iterator[Fleet]:
     label = f"g{uuid.uuid4().hex[:8]}"
     ws = E2E(cluster=cluster, namespace=f"gw-{label}", label=label)
@@ -96,7 +97,7 @@ def fleet(
         for short in agents:
             agent = pool.start(short, data_key=gws.FLEET_KEY, flags=list(agent_flags))
             fl.nodes[ws.register(agent)] = agent
-        op.start()
+        op.start(*operator_flags)
         yield fl
     finally:
         if fl.gateway is not None:

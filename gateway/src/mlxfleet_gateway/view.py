@@ -3,12 +3,14 @@
 The watches hand over whole snapshots (name -> raw object) per kind; `View` parses them with the
 operator's pydantic models (an object that does not parse is skipped and reported by name, never
 a crash), rebuilds the catalog and the key ring, and tells the balancer which replicas exist.
-Runs on the event loop only (the watch threads post snapshots with call_soon_threadsafe).
+Runs on the event loop only (the watch threads post snapshots with call_soon_threadsafe);
+`changed` lets a held request (the activator) wait for the next snapshot.
 May import: the standard library, core, mlxfleet_operator.api. Called by: watch, proxy, server.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 from collections.abc import Mapping
@@ -51,6 +53,7 @@ class View:
         self.keys = keys.KeyRing()
         self.problems: dict[str, str] = {}  # object -> why it is ignored
         self.version = 0
+        self._waiters: list[asyncio.Future[None]] = []  # `changed` callers
 
     @property
     def ready(self) -> bool:
@@ -110,6 +113,24 @@ class View:
         self.keys = keys.KeyRing(ring)
         self.balancer.sync(self.candidates())
         self.version += 1
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def changed(self, since: int, *, timeout_s: float) -> None:
+        """Return once the view is newer than version `since`, or after `timeout_s`."""
+        if self.version > since or timeout_s <= 0:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
 
     def candidates(self) -> list[balancer.Candidate]:
         """Every replica and external backend the balancer should know."""

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.cluster
 SYSTEM = resources.OPERATOR_NAMESPACE
 AGENTS = resources.AGENT_SECRETS_NAMESPACE
 ALL = "--all-namespaces"
-MD, IN, SWP, MR = (f"{r.plural}.{resources.GROUP}" for r in resources.ALL)
+MD, IN, SWP, MR, DEMAND = (f"{r.plural}.{resources.GROUP}" for r in resources.ALL)
 CRUD = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 # Services and EndpointSlices: read one by name (ownership check), create, server-side apply,
 # delete its own; list EndpointSlices of one Service to remove stale ones. Nothing else.
@@ -45,6 +45,7 @@ ALLOWED = [
     *(_p(v, "customresourcedefinitions.apiextensions.k8s.io") for v in ("get", "list", "watch")),
     _p("list", "namespaces"),
     _p("watch", "namespaces"),
+    *(_p(v, DEMAND, ALL) for v in ("get", "list", "watch")),  # gateways' held requests
     _p("get", "secrets", "-n", AGENTS),
     _p("get", "secrets", "-n", SYSTEM),  # by name: provider-key Secrets as table rows (routes)
     # leader election: one Lease in its own namespace (create cannot be limited by name)
@@ -78,6 +79,7 @@ DENIED = [
     _p("create", "pods", "--subresource=exec", "-n", SYSTEM),
     _p("create", "deployments.apps", "-n", SYSTEM),
     _p("create", MD, "-n", "default"),
+    *(_p(v, DEMAND, "-n", SYSTEM) for v in ("create", "update", "patch", "delete")),
     _p("delete", MD, "-n", "default"),
     _p("create", IN),
     _p("delete", IN),

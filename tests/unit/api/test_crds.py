@@ -18,6 +18,7 @@ FILES = {
     "inferencenodes.mlxfleet.io.yaml",
     "swapplans.mlxfleet.io.yaml",
     "modelroutes.mlxfleet.io.yaml",
+    "modeldemands.mlxfleet.io.yaml",
 }
 
 
@@ -163,12 +164,15 @@ def test_scale_paths_exist_in_the_schema() -> None:
 @pytest.mark.parametrize(
     ("kind", "columns"),
     [
-        pytest.param("ModelDeployment", ["Model", "Replicas", "Ready", "Status", "Age"], id="mdep"),
+        pytest.param(
+            "ModelDeployment", ["Model", "Replicas", "Desired", "Ready", "Status", "Age"], id="mdep"
+        ),
         pytest.param(
             "InferenceNode", ["Ready", "Chip", "Memory", "Agent", "Download", "Age"], id="inode"
         ),
         pytest.param("SwapPlan", ["Deployment", "Target", "Phase", "Progress", "Age"], id="swp"),
         pytest.param("ModelRoute", ["Names", "Backends", "Status", "Age"], id="mroute"),
+        pytest.param("ModelDemand", ["Gateway", "Renewed", "Age"], id="mdemand"),
     ],
 )
 def test_printer_columns_include_age(kind: str, columns: list[str]) -> None:

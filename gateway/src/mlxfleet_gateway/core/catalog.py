@@ -42,6 +42,10 @@ class Deployment:
     replicas: tuple[Replica, ...]  # ready ones only
     capacity: int  # spec.maxConcurrency: requests one replica serves at once
     slot: str | None = None  # the agent slot (status.placements[].slot): sent as x-mlxfleet-slot
+    # spec.minReplicas 0 and not off: without a ready replica its requests wait (the activator)
+    wakeable: bool = False
+    # placed replicas whose agent has the slot and loads it: its gate holds requests until ready
+    starting: tuple[Replica, ...] = ()
 
     @property
     def ready(self) -> bool:
@@ -154,23 +158,48 @@ class Catalog:
             for name, route in sorted(self.routes.get(ns, {}).items()):
                 seen.setdefault(name, Resolved(ns, name, route=route))
             for name, dep in sorted(self.served.get(ns, {}).items()):
-                if dep.ready:
+                if dep.ready or dep.wakeable:  # a sleeping model is there: a request wakes it
                     seen.setdefault(name, Resolved(ns, name, deployment=dep))
         return list(seen.values())
 
 
+_STARTING = frozenset({mdep.PlacementPhase.PENDING, mdep.PlacementPhase.LOADING})
+
+
 def deployment(md: mdep.ModelDeployment) -> Deployment:
-    """A ModelDeployment's ready replicas (ready placements with an endpoint)."""
+    """A ModelDeployment's ready replicas (ready placements with an endpoint), and for one that
+    may sleep (spec.minReplicas 0) the replicas it is bringing up: placed (the operator's PUT
+    reached the agent: an error would be the placement's message), not yet ready."""
     namespace, name = md.metadata.namespace or "", md.metadata.name or ""
-    replicas = tuple(
-        Replica(id=f"{namespace}/{name}@{p.node}", node=p.node, url=p.endpoint.rstrip("/"))
-        for p in sorted(md.status.placements, key=lambda p: p.node)
-        if p.ready and p.endpoint
-    )
+    placed = sorted(md.status.placements, key=lambda p: p.node)
+
+    def replica(p: mdep.PlacementStatus) -> Replica:
+        assert p.endpoint is not None
+        return Replica(id=f"{namespace}/{name}@{p.node}", node=p.node, url=p.endpoint.rstrip("/"))
+
+    replicas = tuple(replica(p) for p in placed if p.ready and p.endpoint)
     served = md.status.served_name or md.served_name()
     slot = next((p.slot for p in md.status.placements if p.slot), None)
+    wakeable = md.spec.min_replicas == 0 and md.spec.replicas > 0
+    starting = tuple(
+        replica(p)
+        for p in placed
+        if wakeable
+        and not p.ready
+        and p.endpoint
+        and p.slot
+        and p.phase in _STARTING
+        and (p.phase == mdep.PlacementPhase.LOADING or p.message is None)
+    )
     return Deployment(
-        namespace, name, served, replicas, capacity=md.spec.max_concurrency, slot=slot
+        namespace,
+        name,
+        served,
+        replicas,
+        capacity=md.spec.max_concurrency,
+        slot=slot,
+        wakeable=wakeable,
+        starting=starting,
     )
 
 

@@ -147,7 +147,16 @@ class DataPlane:
         self.telemetry.request_started(route.name)
         outcome = relay.Outcome()
         try:
-            await relay.forward(routed, backend, endpoint, receive, send, outcome=outcome, t0=t0)
+            await relay.forward(
+                routed,
+                backend,
+                endpoint,
+                receive,
+                send,
+                outcome=outcome,
+                t0=t0,
+                waited_s=held.waited_s,
+            )
         except asyncio.CancelledError:  # the shutdown drain ended with this request still running
             outcome.error = "shutdown"
             await relay.cut_by_shutdown(send, outcome)

@@ -40,6 +40,7 @@ BACKEND_PATHS = {
 }
 WHOLE_ONLY = frozenset({"embeddings", "rerank"})  # answered whole; no tokens generated
 BACKEND_HEADER = b"x-mlxfleet-backend"
+QUEUE_HEADER = b"x-mlxfleet-queue-ms"  # how long the request waited in the slot's queue
 ERROR_BODY_LIMIT = 64 * 1024  # of a backend's error body, what the client is shown
 
 
@@ -104,10 +105,13 @@ async def forward(
     *,
     outcome: Outcome,
     t0: float,
+    waited_s: float = 0.0,
 ) -> None:
     """Ask the backend and pass its answer on; a client that leaves closes the backend's
     connection, which stops mlx_lm at its next write (so whole answers are asked for as a
-    stream and assembled here: see `answers`)."""
+    stream and assembled here: see `answers`). A request that waited in the slot's queue
+    (`waited_s`: a cold start, a hold swap, a full slot) says how long in `x-mlxfleet-queue-ms`
+    (the gateway adds it to its own wait in `x-mlxfleet-cold-start-ms`)."""
     body = routed.body
     whole_only = endpoint in WHOLE_ONLY
     if not whole_only:
@@ -126,6 +130,8 @@ async def forward(
         pinned=backend.pinned, served=served, original_fingerprint=backend.fingerprint
     )
     headers = [(BACKEND_HEADER, f"{backend.port}".encode())]
+    if waited_s >= 0.001:
+        headers.append((QUEUE_HEADER, f"{waited_s * 1000:.0f}".encode()))
     try:
         reply = await upstream.call_backend(
             backend.port, BACKEND_PATHS[endpoint], json.dumps(body).encode()

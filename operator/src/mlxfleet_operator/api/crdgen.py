@@ -22,6 +22,7 @@ from mlxfleet_operator.api import (
     base,
     deploymentspec,
     inferencenode,
+    modeldemand,
     modeldeployment,
     modelroute,
     resources,
@@ -87,6 +88,13 @@ KINDS: tuple[Kind, ...] = (
         modelroute.ModelRouteSpec,
         modelroute.ModelRouteStatus,
         modelroute.PRINTER_COLUMNS,
+    ),
+    Kind(
+        resources.MODEL_DEMAND,
+        modeldemand.ModelDemand,
+        modeldemand.ModelDemandSpec,
+        modeldemand.ModelDemandStatus,
+        modeldemand.PRINTER_COLUMNS,
     ),
 )
 

@@ -8,6 +8,8 @@ handler module imports another. One index per question:
 - `deployment_slots`: every ModelDeployment by its agent slot name (two may share one).
 - `swap_plans`: every SwapPlan by (namespace, deployment) (people may write them too).
 - `deployment_ready`: every ModelDeployment's ready replicas by (namespace, name) (ModelRoutes).
+- `model_demand`: requests gateways hold for sleeping ModelDeployments, by (namespace, name)
+  (ModelDemands in the demand namespace: the autoscaler wakes on them).
 
 Bodies are parsed here, once per change: an object the operator's model refuses is left out
 (kopf logs the error) instead of breaking every handler that reads the index. Each node seen
@@ -20,7 +22,8 @@ handler modules (the view).
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,15 +31,17 @@ import kopf
 
 from mlxfleet_operator.adapters import runtime
 from mlxfleet_operator.api import inferencenode as inode
+from mlxfleet_operator.api import modeldemand as mdemand
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.deployment import autoscale, facts
 from mlxfleet_operator.core.deployment import claims as slot_claims
-from mlxfleet_operator.core.deployment import facts
 
 NODES = (resources.GROUP, resources.VERSION, resources.INFERENCE_NODE.plural)
 DEPLOYMENTS = (resources.GROUP, resources.VERSION, resources.MODEL_DEPLOYMENT.plural)
 PLANS = (resources.GROUP, resources.VERSION, resources.SWAP_PLAN.plural)
+DEMANDS = (resources.GROUP, resources.VERSION, resources.MODEL_DEMAND.plural)
 
 
 def inference_nodes(
@@ -75,11 +80,23 @@ def deployment_ready(
     return {(namespace or "", name): int((body.get("status") or {}).get("readyReplicas") or 0)}
 
 
+def model_demand(
+    namespace: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> dict[tuple[str, str], autoscale.Want]:
+    """A gateway's held requests, by the deployment they wait for (only ModelDemands in the
+    demand namespace count: only the gateway's identity may write there)."""
+    if namespace != runtime.of(memo).config.demand_namespace:
+        return {}
+    demand = mdemand.ModelDemand.model_validate(copy.deepcopy(dict(body)))
+    return autoscale.wants_of(demand)
+
+
 def register(registry: kopf.OperatorRegistry) -> None:
     kopf.index(*NODES, id="inference_nodes", registry=registry)(inference_nodes)
     kopf.index(*DEPLOYMENTS, id="deployment_slots", registry=registry)(deployment_slots)
     kopf.index(*PLANS, id="swap_plans", registry=registry)(swap_plans)
     kopf.index(*DEPLOYMENTS, id="deployment_ready", registry=registry)(deployment_ready)
+    kopf.index(*DEMANDS, id="model_demand", registry=registry)(model_demand)
 
 
 @dataclass(frozen=True)
@@ -90,6 +107,10 @@ class Indexes:
     claims: kopf.Index[str, slot_claims.SlotClaim]
     plans: kopf.Index[tuple[str, str], swp.SwapPlan]
     ready: kopf.Index[tuple[str, str], int]
+    # what gateways hold per deployment (absent where no ModelDemand was indexed: unit tests)
+    demand: Mapping[tuple[str, str], Iterable[autoscale.Want]] = dataclasses.field(
+        default_factory=dict
+    )
 
     @classmethod
     def of(cls, kwargs: Mapping[str, Any]) -> Indexes:
@@ -98,6 +119,7 @@ class Indexes:
             claims=kwargs["deployment_slots"],
             plans=kwargs["swap_plans"],
             ready=kwargs["deployment_ready"],
+            demand=kwargs.get("model_demand", {}),
         )
 
     def inference_nodes(self) -> list[inode.InferenceNode]:
@@ -119,3 +141,7 @@ class Indexes:
             for ns, name in self.ready
             if ns == namespace and self.ready[(ns, name)]
         }
+
+    def demand_of(self, namespace: str, name: str) -> list[autoscale.Want]:
+        """What gateways hold for one ModelDeployment (fresh or not: core decides)."""
+        return list(self.demand.get((namespace, name), []))

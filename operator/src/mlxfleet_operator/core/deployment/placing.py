@@ -3,7 +3,7 @@ deployment's request, where its replicas are now (a SwapPlan's moves applied), a
 that may fetch and size a model nobody knows yet.
 
 May import: the standard library, the agent `contract`, `api`, `core.naming`, `core.placement`,
-`core.events`, `candidates`, `facts`.
+`core.events`, `autoscale` (the count to place), `candidates`, `facts`.
 Called by: the ModelDeployment handler (`place`, `sizing_nodes`, `rescheduled`), the fleet
 adapter (`prepare`, `views_for`: each node's view kept between reconciles).
 """
@@ -19,7 +19,7 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import events, naming, placement
-from mlxfleet_operator.core.deployment import candidates
+from mlxfleet_operator.core.deployment import autoscale, candidates
 from mlxfleet_operator.core.deployment import facts as f
 
 
@@ -83,7 +83,7 @@ def engines_of(fact: f.NodeFacts) -> tuple[frozenset[str], dict[str, str]]:
 def request(md: mdep.ModelDeployment, footprint_bytes: int) -> placement.Request:
     nodes = md.spec.placement.nodes
     return placement.Request(
-        replicas=md.spec.replicas,
+        replicas=autoscale.wanted(md),
         footprint_bytes=footprint_bytes,
         model=md.model_ref(),
         strategy=placement.Strategy(md.spec.placement.strategy.value),
