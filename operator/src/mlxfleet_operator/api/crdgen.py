@@ -44,7 +44,7 @@ class Kind:
     resource: resources.Resource
     model: type[BaseModel]
     spec: type[BaseModel]
-    status: type[BaseModel]
+    status: type[BaseModel] | None  # None: a kind without status (no status subresource)
     columns: list[base.JsonDict]
     scale: base.JsonDict | None = None  # the scale subresource (kubectl scale, HPA, KEDA)
 
@@ -93,7 +93,7 @@ KINDS: tuple[Kind, ...] = (
         resources.MODEL_DEMAND,
         modeldemand.ModelDemand,
         modeldemand.ModelDemandSpec,
-        modeldemand.ModelDemandStatus,
+        None,
         modeldemand.PRINTER_COLUMNS,
     ),
 )
@@ -106,7 +106,11 @@ def _doc(model: type[BaseModel]) -> str:
 def object_schema(kind: Kind) -> base.JsonDict:
     """The CRD's `openAPIV3Schema` for one kind."""
     spec = schema.structural(kind.spec.model_json_schema(by_alias=True, mode="validation"))
-    status = schema.structural(kind.status.model_json_schema(by_alias=True, mode="validation"))
+    parts: base.JsonDict = {"spec": spec}
+    if kind.status is not None:
+        parts["status"] = schema.structural(
+            kind.status.model_json_schema(by_alias=True, mode="validation")
+        )
     return {
         "type": "object",
         "description": _doc(kind.model),
@@ -118,8 +122,7 @@ def object_schema(kind: Kind) -> base.JsonDict:
             },
             "kind": {"type": "string", "description": f"{kind.resource.kind}."},
             "metadata": {"type": "object"},
-            "spec": spec,
-            "status": status,
+            **parts,
         },
     }
 
@@ -138,7 +141,10 @@ def crd(kind: Kind) -> base.JsonDict:
         "name": resources.VERSION,
         "served": True,
         "storage": True,
-        "subresources": {"status": {}, **({"scale": kind.scale} if kind.scale else {})},
+        "subresources": {
+            **({"status": {}} if kind.status is not None else {}),
+            **({"scale": kind.scale} if kind.scale else {}),
+        },
         "additionalPrinterColumns": kind.columns,
         "schema": {"openAPIV3Schema": object_schema(kind)},
     }

@@ -52,10 +52,6 @@ class ModelDemandSpec(base.ApiModel):
     )
 
 
-class ModelDemandStatus(base.ApiModel):
-    """Unused: the operator writes nothing here."""
-
-
 class ModelDemand(base.ApiModel):
     """Requests a gateway replica holds for sleeping models: `kubectl get mdemand -A`."""
 
