@@ -81,11 +81,12 @@ demo: $(STAMP) control-plane  ## the one-command local demo
 demo-down: $(STAMP)
 	$(BIN)/mlxfleet dev demo-down
 
-bench: $(STAMP) control-plane  ## data-plane, swap, gateway, peer-copy and SwapPlan-prefetch benchmarks (each against its baseline)
+bench: $(STAMP) control-plane  ## data-plane, swap, gateway, peer-copy, SwapPlan-prefetch and cold-start benchmarks (each against its baseline)
 	$(BIN)/python -m benchmarks.agent_bench
 	$(BIN)/python -m benchmarks.gateway_bench
 	$(BIN)/python -m benchmarks.peer_bench
 	$(BIN)/python -m benchmarks.prefetch_bench
+	$(BIN)/python -m benchmarks.coldstart_bench
 
 bench-embed: $(STAMP)  ## embeddings throughput through the agent vs the mlx-embed engine directly
 	$(BIN)/python -m benchmarks.embed_bench

@@ -19,6 +19,7 @@ May import: the standard library, core, calls, view, metrics. Called by: proxy.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from typing import Protocol
 from mlxfleet_gateway import calls, metrics, view
 from mlxfleet_gateway.core import catalog, coldstart, errors
 
+log = logging.getLogger("mlxfleet_gateway.activator")
 RETRY_PAUSE_S = 0.5  # after a failed attempt, before the same replicas are tried again
 CHECK_GONE_S = 1.0  # how often a waiting request looks whether its client left
 
@@ -71,6 +73,8 @@ class Activator:
         if not self.held.admit(key, at=arrived):
             self.metrics.cold_starts.labels(target.id, "queue_full").inc()
             raise coldstart.queue_full(target.id, self.held.limit)
+        if self.held.count(key) == 1:
+            log.info("holding requests for a sleeping deployment", extra={"deployment": target.id})
         self._changed()
         try:
             found = await self._wait(call, key, deadline=deadline, again=again)

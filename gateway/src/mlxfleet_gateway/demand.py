@@ -106,7 +106,11 @@ class Writer:
                 self._written = None
             return
         await asyncio.to_thread(self._apply, body)
-        self._written = frozenset((e.namespace, e.name) for e in entries)
+        keys = frozenset((e.namespace, e.name) for e in entries)
+        if keys != self._written:
+            names = sorted(f"{ns}/{name}" for ns, name in keys)
+            log.info("ModelDemand written", extra={"deployments": names})
+        self._written = keys
 
     def _apply(self, body: dict[str, object]) -> None:
         self.custom.patch_namespaced_custom_object(

@@ -247,3 +247,17 @@ def test_it_sleeps_only_when_idle_for_the_timeout_with_nothing_waiting(
             assert idle >= 15
         if before == 0 and waiting:
             assert scale.desired == 1
+
+
+def test_the_wake_annotation_is_one_kopf_compares() -> None:
+    """The wake annotation must change what kopf compares (its essence): kopf leaves every
+    annotation under its own prefix out, and a wake written there ran no handler (the deployment
+    woke only at its next timer tick)."""
+    import kopf
+
+    from mlxfleet_operator.api import resources
+
+    storage = kopf.AnnotationsProgressStorage(prefix=resources.ANNOTATION_PREFIX)
+    essence = {"metadata": {"annotations": {resources.WAKE_ANNOTATION: "t"}}, "spec": {}}
+    kept = storage.clear(essence=essence)  # type: ignore[arg-type]
+    assert kept["metadata"]["annotations"] == {resources.WAKE_ANNOTATION: "t"}

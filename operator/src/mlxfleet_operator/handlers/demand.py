@@ -4,9 +4,9 @@ The autoscaler reads the requests gateways hold from the `model_demand` index wh
 deployment reconciles (`deployments._autoscale`); alone, a sleeping deployment would notice them
 at its next timer tick (--poll-seconds). This handler makes that reconcile happen now: for a fresh
 entry naming a deployment with no ready replica (`autoscale.to_wake`), it sets the deployment's
-`mlxfleet.io/wake-requested` annotation to the time of the oldest held request, and the watch
-event that write causes runs the deployment's reconcile. A failed write is logged and left to
-the timer.
+annotation `resources.WAKE_ANNOTATION` to the time of the oldest held request, and the watch
+event that write causes runs the deployment's update handler. A failed write is logged and left
+to the timer.
 
 May import: kopf, adapters, core, api, `indexes`. Called by: kopf.
 """
@@ -50,6 +50,7 @@ async def observed(
     for (ns, name), since in due:
         rt.woken[(ns, name)] = since
         stamp = since.isoformat().replace("+00:00", "Z")
+        log.info("waking %s/%s: a gateway holds requests for it since %s", ns, name, stamp)
         try:
             await rt.kube.annotate_deployment(ns, name, {resources.WAKE_ANNOTATION: stamp})
         except kube.KubeError as exc:
