@@ -283,10 +283,10 @@ def render(res: Results) -> str:
         f"median {overhead:+.0f} ms). What the gateway path adds is the wake, request -> slot on "
         f"the agent (median {statistics.median(wakes):.0f} ms): the gateway's ModelDemand write, "
         "the operator's watch of it and the wake annotation (two kopf event batches), one "
-        "reconcile and the slot PUT. After that the path is the agent's own: the status write and the "
-        "gateway's watch overlap the load (the held request already waits in the agent's slot "
-        "gate). The paired difference scatters by a few hundred ms either way with the load of "
-        "the shared cores (two backends loading at once), so the wake is the figure to watch; "
+        "reconcile and the slot PUT. After that the path is the agent's own: the status write "
+        "and the gateway's watch overlap the load (the held request already waits in the agent's "
+        "slot gate). The paired difference scatters by a few hundred ms either way with the load "
+        "of the shared cores (two backends loading at once), so the wake is the figure to watch; "
         "the last row is the first token's own cost.",
         "",
     ]
