@@ -79,23 +79,22 @@ class Held:
 
 
 def queue_full(deployment: str, limit: int) -> errors.GatewayError:
-    return errors.GatewayError(
-        503,
-        f"`{deployment}` is starting (a cold start) and {limit} requests already wait for it; "
-        f"retry in {RETRY_AFTER_S}s",
-        type_="server_error",
-        code="cold_start_queue_full",
-        headers=((b"retry-after", str(RETRY_AFTER_S).encode()),),
-    )
+    text = f"`{deployment}` is starting (a cold start) and {limit} requests already wait for it"
+    return _refused(text, "cold_start_queue_full")
 
 
 def timed_out(deployment: str, waited_s: float) -> errors.GatewayError:
+    text = f"`{deployment}` did not become ready within {waited_s:.0f}s of a cold start"
+    return _refused(text, "cold_start_timeout")
+
+
+def _refused(text: str, code: str) -> errors.GatewayError:
+    """503 with Retry-After: a cold start this gateway will not wait for (longer)."""
     return errors.GatewayError(
         503,
-        f"`{deployment}` did not become ready within {waited_s:.0f}s of a cold start; retry in "
-        f"{RETRY_AFTER_S}s",
+        f"{text}; retry in {RETRY_AFTER_S}s",
         type_="server_error",
-        code="cold_start_timeout",
+        code=code,
         headers=((b"retry-after", str(RETRY_AFTER_S).encode()),),
     )
 
