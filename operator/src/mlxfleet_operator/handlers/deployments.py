@@ -352,6 +352,7 @@ async def teardown(
         rt.waiting.pop(uid, None)
         rt.scales.pop(uid, None)
         rt.scale_told.pop(uid, None)
+        rt.woken.pop((namespace, name), None)
         rt.settle(uid, None, at=0)
         rt.watch(uid, None)
         for node in [] if shared else list(rt.fleet.entries):
