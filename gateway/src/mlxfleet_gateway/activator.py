@@ -61,14 +61,21 @@ class Activator:
 
     async def hold(self, call: calls.Call, target: catalog.Deployment) -> catalog.Deployment:
         """Wait until `target` has a ready or starting replica; the deployment as the view has
-        it then. `again`: the call was held before and its attempts failed since, so wait for
-        a change (or a pause) before trying the same replicas. Raises GatewayError 503 (queue
+        it then. A call held before whose attempts failed since (`again`) first waits for a
+        change of the view or a pause, and goes back to the replicas at once if there are any:
+        only a call with nothing to go to waits in the queue and counts as demand (a replica
+        that keeps failing is not a reason to wake anything). Raises GatewayError 503 (queue
         full, deadline), or 503 `no_backend` when the deployment is gone or turned off."""
         again = call.cold_start_t0 is not None
         if call.cold_start_t0 is None:
             call.cold_start_t0 = self.clock()
         deadline = call.cold_start_t0 + self.timeout_s
         key = (target.namespace, target.name)
+        if again:
+            await self.view.changed(self.view.version, timeout_s=RETRY_PAUSE_S)
+            found = self._usable(key)
+            if found.replicas or found.starting:
+                return self._release(call, target, found, deadline=deadline)
         arrived = self.wall()
         if not self.held.admit(key, at=arrived):
             self.metrics.cold_starts.labels(target.id, "queue_full").inc()
@@ -77,32 +84,46 @@ class Activator:
             log.info("holding requests for a sleeping deployment", extra={"deployment": target.id})
         self._changed()
         try:
-            found = await self._wait(call, key, deadline=deadline, again=again)
+            waited = await self._wait(call, key, deadline=deadline)
         finally:
             self.held.leave(key, at=arrived)
             self._changed()
-        if found is None and call.gone:
+        if waited is None and call.gone:
             raise errors.unavailable("the client left while it waited for a cold start")
-        if found is None:
-            self.metrics.cold_starts.labels(target.id, "timeout").inc()
-            raise coldstart.timed_out(target.id, self.clock() - call.cold_start_t0)
         if not again:
             self.metrics.cold_starts.labels(target.id, "held").inc()
+        return self._release(call, target, waited, deadline=deadline)
+
+    def _release(
+        self,
+        call: calls.Call,
+        target: catalog.Deployment,
+        found: catalog.Deployment | None,
+        *,
+        deadline: float,
+    ) -> catalog.Deployment:
+        """The deployment to try now, or 503 `cold_start_timeout` past the deadline."""
+        assert call.cold_start_t0 is not None
+        if found is None or self.clock() > deadline:
+            self.metrics.cold_starts.labels(target.id, "timeout").inc()
+            raise coldstart.timed_out(target.id, self.clock() - call.cold_start_t0)
         call.held_ms = (self.clock() - call.cold_start_t0) * 1000.0
         return found
 
+    def _usable(self, key: coldstart.Key) -> catalog.Deployment:
+        """The deployment as the view has it (503 `no_backend` when gone or turned off)."""
+        found = self.view.catalog.deployments.get(key)
+        if found is None or not (found.wakeable or found.replicas):
+            what = f"{key[0]}/{key[1]}"
+            raise errors.unavailable(f"`{what}` is gone or turned off (spec.replicas 0)")
+        return found
+
     async def _wait(
-        self, call: calls.Call, key: coldstart.Key, *, deadline: float, again: bool
+        self, call: calls.Call, key: coldstart.Key, *, deadline: float
     ) -> catalog.Deployment | None:
         version = self.view.version
-        if again:
-            await self.view.changed(version, timeout_s=RETRY_PAUSE_S)
-            version = self.view.version
         while not call.gone:
-            found = self.view.catalog.deployments.get(key)
-            if found is None or not (found.wakeable or found.replicas):
-                what = f"{key[0]}/{key[1]}"
-                raise errors.unavailable(f"`{what}` is gone or turned off (spec.replicas 0)")
+            found = self._usable(key)
             if found.replicas or found.starting:
                 return found
             left = deadline - self.clock()

@@ -200,3 +200,24 @@ def test_a_deployment_turned_off_while_a_request_waits_is_refused_at_once() -> N
         assert gone.value.code == "no_backend"
 
     asyncio.run(go())
+
+
+def test_a_retry_with_replicas_there_pauses_and_is_no_demand() -> None:
+    """A call whose attempts failed while the deployment has replicas (a backend that keeps
+    failing) pauses and goes back to them: it wakes nothing, and the deadline still bounds it."""
+
+    async def go() -> None:
+        v, act, rec = _setup(timeout_s=0.3)
+        v.replace("deployments", {"a/chat": body(placed("Ready", ready=True))})
+        target = v.catalog.deployments[("a", "chat")]
+        call = _call()
+        call.cold_start_t0 = act.clock()  # held before: this is a retry
+        found = await act.hold(call, target)
+        assert [r.id for r in found.replicas] == ["a/chat@n1"]
+        assert rec.published == []  # no ModelDemand write
+        await asyncio.sleep(0.35)
+        with pytest.raises(errors.GatewayError) as late:
+            await act.hold(call, target)
+        assert late.value.code == "cold_start_timeout"
+
+    asyncio.run(go())
