@@ -207,7 +207,7 @@ def test_a_retry_with_replicas_there_pauses_and_is_no_demand() -> None:
     failing) pauses and goes back to them: it wakes nothing, and the deadline still bounds it."""
 
     async def go() -> None:
-        v, act, rec = _setup(timeout_s=0.3)
+        v, act, rec = _setup(timeout_s=0.8)
         v.replace("deployments", {"a/chat": body(placed("Ready", ready=True))})
         target = v.catalog.deployments[("a", "chat")]
         call = _call()
@@ -215,7 +215,7 @@ def test_a_retry_with_replicas_there_pauses_and_is_no_demand() -> None:
         found = await act.hold(call, target)
         assert [r.id for r in found.replicas] == ["a/chat@n1"]
         assert rec.published == []  # no ModelDemand write
-        await asyncio.sleep(0.35)
+        await asyncio.sleep(0.4)
         with pytest.raises(errors.GatewayError) as late:
             await act.hold(call, target)
         assert late.value.code == "cold_start_timeout"
