@@ -1,7 +1,8 @@
 """ModelDeployment `spec` (`ModelDeploymentSpec`) and its parts, with their bounds and CEL rules.
 
 The model source and revision, replicas, the KV-cache budget (context length x concurrency), an
-optional memory override, placement constraints, mlx-lm server options, the engine (the agent
+optional memory override, placement constraints, the priority (preemption), mlx-lm server
+options, the engine (the agent
 contract's EngineSpec: mlx-lm, mlx-embed, mlx-rerank, vllm, command, with its options; its CEL
 rules are here), sharding (`sharding`) and the swap policy. Each bound and cross-field rule is
 checked twice alike: by pydantic here and by the API server from the generated CRD.
@@ -25,6 +26,8 @@ REPLICAS_MAX = 64
 CONTEXT_LENGTH_MIN = 256
 CONTEXT_LENGTH_MAX = 1_048_576
 MAX_CONCURRENCY_MAX = 256
+PRIORITY_MIN = -1_000_000_000
+PRIORITY_MAX = 1_000_000_000
 
 
 class ModelSpec(base.ApiModel):
@@ -282,6 +285,17 @@ class ModelDeploymentSpec(base.ApiModel):
         description="Serve each replica from a group of nodes (a model larger than one Mac). "
         "spec.replicas then counts groups. Unset: whole replicas on single nodes.",
         json_schema_extra=base.crd(nullable=False),
+    )
+    priority: int = Field(
+        default=0,
+        ge=PRIORITY_MIN,
+        le=PRIORITY_MAX,
+        description="Higher wins when memory is short (default 0). A replica that finds no "
+        "node may evict replicas of deployments of strictly lower priority (never an equal one), "
+        "never taking one below its minimum replicas; the evicted replica moves elsewhere "
+        "(make-before-break) where memory allows, and comes back when memory frees, after a "
+        "back-off that grows with each eviction. Both deployments' status and Events name "
+        "the other (docs/placement.md).",
     )
 
     @model_validator(mode="after")
