@@ -163,7 +163,11 @@ def test_scale_paths_exist_in_the_schema() -> None:
 @pytest.mark.parametrize(
     ("kind", "columns"),
     [
-        pytest.param("ModelDeployment", ["Model", "Replicas", "Ready", "Status", "Priority", "Age"], id="mdep"),
+        pytest.param(
+            "ModelDeployment",
+            ["Model", "Replicas", "Ready", "Status", "Priority", "Age"],
+            id="mdep",
+        ),
         pytest.param(
             "InferenceNode",
             ["Ready", "Chip", "Memory", "Free", "Agent", "Download", "Age"],

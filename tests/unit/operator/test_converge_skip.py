@@ -202,7 +202,7 @@ def test_a_placed_deployment_reads_only_its_nodes_and_an_unplaced_one_every_node
         claims=_Index(),  # type: ignore[arg-type]
         plans=_Index(),  # type: ignore[arg-type]
         ready=_Index(),  # type: ignore[arg-type]
-            tenants=_Index(),  # type: ignore[arg-type]
+        tenants=_Index(),  # type: ignore[arg-type]
     )
 
     def body(replicas: int) -> kopf.Body:

@@ -216,6 +216,12 @@ _SHARD_ENGINE_RULE = base.rule(
     "spec.sharding is supported only with engine mlx-lm (mlx_lm.server's distributed serving)",
     field_path=".sharding",
 )
+_MIN_REPLICAS_RULE = base.rule(
+    "!has(self.minReplicas) || !has(self.replicas) || self.replicas == 0 || "
+    "self.replicas >= self.minReplicas",
+    "spec.replicas must be 0 (off) or at least spec.minReplicas",
+    field_path=".replicas",
+)
 _MAX_TOKENS_RULE = base.rule(
     "!has(self.server) || !has(self.server.maxTokens) || "
     "self.server.maxTokens <= (has(self.contextLength) ? self.contextLength : 8192)",
@@ -229,7 +235,7 @@ class ModelDeploymentSpec(base.ApiModel):
 
     model_config = ConfigDict(
         json_schema_extra=base.crd(
-            _NODES_RULE, _SHARD_NODES_RULE, _SHARD_ENGINE_RULE, _MAX_TOKENS_RULE
+            _NODES_RULE, _SHARD_NODES_RULE, _SHARD_ENGINE_RULE, _MAX_TOKENS_RULE, _MIN_REPLICAS_RULE
         )
     )
 
@@ -239,6 +245,15 @@ class ModelDeploymentSpec(base.ApiModel):
         ge=0,
         le=REPLICAS_MAX,
         description="Number of nodes serving the model (0-64); each replica is on a distinct node.",
+    )
+    min_replicas: int | None = Field(
+        default=None,
+        ge=0,
+        le=REPLICAS_MAX,
+        description="Fewest replicas (0-64) the deployment keeps when a deployment of higher "
+        "spec.priority needs its memory: preemption never takes it below this. Unset: "
+        "spec.replicas (never preempted below what it asks for).",
+        json_schema_extra=base.crd(nullable=False),
     )
     context_length: int = Field(
         default=8192,
@@ -318,6 +333,12 @@ class ModelDeploymentSpec(base.ApiModel):
             )
         if nodes is not None and len(set(nodes)) != len(nodes):
             raise ValueError("spec.placement.nodes must not repeat a node")
+        low = self.min_replicas
+        if low is not None and 0 < self.replicas < low:
+            raise ValueError(
+                f"spec.replicas ({self.replicas}) must be 0 (off) or at least spec.minReplicas "
+                f"({low})"
+            )
         max_tokens = self.server.max_tokens
         if max_tokens is not None and max_tokens > self.context_length:
             raise ValueError("spec.server.maxTokens must not exceed spec.contextLength")

@@ -43,10 +43,9 @@ RECORDS_MAX = 8  # evictions a victim's status keeps (the newest)
 
 
 def floor(spec: deploymentspec.ModelDeploymentSpec) -> int:
-    """Replicas a deployment never goes below through preemption: its minReplicas, which is
-    `spec.replicas` for a deployment that does not set it (until spec.minReplicas exists, every
-    deployment; then: `spec.min_replicas if spec.min_replicas is not None else spec.replicas`)."""
-    return spec.replicas
+    """Replicas a deployment never goes below through preemption: spec.minReplicas, or
+    spec.replicas for a deployment that does not set it (never preempted below what it asks)."""
+    return spec.min_replicas if spec.min_replicas is not None else spec.replicas
 
 
 @dataclass(frozen=True)
