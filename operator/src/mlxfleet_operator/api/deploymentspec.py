@@ -310,7 +310,7 @@ class ModelDeploymentSpec(base.ApiModel):
         "never taking one below its minimum replicas; the evicted replica moves elsewhere "
         "(make-before-break) where memory allows, and comes back when memory frees, after a "
         "back-off that grows with each eviction. Both deployments' status and Events name "
-        "the other (docs/placement.md).",
+        "the other (docs/operator.md, Priority and preemption).",
     )
 
     @model_validator(mode="after")
