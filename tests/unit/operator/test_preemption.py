@@ -373,3 +373,29 @@ def test_under_back_off_an_evicted_replica_never_comes_straight_back(wants: list
         assert after >= min(before, pre.backoff(pre.BACKOFF_GROWTH_MAX, BASE)) or (
             after == BASE  # the window passed since the last: counted afresh
         )
+
+
+def test_a_node_given_to_the_preemptor_stays_promised_until_its_agent_lists_the_slot() -> None:
+    n = nomination("mac-1", tenant("low"))
+    added = placement.Decision(("mac-1",), (), ("mac-1",), (), (), 0, False)
+    empty = {"mac-1": fact("mac-1", state())}
+    assert pre.landing([n], added, empty, slot="slot-high") == (n,)
+    mine = contract.SlotStatus(
+        name="slot-high", served_name="high", source="file:///m", phase="Loading", ready=False
+    )
+    listed = {"mac-1": fact("mac-1", state(slots=[mine]))}
+    assert pre.landing([n], added, listed, slot="slot-high") == ()
+    elsewhere = placement.Decision(("mac-2",), (), ("mac-2",), (), (), 0, False)
+    assert pre.landing([n], elsewhere, empty, slot="slot-high") == ()
+
+
+def test_nominated_again_while_the_victim_backs_off_is_the_same_eviction() -> None:
+    """A preemptor whose PUT the agent refused while the evicted replica drained nominates the
+    node again: no second record, no second Event, no longer back-off."""
+    low = tenant("low")
+    first, _ = pre.evicted([], [nomination("mac-1", low)], now=NOW, base=BASE)
+    later = NOW + timedelta(seconds=5)
+    again = nomination("mac-1", low, since=later)
+    records, new = pre.evicted(first, [again], now=later, base=BASE)
+    assert new == []
+    assert records == first

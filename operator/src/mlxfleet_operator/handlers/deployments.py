@@ -210,8 +210,10 @@ async def reconcile(
         decision=want.decision,
         now=now,
     )
+    uid = md.metadata.uid or ""
     for event in preemption.events_of(me, nominations, md.status.preempting, victim):
-        events.post(body, event)
+        if rt.first_time(f"{uid}/{event.reason}/{event.message}", event.message):
+            events.post(body, event)  # once: a reconcile may read a status older than its own
     if want.decision.missing and not want.decision.fits_nowhere:
         rt.waiting[md.metadata.uid or ""] = size  # no room now: wait for room (`_inputs`)
     for request in want.puts:  # before any await: the next decision sees this one's memory
@@ -261,9 +263,9 @@ def _nominate(
     """The nodes this deployment takes from lower priorities for replicas that found none
     (core.deployment.preemption), held by the fleet at once (`nominate`: the next decision,
     the victims' included, counts them). None when every replica is placed."""
-    nominations: tuple[preemption.Nomination, ...] = ()
+    by_name = {fact.name: fact for fact in found}
+    nominations = preemption.landing(rt.fleet.nominated(slot), decision, by_name, slot=slot)
     if preemption.need_nodes(decision):
-        by_name = {fact.name: fact for fact in found}
         refused = [by_name[r.node] for r in decision.rejections if r.node in by_name]
         listed = {s.name for fact in refused if fact.state for s in fact.state.slots}
         sites = preemption.sites(decision, by_name, slot=slot, tenants=idx.evictable(listed))
@@ -271,7 +273,7 @@ def _nominate(
         placed = {
             t.key: len(rt.fleet.placed(naming.slot_name(t.namespace, t.name))) for t in victims
         }
-        nominations = preemption.choose(
+        nominations += preemption.choose(
             preemption.tenant(md),
             slot=slot,
             footprint=size,
@@ -360,7 +362,8 @@ async def teardown(
     shared = indexes.Indexes.of(kwargs).slot_conflict(namespace, name, uid)
     async with guard.guarded(KIND, body, memo) as run:  # an in-flight reconcile finishes first
         rt = run.rt
-        rt.announced.pop(uid, None)
+        for key in [k for k in rt.announced if k == uid or k.startswith(f"{uid}/")]:
+            rt.announced.pop(key, None)
         rt.waiting.pop(uid, None)
         rt.settle(uid, None, at=0)
         rt.watch(uid, None)

@@ -236,6 +236,25 @@ def choose(
     return tuple(out)
 
 
+def landing(
+    held: Iterable[Nomination],
+    decision: placement.Decision,
+    facts: Mapping[str, f.NodeFacts],
+    *,
+    slot: str,
+) -> tuple[Nomination, ...]:
+    """Of the preemptor's nominations held so far, those placement now gives it (the victims
+    left) whose slot its agent does not list yet: kept until it does, so that the node stays
+    promised while the agent still drains the evicted replica (a PUT answered 507 meanwhile
+    would otherwise start a second eviction)."""
+    out = []
+    for n in held:
+        fact = facts.get(n.node)
+        if n.node in decision.added and fact is not None and fact.slot(slot) is None:
+            out.append(n)
+    return tuple(out)
+
+
 def claim(nomination: Nomination, state: contract.AgentState) -> int:
     """Memory the nomination holds on its node for the preemptor beyond what its victims still
     hold there: the node counts the preemptor's footprint in full once they left, and nothing
@@ -289,25 +308,29 @@ def evicted(
     base: timedelta,
 ) -> tuple[list[mdep.PreemptionStatus], list[mdep.PreemptionStatus]]:
     """The victim's eviction records after this reconcile, and the ones new in it: one per
-    nomination honoured (`taken`) not recorded yet, with its back-off end; records older than
-    the `window` are dropped, the newest RECORDS_MAX kept."""
+    nomination honoured (`taken`) not recorded yet, timed from the nomination, with its back-off
+    end; records older than the `window` are dropped, the newest RECORDS_MAX kept."""
     kept = [r for r in records if now - r.at < window(base)]
     new: list[mdep.PreemptionStatus] = []
     for n in sorted(taken, key=lambda n: (n.since, n.node)):
+        # the same eviction: recorded since it was decided, or nominated again while the
+        # replica backs off from the node (it cannot have come back in between)
         seen = any(
-            r.node == n.node and r.deployment == n.preemptor.key and r.at >= n.since
+            r.node == n.node
+            and r.deployment == n.preemptor.key
+            and (r.at >= n.since or (r.backoff_until is not None and r.backoff_until > now))
             for r in [*kept, *new]
         )
         if seen:
             continue
         count = len(kept) + len(new) + 1
-        new.append(
-            mdep.PreemptionStatus(
+        new.append(  # timed from the nomination: a reconcile that reads an older status
+            mdep.PreemptionStatus(  # decides the very same record
                 node=n.node,
                 deployment=n.preemptor.key,
                 priority=n.preemptor.priority,
-                at=max(now, n.since),
-                backoff_until=max(now, n.since) + backoff(count, base),
+                at=n.since,
+                backoff_until=n.since + backoff(count, base),
             )
         )
     out = sorted([*kept, *new], key=lambda r: (r.at, r.node))[-RECORDS_MAX:]
