@@ -8,14 +8,16 @@ from __future__ import annotations
 import itertools
 from datetime import datetime, timedelta
 
+import kopf
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
-from mlxfleet_operator.core import placement
+from mlxfleet_operator.core import naming, placement
 from mlxfleet_operator.core.deployment import preemption as pre
+from mlxfleet_operator.handlers import indexes
 from tests.unit.operator.builders import GIB, NOW, fact, md, state
 
 BASE = timedelta(seconds=30)
@@ -399,3 +401,26 @@ def test_nominated_again_while_the_victim_backs_off_is_the_same_eviction() -> No
     records, new = pre.evicted(first, [again], now=later, base=BASE)
     assert new == []
     assert records == first
+
+
+def _body(**spec: object) -> kopf.Body:
+    raw = {
+        "metadata": {"name": "low", "namespace": "ns", "uid": "u"},
+        "spec": {"model": {"source": "file:///m"}, **spec},
+    }
+    return kopf.Body(raw)
+
+
+def test_the_tenant_index_knows_priority_and_floor_and_leaves_out_what_it_cannot_evict() -> None:
+    slot = naming.slot_name("ns", "low")
+    got = indexes.deployment_tenants(_body(priority=3, replicas=2, minReplicas=1))
+    assert got == {slot: pre.Tenant("ns", "low", priority=3, floor=1)}
+    assert indexes.deployment_tenants(_body(replicas=2)) == {slot: tenant("low", 0, 2)}
+    sharded = _body(replicas=1, sharding={"size": 2})
+    assert indexes.deployment_tenants(sharded) == {}
+    deep = _body(
+        server={
+            "chatTemplateArgs": {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": 1}}}}}}}}}
+        }
+    )
+    assert indexes.deployment_tenants(deep) == {}  # InvalidSpec: never placed, no traceback

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import kopf
+import pydantic
 
 from mlxfleet_operator.adapters import runtime
 from mlxfleet_operator.api import inferencenode as inode
@@ -73,7 +74,10 @@ def swap_plans(
 
 
 def deployment_tenants(body: kopf.Body, **_: Any) -> dict[str, preemption.Tenant]:
-    md = mdep.ModelDeployment.model_validate(copy.deepcopy(dict(body)))
+    try:
+        md = mdep.ModelDeployment.model_validate(copy.deepcopy(dict(body)))
+    except pydantic.ValidationError:  # InvalidSpec: never placed, so nothing to evict (its
+        return {}  # handler says why; a traceback per change here would say it again)
     if md.spec.sharding is not None:  # groups of ranks are never evicted
         return {}
     tenant = preemption.tenant(md)
