@@ -265,16 +265,22 @@ def _nominate(
     the victims' included, counts them). None when every replica is placed."""
     by_name = {fact.name: fact for fact in found}
     nominations = preemption.landing(rt.fleet.nominated(slot), decision, by_name, slot=slot)
+    me, tenants = preemption.tenant(md), {}
     if preemption.need_nodes(decision):
-        refused = [by_name[r.node] for r in decision.rejections if r.node in by_name]
+        memory = placement.Reason.MEMORY
+        refused = [
+            by_name[r.node] for r in decision.rejections if r.reason == memory and r.node in by_name
+        ]
         listed = {s.name for fact in refused if fact.state for s in fact.state.slots}
-        sites = preemption.sites(decision, by_name, slot=slot, tenants=idx.evictable(listed))
+        tenants = idx.evictable(listed, below=me.priority)
+    if tenants:  # someone of lower priority holds memory where memory alone was missing
+        sites = preemption.sites(decision, by_name, slot=slot, tenants=tenants)
         victims = {o.tenant for site in sites for o in site.occupants if o.tenant is not None}
         placed = {
             t.key: len(rt.fleet.placed(naming.slot_name(t.namespace, t.name))) for t in victims
         }
         nominations += preemption.choose(
-            preemption.tenant(md),
+            me,
             slot=slot,
             footprint=size,
             missing=decision.missing,

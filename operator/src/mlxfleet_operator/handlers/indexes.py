@@ -118,14 +118,14 @@ class Indexes:
             tenants=kwargs["deployment_tenants"],
         )
 
-    def evictable(self, slots: Iterable[str]) -> dict[str, preemption.Tenant]:
-        """Of `slots`, those of a whole-replica ModelDeployment preemption may evict from, by
-        slot: one deployment per slot name (a shared one is nobody's), none whose SwapPlan runs
-        (its replicas are the plan's to move)."""
+    def evictable(self, slots: Iterable[str], *, below: int) -> dict[str, preemption.Tenant]:
+        """Of `slots`, those of a whole-replica ModelDeployment of priority below `below` that
+        preemption may evict from, by slot: one deployment per slot name (a shared one is
+        nobody's), none whose SwapPlan runs (its replicas are the plan's to move)."""
         out: dict[str, preemption.Tenant] = {}
         for slot in slots:
             found = list(self.tenants.get(slot, []))
-            if len(found) != 1:
+            if len(found) != 1 or found[0].priority >= below:
                 continue
             tenant = found[0]
             plans = self.plans_of(tenant.namespace, tenant.name)
