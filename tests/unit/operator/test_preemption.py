@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.core import naming, placement
+from mlxfleet_operator.core.deployment import intent
 from mlxfleet_operator.core.deployment import preemption as pre
 from mlxfleet_operator.handlers import indexes
-from tests.unit.operator.builders import GIB, NOW, fact, md, state
+from tests.unit.operator.builders import GIB, NOW, A, fact, md, state
 
 BASE = timedelta(seconds=30)
 HIGH = pre.Tenant("ns", "high", priority=10, floor=1)
@@ -424,3 +425,36 @@ def test_the_tenant_index_knows_priority_and_floor_and_leaves_out_what_it_cannot
         }
     )
     assert indexes.deployment_tenants(deep) == {}  # InvalidSpec: never placed, no traceback
+
+
+def test_an_evicted_replica_moves_make_before_break_where_memory_allows() -> None:
+    """The victim's replica on mac-1 is evicted while mac-2 has room: placement adds mac-2
+    and drops mac-1, which keeps serving (and stays published) until mac-2 serves; with no
+    room anywhere it is unpublished at once and its slot removed on the next reconcile."""
+    slot = naming.slot_name("ns", "chat")
+    serving = contract.SlotStatus(
+        name=slot, served_name="chat", source=A, phase="Ready", ready=True,
+        estimated_memory_bytes=4 * GIB,
+    )  # fmt: skip
+    victim = md(replicas=1, minReplicas=0, placements=[
+        {"node": "mac-1", "phase": "Ready", "ready": True, "source": A},
+    ])  # fmt: skip
+    me = pre.tenant(victim)
+    n = nomination("mac-1", me)
+    away = pre.as_victim(me, [n], current=["mac-1"], records=[], now=NOW, base=BASE)
+    room = [fact("mac-1", state(slots=[serving], budget=8 * GIB)), fact("mac-2", state())]
+    want = intent.intent(
+        victim, room, plan=None, footprint_bytes=4 * GIB, now=NOW,
+        failover_delay=timedelta(seconds=15), leave=away.leave,
+    )  # fmt: skip
+    assert want.decision.added == ("mac-2",)
+    assert want.decision.dropped == ("mac-1",)
+    assert want.handover.leaving == ("mac-1",)  # serves until mac-2 does
+    assert want.deletes == ()
+    full = [room[0], fact("mac-2", state(budget=2 * GIB))]
+    nowhere = intent.intent(
+        victim, full, plan=None, footprint_bytes=4 * GIB, now=NOW,
+        failover_delay=timedelta(seconds=15), leave=away.leave,
+    )  # fmt: skip
+    assert nowhere.decision.missing == 1
+    assert nowhere.handover.retiring == ("mac-1",)  # out of the endpoints now, slot next
