@@ -11,7 +11,7 @@ BENCH_ARGS ?=
 
 .PHONY: install check lint format typecheck contracts crds crds-check manifests manifests-check \
         tools test test-fast test-slow test-faults cluster-up cluster-down control-plane demo \
-        demo-down bench bench-embed bench-scale bench-report report-sample clean
+        demo-down bench bench-preemption bench-embed bench-scale bench-report report-sample clean
 
 $(STAMP): pyproject.toml
 	scripts/install-system-deps.sh
@@ -81,11 +81,15 @@ demo: $(STAMP) control-plane  ## the one-command local demo
 demo-down: $(STAMP)
 	$(BIN)/mlxfleet dev demo-down
 
-bench: $(STAMP) control-plane  ## data-plane, swap, gateway, peer-copy and SwapPlan-prefetch benchmarks (each against its baseline)
+bench: $(STAMP) control-plane  ## data-plane, swap, gateway, peer-copy, SwapPlan-prefetch and preemption benchmarks (each against its baseline)
 	$(BIN)/python -m benchmarks.agent_bench
 	$(BIN)/python -m benchmarks.gateway_bench
 	$(BIN)/python -m benchmarks.peer_bench
 	$(BIN)/python -m benchmarks.prefetch_bench
+	$(BIN)/python -m benchmarks.preemption_bench
+
+bench-preemption: $(STAMP) control-plane  ## higher-priority apply -> Ready with preemption vs on an empty Mac
+	$(BIN)/python -m benchmarks.preemption_bench $(BENCH_ARGS)
 
 bench-embed: $(STAMP)  ## embeddings throughput through the agent vs the mlx-embed engine directly
 	$(BIN)/python -m benchmarks.embed_bench

@@ -129,6 +129,13 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a node may be NotReady before its replicas move (default 15)",
     )
     p.add_argument(
+        "--preemption-backoff",
+        type=float,
+        default=defaults.preemption_backoff,
+        help="seconds a replica evicted for a higher-priority deployment stays off that node "
+        "(doubled for each further eviction within a while, up to 16x; default 30)",
+    )
+    p.add_argument(
         "--heartbeat-write-seconds",
         type=float,
         default=defaults.heartbeat_write_seconds,
@@ -213,6 +220,7 @@ def _settings(ns: argparse.Namespace, kubeconfig: str | None) -> opsettings.Oper
         poll_seconds=ns.poll_seconds,
         misses=ns.misses,
         failover_delay=ns.failover_delay,
+        preemption_backoff=ns.preemption_backoff,
         heartbeat_write_seconds=ns.heartbeat_write_seconds,
         swap_prefetch=ns.swap_prefetch,
         provider_keys_namespace=ns.provider_keys_namespace or leader.default_namespace(),

@@ -23,6 +23,13 @@ class OperatorSettings(BaseModel):
     poll_seconds: float = Field(default=5.0, gt=0, le=3600)
     misses: int = Field(default=3, ge=1, le=100)
     failover_delay: float = Field(default=15.0, ge=0, le=86400)
+    preemption_backoff: float = Field(
+        default=30.0,
+        ge=0,
+        le=86400,
+        description="seconds an evicted replica stays off the node it was evicted from (the "
+        "first time; doubled per further eviction, up to 16x)",
+    )
     heartbeat_write_seconds: float = Field(default=60.0, ge=0, le=3600)
     swap_prefetch: bool = Field(
         default=True,

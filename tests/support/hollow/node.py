@@ -23,6 +23,7 @@ from pathlib import Path
 from mlxfleet_agent import __version__, contract, sizing
 from mlxfleet_agent.models import modeldir
 from mlxfleet_agent.refusals import NoFit, Rejected  # the real agent's refusals, same messages
+from mlxfleet_agent.telemetry import hoststats
 from tests.support.hollow import config, slots
 
 
@@ -259,7 +260,7 @@ class HollowNode:
         total = self.cfg.memory_bytes
         used = sum(s.estimate() for s in self.slots.values())
         available = max(0, total - used - sizing.DEFAULT_RESERVED_BYTES)
-        share = available / total
+        pressure = hoststats.pressure(total=total, available=available)  # the agent's own rule
         return contract.AgentState(
             agent_version=__version__,
             os="hollow (simulated macOS)",
@@ -269,7 +270,8 @@ class HollowNode:
                 available_bytes=available,
                 budget_bytes=self.budget(),
                 slots_estimated_bytes=used,
-                pressure="critical" if share < 0.05 else "warn" if share < 0.15 else "normal",
+                pressure=pressure.level,
+                pressure_reason=pressure.why,
             ),
             disk=contract.DiskInfo(
                 free_bytes=self.cfg.disk_bytes - sum(m.total_bytes for m in self.cache.values()),

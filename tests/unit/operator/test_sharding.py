@@ -102,6 +102,20 @@ def test_kept_group_stays_even_when_a_better_node_appears() -> None:
     assert group.kept
 
 
+def test_no_new_rank_on_a_node_under_pressure_and_a_kept_group_stays_there() -> None:
+    hot = placement.Pressure(placement.Reason.MEMORY_PRESSURE, "memory pressure warn")
+    nodes = [node("a"), node("b", pressures=(hot,)), node("c")]
+    decision = place(request(), nodes)
+    (group,) = decision.groups
+    assert set(group.nodes) == {"a", "c"}
+    assert placement.Rejection("b", placement.Reason.MEMORY_PRESSURE, "memory pressure warn") in (
+        decision.rejections
+    )
+    (kept,) = place(request(), nodes, [["b", "a"]]).groups
+    assert kept.kept
+    assert kept.nodes == ("b", "a")
+
+
 @pytest.mark.parametrize(
     ("room", "mode"),
     [

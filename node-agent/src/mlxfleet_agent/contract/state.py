@@ -23,6 +23,12 @@ class MemoryInfo(Wire):
     budget_bytes: int = Field(description="what slots may use: total x usable fraction - reserved")
     slots_estimated_bytes: int = 0
     pressure: Literal["normal", "warn", "critical"] = "normal"
+    pressure_reason: str | None = Field(
+        default=None,
+        max_length=300,
+        description="the reading the level comes from (macOS's level, the share available, "
+        "Linux PSI); absent from agents older than it",
+    )
 
 
 class DiskInfo(Wire):

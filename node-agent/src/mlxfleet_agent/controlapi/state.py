@@ -34,8 +34,10 @@ class StateView:
         models_dir: Path,
         data_port: int,
         engines: list[contract.EngineInfo] | None = None,
+        pressure_file: Path | None = hoststats.PSI_FILE,
     ) -> None:
         self.engines = engines or []
+        self.pressure_file = pressure_file
         self.slots = slots
         self.models = models
         self.telemetry = telemetry
@@ -49,6 +51,7 @@ class StateView:
 
     def agent_state(self) -> contract.AgentState:
         mem = platform.memory()
+        pressure = hoststats.read_pressure(self.pressure_file)
         free, total = platform.disk(self.models_dir)
         return contract.AgentState(
             agent_version=__version__,
@@ -61,9 +64,8 @@ class StateView:
                 available_bytes=mem.available_bytes,
                 budget_bytes=self.slots.budget(),
                 slots_estimated_bytes=self.slots.estimate(),
-                pressure=hoststats.pressure_level(
-                    total=mem.total_bytes, available=mem.available_bytes
-                ),
+                pressure=pressure.level,
+                pressure_reason=pressure.why,
             ),
             disk=contract.DiskInfo(free_bytes=free, total_bytes=total),
             data_port=self.data_port,

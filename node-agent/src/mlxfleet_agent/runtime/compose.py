@@ -120,6 +120,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         models_dir=cfg.models_dir,
         data_port=data_port,
         engines=engines,
+        pressure_file=cfg.memory_pressure_file,
     )
     control = control_app.build(
         slots=slots, models=models, view=view, agent_metrics=tel.metrics, log_tail=logs.RING.tail

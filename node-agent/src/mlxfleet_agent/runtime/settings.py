@@ -97,6 +97,14 @@ class Settings(BaseModel):
         Field(ge=0, description="bytes; overrides psutil"),
         Opt("bytes slots may use (default: from psutil and sizing.budget_bytes)"),
     ] = None
+    memory_pressure_file: Annotated[
+        Path | None,
+        Field(description="Linux PSI file; unset: none"),
+        Opt(
+            "Linux pressure stall file read for memory pressure (default /proc/pressure/memory; "
+            "a cgroup's memory.pressure for an agent confined to one)"
+        ),
+    ] = Path("/proc/pressure/memory")
     download_max_bytes_per_s: Annotated[
         int | None,
         Field(ge=1024, description="bytes per second; unset: as fast as the network goes"),

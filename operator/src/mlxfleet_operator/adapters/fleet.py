@@ -8,8 +8,10 @@ return it as a `nodes.Poll`, `facts.Outcome`, `facts.Prefetch` or `swapplan.stat
 Each node's typed facts and placement view are kept between reconciles (made again when the
 node's object, client or version changes), and what each node leaves for a new replica is
 watched, so a deployment waiting for room wakes only when a node may now take it
-(`room_version`). It is memory only: after a restart the handlers wait for the first poll of
-each node.
+(`room_version`). Preemptors' nominations are held here too (`nominate`): every other
+deployment's decision counts the memory they promise, and victims find them (`evicting`). It is
+memory only: after a restart the handlers wait for the first poll of each node, and each
+preemptor nominates again from its status.
 Each node's URL, token and CA come from `credentials.Cache` (read from their Secrets at most
 every `credentials_ttl` seconds per node); a poll the agent answers 401/403 drops them and asks
 once more with the Secrets read again (a rotated token).
@@ -32,7 +34,7 @@ from mlxfleet_operator.adapters import agent, credentials, kube
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import nodes, placement
-from mlxfleet_operator.core.deployment import candidates, facts, placing, slots
+from mlxfleet_operator.core.deployment import candidates, facts, placing, preemption, slots
 from mlxfleet_operator.core.swapplan import state as plan_state
 
 
@@ -89,6 +91,9 @@ class Fleet:
         self._hosts: dict[str, set[str]] = {}  # slot -> nodes whose answer lists it, not Failed
         # node -> slot -> (placeholder, when): slots decided on that no poll has listed yet
         self._reserved: dict[str, dict[str, tuple[contract.SlotStatus, float]]] = {}
+        # preemptor slot -> its nominations (core.deployment.preemption): nodes promised to it
+        # while the replicas it evicts leave; set by its own reconcile from its status
+        self._nominations: dict[str, tuple[preemption.Nomination, ...]] = {}
         self._clock = clock
         self._kept: dict[str, _Kept] = {}  # node -> facts and view, rebuilt when they change
         self.index = candidates.NodeIndex()  # the kept views by label, model and free memory
@@ -139,6 +144,41 @@ class Fleet:
             self._bump(name)
             self._watch_room(name)
 
+    def nominate(self, slot: str, nominations: Sequence[preemption.Nomination]) -> None:
+        """Hold the preemptor `slot`'s nominations (replacing its earlier ones): from now on
+        every other deployment's decision counts each node's `preemption.claim` as used, and
+        the victims' reconciles find them (`evicting`). The nodes whose nominations changed
+        get a new version, so the deployments placed there reconcile."""
+        old = self._nominations.get(slot, ())
+        new = tuple(nominations)
+        if old == new:
+            return
+        if new:
+            self._nominations[slot] = new
+        else:
+            self._nominations.pop(slot, None)
+        for node in sorted({n.node for n in (*old, *new)}):
+            self._bump(node)
+            self._watch_room(node)
+
+    def nominations(self, *, but: str | None = None) -> list[preemption.Nomination]:
+        """Every preemptor's nominations (`but`: leave that preemptor slot's out)."""
+        return [n for s, held in self._nominations.items() if s != but for n in held]
+
+    def nominated(self, slot: str) -> tuple[preemption.Nomination, ...]:
+        """The preemptor `slot`'s own nominations."""
+        return self._nominations.get(slot, ())
+
+    def evicting(self, slot: str) -> list[preemption.Nomination]:
+        """The nominations that evict a replica of the deployment whose slot is `slot`."""
+        return [n for n in self.nominations() if any(e.slot == slot for e in n.evictions)]
+
+    def _claims(self, name: str, state: contract.AgentState | None) -> dict[str, int]:
+        """What the nominations on node `name` promise there beyond what their victims hold."""
+        if state is None:
+            return {}
+        return {n.slot: preemption.claim(n, state) for n in self.nominations() if n.node == name}
+
     def record(self, name: str, state: contract.AgentState | None, *, now: datetime) -> None:
         entry = self.entries.get(name)
         dropped = False
@@ -183,7 +223,8 @@ class Fleet:
             self._rooms.pop(name, None)
             return
         held = [p for p, _ in self._reserved.get(name, {}).values()]
-        new, old = facts.room(entry.state, held), self._rooms.get(name)
+        claims = self._claims(name, entry.state)
+        new, old = facts.room(entry.state, held, claims), self._rooms.get(name)
         self._rooms[name] = new
         if facts.roomier(old, new):
             self._room_clock += 1
@@ -292,7 +333,10 @@ class Fleet:
             own = frozenset({leave_out}) if leave_out is not None and leave_out in held else own
             state = state.model_copy(update={"slots": [*state.slots, *more]})
         endpoint = entry.endpoint if entry else None
-        return facts.NodeFacts(node=node, state=state, endpoint=endpoint, reserved=own)
+        claims = self._claims(name, entry.state if entry else None)
+        return facts.NodeFacts(
+            node=node, state=state, endpoint=endpoint, reserved=own, claims=claims
+        )
 
     # ------------------------------------------------------------------ agent requests
 
@@ -426,7 +470,7 @@ def decisive(state: contract.AgentState) -> object:
             "disk": True,
             "started_at": True,
             "now": True,
-            "memory": {"available_bytes", "pressure"},
+            "memory": {"available_bytes", "pressure", "pressure_reason"},
             "slots": {"__all__": {"in_flight", "queued"}},
             "cached_models": {"__all__": {"last_used", "in_use"}},
         }

@@ -1,7 +1,8 @@
 """ModelDeployment `spec` (`ModelDeploymentSpec`) and its parts, with their bounds and CEL rules.
 
 The model source and revision, replicas, the KV-cache budget (context length x concurrency), an
-optional memory override, placement constraints, mlx-lm server options, the engine (the agent
+optional memory override, placement constraints, the priority (preemption), mlx-lm server
+options, the engine (the agent
 contract's EngineSpec: mlx-lm, mlx-embed, mlx-rerank, vllm, command, with its options; its CEL
 rules are here), sharding (`sharding`) and the swap policy. Each bound and cross-field rule is
 checked twice alike: by pydantic here and by the API server from the generated CRD.
@@ -25,6 +26,8 @@ REPLICAS_MAX = 64
 CONTEXT_LENGTH_MIN = 256
 CONTEXT_LENGTH_MAX = 1_048_576
 MAX_CONCURRENCY_MAX = 256
+PRIORITY_MIN = -1_000_000_000
+PRIORITY_MAX = 1_000_000_000
 
 
 class ModelSpec(base.ApiModel):
@@ -213,6 +216,12 @@ _SHARD_ENGINE_RULE = base.rule(
     "spec.sharding is supported only with engine mlx-lm (mlx_lm.server's distributed serving)",
     field_path=".sharding",
 )
+_MIN_REPLICAS_RULE = base.rule(
+    "!has(self.minReplicas) || !has(self.replicas) || self.replicas == 0 || "
+    "self.replicas >= self.minReplicas",
+    "spec.replicas must be 0 (off) or at least spec.minReplicas",
+    field_path=".replicas",
+)
 _MAX_TOKENS_RULE = base.rule(
     "!has(self.server) || !has(self.server.maxTokens) || "
     "self.server.maxTokens <= (has(self.contextLength) ? self.contextLength : 8192)",
@@ -226,7 +235,7 @@ class ModelDeploymentSpec(base.ApiModel):
 
     model_config = ConfigDict(
         json_schema_extra=base.crd(
-            _NODES_RULE, _SHARD_NODES_RULE, _SHARD_ENGINE_RULE, _MAX_TOKENS_RULE
+            _NODES_RULE, _SHARD_NODES_RULE, _SHARD_ENGINE_RULE, _MAX_TOKENS_RULE, _MIN_REPLICAS_RULE
         )
     )
 
@@ -236,6 +245,15 @@ class ModelDeploymentSpec(base.ApiModel):
         ge=0,
         le=REPLICAS_MAX,
         description="Number of nodes serving the model (0-64); each replica is on a distinct node.",
+    )
+    min_replicas: int | None = Field(
+        default=None,
+        ge=0,
+        le=REPLICAS_MAX,
+        description="Fewest replicas (0-64) the deployment keeps when a deployment of higher "
+        "spec.priority needs its memory: preemption never takes it below this. Unset: "
+        "spec.replicas (never preempted below what it asks for).",
+        json_schema_extra=base.crd(nullable=False),
     )
     context_length: int = Field(
         default=8192,
@@ -283,6 +301,17 @@ class ModelDeploymentSpec(base.ApiModel):
         "spec.replicas then counts groups. Unset: whole replicas on single nodes.",
         json_schema_extra=base.crd(nullable=False),
     )
+    priority: int = Field(
+        default=0,
+        ge=PRIORITY_MIN,
+        le=PRIORITY_MAX,
+        description="Higher wins when memory is short (default 0). A replica that finds no "
+        "node may evict replicas of deployments of strictly lower priority (never an equal one), "
+        "never taking one below its minimum replicas; the evicted replica moves elsewhere "
+        "(make-before-break) where memory allows, and comes back when memory frees, after a "
+        "back-off that grows with each eviction. Both deployments' status and Events name "
+        "the other (docs/operator.md, Priority and preemption).",
+    )
 
     @model_validator(mode="after")
     def _cross_field(self) -> ModelDeploymentSpec:
@@ -304,6 +333,12 @@ class ModelDeploymentSpec(base.ApiModel):
             )
         if nodes is not None and len(set(nodes)) != len(nodes):
             raise ValueError("spec.placement.nodes must not repeat a node")
+        low = self.min_replicas
+        if low is not None and 0 < self.replicas < low:
+            raise ValueError(
+                f"spec.replicas ({self.replicas}) must be 0 (off) or at least spec.minReplicas "
+                f"({low})"
+            )
         max_tokens = self.server.max_tokens
         if max_tokens is not None and max_tokens > self.context_length:
             raise ValueError("spec.server.maxTokens must not exceed spec.contextLength")

@@ -168,7 +168,21 @@ class MemoryStatus(base.ApiModel):
     used_bytes: int | None = Field(
         default=None,
         ge=0,
-        description="Estimated memory of the loaded slots.",
+        description="Memory of the node's slots as placement counts it: what their backends "
+        "hold, a slot that is loading (or downloading its weights) at its whole estimate, a "
+        "slot that runs no backend (sleeping, or failed and waiting to restart) at nothing.",
+        json_schema_extra={"format": "int64"},
+    )
+    free: str | None = Field(
+        default=None,
+        max_length=32,
+        description="allocatableBytes - usedBytes for people (e.g. 12.5Gi); the FREE column.",
+    )
+    free_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="What placement may still give a new replica here: allocatableBytes - "
+        "usedBytes (never below 0).",
         json_schema_extra={"format": "int64"},
     )
 
@@ -300,6 +314,21 @@ PRINTER_COLUMNS: list[base.JsonDict] = [
         "type": "string",
         "jsonPath": ".status.memory.total",
         "description": "Unified memory (status.memory.totalBytes for the exact figure).",
+    },
+    {
+        "name": "Free",
+        "type": "string",
+        "jsonPath": ".status.memory.free",
+        "description": "Memory placement may still give (status.memory.freeBytes): the budget "
+        "less what the slots hold, loading ones in full, sleeping ones not at all.",
+    },
+    {
+        "name": "Pressure",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="MemoryPressure")].reason',
+        "description": "Memory pressure the agent reports (MemoryNormal, MemoryWarn, "
+        "MemoryCritical): no new replicas while it is not MemoryNormal.",
+        "priority": 1,
     },
     {
         "name": "Agent",

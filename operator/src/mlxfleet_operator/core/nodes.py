@@ -55,11 +55,15 @@ def _memory(node: inode.InferenceNode, state: contract.AgentState) -> inode.Memo
     fact = facts.NodeFacts(node=node, state=state, endpoint=None)
     hardware = node.spec.hardware.memory if node.spec.hardware is not None else None
     total = quantity.parse_bytes(hardware) if hardware is not None else state.memory.total_bytes
+    budget, used = facts.budget(fact), facts.used(state)
+    free = max(0, budget - used)
     return inode.MemoryStatus(
         total=quantity.human_bytes(total),
         total_bytes=total,
-        allocatable_bytes=facts.budget(fact),
-        used_bytes=state.memory.slots_estimated_bytes,
+        allocatable_bytes=budget,
+        used_bytes=used,
+        free=quantity.human_bytes(free),
+        free_bytes=free,
     )
 
 
@@ -213,20 +217,46 @@ def status(
         verdict = conditions.Verdict(False, R.HEARTBEAT_MISSED, text)
     out = conditions.apply_verdict(old.conditions, verdict, generation=gen, now=now)
     if state is not None:
-        pressure = state.memory.pressure
-        reason = {"normal": R.MEMORY_NORMAL, "warn": R.MEMORY_WARN, "critical": R.MEMORY_CRITICAL}[
-            pressure
-        ]
-        out = conditions.set_condition(
-            out,
-            kind=cond.ConditionType.MEMORY_PRESSURE,
-            status=pressure != "normal",
-            reason=reason,
-            message=f"agent reports memory pressure {pressure}",
-            generation=gen,
-            now=now,
-        )
+        out = memory_pressure(out, state.memory, generation=gen, now=now)
     return new.model_copy(update={"conditions": out})
+
+
+_PRESSURE_REASONS = {
+    "normal": cond.Reason.MEMORY_NORMAL,
+    "warn": cond.Reason.MEMORY_WARN,
+    "critical": cond.Reason.MEMORY_CRITICAL,
+}
+
+
+def memory_pressure(
+    current: Sequence[cond.Condition],
+    memory: contract.MemoryInfo,
+    *,
+    generation: int | None,
+    now: datetime,
+) -> list[cond.Condition]:
+    """The MemoryPressure condition: True at warn or critical (placement then gives the node
+    no new replica, `core.deployment.placing.PRESSURES`), with the reading the agent names.
+    The message is written when the level changes and kept while it stays (the reading moves
+    on every poll: a node under pressure would otherwise rewrite its status on each)."""
+    level = memory.pressure
+    reason = _PRESSURE_REASONS[level]
+    old = cond.find(list(current), cond.ConditionType.MEMORY_PRESSURE)
+    if old is not None and old.reason == reason:
+        message = old.message
+    else:
+        said = f": {memory.pressure_reason}" if memory.pressure_reason else ""
+        then = "; no new replicas are placed here until it clears" if level != "normal" else ""
+        message = f"agent reports memory pressure {level}{said}{then}"
+    return conditions.set_condition(
+        current,
+        kind=cond.ConditionType.MEMORY_PRESSURE,
+        status=level != "normal",
+        reason=reason,
+        message=message,
+        generation=generation,
+        now=now,
+    )
 
 
 def flip_event(seen: heartbeat.Observation, poll: Poll) -> events.Event | None:

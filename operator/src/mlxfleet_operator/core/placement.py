@@ -5,7 +5,9 @@ turns InferenceNode facts into `NodeView`s and the shared memory estimate into `
 
 Filters (each rejection names the node and why): explicit nodes, label selector, the engine
 (the node's agent must list `spec.engine.name` as runnable; agents older than engines run
-mlx-lm only), cordon, Ready,
+mlx-lm only), nodes the deployment must leave (`Request.leave`: a replica evicted there for a
+higher-priority deployment, or its back-off), cordon, Ready, node pressure (`NodeView.pressures`:
+a node reporting memory pressure takes no new replica; its replicas stay),
 memory fit (node budget minus what other slots already use), one replica per node. Scoring: the
 order of explicit nodes, weights already cached, then Spread (most room left) or BinPack (least
 room left), then name.
@@ -44,6 +46,8 @@ class Reason(StrEnum):
     SERVED_NAME = "ServedNameConflict"  # another deployment serves the same name there
     NOT_NEEDED = "NotNeeded"
     ENGINE = "EngineUnavailable"
+    PREEMPTED = "Preempted"  # its replica there was evicted for a higher priority (or backs off)
+    MEMORY_PRESSURE = "MemoryPressure"  # the node reports memory pressure (`Pressure`)
 
 
 # rejections that no amount of waiting for capacity fixes (a person must act)
@@ -53,6 +57,16 @@ NOWHERE = (
     (Reason.ENGINE, "EngineUnavailable"),
     (Reason.TOO_SMALL, "InsufficientMemory"),
 )
+
+
+@dataclass(frozen=True)
+class Pressure:
+    """A node reading that keeps new replicas off the node while it lasts (its replicas stay):
+    memory pressure now, thermal pressure next, each with its own `reason`. `message` says
+    what the node reports (the InferenceNode condition's message)."""
+
+    reason: Reason
+    message: str
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,7 @@ class NodeView:
     engines: frozenset[str] = frozenset({"mlx-lm"})  # what its agent can run
     engine_reasons: Mapping[str, str] = field(default_factory=dict)  # why not, per engine
     served_names: frozenset[str] = frozenset()  # served by other slots than this deployment's
+    pressures: tuple[Pressure, ...] = ()  # readings that keep new replicas off (`Pressure`)
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,9 @@ class Request:
     nodes: tuple[str, ...] | None = None  # explicit node names, or None for any
     engine: str = "mlx-lm"  # spec.engine.name
     served_name: str | None = None  # an agent serves one name once: a node serving it is out
+    # nodes this deployment's replicas must leave and take no new replica on, with why: evicted
+    # there for a higher-priority deployment, or backing off after such an eviction
+    leave: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -213,6 +231,8 @@ def place(
         held = by_name.get(name)
         if held is None or name in rejections or len(kept) >= request.replicas:
             continue
+        if name in request.leave:  # evicted: make-before-break hands it over (core.slots)
+            continue
         if held.draining:
             evacuating.append(name)
             continue
@@ -227,11 +247,16 @@ def place(
     for node in static_ok:
         if node.name in kept:
             continue
-        if node.unschedulable or node.draining:
+        if node.name in request.leave:
+            rejections[node.name] = Rejection(node.name, Reason.PREEMPTED, request.leave[node.name])
+        elif node.unschedulable or node.draining:
             why = "draining (spec.drain)" if node.draining else "cordoned (spec.unschedulable)"
             rejections[node.name] = Rejection(node.name, Reason.CORDONED, why)
         elif not node.ready:
             rejections[node.name] = Rejection(node.name, Reason.NOT_READY, "node is not Ready")
+        elif node.pressures:
+            first = node.pressures[0]
+            rejections[node.name] = Rejection(node.name, first.reason, first.message)
         elif request.served_name is not None and request.served_name in node.served_names:
             # the other deployment may be another tenant's: say what, never whose
             rejections[node.name] = Rejection(

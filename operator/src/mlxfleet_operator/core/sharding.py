@@ -311,7 +311,11 @@ def place_groups(
             missing += 1
             used.update(members)
             continue
-        pool = [n for n in eligible.values() if n.name not in used and n not in healthy]
+        pool = [  # new ranks never go to a node under pressure (its own ranks stay)
+            n
+            for n in eligible.values()
+            if n.name not in used and n not in healthy and not n.pressures
+        ]
         ranks_or_none = _form(request, pool, healthy)
         if ranks_or_none is None and healthy:
             ranks_or_none = _form(request, [*pool, *healthy], [])
@@ -324,6 +328,10 @@ def place_groups(
         rejections.pop(name, None)
     for name, node in eligible.items():
         if name in used or name in rejections:
+            continue
+        if node.pressures:
+            first = node.pressures[0]
+            rejections[name] = placement.Rejection(name, first.reason, first.message)
             continue
         need = tensor_rank_bytes(request) if request.mode == Mode.TENSOR else None
         if need is not None and free_bytes(node, request) < need:

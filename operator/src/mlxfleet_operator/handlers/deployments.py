@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import kopf
@@ -22,8 +22,8 @@ from mlxfleet_operator.adapters import events, metrics, publishing, runtime, sta
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
-from mlxfleet_operator.core import conditions, naming
-from mlxfleet_operator.core.deployment import facts, footprint, intent, placing, slots
+from mlxfleet_operator.core import conditions, naming, placement
+from mlxfleet_operator.core.deployment import facts, footprint, intent, placing, preemption, slots
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.swapplan import prefetch
@@ -110,9 +110,15 @@ def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> objec
         and all(p.status.phase is not None and p.status.phase.terminal for p in plans)
         and len(placed) >= int(spec.get("replicas") or 1)
     )
-    listed = [p.get("node") for p in (body.get("status") or {}).get("placements") or []]
+    status = body.get("status") or {}
+    listed = [p.get("node") for p in status.get("placements") or []]
     if any(name in view.not_ready and name in idx.nodes for name in (*placed, *listed)):
         return None  # failover is timed: never skipped while a node it uses is not Ready
+    slot = naming.slot_name(meta.namespace or "", meta.name or "")
+    if rt.fleet.nominated(slot) or rt.fleet.evicting(slot):
+        return None  # a preemption under way: its nodes free on their agents' time
+    if not settled and (status.get("preempting") or status.get("preemptedBy")):
+        return None  # a nomination to resume after a restart, or a back-off that ends
     if settled:
         return (*own, tuple(placed.items()), view.versions(placed))
     if spec.get("sharding") is not None and any(name in idx.nodes for name in view.not_ready):
@@ -175,6 +181,16 @@ async def reconcile(
     nodes = idx.inference_nodes()
     if rt.fleet.version != view:  # others decided (or agents answered) while this one waited
         found = rt.fleet.node_facts(nodes, slot=slot)
+    # from here to the slot reservations nothing awaits: the next decision sees this one's
+    me = preemption.tenant(md)
+    victim = preemption.as_victim(
+        me,
+        rt.fleet.evicting(slot),
+        current=list(rt.fleet.placed(slot)),
+        records=md.status.preempted_by,
+        now=now,
+        base=timedelta(seconds=rt.config.preemption_backoff),
+    )
     want = intent.intent(
         md,
         found,
@@ -183,7 +199,21 @@ async def reconcile(
         now=now,
         failover_delay=failover,
         index=rt.fleet.placement_index(found),
+        leave=victim.leave,
     )
+    nominations = _nominate(rt, md, idx, want.decision, found, slot=slot, size=size, now=now)
+    standing = preemption.standing(
+        me,
+        nominations=nominations,
+        preempting_before=md.status.preempting,
+        victim=victim,
+        decision=want.decision,
+        now=now,
+    )
+    uid = md.metadata.uid or ""
+    for event in preemption.events_of(me, nominations, md.status.preempting, victim):
+        if rt.first_time(f"{uid}/{event.reason}/{event.message}", event.message):
+            events.post(body, event)  # once: a reconcile may read a status older than its own
     if want.decision.missing and not want.decision.fits_nowhere:
         rt.waiting[md.metadata.uid or ""] = size  # no room now: wait for room (`_inputs`)
     for request in want.puts:  # before any await: the next decision sees this one's memory
@@ -201,6 +231,7 @@ async def reconcile(
         endpoint=endpoint,
         now=now,
         handover=want.handover,
+        standing=standing,
     )
     result = judge()
     try:
@@ -216,6 +247,50 @@ async def reconcile(
     statuspatch.write_status(patch, result.status, body)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
+
+
+def _nominate(
+    rt: runtime.Runtime,
+    md: mdep.ModelDeployment,
+    idx: indexes.Indexes,
+    decision: placement.Decision,
+    found: list[facts.NodeFacts],
+    *,
+    slot: str,
+    size: int,
+    now: datetime,
+) -> tuple[preemption.Nomination, ...]:
+    """The nodes this deployment takes from lower priorities for replicas that found none
+    (core.deployment.preemption), held by the fleet at once (`nominate`: the next decision,
+    the victims' included, counts them). None when every replica is placed."""
+    by_name = {fact.name: fact for fact in found}
+    nominations = preemption.landing(rt.fleet.nominated(slot), decision, by_name, slot=slot)
+    me, tenants = preemption.tenant(md), {}
+    if preemption.need_nodes(decision):
+        memory = placement.Reason.MEMORY
+        refused = [
+            by_name[r.node] for r in decision.rejections if r.reason == memory and r.node in by_name
+        ]
+        listed = {s.name for fact in refused if fact.state for s in fact.state.slots}
+        tenants = idx.evictable(listed, below=me.priority)
+    if tenants:  # someone of lower priority holds memory where memory alone was missing
+        sites = preemption.sites(decision, by_name, slot=slot, tenants=tenants)
+        victims = {o.tenant for site in sites for o in site.occupants if o.tenant is not None}
+        placed = {
+            t.key: len(rt.fleet.placed(naming.slot_name(t.namespace, t.name))) for t in victims
+        }
+        nominations += preemption.choose(
+            me,
+            slot=slot,
+            footprint=size,
+            missing=decision.missing,
+            sites=sites,
+            spare=preemption.spare(victims, placed=placed, others=rt.fleet.nominations(but=slot)),
+            previous=preemption.previous(md.status.preempting, holding=decision.nodes),
+            now=now,
+        )
+    rt.fleet.nominate(slot, nominations)
+    return nominations
 
 
 async def _perform(
@@ -293,10 +368,12 @@ async def teardown(
     shared = indexes.Indexes.of(kwargs).slot_conflict(namespace, name, uid)
     async with guard.guarded(KIND, body, memo) as run:  # an in-flight reconcile finishes first
         rt = run.rt
-        rt.announced.pop(uid, None)
+        for key in [k for k in rt.announced if k == uid or k.startswith(f"{uid}/")]:
+            rt.announced.pop(key, None)
         rt.waiting.pop(uid, None)
         rt.settle(uid, None, at=0)
         rt.watch(uid, None)
+        rt.fleet.nominate(slot, ())  # the nodes it waited for are promised no more
         for node in [] if shared else list(rt.fleet.entries):
             gone = await rt.fleet.delete_slot(node, slot)
             if gone is not None:

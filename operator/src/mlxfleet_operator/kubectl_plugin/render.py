@@ -59,7 +59,14 @@ def node_lines(nodes: Sequence[Obj]) -> list[str]:
         used, budget = memory.get("usedBytes"), memory.get("allocatableBytes")
         flags = [
             f
-            for f, on in (("cordoned", spec.get("unschedulable")), ("draining", spec.get("drain")))
+            for f, on in (
+                ("cordoned", spec.get("unschedulable")),
+                ("draining", spec.get("drain")),
+                (
+                    f"pressure:{reason(n, 'MemoryPressure')}",
+                    condition(n, "MemoryPressure") == "True",
+                ),
+            )
             if on
         ]
         ready = condition(n, "Ready")
@@ -86,6 +93,24 @@ def deployment_lines(deployments: Sequence[Obj]) -> list[str]:
             why = f" ({p['message']})" if p.get("message") and not p.get("ready") else ""
             progress = f" {p['progress']}" if p.get("progress") else ""
             lines.append(f"      - {p.get('node', '?'):<24} {mark}{progress}{why}")
+        lines += preemption_lines(status)
+    return lines
+
+
+def preemption_lines(status: Obj) -> list[str]:
+    """Who this deployment evicts (or evicted, while it holds the node) and who evicted it."""
+    lines = []
+    for r in status.get("preempting") or []:
+        lines.append(
+            f"      preempting {r.get('deployment')} (priority {r.get('priority')}) "
+            f"on {r.get('node')} since {r.get('at')}"
+        )
+    for r in status.get("preemptedBy") or []:
+        until = f", back-off until {r['backoffUntil']}" if r.get("backoffUntil") else ""
+        lines.append(
+            f"      preempted by {r.get('deployment')} (priority {r.get('priority')}) "
+            f"on {r.get('node')} at {r.get('at')}{until}"
+        )
     return lines
 
 

@@ -40,6 +40,8 @@ def takes(node: placement.NodeView, request: placement.Request) -> bool:
         and not node.unschedulable
         and not node.draining
         and node.ready
+        and not node.pressures
+        and node.name not in request.leave
         and (request.served_name is None or request.served_name not in node.served_names)
         and node.budget_bytes - node.used_bytes >= fp
     )

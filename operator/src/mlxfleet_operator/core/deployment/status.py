@@ -5,7 +5,7 @@ reason; while loading its message carries that progress), and the whole status o
 Every reason is decided from typed facts (node readiness, slot phases, the agents' HTTP
 statuses, the plan's phase), never from the text of a message written earlier.
 May import: the standard library, `api`, the agent `contract`, `core.conditions`,
-`core.naming`, `core.placement`, `facts`, `plan`, `slots`.
+`core.naming`, `core.placement`, `facts`, `plan`, `preemption`, `slots`.
 Called by: the ModelDeployment handler after placement and the slot requests.
 """
 
@@ -23,7 +23,7 @@ from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import conditions, naming, placement
 from mlxfleet_operator.core.deployment import facts as f
-from mlxfleet_operator.core.deployment import slots
+from mlxfleet_operator.core.deployment import preemption, slots
 from mlxfleet_operator.core.deployment.plan import PlanInfo
 
 _PHASES = {
@@ -166,8 +166,11 @@ def verdict(
     *,
     lost: Sequence[str] = (),
     conflict: str | None = None,
+    standing: preemption.Standing | None = None,
 ) -> conditions.Verdict:
-    """The deployment's summary. `lost`: placed nodes whose InferenceNode is not Ready."""
+    """The deployment's summary. `lost`: placed nodes whose InferenceNode is not Ready;
+    `standing`: the evictions it waits for (Preempting) or that keep a replica away
+    (Preempted)."""
     R = cond.Reason
     want = md.spec.replicas
     ready = sum(1 for p in placed if p.ready)
@@ -206,6 +209,17 @@ def verdict(
         if decision.held:  # serving, but a drain waits on it: say why (`kubectl mlxfleet drain`)
             text += f"; {decision.rejection_summary()}"
         return conditions.Verdict(True, R.READY, text)
+    if standing is not None and standing.waiting and decision.missing:
+        text = (
+            f"{ready}/{want} ready, {decision.missing} unplaced: {standing.waiting}; "
+            f"{decision.rejection_summary()}"
+        )
+        return conditions.Verdict(False, R.PREEMPTING, text, reconciling=True)
+    if standing is not None and standing.evicted:
+        text = f"{ready}/{want} ready: {standing.evicted}"
+        if decision.missing:
+            text += f"; {decision.missing} unplaced: {decision.rejection_summary()}"
+        return conditions.Verdict(False, R.PREEMPTED, text, reconciling=True)
     if decision.missing:
         text = f"{ready}/{want} ready, {decision.missing} unplaced: {decision.rejection_summary()}"
         if ready == 0 and any(
@@ -243,13 +257,17 @@ def status(
     now: datetime,
     handover: slots.Handover | None = None,
     conflict: str | None = None,
+    standing: preemption.Standing | None = None,
 ) -> Result:
     """The whole status; `conflict`: why the Service cannot be published (then the status
-    names no endpoint: that address is someone else's)."""
+    names no endpoint: that address is someone else's); `standing`: its preemption records
+    (none given: those of the status kept)."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     placed = placements(facts, desired, outcomes, slot=slot, plan=plan)
     gone = lost_nodes(facts, desired)
-    judged = verdict(md, decision, placed, outcomes, plan, lost=gone, conflict=conflict)
+    judged = verdict(
+        md, decision, placed, outcomes, plan, lost=gone, conflict=conflict, standing=standing
+    )
     going = removing(md, handover, decision, facts) if handover is not None else []
     new = mdep.ModelDeploymentStatus(
         observed_generation=md.metadata.generation,
@@ -263,6 +281,8 @@ def status(
         swap_plan=plan.name if plan is not None else md.status.swap_plan,
         estimated_memory_bytes=footprint_bytes,
         endpoint=endpoint if conflict is None else None,
+        preempting=list(standing.preempting) if standing else md.status.preempting,
+        preempted_by=list(standing.preempted_by) if standing else md.status.preempted_by,
         selector=naming.deployment_selector(md.metadata.name or ""),
     )
     eps = tuple((p.node, p.endpoint, p.ready) for p in [*placed, *going] if p.endpoint)
