@@ -76,7 +76,7 @@ def test_get_mlxfleet_lists_all_four_kinds_with_their_columns(
     out = cluster.kubectl("get", "mlxfleet", "-A").stdout
     headers = [line.split() for line in out.splitlines() if line.startswith(("NAME", "NAMESPACE"))]
     assert ["NAMESPACE", "NAME", "MODEL", "REPLICAS", "READY", "STATUS", "AGE"] in headers
-    assert ["NAME", "READY", "CHIP", "MEMORY", "AGENT", "DOWNLOAD", "AGE"] in headers
+    assert ["NAME", "READY", "STATUS", "CHIP", "MEMORY", "AGENT", "DOWNLOAD", "AGE"] in headers
     assert ["NAMESPACE", "NAME", "DEPLOYMENT", "TARGET", "PHASE", "PROGRESS", "AGE"] in headers
     assert ["NAMESPACE", "NAME", "NAMES", "BACKENDS", "STATUS", "AGE"] in headers
     for kind in ("ModelDeployment", "InferenceNode", "SwapPlan", "ModelRoute"):
