@@ -153,6 +153,12 @@ def _parser() -> argparse.ArgumentParser:
         "get fetch tokens (default: none sent; docs/install.md)",
     )
     p.add_argument(
+        "--fleet-key-optional",
+        action="store_true",
+        help="a --fleet-key-file that does not exist is not an error: no node gets keys of its "
+        "own (the chart mounts the fleet-key Secret as optional)",
+    )
+    p.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
     )
     p.add_argument(
@@ -180,7 +186,7 @@ def parse_all(argv: list[str]) -> tuple[opsettings.OperatorSettings, leader.Elec
     if ns.priority is not None or ns.peering_name is not None:
         print(f"mlxfleet-operator: warning: {DEPRECATED_PEERING}", file=sys.stderr)
     try:
-        keys = _fleet_keys(ns.fleet_key_file)
+        keys = _fleet_keys(ns.fleet_key_file, optional=ns.fleet_key_optional)
     except ValueError as exc:
         p.error(str(exc))
     try:
@@ -217,9 +223,17 @@ def parse(argv: list[str]) -> opsettings.OperatorSettings:
     return parse_all(argv)[0]
 
 
-def _fleet_keys(path: str | None) -> tuple[str, ...]:
-    """The keys of --fleet-key-file (none without it); ValueError naming the flag."""
+def _fleet_keys(path: str | None, *, optional: bool = False) -> tuple[str, ...]:
+    """The keys of --fleet-key-file (none without it, nor without its file when `optional`);
+    ValueError naming the flag."""
     if path is None:
+        return ()
+    if optional and not Path(path).exists():
+        print(
+            f"mlxfleet-operator: warning: --fleet-key-file {path} does not exist: nodes get no "
+            "keys of their own (create the fleet-key Secret, then restart the operator)",
+            file=sys.stderr,
+        )
         return ()
     try:
         text = Path(path).read_text(encoding="utf-8")

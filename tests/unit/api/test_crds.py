@@ -165,7 +165,9 @@ def test_scale_paths_exist_in_the_schema() -> None:
     [
         pytest.param("ModelDeployment", ["Model", "Replicas", "Ready", "Status", "Age"], id="mdep"),
         pytest.param(
-            "InferenceNode", ["Ready", "Status", "Chip", "Memory", "Agent", "Download", "Age"], id="inode"
+            "InferenceNode",
+            ["Ready", "Status", "Chip", "Memory", "Agent", "Download", "Age"],
+            id="inode",
         ),
         pytest.param("SwapPlan", ["Deployment", "Target", "Phase", "Progress", "Age"], id="swp"),
         pytest.param("ModelRoute", ["Names", "Backends", "Status", "Age"], id="mroute"),
