@@ -141,6 +141,8 @@ def fleet(
         for node in ws.nodes:
             cluster.kubectl("delete", "inferencenode", node, "--wait=false", check=False)
             cluster.kubectl("-n", AGENT_SECRETS, "delete", "secret", f"agent-{node}", check=False)
+        for secret in ws.secrets:
+            cluster.kubectl("-n", AGENT_SECRETS, "delete", "secret", secret, check=False)
 
 
 # ---------------------------------------------------------------------------------- load

@@ -83,7 +83,47 @@ def node_body(name: str, secret: str) -> dict[str, Any]:
     return {"apiVersion": "mlxfleet.io/v1alpha1", "kind": "InferenceNode",
             "metadata": {"name": name},
             "spec": {"agent": {"url": "https://127.0.0.1:1",
-                               "tokenSecretRef": {"name": secret}}}}  # fmt: skip
+                               "tokenSecretRef": {"name": secret}},
+                     "approved": False, "unschedulable": True}}  # fmt: skip
+
+
+def changed(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A deep copy of `body` with the dotted `path` set to `value` (None: removed)."""
+    out = json.loads(json.dumps(body))
+    *parents, last = path.split(".")
+    here = out
+    for part in parents:
+        here = here.setdefault(part, {})
+    if value is None:
+        here.pop(last, None)
+    else:
+        here[last] = value
+    return out
+
+
+OWNER = [{"apiVersion": "v1", "kind": "Namespace", "name": "kube-system", "uid": "0" * 8}]
+# what the admission policy refuses for the bootstrap identity, and the field its message names
+NODE_REFUSALS = [
+    ("metadata.labels", {"pool": "big"}, "metadata.labels"),
+    ("metadata.annotations", {"note": "x"}, "metadata.annotations"),
+    ("metadata.annotations", {"mlxfleet.io/requested-labels": "x" * 5000}, "4096"),
+    ("metadata.finalizers", ["example.com/keep"], "metadata.finalizers"),
+    ("metadata.ownerReferences", OWNER, "metadata.ownerReferences"),
+    ("spec.unschedulable", False, "spec.unschedulable"),
+    ("spec.unschedulable", None, "spec.unschedulable"),
+    ("spec.approved", True, "spec.approved"),
+    ("spec.approved", None, "spec.approved"),
+    ("spec.drain", True, "spec.agent, spec.hardware"),
+    ("spec.cost", {"purchasePriceUSD": 1}, "spec.agent, spec.hardware"),
+    ("spec.reservedMemory", "0", "spec.agent, spec.hardware"),
+]
+SECRET_REFUSALS = [
+    ("metadata.labels", {"mlxfleet.io/agent-credentials": "true", "pool": "big"}, "labels"),
+    ("metadata.annotations", {"note": "x"}, "metadata.annotations"),
+    ("metadata.finalizers", ["example.com/keep"], "metadata.finalizers"),
+    ("metadata.ownerReferences", OWNER, "metadata.ownerReferences"),
+    ("immutable", True, "immutable"),
+]
 
 
 def test_bootstrap_token_can_create_only_its_own_node_and_secret(
@@ -130,6 +170,22 @@ def test_bootstrap_token_can_create_only_its_own_node_and_secret(
         stolen = api.post(NODES, json=node_body(f"{e2e.label}-thief", f"{victim}-agent"))
         assert stolen.status_code == 403
         assert "tokenSecretRef" in stolen.json()["message"]
+        # nothing beyond what join writes, on either object: each refused, naming the field
+        answers = {}
+        for path, value, named in NODE_REFUSALS:
+            other = f"{e2e.label}-n{len(answers)}"
+            body = changed(node_body(other, f"{other}-agent"), path, value)
+            answers[f"node {path}={value!r}"[:80]] = (api.post(NODES, json=body), named)
+        for path, value, named in SECRET_REFUSALS:
+            other = f"{e2e.label}-s{len(answers)}-agent"
+            body = changed(secret_body(other), path, value)
+            answers[f"secret {path}={value!r}"[:80]] = (api.post(secrets, json=body), named)
+        wrong = {
+            case: (r.status_code, r.json().get("message", "")[-200:])
+            for case, (r, named) in answers.items()
+            if r.status_code != 403 or named not in r.json().get("message", "")
+        }
+        assert wrong == {}
     victim_obj = e2e.get("inferencenode", victim, namespaced=False)
     assert victim_obj["spec"].get("unschedulable") is not True
 
