@@ -31,6 +31,7 @@ from tests.e2e.conftest import (
     E2E,
     Agents,
     Operator,
+    condition,
     is_true,
     stop_process,
     wait_for,
@@ -343,7 +344,10 @@ def test_join_registers_rejoin_is_idempotent_and_leave_drains(
     token_before = (root / "etc" / "token").read_text()
 
     obj = e2e.get("inferencenode", node, namespaced=False)
-    assert obj["metadata"]["labels"]["mlxfleet.io/room"] == "lab-2"
+    assert "labels" not in obj["metadata"]  # asked for, applied when a person approves
+    asked = json.loads(obj["metadata"]["annotations"]["mlxfleet.io/requested-labels"])
+    assert asked["mlxfleet.io/room"] == "lab-2"
+    assert (obj["spec"]["approved"], obj["spec"]["unschedulable"]) == (False, True)
     assert obj["spec"]["hardware"]["memory"].endswith("Mi")  # /proc/meminfo on Linux
     assert obj["spec"]["agent"]["tokenSecretRef"] == {
         "name": f"{node}-agent",
@@ -362,6 +366,17 @@ def test_join_registers_rejoin_is_idempotent_and_leave_drains(
             [*argv, "--python", str(BIN / "python"), "--no-caffeinate", "--stop-grace-s", "5"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         ))  # fmt: skip
+    wait_for(
+        "joined node AwaitingApproval",
+        lambda: condition(e2e.get("inferencenode", node, namespaced=False), "Ready").get("reason")
+        == "AwaitingApproval",
+        timeout=90,
+    )
+    approve = run(str(BIN / "kubectl-mlxfleet"), "approve", "node", node,
+                  env={"KUBECONFIG": str(cluster.kubeconfig)})  # fmt: skip
+    assert approve.returncode == 0, approve.stderr
+    labels = e2e.get("inferencenode", node, namespaced=False)["metadata"]["labels"]
+    assert labels["mlxfleet.io/room"] == "lab-2"
     wait_for(
         "joined node Ready",
         lambda: is_true(e2e.get("inferencenode", node, namespaced=False), "Ready"),
