@@ -368,8 +368,10 @@ def test_join_registers_rejoin_is_idempotent_and_leave_drains(
         ))  # fmt: skip
     wait_for(
         "joined node AwaitingApproval",
-        lambda: condition(e2e.get("inferencenode", node, namespaced=False), "Ready").get("reason")
-        == "AwaitingApproval",
+        lambda: (
+            condition(e2e.get("inferencenode", node, namespaced=False), "Ready").get("reason")
+            == "AwaitingApproval"
+        ),
         timeout=90,
     )
     approve = run(str(BIN / "kubectl-mlxfleet"), "approve", "node", node,
