@@ -202,11 +202,20 @@ def join(args: argparse.Namespace) -> int:
         say(f"started {unit.name}")
     else:
         say(f"not started: run `mlxfleet-agent serve --config {layout.config}` or install {unit}")
+    _say_awaiting_approval(node)
+    return 0
+
+
+def _say_awaiting_approval(node: str) -> None:
+    """What happens next: the node waits for a person, its data plane closed meanwhile."""
     say(
         f"joined: kubectl get inode {node} (AwaitingApproval: it takes no traffic until an admin "
         f"runs `kubectl mlxfleet approve node {node}`)"
     )
-    return 0
+    say(
+        "the data plane refuses every request until then: on approval the operator sends this "
+        "node its own key (no fleet-wide secret is ever written here)"
+    )
 
 
 def _refused(exc: kubeapi.KubeApiError, kind: str, name: str) -> plan.JoinError:
