@@ -171,8 +171,8 @@ def build(
         """This node's own keys (the operator's, derived from the fleet key): the data plane
         accepts the data-plane keys from now on, the peer server checks fetch tokens with the
         peer keys. Idempotent; kept across restarts."""
-        fingerprint = await asyncio.to_thread(keys.replace, body)
-        return contract.CredentialsStatus(fingerprint=fingerprint)
+        await asyncio.to_thread(keys.save, body)
+        return contract.CredentialsStatus(fingerprint=keys.use(body))
 
     @v1.get("/models", response_model=contract.ModelList)
     async def list_models() -> contract.ModelList:

@@ -55,9 +55,14 @@ class NodeKeys:
         """Whether any fetch token (or the legacy shared token) can open the peer server."""
         return bool(self.peer_keys) or self._legacy_peer is not None
 
-    def replace(self, creds: contract.NodeCredentials) -> str:
-        """Keep the operator's new keys (on disk first, then in use); their fingerprint."""
+    def save(self, creds: contract.NodeCredentials) -> None:
+        """Write the operator's new keys to disk (blocking: run it in a worker thread), then
+        `use` them on the event loop."""
         files.write_atomic(self.path, creds.model_dump_json(by_alias=True).encode())
+
+    def use(self, creds: contract.NodeCredentials) -> str:
+        """Accept the operator's new keys from now on (on the event loop the data plane reads
+        them on); their fingerprint."""
         self._apply(creds)
         log.info("node credentials replaced", extra={"fingerprint": self.fingerprint})
         return self.fingerprint or ""
@@ -109,8 +114,10 @@ class NodeKeys:
 
     def _apply(self, creds: contract.NodeCredentials | None) -> None:
         pushed = tuple(k.encode() for k in creds.data_plane) if creds is not None else ()
+        data_keys = (*pushed, *self._file_keys)
+        self.open = False  # closed first: never open with keys half replaced
         self.pushed = creds
         self.fingerprint = contract.credentials.fingerprint(creds) if creds is not None else None
-        self.data_keys = (*pushed, *self._file_keys)
+        self.data_keys = data_keys
         self.peer_keys = tuple(creds.peer) if creds is not None else ()
-        self.open = not self.data_keys and self._may_be_open
+        self.open = not data_keys and self._may_be_open
