@@ -428,7 +428,7 @@ def test_a_name_taken_on_its_node_is_a_placement_filter_and_slots_are_addressed(
     assert placed["slot"]
     url = fl.nodes[n1].data_url + "/v1/chat/completions"
     ask_ = {"model": "any-name", "messages": HELLO, "max_tokens": 2}
-    fleet = {"Authorization": f"Bearer {gws.FLEET_KEY}"}
+    fleet = {"Authorization": f"Bearer {gws.node_key(n1)}"}
     by_slot = httpx.post(url, json=ask_, headers={**fleet, "x-mlxfleet-slot": placed["slot"]})
     assert by_slot.status_code == 200, by_slot.text
     assert by_slot.json()["model"] == "chat-a"

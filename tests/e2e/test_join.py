@@ -31,6 +31,7 @@ from tests.e2e.conftest import (
     E2E,
     Agents,
     Operator,
+    condition,
     is_true,
     stop_process,
     wait_for,
@@ -83,7 +84,47 @@ def node_body(name: str, secret: str) -> dict[str, Any]:
     return {"apiVersion": "mlxfleet.io/v1alpha1", "kind": "InferenceNode",
             "metadata": {"name": name},
             "spec": {"agent": {"url": "https://127.0.0.1:1",
-                               "tokenSecretRef": {"name": secret}}}}  # fmt: skip
+                               "tokenSecretRef": {"name": secret}},
+                     "approved": False, "unschedulable": True}}  # fmt: skip
+
+
+def changed(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A deep copy of `body` with the dotted `path` set to `value` (None: removed)."""
+    out = json.loads(json.dumps(body))
+    *parents, last = path.split(".")
+    here = out
+    for part in parents:
+        here = here.setdefault(part, {})
+    if value is None:
+        here.pop(last, None)
+    else:
+        here[last] = value
+    return out
+
+
+OWNER = [{"apiVersion": "v1", "kind": "Namespace", "name": "kube-system", "uid": "0" * 8}]
+# what the admission policy refuses for the bootstrap identity, and the field its message names
+NODE_REFUSALS = [
+    ("metadata.labels", {"pool": "big"}, "metadata.labels"),
+    ("metadata.annotations", {"note": "x"}, "metadata.annotations"),
+    ("metadata.annotations", {"mlxfleet.io/requested-labels": "x" * 5000}, "4096"),
+    ("metadata.finalizers", ["example.com/keep"], "metadata.finalizers"),
+    ("metadata.ownerReferences", OWNER, "metadata.ownerReferences"),
+    ("spec.unschedulable", False, "spec.unschedulable"),
+    ("spec.unschedulable", None, "spec.unschedulable"),
+    ("spec.approved", True, "spec.approved"),
+    ("spec.approved", None, "spec.approved"),
+    ("spec.drain", True, "spec.agent, spec.hardware"),
+    ("spec.cost", {"purchasePriceUSD": 1}, "spec.agent, spec.hardware"),
+    ("spec.reservedMemory", "0", "spec.agent, spec.hardware"),
+]
+SECRET_REFUSALS = [
+    ("metadata.labels", {"mlxfleet.io/agent-credentials": "true", "pool": "big"}, "labels"),
+    ("metadata.annotations", {"note": "x"}, "metadata.annotations"),
+    ("metadata.finalizers", ["example.com/keep"], "metadata.finalizers"),
+    ("metadata.ownerReferences", OWNER, "metadata.ownerReferences"),
+    ("immutable", True, "immutable"),
+]
 
 
 def test_bootstrap_token_can_create_only_its_own_node_and_secret(
@@ -130,6 +171,22 @@ def test_bootstrap_token_can_create_only_its_own_node_and_secret(
         stolen = api.post(NODES, json=node_body(f"{e2e.label}-thief", f"{victim}-agent"))
         assert stolen.status_code == 403
         assert "tokenSecretRef" in stolen.json()["message"]
+        # nothing beyond what join writes, on either object: each refused, naming the field
+        answers = {}
+        for path, value, named in NODE_REFUSALS:
+            other = f"{e2e.label}-n{len(answers)}"
+            body = changed(node_body(other, f"{other}-agent"), path, value)
+            answers[f"node {path}={value!r}"[:80]] = (api.post(NODES, json=body), named)
+        for path, value, named in SECRET_REFUSALS:
+            other = f"{e2e.label}-s{len(answers)}-agent"
+            body = changed(secret_body(other), path, value)
+            answers[f"secret {path}={value!r}"[:80]] = (api.post(secrets, json=body), named)
+        wrong = {
+            case: (r.status_code, r.json().get("message", "")[-200:])
+            for case, (r, named) in answers.items()
+            if r.status_code != 403 or named not in r.json().get("message", "")
+        }
+        assert wrong == {}
     victim_obj = e2e.get("inferencenode", victim, namespaced=False)
     assert victim_obj["spec"].get("unschedulable") is not True
 
@@ -287,7 +344,10 @@ def test_join_registers_rejoin_is_idempotent_and_leave_drains(
     token_before = (root / "etc" / "token").read_text()
 
     obj = e2e.get("inferencenode", node, namespaced=False)
-    assert obj["metadata"]["labels"]["mlxfleet.io/room"] == "lab-2"
+    assert "labels" not in obj["metadata"]  # asked for, applied when a person approves
+    asked = json.loads(obj["metadata"]["annotations"]["mlxfleet.io/requested-labels"])
+    assert asked["mlxfleet.io/room"] == "lab-2"
+    assert (obj["spec"]["approved"], obj["spec"]["unschedulable"]) == (False, True)
     assert obj["spec"]["hardware"]["memory"].endswith("Mi")  # /proc/meminfo on Linux
     assert obj["spec"]["agent"]["tokenSecretRef"] == {
         "name": f"{node}-agent",
@@ -306,6 +366,19 @@ def test_join_registers_rejoin_is_idempotent_and_leave_drains(
             [*argv, "--python", str(BIN / "python"), "--no-caffeinate", "--stop-grace-s", "5"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         ))  # fmt: skip
+    wait_for(
+        "joined node AwaitingApproval",
+        lambda: (
+            condition(e2e.get("inferencenode", node, namespaced=False), "Ready").get("reason")
+            == "AwaitingApproval"
+        ),
+        timeout=90,
+    )
+    approve = run(str(BIN / "kubectl-mlxfleet"), "approve", "node", node,
+                  env={"KUBECONFIG": str(cluster.kubeconfig)})  # fmt: skip
+    assert approve.returncode == 0, approve.stderr
+    labels = e2e.get("inferencenode", node, namespaced=False)["metadata"]["labels"]
+    assert labels["mlxfleet.io/room"] == "lab-2"
     wait_for(
         "joined node Ready",
         lambda: is_true(e2e.get("inferencenode", node, namespaced=False), "Ready"),

@@ -49,13 +49,12 @@ ENDPOINTS = {
     "/rerank": "rerank",
     "/v2/rerank": "rerank",
 }
-SLOT_HEADER = b"x-mlxfleet-slot"  # names the agent slot (fleet credential only)
+SLOT_HEADER = b"x-mlxfleet-slot"  # names the agent slot (with the node's own key only)
 
 
 @dataclass(frozen=True, slots=True)
 class ProxyConfig:
     allow_anonymous: bool = False
-    fleet_key: str | None = None  # the credential agents' data planes accept
     max_body_bytes: int = 16 * 1024 * 1024
     max_answer_bytes: int = 64 * 1024 * 1024
     max_attempts: int = 3
@@ -248,7 +247,7 @@ class Proxy:
         target = step.target
         if isinstance(target, catalog.External):
             return await self._external(call, step, target)
-        cands = [balancer.Candidate(r.id, r.url, target.capacity) for r in target.replicas]
+        cands = [balancer.Candidate(r.id, r.url, target.capacity, r.auth) for r in target.replicas]
         if not cands:
             return When.UNAVAILABLE
         if call.plan.falls_back_on(When.SATURATED) and self.balancer.saturated(
@@ -321,20 +320,21 @@ class Proxy:
         local: catalog.Deployment | None = None,
         external: catalog.External | None = None,
     ) -> str:
-        if local is not None:
-            url, model, token = c.origin, local.served_name, self.config.fleet_key
+        if local is not None:  # the node's own key, its header value made once per node
+            url, model, auth = c.origin, local.served_name, c.auth
             path_prefix, connect_s, head_s = "/v1/", self.config.connect_timeout_s, None
         else:
             assert external is not None
-            url, model, token = external.url, external.model, external.api_key
+            url, model = external.url, external.model
+            auth = b"Bearer " + external.api_key.encode() if external.api_key else b""
             path_prefix = "/"
             connect_s = self.config.external_connect_timeout_s
             head_s = self.config.external_timeout_s
         origin, base = self._origin(url)
         headers = [(b"content-type", relay.JSON), (b"accept", b"*/*")]
-        if token:
-            headers.append((b"authorization", b"Bearer " + token.encode()))
-        if local is not None and local.slot and token:  # agents honour it with the credential
+        if auth:
+            headers.append((b"authorization", auth))
+        if local is not None and local.slot and auth:  # agents honour it with their key
             headers.append((SLOT_HEADER, local.slot.encode()))
         exchange = calls.Exchange(c.origin)
         call.exchange = exchange

@@ -159,7 +159,7 @@ async def serve(
         loop.add_signal_handler(sig, stop.set)
     gauges = metrics.GatewayMetrics()
     balance = balancer.Balancer(eject_min_s=cfg.eject_min_s)
-    state = view.View(balance)
+    state = view.View(balance, fleet_key=cfg.fleet_key)
     pool = upstream.Pool(connect_timeout_s=cfg.connect_timeout_s)
     access, secret = settings_mod.s3_credentials()
     usage = shipper.Shipper(
@@ -184,7 +184,6 @@ async def serve(
         retry_budget=budget.RetryBudget(now=loop.time()),
         config=proxy.ProxyConfig(
             allow_anonymous=cfg.allow_anonymous,
-            fleet_key=cfg.fleet_key,
             max_body_bytes=cfg.max_body_bytes,
             max_attempts=cfg.max_attempts,
             connect_timeout_s=cfg.connect_timeout_s,

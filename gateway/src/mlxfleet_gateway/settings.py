@@ -1,6 +1,7 @@
 """Settings of one `mlxfleet-gateway` process (from its flags; S3 credentials from the environment).
 
-May import: pydantic, the standard library. Called by: cli (builds it), server (reads it).
+May import: pydantic, the standard library, the agent contract (fleet-key checks). Called by: cli
+(builds it), server (reads it).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import socket
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from mlxfleet_agent import contract
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_NAMESPACE = "mlxfleet-system"
@@ -45,7 +48,7 @@ class Settings(BaseModel):
     allow_anonymous: bool = False
     namespace: str = DEFAULT_NAMESPACE
     watch_namespaces: tuple[str, ...] = ()
-    fleet_key: str | None = Field(default=None, repr=False)
+    fleet_key: str | None = Field(default=None, repr=False)  # the current one: keys derive from it
     connect_timeout_s: float = Field(default=0.5, gt=0, le=60)
     probe_interval_s: float = Field(default=0.2, gt=0, le=60)
     probe_timeout_s: float = Field(default=0.5, gt=0, le=60)
@@ -72,16 +75,24 @@ class Settings(BaseModel):
     log_level: str = "info"
 
 
-def read_key_file(path: Path) -> str:
-    """The fleet credential: the first non-empty, non-comment line of a file."""
+def fleet_key(path: Path | None, env_value: str | None) -> str | None:
+    """The current fleet key: the first of --fleet-key-file (else of the environment variable),
+    checked as the operator checks it (`contract.credentials.parse_fleet_keys`)."""
+    if path is not None:
+        flag = f"--fleet-key-file {path}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise SettingsError(f"{flag}: cannot read it ({why or exc})") from exc
+    elif env_value is not None:
+        flag, text = "MLXFLEET_GATEWAY_FLEET_KEY", env_value
+    else:
+        return None
     try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise SettingsError(f"--fleet-key-file {path}: {exc.strerror or exc}") from exc
-    for line in lines:
-        if line.strip() and not line.startswith("#"):
-            return line.strip()
-    raise SettingsError(f"--fleet-key-file {path}: no key in the file")
+        return contract.credentials.parse_fleet_keys(text, flag=flag)[0]
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def s3_credentials() -> tuple[str | None, str | None]:

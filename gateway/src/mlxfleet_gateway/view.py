@@ -3,6 +3,8 @@
 The watches hand over whole snapshots (name -> raw object) per kind; `View` parses them with the
 operator's pydantic models (an object that does not parse is skipped and reported by name, never
 a crash), rebuilds the catalog and the key ring, and tells the balancer which replicas exist.
+InferenceNodes count only by which are approved (`core.trust`): their status changes on every
+heartbeat write, so a snapshot that leaves that set as it was rebuilds nothing.
 Runs on the event loop only (the watch threads post snapshots with call_soon_threadsafe).
 May import: the standard library, core, mlxfleet_operator.api. Called by: watch, proxy, server.
 """
@@ -16,14 +18,14 @@ from typing import Any
 
 import pydantic
 
-from mlxfleet_gateway.core import balancer, catalog, keys
+from mlxfleet_gateway.core import balancer, catalog, keys, trust
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import modelroute as mroute
 from mlxfleet_operator.api import providerkeys as providers
 
 log = logging.getLogger("mlxfleet_gateway.view")
 JsonDict = dict[str, Any]
-KINDS = ("deployments", "routes", "api-keys", "provider-keys")
+KINDS = ("deployments", "routes", "api-keys", "provider-keys", "nodes")
 
 
 def secret_data(raw: Mapping[str, Any]) -> dict[str, str]:
@@ -43,8 +45,9 @@ def _name(raw: Mapping[str, Any]) -> str:
 
 
 class View:
-    def __init__(self, balance: balancer.Balancer) -> None:
+    def __init__(self, balance: balancer.Balancer, *, fleet_key: str | None = None) -> None:
         self.balancer = balance
+        self.nodes = trust.Credentials(fleet_key)
         self.raw: dict[str, dict[str, JsonDict]] = {kind: {} for kind in KINDS}
         self.synced: set[str] = set()
         self.catalog = catalog.Catalog()
@@ -59,7 +62,12 @@ class View:
 
     def replace(self, kind: str, objects: Mapping[str, JsonDict]) -> None:
         """A watch's whole current set of one kind."""
-        self.raw[kind] = dict(objects)
+        if kind == "nodes":
+            changed = self.nodes.update(trust.approved(objects.values()))
+            if not changed and kind in self.synced:
+                return
+        else:
+            self.raw[kind] = dict(objects)
         self.synced.add(kind)
         self.rebuild()
 
@@ -103,7 +111,7 @@ class View:
                 ring.append(keys.from_secret(secret, secret_data(raw)))
             except keys.InvalidKey as exc:
                 found[f"api-keys/{name}"] = str(exc)
-        self.catalog = catalog.build(deployments, routes, provider_keys)
+        self.catalog = catalog.build(deployments, routes, provider_keys, nodes=self.nodes.headers)
         for ext in self.catalog.externals():
             if ext.problem is not None:
                 found[ext.id] = ext.problem  # logged: the route's backend is not used
@@ -116,7 +124,7 @@ class View:
         out: dict[str, balancer.Candidate] = {}
         for dep in self.catalog.deployments.values():
             for r in dep.replicas:
-                out[r.id] = balancer.Candidate(r.id, r.url, dep.capacity)
+                out[r.id] = balancer.Candidate(r.id, r.url, dep.capacity, r.auth)
         for t in self.catalog.externals():
             out[t.id] = balancer.Candidate(t.id, t.url, 1_000_000)
         return list(out.values())

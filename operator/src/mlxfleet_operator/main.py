@@ -23,10 +23,12 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pydantic
 
+from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import election, leader
 
@@ -151,6 +153,19 @@ def _parser() -> argparse.ArgumentParser:
         "link)",
     )
     p.add_argument(
+        "--fleet-key-file",
+        default=None,
+        help="the fleet key (the gateway's --fleet-key-file; one key a line, the current first): "
+        "each approved node is sent its own data-plane and peer keys derived from it, and peers "
+        "get fetch tokens (default: none sent; docs/install.md)",
+    )
+    p.add_argument(
+        "--fleet-key-optional",
+        action="store_true",
+        help="a --fleet-key-file that does not exist is not an error: no node gets keys of its "
+        "own (the chart mounts the fleet-key Secret as optional)",
+    )
+    p.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
     )
     p.add_argument(
@@ -178,7 +193,11 @@ def parse_all(argv: list[str]) -> tuple[opsettings.OperatorSettings, leader.Elec
     if ns.priority is not None or ns.peering_name is not None:
         print(f"mlxfleet-operator: warning: {DEPRECATED_PEERING}", file=sys.stderr)
     try:
-        config = _settings(ns, kubeconfig)
+        keys = _fleet_keys(ns.fleet_key_file, optional=ns.fleet_key_optional)
+    except ValueError as exc:
+        p.error(str(exc))
+    try:
+        config = _settings(ns, kubeconfig, keys)
     except pydantic.ValidationError as exc:
         p.error(_flag_errors(exc))
     try:
@@ -211,9 +230,32 @@ def parse(argv: list[str]) -> opsettings.OperatorSettings:
     return parse_all(argv)[0]
 
 
-def _settings(ns: argparse.Namespace, kubeconfig: str | None) -> opsettings.OperatorSettings:
+def _fleet_keys(path: str | None, *, optional: bool = False) -> tuple[str, ...]:
+    """The keys of --fleet-key-file (none without it, nor without its file when `optional`);
+    ValueError naming the flag."""
+    if path is None:
+        return ()
+    if optional and not Path(path).exists():
+        print(
+            f"mlxfleet-operator: warning: --fleet-key-file {path} does not exist: nodes get no "
+            "keys of their own (create the fleet-key Secret, then restart the operator)",
+            file=sys.stderr,
+        )
+        return ()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ValueError(f"--fleet-key-file {path}: cannot read it ({why})") from None
+    return contract.credentials.parse_fleet_keys(text, flag=f"--fleet-key-file {path}")
+
+
+def _settings(
+    ns: argparse.Namespace, kubeconfig: str | None, fleet_keys: tuple[str, ...] = ()
+) -> opsettings.OperatorSettings:
     return opsettings.OperatorSettings(
         kubeconfig=kubeconfig,
+        fleet_keys=fleet_keys,
         namespaces=tuple(ns.namespace),
         standalone=ns.standalone,
         liveness=ns.liveness,

@@ -43,6 +43,12 @@ class OperatorSettings(BaseModel):
         description="where the gateway reads provider-key Secrets: ModelRoute status checks "
         "the ones external backends name there",
     )
+    fleet_keys: tuple[str, ...] = Field(
+        default=(),
+        repr=False,
+        description="the fleet key(s) of --fleet-key-file (the current first): each approved "
+        "node gets its own keys derived from them; empty: none are sent",
+    )
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     log_level: str = "INFO"

@@ -78,6 +78,16 @@ def placed_on(cluster: controlplane.ControlPlane, ns: str, nodes: list[str], mes
             'approve: SwapPlan "nope" not found in namespace "team-a"',
             id="approve",
         ),
+        pytest.param(
+            ["approve", "swapplan", "nope", "-n", "team-a"],
+            'approve: SwapPlan "nope" not found in namespace "team-a"',
+            id="approve-swapplan",
+        ),
+        pytest.param(
+            ["approve", "node", "nope"],
+            'approve: InferenceNode "nope" not found',
+            id="approve-node",
+        ),
     ],
 )
 def test_a_missing_object_is_named(
@@ -87,6 +97,48 @@ def test_a_missing_object_is_named(
     assert out.returncode == 1
     assert out.stderr.strip() == f"kubectl mlxfleet {said}"
     assert "404" not in out.stderr
+
+
+def test_approve_node_of_a_node_that_waits_and_of_one_that_does_not(
+    cluster: controlplane.ControlPlane,
+) -> None:
+    """`approve node`: what the person approves on stderr, then approved, uncordoned and labelled
+    as asked; an admin's node (no spec.approved) is not waiting; a kind approve does not know
+    exits 2; requested labels that are not labels are refused, the node left as it was."""
+    admins, waits, bad = (f"mac-{secrets.token_hex(3)}" for _ in range(3))
+    node(cluster, admins)
+    out = plugin(cluster, "approve", "node", admins)
+    assert (out.returncode, out.stdout.strip()) == (0, f"inferencenode/{admins} is not waiting "
+                                                       "for approval")  # fmt: skip
+    for name, asked in ((waits, '{"pool": "big"}'), (bad, '{"pool": "not a label!"}')):
+        apply(cluster, {
+            "apiVersion": resources.API_VERSION, "kind": "InferenceNode",
+            "metadata": {"name": name,
+                         "annotations": {resources.REQUESTED_LABELS_ANNOTATION: asked}},
+            "spec": {"agent": {"url": "https://10.0.0.9:8470", "tokenSecretRef": {"name": "t"}},
+                     "hardware": {"memory": "512Gi"}, "approved": False, "unschedulable": True},
+        })  # fmt: skip
+    out = plugin(cluster, "approve", "node", waits)
+    assert out.returncode == 0, out.stderr
+    assert "https://10.0.0.9:8470" in out.stderr
+    assert "512Gi" in out.stderr
+    assert "pool=big" in out.stderr
+    found = json.loads(cluster.kubectl("get", "inode", waits, "-o", "json").stdout)
+    assert (found["spec"]["approved"], found["spec"]["unschedulable"]) == (True, False)
+    assert found["metadata"]["labels"] == {"pool": "big"}
+    assert resources.REQUESTED_LABELS_ANNOTATION not in found["metadata"].get("annotations", {})
+    out = plugin(cluster, "approve", "node", bad)
+    assert out.returncode == 1
+    assert resources.REQUESTED_LABELS_ANNOTATION in out.stderr
+    assert "--no-labels" in out.stderr
+    left = json.loads(cluster.kubectl("get", "inode", bad, "-o", "json").stdout)["spec"]
+    assert left["approved"] is False
+    assert plugin(cluster, "approve", "node", bad, "--no-labels").returncode == 0
+    out = plugin(cluster, "approve", "deployment", "x")
+    assert out.returncode == 2
+    assert "expected PLAN, swapplan PLAN or node NODE" in out.stderr
+    for name in (admins, waits, bad):
+        cluster.kubectl("delete", "inode", name, "--wait=false")
 
 
 def test_drain_reports_while_it_waits_says_why_and_gives_up_with_a_hint(

@@ -245,6 +245,8 @@ def test_operator_flags_follow_the_values(helm_cli: Helm) -> None:
         "--metrics-host=0.0.0.0",
         "--metrics-port=9090",
         "--log-level=DEBUG",
+        "--fleet-key-file=/etc/mlxfleet/fleet-key/key",
+        "--fleet-key-optional",
         "--poll-seconds=2.5",
         "--misses=4",
         "--failover-delay=0",
@@ -282,6 +284,10 @@ def test_agent_tokens_live_apart_from_the_gateway_by_default(
     policy = " ".join(f"{v['expression']} {v['message']}" for v in validations)
     assert f"tokenSecretRef.namespace == '{agents}'" in policy
     assert NAMESPACE not in policy
+    for refused in ("metadata.labels", "metadata.annotations", "metadata.finalizers",
+                    "metadata.ownerReferences", "immutable", "spec.approved: false",
+                    "spec.unschedulable: true"):  # fmt: skip
+        assert refused in policy, refused
 
     legacy = ("--set=operator.agentSecretsNamespace=", "--set=namespace.create=true")
     old = helm_cli.template(*legacy)
@@ -395,7 +401,7 @@ def test_gateway_branch(helm_cli: Helm) -> None:
     verbs = {v for rule in cluster_role["rules"] for v in rule["verbs"]}
     assert verbs == {"get", "list", "watch"}
     resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
-    assert resources == {"modeldeployments", "modelroutes"}
+    assert resources == {"modeldeployments", "modelroutes", "inferencenodes"}
     single = helm_cli.template("--set=gateway.enabled=true", "--set=gateway.replicas=1")
     pdbs = {d["metadata"]["name"] for d in single if d["kind"] == "PodDisruptionBudget"}
     assert "mlxfleet-gateway" not in pdbs  # minAvailable 1 of 1 would block drains

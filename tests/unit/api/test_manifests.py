@@ -94,6 +94,21 @@ def test_deployment_runs_two_hardened_replicas_that_elect_a_leader() -> None:
     assert "/tmp" in mounts, "a read-only root filesystem needs a writable /tmp"
 
 
+def test_the_operator_reads_the_fleet_key_from_a_mount_never_through_the_api() -> None:
+    """Each approved node's keys derive from the gateway's fleet key: the operator has it as a
+    read-only file from an optional Secret volume (no RBAC on that Secret); it starts without."""
+    pod = _by_kind("deployment.yaml", "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "--fleet-key-file=/etc/mlxfleet/fleet-key/key" in container["args"]
+    assert "--fleet-key-optional" in container["args"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "fleet-key"]
+    assert (mount["mountPath"], mount["readOnly"]) == ("/etc/mlxfleet/fleet-key", True)
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "fleet-key"]
+    assert volume["secret"] == {
+        "secretName": "mlxfleet-fleet-key", "defaultMode": 0o400, "optional": True,
+    }  # fmt: skip
+
+
 def test_disruption_budget_keeps_one_operator() -> None:
     pdb = _by_kind("pdb.yaml", "PodDisruptionBudget")
     assert pdb["metadata"]["namespace"] == resources.OPERATOR_NAMESPACE

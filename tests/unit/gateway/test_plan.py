@@ -15,6 +15,9 @@ from mlxfleet_operator.api import modelroute as mroute
 NS = "team-a"
 
 
+NODES = {f"n{i}": b"" for i in range(10)}  # every node approved, no fleet key
+
+
 def deployment(name: str, *, ready: int = 1, served: str | None = None) -> mdep.ModelDeployment:
     return mdep.ModelDeployment.model_validate(
         {
@@ -69,7 +72,7 @@ CANARY = {
 
 
 def cat(*deps: mdep.ModelDeployment, spec: dict[str, Any] = CANARY) -> catalog.Catalog:
-    return catalog.build(deps, [route(spec)])
+    return catalog.build(deps, [route(spec)], nodes=NODES)
 
 
 def first_rule(c: catalog.Catalog, r: traits.Traits) -> plan.Plan:
@@ -159,7 +162,7 @@ def test_no_rule_matches_is_404() -> None:
             }
         ]
     }
-    c = catalog.build([deployment("coder")], [route(spec)])
+    c = catalog.build([deployment("coder")], [route(spec)], nodes=NODES)
     found = c.resolve([NS], "chat")
     assert found is not None
     with pytest.raises(errors.GatewayError) as info:
@@ -168,7 +171,7 @@ def test_no_rule_matches_is_404() -> None:
 
 
 def test_a_plain_deployment_plans_to_itself() -> None:
-    c = catalog.build([deployment("tiny", served="tiny-chat")], [])
+    c = catalog.build([deployment("tiny", served="tiny-chat")], [], nodes=NODES)
     found = c.resolve([NS], "tiny-chat")
     assert found is not None
     p = plan.plan(found, req("tiny-chat"), rng=random.random)

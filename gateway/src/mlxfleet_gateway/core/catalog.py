@@ -1,6 +1,8 @@
 """The gateway's view of the fleet: which names exist in which namespace, and what serves them.
 
-Built (pure) from the ModelDeployments, ModelRoutes and provider-key Secrets the watches hold.
+Built (pure) from the ModelDeployments, ModelRoutes and provider-key Secrets the watches hold,
+and the approved nodes (`trust`): a replica counts only on an approved node, and carries the
+`Authorization` value that node's data plane accepts.
 A name resolves within the caller's scope (the namespaces of its API key, in their order): in one
 namespace a ModelRoute's name wins over a ModelDeployment's served name; across namespaces the
 first namespace of the scope that has the name wins. Nothing outside the scope is visible.
@@ -30,6 +32,7 @@ class Replica:
     id: str  # <namespace>/<deployment>@<node>
     node: str
     url: str  # the agent's data-plane base URL (http://host:port)
+    auth: bytes = b""  # the Authorization header value its node accepts (b"": none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,13 +162,19 @@ class Catalog:
         return list(seen.values())
 
 
-def deployment(md: mdep.ModelDeployment) -> Deployment:
-    """A ModelDeployment's ready replicas (ready placements with an endpoint)."""
+def deployment(md: mdep.ModelDeployment, nodes: Mapping[str, bytes]) -> Deployment:
+    """A ModelDeployment's ready replicas (ready placements with an endpoint) on the approved
+    `nodes` (name -> the Authorization value its data plane accepts); none elsewhere."""
     namespace, name = md.metadata.namespace or "", md.metadata.name or ""
     replicas = tuple(
-        Replica(id=f"{namespace}/{name}@{p.node}", node=p.node, url=p.endpoint.rstrip("/"))
+        Replica(
+            id=f"{namespace}/{name}@{p.node}",
+            node=p.node,
+            url=p.endpoint.rstrip("/"),
+            auth=nodes[p.node],
+        )
         for p in sorted(md.status.placements, key=lambda p: p.node)
-        if p.ready and p.endpoint
+        if p.ready and p.endpoint and p.node in nodes
     )
     served = md.status.served_name or md.served_name()
     slot = next((p.slot for p in md.status.placements if p.slot), None)
@@ -249,9 +258,11 @@ def build(
     deployments: Iterable[mdep.ModelDeployment],
     routes: Iterable[mroute.ModelRoute],
     provider_keys: Iterable[providers.ProviderKey] = (),
+    *,
+    nodes: Mapping[str, bytes],
 ) -> Catalog:
-    """The catalog of everything watched."""
-    deps = {(d.namespace, d.name): d for d in map(deployment, deployments)}
+    """The catalog of everything watched; replicas only on `nodes` (`deployment`)."""
+    deps = {(d.namespace, d.name): d for d in (deployment(md, nodes) for md in deployments)}
     keys = {k.name: k for k in provider_keys}
     cat = Catalog(deployments=deps)
     for dep in sorted(deps.values(), key=lambda d: (d.namespace, d.name)):

@@ -14,13 +14,17 @@ snake_case. Every public name of the submodules is re-exported here, so callers 
 - `state`: GET /v1/state (`AgentState`);
 - `engines`: `EngineSpec` (a slot's engine and its options), `Capability`, `EngineInfo`;
 - `errors`: error bodies (`ErrorBody`, `InsufficientMemory`);
-- `telemetry`: `TelemetryInterval` and its object key.
+- `telemetry`: `TelemetryInterval` and its object key;
+- `credentials`: per-node keys (`NodeCredentials`, `CredentialsStatus`) and their derivation from
+  the fleet key (its functions are called as `contract.credentials.for_node(...)`).
 
 May import: pydantic and the standard library only (no I/O). Called by: every agent folder, the
 operator (api, core, adapters, reports), the gateway.
 """
 
+from mlxfleet_agent.contract import credentials
 from mlxfleet_agent.contract.base import API_PREFIX, DNS_LABEL, StrictWire, Wire
+from mlxfleet_agent.contract.credentials import CredentialsStatus, NodeCredentials
 from mlxfleet_agent.contract.engines import (
     ENDPOINTS,
     Capability,
@@ -38,6 +42,7 @@ from mlxfleet_agent.contract.models import (
     DownloadProgress,
     ModelList,
     ModelShape,
+    Peer,
     PeerUrl,
     PrefetchRequest,
     Transfer,
@@ -122,6 +127,7 @@ __all__ = [
     "Capability",
     "ChatTemplateArgs",
     "CommandOptions",
+    "CredentialsStatus",
     "DiskInfo",
     "DownloadProgress",
     "EmbedOptions",
@@ -139,7 +145,9 @@ __all__ = [
     "ModelList",
     "ModelShape",
     "ModelSource",
+    "NodeCredentials",
     "NodeTelemetry",
+    "Peer",
     "PeerUrl",
     "PrefetchRequest",
     "RankAddress",
@@ -167,6 +175,7 @@ __all__ = [
     "check_chat_template_args",
     "check_image_url_prefix",
     "check_source",
+    "credentials",
     "telemetry_date_prefix",
     "telemetry_key",
 ]

@@ -62,3 +62,8 @@ class AgentState(Wire):
         description="Every engine this agent knows, whether it can run it here and why (found "
         "at start); empty from agents older than engines (they run mlx-lm only).",
     )
+    credentials: str | None = Field(
+        default=None,
+        description="fingerprint of the node credentials the operator last sent "
+        "(PUT /v1/credentials, `contract.credentials.fingerprint`); None: none yet",
+    )

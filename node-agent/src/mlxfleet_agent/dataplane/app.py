@@ -1,6 +1,8 @@
 """The data plane: an OpenAI-compatible reverse proxy in front of the slots' backends (raw ASGI).
 
-Per request: authorize (API keys, when configured), read the body (bounded), route by `model`
+Per request: authorize (the node's keys: its own from the operator and the admin's
+`--data-api-keys-file`; open only when it has none and may be), read the body (bounded), route by
+`model`
 (chat and completions to chat engines, embeddings and rerank to the slots whose engine serves
 them: `mlx-embed`, `mlx-rerank`, vllm pooling, a declared command)
 against the narrow `slots.lease.Routes` protocol, lease the route's backend (queueing while it is
@@ -16,9 +18,9 @@ Called by: runtime (serves it on the data port).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
+from typing import Protocol
 
 from mlxfleet_agent import openai_proxy as asgi
 from mlxfleet_agent.dataplane import relay, routing
@@ -27,6 +29,10 @@ from mlxfleet_agent.slots import lease
 from mlxfleet_agent.telemetry import recorder
 
 SLOT_HEADER = b"x-mlxfleet-slot"  # honoured only from a caller holding a data-plane key
+NO_KEY = (
+    "missing or invalid API key (this node's data plane has no key yet: the operator sends the "
+    "node its own once a person approved it)"
+)
 ENDPOINTS = {
     "/v1/chat/completions": "chat.completions",
     "/chat/completions": "chat.completions",
@@ -46,6 +52,19 @@ CAPABILITY = {
 }
 
 
+class Keys(Protocol):
+    """The data plane's view of the node's credentials (`host.credentials.NodeKeys`)."""
+
+    @property
+    def open(self) -> bool:
+        """No key at all, and the data plane may serve without one."""
+
+    @property
+    def data_keys(self) -> tuple[bytes, ...]: ...
+
+    def accepts(self, given: bytes) -> bool: ...
+
+
 class DataPlane:
     """ASGI app of the data port."""
 
@@ -54,13 +73,13 @@ class DataPlane:
         *,
         routes: lease.Routes,
         telemetry: recorder.Telemetry,
-        api_keys: frozenset[str] | None,
+        keys: Keys,
         max_body_bytes: int,
         queue_timeout_s: float,
     ) -> None:
         self.routes = routes
         self.telemetry = telemetry
-        self.api_keys = [k.encode() for k in api_keys] if api_keys else None
+        self.keys = keys
         self.max_body_bytes = max_body_bytes
         self.queue_timeout_s = queue_timeout_s
 
@@ -91,28 +110,26 @@ class DataPlane:
             return
 
     def _authorize(self, scope: asgi.Scope) -> None:
-        if self.api_keys is None:
+        keys = self.keys
+        if keys.open:
             return
         given = b""
         for name, value in scope["headers"]:
             if name == b"authorization" and value[:7].lower() == b"bearer ":
                 given = value[7:].strip()
-        ok = False
-        for key in self.api_keys:
-            ok |= hmac.compare_digest(given, key)
-        if not ok:
+        if not keys.accepts(given):
             raise RouteError(
                 401,
-                "missing or invalid API key",
+                "missing or invalid API key" if keys.data_keys else NO_KEY,
                 type_="authentication_error",
                 code="invalid_api_key",
             )
 
     def _slot(self, scope: asgi.Scope) -> str | None:
         """The slot the caller names (`x-mlxfleet-slot`), honoured only when the data plane has
-        keys (the fleet credential the gateway holds: `_authorize` has checked it); an open
+        keys (the node's own, which the gateway holds: `_authorize` has checked it); an open
         data plane routes by `model` only."""
-        if self.api_keys is None:
+        if self.keys.open:
             return None
         for name, value in scope["headers"]:
             if name == SLOT_HEADER:

@@ -1,12 +1,15 @@
 """`mlxfleet-agent join` and `mlxfleet-agent leave`, step by step with progress on stderr.
 
-join: check the flags; keep the credentials of an earlier join of this node (or make a token and
-a TLS certificate); write the agent config, token and key (0600, atomic); render the service unit
+join: check the flags; keep the credentials of an earlier join of this node (or make a token and a
+TLS certificate); write the agent config, token and key (0600, atomic); render the service unit
 (systemd on Linux, a LaunchDaemon on macOS) into --unit-dir; register the Secret then the
-InferenceNode with the bootstrap token; start the service (only when the unit went to the system
-directory). Re-running join with the same node is idempotent: objects this Mac created before
-(recorded in <config-dir>/join.json) answer 409 and count as done; a 409 for an object it did
-not create means another Mac has that name, and join stops.
+InferenceNode with the bootstrap token, unapproved and cordoned, the labels asked for in an
+annotation (`plan.inference_node`); start the service (only when the unit went to the system
+directory). The agent's data plane has no key until a person approves the node and the operator
+sends it its own (it listens on --bind, 0.0.0.0, and refuses every request until then). Re-running
+join with the same node is idempotent: objects this Mac created before (recorded in
+<config-dir>/join.json) answer 409 and count as done; a 409 for an object it did not create means
+another Mac has that name, and join stops.
 leave: with a kubeconfig allowed to patch and delete InferenceNodes and the Secret (an admin's;
 the bootstrap token can do neither): cordon and drain the node, wait until no replica is left on
 it, stop the service, delete the InferenceNode and the Secret, remove the unit and the files.
@@ -44,7 +47,8 @@ def add_join_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server", required=True, help="the API server, https://HOST:6443")
     p.add_argument("--token", required=True, help="bootstrap token from `mlxfleet token create`")
     p.add_argument("--labels", action="append", default=[], metavar="K=V[,K=V]",
-                   help="labels of this node's InferenceNode (repeatable)")  # fmt: skip
+                   help="labels asked for this node's InferenceNode (repeatable): set when a "
+                   "person approves it")  # fmt: skip
     p.add_argument("--ca-file", type=Path, help="CA of the API server (default: system trust)")
     p.add_argument("--node-name", help="InferenceNode name (default: the host name)")
     p.add_argument("--advertise-address", help="name or IP the cluster reaches this Mac at "
@@ -198,8 +202,20 @@ def join(args: argparse.Namespace) -> int:
         say(f"started {unit.name}")
     else:
         say(f"not started: run `mlxfleet-agent serve --config {layout.config}` or install {unit}")
-    say(f"joined: kubectl get inode {node}")
+    _say_awaiting_approval(node)
     return 0
+
+
+def _say_awaiting_approval(node: str) -> None:
+    """What happens next: the node waits for a person, its data plane closed meanwhile."""
+    say(
+        f"joined: kubectl get inode {node} (AwaitingApproval: it takes no traffic until an admin "
+        f"runs `kubectl mlxfleet approve node {node}`)"
+    )
+    say(
+        "the data plane refuses every request until then: on approval the operator sends this "
+        "node its own key (no fleet-wide secret is ever written here)"
+    )
 
 
 def _refused(exc: kubeapi.KubeApiError, kind: str, name: str) -> plan.JoinError:

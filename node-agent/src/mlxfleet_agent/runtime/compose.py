@@ -1,6 +1,7 @@
 """The composition root: the one place the agent's parts are built, wired and torn down.
 
-Built in dependency order, each part given only what it needs: telemetry and its shipper, the model
+Built in dependency order, each part given only what it needs: the node's credentials (its own
+keys from the operator, the admin's key files), telemetry and its shipper, the model
 catalog (over the store), the engines this host can run (discovery), the backend launcher, the
 slot registry (which owns the slots and is their `Owner`), the data plane (given the registry as
 its narrow `slots.lease.Routes`), the control API (wrapped in its guard, behind the peer file
@@ -25,7 +26,7 @@ from mlxfleet_agent.controlapi import app as control_app
 from mlxfleet_agent.controlapi import guard, state
 from mlxfleet_agent.dataplane import app as data_app
 from mlxfleet_agent.engines import discovery, facts
-from mlxfleet_agent.host import platform
+from mlxfleet_agent.host import credentials, platform
 from mlxfleet_agent.models import catalog, store
 from mlxfleet_agent.peers import server as peer_server
 from mlxfleet_agent.runtime import logs, settings
@@ -79,9 +80,21 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     if killed:
         log.warning("killed backends orphaned by a previous agent", extra={"pids": killed})
     token = cfg.read_token()
-    keys = cfg.read_data_keys()
-    tel, ship = telemetry(cfg)
     peer_token = cfg.read_peer_token()
+    keys = credentials.NodeKeys(
+        cfg.credentials_path(),
+        file_keys=cfg.read_data_keys(),
+        legacy_peer_token=peer_token,
+        may_be_open=cfg.may_be_open(),
+    )
+    if not keys.data_keys and not keys.open:
+        log.warning(
+            "the data plane has no key yet and refuses every request: the operator sends this "
+            "node its own once a person approved it (or give --data-api-keys-file; "
+            "--allow-open-data-plane serves without a key)",
+            extra={"bind": cfg.bind},
+        )
+    tel, ship = telemetry(cfg)
     model_store = store.Store(
         cfg.models_dir,
         allowed_roots=cfg.roots(),
@@ -121,9 +134,15 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         data_port=data_port,
         engines=engines,
         pressure_file=cfg.memory_pressure_file,
+        keys=keys,
     )
     control = control_app.build(
-        slots=slots, models=models, view=view, agent_metrics=tel.metrics, log_tail=logs.RING.tail
+        slots=slots,
+        models=models,
+        view=view,
+        keys=keys,
+        agent_metrics=tel.metrics,
+        log_tail=logs.RING.tail,
     )
     runtime = Runtime(
         registry=slots,
@@ -131,17 +150,17 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
             guard.Guard(control, token=token),
             holdings=model_store,
             models_dir=cfg.models_dir,
-            token=peer_token,
+            tokens=keys,
         ),
         data_app=data_app.DataPlane(
             routes=slots,
             telemetry=tel,
-            api_keys=keys,
+            keys=keys,
             max_body_bytes=cfg.max_body_bytes,
             queue_timeout_s=cfg.queue_timeout_s,
         ),
     )
-    if peer_token is not None:  # a fleet that copies weights: boto3's set-up off the clock
+    if keys.serves_peers:  # a fleet that copies weights: boto3's set-up off the clock
         warm = asyncio.get_running_loop().run_in_executor(None, model_store.s3_client)
         warm.add_done_callback(_warmed)
     restored = slots.restore()

@@ -14,6 +14,7 @@ May import: pydantic, yaml and the standard library. Called by: cli (builds it),
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import secrets
@@ -68,13 +69,26 @@ class Settings(BaseModel):
         Path | None, Opt("control API bearer token (default: <state-dir>/token, created)")
     ] = None
     peer_token_file: Annotated[
-        Path | None, Opt("fleet peer token: serve and fetch models Mac to Mac (optional)")
+        Path | None,
+        Opt(
+            "legacy shared peer token (deprecated: the operator sends each node its own peer "
+            "key; give this only while older agents still use one)"
+        ),
     ] = None
     tls_cert: Annotated[Path | None, Opt("PEM certificate of the control API")] = None
     tls_key: Annotated[Path | None, Opt("PEM key of the control API")] = None
     data_api_keys_file: Annotated[
-        Path | None, Opt("API keys the data plane accepts, one a line")
+        Path | None,
+        Opt("more keys the data plane accepts, one a line (besides the node's own key)"),
     ] = None
+    allow_open_data_plane: Annotated[
+        bool,
+        Opt(
+            "serve the data plane without any key on a non-loopback --bind (anyone who reaches "
+            "the port may use every model; development only)",
+            action="store_true",
+        ),
+    ] = False
     allowed_roots: Annotated[
         list[Path],
         Opt(
@@ -228,8 +242,8 @@ class Settings(BaseModel):
         return token
 
     def read_peer_token(self) -> str | None:
-        """The fleet's peer token (the same on every agent: it lets agents read each other's
-        models and nothing else), or None: this agent neither serves nor asks peers."""
+        """The legacy shared peer token (the same on every agent that has it: it lets agents
+        read each other's models), or None: peers only by per-node fetch tokens."""
         if self.peer_token_file is None:
             return None
         path = self.peer_token_file
@@ -242,7 +256,7 @@ class Settings(BaseModel):
         return token
 
     def read_data_keys(self) -> frozenset[str] | None:
-        """API keys the data plane accepts (one a line), or None: the data plane is open."""
+        """More keys the data plane accepts (one a line), or None: only the node's own."""
         if self.data_api_keys_file is None:
             return None
         text = _read_text(
@@ -256,6 +270,24 @@ class Settings(BaseModel):
                 "(one key a line; lines starting with # are comments)"
             )
         return keys
+
+    @property
+    def loopback(self) -> bool:
+        """Both ports listen on loopback only (--bind 127.0.0.1, ::1 or localhost)."""
+        if self.bind == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.bind).is_loopback
+        except ValueError:
+            return False
+
+    def may_be_open(self) -> bool:
+        """The data plane may serve without a key: on loopback, or when told to."""
+        return self.loopback or self.allow_open_data_plane
+
+    def credentials_path(self) -> Path:
+        """Where the node's own keys from the operator are kept."""
+        return self.state_dir / "credentials.json"
 
     def prepare(self) -> None:
         """Start-up checks with messages naming the flag, the value and what to do: the state and

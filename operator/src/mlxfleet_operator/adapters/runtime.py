@@ -154,7 +154,12 @@ def start(config: opsettings.OperatorSettings) -> Runtime:
             k.close()
             where = f"--metrics-host {config.metrics_host} --metrics-port {config.metrics_port}"
             raise StartError(f"{where}: {exc}") from exc
-    return Runtime(config=config, kube=k, fleet=fleet.Fleet(k), publisher=publishing.Publisher(k))
+    return Runtime(
+        config=config,
+        kube=k,
+        fleet=fleet.Fleet(k, fleet_keys=config.fleet_keys),
+        publisher=publishing.Publisher(k),
+    )
 
 
 def of(memo: MutableMapping[str, Any]) -> Runtime:

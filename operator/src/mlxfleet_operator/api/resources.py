@@ -30,6 +30,9 @@ DEPLOYMENT_ANNOTATION = f"{GROUP}/deployment-name"
 """On objects made for a ModelDeployment: its whole name."""
 AGENT_CREDENTIALS_LABEL = f"{GROUP}/agent-credentials"
 """Only Secrets with this label set to "true" are used (and sent) as agent credentials."""
+REQUESTED_LABELS_ANNOTATION = f"{GROUP}/requested-labels"
+"""On an InferenceNode that joined itself: the labels join would have set (JSON object), which
+the join identity may not set; `kubectl mlxfleet approve node` applies them once approved."""
 
 
 class Scope(StrEnum):

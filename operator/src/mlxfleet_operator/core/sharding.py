@@ -185,6 +185,8 @@ def plan_ranks(
 def _static_reject(
     node: placement.NodeView, request: GroupRequest, *, now: datetime, delay: timedelta
 ) -> placement.Rejection | None:
+    if not node.approved:
+        return placement.Rejection(node.name, placement.Reason.UNAPPROVED, placement.UNAPPROVED)
     if request.nodes is not None and node.name not in request.nodes:
         return placement.Rejection(
             node.name, placement.Reason.NOT_LISTED, "not in spec.placement.nodes"

@@ -83,7 +83,8 @@ def _start_plane(dev: Path) -> controlplane.ControlPlane:
 
 
 def _fleet_key(demo: Path) -> Path:
-    """The credential agents' data planes accept from the gateway (made once)."""
+    """The fleet key of the gateway and the operator (made once): each node's data plane
+    accepts only its own key derived from it, which the operator sends it."""
     fleet_key = demo / "fleet-key"
     if not fleet_key.exists():
         fleet_key.write_text(secrets.token_urlsafe(32) + "\n")
@@ -165,14 +166,15 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
     say("starting two node agents")
     agents = []
     for node in demoobjects.NODES:
-        agent, pid = demofleet.start_agent(node, demo=demo, models=models, fleet_key=fleet_key)
+        agent, pid = demofleet.start_agent(node, demo=demo, models=models)
         pids.append(pid)
         save()
         demofleet.prefetch(agent, list(sources.values()))
         agents.append(agent)
         print(
             f"    {node}: control {agent.url}, data plane "
-            f"http://127.0.0.1:{agent.data_port}/v1 (fleet key only)"
+            f"http://127.0.0.1:{agent.data_port}/v1 (its own key only, once the operator "
+            "sent it)"
         )
 
     say(
@@ -184,7 +186,7 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
         demoobjects.apply(plane, demoobjects.node(agent.node, agent.url, index))
 
     say(f"starting the operator as {credentials.OPERATOR_USER}")
-    pids.append(demofleet.start_operator(plane, demo=demo))
+    pids.append(demofleet.start_operator(plane, demo=demo, fleet_key=fleet_key))
     save()
     plane.kubectl("wait", "--for=condition=Ready", "inode", "--all", "--timeout=120s")
 

@@ -70,8 +70,9 @@ def _wait_agent(url: str, token: str, *, timeout: float = 60) -> dict[str, Any]:
     raise RuntimeError(f"agent {url} did not answer within {timeout:.0f}s: {last}")
 
 
-def start_agent(node: str, *, demo: Path, models: Path, fleet_key: Path) -> tuple[Agent, int]:
-    """Start the agent of `node` (may serve models under `models`); the agent and its pid."""
+def start_agent(node: str, *, demo: Path, models: Path) -> tuple[Agent, int]:
+    """Start the agent of `node` (may serve models under `models`); the agent and its pid. Its
+    data plane (loopback) takes only its own key once the operator has sent it."""
     control, data = processes.free_ports(2)
     node_dir = demo / node
     token_file = node_dir / "token"
@@ -95,8 +96,6 @@ def start_agent(node: str, *, demo: Path, models: Path, fleet_key: Path) -> tupl
             str(data),
             "--token-file",
             str(token_file),
-            "--data-api-keys-file",
-            str(fleet_key),
         ],
         demo / "logs" / f"agent-{node}.log",
     )
@@ -118,8 +117,9 @@ def prefetch(agent: Agent, sources: list[str]) -> None:
         r.raise_for_status()
 
 
-def start_operator(plane: controlplane.ControlPlane, *, demo: Path) -> int:
-    """`mlxfleet-operator` as its ServiceAccount identity (fast heartbeats); its pid."""
+def start_operator(plane: controlplane.ControlPlane, *, demo: Path, fleet_key: Path) -> int:
+    """`mlxfleet-operator` as its ServiceAccount identity (fast heartbeats; it sends each node
+    its own keys, derived from the fleet key); its pid."""
     return _spawn(
         [
             _bin("mlxfleet-operator"),
@@ -133,6 +133,8 @@ def start_operator(plane: controlplane.ControlPlane, *, demo: Path) -> int:
             "3",
             "--failover-delay",
             "10",
+            "--fleet-key-file",
+            str(fleet_key),
         ],
         demo / "logs" / "operator.log",
     )

@@ -1,8 +1,10 @@
-"""InferenceNode heartbeat: poll the agent's /v1/state every --poll-seconds, debounce misses,
-write status (memory, disk, slots, cached models, conditions) when it changed (lastHeartbeatTime
-alone only every --heartbeat-write-seconds, longer in a fleet so large that heartbeats alone
-would write more than twice a second, stretched per node by up to 50 % so nodes do not write
-together), post an Event on Ready flips.
+"""InferenceNode heartbeat: poll the agent's /v1/state every --poll-seconds, debounce misses, write
+status (memory, disk, slots, cached models, conditions) when it changed (lastHeartbeatTime alone
+only every --heartbeat-write-seconds, longer in a fleet so large that heartbeats alone would write
+more than twice a second, stretched per node by up to 50 % so nodes do not write together), post an
+Event on Ready flips. A node no person approved (it joined itself) is not polled: its status says
+AwaitingApproval and the fleet forgets it (no client, no placement, no peer). An approved node
+whose agent lacks its own keys is sent them (`fleet.keep_credentials`).
 
 May import: kopf, adapters, core, api, settings, `guard`. Called by: kopf.
 """
@@ -24,6 +26,7 @@ from mlxfleet_operator.handlers import guard
 KIND = resources.INFERENCE_NODE
 NODES = (resources.GROUP, resources.VERSION, KIND.plural)
 IGNORED = "reservedMemory ignored"  # announced once per node and operator process
+NO_CREDENTIALS = "credentials refused"  # announced once per node and operator process
 
 
 async def heartbeat_poll(
@@ -32,7 +35,14 @@ async def heartbeat_poll(
     node = inode.InferenceNode.model_validate(dict(body))
     async with guard.guarded(KIND, body, memo) as run:
         rt, misses = run.rt, run.rt.config.misses
+        if not node.approved():
+            await _unapproved(node, body, memo, patch, rt)
+            return
         poll = await rt.fleet.poll(node)
+        if poll.state is not None:
+            failed = await rt.fleet.keep_credentials(node, poll.state)
+            if failed is not None and rt.first_time(str(body.metadata.uid), NO_CREDENTIALS):
+                events.post(body, nodes.credentials_refused(failed))
         now = runtime.now()
         health = memo.get("health") or nodes.health_from_status(node.status)
         seen = heartbeat.observe(
@@ -60,6 +70,22 @@ async def heartbeat_poll(
         if ignored is not None and rt.first_time(str(body.metadata.uid), IGNORED):
             events.post(body, ignored)
         events.post(body, nodes.flip_event(seen, poll))
+
+
+async def _unapproved(
+    node: inode.InferenceNode,
+    body: kopf.Body,
+    memo: kopf.Memo,
+    patch: kopf.Patch,
+    rt: runtime.Runtime,
+) -> None:
+    """A node that joined itself and waits for a person: never polled, forgotten by the fleet."""
+    name = node.metadata.name or ""
+    if rt.fleet.get(name) is not None:
+        await rt.fleet.forget(name)
+    memo.pop("health", None)
+    statuspatch.write_status(patch, nodes.awaiting_approval(node, now=runtime.now()), body)
+    metrics.NODE_READY.labels(name).set(0)
 
 
 def _as_written(node: inode.InferenceNode, memo: kopf.Memo) -> inode.InferenceNode:

@@ -2,6 +2,8 @@
 
     kubectl mlxfleet status [-n NS]           nodes with memory bars, deployments, running plans
     kubectl mlxfleet approve PLAN [-n NS]     let a SwapPlan that waits for approval run
+    kubectl mlxfleet approve swapplan PLAN    the same
+    kubectl mlxfleet approve node NODE        let a Mac that joined itself take traffic
     kubectl mlxfleet cordon|uncordon NODE     no new replicas on NODE / undo cordon and drain
     kubectl mlxfleet drain NODE [--timeout S] cordon, move its replicas (make-before-break), wait
     kubectl mlxfleet top [--interval S]       tokens/s and TTFT per deployment, from the agents
@@ -28,7 +30,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from mlxfleet_operator.api import resources
-from mlxfleet_operator.kubectl_plugin import agents, kubeconfig, render
+from mlxfleet_operator.kubectl_plugin import agents, approval, kubeconfig, render
 
 G, V = resources.GROUP, resources.VERSION
 
@@ -121,7 +123,46 @@ def cmd_status(fleet: Fleet, args: argparse.Namespace) -> int:
     return 0
 
 
+NODE_KINDS = ("node", "nodes", "inode", "inferencenode", "inferencenodes")
+PLAN_KINDS = ("swapplan", "swapplans", "swp", "plan")
+
+
 def cmd_approve(fleet: Fleet, args: argparse.Namespace) -> int:
+    """`approve PLAN`, `approve swapplan PLAN` or `approve node NODE`."""
+    if len(args.target) == 1:
+        return _approve_plan(fleet, args, args.target[0])
+    if len(args.target) == 2 and args.target[0] in PLAN_KINDS:
+        return _approve_plan(fleet, args, args.target[1])
+    if len(args.target) == 2 and args.target[0] in NODE_KINDS:
+        return _approve_node(fleet, args, args.target[1])
+    say(
+        f"kubectl mlxfleet approve: {' '.join(args.target)!r}: expected PLAN, swapplan PLAN or "
+        "node NODE"
+    )
+    return 2
+
+
+def _approve_node(fleet: Fleet, args: argparse.Namespace, name: str) -> int:
+    node = fleet.node(name)
+    if not approval.waiting(node):
+        print(f"inferencenode/{name} is not waiting for approval")
+        return 0
+    try:
+        labels = None if args.no_labels else approval.requested(node)
+    except approval.ApprovalError as exc:
+        say(f"kubectl mlxfleet approve: {exc}")
+        return 1
+    for line in approval.summary(node, labels or {}):
+        say(line)
+    fleet.custom.patch_cluster_custom_object(
+        G, V, resources.INFERENCE_NODE.plural, name, approval.patch(labels)
+    )
+    print(f"inferencenode/{name} approved")
+    return 0
+
+
+def _approve_plan(fleet: Fleet, args: argparse.Namespace, name: str) -> int:
+    args.plan = name
     ns = args.namespace or fleet.target.namespace
     plan = fleet.plan(args.plan, ns)
     if not plan.get("spec", {}).get("paused"):
@@ -207,7 +248,11 @@ def cmd_logs(fleet: Fleet, args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, tuple[Callable[[Fleet, argparse.Namespace], int], str]] = {
     "status": (cmd_status, "nodes with memory bars, deployments with placements, running plans"),
-    "approve": (cmd_approve, "approve a SwapPlan that waits (spec.paused: true -> false)"),
+    "approve": (
+        cmd_approve,
+        "approve a SwapPlan that waits (spec.paused: true -> false), or `node NODE`: a Mac that "
+        "joined itself (spec.approved: true, uncordoned, its requested labels applied)",
+    ),
     "cordon": (cmd_cordon, "place no new replicas on NODE"),
     "uncordon": (cmd_cordon, "undo cordon and drain"),
     "drain": (cmd_drain, "cordon NODE and move its replicas elsewhere, make-before-break"),
@@ -245,7 +290,9 @@ def _parser() -> argparse.ArgumentParser:
     for name, (_, text) in COMMANDS.items():
         p = sub.add_parser(name, help=text, description=text, parents=[late])
         if name == "approve":
-            p.add_argument("plan", metavar="PLAN")
+            p.add_argument("target", nargs="+", metavar="[swapplan|node] NAME")
+            p.add_argument("--no-labels", action="store_true",
+                           help="node: apply none of the labels it asked for")  # fmt: skip
         if name in ("cordon", "uncordon", "drain", "logs"):
             p.add_argument("node", metavar="NODE")
         if name == "drain":

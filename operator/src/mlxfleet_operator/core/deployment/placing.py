@@ -53,6 +53,7 @@ def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
         engines=engines,
         engine_reasons=reasons,
         labels=dict(fact.node.metadata.labels),
+        approved=fact.node.approved(),
         unschedulable=fact.node.spec.unschedulable,
         draining=fact.node.spec.drain,
         ready=fact.ready and fact.state is not None,
