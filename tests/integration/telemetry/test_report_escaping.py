@@ -115,10 +115,13 @@ def test_markup_in_a_model_source_is_text_and_fetches_nothing(
         cli.summarise(telemetry, summary.iso_week(2026, 42), cfg),
     )
     page = render.weekly_html(week, generated="now")
-    assert "<img" not in page and "<style>@import" not in page
+    assert "<img" not in page
+    assert "<style>@import" not in page
     assert "s3://models/llama/&lt;img src=&#39;" + base in page
     markdown = render.weekly_markdown(week, generated="now")
-    assert "<img" not in markdown and "<b>" not in markdown and "<style>" not in markdown
+    assert "<img" not in markdown
+    assert "<b>" not in markdown
+    assert "<style>" not in markdown
     assert "](" + base not in markdown  # no Markdown link either
     assert "chat&lt;img src=" in markdown
     assert "\\|\\[x\\]" in markdown  # a pipe cannot open a table cell
@@ -168,4 +171,3 @@ def test_footer_title_is_a_css_string() -> None:
     """The monthly footer's title sits in a CSS string inside <style>: escaped for CSS there."""
     page = render.environment().get_template("_style.css.j2").render(title='x"}</style><b>')
     assert 'content: "mlxfleet: x\\22 \\7d \\3c /style\\3e \\3c b\\3e ";' in page
-

@@ -262,10 +262,36 @@ def test_state_round_trip_and_corrupt_file_is_moved_aside(tmp_path: Path) -> Non
     statefile.save(tmp_path, specs)
     assert statefile.load(tmp_path) == specs
     assert not list(tmp_path.glob(".*.tmp"))
-    (tmp_path / statefile.SLOTS_FILE).write_text('{"slots": {"a": {"source": "ftp://x"}}}')
+    (tmp_path / statefile.SLOTS_FILE).write_text('{"slots": {"a": {"source": "ftp://x"')
     assert statefile.load(tmp_path) == {}
     assert (tmp_path / "slots.corrupt").exists()
     assert statefile.load(tmp_path) == {}
+
+
+def test_a_slot_that_no_longer_validates_is_left_out_the_others_come_back(
+    tmp_path: Path,
+) -> None:
+    """An older agent saved a slot the allow-lists now refuse (or any spec that no longer
+    validates): that one is left out, not the whole file."""
+    statefile.save(tmp_path, {"b": _spec(servedName="b")})
+    raw = json.loads((tmp_path / statefile.SLOTS_FILE).read_text())
+    raw["slots"]["a"] = {"source": "ftp://x"}
+    raw["slots"]["c"] = {
+        **raw["slots"]["b"],
+        "servedName": "c",
+        "engine": {
+            "name": "command",
+            "command": {
+                "argv": ["srv", "{host}", "{port}"],
+                "capabilities": ["chat"],
+                "memoryBytes": 1,
+                "env": {"PYTHONWARNINGS": "ignore::antigravity.x"},
+            },
+        },
+    }
+    (tmp_path / statefile.SLOTS_FILE).write_text(json.dumps(raw))
+    assert list(statefile.load(tmp_path)) == ["b"]
+    assert not (tmp_path / "slots.corrupt").exists()
 
 
 def test_write_atomic_replaces_whole_file(tmp_path: Path) -> None:

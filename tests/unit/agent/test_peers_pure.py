@@ -59,6 +59,14 @@ def test_range_refused(header: str, status: int) -> None:
     assert "Range" in caught.value.message
 
 
+def _parse(header: str, size: int) -> ranges.Span | ranges.RangeError:
+    """The span, or the refusal (any other exception fails the test)."""
+    try:
+        return ranges.parse(header, size)
+    except ranges.RangeError as exc:
+        return exc
+
+
 _RANGE_TEXT = st.text(
     alphabet=st.sampled_from("0123456789-=, \t" + "\u00b2\u00b9\u0663\uff11\u2460" + "bytesBYTES"),
     max_size=40,
@@ -72,10 +80,9 @@ _RANGE_TEXT = st.text(
 def test_any_range_header_is_a_span_or_a_refusal(header: str, size: int) -> None:
     """Whatever the header, parse gives a span inside the file or a 400/416: never another
     exception (the server would answer 500 with a traceback)."""
-    try:
-        span = ranges.parse(header, size)
-    except ranges.RangeError as exc:
-        assert exc.status in (400, 416)
+    span = _parse(header, size)
+    if isinstance(span, ranges.RangeError):
+        assert span.status in (400, 416)
         return
     assert 0 <= span.start <= span.end < size
     numbers = header.partition("=")[2].replace("-", "").strip()
@@ -89,10 +96,9 @@ def test_any_range_header_is_a_span_or_a_refusal(header: str, size: int) -> None
 )
 def test_a_closed_ascii_range_is_read_as_written(start: int, length: int, size: int) -> None:
     end = start + length - 1
-    try:
-        span = ranges.parse(f"bytes={start}-{end}", size)
-    except ranges.RangeError as exc:
-        assert exc.status == 416
+    span = _parse(f"bytes={start}-{end}", size)
+    if isinstance(span, ranges.RangeError):
+        assert span.status == 416
         assert start >= size
         return
     assert (span.start, span.end) == (start, min(end, size - 1))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mlxfleet_agent import contract
 from mlxfleet_agent.runtime import compose, settings
 from mlxfleet_agent.telemetry import shipper
 
@@ -87,3 +88,16 @@ def test_every_flag_and_environment_variable_is_documented() -> None:
     variables = sorted(settings.environment().values())
     assert len(variables) == 7
     assert [v for v in variables if not re.search(rf"`{v}`|{v}[,`]", telemetry_doc)] == []
+
+
+def test_allow_env_narrows_the_fleets_list_and_never_widens_it() -> None:
+    cfg = settings.build(file_values=BASE, flag_values={}, environ={})
+    assert cfg.command_env_names() == contract.COMMAND_ENV_NAMES  # the default: the whole list
+    cfg = settings.build(
+        file_values=BASE, flag_values={"command_env": ["OMP_NUM_THREADS"]}, environ={}
+    )
+    assert cfg.command_env_names() == {"OMP_NUM_THREADS"}
+    with pytest.raises(settings.SettingsError, match=r"allow_env PYTHONWARNINGS.*only narrow"):
+        settings.build(
+            file_values={**BASE, "commandEnv": ["PYTHONWARNINGS"]}, flag_values={}, environ={}
+        )

@@ -124,6 +124,24 @@ _COMMAND: JsonDict = {
     "command": {"argv": _ARGV, "capabilities": ["chat"], "memoryBytes": 2**30},
 }
 
+_ALLOWED_ENV = {"OMP_NUM_THREADS": "4", "TOKENIZERS_PARALLELISM": "false"}
+_VLLM_TUNING = ["--seed", "7", "--max-num-batched-tokens=4096", "--enable-prefix-caching"]
+# the chain a deny-list let through (issue 22 item 2): each name is refused on its own
+ATTACK_ENV = {
+    "PYTHONWARNINGS": "ignore::antigravity.x",
+    "BROWSER": "/usr/bin/perlthanks",
+    "PERL5OPT": '-Mbase;system("id");exit',
+}
+
+
+def _command_env(env: JsonDict) -> JsonDict:
+    return {"engine": {**_COMMAND, "command": {**_COMMAND["command"], "env": env}}}
+
+
+def _vllm_extra(args: list[str]) -> JsonDict:
+    return {"engine": {"name": "vllm", "vllm": {"extraArgs": args}}}
+
+
 # Quantities (memory) are Kubernetes quantities: a string such as 48Gi, or an integer of bytes,
 # as in core Kubernetes objects; reservedMemory may be 0 either way.
 VALID: tuple[Valid, ...] = (
@@ -138,6 +156,16 @@ VALID: tuple[Valid, ...] = (
     Valid("md-engine-rerank", MD, {"engine": {"name": "mlx-rerank"}}),
     Valid("md-engine-vllm", MD, {"engine": {"name": "vllm", "vllm": {"task": "embed"}}}),
     Valid("md-engine-command", MD, {"engine": _COMMAND}),
+    Valid(
+        "md-engine-command-env-allowed",
+        MD,
+        {"engine": {**_COMMAND, "command": {**_COMMAND["command"], "env": _ALLOWED_ENV}}},
+    ),
+    Valid(
+        "md-engine-vllm-extra-allowed",
+        MD,
+        {"engine": {"name": "vllm", "vllm": {"extraArgs": _VLLM_TUNING}}},
+    ),
     Valid("md-sharded-tensor", MD, {"replicas": 1, "sharding": {"size": 2}}),
     Valid(
         "md-sharded-pipeline-jaccl",
@@ -205,6 +233,39 @@ INVALID: tuple[Invalid, ...] = (
         MD,
         {"engine": {**_COMMAND, "command": {"argv": _ARGV, "capabilities": ["chat"]}}},
         "spec.engine.command.memoryBytes",
+    ),
+    *(
+        Invalid(
+            f"md-engine-command-env-{name.lower().replace('_', '-')}",
+            MD,
+            _command_env({"OMP_NUM_THREADS": "2", name: value}),
+            "spec.engine.command.env",
+        )
+        for name, value in ATTACK_ENV.items()
+    ),
+    Invalid(
+        "md-engine-command-env-node-options",
+        MD,
+        _command_env({"NODE_OPTIONS": "--require /tmp/x.js"}),
+        "spec.engine.command.env",
+    ),
+    Invalid(
+        "md-engine-vllm-extra-worker-cls",
+        MD,
+        _vllm_extra(["--seed", "1", "--worker-cls", "evil.Worker"]),
+        "spec.engine.vllm.extraArgs",
+    ),
+    Invalid(
+        "md-engine-vllm-extra-middleware",
+        MD,
+        _vllm_extra(["--middleware=evil.app"]),
+        "spec.engine.vllm.extraArgs",
+    ),
+    Invalid(
+        "md-engine-vllm-extra-abbreviated",
+        MD,
+        _vllm_extra(["--tool-parser-plug", "/tmp/x.py"]),
+        "spec.engine.vllm.extraArgs",
     ),
     Invalid(
         "md-engine-embed-max-inputs-0",

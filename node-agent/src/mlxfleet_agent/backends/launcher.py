@@ -41,6 +41,7 @@ class Launcher:
         health_interval_s: float = 2.0,
         engines: Sequence[contract.EngineInfo] | None = None,
         command_programs: Sequence[str] = (),
+        command_env: frozenset[str] = contract.COMMAND_ENV_NAMES,
     ) -> None:
         self.log_dir = log_dir
         self.python = python or sys.executable
@@ -49,6 +50,7 @@ class Launcher:
         self.host = recipes.Host(
             python=self.python,
             command_programs=tuple(command_programs),
+            command_env=command_env,
             runnable=frozenset(e.name for e in self.engines if e.available),
             reasons=tuple((e.name, e.reason) for e in self.engines if not e.available),
         )

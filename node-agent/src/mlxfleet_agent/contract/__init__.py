@@ -22,7 +22,9 @@ operator (api, core, adapters, reports), the gateway.
 
 from mlxfleet_agent.contract.base import API_PREFIX, DNS_LABEL, StrictWire, Wire
 from mlxfleet_agent.contract.engines import (
+    COMMAND_ENV_NAMES,
     ENDPOINTS,
+    VLLM_EXTRA_FLAGS,
     Capability,
     CommandOptions,
     EmbedOptions,
@@ -103,6 +105,7 @@ __all__ = [
     "CHAT_TEMPLATE_ARGS_MAX_BYTES",
     "CHAT_TEMPLATE_ARGS_MAX_DEPTH",
     "CHAT_TEMPLATE_ARGS_MAX_KEYS",
+    "COMMAND_ENV_NAMES",
     "DNS_LABEL",
     "ENDPOINTS",
     "HF_REPO",
@@ -117,6 +120,7 @@ __all__ = [
     "TELEMETRY_NODE",
     "TELEMETRY_SCHEMA_VERSION",
     "TOKEN_LATENCY_BUCKETS_S",
+    "VLLM_EXTRA_FLAGS",
     "AgentState",
     "CachedModel",
     "Capability",

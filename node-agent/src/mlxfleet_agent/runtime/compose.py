@@ -103,6 +103,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         health_interval_s=cfg.health_interval_s,
         engines=engines,
         command_programs=cfg.command_programs,
+        command_env=cfg.command_env_names(),
     )
     slots = registry.Registry(
         state_dir=cfg.state_dir,

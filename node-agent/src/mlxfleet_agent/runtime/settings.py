@@ -8,8 +8,8 @@ camelCase (`state_dir` or `stateDir`), values as on the command line; secrets ar
 file: it names the files that hold them (`token_file`, `data_api_keys_file`), and the telemetry
 keys come from the environment only. Precedence: flags, then the file, then the environment,
 then the defaults. `cli` builds the `serve` flags from `flags()`.
-May import: pydantic, yaml and the standard library. Called by: cli (builds it), runtime
-(compose, serve read it).
+May import: pydantic, yaml, the agent's contract and the standard library. Called by: cli (builds
+it), runtime (compose, serve read it).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
+
+from mlxfleet_agent import contract
 
 
 class SettingsError(ValueError):
@@ -89,6 +91,15 @@ class Settings(BaseModel):
             "a program the `command` engine may run, by name or absolute path (repeatable; "
             "none: the engine is off)",
             flag="--allow-command",
+            action="append",
+        ),
+    ] = Field(default_factory=list)
+    command_env: Annotated[
+        list[str],
+        Opt(
+            "an environment variable a `command` slot may set, from the fleet's list "
+            "(repeatable; default: that whole list, docs/engines.md)",
+            flag="--allow-env",
             action="append",
         ),
     ] = Field(default_factory=list)
@@ -192,6 +203,21 @@ class Settings(BaseModel):
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key must be given together")
         return self
+
+    @model_validator(mode="after")
+    def _command_env(self) -> Settings:
+        wider = sorted(set(self.command_env) - contract.COMMAND_ENV_NAMES)
+        if wider:
+            raise ValueError(
+                f"allow_env {', '.join(wider)}: an agent may only narrow the fleet's list "
+                f"({', '.join(sorted(contract.COMMAND_ENV_NAMES))}), since admission refuses "
+                "any other name"
+            )
+        return self
+
+    def command_env_names(self) -> frozenset[str]:
+        """The names a `command` slot may set here: --allow-env, or the fleet's whole list."""
+        return frozenset(self.command_env) or contract.COMMAND_ENV_NAMES
 
     def roots(self) -> list[Path]:
         """Allowed roots of file:// sources: --models-dir always, plus --allowed-root entries."""
