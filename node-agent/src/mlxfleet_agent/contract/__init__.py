@@ -56,6 +56,7 @@ from mlxfleet_agent.contract.slots import (
     CHAT_TEMPLATE_ARGS_MAX_BYTES,
     CHAT_TEMPLATE_ARGS_MAX_DEPTH,
     CHAT_TEMPLATE_ARGS_MAX_KEYS,
+    MLX_DEFAULT_MAX_TOKENS,
     REQUEST_ID_MAX,
     REQUEST_ID_PATTERN,
     ChatTemplateArgs,
@@ -72,6 +73,7 @@ from mlxfleet_agent.contract.slots import (
     SwapStrategy,
     check_chat_template_args,
     check_image_url_prefix,
+    completion_cap,
 )
 from mlxfleet_agent.contract.sources import (
     ALLOWED_SOURCES,
@@ -110,6 +112,7 @@ __all__ = [
     "ENDPOINTS",
     "HF_REPO",
     "LATENCY_BUCKETS_S",
+    "MLX_DEFAULT_MAX_TOKENS",
     "REQUEST_ID_MAX",
     "REQUEST_ID_PATTERN",
     "S3_BUCKET",
@@ -171,6 +174,7 @@ __all__ = [
     "check_chat_template_args",
     "check_image_url_prefix",
     "check_source",
+    "completion_cap",
     "telemetry_date_prefix",
     "telemetry_key",
 ]
