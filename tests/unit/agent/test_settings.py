@@ -101,3 +101,35 @@ def test_allow_env_narrows_the_fleets_list_and_never_widens_it() -> None:
         settings.build(
             file_values={**BASE, "commandEnv": ["PYTHONWARNINGS"]}, flag_values={}, environ={}
         )
+
+
+def test_a_short_scrape_token_stops_the_agent_naming_the_flag(tmp_path: Path) -> None:
+    short = tmp_path / "metrics-token"
+    short.write_text("short\n")
+    cfg = settings.build(
+        file_values={"stateDir": str(tmp_path / "s"), "modelsDir": str(tmp_path / "m")},
+        flag_values={"metrics_token_file": short},
+        environ={},
+    )
+    with pytest.raises(settings.SettingsError, match=r"--metrics-token-file .* at least 16"):
+        cfg.prepare()
+    short.write_text("x" * 16 + "\n")
+    assert cfg.read_metrics_token() == "x" * 16
+
+
+@pytest.mark.parametrize(
+    ("bind", "loopback"),
+    [
+        pytest.param("127.0.0.1", True, id="v4"),
+        pytest.param("127.0.0.2", True, id="v4-net"),
+        pytest.param("::1", True, id="v6"),
+        pytest.param("localhost", True, id="name"),
+        pytest.param("0.0.0.0", False, id="any"),
+        pytest.param("::", False, id="any-v6"),
+        pytest.param("192.168.1.20", False, id="lan"),
+        pytest.param("mac-1.local", False, id="other-name"),
+    ],
+)
+def test_loopback_only(bind: str, loopback: bool) -> None:
+    cfg = settings.build(file_values={**BASE, "bind": bind}, flag_values={}, environ={})
+    assert cfg.loopback_only() is loopback

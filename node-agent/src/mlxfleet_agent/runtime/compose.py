@@ -82,6 +82,10 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     keys = cfg.read_data_keys()
     tel, ship = telemetry(cfg)
     peer_token = cfg.read_peer_token()
+    scrape_token = cfg.read_metrics_token()
+    metrics_tokens = None  # /metrics open: loopback only, no scrape token set
+    if scrape_token is not None or not cfg.loopback_only():
+        metrics_tokens = (token,) if scrape_token is None else (token, scrape_token)
     model_store = store.Store(
         cfg.models_dir,
         allowed_roots=cfg.roots(),
@@ -128,7 +132,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     runtime = Runtime(
         registry=slots,
         control_app=peer_server.PeerServer(
-            guard.Guard(control, token=token),
+            guard.Guard(control, token=token, metrics_tokens=metrics_tokens),
             holdings=model_store,
             models_dir=cfg.models_dir,
             token=peer_token,

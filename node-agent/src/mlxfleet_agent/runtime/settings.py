@@ -14,6 +14,7 @@ it), runtime (compose, serve read it).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import secrets
@@ -71,6 +72,13 @@ class Settings(BaseModel):
     ] = None
     peer_token_file: Annotated[
         Path | None, Opt("fleet peer token: serve and fetch models Mac to Mac (optional)")
+    ] = None
+    metrics_token_file: Annotated[
+        Path | None,
+        Opt(
+            "bearer token a scraper (Prometheus) reads /metrics with, and nothing else "
+            "(/metrics beyond loopback needs it or the control token)"
+        ),
     ] = None
     tls_cert: Annotated[Path | None, Opt("PEM certificate of the control API")] = None
     tls_key: Annotated[Path | None, Opt("PEM key of the control API")] = None
@@ -259,6 +267,29 @@ class Settings(BaseModel):
             )
         return token
 
+    def read_metrics_token(self) -> str | None:
+        """The scrape token (`/metrics` only), or None: none is set."""
+        if self.metrics_token_file is None:
+            return None
+        path = self.metrics_token_file
+        token = _read_text(path, flag="--metrics-token-file", what="the metrics scrape token")
+        token = token.strip()
+        if len(token) < 16:
+            raise SettingsError(
+                f"--metrics-token-file {path}: the token must be at least 16 characters "
+                "(the bearer token Prometheus sends, as in its credentials file)"
+            )
+        return token
+
+    def loopback_only(self) -> bool:
+        """Whether both ports listen on a loopback address only (`--bind`)."""
+        if self.bind == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.bind).is_loopback
+        except ValueError:
+            return False  # a host name: it may resolve anywhere
+
     def read_data_keys(self) -> frozenset[str] | None:
         """API keys the data plane accepts (one a line), or None: the data plane is open."""
         if self.data_api_keys_file is None:
@@ -293,6 +324,7 @@ class Settings(BaseModel):
                 )
         self.read_token()
         self.read_peer_token()
+        self.read_metrics_token()
         self.read_data_keys()
 
 
