@@ -478,6 +478,22 @@ INVALID: tuple[Invalid, ...] = (
         {"rules": [_rule(backends=[{"external": {**_EXTERNAL, "url": "api.example.com"}}])]},
         "spec.rules[0].backends[0].external.url",
     ),
+    # userinfo: a credential in the URL, or a host that is not the one it seems (issue 22 item 9)
+    *(
+        Invalid(
+            f"mr-external-url-userinfo-{i}",
+            MR,
+            {"rules": [_rule(backends=[{"external": {**_EXTERNAL, "url": url}}])]},
+            "spec.rules[0].backends[0].external.url",
+        )
+        for i, url in enumerate(
+            (
+                "https://user:secret@api.example.com/v1",
+                "https://api.example.com@169.254.169.254/v1",
+                "http://@10.0.0.1:8080",
+            )
+        )
+    ),
     Invalid(
         "mr-prompt-range",
         MR,
