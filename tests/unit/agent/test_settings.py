@@ -133,3 +133,22 @@ def test_a_short_scrape_token_stops_the_agent_naming_the_flag(tmp_path: Path) ->
 def test_loopback_only(bind: str, loopback: bool) -> None:
     cfg = settings.build(file_values={**BASE, "bind": bind}, flag_values={}, environ={})
     assert cfg.loopback_only() is loopback
+
+
+@pytest.mark.parametrize(
+    ("values", "fabric"),
+    [
+        pytest.param({}, "127.0.0.1", id="loopback-agent"),
+        pytest.param({"bind": "0.0.0.0"}, None, id="lan-agent-without"),
+        pytest.param({"bind": "0.0.0.0", "fabricAddress": "10.10.0.2"}, "10.10.0.2", id="given"),
+    ],
+)
+def test_the_fabric_address(values: dict[str, str], fabric: str | None) -> None:
+    cfg = settings.build(file_values={**BASE, **values}, flag_values={}, environ={})
+    assert cfg.fabric() == fabric
+
+
+@pytest.mark.parametrize("value", ["fe80::1", "mac-1.local", "10.0.0.300"])
+def test_a_fabric_address_is_an_ipv4_address(value: str) -> None:
+    with pytest.raises(settings.SettingsError, match=r"fabric_address .* IPv4"):
+        settings.build(file_values={**BASE, "fabricAddress": value}, flag_values={}, environ={})

@@ -34,8 +34,10 @@ class StateView:
         models_dir: Path,
         data_port: int,
         engines: list[contract.EngineInfo] | None = None,
+        fabric_address: str | None = None,
     ) -> None:
         self.engines = engines or []
+        self.fabric_address = fabric_address
         self.slots = slots
         self.models = models
         self.telemetry = telemetry
@@ -77,4 +79,5 @@ class StateView:
             ],
             counters={**self.telemetry.counters(), **self.models.store.counters},
             engines=self.engines,
+            fabric_address=self.fabric_address,
         )

@@ -108,6 +108,8 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         engines=engines,
         command_programs=cfg.command_programs,
         command_env=cfg.command_env_names(),
+        fabric_address=cfg.fabric(),
+        rank_accept_timeout_s=cfg.rank_accept_timeout_s,
     )
     slots = registry.Registry(
         state_dir=cfg.state_dir,
@@ -125,6 +127,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         models_dir=cfg.models_dir,
         data_port=data_port,
         engines=engines,
+        fabric_address=cfg.fabric(),
     )
     control = control_app.build(
         slots=slots, models=models, view=view, agent_metrics=tel.metrics, log_tail=logs.RING.tail

@@ -93,6 +93,21 @@ class Settings(BaseModel):
             action="append",
         ),
     ] = Field(default_factory=list)
+    fabric_address: Annotated[
+        str | None,
+        Opt(
+            "IPv4 address of this Mac on the network its sharded ranks use (the Thunderbolt "
+            "bridge): ranks listen there only (default: --bind when it is loopback, else none: "
+            "no ranks)"
+        ),
+    ] = None
+    rank_accept_timeout_s: Annotated[
+        float,
+        Field(gt=0, le=3600),
+        Opt(
+            "seconds a rank may wait in accept for its ring peers before it is stopped (default 60)"
+        ),
+    ] = 60.0
     command_programs: Annotated[
         list[str],
         Opt(
@@ -211,6 +226,25 @@ class Settings(BaseModel):
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key must be given together")
         return self
+
+    @model_validator(mode="after")
+    def _fabric(self) -> Settings:
+        if self.fabric_address is not None:
+            try:
+                ipaddress.IPv4Address(self.fabric_address)
+            except ValueError:
+                raise ValueError(
+                    f"fabric_address {self.fabric_address!r} must be an IPv4 address (the "
+                    "Mac's address on its fabric network; mlx's ring backend speaks IPv4 only)"
+                ) from None
+        return self
+
+    def fabric(self) -> str | None:
+        """The address ranks listen on: --fabric-address, else 127.0.0.1 for an agent on
+        loopback, else None (this agent runs no rank)."""
+        if self.fabric_address is not None:
+            return self.fabric_address
+        return "127.0.0.1" if self.loopback_only() else None
 
     @model_validator(mode="after")
     def _command_env(self) -> Settings:

@@ -44,10 +44,11 @@ class Reason(StrEnum):
     SERVED_NAME = "ServedNameConflict"  # another deployment serves the same name there
     NOT_NEEDED = "NotNeeded"
     ENGINE = "EngineUnavailable"
+    NO_FABRIC = "NoFabricAddress"  # a sharded rank: its agent has no --fabric-address
 
 
 # rejections that no amount of waiting for capacity fixes (a person must act)
-STATIC = (Reason.NOT_LISTED, Reason.SELECTOR, Reason.TOO_SMALL, Reason.ENGINE)
+STATIC = (Reason.NOT_LISTED, Reason.SELECTOR, Reason.TOO_SMALL, Reason.ENGINE, Reason.NO_FABRIC)
 # the deployment condition reason when every node is statically out, most specific first
 NOWHERE = (
     (Reason.ENGINE, "EngineUnavailable"),
@@ -71,6 +72,7 @@ class NodeView:
     engines: frozenset[str] = frozenset({"mlx-lm"})  # what its agent can run
     engine_reasons: Mapping[str, str] = field(default_factory=dict)  # why not, per engine
     served_names: frozenset[str] = frozenset()  # served by other slots than this deployment's
+    fabric: str | None = "127.0.0.1"  # where its sharded ranks listen (None: it runs none)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,8 @@ def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
             for s in (fact.state.slots if fact.state is not None else ())
             if s.name != slot
         ),
+        # a node whose agent does not answer is out as NotReady, not for its fabric
+        fabric=fact.fabric_address if fact.state is not None else "",
     )
 
 
