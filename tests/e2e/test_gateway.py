@@ -22,6 +22,7 @@ import openai
 import pytest
 
 from mlxfleet_agent import contract
+from mlxfleet_gateway.core import traits
 from mlxfleet_operator.dev import controlplane
 from tests.e2e import gwfleet
 from tests.e2e.conftest import wait_for
@@ -103,6 +104,8 @@ def setup(
             "rpm": fl.key(f"{label}-rpm", requestsPerMinute=20),
             "tpm": fl.key(f"{label}-tpm", tokensPerMinute=600),
             "cap": fl.key(f"{label}-cap", tokensPerMinute=100),
+            "uncapped": fl.key(f"{label}-uncapped", tokensPerMinute=1000),
+            "abandon": fl.key(f"{label}-abandon"),
             "expired": fl.key(f"{label}-expired", expiresAt="2020-01-01T00:00:00Z"),
         }
         bucket = s3_server.make_bucket()
@@ -316,6 +319,69 @@ def test_a_token_cap_below_1_is_refused_before_it_reserves_anything(setup: Setup
                 codes.add(exc.response.json()["error"]["code"])
     assert refused == [(400, "max_completion_tokens", "")] * 3 + [(400, "max_tokens", "")] * 3
     assert (served, codes) == (2, {"tokens_per_minute"})
+
+
+def test_requests_without_a_cap_reserve_what_the_slot_lets_them_generate(setup: Setup) -> None:
+    """Issue 22 item 5: a request without `max_tokens` reserved 256 tokens while its slot let
+    it generate more (chat-a: mlx_lm's 512 within contextLength 1024), so six at once on a key
+    allowed 1,000 tokens a minute were four admitted and used about twice the limit. Now each
+    reserves what the slot allows: what the admitted ones use passes the limit by at most one
+    request's use."""
+    codes: set[str] = set()
+
+    def one(client: openai.OpenAI) -> int | None:
+        try:
+            raw = ask(client, "chat-a", max_tokens=openai.NOT_GIVEN)
+        except openai.RateLimitError as exc:
+            codes.add(exc.response.json()["error"]["code"])
+            return None
+        usage = raw.parse().usage
+        return int(usage.prompt_tokens + usage.completion_tokens)
+
+    with setup.client("uncapped") as client, concurrent.futures.ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda _: one(client), range(6)))
+    used = [r for r in results if r is not None]
+    print(f"\nuncapped: {len(used)} of 6 admitted, used {used} (limit 1000)")
+    assert used, "none admitted"
+    assert len(used) < 6
+    assert codes == {"tokens_per_minute"}
+    assert sum(used) <= 1000 + max(used)
+
+
+def test_a_stream_left_after_its_first_event_counts_its_prompt(setup: Setup) -> None:
+    """Issue 22 item 5: prompt tokens came only from a stream's final usage event, so a client
+    that read the first event and left was counted no prompt at all (nor limited by it). The
+    prompt is now counted from the request when the usage event never comes."""
+    text = "the quick brown fox jumps over the lazy dog " * 8
+    body = {
+        "model": "chat-a",
+        "messages": [{"role": "user", "content": text}],
+        "stream": True,
+        "max_tokens": 600,
+    }
+    expected = traits.traits(body, {}).prompt_tokens_estimate
+    auth = {"Authorization": f"Bearer {setup.keys['abandon']}"}
+    with httpx.stream(
+        "POST", setup.gateway.base_url + "/chat/completions", json=body, headers=auth, timeout=60
+    ) as answer:
+        assert answer.status_code == 200
+        first = next(line for line in answer.iter_lines() if line.startswith("data:"))
+    assert '"content"' in first or '"role"' in first  # left after the first event
+    name = f"{setup.fleet.ws.label}-abandon"
+
+    def counted() -> float:
+        total = 0.0
+        for line in setup.gateway.metrics().splitlines():
+            if line.startswith("mlxfleet_gateway_requests_total{") and f'key="{name}"' in line:
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    wait_for("the abandoned stream finished", lambda: counted() >= 1, timeout=60)
+    prompt = 0.0
+    for line in setup.gateway.metrics().splitlines():
+        if line.startswith("mlxfleet_gateway_prompt_tokens_total{") and f'key="{name}"' in line:
+            prompt += float(line.rsplit(" ", 1)[1])
+    assert prompt == expected > 0
 
 
 def _bucket_objects(s3: s3support.S3Server, bucket: str) -> dict[str, str]:

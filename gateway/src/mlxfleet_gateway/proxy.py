@@ -66,6 +66,8 @@ class ProxyConfig:
     stream_cut_after_s: float = 10.0  # an agent unresponsive this long: its streams are cut
     affinity: bool = True
     min_affinity_chars: int = traits_mod.MIN_AFFINITY_CHARS
+    # what a request without a cap reserves for an external backend (its provider's default is
+    # unknown here); a deployment's requests reserve what its slots let them generate
     default_estimate_tokens: int = 256
 
 
@@ -185,10 +187,14 @@ class Proxy:
         if not key.may_use(req.model):
             self.metrics.rejected.labels(key.name, "forbidden").inc()
             raise errors.forbidden(req.model)
-        wanted = req.max_tokens or self.config.default_estimate_tokens
-        estimate = req.prompt_tokens_estimate + wanted
+        chosen = plan.plan(found, req, rng=self.rng)
+        wanted = 0  # embeddings and rerank generate nothing
+        if endpoint in relay.STREAMING:  # what the slot lets it generate, not a guess
+            wanted = chosen.completion_tokens(
+                req.max_tokens, external_default=self.config.default_estimate_tokens
+            )
         try:
-            ticket = self.limits.admit(key, now=t0, estimate=estimate)
+            ticket = self.limits.admit(key, now=t0, estimate=req.prompt_tokens_estimate + wanted)
         except errors.GatewayError:
             self.metrics.rejected.labels(key.name, "rate_limited").inc()
             self.meter.record(key, found.namespace, req.model, "", False, rate_limited=True)
@@ -199,7 +205,7 @@ class Proxy:
             req=req,
             body=body,
             raw=raw,
-            plan=plan.plan(found, req, rng=self.rng),
+            plan=chosen,
             send=send,
             t0=t0,
         )

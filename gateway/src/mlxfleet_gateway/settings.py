@@ -26,7 +26,7 @@ class SettingsError(ValueError):
 def host_port(text: str, *, flag: str) -> tuple[str, int]:
     """`HOST:PORT` (IPv6 as `[::1]:8080`) -> (host, port)."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise SettingsError(f"{flag} {text!r}: expected HOST:PORT, such as 0.0.0.0:8080")
     return host.strip("[]") or "0.0.0.0", int(port)
 

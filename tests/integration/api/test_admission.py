@@ -64,3 +64,29 @@ def test_invalid_object_is_rejected_naming_the_field(
     assert "is invalid" in proc.stderr, proc.stderr
     # The field is where the error is reported (`spec.x.y: ...` or `spec.x.y[1]: ...`).
     assert re.search(re.escape(case.field) + r"(\[\d+\])?: ", proc.stderr), proc.stderr
+
+
+def test_the_command_env_refusal_says_what_is_allowed(cluster: Any, namespace: str) -> None:
+    """The chain of issue 22 item 2 is refused by the API server, and the message lists the
+    names a deployment may set."""
+    body = cases.merge(
+        cases.BASE[cases.MD],
+        {
+            "metadata": {"name": "api-command-env-chain"},
+            "spec": {
+                "engine": {
+                    "name": "command",
+                    "command": {
+                        "argv": ["llama-server", "--host", "{host}", "--port", "{port}"],
+                        "capabilities": ["chat"],
+                        "memoryBytes": 2**30,
+                        "env": cases.ATTACK_ENV,
+                    },
+                }
+            },
+        },
+    )
+    proc = _create(cluster, namespace, body)
+    assert proc.returncode != 0, proc.stdout
+    assert "spec.engine.command.env: " in proc.stderr, proc.stderr
+    assert "may set only CUDA_VISIBLE_DEVICES, HF_HUB_DISABLE_TELEMETRY" in proc.stderr

@@ -387,7 +387,8 @@ def test_a_kustomize_install_moves_under_helm(
                   "app.kubernetes.io/managed-by=Helm")  # fmt: skip
     # the kustomize base holds the gateway's identity too: the release takes it with the gateway
     helm("install", RELEASE, str(CHART), f"--namespace={NAMESPACE}", "--set=crds.keep=false",
-         "--set=gateway.enabled=true", *reports)  # fmt: skip
+         "--set=gateway.enabled=true", "--set=operator.providerKeySecrets={openai}",
+         *reports)  # fmt: skip
     deployment = get(plane, "-n", NAMESPACE, "deployment", OPERATOR)
     assert deployment["metadata"]["labels"]["helm.sh/chart"].startswith("mlxfleet-")
     weekly = get(plane, "-n", NAMESPACE, "cronjob", "mlxfleet-weekly-report")

@@ -66,9 +66,7 @@ def test_defaults_render_the_operator_crds_and_dashboard(helm_cli: Helm) -> None
         "PodDisruptionBudget",
         "Role",  # the operator's Lease, by name
         "Role",  # the operator: agent tokens by name in the agents' namespace
-        "Role",  # the operator: provider-key Secrets by name (table rows) in its own
         "Role",  # join: ... and Secrets in the agents' namespace
-        "RoleBinding",
         "RoleBinding",
         "RoleBinding",
         "RoleBinding",
@@ -405,6 +403,106 @@ def test_gateway_branch(helm_cli: Helm) -> None:
     single = helm_cli.template("--set=gateway.enabled=true", "--set=gateway.replicas=1")
     pdbs = {d["metadata"]["name"] for d in single if d["kind"] == "PodDisruptionBudget"}
     assert "mlxfleet-gateway" not in pdbs  # minAvailable 1 of 1 would block drains
+
+
+def test_the_operator_looks_only_at_the_provider_keys_listed(helm_cli: Helm) -> None:
+    """Issue 22 item 9: its `get` on Secrets in the release namespace read the fleet key; now
+    only the names in operator.providerKeySecrets (none by default: no Role, since an empty
+    resourceNames would mean every name), and never the fleet key."""
+    names = {(d["kind"], d["metadata"]["name"]) for d in helm_cli.template()}
+    assert ("Role", "mlxfleet-operator-provider-keys") not in names
+    assert ("RoleBinding", "mlxfleet-operator-provider-keys") not in names
+    docs = helm_cli.template("--set=operator.providerKeySecrets={openai,anthropic}")
+    role = one(docs, "Role", "mlxfleet-operator-provider-keys")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["openai", "anthropic"],
+            "verbs": ["get"],
+        }
+    ]
+    assert one(docs, "RoleBinding", "mlxfleet-operator-provider-keys")["roleRef"]["name"] == (
+        "mlxfleet-operator-provider-keys"
+    )
+    refused = helm_cli(
+        "template",
+        "mlxfleet",
+        str(CHART),
+        "--set=operator.providerKeySecrets={openai,mlxfleet-fleet-key}",
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "operator.providerKeySecrets: mlxfleet-fleet-key is gateway.fleetKeySecret" in (
+        refused.stderr
+    )
+    # the layout where agent tokens share the release namespace: that Role covers it already
+    legacy = helm_cli.template(
+        "--set=operator.agentSecretsNamespace=", "--set=operator.providerKeySecrets={openai}"
+    )
+    assert ("Role", "mlxfleet-operator-provider-keys") not in {
+        (d["kind"], d["metadata"]["name"]) for d in legacy
+    }
+
+
+EGRESS = (
+    "--set=gateway.networkPolicy.enabled=true",
+    "--set=gateway.networkPolicy.apiServer[0].cidr=10.0.0.10/32",
+    "--set=gateway.networkPolicy.apiServer[0].ports={6443}",
+    "--set=gateway.networkPolicy.agents[0].cidr=192.168.10.0/24",
+    "--set=gateway.networkPolicy.agents[0].ports={8471}",
+)
+
+
+def test_the_gateway_egress_policy_is_off_by_default_and_renders_what_it_is_given(
+    helm_cli: Helm, tmp_path: Path
+) -> None:
+    """Issue 22 item 9: a keyless external backend made the gateway POST anywhere its pod
+    reaches; the chart ships an egress NetworkPolicy (off by default) that allows DNS, the API
+    server, the agents and the listed destinations only."""
+    chart = chart_copy(tmp_path, gateway=True)
+    plain = helm_cli.template("--set=gateway.enabled=true", chart=chart)
+    assert "NetworkPolicy" not in kinds(plain)
+    docs = helm_cli.template(
+        "--set=gateway.enabled=true",
+        *EGRESS,
+        "--set=gateway.networkPolicy.destinations[0].cidr=0.0.0.0/0",
+        "--set=gateway.networkPolicy.destinations[0].except={10.0.0.0/8,169.254.0.0/16}",
+        "--set=gateway.networkPolicy.destinations[0].ports={443}",
+        chart=chart,
+    )
+    policy = one(docs, "NetworkPolicy", "mlxfleet-gateway-egress")
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Egress"]
+    gateway = one(docs, "Deployment", "mlxfleet-gateway")
+    assert spec["podSelector"]["matchLabels"].items() <= pod_labels(gateway).items()
+    blocks = [(r["to"][0].get("ipBlock"), [p["port"] for p in r["ports"]]) for r in spec["egress"]]
+    assert blocks == [
+        (None, [53, 53]),
+        ({"cidr": "10.0.0.10/32"}, [6443]),
+        ({"cidr": "192.168.10.0/24"}, [8471]),
+        ({"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "169.254.0.0/16"]}, [443]),
+    ]
+    for missing, flag in (("apiServer", EGRESS[1]), ("agents", EGRESS[3])):
+        values = [v for v in EGRESS if missing not in v]
+        assert flag not in values
+        refused = helm_cli(
+            "template", "mlxfleet", str(chart), "--set=gateway.enabled=true", *values, check=False
+        )
+        assert refused.returncode != 0
+        assert f"gateway.networkPolicy.{missing}: list" in refused.stderr
+    bad = helm_cli(
+        "template",
+        "mlxfleet",
+        str(chart),
+        "--set=gateway.enabled=true",
+        *EGRESS,
+        "--set=gateway.networkPolicy.agents[0].ports={0}",
+        check=False,
+    )
+    assert bad.returncode != 0
+    assert "/gateway/networkPolicy/agents/0/ports/0" in bad.stderr
 
 
 def pod_labels(deployment: dict[str, Any]) -> dict[str, str]:

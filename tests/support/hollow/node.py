@@ -283,6 +283,7 @@ class HollowNode:
             cached_models=self.cached(),
             counters={"hollow_requests": float(self.requests)},
             now=datetime.now(UTC),  # the real agent's clock, for the operator's offset
+            fabric_address="127.0.0.1",  # as a real agent on loopback
             engines=[  # a simulated Mac runs mlx-lm only
                 contract.EngineInfo(
                     name=contract.EngineName.MLX_LM, available=True, reason="hollow (simulated)"

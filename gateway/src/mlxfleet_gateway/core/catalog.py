@@ -9,8 +9,8 @@ first namespace of the scope that has the name wins. Nothing outside the scope i
 An external backend gets its provider key only where the key's Secret allows both the route's
 namespace and the backend's URL (`mlxfleet_operator.api.providerkeys`, the policy the operator's
 ModelRoute status applies too); otherwise the backend is unusable, and says why.
-May import: the standard library, mlxfleet_operator.api. Called by: plan, the proxy,
-listing, the watches.
+May import: the standard library, mlxfleet_operator.api, mlxfleet_agent.contract. Called by:
+plan, the proxy, listing, the watches.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import modelroute as mroute
 from mlxfleet_operator.api import providerkeys as providers
@@ -45,10 +46,18 @@ class Deployment:
     replicas: tuple[Replica, ...]  # ready ones only
     capacity: int  # spec.maxConcurrency: requests one replica serves at once
     slot: str | None = None  # the agent slot (status.placements[].slot): sent as x-mlxfleet-slot
+    max_tokens: int | None = None  # spec.server.maxTokens
+    context_length: int = 8192  # spec.contextLength
 
     @property
     def ready(self) -> bool:
         return bool(self.replicas)
+
+    def completion_tokens(self, asked: int | None) -> int:
+        """The most tokens one answer may generate here (the agent clamps every request to it)."""
+        return contract.completion_cap(
+            asked=asked, max_tokens=self.max_tokens, context_length=self.context_length
+        )
 
     @property
     def id(self) -> str:
@@ -179,7 +188,14 @@ def deployment(md: mdep.ModelDeployment, nodes: Mapping[str, bytes]) -> Deployme
     served = md.status.served_name or md.served_name()
     slot = next((p.slot for p in md.status.placements if p.slot), None)
     return Deployment(
-        namespace, name, served, replicas, capacity=md.spec.max_concurrency, slot=slot
+        namespace,
+        name,
+        served,
+        replicas,
+        capacity=md.spec.max_concurrency,
+        slot=slot,
+        max_tokens=md.spec.server.max_tokens,
+        context_length=md.spec.context_length,
     )
 
 

@@ -2,9 +2,11 @@
 
 `Limits.admit(key, now=...)` lets a request in or raises 429 with `Retry-After` (whole seconds
 until enough of the window has passed). Tokens are known only when an answer ends, so a request
-holds a reservation (its estimate) while in flight and `settle` replaces it with what it used:
-a request is admitted while the window's tokens plus the reservations are below the limit, so the
-overshoot is bounded by what requests already in flight use. State is per gateway process; with N
+holds a reservation while in flight and `settle` replaces it with what it used: a request is
+admitted while the window's tokens plus the reservations are below the limit. The reservation is
+the prompt (estimated) plus the most the answer may generate (`plan.Plan.completion_tokens`: the
+slot's cap, which the agent enforces, not a guess), so what admitted requests use exceeds the
+limit by at most one request's reservation. State is per gateway process; with N
 gateway replicas each enforces limit / `share` (the Service spreads clients over replicas).
 May import: the standard library, keys, errors. Called by: the proxy.
 """

@@ -147,6 +147,15 @@ class Backend:
                 extra={**extra, "signal": sent.name},
             )
 
+    def kill(self, why: str) -> None:
+        """End the process now for `why` (a line in its log, so the slot's error says it); not a
+        stop the agent asked for: its exit is a failure, watched as any other."""
+        with contextlib.suppress(OSError), self.log_path.open("a") as out:
+            out.write(f"mlxfleet-agent: {why}\n")
+        log.warning("backend killed", extra={"backend": self.label, "why": why})
+        if self.proc is not None and self.proc.returncode is None:
+            self._signal_group(signal.SIGKILL)
+
     def _signal_group(self, sig: signal.Signals) -> None:
         assert self.proc is not None
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -26,7 +26,9 @@ from mlxfleet_agent.contract import credentials
 from mlxfleet_agent.contract.base import API_PREFIX, DNS_LABEL, StrictWire, Wire
 from mlxfleet_agent.contract.credentials import CredentialsStatus, NodeCredentials
 from mlxfleet_agent.contract.engines import (
+    COMMAND_ENV_NAMES,
     ENDPOINTS,
+    VLLM_EXTRA_FLAGS,
     Capability,
     CommandOptions,
     EmbedOptions,
@@ -59,6 +61,7 @@ from mlxfleet_agent.contract.slots import (
     CHAT_TEMPLATE_ARGS_MAX_BYTES,
     CHAT_TEMPLATE_ARGS_MAX_DEPTH,
     CHAT_TEMPLATE_ARGS_MAX_KEYS,
+    MLX_DEFAULT_MAX_TOKENS,
     REQUEST_ID_MAX,
     REQUEST_ID_PATTERN,
     ChatTemplateArgs,
@@ -75,6 +78,7 @@ from mlxfleet_agent.contract.slots import (
     SwapStrategy,
     check_chat_template_args,
     check_image_url_prefix,
+    completion_cap,
 )
 from mlxfleet_agent.contract.sources import (
     ALLOWED_SOURCES,
@@ -108,10 +112,12 @@ __all__ = [
     "CHAT_TEMPLATE_ARGS_MAX_BYTES",
     "CHAT_TEMPLATE_ARGS_MAX_DEPTH",
     "CHAT_TEMPLATE_ARGS_MAX_KEYS",
+    "COMMAND_ENV_NAMES",
     "DNS_LABEL",
     "ENDPOINTS",
     "HF_REPO",
     "LATENCY_BUCKETS_S",
+    "MLX_DEFAULT_MAX_TOKENS",
     "REQUEST_ID_MAX",
     "REQUEST_ID_PATTERN",
     "S3_BUCKET",
@@ -122,6 +128,7 @@ __all__ = [
     "TELEMETRY_NODE",
     "TELEMETRY_SCHEMA_VERSION",
     "TOKEN_LATENCY_BUCKETS_S",
+    "VLLM_EXTRA_FLAGS",
     "AgentState",
     "CachedModel",
     "Capability",
@@ -175,6 +182,7 @@ __all__ = [
     "check_chat_template_args",
     "check_image_url_prefix",
     "check_source",
+    "completion_cap",
     "credentials",
     "telemetry_date_prefix",
     "telemetry_key",

@@ -57,6 +57,12 @@ class AgentState(Wire):
         default_factory=list, description="model downloads in progress (bytes, rate, peers)"
     )
     counters: dict[str, float] = Field(default_factory=dict)
+    fabric_address: str | None = Field(
+        default=None,
+        description="The IPv4 address this agent's sharded ranks listen on (--fabric-address: "
+        "the Mac's address on the Thunderbolt or other fabric network); null: it runs no rank. "
+        "Absent: an agent too old to say (its ranks listened on its agent URL's host).",
+    )
     engines: list[EngineInfo] = Field(
         default_factory=list,
         description="Every engine this agent knows, whether it can run it here and why (found "

@@ -36,10 +36,12 @@ class StateView:
         engines: list[contract.EngineInfo] | None = None,
         pressure_file: Path | None = hoststats.PSI_FILE,
         keys: credentials.NodeKeys | None = None,
+        fabric_address: str | None = None,
     ) -> None:
         self.engines = engines or []
         self.pressure_file = pressure_file
         self.keys = keys
+        self.fabric_address = fabric_address
         self.slots = slots
         self.models = models
         self.telemetry = telemetry
@@ -82,4 +84,5 @@ class StateView:
             counters={**self.telemetry.counters(), **self.models.store.counters},
             engines=self.engines,
             credentials=self.keys.fingerprint if self.keys is not None else None,
+            fabric_address=self.fabric_address,
         )

@@ -22,7 +22,7 @@ from mlxfleet_agent.slots import lease as lease_
 
 # fields a client must not pass through: mlx_lm would load other weights from these paths
 STRIPPED_FIELDS = ("adapters", "draft_model")
-MLX_DEFAULT_MAX_TOKENS = 512  # mlx_lm.server's --max-tokens default
+MLX_DEFAULT_MAX_TOKENS = contract.MLX_DEFAULT_MAX_TOKENS
 IMAGE_PART_TYPES = ("image_url", "input_image", "image")  # what mlx_lm fetches (_image_url)
 
 
@@ -119,18 +119,15 @@ def limit_tokens(body: dict[str, Any], spec: contract.SlotSpec) -> None:
     wins over `max_tokens`, as in mlx_lm, and is folded into `max_tokens`. A value of the wrong
     type is left for the backend to refuse (400).
     """
-    cap = spec.server.max_tokens or spec.context_length
     asked = body.get("max_completion_tokens")
     if asked is None:
         asked = body.get("max_tokens")
-    if asked is None:
-        body.pop("max_completion_tokens", None)
-        body["max_tokens"] = spec.server.max_tokens or min(MLX_DEFAULT_MAX_TOKENS, cap)
-        return
-    if isinstance(asked, bool) or not isinstance(asked, int):
+    if asked is not None and (isinstance(asked, bool) or not isinstance(asked, int)):
         return
     body.pop("max_completion_tokens", None)
-    body["max_tokens"] = min(asked, cap)
+    body["max_tokens"] = contract.completion_cap(
+        asked=asked, max_tokens=spec.server.max_tokens, context_length=spec.context_length
+    )
 
 
 def check_images(body: dict[str, Any], *, allowed: Sequence[str]) -> None:

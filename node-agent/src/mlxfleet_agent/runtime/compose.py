@@ -95,6 +95,10 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
             extra={"bind": cfg.bind},
         )
     tel, ship = telemetry(cfg)
+    scrape_token = cfg.read_metrics_token()
+    metrics_tokens = None  # /metrics open: loopback only, no scrape token set
+    if scrape_token is not None or not cfg.loopback_only():
+        metrics_tokens = (token,) if scrape_token is None else (token, scrape_token)
     model_store = store.Store(
         cfg.models_dir,
         allowed_roots=cfg.roots(),
@@ -116,6 +120,9 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         health_interval_s=cfg.health_interval_s,
         engines=engines,
         command_programs=cfg.command_programs,
+        command_env=cfg.command_env_names(),
+        fabric_address=cfg.fabric(),
+        rank_accept_timeout_s=cfg.rank_accept_timeout_s,
     )
     slots = registry.Registry(
         state_dir=cfg.state_dir,
@@ -135,6 +142,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         engines=engines,
         pressure_file=cfg.memory_pressure_file,
         keys=keys,
+        fabric_address=cfg.fabric(),
     )
     control = control_app.build(
         slots=slots,
@@ -147,7 +155,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     runtime = Runtime(
         registry=slots,
         control_app=peer_server.PeerServer(
-            guard.Guard(control, token=token),
+            guard.Guard(control, token=token, metrics_tokens=metrics_tokens),
             holdings=model_store,
             models_dir=cfg.models_dir,
             tokens=keys,

@@ -8,8 +8,8 @@ camelCase (`state_dir` or `stateDir`), values as on the command line; secrets ar
 file: it names the files that hold them (`token_file`, `data_api_keys_file`), and the telemetry
 keys come from the environment only. Precedence: flags, then the file, then the environment,
 then the defaults. `cli` builds the `serve` flags from `flags()`.
-May import: pydantic, yaml and the standard library. Called by: cli (builds it), runtime
-(compose, serve read it).
+May import: pydantic, yaml, the agent's contract and the standard library. Called by: cli (builds
+it), runtime (compose, serve read it).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
+
+from mlxfleet_agent import contract
 
 
 class SettingsError(ValueError):
@@ -75,6 +77,13 @@ class Settings(BaseModel):
             "key; give this only while older agents still use one)"
         ),
     ] = None
+    metrics_token_file: Annotated[
+        Path | None,
+        Opt(
+            "bearer token a scraper (Prometheus) reads /metrics with, and nothing else "
+            "(/metrics beyond loopback needs it or the control token)"
+        ),
+    ] = None
     tls_cert: Annotated[Path | None, Opt("PEM certificate of the control API")] = None
     tls_key: Annotated[Path | None, Opt("PEM key of the control API")] = None
     data_api_keys_file: Annotated[
@@ -97,12 +106,36 @@ class Settings(BaseModel):
             action="append",
         ),
     ] = Field(default_factory=list)
+    fabric_address: Annotated[
+        str | None,
+        Opt(
+            "IPv4 address of this Mac on the network its sharded ranks use (the Thunderbolt "
+            "bridge): ranks listen there only (default: --bind when it is loopback, else none: "
+            "no ranks)"
+        ),
+    ] = None
+    rank_accept_timeout_s: Annotated[
+        float,
+        Field(gt=0, le=3600),
+        Opt(
+            "seconds a rank may wait in accept for its ring peers before it is stopped (default 60)"
+        ),
+    ] = 60.0
     command_programs: Annotated[
         list[str],
         Opt(
             "a program the `command` engine may run, by name or absolute path (repeatable; "
             "none: the engine is off)",
             flag="--allow-command",
+            action="append",
+        ),
+    ] = Field(default_factory=list)
+    command_env: Annotated[
+        list[str],
+        Opt(
+            "an environment variable a `command` slot may set, from the fleet's list "
+            "(repeatable; default: that whole list, docs/engines.md)",
+            flag="--allow-env",
             action="append",
         ),
     ] = Field(default_factory=list)
@@ -215,6 +248,40 @@ class Settings(BaseModel):
             raise ValueError("tls_cert and tls_key must be given together")
         return self
 
+    @model_validator(mode="after")
+    def _fabric(self) -> Settings:
+        if self.fabric_address is not None:
+            try:
+                ipaddress.IPv4Address(self.fabric_address)
+            except ValueError:
+                raise ValueError(
+                    f"fabric_address {self.fabric_address!r} must be an IPv4 address (the "
+                    "Mac's address on its fabric network; mlx's ring backend speaks IPv4 only)"
+                ) from None
+        return self
+
+    def fabric(self) -> str | None:
+        """The address ranks listen on: --fabric-address, else 127.0.0.1 for an agent on
+        loopback, else None (this agent runs no rank)."""
+        if self.fabric_address is not None:
+            return self.fabric_address
+        return "127.0.0.1" if self.loopback_only() else None
+
+    @model_validator(mode="after")
+    def _command_env(self) -> Settings:
+        wider = sorted(set(self.command_env) - contract.COMMAND_ENV_NAMES)
+        if wider:
+            raise ValueError(
+                f"allow_env {', '.join(wider)}: an agent may only narrow the fleet's list "
+                f"({', '.join(sorted(contract.COMMAND_ENV_NAMES))}), since admission refuses "
+                "any other name"
+            )
+        return self
+
+    def command_env_names(self) -> frozenset[str]:
+        """The names a `command` slot may set here: --allow-env, or the fleet's whole list."""
+        return frozenset(self.command_env) or contract.COMMAND_ENV_NAMES
+
     def roots(self) -> list[Path]:
         """Allowed roots of file:// sources: --models-dir always, plus --allowed-root entries."""
         out = [self.models_dir.resolve()]
@@ -254,6 +321,29 @@ class Settings(BaseModel):
                 "(the same secret on every agent of the fleet)"
             )
         return token
+
+    def read_metrics_token(self) -> str | None:
+        """The scrape token (`/metrics` only), or None: none is set."""
+        if self.metrics_token_file is None:
+            return None
+        path = self.metrics_token_file
+        token = _read_text(path, flag="--metrics-token-file", what="the metrics scrape token")
+        token = token.strip()
+        if len(token) < 16:
+            raise SettingsError(
+                f"--metrics-token-file {path}: the token must be at least 16 characters "
+                "(the bearer token Prometheus sends, as in its credentials file)"
+            )
+        return token
+
+    def loopback_only(self) -> bool:
+        """Whether both ports listen on a loopback address only (`--bind`)."""
+        if self.bind == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.bind).is_loopback
+        except ValueError:
+            return False  # a host name: it may resolve anywhere
 
     def read_data_keys(self) -> frozenset[str] | None:
         """More keys the data plane accepts (one a line), or None: only the node's own."""
@@ -307,6 +397,7 @@ class Settings(BaseModel):
                 )
         self.read_token()
         self.read_peer_token()
+        self.read_metrics_token()
         self.read_data_keys()
 
 

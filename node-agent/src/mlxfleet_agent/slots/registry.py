@@ -134,6 +134,9 @@ class Registry:
             self._deps.launcher.check(spec.engine)
         except recipes.EngineRefused as exc:
             raise refusals.Rejected(422, str(exc), field="engine") from exc
+        refused = self._deps.launcher.rank_refused(spec.shard)
+        if refused is not None:
+            raise refusals.Rejected(422, refused, field="shard.hosts")
         src = self.catalog.admit(spec)
         self._check_fit(name, spec, src)
         self._save({**self._desired(), name: spec})  # first: if it fails, nothing changed

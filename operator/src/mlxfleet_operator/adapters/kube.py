@@ -136,6 +136,11 @@ class Kube:
         except ApiException as exc:
             if exc.status == 404:
                 return None
+            if exc.status == 403:  # resourceNames: only the provider keys the admin listed
+                return modelroute.KeySeen(
+                    error=f"{where}: 403 Forbidden (the operator may look only at the "
+                    "provider-key Secrets listed in chart value operator.providerKeySecrets)"
+                )
             return modelroute.KeySeen(error=f"{where}: {exc.status} {exc.reason}")
         except OSError as exc:
             return modelroute.KeySeen(error=f"{where}: {exc}")

@@ -50,10 +50,18 @@ class Reason(StrEnum):
     PREEMPTED = "Preempted"  # its replica there was evicted for a higher priority (or backs off)
     MEMORY_PRESSURE = "MemoryPressure"  # the node reports memory pressure (`Pressure`)
     UNAPPROVED = "AwaitingApproval"  # joined with a bootstrap token, not approved by a person
+    NO_FABRIC = "NoFabricAddress"  # a sharded rank: its agent has no --fabric-address
 
 
 # rejections that no amount of waiting for capacity fixes (a person must act)
-STATIC = (Reason.UNAPPROVED, Reason.NOT_LISTED, Reason.SELECTOR, Reason.TOO_SMALL, Reason.ENGINE)
+STATIC = (
+    Reason.UNAPPROVED,
+    Reason.NOT_LISTED,
+    Reason.SELECTOR,
+    Reason.TOO_SMALL,
+    Reason.ENGINE,
+    Reason.NO_FABRIC,
+)
 # the deployment condition reason when every node is statically out, most specific first
 NOWHERE = (
     (Reason.ENGINE, "EngineUnavailable"),
@@ -89,6 +97,7 @@ class NodeView:
     engine_reasons: Mapping[str, str] = field(default_factory=dict)  # why not, per engine
     served_names: frozenset[str] = frozenset()  # served by other slots than this deployment's
     pressures: tuple[Pressure, ...] = ()  # readings that keep new replicas off (`Pressure`)
+    fabric: str | None = "127.0.0.1"  # where its sharded ranks listen (None: it runs none)
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,13 @@ def _static_reject(
         return placement.Rejection(
             node.name, placement.Reason.CORDONED, "cordoned (spec.unschedulable)"
         )
+    if node.fabric is None:
+        return placement.Rejection(
+            node.name,
+            placement.Reason.NO_FABRIC,
+            "its agent has no fabric address (--fabric-address): ranks listen only on the "
+            "fabric network",
+        )
     if not node.ready:
         grace = node.not_ready_since is not None and now - node.not_ready_since < delay
         text = "node is not Ready" + (" (failover delay not over yet)" if grace else "")

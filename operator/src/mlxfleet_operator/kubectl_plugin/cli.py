@@ -272,7 +272,7 @@ def _positive(text: str) -> float:
 
 
 def _tail(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 2000:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 2000:
         raise argparse.ArgumentTypeError(f"{text!r}: a whole number of lines from 1 to 2000")
     return int(text)
 

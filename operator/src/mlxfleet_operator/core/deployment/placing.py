@@ -67,6 +67,8 @@ def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
             if s.name != slot
         ),
         pressures=pressures(fact.node),
+        # a node whose agent does not answer is out as NotReady, not for its fabric
+        fabric=fact.fabric_address if fact.state is not None else "",
     )
 
 
