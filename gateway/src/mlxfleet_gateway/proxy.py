@@ -124,6 +124,12 @@ class Proxy:
                 ok = self.view.ready
                 answer = b'{"ready":true}' if ok else b'{"ready":false}'
                 await asgi.send_json(send, 200 if ok else 503, answer)
+            elif path == "/health":  # as vLLM and mlx_lm answer it: open, says nothing more
+                if method not in ("GET", "HEAD"):
+                    raise errors.GatewayError(405, f"method {method} not allowed on {path}")
+                ok = self.view.ready
+                answer = b'{"status":"ok"}' if ok else b'{"status":"unavailable"}'
+                await asgi.send_json(send, 200 if ok else 503, answer)
             elif path in ENDPOINTS:
                 if method != "POST":
                     raise errors.GatewayError(405, f"method {method} not allowed on {path}")
