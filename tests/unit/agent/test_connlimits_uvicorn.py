@@ -152,7 +152,8 @@ def test_the_state_the_body_deadline_reads_is_where_connlimits_looks(
     proto.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n")
     assert isinstance(proto.flow.read_paused, bool), WHAT
     assert proto.cycle.response_started is False, WHAT
-    assert proto._in_body and proto._timer is not None, WHAT
+    assert proto._in_body, WHAT
+    assert proto._timer is not None, WHAT
     proto._timer.cancel()
     proto._timed_out()
     status, body = _answer(transport)
