@@ -101,3 +101,39 @@ def test_a_stop_string_stops_generation_as_openai_does(serving_agent: Agent) -> 
     again, again_finish, _ = _pieces(client, max_tokens=40)
     assert "".join(again) == full
     assert again_finish == "length"
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        pytest.param(
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {}},
+                }
+            },
+            "response_format",
+            id="json-schema",
+        ),
+        pytest.param({"response_format": {"type": "json_object"}}, "response_format", id="json"),
+        pytest.param(
+            {"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role", id="role"
+        ),
+    ],
+)
+def test_what_mlx_lm_would_ignore_is_refused_naming_the_parameter(
+    serving_agent: Agent, extra: dict[str, Any], param: str
+) -> None:
+    """Issue 28 items 7 and 9: a `response_format` mlx_lm does not enforce, and a chat role
+    that is not one, were answered 200 (unconstrained text; the role rendered as written)."""
+    client = serving_agent.openai()
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            **{"model": "tiny-a", "messages": ASK, "max_tokens": 4, **extra}
+        )
+    assert refused.value.body["param"] == param  # type: ignore[index]
+    text = client.chat.completions.create(
+        model="tiny-a", messages=ASK, max_tokens=4, response_format={"type": "text"}
+    )
+    assert text.choices[0].finish_reason == "length"
