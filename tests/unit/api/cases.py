@@ -418,6 +418,13 @@ INVALID: tuple[Invalid, ...] = (
         "spec.rules[0].backends[0].external.url",
     ),
     Invalid(
+        "mr-external-url-ftp",
+        MR,
+        {"rules": [_rule(backends=[{"external": {**_EXTERNAL, "url": "ftp://x"}}])]},
+        "spec.rules[0].backends[0].external.url",
+    ),
+    Invalid("in-url-ftp-short", IN, {"agent": {"url": "ftp://x"}}, "spec.agent.url"),
+    Invalid(
         "mr-prompt-range",
         MR,
         {

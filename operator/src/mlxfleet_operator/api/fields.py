@@ -173,7 +173,7 @@ def check_agent_url(value: str) -> str:
 AgentUrl = Annotated[
     str,
     Field(
-        min_length=8,
+        min_length=1,  # the scheme rule says what is wrong with a short one (ftp://x)
         max_length=2048,
         json_schema_extra=base.crd(
             base.rule(

@@ -278,6 +278,7 @@ def invalid_status(
     return current.model_copy(
         update={
             "observed_generation": generation,
+            "ready_replicas": current.ready_replicas or 0,  # the READY column: 0, not blank
             "conditions": conditions.apply_verdict(
                 current.conditions, judged, generation=generation, now=now
             ),
@@ -296,6 +297,7 @@ def unplaced_status(
                 md.status.conditions, judged, generation=md.metadata.generation, now=now
             ),
             "served_name": md.served_name(),
+            "ready_replicas": md.status.ready_replicas or 0,  # the READY column: 0, not blank
             "endpoint": endpoint,
             "selector": naming.deployment_selector(md.metadata.name or ""),
         }
