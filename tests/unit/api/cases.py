@@ -230,6 +230,9 @@ INVALID: tuple[Invalid, ...] = (
     Invalid("md-memory-zero", MD, {"resources": {"memory": "0"}}, "spec.resources.memory"),
     Invalid("md-memory-negative", MD, {"resources": {"memory": "-4Gi"}}, "spec.resources.memory"),
     Invalid("md-memory-zero-integer", MD, {"resources": {"memory": 0}}, "spec.resources.memory"),
+    Invalid("md-memory-24-bytes", MD, {"resources": {"memory": "24"}}, "spec.resources.memory"),
+    Invalid("md-memory-small-int", MD, {"resources": {"memory": 1000}}, "spec.resources.memory"),
+    Invalid("md-memory-512Ki", MD, {"resources": {"memory": "512Ki"}}, "spec.resources.memory"),
     Invalid("md-memory-fraction", MD, {"resources": {"memory": 1.5}}, "spec.resources.memory"),
     Invalid("md-memory-boolean", MD, {"resources": {"memory": True}}, "spec.resources.memory"),
     # ModelDeployment: server options
