@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
@@ -152,6 +152,18 @@ def removing(
     return out
 
 
+CAPACITY_STALL_AFTER = timedelta(minutes=2)
+"""How long replicas may wait for a node before the deployment says Stalled (docs/operator.md)."""
+
+
+def not_ready_for(md: mdep.ModelDeployment, now: datetime) -> timedelta:
+    """How long the deployment's Ready condition has been False (zero when True or absent)."""
+    ready = cond.find(md.status.conditions, cond.ConditionType.READY)
+    if ready is None or ready.status != cond.ConditionStatus.FALSE:
+        return timedelta(0)
+    return now - ready.last_transition_time
+
+
 def awaiting_approval(plan: PlanInfo) -> bool:
     """The plan is paused with no step running (before its first step or between two)."""
     return plan.paused and plan.phase in (None, swp.SwapPhase.PENDING, swp.SwapPhase.PAUSED)
@@ -166,8 +178,13 @@ def verdict(
     *,
     lost: Sequence[str] = (),
     conflict: str | None = None,
+    now: datetime | None = None,
 ) -> conditions.Verdict:
-    """The deployment's summary. `lost`: placed nodes whose InferenceNode is not Ready."""
+    """The deployment's summary. `lost`: placed nodes whose InferenceNode is not Ready. `now`:
+    replicas that no node can take for `CAPACITY_STALL_AFTER` (fewer matching Macs than
+    replicas, every one busy) make the deployment Stalled, still `WaitingForCapacity`: GitOps
+    tools and `kubectl wait --for=condition=Stalled` stop waiting; it is placed (and Stalled
+    clears) as soon as a node can take it."""
     R = cond.Reason
     want = md.spec.replicas
     ready = sum(1 for p in placed if p.ready)
@@ -212,6 +229,12 @@ def verdict(
             r.reason == placement.Reason.SERVED_NAME for r in decision.rejections
         ):  # a person must rename (spec.model.servedName) or add a node; routes need the name
             return conditions.Verdict(False, R.SERVED_NAME_CONFLICT, text, stalled=True)
+        if now is not None and not_ready_for(md, now) >= CAPACITY_STALL_AFTER:
+            text += (
+                f"; Stalled: no node could take it for {CAPACITY_STALL_AFTER.seconds // 60} "
+                "minutes (it is placed as soon as one can)"
+            )
+            return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, stalled=True)
         return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, reconciling=True)
     no_fit = [o for o in outcomes.values() if o.no_fit]
     if no_fit:
@@ -249,7 +272,7 @@ def status(
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     placed = placements(facts, desired, outcomes, slot=slot, plan=plan)
     gone = lost_nodes(facts, desired)
-    judged = verdict(md, decision, placed, outcomes, plan, lost=gone, conflict=conflict)
+    judged = verdict(md, decision, placed, outcomes, plan, lost=gone, conflict=conflict, now=now)
     going = removing(md, handover, decision, facts) if handover is not None else []
     new = mdep.ModelDeploymentStatus(
         observed_generation=md.metadata.generation,
