@@ -81,3 +81,30 @@ def test_progress_is_reported_when_it_changes_and_at_least_every_30_seconds(
 ) -> None:
     cadence = drainreport.Cadence(every=30.0)
     assert [cadence.due(key, now) for key, now in reports] == due
+
+
+def test_status_says_why_a_deployment_is_not_ready() -> None:
+    """`kubectl mlxfleet status` showed `ready 0/1 False` and nothing else (issue 28 item 9)."""
+    waiting = {
+        "metadata": {"name": "chat", "namespace": "llm"},
+        "spec": {"replicas": 3, "model": {"source": "hf://org/m"}},
+        "status": {
+            "readyReplicas": 2,
+            "conditions": [
+                {"type": "Ready", "status": "False", "reason": "WaitingForCapacity",
+                 "message": "2/3 ready, 1 unplaced: a, b: already has a replica"},
+                {"type": "Stalled", "status": "True", "reason": "WaitingForCapacity"},
+            ],
+        },
+    }  # fmt: skip
+    serving = deployment("other", ["a"], reason="Ready", message="1/1 replicas ready")
+    serving["spec"] = {"replicas": 1}
+    serving["status"]["readyReplicas"] = 1
+    lines = render.deployment_lines([waiting, serving])
+    (head,) = [line for line in lines if "llm/chat" in line]
+    assert "ready 2/3" in head
+    assert "False WaitingForCapacity" in head
+    assert "      2/3 ready, 1 unplaced: a, b: already has a replica (Stalled)" in lines
+    (ok,) = [line for line in lines if "default/other" in line]
+    assert "True  Ready" in ok
+    assert not any("1/1 replicas ready" in line for line in lines)  # nothing to explain

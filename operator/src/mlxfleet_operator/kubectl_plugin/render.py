@@ -79,10 +79,15 @@ def deployment_lines(deployments: Sequence[Obj]) -> list[str]:
         spec, status = d.get("spec", {}), d.get("status", {})
         name = f"{d['metadata']['namespace']}/{d['metadata']['name']}"
         ready = f"{status.get('readyReplicas') or 0}/{spec.get('replicas', '?')}"
+        state = condition(d, "Ready")
+        why = reason(d, "Ready")
         lines.append(
-            f"  {name:<32} ready {ready:<6} {condition(d, 'Ready'):<5} "
+            f"  {name:<32} ready {ready:<6} {state:<5} {why:<20} "
             f"{(spec.get('model') or {}).get('source', '')}"
         )
+        if state != "True" and message(d, "Ready"):  # why it does not serve, in its own words
+            stalled = " (Stalled)" if condition(d, "Stalled") == "True" else ""
+            lines.append(f"      {message(d, 'Ready')}{stalled}")
         for p in status.get("placements") or []:
             mark = "ready" if p.get("ready") else p.get("phase", "?")
             why = f" ({p['message']})" if p.get("message") and not p.get("ready") else ""
