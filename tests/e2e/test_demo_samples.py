@@ -7,6 +7,7 @@ and serves."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import openai
@@ -46,6 +47,16 @@ def test_the_demo_samples_become_ready_and_serve_on_the_demo_fleet(
         model="demo-chat", messages=[{"role": "user", "content": "hi"}], max_tokens=8
     )
     assert reply.choices[0].message.content
+
+    def reasons() -> set[str]:
+        found = e2e.kubectl(
+            "-n", e2e.namespace, "get", "events", "-o", "json",
+            "--field-selector", "involvedObject.kind=ModelDeployment,involvedObject.name=demo-chat",
+        )  # fmt: skip
+        return {e["reason"] for e in json.loads(found)["items"]}
+
+    # ModelDeployments said nothing in `kubectl describe` (issue 28 item 9)
+    wait_for("a Ready event on the deployment", lambda: "Ready" in reasons())
 
 
 def test_the_hf_cache_layout_serves_offline(tmp_path: Path, model_a: Path) -> None:

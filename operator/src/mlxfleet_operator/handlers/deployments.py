@@ -147,6 +147,7 @@ async def reconcile(
     clash = idx.slot_conflict(namespace, name, md.metadata.uid or "")
     if clash is not None:  # another deployment's slot: never PUT, DELETE or publish for it
         status = mdstatus.slot_conflict_status(md, clash, now=runtime.now())
+        events.announce_ready(rt, body, md.status.conditions, status.conditions)
         statuspatch.write_status(patch, status, body)
         return
     view, slot = rt.fleet.version, naming.slot_name(namespace, name)
@@ -167,9 +168,9 @@ async def reconcile(
     size = await _size(rt, md, found)
     now = runtime.now()
     if isinstance(size, conditions.Verdict):
-        statuspatch.write_status(
-            patch, mdstatus.unplaced_status(md, size, now=now, endpoint=endpoint), body
-        )
+        status = mdstatus.unplaced_status(md, size, now=now, endpoint=endpoint)
+        events.announce_ready(rt, body, md.status.conditions, status.conditions)
+        statuspatch.write_status(patch, status, body)
         return
     failover = timedelta(seconds=rt.config.failover_delay)
     nodes = idx.inference_nodes()
@@ -213,6 +214,7 @@ async def reconcile(
     moved = want.rescheduled
     if moved is not None and rt.first_time(str(body.metadata.uid), moved.message):
         events.post(body, moved)
+    events.announce_ready(rt, body, md.status.conditions, result.status.conditions)
     statuspatch.write_status(patch, result.status, body)
     metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
     metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
