@@ -52,6 +52,9 @@ ENDPOINTS = {
 SLOT_HEADER = b"x-mlxfleet-slot"  # names the agent slot (fleet credential only)
 
 
+METERED = "mlxfleet.metered"  # scope key: the request became a call (its access line is its own)
+
+
 @dataclass(frozen=True, slots=True)
 class ProxyConfig:
     allow_anonymous: bool = False
@@ -142,6 +145,8 @@ class Proxy:
             else:
                 raise errors.GatewayError(404, f"no route {path}", code="not_found")
         except errors.GatewayError as exc:
+            if METERED not in scope:  # a call's own line is written by meter.finish
+                self.meter.refused(path, exc.status, exc.code)
             await asgi.send_error(send, exc)
         except asgi.ClientGone:
             return
@@ -211,6 +216,7 @@ class Proxy:
             t0=t0,
         )
         self.budget.deposit(now=t0)
+        scope[METERED] = True
         watcher = asyncio.get_running_loop().create_task(self._watch_client(receive, call))
         try:
             await self._serve(call)
