@@ -9,7 +9,7 @@ NODES ?= 50
 DEPLOYMENTS ?= 100
 BENCH_ARGS ?=
 
-.PHONY: install check lint format typecheck contracts crds crds-check manifests manifests-check \
+.PHONY: install check lint format typecheck contracts docs-check crds crds-check manifests manifests-check \
         tools test test-fast test-slow test-faults cluster-up cluster-up-bare cluster-down \
         control-plane demo \
         demo-down bench bench-embed bench-scale bench-report report-sample clean
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv and install mlxfleet editable with dev tools (idempotent)
 
-check: $(STAMP) lint typecheck contracts crds-check manifests-check  ## everything CI checks besides tests
+check: $(STAMP) lint typecheck contracts crds-check manifests-check docs-check  ## everything CI checks besides tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -38,6 +38,9 @@ typecheck: $(STAMP)
 
 contracts: $(STAMP)
 	$(BIN)/lint-imports
+
+docs-check: $(STAMP)  ## every flag, make target, command, module path and reason the docs name exists
+	$(BIN)/python -m tests.support.docscheck
 
 crds: $(STAMP)  ## regenerate crds/ from the pydantic models (and the chart's copies)
 	$(BIN)/mlxfleet crds --out crds
