@@ -129,6 +129,13 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a node may be NotReady before its replicas move (default 15)",
     )
     p.add_argument(
+        "--capacity-stall-seconds",
+        type=float,
+        default=defaults.capacity_stall_seconds,
+        help="seconds replicas may wait for a node that can take them before the deployment is "
+        "Stalled, still WaitingForCapacity (default 120)",
+    )
+    p.add_argument(
         "--heartbeat-write-seconds",
         type=float,
         default=defaults.heartbeat_write_seconds,
@@ -213,6 +220,7 @@ def _settings(ns: argparse.Namespace, kubeconfig: str | None) -> opsettings.Oper
         poll_seconds=ns.poll_seconds,
         misses=ns.misses,
         failover_delay=ns.failover_delay,
+        capacity_stall_seconds=ns.capacity_stall_seconds,
         heartbeat_write_seconds=ns.heartbeat_write_seconds,
         swap_prefetch=ns.swap_prefetch,
         provider_keys_namespace=ns.provider_keys_namespace or leader.default_namespace(),

@@ -23,6 +23,7 @@ class OperatorSettings(BaseModel):
     poll_seconds: float = Field(default=5.0, gt=0, le=3600)
     misses: int = Field(default=3, ge=1, le=100)
     failover_delay: float = Field(default=15.0, ge=0, le=86400)
+    capacity_stall_seconds: float = Field(default=120.0, ge=0, le=86400)
     heartbeat_write_seconds: float = Field(default=60.0, ge=0, le=3600)
     swap_prefetch: bool = Field(
         default=True,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import kopf
@@ -86,6 +86,19 @@ def _unchanged(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> _D
     return _Due(seen)
 
 
+def _stall_due(body: kopf.Body, stall_seconds: float) -> bool:
+    """The deployment has not been Ready for `stall_seconds` (its Ready condition's
+    lastTransitionTime): a deployment waiting for room turns Stalled then (`mdstatus.verdict`)."""
+    for c in (body.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("status") == "False":
+            try:
+                since = datetime.fromisoformat(str(c.get("lastTransitionTime")))
+            except ValueError:
+                return False
+            return (runtime.now() - since).total_seconds() >= stall_seconds
+    return False
+
+
 def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> object | None:
     """What a reconcile of `body` reads, as a comparable value (None: always reconcile).
 
@@ -126,6 +139,7 @@ def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> objec
             rt.fleet.room_version(need),
             view.shape,
             len(idx.nodes),
+            _stall_due(body, rt.config.capacity_stall_seconds),  # Stalled is due: decide again
         )
     return (
         *own,
@@ -202,6 +216,7 @@ async def reconcile(
         endpoint=endpoint,
         now=now,
         handover=want.handover,
+        stall_after=timedelta(seconds=rt.config.capacity_stall_seconds),
     )
     result = judge()
     try:

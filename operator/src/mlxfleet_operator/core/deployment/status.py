@@ -153,7 +153,13 @@ def removing(
 
 
 CAPACITY_STALL_AFTER = timedelta(minutes=2)
-"""How long replicas may wait for a node before the deployment says Stalled (docs/operator.md)."""
+"""How long replicas may wait for a node before the deployment says Stalled (the operator's
+`--capacity-stall-seconds`; docs/operator.md)."""
+
+
+def _span(wait: timedelta) -> str:
+    seconds = int(wait.total_seconds())
+    return f"{seconds // 60} minutes" if seconds % 60 == 0 and seconds >= 120 else f"{seconds}s"
 
 
 def not_ready_for(md: mdep.ModelDeployment, now: datetime) -> timedelta:
@@ -179,6 +185,7 @@ def verdict(
     lost: Sequence[str] = (),
     conflict: str | None = None,
     now: datetime | None = None,
+    stall_after: timedelta | None = None,
 ) -> conditions.Verdict:
     """The deployment's summary. `lost`: placed nodes whose InferenceNode is not Ready. `now`:
     replicas that no node can take for `CAPACITY_STALL_AFTER` (fewer matching Macs than
@@ -229,10 +236,11 @@ def verdict(
             r.reason == placement.Reason.SERVED_NAME for r in decision.rejections
         ):  # a person must rename (spec.model.servedName) or add a node; routes need the name
             return conditions.Verdict(False, R.SERVED_NAME_CONFLICT, text, stalled=True)
-        if now is not None and not_ready_for(md, now) >= CAPACITY_STALL_AFTER:
+        wait = CAPACITY_STALL_AFTER if stall_after is None else stall_after
+        if now is not None and not_ready_for(md, now) >= wait:
             text += (
-                f"; Stalled: no node could take it for {CAPACITY_STALL_AFTER.seconds // 60} "
-                "minutes (it is placed as soon as one can)"
+                f"; Stalled: no node could take it for {_span(wait)} (it is placed as soon as "
+                "one can)"
             )
             return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, stalled=True)
         return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, reconciling=True)
@@ -266,13 +274,24 @@ def status(
     now: datetime,
     handover: slots.Handover | None = None,
     conflict: str | None = None,
+    stall_after: timedelta | None = None,
 ) -> Result:
     """The whole status; `conflict`: why the Service cannot be published (then the status
-    names no endpoint: that address is someone else's)."""
+    names no endpoint: that address is someone else's); `stall_after`: see `verdict`."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     placed = placements(facts, desired, outcomes, slot=slot, plan=plan)
     gone = lost_nodes(facts, desired)
-    judged = verdict(md, decision, placed, outcomes, plan, lost=gone, conflict=conflict, now=now)
+    judged = verdict(
+        md,
+        decision,
+        placed,
+        outcomes,
+        plan,
+        lost=gone,
+        conflict=conflict,
+        now=now,
+        stall_after=stall_after,
+    )
     going = removing(md, handover, decision, facts) if handover is not None else []
     new = mdep.ModelDeploymentStatus(
         observed_generation=md.metadata.generation,
