@@ -250,6 +250,9 @@ def test_missing_unknown_and_expired_keys_are_401(setup: Setup) -> None:
         assert r.status_code == 401, r.text
         assert r.json()["error"]["type"] == "authentication_error"
     assert httpx.get(setup.gateway.base_url + "/models", timeout=30).status_code == 401
+    refused = [line for line in access_lines(setup.gateway) if line.get("status") == 401]
+    assert len(refused) >= 4
+    assert {line["error"] for line in refused} >= {"invalid_api_key"}
 
 
 def test_a_model_the_key_may_not_use_is_403(setup: Setup) -> None:
@@ -461,6 +464,24 @@ def test_usage_per_key_matches_what_clients_received_and_no_text_leaves(setup: S
         assert canary[len("CANARY-") :] not in everything
     assert setup.keys["usage"] not in everything  # the key itself is never shipped or logged
     assert json.dumps(setup.keys["usage"]) not in everything
+    # the access log (issue 28 item 9): a line per request, its figures, never its text
+    mine = [line for line in access_lines(setup.gateway) if line.get("key") == name]
+    assert len(mine) == requests
+    assert sum(line["prompt_tokens"] for line in mine) == prompt
+    assert sum(line["completion_tokens"] for line in mine) == completion
+    assert {line["status"] for line in mine} == {200}
+    assert {line["outcome"] for line in mine} == {"ok"}
+    assert {line["stream"] for line in mine} == {True, False}
+    assert all(line["duration_ms"] >= line["ttfb_ms"] > 0 for line in mine)
+    assert {line["model"] for line in mine} == {"chat", "chat-a", "chat-b"}
+
+
+def access_lines(gateway: gws.Gateway) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for line in gateway.log().splitlines()
+        if '"logger": "mlxfleet_gateway.access"' in line
+    ]
 
 
 def test_a_name_taken_on_its_node_is_a_placement_filter_and_slots_are_addressed(

@@ -27,11 +27,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.C
 @pytest.fixture(scope="module")
 def bare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.ControlPlane]:
     root = tmp_path_factory.mktemp("bare-control-plane")
-    empty = root / "nothing"
-    empty.mkdir()
-    plane = controlplane.start(
-        root / "cp", crds_dir=empty, manifests_dir=empty, die_with_parent=True
-    )
+    plane = controlplane.start(root / "cp", bare=True, die_with_parent=True)
     try:
         yield plane
     finally:

@@ -140,6 +140,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--telemetry-region")
     p.add_argument("--telemetry-interval-s", type=float, default=60.0)
     p.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    p.add_argument(
+        "--no-access-log",
+        dest="access_log",
+        action="store_false",
+        help="no line per request (the access log: who, which model, where, how long, tokens; "
+        "never the prompt or the answer)",
+    )
     return p
 
 
@@ -192,6 +199,7 @@ def parse(argv: list[str]) -> settings_mod.Settings:
             "telemetry_region": ns.telemetry_region,
             "telemetry_interval_s": ns.telemetry_interval_s,
             "log_level": ns.log_level,
+            "access_log": ns.access_log,
         }
         if ns.name:
             values["name"] = ns.name
@@ -264,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse(argv)
     from mlxfleet_gateway import server
 
-    server.configure_logging(cfg.log_level)
+    server.configure_logging(cfg.log_level, access_log=cfg.access_log)
     try:
         import uvloop
 

@@ -52,6 +52,9 @@ ENDPOINTS = {
 SLOT_HEADER = b"x-mlxfleet-slot"  # names the agent slot (with the node's own key only)
 
 
+METERED = "mlxfleet.metered"  # scope key: the request became a call (its access line is its own)
+
+
 @dataclass(frozen=True, slots=True)
 class ProxyConfig:
     allow_anonymous: bool = False
@@ -125,6 +128,12 @@ class Proxy:
                 ok = self.view.ready
                 answer = b'{"ready":true}' if ok else b'{"ready":false}'
                 await asgi.send_json(send, 200 if ok else 503, answer)
+            elif path == "/health":  # as vLLM and mlx_lm answer it: open, says nothing more
+                if method not in ("GET", "HEAD"):
+                    raise errors.GatewayError(405, f"method {method} not allowed on {path}")
+                ok = self.view.ready
+                answer = b'{"status":"ok"}' if ok else b'{"status":"unavailable"}'
+                await asgi.send_json(send, 200 if ok else 503, answer)
             elif path in ENDPOINTS:
                 if method != "POST":
                     raise errors.GatewayError(405, f"method {method} not allowed on {path}")
@@ -137,6 +146,8 @@ class Proxy:
             else:
                 raise errors.GatewayError(404, f"no route {path}", code="not_found")
         except errors.GatewayError as exc:
+            if METERED not in scope:  # a call's own line is written by meter.finish
+                self.meter.refused(path, exc.status, exc.code)
             await asgi.send_error(send, exc)
         except asgi.ClientGone:
             return
@@ -210,6 +221,7 @@ class Proxy:
             t0=t0,
         )
         self.budget.deposit(now=t0)
+        scope[METERED] = True
         watcher = asyncio.get_running_loop().create_task(self._watch_client(receive, call))
         try:
             await self._serve(call)

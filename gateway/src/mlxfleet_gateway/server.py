@@ -30,7 +30,7 @@ import uvicorn
 
 from mlxfleet_agent import connlimits
 from mlxfleet_agent import httpclient as upstream
-from mlxfleet_gateway import health, metrics, proxy, shipper, view, watch
+from mlxfleet_gateway import health, metering, metrics, proxy, shipper, view, watch
 from mlxfleet_gateway import settings as settings_mod
 from mlxfleet_gateway.core import balancer, budget, limits
 
@@ -58,12 +58,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, *, access_log: bool = True) -> None:
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    if not access_log:
+        logging.getLogger(metering.ACCESS).setLevel(logging.WARNING)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     logging.getLogger("botocore").setLevel(logging.WARNING)

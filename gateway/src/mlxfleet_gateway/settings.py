@@ -73,6 +73,7 @@ class Settings(BaseModel):
     telemetry_region: str | None = None
     telemetry_interval_s: float = Field(default=60.0, gt=0, le=3600)
     log_level: str = "info"
+    access_log: bool = True  # one line per request (never its text): metering.ACCESS
 
 
 def fleet_key(path: Path | None, env_value: str | None) -> str | None:

@@ -138,6 +138,13 @@ def _parser() -> argparse.ArgumentParser:
         "(doubled for each further eviction within a while, up to 16x; default 30)",
     )
     p.add_argument(
+        "--capacity-stall-seconds",
+        type=float,
+        default=defaults.capacity_stall_seconds,
+        help="seconds replicas may wait for a node that can take them before the deployment is "
+        "Stalled, still WaitingForCapacity (default 120)",
+    )
+    p.add_argument(
         "--heartbeat-write-seconds",
         type=float,
         default=defaults.heartbeat_write_seconds,
@@ -263,6 +270,7 @@ def _settings(
         misses=ns.misses,
         failover_delay=ns.failover_delay,
         preemption_backoff=ns.preemption_backoff,
+        capacity_stall_seconds=ns.capacity_stall_seconds,
         heartbeat_write_seconds=ns.heartbeat_write_seconds,
         swap_prefetch=ns.swap_prefetch,
         provider_keys_namespace=ns.provider_keys_namespace or leader.default_namespace(),

@@ -30,6 +30,7 @@ class OperatorSettings(BaseModel):
         description="seconds an evicted replica stays off the node it was evicted from (the "
         "first time; doubled per further eviction, up to 16x)",
     )
+    capacity_stall_seconds: float = Field(default=120.0, ge=0, le=86400)
     heartbeat_write_seconds: float = Field(default=60.0, ge=0, le=3600)
     swap_prefetch: bool = Field(
         default=True,

@@ -1,5 +1,6 @@
 """`kubectl mlxfleet` (the real console script) against a real API server: what it says when a
-named object does not exist, and what a drain says while it waits and when it gives up.
+named object does not exist, and what a drain says while it waits and when it gives up; and
+`mlxfleet-agent leave`, which drains the same way and says the same (`mlxfleet_agent.drainreport`).
 
 No operator runs here: the ModelDeployment's status (a replica on the draining node, the Ready
 condition the operator writes when no other node can take it) is written by the test, so the
@@ -187,3 +188,60 @@ def test_drain_reports_while_it_waits_says_why_and_gives_up_with_a_hint(
     assert running.returncode == 0, stderr
     assert f"inferencenode/{name} drained" in stdout
     assert f"{ns}/chat: Ready: 2/2 replicas ready; {name}: draining" in stderr
+
+
+def test_leave_reports_while_it_drains_as_the_plugin_does(
+    cluster: controlplane.ControlPlane, tmp_path: Path
+) -> None:
+    """`mlxfleet-agent leave` drained silently (issue 28 item 4): it now says what is still on
+    the node and why, every `--report-every` seconds, and on a timeout what to do."""
+    ns, name = f"leave-{secrets.token_hex(3)}", f"mac-{secrets.token_hex(3)}"
+    cluster.kubectl("create", "namespace", ns)
+    node(cluster, name)
+    apply(cluster, {
+        "apiVersion": resources.API_VERSION, "kind": "ModelDeployment",
+        "metadata": {"name": "chat", "namespace": ns},
+        "spec": {"model": {"source": "file:///m"}, "replicas": 2},
+    })  # fmt: skip
+    placed_on(cluster, ns, [name, "other"], HELD.format(node=name))
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "join.json").write_text(json.dumps({"node": name, "started": False}))
+    leave = [
+        str(Path(sys.executable).parent / "mlxfleet-agent"), "leave",
+        "--kubeconfig", str(cluster.kubeconfig), "--config-dir", str(etc),
+        "--unit-dir", str(tmp_path / "units"), "--poll", "0.2",
+    ]  # fmt: skip
+
+    out = subprocess.run(
+        [*leave, "--timeout", "4", "--report-every", "1.5"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.splitlines()
+    heads = [line for line in lines if f"1 replica(s) still on {name}: {ns}/chat" in line]
+    assert len(heads) >= 3, out.stderr  # at 0 s, then every 1.5 s with the time
+    assert "[   0s]" in heads[0]
+    why = f"       {ns}/chat: Ready: {HELD.format(node=name)}"
+    assert any(line.endswith(why) for line in lines), out.stderr
+    assert f"drain {name}: timed out after 4s with {ns}/chat still there" in out.stderr
+    assert any("to let them move" in line for line in lines), out.stderr
+    assert (etc / "join.json").exists()  # nothing removed: the Mac has not left
+
+    # room appears: the replica moves, and leave finishes
+    running = subprocess.Popen(leave, stderr=subprocess.PIPE, text=True)
+    guard = threading.Timer(60, running.kill)
+    guard.start()
+    try:
+        assert running.stderr is not None
+        seen = [running.stderr.readline() for _ in range(3)]  # cordoned, then what and why
+        placed_on(cluster, ns, ["other", "third"], "2/2 replicas ready")
+        _, rest = running.communicate(timeout=30)
+    finally:
+        guard.cancel()
+        running.kill()
+    stderr = "".join(seen) + rest
+    assert running.returncode == 0, stderr
+    assert f"{ns}/chat: Ready: {HELD.format(node=name)}" in stderr
+    assert f"drained {name}" in stderr
+    assert f"{name} left the fleet" in stderr

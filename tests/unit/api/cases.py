@@ -302,6 +302,9 @@ INVALID: tuple[Invalid, ...] = (
     Invalid("md-memory-zero", MD, {"resources": {"memory": "0"}}, "spec.resources.memory"),
     Invalid("md-memory-negative", MD, {"resources": {"memory": "-4Gi"}}, "spec.resources.memory"),
     Invalid("md-memory-zero-integer", MD, {"resources": {"memory": 0}}, "spec.resources.memory"),
+    Invalid("md-memory-24-bytes", MD, {"resources": {"memory": "24"}}, "spec.resources.memory"),
+    Invalid("md-memory-small-int", MD, {"resources": {"memory": 1000}}, "spec.resources.memory"),
+    Invalid("md-memory-512Ki", MD, {"resources": {"memory": "512Ki"}}, "spec.resources.memory"),
     Invalid("md-memory-fraction", MD, {"resources": {"memory": 1.5}}, "spec.resources.memory"),
     Invalid("md-memory-boolean", MD, {"resources": {"memory": True}}, "spec.resources.memory"),
     # ModelDeployment: server options
@@ -505,6 +508,13 @@ INVALID: tuple[Invalid, ...] = (
             )
         )
     ),
+    Invalid(
+        "mr-external-url-ftp",
+        MR,
+        {"rules": [_rule(backends=[{"external": {**_EXTERNAL, "url": "ftp://x"}}])]},
+        "spec.rules[0].backends[0].external.url",
+    ),
+    Invalid("in-url-ftp-short", IN, {"agent": {"url": "ftp://x"}}, "spec.agent.url"),
     Invalid(
         "mr-prompt-range",
         MR,

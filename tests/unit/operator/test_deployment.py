@@ -698,3 +698,33 @@ def test_a_name_served_by_another_tenant_on_the_one_node_is_a_filter_with_its_ow
         failover_delay=timedelta(seconds=15),
     )
     assert kept.nodes == ("n1",)
+
+
+def test_replicas_no_node_can_take_stall_after_a_bounded_wait() -> None:
+    """Fewer Macs than replicas was `WaitingForCapacity` with Stalled=False forever, so
+    `kubectl wait` and GitOps tools ran their whole timeout while the quickstart said Stalled
+    (issue 28 item 9): Reconciling first, Stalled once no node could take a replica for
+    `CAPACITY_STALL_AFTER`, and Ready again as soon as one can."""
+    placed = [{"node": n, "phase": "Ready", "ready": True, "source": A} for n in ("n1", "n2")]
+    d = md(A, placements=placed, replicas=3)
+    short = placement.Decision(
+        nodes=("n1", "n2"), kept=("n1", "n2"), added=(), dropped=(), rejections=(),
+        missing=1, fits_nowhere=False,
+    )  # fmt: skip
+    first = mdstatus.verdict(d, short, d.status.placements, {}, None, now=NOW)
+    assert (first.reason, first.reconciling, first.stalled) == ("WaitingForCapacity", True, False)
+    conds = mdstatus.conditions.apply_verdict([], first, generation=3, now=NOW)
+    waited = d.model_copy(update={"status": d.status.model_copy(update={"conditions": conds})})
+    almost = NOW + mdstatus.CAPACITY_STALL_AFTER - timedelta(seconds=1)
+    assert not mdstatus.verdict(waited, short, d.status.placements, {}, None, now=almost).stalled
+    late = NOW + mdstatus.CAPACITY_STALL_AFTER
+    stalled = mdstatus.verdict(waited, short, d.status.placements, {}, None, now=late)
+    assert (stalled.reason, stalled.stalled, stalled.reconciling) == (
+        "WaitingForCapacity",
+        True,
+        False,
+    )
+    assert "already has a replica" in stalled.message
+    assert "Stalled" in stalled.message
+    again = mdstatus.conditions.apply_verdict(conds, stalled, generation=3, now=late)
+    assert {c.type: c.status for c in again}["Stalled"] == "True"

@@ -4,7 +4,8 @@ A backend runs its engine's launch (`recipes.launch`: argv, extra environment, s
 its own process group (so a terminal's
 Ctrl+C reaches the agent only, which stops backends in order) and, on Linux, dies with the agent
 (PR_SET_PDEATHSIG). Stop is the engine's stop signal, then SIGKILL after a grace period. Output
-goes to `<state-dir>/logs/<label>.log`; its tail becomes the slot's lastError when the backend
+goes to `<state-dir>/logs/<label>.log` (opened for appending, so `logrotate` can truncate it under
+the running backend); its tail becomes the slot's lastError when the backend
 fails.
 May import: host.platform, engines.plugin and the standard library. Called by: backends.launcher,
 slots.
@@ -84,7 +85,8 @@ class Backend:
         """Spawn the process (from the event loop's thread: PDEATHSIG is per forking thread)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.launch.env}
-        with self.log_path.open("wb") as out:
+        self.log_path.write_bytes(b"")  # a new start, a new log
+        with self.log_path.open("ab") as out:  # appending: `logrotate` may truncate it
             self.proc = await asyncio.create_subprocess_exec(
                 *self.launch.argv,
                 stdin=asyncio.subprocess.DEVNULL,

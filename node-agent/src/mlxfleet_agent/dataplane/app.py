@@ -1,5 +1,7 @@
 """The data plane: an OpenAI-compatible reverse proxy in front of the slots' backends (raw ASGI).
 
+`GET /healthz` is liveness (the gateway's probes); `GET /health` answers as vLLM and mlx_lm do
+(200 while some slot can serve), both without a credential.
 Per request: authorize (the node's keys: its own from the operator and the admin's
 `--data-api-keys-file`; open only when it has none and may be), read the body (bounded), route by
 `model`
@@ -94,6 +96,9 @@ class DataPlane:
             if path == "/healthz":
                 await asgi.send_json(send, 200, b'{"status":"ok"}')
                 return
+            if path == "/health":
+                await self._health(send, method)
+                return
             self._authorize(scope)
             endpoint = ENDPOINTS.get(path)
             if endpoint is not None and method == "POST":
@@ -108,6 +113,17 @@ class DataPlane:
             await asgi.send_error(send, exc)
         except asgi.ClientGone:
             return
+
+    async def _health(self, send: asgi.Send, method: str) -> None:
+        """`GET /health` as vLLM and mlx_lm answer it, for load and benchmark tools that probe
+        before they start: 200 while some slot serves, 503 while none does. Open, as vLLM's is,
+        and it says nothing else (no model names, no counts)."""
+        if method not in ("GET", "HEAD"):
+            raise RouteError(405, f"method {method} not allowed on /health")
+        if self.routes.serving():
+            await asgi.send_json(send, 200, b'{"status":"ok"}')
+        else:
+            await asgi.send_json(send, 503, b'{"status":"unavailable"}')
 
     def _authorize(self, scope: asgi.Scope) -> None:
         keys = self.keys

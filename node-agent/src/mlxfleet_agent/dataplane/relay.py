@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import time
+from typing import Any
 
 from mlxfleet_agent import contract, eventpipe
 from mlxfleet_agent import openai_proxy as asgi
@@ -114,6 +115,9 @@ async def forward(
         routing.check_token_ids(body, backend)
         routing.limit_tokens(body, backend.spec)
     body["model"] = backend.pinned
+    chat = endpoint == "chat.completions"
+    mlx_lm = backend.spec.engine.name is contract.EngineName.MLX_LM
+    stops = answers.take_stop(body) if mlx_lm and not whole_only else ()
     assemble = not whole_only and not routed.stream and not answers.wants_logprobs(body)
     client_usage = False
     if routed.stream:
@@ -121,6 +125,7 @@ async def forward(
     elif assemble:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
+    stopper = answers.Stopper(stops, chat=chat) if stops and (routed.stream or assemble) else None
     served = backend.spec.served_name
     rewrite = answers.rewriter(
         pinned=backend.pinned, served=served, original_fingerprint=backend.fingerprint
@@ -144,27 +149,47 @@ async def forward(
         if reply.status != 200:
             await _error(reply, send, headers=headers, outcome=outcome, backend=backend)
         elif routed.stream and not whole_only:
-            await _stream(
-                reply,
-                send,
-                headers=headers,
-                rewrite=rewrite,
-                outcome=outcome,
-                t0=t0,
-                scanner=asgi.StreamScanner(forward_usage=client_usage),
-                gone=gone,
+            scanner = asgi.StreamScanner(
+                forward_usage=client_usage,
+                usage_object="chat.completion.chunk" if chat else "text_completion",
             )
+            if stopper is not None:
+                await _stream_to_stop(
+                    reply,
+                    send,
+                    stopper,
+                    headers=headers,
+                    rewrite=rewrite,
+                    outcome=outcome,
+                    t0=t0,
+                    scanner=scanner,
+                    gone=gone,
+                    prompt=_PromptCount(backend, endpoint, body),
+                )
+            else:
+                await _stream(
+                    reply,
+                    send,
+                    headers=headers,
+                    rewrite=rewrite,
+                    outcome=outcome,
+                    t0=t0,
+                    scanner=scanner,
+                    gone=gone,
+                )
         elif assemble:
             await _assembled(
                 reply,
                 send,
-                answers.Assembler(chat=endpoint == "chat.completions"),
+                answers.Assembler(chat=chat),
                 headers=headers,
                 served=served,
                 fingerprint=answers.fingerprint(backend.fingerprint or ""),
                 outcome=outcome,
                 t0=t0,
                 gone=gone,
+                stopper=stopper,
+                prompt=_PromptCount(backend, endpoint, body),
             )
         else:
             await _whole(
@@ -175,6 +200,8 @@ async def forward(
                 outcome=outcome,
                 t0=None if whole_only else t0,
                 gone=gone,
+                stops=stops,
+                chat=chat,
             )
     finally:
         watcher.cancel()
@@ -216,15 +243,21 @@ async def _assembled(
     outcome: Outcome,
     t0: float,
     gone: Gone,
+    stopper: answers.Stopper | None,
+    prompt: _PromptCount,
 ) -> None:
-    """A whole answer, built from the backend's stream."""
+    """A whole answer, built from the backend's stream (cut at a stop string by `stopper`)."""
     read = resp.read_chunk
     try:
         with resp.watchdog():
             while raw := await read():
-                builder.feed(raw)
+                builder.feed(raw if stopper is None else stopper.feed(raw))
                 if outcome.ttft_s is None and builder.events:
                     outcome.ttft_s = time.monotonic() - t0
+                if stopper is not None and stopper.stopped:
+                    resp.abort()  # mlx_lm stops generating at its next write
+                    builder.stopped(prompt_tokens=await prompt.count(), events=stopper.events)
+                    break
     except upstream.BackendError as exc:
         if not gone.is_set:
             log.warning("backend stream broke", extra={"error": str(exc)})
@@ -252,9 +285,11 @@ async def _whole(
     outcome: Outcome,
     t0: float | None,
     gone: Gone,
+    stops: tuple[str, ...],
+    chat: bool,
 ) -> None:
     """A whole answer generated whole by the backend (requests that ask for logprobs;
-    embeddings and rerank, which have no first token: t0 None)."""
+    embeddings and rerank, which have no first token: t0 None), cut at its first stop string."""
     try:
         body = await resp.read_all()
     except upstream.BackendError:
@@ -268,6 +303,8 @@ async def _whole(
     if t0 is not None:
         outcome.ttft_s = time.monotonic() - t0
     body = rewrite(body)
+    if stops:
+        body = answers.stop_whole(body, stops, chat=chat)
     outcome.count_usage(body)
     outcome.started = True
     await asgi.send_whole(send, 200, body, headers, content_type=resp.content_type or asgi.JSON)
@@ -319,6 +356,106 @@ async def _stream(
     outcome.completion_tokens = scanner.completion_tokens
     rest = scanner.flush()
     if not (scanner.done or asgi.DONE in rest):  # a client that leaves after [DONE] got all
+        outcome.error = "client_gone" if gone.is_set else "backend_died"
+    if outcome.error == "client_gone":
+        return
+    if rest and outcome.error is None:
+        await send({"type": "http.response.body", "body": rewrite(rest), "more_body": True})
+    if outcome.error == "backend_died":
+        err = RouteError(
+            502,
+            "the backend stopped in the middle of this stream",
+            type_="server_error",
+            code="backend_died",
+        )
+        await send({"type": "http.response.body", "body": err.event(), "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class _PromptCount:
+    """The prompt's token count for a generation the agent stopped at a stop string (mlx_lm's
+    usage event never comes then): a one-token whole request with the same body, which mlx_lm
+    answers from its prompt cache, asked only when a stop string matched."""
+
+    def __init__(self, backend: lease.Upstream, endpoint: str, body: dict[str, Any]) -> None:
+        self.port = backend.port
+        self.path = BACKEND_PATHS[endpoint]
+        self.body = {**body, "stream": False, "max_tokens": 1}
+        self.body.pop("stream_options", None)
+
+    async def count(self) -> int:
+        try:
+            reply = await upstream.call_backend(
+                self.port, self.path, json.dumps(self.body).encode()
+            )
+            try:
+                raw = await reply.read_all(limit=ERROR_BODY_LIMIT)
+            finally:
+                reply.close()
+        except upstream.BackendError:
+            return 0
+        counted = asgi.usage_of(raw) if reply.status == 200 else None
+        return counted[0] if counted is not None else 0
+
+
+async def _stream_to_stop(
+    resp: upstream.BackendReply,
+    send: asgi.Send,
+    stopper: answers.Stopper,
+    *,
+    headers: list[tuple[bytes, bytes]],
+    rewrite: answers.Rewrite,
+    outcome: Outcome,
+    t0: float,
+    scanner: asgi.StreamScanner,
+    gone: Gone,
+    prompt: _PromptCount,
+) -> None:
+    """A stream with stop strings (mlx-lm), read in this task (not `eventpipe`'s callback: only
+    requests with `stop` pay for it) and ended at the first stop string: the backend is cut
+    off there (it stops generating), and the usage event (when asked for) and `[DONE]` are the
+    agent's own."""
+    outcome.started = outcome.streaming = True
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"text/event-stream"),
+                (b"cache-control", b"no-cache"),
+                *headers,
+            ],
+        }
+    )
+    try:
+        with resp.watchdog():
+            while raw := await resp.read_chunk():
+                chunk = stopper.feed(scanner.feed(raw))
+                if outcome.ttft_s is None and stopper.events:
+                    outcome.ttft_s = time.monotonic() - t0
+                if chunk:
+                    await send(
+                        {"type": "http.response.body", "body": rewrite(chunk), "more_body": True}
+                    )
+                if stopper.stopped:
+                    resp.abort()  # mlx_lm stops generating at its next write
+                    break
+    except upstream.BackendError as exc:
+        if not gone.is_set and not scanner.done and not stopper.stopped:
+            log.warning("backend stream broke", extra={"error": str(exc)})
+    if stopper.stopped and not gone.is_set:
+        outcome.prompt_tokens = await prompt.count()
+        outcome.completion_tokens = stopper.events
+        tail = asgi.DONE + asgi.EVENT_END
+        if scanner.forward_usage:
+            tail = stopper.usage_event(prompt_tokens=outcome.prompt_tokens) + tail
+        await send({"type": "http.response.body", "body": rewrite(tail), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
+    outcome.prompt_tokens = scanner.prompt_tokens
+    outcome.completion_tokens = scanner.completion_tokens
+    rest = scanner.flush()
+    if not (scanner.done or asgi.DONE in rest):
         outcome.error = "client_gone" if gone.is_set else "backend_died"
     if outcome.error == "client_gone":
         return

@@ -12,8 +12,10 @@ join with the same node is idempotent: objects this Mac created before (recorded
 another Mac has that name, and join stops.
 leave: with a kubeconfig allowed to patch and delete InferenceNodes and the Secret (an admin's;
 the bootstrap token can do neither): cordon and drain the node, wait until no replica is left on
-it, stop the service, delete the InferenceNode and the Secret, remove the unit and the files.
-May import: the standard library, join modules, `service_units`. Called by: mlxfleet_agent.cli.
+it (reporting what is still there and why, as `kubectl mlxfleet drain` does), stop the
+service, delete the InferenceNode and the Secret, remove the unit and the files.
+May import: the standard library, join modules, `service_units`, `drainreport`.
+Called by: mlxfleet_agent.cli.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from mlxfleet_agent import service_units
+from mlxfleet_agent import drainreport, service_units
 from mlxfleet_agent.join import credentials, facts, files, kubeapi, plan
 
 MAC = sys.platform == "darwin"
@@ -80,6 +82,8 @@ def add_leave_flags(p: argparse.ArgumentParser) -> None:
     add_local_flags(p)
     p.add_argument("--kubeconfig", type=Path, help="an admin kubeconfig (default: $KUBECONFIG)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the drain")
+    p.add_argument("--poll", type=float, default=2.0, help=argparse.SUPPRESS)
+    p.add_argument("--report-every", type=float, default=30.0, help=argparse.SUPPRESS)
     p.add_argument("--local-only", action="store_true",
                    help="only remove the unit and files (the node is gone already)")  # fmt: skip
 
@@ -255,7 +259,7 @@ def leave(args: argparse.Namespace) -> int:
         api = kubeapi.from_kubeconfig(
             config, flag="--kubeconfig" if args.kubeconfig else "KUBECONFIG"
         )
-        _drain(api, node, timeout=args.timeout)
+        _drain(api, node, timeout=args.timeout, poll=args.poll, report_every=args.report_every)
     if record.get("started"):
         _service("stop", unit)
         say(f"stopped {unit.name}")
@@ -287,7 +291,12 @@ def _secrets_namespace(api: kubeapi.Api, node: str, record: dict[str, Any]) -> s
     return str(ref.get("namespace") or record.get("secretsNamespace") or plan.LEGACY_NAMESPACE)
 
 
-def _drain(api: kubeapi.Api, node: str, *, timeout: float) -> None:
+def _drain(
+    api: kubeapi.Api, node: str, *, timeout: float, poll: float, report_every: float
+) -> None:
+    """Cordon and drain `node`, then wait until no replica is left on it, reporting what is
+    still there and why (each deployment's Ready condition) when that changes and at least
+    every `report_every` seconds, as `kubectl mlxfleet drain` does (`drainreport`)."""
     try:
         body = {"spec": {"unschedulable": True, "drain": True}}
         api.call("PATCH", f"{kubeapi.NODES}/{node}", body, patch=True)
@@ -299,27 +308,25 @@ def _drain(api: kubeapi.Api, node: str, *, timeout: float) -> None:
             f"--kubeconfig: cordoning {node} failed ({exc.status}): {exc}"
         ) from None
     say(f"cordoned and draining {node}")
-    start, last = time.monotonic(), None
+    start, cadence = time.monotonic(), drainreport.Cadence(every=report_every)
     while True:
         found = api.call("GET", kubeapi.DEPLOYMENTS) or {}
-        left = sorted(
-            f"{d['metadata']['namespace']}/{d['metadata']['name']}"
-            for d in found.get("items", [])
-            if any(p.get("node") == node for p in (d.get("status") or {}).get("placements") or [])
-        )
+        left = drainreport.waiting_on(found.get("items", []), node)
         elapsed = time.monotonic() - start
         if not left:
             say(f"drained {node} ({elapsed:.0f}s)")
             return
-        if left != last:
-            say(f"[{elapsed:4.0f}s] waiting for {len(left)} replica(s) to move: {', '.join(left)}")
-            last = left
         if elapsed > timeout:
+            for line in drainreport.drain_timeout(node, left, timeout):
+                say(line)
             raise plan.JoinError(
-                f"--timeout {timeout:.0f}: replicas still on {node}: {', '.join(left)} (no room "
-                "elsewhere?); the node stays cordoned and draining"
+                f"--timeout {timeout:.0f}: replicas still on {node}: "
+                f"{', '.join(w.deployment for w in left)}; the node stays cordoned and draining"
             )
-        time.sleep(2)
+        if cadence.due(drainreport.report_key(left), elapsed):
+            for line in drainreport.drain_lines(node, left, elapsed):
+                say(line)
+        time.sleep(poll)
 
 
 def main(command: str, argv: list[str]) -> int:

@@ -231,7 +231,7 @@ class Store:
         if isinstance(where, source.HfRepo):
             report(0, 0)
             path = await asyncio.to_thread(
-                hf.download, where, src.revision, cache_dir=self._hf_cache_dir
+                hf.download, where, src.revision, cache_dir=self._hf_cache_dir, progress=report
             )
             entry = self._index.record(src, kind="hf", path=path, owned=True)
             report(entry.model.total_bytes, entry.model.total_bytes)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxfleet_agent import contract
-from mlxfleet_agent.backends import launcher, orphans
+from mlxfleet_agent.backends import launcher, logrotate, orphans
 from mlxfleet_agent.controlapi import app as control_app
 from mlxfleet_agent.controlapi import guard, state
 from mlxfleet_agent.dataplane import app as data_app
@@ -34,6 +34,7 @@ from mlxfleet_agent.slots import registry
 from mlxfleet_agent.telemetry import recorder, shipper
 
 log = logging.getLogger("mlxfleet_agent")
+LOG_ROTATE_INTERVAL_S = 5.0  # how often backend logs are looked at (a stat per log)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +177,18 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         log.info("restored slots", extra={"slots": restored})
     ship.start()
     caffeinate = platform.start_caffeinate() if cfg.caffeinate else None
+    rotating = asyncio.get_running_loop().create_task(
+        logrotate.watch(
+            cfg.state_dir / "logs",
+            max_bytes=cfg.backend_log_max_bytes,
+            keep=cfg.backend_log_keep,
+            interval_s=LOG_ROTATE_INTERVAL_S,
+        )
+    )
     try:
         yield runtime
     finally:
+        rotating.cancel()
         models.close()
         await slots.close()
         await asyncio.to_thread(ship.stop)

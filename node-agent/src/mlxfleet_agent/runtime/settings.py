@@ -181,6 +181,16 @@ class Settings(BaseModel):
         Field(gt=0, le=3600),
         Opt("poll of a serving backend's health endpoint, mlx_lm's /health (default 2)"),
     ] = 2.0
+    backend_log_max_bytes: Annotated[
+        int,
+        Field(ge=4096),
+        Opt("size at which a backend's log is rotated, bytes (default 10 MiB)"),
+    ] = 10 * 1024 * 1024
+    backend_log_keep: Annotated[
+        int,
+        Field(ge=0, le=100),
+        Opt("rotated backend logs kept per backend (default 3)"),
+    ] = 3
     shutdown_drain_s: Annotated[
         float, Field(ge=0), Opt("drain of the data plane on exit (default 30)")
     ] = 30.0

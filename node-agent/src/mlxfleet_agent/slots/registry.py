@@ -95,6 +95,12 @@ class Registry:
     def served_names(self) -> list[str]:
         return [s.desired.served_name for s in self.slots.values() if not s.deleted]
 
+    def serving(self) -> bool:
+        return any(
+            s.active is not None and s.refusal() is None and s is self.route(s.desired.served_name)
+            for s in self.slots.values()
+        )
+
     # ---- desired state ------------------------------------------------------------------------
 
     def get(self, name: str) -> Slot:

@@ -55,10 +55,11 @@ class ModelSpec(base.ApiModel):
 class Resources(base.ApiModel):
     """Memory the model needs on each node."""
 
-    memory: fields.Quantity | None = Field(
+    memory: fields.ModelMemory | None = Field(
         default=None,
-        description="Memory per replica such as 48Gi, overriding the estimate (weights + KV cache "
-        "+ runtime overhead). Set it for models whose size cannot be read ahead of time.",
+        description="Memory per replica such as 48Gi (at least 1Mi), overriding the estimate "
+        "(weights + KV cache + runtime overhead). Set it for models whose size cannot be read "
+        "ahead of time.",
     )
 
 

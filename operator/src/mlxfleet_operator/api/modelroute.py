@@ -67,7 +67,7 @@ USERINFO_PATTERN = r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@"
 ExternalUrl = Annotated[
     str,
     Field(
-        min_length=8,
+        min_length=1,  # the scheme rule says what is wrong with a short one (ftp://x)
         max_length=2048,
         json_schema_extra=base.crd(
             base.rule(

@@ -14,7 +14,8 @@ Exit codes: 0 done, 1 the cluster or an agent refused, a named object does not e
 names its kind, name and namespace) or a drain timed out, 2 bad input. `drain` reports to stderr
 what is still on the node, with each deployment's Ready reason and message, when that changes and
 at least every 30 s.
-May import: kubernetes, kubectl_plugin modules, `api.resources`. Called by: the console script.
+May import: kubernetes, kubectl_plugin modules, `api.resources`, `mlxfleet_agent.drainreport`.
+Called by: the console script.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, cast
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
+from mlxfleet_agent import drainreport
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.kubectl_plugin import agents, approval, kubeconfig, render
 
@@ -191,19 +193,19 @@ def cmd_drain(fleet: Fleet, args: argparse.Namespace) -> int:
     fleet.patch_node(args.node, {"unschedulable": True, "drain": True})
     print(f"inferencenode/{args.node} cordoned and draining")
     start = time.monotonic()
-    cadence = render.Cadence(every=args.report_every)
+    cadence = drainreport.Cadence(every=args.report_every)
     while True:
-        left = render.waiting_on(fleet.namespaced("modeldeployments", None), args.node)
+        left = drainreport.waiting_on(fleet.namespaced("modeldeployments", None), args.node)
         elapsed = time.monotonic() - start
         if not left:
             print(f"inferencenode/{args.node} drained ({elapsed:.0f}s)")
             return 0
         if elapsed > args.timeout:
-            for line in render.drain_timeout(args.node, left, args.timeout):
+            for line in drainreport.drain_timeout(args.node, left, args.timeout):
                 say(line)
             return 1
-        if cadence.due([(w.deployment, w.reason) for w in left], elapsed):
-            for line in render.drain_lines(args.node, left, elapsed):
+        if cadence.due(drainreport.report_key(left), elapsed):
+            for line in drainreport.drain_lines(args.node, left, elapsed):
                 say(line)
         time.sleep(args.poll)
 

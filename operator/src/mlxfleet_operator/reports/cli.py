@@ -231,7 +231,10 @@ def monthly_files(
     *,
     cluster: list[inventory.ClusterNode] | None = None,
 ) -> dict[str, tuple[bytes, str]]:
-    report = monthly.build(summarise(source, period, cfg, cluster=cluster))
+    before = period.start - timedelta(days=1)
+    previous = summary.month(before.year, before.month)
+    last = summarise(source, previous, cfg, cluster=cluster)
+    report = monthly.build(summarise(source, period, cfg, cluster=cluster), last)
     html = render.monthly_html(report)
     name = monthly.file_stem(period)
     return {

@@ -12,6 +12,7 @@ inventory.
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 
 import yaml
@@ -32,6 +33,8 @@ class ReferenceSpec(BaseModel):
     name: str = "reference API"
     input_usd_per_million: float = Field(alias="inputUSDPerMillion", ge=0)
     output_usd_per_million: float = Field(alias="outputUSDPerMillion", ge=0)
+    provider: str | None = None  # whose list prices: the PDF names it
+    as_of: date | None = Field(default=None, alias="asOf")  # when they were read
 
 
 class ReportConfig(BaseModel):
@@ -92,4 +95,10 @@ class ReportConfig(BaseModel):
         r = self.reference
         if r is None:
             return None
-        return cost.ReferencePrice(r.name, r.input_usd_per_million, r.output_usd_per_million)
+        return cost.ReferencePrice(
+            r.name,
+            r.input_usd_per_million,
+            r.output_usd_per_million,
+            provider=r.provider,
+            as_of=r.as_of.isoformat() if r.as_of else None,
+        )
