@@ -104,15 +104,17 @@ async def forward(
     *,
     outcome: Outcome,
     t0: float,
+    prompt_tokens: int | None = None,
 ) -> None:
     """Ask the backend and pass its answer on; a client that leaves closes the backend's
     connection, which stops mlx_lm at its next write (so whole answers are asked for as a
-    stream and assembled here: see `answers`)."""
+    stream and assembled here: see `answers`). `prompt_tokens`: the prompt as counted for the
+    KV budget (a request without max_tokens gets the room it leaves)."""
     body = routed.body
     whole_only = endpoint in WHOLE_ONLY
     if not whole_only:
         routing.check_token_ids(body, backend)
-        routing.limit_tokens(body, backend.spec)
+        routing.limit_tokens(body, backend.spec, prompt_tokens=prompt_tokens)
     body["model"] = backend.pinned
     assemble = not whole_only and not routed.stream and not answers.wants_logprobs(body)
     client_usage = False

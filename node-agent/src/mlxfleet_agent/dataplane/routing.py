@@ -110,22 +110,34 @@ def _refused(exc: openai_body.BodyError) -> RouteError:
     return RouteError(exc.status, str(exc), param=exc.param, code=exc.code)
 
 
-def limit_tokens(body: dict[str, Any], spec: contract.SlotSpec) -> None:
+def token_cap(spec: contract.SlotSpec) -> int:
+    """The most tokens one answer of the slot may generate: `server.maxTokens`, else its
+    `contextLength`."""
+    return spec.server.max_tokens or spec.context_length
+
+
+def limit_tokens(
+    body: dict[str, Any], spec: contract.SlotSpec, *, prompt_tokens: int | None = None
+) -> None:
     """Apply the slot's cap on generated tokens to a request body (in place).
 
-    The cap is `server.maxTokens`, else the slot's `contextLength`. A request asking for more is
-    clamped to the cap (its answer ends with finish_reason "length"); a request asking for none
-    gets `server.maxTokens` (else mlx_lm's default, 512, within the cap). `max_completion_tokens`
-    wins over `max_tokens`, as in mlx_lm, and is folded into `max_tokens`. A value of the wrong
-    type is left for the backend to refuse (400).
+    The cap is `token_cap`. A request asking for more is clamped to the cap (its answer ends
+    with finish_reason "length"); a request asking for none gets `server.maxTokens` (else
+    mlx_lm's default, 512, within the cap), cut to the room its prompt (`prompt_tokens`, when
+    counted) leaves in `contextLength`. `max_completion_tokens` wins over `max_tokens`, as in
+    mlx_lm, and is folded into `max_tokens`. A value of the wrong type is left for the backend
+    to refuse (400).
     """
-    cap = spec.server.max_tokens or spec.context_length
+    cap = token_cap(spec)
     asked = body.get("max_completion_tokens")
     if asked is None:
         asked = body.get("max_tokens")
     if asked is None:
         body.pop("max_completion_tokens", None)
-        body["max_tokens"] = spec.server.max_tokens or min(MLX_DEFAULT_MAX_TOKENS, cap)
+        wanted = spec.server.max_tokens or min(MLX_DEFAULT_MAX_TOKENS, cap)
+        if prompt_tokens is not None:
+            wanted = max(1, min(wanted, spec.context_length - prompt_tokens))
+        body["max_tokens"] = wanted
         return
     if isinstance(asked, bool) or not isinstance(asked, int):
         return

@@ -2,7 +2,8 @@
 
 Requests hold a handle from admission to their last byte (`in_flight`); a retired handle
 drains (`drained` is set once its last request ended) and is then stopped by its slot.
-May import: the standard library, contract, backends.process, models.source.
+May import: the standard library, contract, backends.process, engines.tokencount, models.source,
+slots.lease.
 Called by: slots (slot, handles, gate, swap).
 """
 
@@ -14,7 +15,9 @@ from pathlib import Path
 
 from mlxfleet_agent import contract
 from mlxfleet_agent.backends import process
+from mlxfleet_agent.engines import tokencount
 from mlxfleet_agent.models import source
+from mlxfleet_agent.slots import lease
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,8 @@ class Handle:
     watcher: asyncio.Task[None] | None = None
     fingerprint: str | None = None  # the backend's system_fingerprint (from its warm-up)
     vocab_size: int | None = None  # token ids a request may name are below it (config.json)
+    # the model's prompt tokens (its tokenizer, loaded with the backend; a byte bound until then)
+    counter: lease.PromptCounter = field(default_factory=tokencount.ByteBound)
 
     @property
     def pinned(self) -> str:

@@ -9,8 +9,8 @@ loop itself runs in a task the registry starts (`start(run)`). The slot keeps th
 the phase, the gate, the swap records and the watch on its backends; the backends themselves
 (active, standby, retiring: bringing one up, draining, stopping) are `handles.Handles`, and what
 every slot shares is `deps.Deps`.
-May import: the standard library, contract, backends (process, readiness), models (progress,
-source), slots (deps, gate, handle, handles, lease).
+May import: the standard library, contract, backends (process, readiness), engines.tokencount,
+models (progress, source), slots (deps, gate, handle, handles, lease).
 Called by: slots (registry, swap, convergence); the data plane through `slots.lease` only.
 """
 
@@ -27,6 +27,7 @@ from typing import Any
 
 from mlxfleet_agent import contract
 from mlxfleet_agent.backends import process, readiness
+from mlxfleet_agent.engines import tokencount
 from mlxfleet_agent.models import progress, source
 from mlxfleet_agent.slots import deps as deps_
 from mlxfleet_agent.slots import gate, handles, lease
@@ -98,6 +99,10 @@ class Slot:
     @property
     def queued(self) -> int:
         return self._gate.queued
+
+    def serving(self) -> Handle | None:
+        """The active backend, not leased (`slots.lease.Route.serving`)."""
+        return self._backends.active
 
     def refusal(self) -> str | None:
         """Why no request is served now (deleted, shutting down, failed without a backend)."""
@@ -294,13 +299,18 @@ class Slot:
         if self._backends.active is None:
             self.phase = Phase.LOADING
         handle, probes = self._backends.create(prepared)
+        counting = self._load_counter(prepared)
         try:
             await self._backends.start(handle)
             if self._backends.active is None:
                 self.phase = Phase.WARMING
             await self._backends.warm(handle, probes)
+            if counting is not None:
+                handle.counter = await counting
         except BaseException as exc:
             self._download = None
+            if counting is not None:
+                counting.cancel()
             await self._backends.discard(handle, label=prepared.label)
             if isinstance(exc, readiness.NotReady | OSError):
                 raise process.BackendFailed(f"{exc}; log: {handle.backend.log_tail()}") from exc
@@ -308,6 +318,17 @@ class Slot:
         self._download = None  # loaded: the download's figures are history
         handle.watcher = asyncio.get_running_loop().create_task(self._watch(handle))
         return handle
+
+    def _load_counter(
+        self, prepared: Prepared
+    ) -> asyncio.Future[tokencount.Counter | tokencount.ByteBound] | None:
+        """The model's tokenizer, read in a thread while the backend starts (engines that
+        generate only: the KV budget is checked for completions)."""
+        generating = {contract.Capability.CHAT, contract.Capability.COMPLETIONS}
+        if not generating & set(prepared.spec.engine.capabilities):
+            return None
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(None, tokencount.load, prepared.model_dir)
 
     def switch(self, handle: Handle) -> Handle | None:
         """Atomically make `handle` the active backend and open the gate; return the old one."""
