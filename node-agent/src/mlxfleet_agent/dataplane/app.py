@@ -59,12 +59,14 @@ class DataPlane:
         api_keys: frozenset[str] | None,
         max_body_bytes: int,
         queue_timeout_s: float,
+        hold_s: float = 5.0,
     ) -> None:
         self.routes = routes
         self.telemetry = telemetry
         self.api_keys = [k.encode() for k in api_keys] if api_keys else None
         self.max_body_bytes = max_body_bytes
         self.queue_timeout_s = queue_timeout_s
+        self.hold_s = hold_s  # a hung-up request mlx-lm cannot stop: then its backend restarts
 
     async def __call__(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
         if scope["type"] == "lifespan":
@@ -164,17 +166,18 @@ class DataPlane:
                 held.release(ok=True)
                 raise
         self.telemetry.request_started(route.name)
-        outcome = relay.Outcome()
+        outcome = relay.Outcome(held)
         try:
             await relay.forward(
                 routed,
-                backend,
+                held,
                 endpoint,
                 receive,
                 send,
                 outcome=outcome,
                 t0=t0,
                 prompt_tokens=prompt_tokens,
+                hold_s=self.hold_s,
             )
         except asyncio.CancelledError:  # the shutdown drain ended with this request still running
             outcome.error = "shutdown"

@@ -145,6 +145,34 @@ def limit_tokens(
     body["max_tokens"] = min(asked, cap)
 
 
+def interruptible(body: dict[str, Any], spec: contract.SlotSpec, *, streamed: bool) -> bool:
+    """Whether closing the backend's connection stops this request's work at once.
+
+    mlx_lm notices a closed connection at its next write: a streamed request of its batch (a
+    keep-alive comment per prompt chunk, then each token) stops within a prefill step. A request
+    it serves alone (a `seed`, the slot's `kvBits`, image parts) runs its whole prompt before its
+    first write, and a whole answer (`streamed` False) writes only at its end. Other engines are
+    taken at their word (they stop on a closed connection)."""
+    if spec.engine.name is not contract.EngineName.MLX_LM:
+        return True
+    if not streamed or body.get("seed") is not None or spec.server.kv_bits is not None:
+        return False
+    return not _has_images(body)
+
+
+def _has_images(body: dict[str, Any]) -> bool:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return False
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and any(
+            isinstance(p, dict) and p.get("type") in IMAGE_PART_TYPES for p in content
+        ):
+            return True
+    return False
+
+
 def check_images(body: dict[str, Any], *, allowed: Sequence[str]) -> None:
     """Refuse (400) an image part whose URL the backend would fetch, unless it is allowed.
 

@@ -101,6 +101,23 @@ class Lease(Protocol):
         """The request ended (ok=False: it failed); its place goes to the next one."""
         ...
 
+    def sent(self) -> None:
+        """The request goes to the backend now (it waits for its first token from here)."""
+        ...
+
+    def answered(self) -> None:
+        """Its first token (or its answer) arrived: the backend is not held up by it."""
+        ...
+
+    def first_in_line(self) -> bool:
+        """No request sent to this backend before it is still in flight."""
+        ...
+
+    def stuck(self, reason: str) -> None:
+        """The backend holds this request's work and cannot stop it (its client left): the
+        slot replaces the backend (in-flight requests on it may finish, where memory allows)."""
+        ...
+
 
 class Route(Protocol):
     """One slot, as a destination of requests."""

@@ -38,7 +38,7 @@ SWAP_HISTORY = 50
 Phase = contract.SlotPhase
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class SlotLease:
     """A request's lease on a backend of `slot` (see `slots.lease.Lease`)."""
 
@@ -48,7 +48,27 @@ class SlotLease:
     swap: contract.SwapRecord | None
 
     def release(self, *, ok: bool) -> None:
+        self._forget()
         self.slot.finished(self, ok=ok)
+
+    def sent(self) -> None:
+        now = time.monotonic()
+        self.upstream.sent[id(self)] = now
+        self.upstream.waiting[id(self)] = now
+
+    def answered(self) -> None:
+        self.upstream.waiting.pop(id(self), None)
+
+    def first_in_line(self) -> bool:
+        return next(iter(self.upstream.sent), None) == id(self)
+
+    def stuck(self, reason: str) -> None:
+        self._forget()
+        self.slot.renew(self.upstream, reason=reason)
+
+    def _forget(self) -> None:
+        self.upstream.sent.pop(id(self), None)
+        self.upstream.waiting.pop(id(self), None)
 
 
 class Slot:
@@ -74,6 +94,7 @@ class Slot:
         self.swaps: deque[contract.SwapRecord] = deque(maxlen=SWAP_HISTORY)
         self._desired = (spec, src)
         self.request_id: str | None = None  # the caller's id for a swap to the desired spec
+        self.renewal: tuple[Handle, str] | None = None  # a stuck backend to replace, and why
         self._backends = handles.Handles(deps)
         self._gate = gate.Gate(slot=name, limit=queue_limit)
         self._swap: contract.SwapRecord | None = None
@@ -147,16 +168,33 @@ class Slot:
 
     # ---- status -------------------------------------------------------------------------------
 
+    def busy(self) -> str | None:
+        """Why the active backend counts as busy: a request has waited longer than the busy
+        deadline for its first token (None: it is not)."""
+        handle = self._backends.active
+        if handle is None:
+            return None
+        waited = handle.waited_longest(time.monotonic())
+        deadline = self.deps.busy_after_s
+        if waited <= deadline:
+            return None
+        return (
+            f"a request has waited {waited:.0f}s for its first token (busy deadline "
+            f"{deadline:.0f}s); {len(handle.waiting)} waiting, {handle.in_flight} in flight"
+        )
+
     def status(self) -> contract.SlotStatus:
         handle = self._backends.active
         serving = handle.spec if handle is not None else self.desired
+        busy = self.busy()
         return contract.SlotStatus(
             name=self.name,
             served_name=self.desired.served_name,
             source=serving.source,
             revision=serving.revision,
             phase=self.phase,
-            ready=handle is not None and self._gate.is_open,
+            ready=handle is not None and self._gate.is_open and busy is None,
+            busy=busy,
             backend_port=handle.backend.port if handle is not None else None,
             in_flight=sum(h.in_flight for h in self._backends.all()),
             queued=self.queued,
@@ -196,6 +234,15 @@ class Slot:
         self.request_id = request_id
         self._wake.set()
         self._abandon_forming(spec)
+
+    def renew(self, handle: Handle, *, reason: str) -> None:
+        """`handle`'s backend holds work it cannot stop (a request whose client left): replace
+        it with a fresh backend of the same spec (the convergence loop runs `swap.renew`)."""
+        if handle is not self._backends.active or self.renewal is not None:
+            return
+        log.warning("backend to be restarted", extra={"slot": self.name, "reason": reason})
+        self.renewal = (handle, reason)
+        self._wake.set()
 
     def delete(self) -> None:
         self.deleted = True
