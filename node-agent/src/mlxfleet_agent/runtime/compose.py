@@ -114,6 +114,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         restart_backoff_max_s=cfg.restart_backoff_max_s,
         busy_after_s=cfg.busy_after_s,
     )
+    tel.metrics.add_slot_collector(slots.statuses)
     view = state.StateView(
         slots=slots,
         models=models,
