@@ -301,3 +301,27 @@ def test_a_hung_up_prompt_of_the_batch_stops_without_a_restart(
     slot = agent.slot("long")
     assert slot["restarts"] == 0
     assert _backend(agent).pid == backend.pid
+
+
+def test_requests_beyond_max_concurrency_queue_and_the_queue_is_measured(
+    agent_factory: Callable[..., Agent], model_a: Path
+) -> None:
+    """maxConcurrency 1: a long request runs, the next two wait in the slot's queue (never at the
+    backend), and `queued` in /v1/slots and `mlxfleet_agent_queued_requests` in /metrics say 2."""
+    agent = agent_factory()
+    spec = slot_spec(model_a, "one", maxConcurrency=1, contextLength=8192)
+    assert agent.put_slot("one", spec).status_code == 202
+    agent.wait_ready("one")
+    body = {"model": "one", "prompt": "tell me a story", "max_tokens": 8000, "stream": True}
+    socks = [_raw_stream(agent.data_url, body)]
+    agent.wait_slot("one", lambda s: s["inFlight"] == 1, timeout_s=30)
+    socks += [_raw_stream(agent.data_url, body) for _ in range(2)]
+    slot = agent.wait_slot("one", lambda s: s["queued"] == 2, timeout_s=30)
+    assert slot["inFlight"] == 1
+    scraped = agent.api("GET", "/metrics").text
+    assert 'mlxfleet_agent_queued_requests{slot="one"} 2.0' in scraped
+    assert 'mlxfleet_agent_in_flight_requests{slot="one"} 1.0' in scraped
+    assert 'mlxfleet_agent_slot_busy{slot="one"} 0.0' in scraped
+    for sock in socks:
+        sock.close()
+    agent.wait_slot("one", lambda s: s["inFlight"] == 0 and s["queued"] == 0, timeout_s=60)

@@ -175,16 +175,12 @@ def test_load_beyond_the_slot_limits_is_429_never_502(
             return await asyncio.gather(*(one(client) for _ in range(200)))
 
     seen: list[tuple[int, int]] = []
-    gauged: list[float] = []  # mlxfleet_agent_queued_requests{slot="a"} as scraped
     done = threading.Event()
 
     def watch() -> None:
         while not done.is_set():
             slot = agent.slot("a")
             seen.append((slot["inFlight"], slot["queued"]))
-            for line in agent.api("GET", "/metrics").text.splitlines():
-                if line.startswith('mlxfleet_agent_queued_requests{slot="a"}'):
-                    gauged.append(float(line.rsplit(" ", 1)[1]))
             time.sleep(0.02)
 
     watcher = threading.Thread(target=watch)
@@ -196,8 +192,6 @@ def test_load_beyond_the_slot_limits_is_429_never_502(
         watcher.join()
     assert max(f for f, _ in seen) <= 2, "more requests in flight than maxConcurrency"
     assert max(q for _, q in seen) <= 3, "more requests queued than --queue-limit"
-    assert gauged, "no queued_requests gauge"
-    assert 1 <= max(gauged) <= 3, "the queue beyond maxConcurrency is not measured"
     codes = sorted({r[0] for r in results})
     assert set(codes) <= {200, 429}, [(r[0], r[2][:200]) for r in results if r[0] not in (200, 429)]
     ok = [r for r in results if r[0] == 200]
