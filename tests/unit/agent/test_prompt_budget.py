@@ -132,6 +132,10 @@ class _Refusing:
         self.calls.append("encode_batch")
         raise AssertionError("tokenised a text that cannot fit")
 
+    def encode_batch_fast(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append("encode_batch_fast")
+        raise AssertionError("tokenised a text that cannot fit")
+
 
 def test_a_text_too_long_for_any_count_is_refused_without_tokenising(
     model_dir: Path,
