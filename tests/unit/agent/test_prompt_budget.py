@@ -249,14 +249,15 @@ def _prompt(counter: tokencount.Counter, tokens: int) -> str:
 
 
 @pytest.mark.parametrize(
-    ("prompt", "asked", "server", "fits"),
+    ("prompt", "asked", "server", "counted"),
     [
-        pytest.param(200, 56, {}, True, id="exactly-fits"),
-        pytest.param(200, 57, {}, False, id="one-over"),
-        pytest.param(200, 10**6, {}, False, id="huge-max-tokens-clamped-to-context"),
-        pytest.param(200, 10**6, {"maxTokens": 50}, True, id="clamped-to-server-max-fits"),
-        pytest.param(255, None, {}, True, id="absent-needs-one-token"),
-        pytest.param(256, None, {}, False, id="absent-no-room"),
+        # fits, and its 200 bytes bound its tokens: not tokenised (None)
+        pytest.param(200, 56, {}, None, id="exactly-fits"),
+        pytest.param(200, 57, {}, "refused", id="one-over"),
+        pytest.param(200, 10**6, {}, "refused", id="huge-max-tokens-clamped-to-context"),
+        pytest.param(200, 10**6, {"maxTokens": 50}, None, id="clamped-to-server-max-fits"),
+        pytest.param(255, None, {}, 255, id="absent-needs-one-token"),  # counted: room to cut
+        pytest.param(256, None, {}, "refused", id="absent-no-room"),
     ],
 )
 def test_prompt_plus_max_tokens_within_the_context(
@@ -264,14 +265,14 @@ def test_prompt_plus_max_tokens_within_the_context(
     prompt: int,
     asked: int | None,
     server: dict[str, Any],
-    fits: bool,
+    counted: int | str | None,
 ) -> None:
     backend = _Backend(_spec(server=server), counter)
     body: dict[str, Any] = {"prompt": _prompt(counter, prompt)}
     if asked is not None:
         body["max_tokens"] = asked
-    if fits:
-        assert _check(backend, body, "completions") == prompt
+    if counted != "refused":
+        assert _check(backend, body, "completions") == counted
         return
     with pytest.raises(RouteError) as err:
         _check(backend, body, "completions")
@@ -280,6 +281,23 @@ def test_prompt_plus_max_tokens_within_the_context(
     assert json.loads(e.body())["error"]["type"] == "invalid_request_error"
     assert "maximum context length is 256 tokens" in str(e)
     assert f"{prompt} in the prompt" in str(e) or f"resulted in {prompt} tokens" in str(e)
+
+
+def test_a_short_prompt_sure_to_fit_is_not_tokenised(model_dir: Path) -> None:
+    """A prompt whose UTF-8 size is within `enough` cannot have more tokens (a token covers at
+    least one byte): it is answered with that bound, untokenised; one byte more is tokenised."""
+    counter = tokencount.load(model_dir)
+    assert isinstance(counter, tokencount.Counter)
+    assert counter.expansion == 1  # no normalizer
+    spy = _Refusing()
+    real, counter.tokenizer = counter.tokenizer, spy  # type: ignore[assignment]
+    body = {"prompt": "é" * 50}  # 100 bytes
+    count = counter.count(body, chat=False, template_args=None, limit=200, enough=100)
+    assert count == tokencount.Count(100, exact=False)
+    assert spy.calls == []
+    counter.tokenizer = real
+    count = counter.count(body, chat=False, template_args=None, limit=200, enough=99)
+    assert count.exact
 
 
 def test_the_refusal_names_both_numbers_for_chat(counter: tokencount.Counter) -> None:
@@ -295,8 +313,9 @@ def test_the_refusal_names_both_numbers_for_chat(counter: tokencount.Counter) ->
 
 
 def test_a_big_body_is_counted_off_the_event_loop(counter: tokencount.Counter) -> None:
-    backend = _Backend(_spec(contextLength=70_000), counter)
-    body = {"prompt": "x" * 60_000, "max_tokens": 1}
+    backend = _Backend(_spec(contextLength=20_000), counter)
+    text = "The quick brown fox jumps over the lazy dog. " * 1400  # 63 KB, 16,800 tokens
+    body = {"prompt": text, "max_tokens": 1}
     loop_ticks = 0
 
     async def run() -> int:
@@ -309,7 +328,7 @@ def test_a_big_body_is_counted_off_the_event_loop(counter: tokencount.Counter) -
             await asyncio.sleep(0)
         return await task
 
-    assert asyncio.run(run()) == 60_000
+    assert asyncio.run(run()) == 16_800
     assert loop_ticks > 1  # the loop ran while the thread counted
 
 

@@ -48,9 +48,10 @@ async def check(
     *,
     endpoint: str,
     size: int,
-) -> int:
+) -> int | None:
     """Count the prompt with `backend`'s model and refuse a request over the slot's context
-    length (RouteError 400 `context_length_exceeded`); return the prompt tokens counted."""
+    length (RouteError 400 `context_length_exceeded`); return the prompt's tokens, or None when
+    it is short enough to fit with room to spare (not tokenised: its size bounds it)."""
     spec = backend.spec
     context = spec.context_length
     completion = completion_tokens(body, spec)
@@ -59,12 +60,16 @@ async def check(
     args = spec.server.chat_template_args
     counter = backend.counter
     room = context - needed
+    # below this, no count is needed: it fits, and without max_tokens the default fits too
+    enough = context - (completion if completion is not None else routing.default_tokens(spec))
     if size <= INLINE_BYTES:
-        count = counter.count(body, chat=chat, template_args=args, limit=room)
+        count = counter.count(body, chat=chat, template_args=args, limit=room, enough=enough)
     else:
         count = await asyncio.to_thread(
-            counter.count, body, chat=chat, template_args=args, limit=room
+            counter.count, body, chat=chat, template_args=args, limit=room, enough=enough
         )
+    if not count.exact and count.tokens <= enough:
+        return None
     if count.tokens > room:
         raise exceeded(
             context=context,

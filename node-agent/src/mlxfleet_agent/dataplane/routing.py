@@ -116,6 +116,12 @@ def token_cap(spec: contract.SlotSpec) -> int:
     return spec.server.max_tokens or spec.context_length
 
 
+def default_tokens(spec: contract.SlotSpec) -> int:
+    """What a request naming no max_tokens may generate: `server.maxTokens`, else mlx_lm's
+    default (512) within the cap (before the room its prompt leaves)."""
+    return spec.server.max_tokens or min(MLX_DEFAULT_MAX_TOKENS, token_cap(spec))
+
+
 def limit_tokens(
     body: dict[str, Any], spec: contract.SlotSpec, *, prompt_tokens: int | None = None
 ) -> None:
@@ -134,7 +140,7 @@ def limit_tokens(
         asked = body.get("max_tokens")
     if asked is None:
         body.pop("max_completion_tokens", None)
-        wanted = spec.server.max_tokens or min(MLX_DEFAULT_MAX_TOKENS, cap)
+        wanted = default_tokens(spec)
         if prompt_tokens is not None:
             wanted = max(1, min(wanted, spec.context_length - prompt_tokens))
         body["max_tokens"] = wanted

@@ -15,7 +15,9 @@ Rust: no transformers import) and its chat template (`chat_template.jinja`, else
   bound, so a prompt that fits is never refused on a guess;
 - completions: the prompt, tokenised with the tokenizer's special tokens (BOS), as mlx-lm does.
 
-The work is bounded whatever the prompt's size: a long text whose UTF-8 size exceeds `limit` times
+A short prompt sure to fit is not tokenised at all: its UTF-8 size bounds its tokens (a token
+covers at least one byte, after a normalizer that may at most triple them). The work is bounded
+whatever the prompt's size: a long text whose UTF-8 size exceeds `limit` times
 the vocabulary's longest token cannot fit and is refused without tokenising ("at least N"),
 and a long text is tokenised in chunks that stop once `limit` is passed (a text of one chunk,
 `CHUNK_CHARS`, is always counted exactly). `tokenizers`' batch
@@ -70,6 +72,7 @@ class ByteBound:
         chat: bool,
         template_args: Mapping[str, Any] | None,
         limit: int,
+        enough: int = 0,
     ) -> Count:
         text = contents_text(body.get("messages")) if chat else _str(body.get("prompt"))
         return Count(math.ceil(len(text.encode()) / self.max_token_bytes), exact=False)
@@ -92,6 +95,7 @@ class Counter:
         self.specials = dict(specials)
         self.thinking = any(a in vocab and b in vocab for a, b in THINK_PAIRS)
         self.template = _compile(template) if template else None
+        self.expansion = _expansion(tokenizer)
 
     def count(
         self,
@@ -100,14 +104,21 @@ class Counter:
         chat: bool,
         template_args: Mapping[str, Any] | None,
         limit: int,
+        enough: int = 0,
     ) -> Count:
-        """The prompt's tokens; counting stops once it passes `limit` (then `exact` is False)."""
+        """The prompt's tokens; counting stops once it passes `limit` (then `exact` is False).
+        A prompt sure to have at most `enough` tokens (its UTF-8 size bounds them: a token is at
+        least a byte, times what the normalizer may expand) is not tokenised: the count is then
+        that upper bound (`exact` False, `tokens` <= `enough`)."""
         if not chat:
             text, extra, exact = _str(body.get("prompt")), self.special_tokens, True
         else:
             text, exact = self.chat_text(body, template_args)
             extra = 0
-        floor = math.ceil(len(text.encode()) / self.max_token_bytes) + extra
+        size = len(text.encode())
+        if self.expansion and size * self.expansion + extra <= enough:
+            return Count(size * self.expansion + extra, exact=False)
+        floor = math.ceil(size / self.max_token_bytes) + extra
         if floor > limit and len(text) > CHUNK_CHARS:  # a short one is counted all the same
             return Count(floor, exact=False)
         total, complete = self._tokens(text, stop_after=limit - extra)
@@ -155,6 +166,19 @@ class Counter:
             if total > stop_after and start < size:
                 return total, False
         return total, True
+
+
+# how many bytes a normalizer may make of one (Unicode: NFC and NFD at most triple a text);
+# a token is at least one byte of the normalised text, so tokens <= bytes x this
+_EXPANSION = {None: 1, "NFC": 3, "NFD": 3}
+
+
+def _expansion(tokenizer: tokenizers.Tokenizer) -> int:
+    """The factor of the upper bound on tokens from UTF-8 bytes; 0: no bound known (a
+    normalizer that may expand more, NFKC's ligatures, or one made of several steps)."""
+    normalizer = tokenizer.normalizer
+    kind = None if normalizer is None else type(normalizer).__name__
+    return _EXPANSION.get(kind, 0)
 
 
 def _cut(text: str, start: int) -> int:

@@ -50,9 +50,11 @@ class PromptCounter(Protocol):
         chat: bool,
         template_args: Mapping[str, Any] | None,
         limit: int,
+        enough: int = 0,
     ) -> Count:
         """The prompt's tokens; blocking (the caller runs a big one in a thread), bounded
-        work: it stops once the count passes `limit`."""
+        work: it stops once the count passes `limit`; a prompt sure to have at most `enough`
+        tokens may be answered with that upper bound, untokenised (`exact` False)."""
         ...
 
 
