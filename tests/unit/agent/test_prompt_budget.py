@@ -349,3 +349,39 @@ def test_a_request_without_max_tokens_gets_the_room_its_prompt_leaves(
     spec = _spec(server=server, contextLength=256 if prompt_tokens is not None else 8192)
     routing.limit_tokens(body, spec, prompt_tokens=prompt_tokens)
     assert body == {"max_tokens": expected}
+
+
+# ---- which requests mlx-lm stops when their client leaves -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "server", "engine", "streamed", "expected"),
+    [
+        pytest.param({"prompt": "x"}, {}, "mlx-lm", True, True, id="streamed-batch"),
+        pytest.param({"prompt": "x"}, {}, "mlx-lm", False, False, id="whole-answer"),
+        pytest.param({"prompt": "x", "seed": 7}, {}, "mlx-lm", True, False, id="seed-served-alone"),
+        pytest.param({"prompt": "x", "seed": None}, {}, "mlx-lm", True, True, id="null-seed"),
+        pytest.param({"prompt": "x"}, {"kvBits": 8}, "mlx-lm", True, False, id="kv-bits-slot"),
+        pytest.param(
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "data:x"}}],
+                    }
+                ]
+            },
+            {},
+            "mlx-lm",
+            True,
+            False,
+            id="images",
+        ),
+        pytest.param({"prompt": "x", "seed": 7}, {}, "vllm", False, True, id="other-engine"),
+    ],
+)
+def test_interruptible(
+    body: dict[str, Any], server: dict[str, Any], engine: str, streamed: bool, expected: bool
+) -> None:
+    spec = _spec(server=server, engine={"name": engine})
+    assert routing.interruptible(body, spec, streamed=streamed) is expected

@@ -240,6 +240,9 @@ class Slot:
         it with a fresh backend of the same spec (the convergence loop runs `swap.renew`)."""
         if handle is not self._backends.active or self.renewal is not None:
             return
+        if handle.spec.shard is not None:  # a rank never restarts alone (its group re-forms)
+            log.warning("rank holds work it cannot stop", extra={"slot": self.name})
+            return
         log.warning("backend to be restarted", extra={"slot": self.name, "reason": reason})
         self.renewal = (handle, reason)
         self._wake.set()
