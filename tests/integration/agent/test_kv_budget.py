@@ -325,3 +325,38 @@ def test_requests_beyond_max_concurrency_queue_and_the_queue_is_measured(
     for sock in socks:
         sock.close()
     agent.wait_slot("one", lambda s: s["inFlight"] == 0 and s["queued"] == 0, timeout_s=60)
+
+
+def test_a_stuck_backend_without_room_beside_it_is_stopped_first(
+    agent_factory: Callable[..., Agent], model_a: Path, tmp_path: Path
+) -> None:
+    """The memory budget holds one backend of the slot, not two: the stuck backend is stopped
+    before the fresh one loads (its other requests would fail; here there are none), and the
+    slot serves again."""
+    spec = slot_spec(model_a, "long", contextLength=16384)
+    sizing = agent_factory(state_dir=tmp_path / "sizing" / "state")
+    assert sizing.put_slot("long", spec).status_code == 202
+    estimate = sizing.wait_ready("long")["estimatedMemoryBytes"]
+    sizing.stop()
+    budget = str(int(estimate * 1.5))
+    agent = agent_factory(
+        extra=["--memory-budget", budget, "--busy-after-s", "2", "--hung-up-grace-s", "2"]
+    )
+    assert agent.put_slot("long", spec).status_code == 202
+    agent.wait_ready("long")
+    old = _backend(agent)
+    sock = _raw_stream(
+        agent.data_url,
+        {"model": "long", "prompt": SENTENCE * 1000, "max_tokens": 8, "seed": 7, "stream": True},
+    )
+    agent.wait_slot("long", lambda s: s["busy"] is not None, timeout_s=30)
+    sock.close()
+    hung_up = time.monotonic()
+    back = agent.wait_slot("long", lambda s: s["ready"] and s["restarts"] == 1, timeout_s=90)
+    assert back["lastError"].startswith("backend restarted: ")
+    reply = agent.openai(timeout=60.0).completions.create(model="long", prompt="hi", max_tokens=2)
+    assert reply.choices[0].finish_reason == "length"
+    assert time.monotonic() - hung_up < 60
+    assert not old.is_running(), "the stuck backend was not stopped"
+    logged = [json.loads(line) for line in agent.log_tail(400).splitlines() if "restarting" in line]
+    assert [r.get("beside_old") for r in logged] == [False], logged
