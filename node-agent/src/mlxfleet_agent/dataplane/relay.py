@@ -6,7 +6,11 @@ Per request: the body (already routed, `model` rewritten to the backend's pinned
 token cap applied) goes to the backend over `upstream`; the answer comes back unbuffered (whole
 SSE events; the pinned path in `model` fields put back to the served name, the fingerprint made
 opaque). Whole answers are asked for as a stream and assembled here (`answers`), so a client
-that hangs up stops the generation at once. A stream whose backend dies ends with an
+that hangs up stops the generation at once; a request mlx-lm cannot stop that way before its
+first token (`routing.interruptible`) is kept on `Hold` until that token, and its backend is
+declared stuck (and replaced by its slot) when it holds the backend past the grace. The lease
+hears when the request went to the backend and when it answered (the slot's "busy" is judged
+from it: no work per streamed event). A stream whose backend dies ends with an
 OpenAI-style `error` event instead of hanging; the shutdown drain's end gets one too.
 `Outcome` is what the request contributes to telemetry.
 Until the first token the relay reads in its own task; from there each streamed chunk is handled
