@@ -360,3 +360,19 @@ def test_a_stuck_backend_without_room_beside_it_is_stopped_first(
     assert not old.is_running(), "the stuck backend was not stopped"
     logged = [json.loads(line) for line in agent.log_tail(400).splitlines() if "restarting" in line]
     assert [r.get("beside_old") for r in logged] == [False], logged
+
+
+def test_a_request_queued_during_a_cold_start_is_checked_when_it_gets_the_backend(
+    agent_factory: Callable[..., Agent], model_a: Path
+) -> None:
+    """No backend serves yet (nothing to count with): the request queues, and is refused as
+    soon as the loaded backend's tokenizer can count it, before that backend sees it."""
+    agent = agent_factory()
+    assert agent.put_slot("kv", slot_spec(model_a, "kv", contextLength=CONTEXT)).status_code == 202
+    assert agent.slot("kv")["ready"] is False
+    path, body = _body("chat", SENTENCE * 200, max_tokens=16)  # ~2,400 tokens
+    reply = httpx.post(agent.data_url + path, json=body, timeout=120)
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["code"] == "context_length_exceeded"
+    ready = agent.wait_ready("kv")
+    assert ready["inFlight"] == 0

@@ -159,7 +159,7 @@ class DataPlane:
         counted, prompt_tokens = await self._budget(routed.body, route.serving(), endpoint, raw)
         held = await routing.lease(route, timeout_s=self.queue_timeout_s)
         backend = held.upstream
-        if counted is not None and backend is not counted:  # another backend than the one counted
+        if backend is not counted and endpoint in budget.GENERATING:  # none yet, or another
             try:
                 _, prompt_tokens = await self._budget(routed.body, backend, endpoint, raw)
             except RouteError:
