@@ -5,7 +5,8 @@ the gateway, the openai client and `kubectl mlxfleet`.
 A 12k-token prompt with a `seed` (mlx-lm processes such a prompt alone, minutes on this box, and
 cannot be interrupted) goes through the gateway to one replica. Past 2 s its agent reports the
 slot busy; the operator marks that placement not ready with the reason (`kubectl mlxfleet status`
-and `top` show it) and the gateway sends the next requests to the other replica only. The client
+and `top` show it, the gateway logs it) and the gateway sends the next requests to the other
+replica only. The client
 hangs up: within seconds the agent restarts that backend and the replica serves again.
 """
 
@@ -111,6 +112,10 @@ def test_a_busy_replica_leaves_routing_and_comes_back_after_its_client_hangs_up(
     # the gateway routes around it: every request goes to the other replica, and is served
     served = [_served_by(fl) for _ in range(6)]
     assert victim not in served, served
+    logged = [json.loads(x) for x in fl.gateway.log().splitlines() if "out of routing" in x]
+    assert [(r["replica"], r["why"][: len(BUSY)]) for r in logged] == [
+        (f"{fl.ws.namespace}/long@{victim}", BUSY)
+    ], logged
     status = _plugin(fl, "status", "-n", fl.ws.namespace)
     assert BUSY in status
     top = _plugin(fl, "top", "-n", fl.ws.namespace, "--interval", "1")

@@ -385,3 +385,26 @@ def test_interruptible(
 ) -> None:
     spec = _spec(server=server, engine={"name": engine})
     assert routing.interruptible(body, spec, streamed=streamed) is expected
+
+
+def test_a_prompt_far_too_long_is_refused_before_any_count(counter: tokencount.Counter) -> None:
+    """Its characters alone cannot fit: refused on the event loop, with no template rendered,
+    nothing tokenised and no thread."""
+
+    @dataclass
+    class CountsNothing:
+        real: tokencount.Counter
+
+        def at_least(self, body: Any, *, chat: bool) -> int:
+            return self.real.at_least(body, chat=chat)
+
+        def count(self, *args: Any, **kwargs: Any) -> tokencount.Count:
+            raise AssertionError("counted a prompt that cannot fit")
+
+    backend = _Backend(_spec(contextLength=2048), CountsNothing(counter))
+    text = "The quick brown fox jumps over the lazy dog. " * 17_000
+    body = {"messages": [{"role": "user", "content": text}], "max_tokens": 16}
+    with pytest.raises(RouteError) as err:
+        _check(backend, body, "chat.completions", size=len(text))
+    assert err.value.code == "context_length_exceeded"
+    assert "you requested at least " in str(err.value)

@@ -9,9 +9,9 @@ What it may generate: an explicit `max_tokens` (or `max_completion_tokens`) clam
 cap (`server.maxTokens`, else `contextLength`: `routing.limit_tokens`); when the request names
 none, it needs room for one token, and its `max_tokens` becomes the slot's default cut to the
 room the prompt leaves (`limit_tokens` with `prompt_tokens`), as OpenAI and vLLM do.
-Counting is bounded (the counter stops once past the limit, and refuses a text too long for any
-count without tokenising) and runs on the event loop only for small bodies (`INLINE_BYTES`);
-bigger ones are counted in a thread.
+Counting is bounded (a prompt whose characters alone cannot fit is refused on the event loop
+without rendering or tokenising anything; the counter stops once past the limit) and runs on the
+event loop only for small bodies (`INLINE_BYTES`); bigger ones are counted in a thread.
 May import: the standard library, contract, slots.lease, dataplane (errors, routing).
 Called by: dataplane.app.
 """
@@ -62,6 +62,16 @@ async def check(
     room = context - needed
     # below this, no count is needed: it fits, and without max_tokens the default fits too
     enough = context - (completion if completion is not None else routing.default_tokens(spec))
+    floor = counter.at_least(body, chat=chat)
+    if floor > room and size > INLINE_BYTES:  # far too long: refused here, nothing counted
+        raise exceeded(
+            context=context,
+            prompt=floor,
+            completion=needed,
+            exact=False,
+            named=completion is not None,
+            chat=chat,
+        )
     if size <= INLINE_BYTES:
         count = counter.count(body, chat=chat, template_args=args, limit=room, enough=enough)
     else:

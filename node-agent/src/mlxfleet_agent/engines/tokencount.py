@@ -77,6 +77,9 @@ class ByteBound:
         text = contents_text(body.get("messages")) if chat else _str(body.get("prompt"))
         return Count(math.ceil(len(text.encode()) / self.max_token_bytes), exact=False)
 
+    def at_least(self, body: Mapping[str, Any], *, chat: bool) -> int:
+        return math.ceil(_chars(body, chat=chat) / self.max_token_bytes)
+
 
 class Counter:
     """A model's tokenizer and chat template (see the module docstring)."""
@@ -123,6 +126,12 @@ class Counter:
             return Count(floor, exact=False)
         total, complete = self._tokens(text, stop_after=limit - extra)
         return Count(total + extra, exact=exact and complete)
+
+    def at_least(self, body: Mapping[str, Any], *, chat: bool) -> int:
+        """A lower bound of the prompt's tokens in O(messages): its text's characters (each at
+        least a byte) over the vocabulary's longest token; no template, no tokenising."""
+        extra = 0 if chat else self.special_tokens
+        return math.ceil(_chars(body, chat=chat) / self.max_token_bytes) + extra
 
     def chat_text(
         self, body: Mapping[str, Any], template_args: Mapping[str, Any] | None
@@ -189,6 +198,23 @@ def _cut(text: str, start: int) -> int:
         if at > start:
             return at
     return end
+
+
+def _chars(body: Mapping[str, Any], *, chat: bool) -> int:
+    """Characters of the prompt's own text (message contents and text parts, or `prompt`)."""
+    if not chat:
+        return len(_str(body.get("prompt")))
+    messages = body.get("messages")
+    total = 0
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, list):
+            for part in content:
+                text = part.get("text") if isinstance(part, dict) else None
+                total += len(text) if isinstance(text, str) else 0
+    return total
 
 
 def _str(value: object) -> str:

@@ -57,6 +57,11 @@ class PromptCounter(Protocol):
         tokens may be answered with that upper bound, untokenised (`exact` False)."""
         ...
 
+    def at_least(self, body: Mapping[str, Any], *, chat: bool) -> int:
+        """A lower bound of the prompt's tokens from its characters alone (cheap: no template,
+        no tokenising), to refuse a prompt far too long before counting it."""
+        ...
+
 
 class Upstream(Protocol):
     """The backend a lease holds."""
