@@ -224,6 +224,20 @@ def test_hostile_bodies_are_refused_quickly_and_the_slot_keeps_serving(
 # ---- a long prompt whose client hangs up -----------------------------------------------------
 
 
+@pytest.fixture
+def raw_stream() -> Iterator[Callable[[str, dict[str, Any]], socket.socket]]:
+    """`_raw_stream`, whose sockets are closed after the test whatever happened in it."""
+    opened: list[socket.socket] = []
+
+    def open_one(url: str, body: dict[str, Any]) -> socket.socket:
+        opened.append(_raw_stream(url, body))
+        return opened[-1]
+
+    yield open_one
+    for sock in opened:
+        sock.close()
+
+
 def _raw_stream(url: str, body: dict[str, Any]) -> socket.socket:
     host, port = url.removeprefix("http://").split(":")
     data = json.dumps(body).encode()
@@ -237,7 +251,9 @@ def _raw_stream(url: str, body: dict[str, Any]) -> socket.socket:
 
 
 def test_a_hung_up_prompt_mlx_lm_cannot_stop_restarts_the_backend_within_seconds(
-    agent_factory: Callable[..., Agent], model_a: Path
+    agent_factory: Callable[..., Agent],
+    model_a: Path,
+    raw_stream: Callable[[str, dict[str, Any]], socket.socket],
 ) -> None:
     """A 12k-token prompt with a `seed` (mlx-lm serves it alone and processes the whole prompt
     before it writes: minutes on this box). While it runs past --busy-after-s the slot is busy;
@@ -248,7 +264,7 @@ def test_a_hung_up_prompt_mlx_lm_cannot_stop_restarts_the_backend_within_seconds
     assert agent.put_slot("long", spec).status_code == 202
     agent.wait_ready("long")
     old = _backend(agent)
-    sock = _raw_stream(
+    sock = raw_stream(
         agent.data_url,
         {"model": "long", "prompt": SENTENCE * 1000, "max_tokens": 8, "seed": 7, "stream": True},
     )
@@ -257,7 +273,8 @@ def test_a_hung_up_prompt_mlx_lm_cannot_stop_restarts_the_backend_within_seconds
     assert "waited" in busy["busy"]
     assert "first token" in busy["busy"]
     state = agent.state()
-    assert [s["busy"] for s in state["slots"] if s["name"] == "long"] == [busy["busy"]]
+    [reported] = [s["busy"] for s in state["slots"] if s["name"] == "long"]
+    assert reported.startswith("a request has waited ")  # the seconds move on between reads
     sock.close()
     hung_up = time.monotonic()
     back = agent.wait_slot(
@@ -275,7 +292,9 @@ def test_a_hung_up_prompt_mlx_lm_cannot_stop_restarts_the_backend_within_seconds
 
 
 def test_a_hung_up_prompt_of_the_batch_stops_without_a_restart(
-    agent_factory: Callable[..., Agent], model_a: Path
+    agent_factory: Callable[..., Agent],
+    model_a: Path,
+    raw_stream: Callable[[str, dict[str, Any]], socket.socket],
 ) -> None:
     """A 24k-token prompt without a seed is processed in mlx-lm's batch, 2,048 tokens a step
     with a keep-alive comment after each: closing its connection stops it after a step or two
@@ -286,7 +305,7 @@ def test_a_hung_up_prompt_of_the_batch_stops_without_a_restart(
     assert agent.put_slot("long", spec).status_code == 202
     agent.wait_ready("long")
     backend = _backend(agent)
-    sock = _raw_stream(
+    sock = raw_stream(
         agent.data_url,
         {"model": "long", "prompt": SENTENCE * 2000, "max_tokens": 8, "stream": True},
     )
@@ -304,7 +323,9 @@ def test_a_hung_up_prompt_of_the_batch_stops_without_a_restart(
 
 
 def test_requests_beyond_max_concurrency_queue_and_the_queue_is_measured(
-    agent_factory: Callable[..., Agent], model_a: Path
+    agent_factory: Callable[..., Agent],
+    model_a: Path,
+    raw_stream: Callable[[str, dict[str, Any]], socket.socket],
 ) -> None:
     """maxConcurrency 1: a long request runs, the next two wait in the slot's queue (never at the
     backend), and `queued` in /v1/slots and `mlxfleet_agent_queued_requests` in /metrics say 2."""
@@ -313,9 +334,9 @@ def test_requests_beyond_max_concurrency_queue_and_the_queue_is_measured(
     assert agent.put_slot("one", spec).status_code == 202
     agent.wait_ready("one")
     body = {"model": "one", "prompt": "tell me a story", "max_tokens": 8000, "stream": True}
-    socks = [_raw_stream(agent.data_url, body)]
+    socks = [raw_stream(agent.data_url, body)]
     agent.wait_slot("one", lambda s: s["inFlight"] == 1, timeout_s=30)
-    socks += [_raw_stream(agent.data_url, body) for _ in range(2)]
+    socks += [raw_stream(agent.data_url, body) for _ in range(2)]
     slot = agent.wait_slot("one", lambda s: s["queued"] == 2, timeout_s=30)
     assert slot["inFlight"] == 1
     scraped = agent.api("GET", "/metrics").text
@@ -328,7 +349,10 @@ def test_requests_beyond_max_concurrency_queue_and_the_queue_is_measured(
 
 
 def test_a_stuck_backend_without_room_beside_it_is_stopped_first(
-    agent_factory: Callable[..., Agent], model_a: Path, tmp_path: Path
+    agent_factory: Callable[..., Agent],
+    model_a: Path,
+    raw_stream: Callable[[str, dict[str, Any]], socket.socket],
+    tmp_path: Path,
 ) -> None:
     """The memory budget holds one backend of the slot, not two: the stuck backend is stopped
     before the fresh one loads (its other requests would fail; here there are none), and the
@@ -345,7 +369,7 @@ def test_a_stuck_backend_without_room_beside_it_is_stopped_first(
     assert agent.put_slot("long", spec).status_code == 202
     agent.wait_ready("long")
     old = _backend(agent)
-    sock = _raw_stream(
+    sock = raw_stream(
         agent.data_url,
         {"model": "long", "prompt": SENTENCE * 1000, "max_tokens": 8, "seed": 7, "stream": True},
     )
