@@ -55,6 +55,12 @@ def agent(tmp_path_factory: pytest.TempPathFactory, model_a: Path) -> Iterator[A
         cleanup(found)
 
 
+@pytest.fixture
+def client(agent: Agent) -> Iterator[openai.OpenAI]:
+    with _client(agent, 120.0) as found:
+        yield found
+
+
 def _backend(agent: Agent) -> psutil.Process:
     [backend] = agent.backends()
     return backend
@@ -72,6 +78,19 @@ def _body(kind: str, text: str, **extra: Any) -> tuple[str, dict[str, Any]]:
             **extra,
         }
     return "/v1/completions", {"model": "kv", "prompt": text, **extra}
+
+
+@contextlib.contextmanager
+def _client(agent: Agent, timeout: float) -> Iterator[openai.OpenAI]:
+    """An openai client whose connections are closed when the block ends."""
+    with agent.openai(timeout=timeout) as client:
+        yield client
+
+
+def _hi(agent: Agent, model: str, *, timeout: float = 60.0) -> Any:
+    """A two-token completion: the slot serves."""
+    with _client(agent, timeout) as client:
+        return client.completions.create(model=model, prompt="hi", max_tokens=2)
 
 
 def _ask(client: openai.OpenAI, kind: str, text: str, **extra: Any) -> Any:
@@ -114,19 +133,18 @@ def test_over_the_context_is_refused_fast_and_the_backend_never_sees_it(
     assert statistics.median(took) < REFUSAL_BUDGET_S, took
     # the backend read nothing of five bodies (only its own health polls' few bytes)
     assert _read_chars(backend) - read_before < len(raw), "the backend read the refused body"
-    with pytest.raises(openai.BadRequestError) as caught:
-        _ask(agent.openai(timeout=30.0), kind, text, max_tokens=max_tokens, stream=stream)
+    with _client(agent, 30.0) as client, pytest.raises(openai.BadRequestError) as caught:
+        _ask(client, kind, text, max_tokens=max_tokens, stream=stream)
     assert caught.value.code == "context_length_exceeded"
     assert agent.slot("kv")["inFlight"] == 0
 
 
 @pytest.mark.parametrize("kind", ["chat", "completions"])
 def test_a_prompt_that_fits_exactly_is_served_one_more_token_is_not(
-    agent: Agent, kind: str
+    client: openai.OpenAI, kind: str
 ) -> None:
     """The agent counts what mlx-lm counts: prompt + max_tokens == contextLength is served
     (mlx-lm's own usage says the prompt's tokens), one token more is refused."""
-    client = agent.openai(timeout=120.0)
     text = SENTENCE * 100  # ~1,200 tokens
     if kind == "chat":
         messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]
@@ -159,8 +177,7 @@ def test_a_prompt_that_fits_exactly_is_served_one_more_token_is_not(
         ask(CONTEXT - prompt + 1, stream=True)
 
 
-def test_without_max_tokens_the_answer_gets_the_room_left(agent: Agent) -> None:
-    client = agent.openai(timeout=120.0)
+def test_without_max_tokens_the_answer_gets_the_room_left(client: openai.OpenAI) -> None:
     text = SENTENCE * 165  # ~1,980 tokens: less room than mlx-lm's default 512
     reply = client.completions.create(model="kv", prompt=text)
     assert reply.usage is not None
@@ -217,7 +234,7 @@ def test_hostile_bodies_are_refused_quickly_and_the_slot_keeps_serving(
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"]["code"] == "context_length_exceeded"
     assert took < 2.0, took  # client serialisation included; the agent's part is bounded
-    ok = agent.openai(timeout=60.0).completions.create(model="kv", prompt="hi", max_tokens=2)
+    ok = _hi(agent, "kv")
     assert ok.choices[0].finish_reason == "length"
 
 
@@ -281,7 +298,7 @@ def test_a_hung_up_prompt_mlx_lm_cannot_stop_restarts_the_backend_within_seconds
         "long", lambda s: s["ready"] and s["restarts"] == 1 and s["busy"] is None, timeout_s=60
     )
     assert back["lastError"].startswith("backend restarted: a request whose client left")
-    reply = agent.openai(timeout=60.0).completions.create(model="long", prompt="hi", max_tokens=2)
+    reply = _hi(agent, "long")
     assert reply.choices[0].finish_reason == "length"
     took = time.monotonic() - hung_up
     assert took < 30, f"the replica served again {took:.1f}s after the hang-up"
@@ -313,7 +330,7 @@ def test_a_hung_up_prompt_of_the_batch_stops_without_a_restart(
     time.sleep(1.0)  # it is processing the prompt's first step now
     sock.close()
     hung_up = time.monotonic()
-    reply = agent.openai(timeout=300.0).completions.create(model="long", prompt="hi", max_tokens=2)
+    reply = _hi(agent, "long", timeout=300.0)
     assert reply.choices[0].finish_reason == "length"
     took = time.monotonic() - hung_up
     assert took < 90, f"the replica served again {took:.1f}s after the hang-up"
@@ -378,7 +395,7 @@ def test_a_stuck_backend_without_room_beside_it_is_stopped_first(
     hung_up = time.monotonic()
     back = agent.wait_slot("long", lambda s: s["ready"] and s["restarts"] == 1, timeout_s=90)
     assert back["lastError"].startswith("backend restarted: ")
-    reply = agent.openai(timeout=60.0).completions.create(model="long", prompt="hi", max_tokens=2)
+    reply = _hi(agent, "long")
     assert reply.choices[0].finish_reason == "length"
     assert time.monotonic() - hung_up < 60
     assert not old.is_running(), "the stuck backend was not stopped"
