@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import statistics
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -396,6 +398,67 @@ def _bucket_objects(s3: s3support.S3Server, bucket: str) -> dict[str, str]:
                 client.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read().decode()
             )
     return out
+
+
+SENTENCE = "The quick brown fox jumps over the lazy dog. "  # 12 tokens of the dev tokenizer
+
+
+def _metric_sum(text: str, name: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name) and not line.startswith("#")
+    )
+
+
+def test_a_prompt_over_the_context_is_refused_at_once_never_retried_nor_ejected(
+    setup: Setup,
+) -> None:
+    """chat-b (2 replicas, contextLength 1024): a ~200k-token prompt, and one just over, get the
+    agent's 400 `context_length_exceeded` through the gateway in under 50 ms, streamed or not;
+    no other replica is tried, none is ejected, and the next request is served."""
+    gw = setup.gateway
+    before = gw.metrics()
+    client = setup.client("a")
+    cases = [(SENTENCE * 17_000, 16), (SENTENCE * 80, 128)]  # 200k; 960 + 128 > 1024
+    for text, max_tokens in cases:
+        for stream in (False, True):
+            with pytest.raises(openai.BadRequestError) as caught:
+                client.chat.completions.create(
+                    model="chat-b",
+                    messages=[{"role": "user", "content": text}],
+                    max_tokens=max_tokens,
+                    stream=stream,
+                )
+            assert caught.value.code == "context_length_exceeded"
+            assert "maximum context length is 1024 tokens" in str(caught.value)
+            headers = caught.value.response.headers
+            assert "x-mlxfleet-tried" not in headers
+            assert headers["x-mlxfleet-backend"].startswith(f"{setup.ns_a}/chat-b@")
+    raw = json.dumps(
+        {
+            "model": "chat-b",
+            "messages": [{"role": "user", "content": SENTENCE * 17_000}],
+            "max_tokens": 16,
+            "stream": True,
+        }
+    ).encode()
+    took = []
+    auth = {"authorization": f"Bearer {setup.keys['a']}", "content-type": "application/json"}
+    with httpx.Client(base_url=gw.url, timeout=30) as http:
+        http.get("/v1/models", headers=auth)  # the connection is open before the clock starts
+        for _ in range(7):
+            started = time.perf_counter()
+            reply = http.post("/v1/chat/completions", content=raw, headers=auth)
+            took.append(time.perf_counter() - started)
+            assert reply.status_code == 400, reply.text
+            assert reply.json()["error"]["code"] == "context_length_exceeded"
+    assert statistics.median(took) < 0.050, took
+    after = gw.metrics()
+    for name in ("mlxfleet_gateway_retries_total", "mlxfleet_gateway_ejections_total"):
+        assert _metric_sum(after, name) == _metric_sum(before, name), name
+    served = ask(client, "chat-b")
+    assert served.status_code == 200
 
 
 def test_usage_per_key_matches_what_clients_received_and_no_text_leaves(setup: Setup) -> None:

@@ -4,7 +4,9 @@ The watches hand over whole snapshots (name -> raw object) per kind; `View` pars
 operator's pydantic models (an object that does not parse is skipped and reported by name, never
 a crash), rebuilds the catalog and the key ring, and tells the balancer which replicas exist.
 InferenceNodes count only by which are approved (`core.trust`): their status changes on every
-heartbeat write, so a snapshot that leaves that set as it was rebuilds nothing.
+heartbeat write, so a snapshot that leaves that set as it was rebuilds nothing;
+replicas the operator reports not ready (busy, loading...) are logged, with why, as they leave
+and rejoin routing.
 Runs on the event loop only (the watch threads post snapshots with call_soon_threadsafe).
 May import: the standard library, core, mlxfleet_operator.api. Called by: watch, proxy, server.
 """
@@ -44,6 +46,18 @@ def _name(raw: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+def unrouted(deployments: list[mdep.ModelDeployment]) -> dict[str, str]:
+    """Replicas with an endpoint that are not ready (so not routed to), and why: the
+    placement's message (`busy, out of routing: ...`, a load in progress), else its phase."""
+    out: dict[str, str] = {}
+    for md in deployments:
+        for p in md.status.placements:
+            if p.endpoint and not p.ready:
+                rid = f"{md.metadata.namespace or ''}/{md.metadata.name or ''}@{p.node}"
+                out[rid] = p.message or str(p.phase)
+    return out
+
+
 class View:
     def __init__(self, balance: balancer.Balancer, *, fleet_key: str | None = None) -> None:
         self.balancer = balance
@@ -53,6 +67,7 @@ class View:
         self.catalog = catalog.Catalog()
         self.keys = keys.KeyRing()
         self.problems: dict[str, str] = {}  # object -> why it is ignored
+        self.unrouted: dict[str, str] = {}  # replica id -> why it gets no requests (not ready)
         self.version = 0
 
     @property
@@ -111,6 +126,7 @@ class View:
                 ring.append(keys.from_secret(secret, secret_data(raw)))
             except keys.InvalidKey as exc:
                 found[f"api-keys/{name}"] = str(exc)
+        self._note_unrouted(unrouted(deployments))
         self.catalog = catalog.build(deployments, routes, provider_keys, nodes=self.nodes.headers)
         for ext in self.catalog.externals():
             if ext.problem is not None:
@@ -118,6 +134,15 @@ class View:
         self.keys = keys.KeyRing(ring)
         self.balancer.sync(self.candidates())
         self.version += 1
+
+    def _note_unrouted(self, now: dict[str, str]) -> None:
+        """Log each replica leaving routing (with the operator's reason: busy, loading, ...)
+        and coming back, once per change, not per status update."""
+        for rid in sorted(now.keys() - self.unrouted.keys()):
+            log.info("replica out of routing", extra={"replica": rid, "why": now[rid]})
+        for rid in sorted(self.unrouted.keys() - now.keys()):
+            log.info("replica back in routing", extra={"replica": rid})
+        self.unrouted = now
 
     def candidates(self) -> list[balancer.Candidate]:
         """Every replica and external backend the balancer should know."""

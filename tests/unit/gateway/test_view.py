@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import logging
+
+import pytest
 
 from mlxfleet_gateway import view
 from mlxfleet_gateway.core import balancer, keys
@@ -123,3 +126,33 @@ def test_provider_keys_without_allowed_urls_and_the_backends_they_refuse_are_nam
     assert "may not be sent to http://127.0.0.1:47999/v1" in v.problems["external:a/r/external-0"]
     (target,) = v.catalog.externals()
     assert target.api_key is None
+
+
+def test_replicas_out_of_routing_are_logged_with_why_once_per_change(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A placement the operator reports busy (not ready, with why) gets no requests: the view
+    logs it leaving routing with the reason once, and coming back once."""
+    why = "busy, out of routing: a request has waited 75s for its first token"
+    busy = {
+        "node": "n2",
+        "phase": "Ready",
+        "ready": False,
+        "endpoint": "http://10.0.0.2:8471",
+        "message": why,
+    }
+    two = {**GOOD, "status": {"placements": [*GOOD["status"]["placements"], busy]}}
+    v = view.View(balancer.Balancer())
+    v.replace("nodes", {"/n1": node("n1"), "/n2": node("n2")})
+    caplog.set_level(logging.INFO, logger="mlxfleet_gateway.view")
+    v.replace("deployments", {"a/chat": two})
+    v.replace("deployments", {"a/chat": two})  # an unchanged status update: no second line
+    assert v.unrouted == {"a/chat@n2": why}
+    assert [c.id for c in v.candidates()] == ["a/chat@n1"]
+    left = [r for r in caplog.records if r.getMessage() == "replica out of routing"]
+    assert [(r.replica, r.why) for r in left] == [("a/chat@n2", why)]  # type: ignore[attr-defined]
+    ready = {**busy, "ready": True, "message": None}
+    v.replace("deployments", {"a/chat": {**GOOD, "status": {"placements": [ready]}}})
+    assert v.unrouted == {}
+    back = [r for r in caplog.records if r.getMessage() == "replica back in routing"]
+    assert len(back) == 1

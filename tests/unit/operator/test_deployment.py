@@ -17,6 +17,7 @@ from mlxfleet_operator.core.deployment import footprint, placing
 from mlxfleet_operator.core.deployment import plan as dplan
 from mlxfleet_operator.core.deployment import slots as dslots
 from mlxfleet_operator.core.deployment import status as mdstatus
+from mlxfleet_operator.kubectl_plugin import render
 from tests.unit.operator.builders import GIB, NOW, SHAPE, A, B, T, fact, md, node, state
 
 
@@ -728,3 +729,26 @@ def test_replicas_no_node_can_take_stall_after_a_bounded_wait() -> None:
     assert "Stalled" in stalled.message
     again = mdstatus.conditions.apply_verdict(conds, stalled, generation=3, now=late)
     assert {c.type: c.status for c in again}["Stalled"] == "True"
+
+
+def test_a_busy_replica_is_out_of_routing_and_says_why() -> None:
+    """The agent reports a slot busy past its deadline (ready false, `busy` why): the replica is
+    not ready (out of the endpoints, hence the gateway's routing) and its message says why;
+    `kubectl mlxfleet top` lists it under the deployment."""
+    why = "a request has waited 75s for its first token (busy deadline 60s); 1 waiting"
+    busy = contract.SlotStatus(
+        name=SLOT, served_name="chat", source=A, phase="Ready", ready=False, busy=why
+    )
+    facts = {"n1": fact("n1", state(slots=[busy]))}
+    result = status_of(md(A, replicas=1), decision((), ("n1",)), facts)
+    (placed,) = result.status.placements
+    assert not placed.ready
+    assert placed.message == f"busy, out of routing: {why}"
+    assert result.endpoints == (("n1", "http://n1:9000", False),)
+    body = {
+        "metadata": {"namespace": "ns", "name": "chat"},
+        "status": result.status.model_dump(by_alias=True, mode="json"),
+    }
+    (row,) = render.top([], [], seconds=1, deployments=[body])
+    assert row.unrouted == (f"n1: busy, out of routing: {why}",)
+    assert f"  not routed n1: busy, out of routing: {why}" in render.top_lines([row], seconds=1)

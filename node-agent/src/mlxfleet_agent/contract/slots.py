@@ -197,6 +197,12 @@ class SlotStatus(Wire):
     queued: int = 0
     restarts: int = 0
     last_error: str | None = None
+    busy: str | None = Field(
+        default=None,
+        description="why the slot's backend counts as busy: a request has waited longer than "
+        "the agent's busy deadline for its first token; the slot is not ready (out of routing) "
+        "until it answers (absent: not busy)",
+    )
     estimated_memory_bytes: int | None = None
     spec: SlotSpec | None = None
     active_swap: str | None = Field(default=None, description="id of the swap in progress")

@@ -7,13 +7,14 @@ Per request: authorize (the node's keys: its own from the operator and the admin
 `model`
 (chat and completions to chat engines, embeddings and rerank to the slots whose engine serves
 them: `mlx-embed`, `mlx-rerank`, vllm pooling, a declared command)
-against the narrow `slots.lease.Routes` protocol, lease the route's backend (queueing while it is
-not ready) and hand it to `relay`, which forwards the request and passes the answer back as it
-arrives. The lease is held until the last byte, so a swap never cuts a request. Every refusal is
-an OpenAI-shaped `errors.RouteError`. Raw ASGI and raw sockets rather than a framework and an
-HTTP client keep the added latency per request small.
+against the narrow `slots.lease.Routes` protocol, check the request's KV budget against the
+backend that serves (`budget`: prompt + max_tokens within contextLength, before it queues), lease
+the route's backend (queueing while it is not ready) and hand it to `relay`, which forwards the
+request and passes the answer back as it arrives. The lease is held until the last byte, so a
+swap never cuts a request. Every refusal is an OpenAI-shaped `errors.RouteError`. Raw ASGI and
+raw sockets rather than a framework and an HTTP client keep the added latency per request small.
 May import: the standard library, openai_proxy (ASGI plumbing), slots.lease,
-telemetry.recorder, dataplane (errors, relay, routing). Never the control API.
+telemetry.recorder, dataplane (budget, errors, relay, routing). Never the control API.
 Called by: runtime (serves it on the data port).
 """
 
@@ -22,10 +23,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from mlxfleet_agent import openai_proxy as asgi
-from mlxfleet_agent.dataplane import relay, routing
+from mlxfleet_agent.dataplane import budget, relay, routing
 from mlxfleet_agent.dataplane.errors import RouteError
 from mlxfleet_agent.slots import lease
 from mlxfleet_agent.telemetry import recorder
@@ -78,12 +79,14 @@ class DataPlane:
         keys: Keys,
         max_body_bytes: int,
         queue_timeout_s: float,
+        hold_s: float = 5.0,
     ) -> None:
         self.routes = routes
         self.telemetry = telemetry
         self.keys = keys
         self.max_body_bytes = max_body_bytes
         self.queue_timeout_s = queue_timeout_s
+        self.hold_s = hold_s  # a hung-up request mlx-lm cannot stop: then its backend restarts
 
     async def __call__(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
         if scope["type"] == "lifespan":
@@ -152,6 +155,16 @@ class DataPlane:
                 return value.decode("latin-1").strip() or None
         return None
 
+    async def _budget(
+        self, body: dict[str, Any], backend: lease.Upstream | None, endpoint: str, raw: bytes
+    ) -> tuple[lease.Upstream | None, int | None]:
+        """The KV budget against `backend`'s model (`budget.check`: refuses a request over its
+        context length); (the backend counted with, the prompt's tokens), (None, None) when
+        there is nothing to count (no backend serves yet, or the endpoint generates nothing)."""
+        if backend is None or endpoint not in budget.GENERATING:
+            return None, None
+        return backend, await budget.check(body, backend, endpoint=endpoint, size=len(raw))
+
     def _models_body(self) -> bytes:
         now = int(time.time())
         data = [
@@ -175,12 +188,29 @@ class DataPlane:
         routing.check_capability(route.desired, CAPABILITY[endpoint], path=scope["path"])
         routing.check_body(routed.body, route.desired, endpoint=endpoint)
         routing.check_images(routed.body, allowed=route.desired.server.allowed_image_urls or ())
+        counted, prompt_tokens = await self._budget(routed.body, route.serving(), endpoint, raw)
         held = await routing.lease(route, timeout_s=self.queue_timeout_s)
         backend = held.upstream
+        if backend is not counted and endpoint in budget.GENERATING:  # none yet, or another
+            try:
+                _, prompt_tokens = await self._budget(routed.body, backend, endpoint, raw)
+            except RouteError:
+                held.release(ok=True)
+                raise
         self.telemetry.request_started(route.name)
-        outcome = relay.Outcome()
+        outcome = relay.Outcome(held)
         try:
-            await relay.forward(routed, backend, endpoint, receive, send, outcome=outcome, t0=t0)
+            await relay.forward(
+                routed,
+                held,
+                endpoint,
+                receive,
+                send,
+                outcome=outcome,
+                t0=t0,
+                prompt_tokens=prompt_tokens,
+                hold_s=self.hold_s,
+            )
         except asyncio.CancelledError:  # the shutdown drain ended with this request still running
             outcome.error = "shutdown"
             await relay.cut_by_shutdown(send, outcome)

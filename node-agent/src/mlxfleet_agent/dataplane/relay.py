@@ -6,7 +6,11 @@ Per request: the body (already routed, `model` rewritten to the backend's pinned
 token cap applied) goes to the backend over `upstream`; the answer comes back unbuffered (whole
 SSE events; the pinned path in `model` fields put back to the served name, the fingerprint made
 opaque). Whole answers are asked for as a stream and assembled here (`answers`), so a client
-that hangs up stops the generation at once. A stream whose backend dies ends with an
+that hangs up stops the generation at once; a request mlx-lm cannot stop that way before its
+first token (`routing.interruptible`) is kept on `Hold` until that token, and its backend is
+declared stuck (and replaced by its slot) when it holds the backend past the grace. The lease
+hears when the request went to the backend and when it answered (the slot's "busy" is judged
+from it: no work per streamed event). A stream whose backend dies ends with an
 OpenAI-style `error` event instead of hanging; the shutdown drain's end gets one too.
 `Outcome` is what the request contributes to telemetry.
 Until the first token the relay reads in its own task; from there each streamed chunk is handled
@@ -45,15 +49,34 @@ ERROR_BODY_LIMIT = 64 * 1024  # of a backend's error body, what the client is sh
 
 
 class Outcome:
-    __slots__ = ("completion_tokens", "error", "prompt_tokens", "started", "streaming", "ttft_s")
+    __slots__ = (
+        "answered",
+        "completion_tokens",
+        "error",
+        "held",
+        "prompt_tokens",
+        "started",
+        "streaming",
+        "ttft_s",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, held: lease.Lease | None = None) -> None:
         self.error: str | None = None
         self.ttft_s: float | None = None
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.started = False  # the response head went out
         self.streaming = False
+        self.held = held  # told when the backend answered (its first token): "busy" ends
+        self.answered: asyncio.Event | None = None  # set then too, for a hung-up request's wait
+
+    def first_token(self, t0: float) -> None:
+        """The backend's first token (or its whole answer) arrived, `t0` after the request."""
+        self.ttft_s = time.monotonic() - t0
+        if self.held is not None:
+            self.held.answered()
+        if self.answered is not None:
+            self.answered.set()
 
     def count_usage(self, body: bytes) -> None:
         counted = asgi.usage_of(body)
@@ -70,12 +93,46 @@ class Gone:
         self.is_set = False
 
 
+class Hold:
+    """A request mlx-lm cannot stop before its first token (`routing.interruptible`): when its
+    client leaves, the backend's connection is kept until that token (then closing it stops the
+    rest), for at most `grace_s` once the request is the oldest the backend holds; past that,
+    the backend is declared stuck and replaced (`Lease.stuck`)."""
+
+    __slots__ = ("grace_s", "held")
+
+    def __init__(self, held: lease.Lease, grace_s: float) -> None:
+        self.held = held
+        self.grace_s = grace_s
+
+    async def wait(self, answered: asyncio.Event) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(self.grace_s):
+                    await answered.wait()
+                return
+            except TimeoutError:
+                if self.held.first_in_line():
+                    break
+        self.held.stuck(
+            f"a request whose client left was still processing its prompt {self.grace_s:g}s "
+            "later, and mlx-lm cannot stop a prompt it serves alone (seed, kvBits, images)"
+        )
+
+
 async def _watch_disconnect(
-    receive: asgi.Receive, gone: Gone, reply: upstream.BackendReply
+    receive: asgi.Receive,
+    gone: Gone,
+    reply: upstream.BackendReply,
+    outcome: Outcome,
+    hold: Hold | None,
 ) -> None:
-    """The client hung up: say so and drop the backend connection (that stops generation)."""
+    """The client hung up: say so and drop the backend connection (that stops generation;
+    a request on `hold` first waits for the point where it does)."""
     await asgi.until_disconnect(receive)
     gone.is_set = True
+    if hold is not None and outcome.answered is not None and outcome.ttft_s is None:
+        await hold.wait(outcome.answered)
     reply.abort()
 
 
@@ -98,22 +155,27 @@ async def cut_by_shutdown(send: asgi.Send, outcome: Outcome) -> None:
 
 async def forward(
     routed: routing.Routed,
-    backend: lease.Upstream,
+    held: lease.Lease,
     endpoint: str,
     receive: asgi.Receive,
     send: asgi.Send,
     *,
     outcome: Outcome,
     t0: float,
+    prompt_tokens: int | None = None,
+    hold_s: float = 5.0,
 ) -> None:
     """Ask the backend and pass its answer on; a client that leaves closes the backend's
     connection, which stops mlx_lm at its next write (so whole answers are asked for as a
-    stream and assembled here: see `answers`)."""
+    stream and assembled here: see `answers`); one mlx_lm cannot stop that way is kept on
+    `Hold` (`hold_s`). `prompt_tokens`: the prompt as counted for the KV budget (a request
+    without max_tokens gets the room it leaves)."""
+    backend = held.upstream
     body = routed.body
     whole_only = endpoint in WHOLE_ONLY
     if not whole_only:
         routing.check_token_ids(body, backend)
-        routing.limit_tokens(body, backend.spec)
+        routing.limit_tokens(body, backend.spec, prompt_tokens=prompt_tokens)
     body["model"] = backend.pinned
     chat = endpoint == "chat.completions"
     mlx_lm = backend.spec.engine.name is contract.EngineName.MLX_LM
@@ -131,6 +193,13 @@ async def forward(
         pinned=backend.pinned, served=served, original_fingerprint=backend.fingerprint
     )
     headers = [(BACKEND_HEADER, f"{backend.port}".encode())]
+    hold = None
+    if not whole_only and not routing.interruptible(
+        body, backend.spec, streamed=routed.stream or assemble
+    ):
+        hold = Hold(held, hold_s)
+        outcome.answered = asyncio.Event()
+    held.sent()
     try:
         reply = await upstream.call_backend(
             backend.port, BACKEND_PATHS[endpoint], json.dumps(body).encode()
@@ -144,7 +213,9 @@ async def forward(
             code="backend_unreachable",
         ) from exc
     gone = Gone()
-    watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, gone, reply))
+    watcher = asyncio.get_running_loop().create_task(
+        _watch_disconnect(receive, gone, reply, outcome, hold)
+    )
     try:
         if reply.status != 200:
             await _error(reply, send, headers=headers, outcome=outcome, backend=backend)
@@ -253,11 +324,13 @@ async def _assembled(
             while raw := await read():
                 builder.feed(raw if stopper is None else stopper.feed(raw))
                 if outcome.ttft_s is None and builder.events:
-                    outcome.ttft_s = time.monotonic() - t0
+                    outcome.first_token(t0)
                 if stopper is not None and stopper.stopped:
                     resp.abort()  # mlx_lm stops generating at its next write
                     builder.stopped(prompt_tokens=await prompt.count(), events=stopper.events)
                     break
+                if gone.is_set and outcome.ttft_s is not None:
+                    break  # a request kept on hold past its prompt: closing it stops the rest
     except upstream.BackendError as exc:
         if not gone.is_set:
             log.warning("backend stream broke", extra={"error": str(exc)})
@@ -301,7 +374,7 @@ async def _whole(
             502, "backend failed while answering", type_="server_error", code="backend_died"
         ) from None
     if t0 is not None:
-        outcome.ttft_s = time.monotonic() - t0
+        outcome.first_token(t0)
     body = rewrite(body)
     if stops:
         body = answers.stop_whole(body, stops, chat=chat)
@@ -342,7 +415,7 @@ async def _stream(
                     break
                 chunk = feed(raw)  # whole SSE events; counts tokens, holds back usage
                 if b"data: {" in chunk:
-                    outcome.ttft_s = time.monotonic() - t0
+                    outcome.first_token(t0)
                 if chunk:
                     await send(
                         {"type": "http.response.body", "body": rewrite(chunk), "more_body": True}

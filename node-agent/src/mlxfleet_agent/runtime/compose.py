@@ -133,7 +133,9 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         queue_limit=cfg.queue_limit,
         memory_budget=cfg.memory_budget,
         restart_backoff_max_s=cfg.restart_backoff_max_s,
+        busy_after_s=cfg.busy_after_s,
     )
+    tel.metrics.add_slot_collector(slots.statuses)
     view = state.StateView(
         slots=slots,
         models=models,
@@ -167,6 +169,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
             keys=keys,
             max_body_bytes=cfg.max_body_bytes,
             queue_timeout_s=cfg.queue_timeout_s,
+            hold_s=cfg.hung_up_grace_s,
         ),
     )
     if keys.serves_peers:  # a fleet that copies weights: boto3's set-up off the clock

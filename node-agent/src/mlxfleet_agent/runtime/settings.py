@@ -194,6 +194,22 @@ class Settings(BaseModel):
     shutdown_drain_s: Annotated[
         float, Field(ge=0), Opt("drain of the data plane on exit (default 30)")
     ] = 30.0
+    busy_after_s: Annotated[
+        float,
+        Field(gt=0, le=86400),
+        Opt(
+            "a request waiting this long for its first token makes its slot busy: not ready, "
+            "out of routing until it answers (default 60)"
+        ),
+    ] = 60.0
+    hung_up_grace_s: Annotated[
+        float,
+        Field(gt=0, le=3600),
+        Opt(
+            "how long a request whose client left may hold a backend that cannot stop it "
+            "(mlx-lm mid-prompt) before that backend is restarted (default 5)"
+        ),
+    ] = 5.0
     max_body_bytes: Annotated[
         int, Field(ge=1024), Opt("largest data-plane request body (default 16 MiB)")
     ] = 16 * 1024 * 1024

@@ -42,6 +42,7 @@ class Registry:
         queue_limit: int,
         memory_budget: int | None,
         restart_backoff_max_s: float,
+        busy_after_s: float = 60.0,
     ) -> None:
         self.state_dir = state_dir
         self.catalog = catalog
@@ -54,6 +55,7 @@ class Registry:
             telemetry=telemetry,
             owner=self,
             restart_backoff_max_s=restart_backoff_max_s,
+            busy_after_s=busy_after_s,
         )
 
     # ---- lifecycle ----------------------------------------------------------------------------

@@ -57,6 +57,32 @@ class _HostCollector(Collector):
             yield power
 
 
+class _SlotCollector(Collector):
+    """Per-slot gauges read at scrape time: requests queued for the slot (beyond its
+    maxConcurrency, or while it is not ready) and whether it is busy (out of routing)."""
+
+    def __init__(self, read: Callable[[], Iterable[contract.SlotStatus]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        queued = GaugeMetricFamily(
+            f"{NAMESPACE}_queued_requests",
+            "Requests waiting in the slot's queue (beyond maxConcurrency, or while not ready).",
+            labels=["slot"],
+        )
+        busy = GaugeMetricFamily(
+            f"{NAMESPACE}_slot_busy",
+            "1 while a request of the slot has waited past the busy deadline for its first "
+            "token (the slot is out of routing), else 0.",
+            labels=["slot"],
+        )
+        for slot in self._read():
+            queued.add_metric([slot.name], float(slot.queued))
+            busy.add_metric([slot.name], 1.0 if slot.busy else 0.0)
+        yield queued
+        yield busy
+
+
 class AgentMetrics:
     """All agent metric families, registered on a private `CollectorRegistry`."""
 
@@ -137,6 +163,9 @@ class AgentMetrics:
 
     def add_host_collector(self, read: Callable[[], dict[str, Any]]) -> None:
         self.registry.register(_HostCollector(read))
+
+    def add_slot_collector(self, read: Callable[[], Iterable[contract.SlotStatus]]) -> None:
+        self.registry.register(_SlotCollector(read))
 
     def exposition(self) -> bytes:
         return bytes(prometheus_client.generate_latest(self.registry))

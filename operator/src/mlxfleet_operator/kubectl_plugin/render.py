@@ -160,6 +160,18 @@ class Top:
     tokens_per_s: float
     ttft_s: float | None  # mean over the interval (lifetime mean when no request came meanwhile)
     requests: float
+    unrouted: tuple[str, ...] = ()  # "<node>: why" for each replica out of routing (not ready)
+
+
+def unrouted(deployment: Obj) -> tuple[str, ...]:
+    """`<node>: <message>` for each placement that is not ready (out of the endpoints and the
+    gateway's routing): busy, loading, failed ..., with the operator's reason."""
+    out = []
+    for p in (deployment.get("status") or {}).get("placements") or []:
+        if not p.get("ready"):
+            why = p.get("message") or p.get("phase") or "not ready"
+            out.append(f"{p.get('node', '?')}: {why}")
+    return tuple(out)
 
 
 def _by_slot(samples: Samples, metric: str) -> dict[str, float]:
@@ -179,11 +191,15 @@ def top(
     deployments: Iterable[Obj],
 ) -> list[Top]:
     """Per deployment: completion tokens/s and mean TTFT between two scrapes of every agent."""
+    deployments = list(deployments)
     slots = {
         naming.slot_name(d["metadata"]["namespace"], d["metadata"]["name"]): (
             f"{d['metadata']['namespace']}/{d['metadata']['name']}"
         )
         for d in deployments
+    }
+    why = {
+        f"{d['metadata']['namespace']}/{d['metadata']['name']}": unrouted(d) for d in deployments
     }
 
     def total(scrapes: Sequence[Samples], metric: str) -> dict[str, float]:
@@ -223,6 +239,7 @@ def top(
                 max(tokens, 0.0) / seconds if seconds > 0 else 0.0,
                 ttft,
                 max(count, 0.0),
+                why.get(deployment, ()),
             )
         )
     return rows
@@ -235,4 +252,5 @@ def top_lines(rows: Sequence[Top], *, seconds: float) -> str:
     for r in rows:
         ttft = f"{r.ttft_s * 1000:.0f}ms" if r.ttft_s is not None else "-"
         lines.append(f"{r.deployment:<40} {r.tokens_per_s:>9.1f} {ttft:>9} {r.requests:>9.0f}")
+        lines.extend(f"  not routed {u}" for u in r.unrouted)
     return "\n".join(lines)

@@ -68,6 +68,8 @@ def placements(
         ready = slots.serves(fact, slot, model, plan)
         phase = _PHASES[observed.phase] if observed is not None else mdep.PlacementPhase.PENDING
         message = outcomes[node].error if node in outcomes and outcomes[node].error else None
+        if message is None and observed is not None and observed.busy:
+            message = f"busy, out of routing: {observed.busy}"
         if message is None and observed is not None and not observed.ready:
             message = observed.last_error
         download = _download(observed, model)
