@@ -27,6 +27,7 @@ from typing import Any, cast
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
+from mlxfleet_operator import __version__
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.kubectl_plugin import agents, kubeconfig, render
 
@@ -241,6 +242,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kubectl mlxfleet", description=__doc__.split("\n")[0], parents=[common]
     )
+    parser.add_argument("--version", action="version", version=__version__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, text) in COMMANDS.items():
         p = sub.add_parser(name, help=text, description=text, parents=[late])
