@@ -100,7 +100,7 @@ def test_images_are_non_root_labelled_and_carry_only_their_own_parts(release: Re
         roots[name] = release.registry.export(ref, _world_readable_dir("mlxfleet-img-") / "root")
     try:
         site = {n: r / "opt/mlxfleet/lib/python3.11/site-packages" for n, r in roots.items()}
-        for package in PDF_STACK + ("kopf",):
+        for package in (*PDF_STACK, "kopf"):
             assert not (site["gateway"] / package).exists(), package
         assert not list((roots["gateway"] / "usr/lib/x86_64-linux-gnu").glob("libpango*"))
         assert (site["operator"] / "weasyprint").is_dir()
@@ -133,8 +133,9 @@ def installed(
          f"--set=gateway.port={gw}", f"--set=gateway.metricsPort={gw_metrics}")  # fmt: skip
     deployments = {
         name: json.loads(
-            plane.kubectl("-n", NAMESPACE, "get", "deployment", f"mlxfleet-{name}", "-o", "json")
-            .stdout
+            plane.kubectl(
+                "-n", NAMESPACE, "get", "deployment", f"mlxfleet-{name}", "-o", "json"
+            ).stdout
         )
         for name in ("operator", "gateway")
     }

@@ -17,6 +17,7 @@ import grp
 import os
 import pwd
 import re
+import shlex
 import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -86,7 +87,7 @@ def dscl_ids(text: str) -> set[int]:
     return out
 
 
-def create_commands(name: str, *, mac: bool, free_id: int | None = None) -> list[list[str]]:
+def create_commands(name: str, *, mac: bool, free_id: int | str | None = None) -> list[list[str]]:
     """The commands that create `name` (group of the same name, no shell, no home)."""
     if not mac:
         return [["useradd", "--system", "--user-group", "--no-create-home",
@@ -108,11 +109,16 @@ def create_commands(name: str, *, mac: bool, free_id: int | None = None) -> list
     ]
 
 
-def _mac_free_id() -> int:
+def _mac_free_id(*, dry_run: bool) -> int | str:
     used: set[int] = set()
     for args in (["/Users", "UniqueID"], ["/Groups", "PrimaryGroupID"]):
-        proc = subprocess.run(["dscl", ".", "-list", *args], capture_output=True, text=True,
-                              check=False)  # fmt: skip
+        try:
+            proc = subprocess.run(["dscl", ".", "-list", *args], capture_output=True, text=True,
+                                  check=False)  # fmt: skip
+        except OSError:
+            if dry_run:  # a Mac's dry run shown on another system
+                return "<free id>"
+            raise AccountError("--user: dscl is missing (is this macOS? see --os)") from None
         used |= dscl_ids(proc.stdout)
     return free_mac_id(used)
 
@@ -136,11 +142,12 @@ def ensure(
         raise AccountError(
             f"--user {name}: no such account (leave out --no-create-user to have join create it)"
         )
-    commands = create_commands(name, mac=mac, free_id=_mac_free_id() if mac else None)
+    free_id = _mac_free_id(dry_run=dry_run) if mac else None
+    commands = create_commands(name, mac=mac, free_id=free_id)
     if dry_run:
         say(f"would create the account {name}:")
         for cmd in commands:
-            say("  " + " ".join(cmd))
+            say("  " + shlex.join(cmd))
         return None
     if os.geteuid() != 0:
         raise AccountError(f"--user {name}: creating an account needs root (run join with sudo)")

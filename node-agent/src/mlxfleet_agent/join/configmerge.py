@@ -73,8 +73,8 @@ def merge(
         if admins or have == want:
             if have is not _ABSENT:
                 result[key] = have
-            if admins and have != want:
-                changes.append(Change(key, "kept", have, want))
+            if admins and have != want and (want is not _ABSENT or was is not _ABSENT):
+                changes.append(Change(key, "kept", have, want))  # join has an opinion on it
             continue
         if want is _ABSENT:
             changes.append(Change(key, "removed", have, want))
