@@ -30,7 +30,7 @@ from tests.e2e.conftest import wait_for
 from tests.support.helm import AGENTS, NAMESPACE, RELEASE, REPO, Helm, ensure_namespace
 from tests.support.oci import Pod, Registry, _world_readable_dir
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.tools]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.tools, pytest.mark.timeout(2400)]
 
 VERSION = __version__
 TEST_TOOLING = ("pytest", "hypothesis", "ruff", "mypy", "schemathesis", "openai", "pip")
