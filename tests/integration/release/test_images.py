@@ -43,6 +43,7 @@ class Release:
     registry: Registry
     pushed: dict[str, Any]
     seconds: float
+    revision: str  # the commit the build saw
 
     def layout(self, name: str) -> Path:
         return self.dist / "images" / name
@@ -61,6 +62,8 @@ def _blob(layout: Path, digest: str) -> str:
 @pytest.fixture(scope="module")
 def release(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> Release:
     dist = tmp_path_factory.mktemp("dist")
+    revision = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
     start = time.monotonic()
     proc = subprocess.run(
         ["nice", "-n", "10", "make", "-C", str(REPO), "release-local", f"DIST={dist}",
@@ -73,7 +76,8 @@ def release(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> Rel
     assert f"helm install mlxfleet oci://{registry.address}/mlxfleet/charts/mlxfleet" in (
         proc.stdout
     )
-    return Release(dist, registry, json.loads((dist / "release.json").read_text()), seconds)
+    pushed = json.loads((dist / "release.json").read_text())
+    return Release(dist, registry, pushed, seconds, revision)
 
 
 def test_images_are_non_root_labelled_and_carry_only_their_own_parts(release: Release) -> None:
@@ -84,9 +88,7 @@ def test_images_are_non_root_labelled_and_carry_only_their_own_parts(release: Re
         assert config["config"]["Entrypoint"] == [f"/opt/mlxfleet/bin/{program}"]
         labels = config["config"]["Labels"]
         assert labels["org.opencontainers.image.version"] == VERSION
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()  # fmt: skip
-        assert labels["org.opencontainers.image.revision"] == head
+        assert labels["org.opencontainers.image.revision"] == release.revision
         assert labels["org.opencontainers.image.title"] == f"mlxfleet-{name}"
         figures = sizes[name]
         assert figures["layers"] == 2

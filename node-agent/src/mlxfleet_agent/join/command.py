@@ -345,7 +345,10 @@ def leave(args: argparse.Namespace) -> int:
         say(f"deleted secret/{plan.secret_name(node)}")
     for path in (
         unit,
-        *(args.config_dir / n for n in ("agent.yaml", "token", "tls.crt", "tls.key")),
+        *(
+            args.config_dir / n
+            for n in ("agent.yaml", "token", "tls.crt", "tls.key", "hf-token", "telemetry.env")
+        ),
     ):
         if files.remove(path):
             say(f"removed {path}")
