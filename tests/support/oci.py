@@ -54,9 +54,10 @@ class Registry:
     def export(self, ref: str, dest: Path) -> Path:
         """The image's layers flattened into `dest` (owners kept: this runs as root)."""
         dest.mkdir(parents=True)
-        export = subprocess.Popen([str(self.crane), "export", ref, "-"], stdout=subprocess.PIPE)
-        subprocess.run(["tar", "-x", "-C", str(dest)], stdin=export.stdout, check=True)
-        assert export.wait(timeout=300) == 0, f"crane export {ref} failed"
+        cmd = [str(self.crane), "export", ref, "-"]
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE) as export:
+            subprocess.run(["tar", "-x", "-C", str(dest)], stdin=export.stdout, check=True)
+            assert export.wait(timeout=300) == 0, f"crane export {ref} failed"
         return dest
 
     def _crane(self, *args: str) -> str:
@@ -95,6 +96,23 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def mountpoint(root: Path, path: str, *, file: bool = False) -> None:
+    """Make `path` inside the image's root file system, as a container runtime makes a mount's
+    target before the root becomes read-only (a symlink on the way is followed inside `root`)."""
+    current = root
+    parts = Path(path).parts[1:]
+    for index, part in enumerate(parts):
+        step = current / part
+        if step.is_symlink():
+            target = os.readlink(step)
+            step = root / target.lstrip("/") if target.startswith("/") else current / target
+        if file and index == len(parts) - 1:
+            step.touch(exist_ok=True)
+        else:
+            step.mkdir(exist_ok=True)
+        current = step
 
 
 def _world_readable_dir(prefix: str) -> Path:
@@ -159,11 +177,22 @@ class Pod:
         return uid, gid
 
     def _mounts(self) -> list[str]:
-        """bwrap arguments for the container's volume mounts and the ServiceAccount token."""
+        """bwrap arguments for the container's volume mounts, the ServiceAccount token and the
+        files the kubelet manages (/etc/hosts, /etc/hostname, /etc/resolv.conf)."""
         volumes = {v["name"]: v for v in self.spec.get("volumes", [])}
         out: list[str] = []
+        managed = self.work / "etc"
+        managed.mkdir()
+        (managed / "hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.0.1\t{self.name}\n")
+        (managed / "hostname").write_text(self.name + "\n")
+        (managed / "resolv.conf").write_text(Path("/etc/resolv.conf").read_text())
+        for name in ("hosts", "hostname", "resolv.conf"):
+            (managed / name).chmod(0o644)
+            mountpoint(self.image_root, f"/etc/{name}", file=True)
+            out += ["--ro-bind", str(managed / name), f"/etc/{name}"]
         for mount in self.container.get("volumeMounts", []):
             volume = volumes[mount["name"]]
+            mountpoint(self.image_root, mount["mountPath"])
             if "emptyDir" in volume:
                 out += ["--tmpfs", mount["mountPath"]]
             elif "secret" in volume:
@@ -172,6 +201,7 @@ class Pod:
             else:  # pragma: no cover - the chart mounts nothing else
                 raise AssertionError(f"volume {mount['name']}: not emulated here")
         if self.spec.get("automountServiceAccountToken", True):
+            mountpoint(self.image_root, SA_DIR)
             out += ["--ro-bind", str(self._service_account()), SA_DIR]
         return out
 
@@ -211,7 +241,8 @@ class Pod:
         cmd = [
             "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--",
             shutil.which("bwrap") or "bwrap", "--unshare-user", "--uid", str(uid), "--gid",
-            str(gid), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
+            str(gid), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname",
+            self.name, "--die-with-parent",
             "--ro-bind" if read_only else "--bind", str(self.image_root), "/",
             "--proc", "/proc", "--dev", "/dev", *self._mounts(), "--clearenv",
             *[x for k, v in env.items() for x in ("--setenv", k, v)],

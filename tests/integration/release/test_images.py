@@ -28,7 +28,7 @@ from mlxfleet_operator import __version__
 from mlxfleet_operator.dev import controlplane, processes
 from tests.e2e.conftest import wait_for
 from tests.support.helm import AGENTS, NAMESPACE, RELEASE, REPO, Helm, ensure_namespace
-from tests.support.oci import Pod, Registry, _world_readable_dir
+from tests.support.oci import Pod, Registry, _world_readable_dir, mountpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.tools, pytest.mark.timeout(2400)]
 
@@ -223,6 +223,7 @@ def test_the_operator_image_renders_the_monthly_pdf(release: Release, tmp_path: 
         out = work / "out"
         out.mkdir()
         os.chown(out, 65532, 65532)
+        mountpoint(root, "/out")
         proc = subprocess.run(
             ["setpriv", "--reuid=65532", "--regid=65532", "--clear-groups", "--", "bwrap",
              "--unshare-user", "--uid", "65532", "--gid", "65532", "--unshare-pid",
