@@ -7,6 +7,7 @@
 #                           python3.11 + pango/harfbuzz + DejaVu fonts + mlxfleet[operator]
 #   DIST/images/gateway/    mlxfleet-gateway: python3.11 + mlxfleet[gateway] (no PDF stack,
 #                           no pyarrow, no kopf)
+# Both have libstdc++6: manylinux wheels (pyarrow, zopfli, frozenlist) expect the system's.
 #   DIST/images/sizes.json  per image: layers, bytes pulled (compressed), bytes on disk
 #
 #   scripts/build-image.sh DIST NAME...      # NAME: operator, gateway
@@ -56,11 +57,12 @@ recipe() {  # sets EXTRA, PACKAGES, PROGRAM, DESCRIPTION for image $1
   case "$1" in
     operator)
       EXTRA=operator PROGRAM=mlxfleet-operator
-      PACKAGES=(python3.11 libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fonts-dejavu-core)
+      PACKAGES=(python3.11 libstdc++6 libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0
+                fonts-dejavu-core)
       DESCRIPTION="mlxfleet operator (kopf; Lease leader election) and the report CronJobs (mlxfleet report)" ;;
     gateway)
       EXTRA=gateway PROGRAM=mlxfleet-gateway
-      PACKAGES=(python3.11)
+      PACKAGES=(python3.11 libstdc++6)
       DESCRIPTION="mlxfleet gateway: the fleet's OpenAI-compatible front door" ;;
     *) log "unknown image $1 (operator, gateway)"; exit 2 ;;
   esac

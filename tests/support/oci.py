@@ -115,6 +115,26 @@ def mountpoint(root: Path, path: str, *, file: bool = False) -> None:
         current = step
 
 
+def run_in_image(
+    root: Path, argv: list[str], *, binds: dict[str, Path] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`argv` in an exported image as its user 65532: read-only root, a tmpfs /tmp, PATH of the
+    image, `binds` (target -> host folder) writable."""
+    root.chmod(0o755)
+    mounts: list[str] = []
+    for target, source in (binds or {}).items():
+        mountpoint(root, target)
+        mounts += ["--bind", str(source), target]
+    return subprocess.run(
+        ["setpriv", "--reuid=65532", "--regid=65532", "--clear-groups", "--", "bwrap",
+         "--unshare-user", "--uid", "65532", "--gid", "65532", "--unshare-pid",
+         "--ro-bind", str(root), "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+         *mounts, "--clearenv", "--setenv", "PATH", "/opt/mlxfleet/bin:/usr/bin",
+         "--setenv", "HOME", "/tmp", "--", *argv],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
 def _world_readable_dir(prefix: str) -> Path:
     """A folder the pod's uid may traverse (pytest's tmp_path is root's alone)."""
     path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
