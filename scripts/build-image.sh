@@ -7,7 +7,8 @@
 #                           python3.11 + pango/harfbuzz + DejaVu fonts + mlxfleet[operator]
 #   DIST/images/gateway/    mlxfleet-gateway: python3.11 + mlxfleet[gateway] (no PDF stack,
 #                           no pyarrow, no kopf)
-# Both have libstdc++6: manylinux wheels (pyarrow, zopfli, frozenlist) expect the system's.
+# Both have libstdc++6: manylinux wheels (pyarrow, zopfli, frozenlist) expect the system's; the
+# operator has tzdata (the reports' time zones: pyarrow reads the system's zoneinfo).
 #   DIST/images/sizes.json  per image: layers, bytes pulled (compressed), bytes on disk
 #
 #   scripts/build-image.sh DIST NAME...      # NAME: operator, gateway
@@ -57,7 +58,7 @@ recipe() {  # sets EXTRA, PACKAGES, PROGRAM, DESCRIPTION for image $1
   case "$1" in
     operator)
       EXTRA=operator PROGRAM=mlxfleet-operator
-      PACKAGES=(python3.11 libstdc++6 libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0
+      PACKAGES=(python3.11 libstdc++6 tzdata libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0
                 fonts-dejavu-core)
       DESCRIPTION="mlxfleet operator (kopf; Lease leader election) and the report CronJobs (mlxfleet report)" ;;
     gateway)
