@@ -8,11 +8,13 @@ PYTEST_ARGS ?=
 NODES ?= 50
 DEPLOYMENTS ?= 100
 BENCH_ARGS ?=
+DIST ?= dist
+REGISTRY ?= 127.0.0.1:5000
 
 .PHONY: install check lint format typecheck contracts docs-check crds crds-check manifests manifests-check \
         tools test test-fast test-slow test-faults cluster-up cluster-up-bare cluster-down \
         control-plane demo demo-down bench bench-preemption bench-embed bench-scale bench-report \
-        report-sample clean
+        report-sample clean dist image release-local actionlint
 
 $(STAMP): pyproject.toml
 	scripts/install-system-deps.sh
@@ -23,7 +25,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv and install mlxfleet editable with dev tools (idempotent)
 
-check: $(STAMP) lint typecheck contracts crds-check manifests-check docs-check  ## everything CI checks besides tests
+check: $(STAMP) lint typecheck contracts crds-check manifests-check docs-check actionlint  ## everything CI checks besides tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -54,6 +56,18 @@ manifests:  ## regenerate manifests/base + cronjobs from charts/mlxfleet, and th
 
 manifests-check:
 	scripts/manifests.sh --check
+
+actionlint:  ## the GitHub Actions workflows (.github/workflows), by actionlint built from Go modules
+	"$$(scripts/build-tools.sh actionlint)" -color=false
+
+dist: $(STAMP)  ## wheel + sdist in $(DIST)/ (python -m build), checked by `twine check --strict`
+	scripts/dist.sh "$(DIST)"
+
+image: dist  ## operator + gateway OCI images in $(DIST)/images/ from Debian packages and the wheel (root, no daemon)
+	scripts/build-image.sh "$(DIST)" operator gateway
+
+release-local: image tools  ## push both images and the chart (OCI) to $(REGISTRY); starts a local registry when none answers
+	scripts/release-local.sh "$(DIST)" "$(REGISTRY)"
 
 control-plane: $(STAMP)  ## build (once, cached) etcd + kube-apiserver
 	scripts/build-control-plane.sh

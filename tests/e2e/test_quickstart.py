@@ -127,6 +127,7 @@ def test_quickstart(
                 "--control-port", str(control), "--data-port", str(data),
                 "--allowed-root", str(model_a.parent), "--config-dir", str(root / "etc"),
                 "--state-dir", str(root / "state"), "--unit-dir", str(root / "units"),
+                "--log-dir", str(root / "log"), "--user", "nobody",  # this machine's account
             )  # fmt: skip
             unit = (root / "units" / "mlxfleet-agent.service").read_text()
             (line,) = [x for x in unit.splitlines() if x.startswith("ExecStart=")]

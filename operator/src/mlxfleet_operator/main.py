@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import pydantic
 
 from mlxfleet_agent import contract
+from mlxfleet_operator import __version__
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import election, leader
 
@@ -49,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
         "placement and endpoints, SwapPlan execution, failover. Replicas elect a leader on a "
         "Lease; only the leader acts.",
     )
+    p.add_argument("--version", action="version", version=__version__)
     p.add_argument(
         "--kubeconfig", help="kubeconfig file (default: in-cluster ServiceAccount, or $KUBECONFIG)"
     )

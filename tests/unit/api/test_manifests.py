@@ -268,11 +268,3 @@ def test_bindings_name_the_operator_service_account(kind: str, role_kind: str, n
             "namespace": resources.OPERATOR_NAMESPACE,
         }
     ]
-
-
-def test_dockerfile_builds_a_non_root_operator_image() -> None:
-    text = (REPO / "manifests" / "Dockerfile").read_text()
-    assert "FROM python:3.11-slim" in text
-    assert 'pip install ".[operator,gateway]"' in text  # the chart runs the gateway from it
-    assert "USER 65532" in text
-    assert 'ENTRYPOINT ["mlxfleet-operator"]' in text

@@ -31,6 +31,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from mlxfleet_agent import drainreport
+from mlxfleet_operator import __version__
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.kubectl_plugin import agents, approval, kubeconfig, render
 
@@ -288,6 +289,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kubectl mlxfleet", description=__doc__.split("\n")[0], parents=[common]
     )
+    parser.add_argument("--version", action="version", version=__version__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, text) in COMMANDS.items():
         p = sub.add_parser(name, help=text, description=text, parents=[late])
