@@ -9,7 +9,7 @@ NODES ?= 50
 DEPLOYMENTS ?= 100
 BENCH_ARGS ?=
 
-.PHONY: install check lint format typecheck contracts crds crds-check manifests manifests-check \
+.PHONY: install check lint format typecheck contracts crds crds-check manifests manifests-check alerts-check \
         tools test test-fast test-slow test-faults cluster-up cluster-down control-plane demo \
         demo-down bench bench-embed bench-scale bench-report report-sample clean
 
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv and install mlxfleet editable with dev tools (idempotent)
 
-check: $(STAMP) lint typecheck contracts crds-check manifests-check  ## everything CI checks besides tests
+check: $(STAMP) lint typecheck contracts crds-check manifests-check alerts-check  ## everything CI checks besides tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -51,12 +51,16 @@ manifests:  ## regenerate manifests/base + cronjobs from charts/mlxfleet, and th
 manifests-check:
 	scripts/manifests.sh --check
 
+alerts-check: $(STAMP)  ## promtool check + test of the alert rules (tests/alerts/rules_test.yaml)
+	scripts/alerts.sh
+
 control-plane: $(STAMP)  ## build (once, cached) etcd + kube-apiserver
 	scripts/build-control-plane.sh
 
-tools:  ## build (once, cached) helm and the kstatus checker (Flux's status logic)
+tools:  ## build (once, cached) helm, the kstatus checker (Flux's status logic) and promtool
 	scripts/build-tools.sh helm >/dev/null
 	scripts/build-tools.sh kstatus >/dev/null
+	scripts/build-tools.sh promtool >/dev/null
 
 test: $(STAMP) control-plane tools  ## fast suites, then the fault scenarios, then the slow ones
 	$(BIN)/pytest -m "not slow and not faults" $(PYTEST_ARGS)

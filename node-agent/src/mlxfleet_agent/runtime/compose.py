@@ -25,7 +25,7 @@ from mlxfleet_agent.controlapi import app as control_app
 from mlxfleet_agent.controlapi import guard, state
 from mlxfleet_agent.dataplane import app as data_app
 from mlxfleet_agent.engines import discovery, facts
-from mlxfleet_agent.host import platform
+from mlxfleet_agent.host import certs, platform
 from mlxfleet_agent.models import catalog, store
 from mlxfleet_agent.peers import server as peer_server
 from mlxfleet_agent.runtime import logs, settings
@@ -81,6 +81,8 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     token = cfg.read_token()
     keys = cfg.read_data_keys()
     tel, ship = telemetry(cfg)
+    if cfg.tls_cert is not None and (until := certs.expires_at(cfg.tls_cert)) is not None:
+        tel.metrics.tls_expiry.labels(listener="control").set(until)
     peer_token = cfg.read_peer_token()
     model_store = store.Store(
         cfg.models_dir,

@@ -146,6 +146,12 @@ class Telemetry:
                 )
             )
 
+    def backend_restarted(self, slot: str) -> None:
+        """A slot starts its backend again (it stopped serving, or loading failed)."""
+        with self._lock:
+            self._counters["backend_restarts_total"] += 1
+            self.metrics.restarts.labels(slot=slot).inc()
+
     def counters(self) -> dict[str, float]:
         """Flat totals for GET /v1/state `counters`."""
         with self._lock:
