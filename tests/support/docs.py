@@ -57,6 +57,6 @@ def slug(heading: str) -> str:
 
 
 def anchors(page: Path) -> set[str]:
-    """The anchors of every heading of a Markdown page (headings inside code blocks do not count)."""
+    """The anchors of every heading of a Markdown page (not those inside code blocks)."""
     text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
     return {slug(m) for m in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}

@@ -1,4 +1,4 @@
-"""Fixtures `helm`, `kstatus`, `promtool`, `prometheus_crds`: real Go tools from the Go module proxy.
+"""Fixtures `helm`, `kstatus`, `promtool`, `prometheus_crds`: real Go tools (Go module proxy).
 
 Built once and cached outside the repo keyed by version by scripts/build-tools.sh (helm v3 with
 `go install`; kstatus = scripts/kstatus/main.go on sigs.k8s.io/cli-utils, whose status.Compute is
