@@ -83,6 +83,8 @@ def fleet(
     agents: tuple[str, ...] = ("n1", "n2"),
     namespaces: tuple[str, ...] = (),
     agent_flags: tuple[str, ...] = (),
+    operator_flags: tuple[str, ...] = (),
+    operator_metrics_port: int = 0,
 ) -> Iterator[Fleet]:
     label = f"g{uuid.uuid4().hex[:8]}"
     ws = E2E(cluster=cluster, namespace=f"gw-{label}", label=label)
@@ -90,13 +92,13 @@ def fleet(
     for extra in namespaces:
         cluster.kubectl("create", "namespace", f"{ws.namespace}-{extra}")
     pool = Agents(root=root / "agents", models_root=models_root)
-    op = Operator(cluster=cluster, root=root / "operator")
+    op = Operator(cluster=cluster, root=root / "operator", metrics_port=operator_metrics_port)
     fl = Fleet(cluster=cluster, agents=pool, operator=op, ws=ws)
     try:
         for short in agents:
             agent = pool.start(short, data_key=gws.FLEET_KEY, flags=list(agent_flags))
             fl.nodes[ws.register(agent)] = agent
-        op.start()
+        op.start(*operator_flags)
         yield fl
     finally:
         if fl.gateway is not None:

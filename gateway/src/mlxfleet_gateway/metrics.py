@@ -132,6 +132,8 @@ class GatewayMetrics:
             "Telemetry intervals by result (closed, uploaded, upload_failed, dropped).",
             ["result"],
         )
+        for result in ("closed", "uploaded", "upload_failed", "dropped"):
+            self.telemetry.labels(result)  # from 0: a first failure is an increase
 
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 

@@ -25,6 +25,9 @@ PRESSURE_LEVELS = ("normal", "warn", "critical")
 # Moderate, Heavy, Trapping/Sleeping map to nominal, fair, serious, critical). The alert rules
 # read `mlxfleet_agent_thermal_pressure{level}`; a host reading without it exports nothing.
 THERMAL_LEVELS = ("nominal", "fair", "serious", "critical")
+# What can happen to a telemetry interval; each is exported from 0, so the first drop is an
+# increase a rule sees (MlxfleetTelemetryDropped).
+INTERVAL_RESULTS = ("closed", "uploaded", "upload_failed", "dropped")
 # Host gauges exported when the host reading has the key: (key, help).
 HOST_GAUGES = (
     ("memory_total_bytes", "Unified memory of the node."),
@@ -162,6 +165,8 @@ class AgentMetrics:
             ["result"],  # closed | uploaded | upload_failed | dropped
             registry=r,
         )
+        for result in INTERVAL_RESULTS:
+            self.intervals.labels(result=result)
         self.buffered = prometheus_client.Gauge(
             f"{NAMESPACE}_telemetry_buffered_intervals",
             "Closed intervals waiting on disk for the object store.",

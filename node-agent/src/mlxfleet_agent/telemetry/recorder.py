@@ -167,6 +167,8 @@ class Telemetry:
             self._slot_model[slot] = (model, source, namespace)
             agg = self._open.slot(slot, model)
             agg.source, agg.namespace = source, namespace
+            for outcome in contract.SwapOutcome:  # from 0: a first failure is an increase
+                self.metrics.swaps.labels(slot=slot, outcome=str(outcome))
 
     def forget_slot(self, slot: str) -> None:
         with self._lock:
