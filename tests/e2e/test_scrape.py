@@ -145,7 +145,9 @@ def scraped(
     token_file = root / "scrape-token"
     token_file.write_text(token + "\n")
     with_token = scrape_token_flag()
-    agent_flags = ["--idle-power-watts", "6", "--busy-power-watts", "30"]
+    power = root / "agent-power.yaml"  # nominal watts: the estimated power series
+    power.write_text("idlePowerWatts: 6\nbusyPowerWatts: 30\n")
+    agent_flags = ["--config", str(power)]
     if with_token:  # the agents ask for the scrape token: Prometheus must send it
         agent_flags += ["--metrics-token-file", str(token_file)]
     (op_port,) = processes.free_ports(1)
@@ -221,7 +223,18 @@ def scraped(
                 up = server.query('up{endpoint="http-metrics"} == 1')
                 return len(up) == len(fl.nodes)
 
-            prom.wait("both agents scraped", agents_up, timeout=90)
+            def seen() -> str:
+                published = fl.cluster.kubectl(
+                    "get", "services,endpointslices", "-n", namespace, "-o", "wide", check=False
+                ).stdout
+                targets = [
+                    (t["scrapePool"], t["labels"], t["health"], t.get("lastError"))
+                    for t in server.targets()
+                ]
+                dropped = server.api("targets", state="dropped")["droppedTargets"][:3]
+                return f"targets {targets}\ndropped {dropped}\npublished:\n{published}"
+
+            prom.wait("both agents scraped", agents_up, timeout=90, explain=seen)
             traffic(fl, key)
             time.sleep(5)  # a few more scrapes after the last request
             yield Scraped(prometheus=server, fleet=fl, namespace=namespace)
@@ -255,6 +268,7 @@ def test_prometheus_finds_every_agent_through_the_published_endpointslices(
     assert set(published) == set(fl.nodes)
     for node, service in published.items():
         assert service["spec"]["clusterIP"] == "None"  # headless, no selector
+        assert service["spec"]["ipFamilyPolicy"] == "SingleStack"  # else FQDN slices are dropped
         assert "selector" not in service["spec"]
         (owner,) = service["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["name"]) == ("InferenceNode", node)

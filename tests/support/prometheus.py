@@ -46,14 +46,23 @@ class Prometheus:
         return list(self.api("targets", state="active")["activeTargets"])
 
 
-def wait(what: str, check: Any, *, timeout: float = 60.0, interval: float = 0.5) -> Any:
+def wait(
+    what: str,
+    check: Any,
+    *,
+    timeout: float = 60.0,
+    interval: float = 0.5,
+    explain: Any = None,
+) -> Any:
+    """`check()` until truthy; on timeout the error says `explain()` (what was seen instead)."""
     deadline = time.monotonic() + timeout
     while True:
         found = check()
         if found:
             return found
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            seen = f": {explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out waiting for {what}{seen}")
         time.sleep(interval)
 
 

@@ -97,6 +97,8 @@ class GatewayMetrics:
         self.retries = counter(
             "retries_total", "Attempts sent to another replica, by reason.", ["reason"]
         )
+        for reason in ("busy", "failed"):  # from 0: the dashboard and rules see the first
+            self.retries.labels(reason)
         self.budget_exhausted = counter(
             "retry_budget_exhausted_total", "Retries the retry budget refused.", []
         )

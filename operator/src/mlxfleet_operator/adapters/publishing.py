@@ -248,7 +248,12 @@ class Publisher:
             "ports": [{"name": pub.port_name, "port": pub.service_port, "protocol": "TCP"}]
         }
         if pub.headless:
+            # A headless Service without selector defaults to RequireDualStack, and Prometheus's
+            # EndpointSlice discovery then drops every slice whose address type is not the
+            # first IP family (an FQDN slice, an IPv6 Mac in an IPv4 cluster): none of a
+            # scrape target's addresses must be dropped, so one stack, whatever the agent's.
             spec["clusterIP"] = "None"
+            spec["ipFamilyPolicy"] = "SingleStack"
         svc_body: kube.JsonDict = {
             "apiVersion": "v1",
             "kind": "Service",
