@@ -221,6 +221,51 @@ def test_reports_render_the_cronjobs_with_the_bucket_and_the_config(helm_cli: He
     assert yaml.safe_load(config["data"]["report.yaml"])["namespaces"] == {"team-a": "Team A"}
 
 
+def test_report_delivery_options_reach_the_cronjobs_as_the_cli_reads_them(helm_cli: Helm) -> None:
+    """reports.delivery becomes report.yaml's `delivery` section (parsed by the report command's
+    own config model), its Secret is in the Jobs' environment and the SMTP CA is mounted where
+    the section points; off, nothing of it renders."""
+    from mlxfleet_operator.reports import config as report_config
+
+    docs = helm_cli.template(
+        "--set=reports.enabled=true",
+        "--set=reports.delivery.enabled=true",
+        "--set=reports.delivery.email.to={cfo@example.com,platform@example.com}",
+        "--set=reports.delivery.email.from=fleet@example.com",
+        "--set=reports.delivery.email.smtpHost=smtp.example.com",
+        "--set=reports.delivery.email.caConfigMap=smtp-ca",
+        "--set=reports.delivery.webhook.enabled=true",
+        "--set=reports.delivery.pushgateway=http://pushgateway.monitoring:9091",
+    )
+    text = one(docs, "ConfigMap", "mlxfleet-reports")["data"]["report.yaml"]
+    spec = report_config.ReportConfig.from_yaml(text).delivery
+    assert spec is not None
+    assert spec.email is not None
+    assert spec.webhook is not None
+    assert spec.email.to == ["cfo@example.com", "platform@example.com"]
+    assert (spec.email.security, spec.email.port) == ("starttls", 587)
+    assert spec.pushgateway == "http://pushgateway.monitoring:9091"
+    for job in (d for d in docs if d["kind"] == "CronJob" and "report" in d["metadata"]["name"]):
+        pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        secrets = {e["secretRef"]["name"] for e in container["envFrom"] if "secretRef" in e}
+        assert "mlxfleet-report-delivery" in secrets
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert str(spec.email.ca_file).startswith(mounts["smtp-ca"] + "/")
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["smtp-ca"]["configMap"]["name"] == "smtp-ca"
+    quiet = helm_cli.template("--set=reports.enabled=true")
+    assert "delivery" not in yaml.safe_load(
+        one(quiet, "ConfigMap", "mlxfleet-reports")["data"]["report.yaml"]
+    )
+    refused = helm_cli(
+        "template", "m", str(CHART), "--set=reports.enabled=true",
+        "--set=reports.delivery.enabled=true", check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "reports.delivery.email.to or reports.delivery.webhook.enabled" in refused.stderr
+
+
 def test_reports_read_the_inference_nodes_and_nothing_else(helm_cli: Helm) -> None:
     """The CronJobs run `--from-cluster` (costs from InferenceNode spec.cost) as their own
     ServiceAccount, which may list InferenceNodes and do nothing else."""
