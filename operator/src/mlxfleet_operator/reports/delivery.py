@@ -266,9 +266,8 @@ def save_record(store: objectstore.TelemetryStore, record: Record) -> str:
     return store.put_report(record_name(record.report), body, content_type="application/json")
 
 
-def push(url: str, report: Report, record: Record, *, timeout: float = TIMEOUT_S) -> None:
-    """The delivery's outcome to a Prometheus Pushgateway (grouped by job and report kind: a
-    later success replaces a failure)."""
+def gauges(record: Record) -> prometheus_client.CollectorRegistry:
+    """The delivery's outcome as the series `push` sends (and the alert rules read)."""
     registry = prometheus_client.CollectorRegistry()
     failed = prometheus_client.Gauge(
         "mlxfleet_report_delivery_failed",
@@ -293,6 +292,16 @@ def push(url: str, report: Report, record: Record, *, timeout: float = TIMEOUT_S
         attempts.labels(name).set(state.attempts)
         if state.delivered_at is not None:
             delivered.labels(name).set(state.delivered_at.timestamp())
+    return registry
+
+
+def push(url: str, report: Report, record: Record, *, timeout: float = TIMEOUT_S) -> None:
+    """The delivery's outcome to a Prometheus Pushgateway (grouped by job and report kind: a
+    later success replaces a failure)."""
     prometheus_client.push_to_gateway(
-        url, job=PUSH_JOB, grouping_key={"report": report.kind}, registry=registry, timeout=timeout
+        url,
+        job=PUSH_JOB,
+        grouping_key={"report": report.kind},
+        registry=gauges(record),
+        timeout=timeout,
     )
