@@ -279,6 +279,17 @@ def test_install_run_upgrade_uninstall(
                 == "HeartbeatOK"
             ),
         )
+        target = "mlxfleet-agent-mac-1"
+        slices = f"kubernetes.io/service-name={target}"
+
+        def published() -> bool:
+            service = get(plane, "-n", NAMESPACE, "service", target)
+            labels = service.get("metadata", {}).get("labels", {})
+            found = get(plane, "-n", NAMESPACE, "endpointslices", "-l", slices).get("items")
+            return bool(found) and labels.get("app.kubernetes.io/component") == "agent-metrics"
+
+        # metrics.agents.publish: its scrape target, written with the chart's RBAC
+        wait_for("the agent published as a scrape target in the release namespace", published)
         deployment = {
             "apiVersion": "mlxfleet.io/v1alpha1",
             "kind": "ModelDeployment",
