@@ -12,9 +12,9 @@ DIST ?= dist
 REGISTRY ?= 127.0.0.1:5000
 
 .PHONY: install check lint format typecheck contracts docs-check crds crds-check manifests manifests-check \
-        tools test test-fast test-slow test-faults cluster-up cluster-up-bare cluster-down \
-        control-plane demo demo-down bench bench-preemption bench-embed bench-scale bench-report \
-        report-sample clean dist image release-local actionlint
+        alerts-check tools test test-fast test-slow test-faults cluster-up cluster-up-bare \
+        cluster-down control-plane demo demo-down bench bench-preemption bench-embed bench-scale \
+        bench-report report-sample clean dist image release-local actionlint
 
 $(STAMP): pyproject.toml
 	scripts/install-system-deps.sh
@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv and install mlxfleet editable with dev tools (idempotent)
 
-check: $(STAMP) lint typecheck contracts crds-check manifests-check docs-check actionlint  ## everything CI checks besides tests
+check: $(STAMP) lint typecheck contracts crds-check manifests-check docs-check actionlint alerts-check  ## everything CI checks besides tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -69,6 +69,9 @@ image: dist  ## operator + gateway OCI images in $(DIST)/images/ from Debian pac
 release-local: image tools  ## push both images and the chart (OCI) to $(REGISTRY); starts a local registry when none answers
 	scripts/release-local.sh "$(DIST)" "$(REGISTRY)"
 
+alerts-check: $(STAMP)  ## promtool check + test of the alert rules (tests/alerts/rules_test.yaml)
+	scripts/alerts.sh
+
 control-plane: $(STAMP)  ## build (once, cached) etcd + kube-apiserver
 	scripts/build-control-plane.sh
 
@@ -76,6 +79,7 @@ tools:  ## build (once, cached) helm and the kstatus checker (Flux's status logi
 	@helm=$$(scripts/build-tools.sh helm) && echo "helm: $$helm" && \
 	  echo "  on your PATH: export PATH=\"$$(dirname $$helm):\$$PATH\""
 	@echo "kstatus: $$(scripts/build-tools.sh kstatus)"
+	@echo "promtool: $$(scripts/build-tools.sh promtool)"
 
 test: $(STAMP) control-plane tools  ## fast suites, then the fault scenarios, then the slow ones
 	$(BIN)/pytest -m "not slow and not faults" $(PYTEST_ARGS)

@@ -5,7 +5,9 @@
 #   - faketime (libfaketime: the clock-skew fault tests run an agent minutes off the real time),
 #   - mmdebstrap (`make image` extracts the images' Debian packages with it),
 #   - bubblewrap (the image tests run each image's root file system in a sandbox),
-#   - ruby (the Homebrew formula's syntax is checked with `ruby -c`).
+#   - ruby (the Homebrew formula's syntax is checked with `ruby -c`),
+#   - prometheus-pushgateway (the report job pushes its delivery outcome there; the Go module
+#     proxy does not serve it, Debian does).
 # Needs root (or passwordless sudo) and Debian/Ubuntu apt; elsewhere it says what to install.
 set -euo pipefail
 missing=()
@@ -16,6 +18,7 @@ command -v faketime >/dev/null || missing+=(faketime)
 command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v ruby >/dev/null || missing+=(ruby)
+command -v prometheus-pushgateway >/dev/null || missing+=(prometheus-pushgateway)
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 if [[ "$(uname)" == "Darwin" ]]; then
   echo "install with Homebrew: brew install pango poppler libfaketime" >&2; exit 0

@@ -13,6 +13,7 @@
 #                                                -> manifests/base/gateway-rbac.yaml (its identity)
 #                                                -> manifests/gateway/{deployment,service,pdb}.yaml
 #                                                -> manifests/gateway/egress/networkpolicy.yaml (off by default)
+#                                                -> manifests/monitoring/{prometheusrule,servicemonitors,operator-metrics-service}.yaml
 # The rendered files drop the two Helm-only labels (helm.sh/chart, managed-by: Helm).
 set -euo pipefail
 
@@ -63,6 +64,16 @@ render templates/reports/configmap.yaml manifests/cronjobs/report-config.yaml "$
 render templates/reports/weekly.yaml manifests/cronjobs/weekly-report.yaml "${REPORTS[@]}"
 render templates/reports/monthly.yaml manifests/cronjobs/monthly-report.yaml "${REPORTS[@]}"
 render templates/reports/compaction.yaml manifests/cronjobs/telemetry-compaction.yaml "${REPORTS[@]}"
+
+# The Prometheus Operator's kinds render only where their CRDs are served: say they are.
+MONITORING=(--api-versions monitoring.coreos.com/v1/PrometheusRule
+            --api-versions monitoring.coreos.com/v1/ServiceMonitor "${GATEWAY[@]}")
+render templates/monitoring/prometheusrule.yaml manifests/monitoring/prometheusrule.yaml \
+  "${MONITORING[@]}"
+render templates/operator/service.yaml manifests/monitoring/operator-metrics-service.yaml
+render templates/monitoring/servicemonitor.yaml manifests/monitoring/servicemonitors.yaml \
+  --show-only templates/monitoring/servicemonitor-agents.yaml \
+  --show-only templates/monitoring/servicemonitor-gateway.yaml "${MONITORING[@]}"
 
 # --- write or compare --------------------------------------------------------------------------
 mapfile -t generated < <(cd "$OUT" && find . -type f | sed 's|^\./||' | sort)

@@ -97,6 +97,8 @@ def fleet(
     agents: tuple[str, ...] = ("n1", "n2"),
     namespaces: tuple[str, ...] = (),
     agent_flags: tuple[str, ...] = (),
+    operator_flags: tuple[str, ...] = (),
+    operator_metrics_port: int = 0,
 ) -> Iterator[Fleet]:
     label = f"g{uuid.uuid4().hex[:8]}"
     ws = E2E(cluster=cluster, namespace=f"gw-{label}", label=label)
@@ -106,14 +108,17 @@ def fleet(
     pool = Agents(root=root / "agents", models_root=models_root)
     key_file = gws.write_fleet_key(root / "operator")
     op = Operator(
-        cluster=cluster, root=root / "operator", flags=["--fleet-key-file", str(key_file)]
+        cluster=cluster,
+        root=root / "operator",
+        flags=["--fleet-key-file", str(key_file)],
+        metrics_port=operator_metrics_port,
     )
     fl = Fleet(cluster=cluster, agents=pool, operator=op, ws=ws)
     try:
         for short in agents:
             agent = pool.start(short, flags=list(agent_flags))
             fl.nodes[ws.register(agent)] = agent
-        op.start()
+        op.start(*operator_flags)
         for name, agent in fl.nodes.items():
             wait_for_own_key(agent, name)
         yield fl

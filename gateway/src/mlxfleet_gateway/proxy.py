@@ -112,6 +112,18 @@ class Proxy:
         self.meter = metering.Meter(gauges=gauges, usage=usage, clock=clock)
         self._origins: dict[str, tuple[upstream.Origin, str]] = {}
 
+    def key_facts(self) -> list[metrics.KeyFacts]:
+        """Every API key's limit usage in this gateway and its expiry (the key gauges)."""
+        now = self.clock()
+        return [
+            metrics.KeyFacts(
+                key=key.name,
+                usage=self.limits.usage(key, now=now),
+                expires_at=key.spec.expires_at.timestamp() if key.spec.expires_at else None,
+            )
+            for key in self.view.keys.by_hash.values()
+        ]
+
     # ---- ASGI ------------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

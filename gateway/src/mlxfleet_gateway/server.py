@@ -195,6 +195,7 @@ async def serve(
             affinity=cfg.affinity,
         ),
     )
+    gauges.watch_keys(app.key_facts)
     prober = health.Prober(
         pool=pool,
         balance=balance,

@@ -180,6 +180,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metrics-host", default=defaults.metrics_host, help="address of the metrics server"
     )
+    p.add_argument(
+        "--agent-metrics-namespace",
+        default=None,
+        help="publish every InferenceNode's agent /metrics as a scrape target (a headless Service "
+        "and EndpointSlice per node, selected by the chart's ServiceMonitor) in this namespace, "
+        "usually the operator's own (default: not published)",
+    )
     p.add_argument("--log-level", default=defaults.log_level, help="DEBUG, INFO, WARNING")
     return p
 
@@ -278,6 +285,7 @@ def _settings(
         provider_keys_namespace=ns.provider_keys_namespace or leader.default_namespace(),
         metrics_host=ns.metrics_host,
         metrics_port=ns.metrics_port,
+        agent_metrics_namespace=ns.agent_metrics_namespace,
         log_level=ns.log_level.upper(),
     )
 

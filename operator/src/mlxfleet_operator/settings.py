@@ -50,6 +50,14 @@ class OperatorSettings(BaseModel):
         description="the fleet key(s) of --fleet-key-file (the current first): each approved "
         "node gets its own keys derived from them; empty: none are sent",
     )
+    agent_metrics_namespace: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="publish each InferenceNode's agent /metrics as a scrape target (a headless "
+        "Service + EndpointSlice) in this namespace; unset: not published",
+    )
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     log_level: str = "INFO"

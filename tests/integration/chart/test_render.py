@@ -25,6 +25,7 @@ STANDALONE = ("--set=operator.replicas=1", "--set=operator.leaderElection.enable
 MONITORING_APIS = (
     "--api-versions=monitoring.coreos.com/v1/ServiceMonitor",
     "--api-versions=monitoring.coreos.com/v1/PodMonitor",
+    "--api-versions=monitoring.coreos.com/v1/PrometheusRule",
 )
 
 
@@ -121,9 +122,12 @@ def test_crds_are_the_generated_ones(
 
 
 def test_monitors_render_only_where_the_prometheus_operator_serves_them(helm_cli: Helm) -> None:
-    assert {"ServiceMonitor", "PodMonitor"}.isdisjoint(kinds(helm_cli.template(*EVERYTHING)))
+    monitoring = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    assert monitoring.isdisjoint(kinds(helm_cli.template(*EVERYTHING)))
     docs = helm_cli.template(*EVERYTHING, *MONITORING_APIS)
-    monitor = one(docs, "ServiceMonitor")
+    assert "PrometheusRule" in kinds(docs)
+    monitor = one(docs, "ServiceMonitor", "mlxfleet-operator")
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True  # the deployments' namespace
     service = one(docs, "Service", "mlxfleet-operator-metrics")
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
@@ -134,8 +138,65 @@ def test_monitors_render_only_where_the_prometheus_operator_serves_them(helm_cli
     assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
     assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] in {p["name"] for p in ports}
-    quiet = helm_cli.template(*MONITORING_APIS, "--set=metrics.serviceMonitor.enabled=false")
-    assert "ServiceMonitor" not in kinds(quiet)
+    quiet = helm_cli.template(
+        *MONITORING_APIS,
+        "--set=metrics.serviceMonitor.enabled=false",
+        "--set=metrics.agents.serviceMonitor.enabled=false",
+        "--set=alerts.enabled=false",
+    )
+    assert {"ServiceMonitor", "PrometheusRule"}.isdisjoint(kinds(quiet))
+
+
+def test_the_agents_monitor_selects_what_the_operator_publishes(helm_cli: Helm) -> None:
+    """The operator publishes agents with `publishing.of_agent` (labels, port names, the node
+    annotation); the ServiceMonitor selects exactly those, sends the token from the Secret named
+    in the values and passes tlsConfig to the https endpoint only."""
+    from mlxfleet_operator.adapters import publishing
+
+    docs = helm_cli.template(
+        *MONITORING_APIS,
+        "--set=metrics.agents.serviceMonitor.bearerTokenSecret.name=agent-scrape",
+        "--set=metrics.agents.serviceMonitor.tlsConfig.insecureSkipVerify=true",
+    )
+    deployment = one(docs, "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--agent-metrics-namespace={NAMESPACE}" in args
+    monitor = one(docs, "ServiceMonitor", "mlxfleet-agents")
+    pub = publishing.of_agent(
+        {"metadata": {"name": "mac-1", "uid": "u"}}, namespace=NAMESPACE, scheme="https", port=1
+    )
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pub.labels.items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    by_port = {e["port"]: e for e in monitor["spec"]["endpoints"]}
+    assert set(by_port) == set(publishing.AGENT_METRICS_PORT_NAMES.values())
+    for scheme, port in publishing.AGENT_METRICS_PORT_NAMES.items():
+        endpoint = by_port[port]
+        assert endpoint["scheme"] == scheme
+        assert endpoint["authorization"]["credentials"] == {"name": "agent-scrape", "key": "token"}
+        assert ("tlsConfig" in endpoint) is (scheme == "https")
+        node = publishing.NODE_ANNOTATION.replace(".", "_").replace("/", "_")
+        sources = {tuple(r["sourceLabels"]) for r in endpoint["relabelings"]}
+        assert sources == {(f"__meta_kubernetes_service_annotation_{node}",)}
+        assert {r["targetLabel"] for r in endpoint["relabelings"]} == {"node", "instance"}
+    unpublished = helm_cli.template(*MONITORING_APIS, "--set=metrics.agents.publish=false")
+    assert not [d for d in unpublished if d["metadata"]["name"] == "mlxfleet-agents"]
+    args = one(unpublished, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--agent-metrics-namespace")]
+
+
+def test_the_gateway_monitor_selects_the_gateway_service(helm_cli: Helm) -> None:
+    docs = helm_cli.template(*MONITORING_APIS, "--set=gateway.enabled=true")
+    monitor = one(docs, "ServiceMonitor", "mlxfleet-gateway")
+    service = one(docs, "Service", "mlxfleet-gateway")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert "mlxfleet-gateway" not in {
+        d["metadata"]["name"]
+        for d in helm_cli.template(*MONITORING_APIS)
+        if d["kind"] == "ServiceMonitor"
+    }
 
 
 def test_reports_render_the_cronjobs_with_the_bucket_and_the_config(helm_cli: Helm) -> None:
@@ -156,6 +217,51 @@ def test_reports_render_the_cronjobs_with_the_bucket_and_the_config(helm_cli: He
     assert config["data"]["MLXFLEET_TELEMETRY_BUCKET"] == "fleet-bucket"
     assert "MLXFLEET_TELEMETRY_ENDPOINT_URL" not in config["data"]  # empty: AWS S3
     assert yaml.safe_load(config["data"]["report.yaml"])["namespaces"] == {"team-a": "Team A"}
+
+
+def test_report_delivery_options_reach_the_cronjobs_as_the_cli_reads_them(helm_cli: Helm) -> None:
+    """reports.delivery becomes report.yaml's `delivery` section (parsed by the report command's
+    own config model), its Secret is in the Jobs' environment and the SMTP CA is mounted where
+    the section points; off, nothing of it renders."""
+    from mlxfleet_operator.reports import config as report_config
+
+    docs = helm_cli.template(
+        "--set=reports.enabled=true",
+        "--set=reports.delivery.enabled=true",
+        "--set=reports.delivery.email.to={cfo@example.com,platform@example.com}",
+        "--set=reports.delivery.email.from=fleet@example.com",
+        "--set=reports.delivery.email.smtpHost=smtp.example.com",
+        "--set=reports.delivery.email.caConfigMap=smtp-ca",
+        "--set=reports.delivery.webhook.enabled=true",
+        "--set=reports.delivery.pushgateway=http://pushgateway.monitoring:9091",
+    )
+    text = one(docs, "ConfigMap", "mlxfleet-reports")["data"]["report.yaml"]
+    spec = report_config.ReportConfig.from_yaml(text).delivery
+    assert spec is not None
+    assert spec.email is not None
+    assert spec.webhook is not None
+    assert spec.email.to == ["cfo@example.com", "platform@example.com"]
+    assert (spec.email.security, spec.email.port) == ("starttls", 587)
+    assert spec.pushgateway == "http://pushgateway.monitoring:9091"
+    for job in (d for d in docs if d["kind"] == "CronJob" and "report" in d["metadata"]["name"]):
+        pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        secrets = {e["secretRef"]["name"] for e in container["envFrom"] if "secretRef" in e}
+        assert "mlxfleet-report-delivery" in secrets
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert str(spec.email.ca_file).startswith(mounts["smtp-ca"] + "/")
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["smtp-ca"]["configMap"]["name"] == "smtp-ca"
+    quiet = helm_cli.template("--set=reports.enabled=true")
+    assert "delivery" not in yaml.safe_load(
+        one(quiet, "ConfigMap", "mlxfleet-reports")["data"]["report.yaml"]
+    )
+    refused = helm_cli(
+        "template", "m", str(CHART), "--set=reports.enabled=true",
+        "--set=reports.delivery.enabled=true", check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "reports.delivery.email.to or reports.delivery.webhook.enabled" in refused.stderr
 
 
 def test_reports_read_the_inference_nodes_and_nothing_else(helm_cli: Helm) -> None:
@@ -242,6 +348,7 @@ def test_operator_flags_follow_the_values(helm_cli: Helm) -> None:
         "--liveness=http://0.0.0.0:8080/healthz",
         "--metrics-host=0.0.0.0",
         "--metrics-port=9090",
+        "--agent-metrics-namespace=mlxfleet-system",
         "--log-level=DEBUG",
         "--fleet-key-file=/etc/mlxfleet/fleet-key/key",
         "--fleet-key-optional",

@@ -80,6 +80,22 @@ class Limits:
         w.reserved += reserve
         return Ticket(key.name, reserve, w)
 
+    def usage(self, key: keys.ApiKey, *, now: float) -> dict[str, float]:
+        """How full each of the key's limits is in this gateway now, by limit name
+        (`requests_per_minute`, `tokens_per_minute`): the window's use (tokens: with the
+        reservations of requests in flight) over the limit this gateway enforces."""
+        rpm = self._limit(key.spec.requests_per_minute)
+        tpm = self._limit(key.spec.tokens_per_minute)
+        w = self._windows.get(key.name)
+        if w is not None:
+            w.expire(now)
+        out: dict[str, float] = {}
+        if rpm is not None:
+            out["requests_per_minute"] = (len(w.requests) if w else 0) / rpm
+        if tpm is not None:
+            out["tokens_per_minute"] = ((w.token_sum + w.reserved) if w else 0) / tpm
+        return out
+
     def settle(self, ticket: Ticket, *, now: float, tokens: int) -> None:
         """The request ended having used `tokens` (prompt + completion); once per ticket."""
         if ticket.settled:

@@ -26,7 +26,7 @@ from mlxfleet_agent.controlapi import app as control_app
 from mlxfleet_agent.controlapi import guard, state
 from mlxfleet_agent.dataplane import app as data_app
 from mlxfleet_agent.engines import discovery, facts
-from mlxfleet_agent.host import credentials, platform
+from mlxfleet_agent.host import certs, credentials, platform
 from mlxfleet_agent.models import catalog, store
 from mlxfleet_agent.peers import server as peer_server
 from mlxfleet_agent.runtime import logs, settings
@@ -96,6 +96,8 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
             extra={"bind": cfg.bind},
         )
     tel, ship = telemetry(cfg)
+    if cfg.tls_cert is not None and (until := certs.expires_at(cfg.tls_cert)) is not None:
+        tel.metrics.tls_expiry.labels(listener="control").set(until)
     scrape_token = cfg.read_metrics_token()
     metrics_tokens = None  # /metrics open: loopback only, no scrape token set
     if scrape_token is not None or not cfg.loopback_only():

@@ -276,6 +276,7 @@ class Slot:
         """Converge again after the restart backoff (1, 2, 4 ... s)."""
         delay = readiness.next_backoff(self.restarts, max_s=self.deps.restart_backoff_max_s)
         self.restarts += 1
+        self.deps.telemetry.backend_restarted(self.name)
 
         async def later() -> None:
             await asyncio.sleep(delay)
@@ -472,6 +473,7 @@ class Slot:
         self.phase = Phase.LOADING
         delay = readiness.next_backoff(self.restarts - 1, max_s=self.deps.restart_backoff_max_s)
         self.restarts += 1
+        self.deps.telemetry.backend_restarted(self.name)
         await self._backends.stop(handle)
         await asyncio.sleep(delay if self.restarts > 1 else 0.0)
         self._wake.set()

@@ -129,6 +129,7 @@ class Credentials:
     url: str
     token: str
     ca_pem: str | None = None
+    token_expires_at: datetime | None = None  # the token Secret's mlxfleet.io/expires-at
 
 
 @functools.lru_cache(maxsize=64)

@@ -347,6 +347,11 @@ class Fleet:
 
     # ------------------------------------------------------------------ agent requests
 
+    def token_expiry(self, name: str) -> datetime | None:
+        """When the node's agent token expires, as its Secret says (None: unknown, never)."""
+        entry = self.entries.get(name)
+        return entry.client.credentials.token_expires_at if entry is not None else None
+
     async def poll(self, node: inode.InferenceNode) -> nodes.Poll:
         """`GET /v1/state` of the node's agent, failures named by what a person must fix. A
         401/403 with cached credentials asks once more with the Secret read again (rotated)."""

@@ -33,6 +33,10 @@ AGENT_CREDENTIALS_LABEL = f"{GROUP}/agent-credentials"
 REQUESTED_LABELS_ANNOTATION = f"{GROUP}/requested-labels"
 """On an InferenceNode that joined itself: the labels join would have set (JSON object), which
 the join identity may not set; `kubectl mlxfleet approve node` applies them once approved."""
+EXPIRES_AT_ANNOTATION = f"{GROUP}/expires-at"
+"""On an agent token Secret: when the token stops being valid (RFC 3339, with a zone). The
+operator exports it (mlxfleet_operator_agent_token_expiry_timestamp_seconds) so that an alert
+asks for a rotation in time; the agent decides what it accepts."""
 
 
 class Scope(StrEnum):

@@ -19,6 +19,7 @@ import pydantic
 
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import events, metrics, publishing, runtime, statuspatch
+from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
@@ -262,8 +263,13 @@ async def reconcile(
         events.post(body, moved)
     events.announce_ready(rt, body, md.status.conditions, result.status.conditions)
     statuspatch.write_status(patch, result.status, body)
-    metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
-    metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
+    metrics.observe_deployment(
+        namespace,
+        name,
+        ready=cond.is_true(result.status.conditions, cond.ConditionType.READY),
+        ready_replicas=result.status.ready_replicas or 0,
+        replicas=md.spec.replicas,
+    )
 
 
 def _nominate(
@@ -396,8 +402,7 @@ async def teardown(
             if gone is not None:
                 events.post(body, slots.not_removed(gone, reported=rt.fleet.runs(node, slot)))
         await rt.publisher.unpublish(body)
-    metrics.DEPLOYMENT_READY.labels(namespace, name).set(0)
-    metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(0)
+    metrics.forget_deployment(namespace, name)
 
 
 def register(registry: kopf.OperatorRegistry, config: opsettings.OperatorSettings) -> None:

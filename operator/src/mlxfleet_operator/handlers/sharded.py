@@ -171,8 +171,13 @@ async def reconcile(
         rt.watch(uid, asyncio.get_running_loop().create_task(watch, name=f"groups-{name}"))
     else:  # none ready (e.g. swapping): a watch of an old formation must not withdraw the new
         rt.unwatch(uid)
-    metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
-    metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
+    metrics.observe_deployment(
+        namespace,
+        name,
+        ready=cond.is_true(result.status.conditions, cond.ConditionType.READY),
+        ready_replicas=result.status.ready_replicas or 0,
+        replicas=md.spec.replicas,
+    )
 
 
 async def _prefetch(rt: runtime.Runtime, body: kopf.Body, forming: Mapping[str, ModelRef]) -> None:

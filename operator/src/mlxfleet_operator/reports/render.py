@@ -169,3 +169,26 @@ def pdf(html: str) -> bytes:
     )
     data: Any = weasyprint.HTML(string=html, base_url=None, url_fetcher=fetcher).write_pdf()
     return bytes(data)
+
+
+def _plain(text: str) -> str:
+    """Text for a Slack-compatible message: &, < and > escaped (they start its markup)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def weekly_summary(report: weekly.WeeklyReport) -> str:
+    """The weekly report in a few lines (the webhook's message, the e-mail's first lines)."""
+    lines = [f"mlxfleet weekly report {report.this.period.label}"]
+    for f in report.headline:
+        lines.append(
+            f"- {f.label}: {fmt_value(f.now, f.kind)} "
+            f"({fmt_change(weekly.change(f.now, f.before))} on the week before)"
+        )
+    return _plain("\n".join(lines))
+
+
+def monthly_summary(report: monthly.MonthlyReport) -> str:
+    """The monthly report in a few lines: its headline tiles."""
+    lines = [f"mlxfleet monthly report {report.s.period.label}"]
+    lines += [f"- {t.label}: {t.value}" + (f" ({t.note})" if t.note else "") for t in report.tiles]
+    return _plain("\n".join(lines))
