@@ -23,6 +23,14 @@ class OperatorSettings(BaseModel):
     poll_seconds: float = Field(default=5.0, gt=0, le=3600)
     misses: int = Field(default=3, ge=1, le=100)
     failover_delay: float = Field(default=15.0, ge=0, le=86400)
+    preemption_backoff: float = Field(
+        default=30.0,
+        ge=0,
+        le=86400,
+        description="seconds an evicted replica stays off the node it was evicted from (the "
+        "first time; doubled per further eviction, up to 16x)",
+    )
+    capacity_stall_seconds: float = Field(default=120.0, ge=0, le=86400)
     heartbeat_write_seconds: float = Field(default=60.0, ge=0, le=3600)
     swap_prefetch: bool = Field(
         default=True,
@@ -47,6 +55,20 @@ class OperatorSettings(BaseModel):
         min_length=1,
         max_length=63,
         description="where gateways write their ModelDemands (the gateway's namespace)",
+    )
+    fleet_keys: tuple[str, ...] = Field(
+        default=(),
+        repr=False,
+        description="the fleet key(s) of --fleet-key-file (the current first): each approved "
+        "node gets its own keys derived from them; empty: none are sent",
+    )
+    agent_metrics_namespace: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="publish each InferenceNode's agent /metrics as a scrape target (a headless "
+        "Service + EndpointSlice) in this namespace; unset: not published",
     )
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)

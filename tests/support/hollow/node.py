@@ -24,6 +24,7 @@ from pathlib import Path
 from mlxfleet_agent import __version__, contract, sizing
 from mlxfleet_agent.models import modeldir
 from mlxfleet_agent.refusals import NoFit, Rejected  # the real agent's refusals, same messages
+from mlxfleet_agent.telemetry import hoststats
 from tests.support.hollow import config, slots
 
 
@@ -260,7 +261,7 @@ class HollowNode:
         total = self.cfg.memory_bytes
         used = sum(s.estimate() for s in self.slots.values())
         available = max(0, total - used - sizing.DEFAULT_RESERVED_BYTES)
-        share = available / total
+        pressure = hoststats.pressure(total=total, available=available)  # the agent's own rule
         return contract.AgentState(
             agent_version=__version__,
             os="hollow (simulated macOS)",
@@ -270,7 +271,8 @@ class HollowNode:
                 available_bytes=available,
                 budget_bytes=self.budget(),
                 slots_estimated_bytes=used,
-                pressure="critical" if share < 0.05 else "warn" if share < 0.15 else "normal",
+                pressure=pressure.level,
+                pressure_reason=pressure.why,
             ),
             disk=contract.DiskInfo(
                 free_bytes=self.cfg.disk_bytes - sum(m.total_bytes for m in self.cache.values()),
@@ -282,6 +284,7 @@ class HollowNode:
             cached_models=self.cached(),
             counters={"hollow_requests": float(self.requests)},
             now=datetime.now(UTC),  # the real agent's clock, for the operator's offset
+            fabric_address="127.0.0.1",  # as a real agent on loopback
             engines=[  # a simulated Mac runs mlx-lm only
                 contract.EngineInfo(
                     name=contract.EngineName.MLX_LM, available=True, reason="hollow (simulated)"

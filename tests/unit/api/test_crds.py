@@ -167,10 +167,14 @@ def test_scale_paths_exist_in_the_schema() -> None:
     ("kind", "columns"),
     [
         pytest.param(
-            "ModelDeployment", ["Model", "Replicas", "Desired", "Ready", "Status", "Age"], id="mdep"
+            "ModelDeployment",
+            ["Model", "Replicas", "Desired", "Ready", "Status", "Priority", "Age"],
+            id="mdep",
         ),
         pytest.param(
-            "InferenceNode", ["Ready", "Chip", "Memory", "Agent", "Download", "Age"], id="inode"
+            "InferenceNode",
+            ["Ready", "Status", "Chip", "Memory", "Free", "Agent", "Download", "Age"],
+            id="inode",
         ),
         pytest.param("SwapPlan", ["Deployment", "Target", "Phase", "Progress", "Age"], id="swp"),
         pytest.param("ModelRoute", ["Names", "Backends", "Status", "Age"], id="mroute"),

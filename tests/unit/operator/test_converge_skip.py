@@ -97,6 +97,7 @@ def test_inputs_change_with_nodes_agents_and_the_object_and_never_skip_a_lost_no
             claims=_Index(),  # type: ignore[arg-type]
             plans=_Index(),  # type: ignore[arg-type]
             ready=_Index(),  # type: ignore[arg-type]
+            tenants=_Index(),  # type: ignore[arg-type]
         )
 
     base = deployments._inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "1")))
@@ -139,7 +140,13 @@ def test_the_node_view_counts_no_scan_per_deployment() -> None:
             raise AssertionError("the skip check scanned every node")
 
     many = _Untouchable({f"n{i}": [_ready(f"n{i}", "1")] for i in range(50)})
-    view = indexes.Indexes(nodes=many, claims=_Index(), plans=_Index(), ready=_Index())  # type: ignore[arg-type]
+    view = indexes.Indexes(
+        nodes=many,  # type: ignore[arg-type]
+        claims=_Index(),  # type: ignore[arg-type]
+        plans=_Index(),  # type: ignore[arg-type]
+        ready=_Index(),  # type: ignore[arg-type]
+        tenants=_Index(),  # type: ignore[arg-type]
+    )
     assert deployments._inputs(rt, body, view) is not None
 
 
@@ -195,6 +202,7 @@ def test_a_placed_deployment_reads_only_its_nodes_and_an_unplaced_one_every_node
         claims=_Index(),  # type: ignore[arg-type]
         plans=_Index(),  # type: ignore[arg-type]
         ready=_Index(),  # type: ignore[arg-type]
+        tenants=_Index(),  # type: ignore[arg-type]
     )
 
     def body(replicas: int) -> kopf.Body:

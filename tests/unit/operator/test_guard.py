@@ -103,6 +103,7 @@ def test_an_event_and_the_timer_on_the_same_inputs_reconcile_once() -> None:
         "deployment_slots": {},
         "swap_plans": {},
         "deployment_ready": {},
+        "deployment_tenants": {},
     }
     assert indexes.Indexes.of(kwargs).inference_nodes() == []
 

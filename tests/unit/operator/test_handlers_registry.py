@@ -23,6 +23,7 @@ def test_every_handler_is_registered_once_with_one_index_per_question() -> None:
     assert sorted(h.id for h in registry._indexing.get_all_handlers()) == [
         "deployment_ready",
         "deployment_slots",
+        "deployment_tenants",
         "inference_nodes",
         "model_demand",
         "swap_plans",

@@ -159,6 +159,7 @@ def test_selector_change_moves_replica() -> None:
 # ---------------------------------------------------------------------------------- properties
 
 names = st.sampled_from([f"n{i}" for i in range(6)])
+HOT = placement.Pressure(placement.Reason.MEMORY_PRESSURE, "memory pressure warn")
 nodes_st = st.lists(
     st.builds(
         placement.NodeView,
@@ -172,6 +173,7 @@ nodes_st = st.lists(
         budget_bytes=st.integers(0, 32).map(lambda g: g * GIB),
         used_bytes=st.integers(0, 32).map(lambda g: g * GIB),
         cached=st.sampled_from([frozenset(), frozenset({M})]),
+        pressures=st.sampled_from([(), (HOT,)]),
     ),
     max_size=6,
     unique_by=lambda n: n.name,
@@ -184,6 +186,7 @@ requests_st = st.builds(
     strategy=st.sampled_from(list(placement.Strategy)),
     node_selector=st.sampled_from([{}, {"pool": "x"}]),
     nodes=st.sampled_from([None, ("n0", "n1", "n2", "n3", "n4")]),
+    leave=st.sampled_from([{}, {"n1": "evicted"}, {"n0": "evicted", "n3": "backing off"}]),
 )
 
 
@@ -203,9 +206,12 @@ def test_placement_invariants(
         assert n.budget_bytes - n.used_bytes >= request.footprint_bytes
         assert request.nodes is None or name in request.nodes
         assert all(n.labels.get(k) == v for k, v in request.node_selector.items())
-    for name in decision.added:  # new replicas only on ready, schedulable nodes
+    for name in decision.added:  # new replicas only on ready, schedulable, unpressed nodes
         assert by_name[name].ready
         assert not by_name[name].unschedulable
+        assert not by_name[name].pressures
+    for name in decision.nodes:  # never on a node the deployment must leave
+        assert name not in request.leave
     # every node not chosen says why; a shortfall is never "not needed"
     rejected = {r.node: r.reason for r in decision.rejections}
     assert set(rejected) == set(by_name) - set(decision.nodes)
@@ -216,6 +222,8 @@ def test_placement_invariants(
     for name in dict.fromkeys(current):
         held = by_name.get(name)
         if held is None or not held.ready or rejected.get(name) in static:
+            continue
+        if name in request.leave:  # evicted: it goes (pressure alone never moves a replica)
             continue
         fits = held.budget_bytes - held.used_bytes >= request.footprint_bytes
         if fits and len(decision.kept) < request.replicas:

@@ -15,9 +15,10 @@ import pytest
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.adapters import agent, fleet
+from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.core import naming, placement
-from mlxfleet_operator.core.deployment import candidates, intent, placing
+from mlxfleet_operator.core.deployment import candidates, intent, placing, preemption
 from mlxfleet_operator.core.deployment import slots as dslots
 from tests.unit.operator.builders import GIB, NOW, md, node, state
 from tests.unit.operator.test_placement_views import _fleet, _slot
@@ -37,7 +38,18 @@ def _object(r: random.Random, name: str) -> inode.InferenceNode:
         unschedulable=r.random() < 0.08,
         drain=r.random() < 0.05,
     )
-    return base.model_copy(update={"metadata": base.metadata.model_copy(update={"labels": labels})})
+    status = base.status
+    if r.random() < 0.1:  # memory pressure: no new replica there
+        pressed = cond.Condition(
+            type="MemoryPressure",
+            status=cond.ConditionStatus.TRUE,
+            reason="MemoryWarn",
+            message="agent reports memory pressure warn",
+            last_transition_time=NOW,
+        )
+        status = status.model_copy(update={"conditions": [*status.conditions, pressed]})
+    meta = base.metadata.model_copy(update={"labels": labels})
+    return base.model_copy(update={"metadata": meta, "status": status})
 
 
 def _answer(r: random.Random, name: str) -> contract.AgentState:
@@ -66,13 +78,21 @@ def _deployment(r: random.Random, names: list[str]) -> Any:
     if selector:
         spec["nodeSelector"] = selector
     replicas = r.randrange(0, 5)
-    if r.random() < 0.1:
+    if r.random() < 0.1 and len(names) >= replicas:  # at least spec.replicas of them
         spec["nodes"] = r.sample(names, min(len(names), replicas + r.randrange(0, 3)))
     placed = [
         {"node": n, "phase": r.choice(["Ready", "Ready", "Removing"])}
         for n in r.sample(names, r.randrange(0, 4))
     ]
     return md(replicas=replicas, placement=spec, placements=placed)
+
+
+def _nomination(r: random.Random, name: str) -> preemption.Nomination:
+    """A preemptor promised node `name`, evicting the deployment's own replica there or not."""
+    low = preemption.Tenant("ns", "chat")
+    evictions = (preemption.Eviction(name, SLOT, low, 2 * GIB),) if r.random() < 0.5 else ()
+    by = preemption.Tenant("ns", "preemptor", priority=5)
+    return preemption.Nomination(name, by, "preemptor", r.randrange(1, 6) * GIB, evictions, NOW)
 
 
 def _same(with_index: placement.Decision, without: placement.Decision) -> None:
@@ -90,8 +110,9 @@ def _same(with_index: placement.Decision, without: placement.Decision) -> None:
 @pytest.mark.parametrize("seed", range(60))
 def test_a_decision_on_the_prefilter_equals_one_on_every_node(seed: int) -> None:
     """Random fleets (labels, selectors, both strategies, cached weights, engines, served-name
-    clashes, cordoned, draining and NotReady nodes, the deployment's own slot listed, reserved
-    or absent, explicit nodes), changed between decisions (new answers, reservations, new node
+    clashes, cordoned, draining, NotReady and memory-pressed nodes, the deployment's own slot
+    listed, reserved or absent, explicit nodes, nodes promised to a preemptor, nodes the
+    deployment must leave), changed between decisions (new answers, reservations, new node
     objects, nodes removed and added): the index follows every change."""
     r = random.Random(seed)
     names = [f"n{i:03d}" for i in range(r.randrange(5, 60))]
@@ -108,6 +129,8 @@ def test_a_decision_on_the_prefilter_equals_one_on_every_node(seed: int) -> None
             f.reserve(r.choice([SLOT, "someone"]), request, r.randrange(1, 4) * GIB)
         for n in r.sample(sorted(objects), min(len(objects), r.randrange(0, 3))):
             objects[n] = _object(r, n)
+        promised = r.sample(sorted(objects), min(len(objects), r.randrange(0, 3)))
+        f.nominate("preemptor", [_nomination(r, n) for n in promised])
         if r.random() < 0.3 and len(objects) > 3:
             del objects[r.choice(sorted(objects))]  # gone from the cluster, not forgotten yet
         if r.random() < 0.3:
@@ -126,6 +149,7 @@ def test_a_decision_on_the_prefilter_equals_one_on_every_node(seed: int) -> None
                 "footprint_bytes": r.randrange(1, 10) * GIB,
                 "now": NOW + timedelta(seconds=r.choice([0, 30])),
                 "failover_delay": timedelta(seconds=r.choice([0, 60])),
+                "leave": dict.fromkeys(r.sample(sorted(objects), r.randrange(0, 3)), "evicted"),
             }
             without = placing.place(d, found, **kw)
             index = f.placement_index(found)

@@ -175,6 +175,7 @@ def test_a_deployment_waiting_for_room_skips_until_room_or_a_node_shows_up() -> 
             claims=_Index(),  # type: ignore[arg-type]
             plans=_Index(),  # type: ignore[arg-type]
             ready=_Index(),  # type: ignore[arg-type]
+            tenants=_Index(),  # type: ignore[arg-type]
         )
 
     see(node("n1"), "1")

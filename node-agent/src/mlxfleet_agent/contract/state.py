@@ -23,6 +23,12 @@ class MemoryInfo(Wire):
     budget_bytes: int = Field(description="what slots may use: total x usable fraction - reserved")
     slots_estimated_bytes: int = 0
     pressure: Literal["normal", "warn", "critical"] = "normal"
+    pressure_reason: str | None = Field(
+        default=None,
+        max_length=300,
+        description="the reading the level comes from (macOS's level, the share available, "
+        "Linux PSI); absent from agents older than it",
+    )
 
 
 class DiskInfo(Wire):
@@ -51,8 +57,19 @@ class AgentState(Wire):
         default_factory=list, description="model downloads in progress (bytes, rate, peers)"
     )
     counters: dict[str, float] = Field(default_factory=dict)
+    fabric_address: str | None = Field(
+        default=None,
+        description="The IPv4 address this agent's sharded ranks listen on (--fabric-address: "
+        "the Mac's address on the Thunderbolt or other fabric network); null: it runs no rank. "
+        "Absent: an agent too old to say (its ranks listened on its agent URL's host).",
+    )
     engines: list[EngineInfo] = Field(
         default_factory=list,
         description="Every engine this agent knows, whether it can run it here and why (found "
         "at start); empty from agents older than engines (they run mlx-lm only).",
+    )
+    credentials: str | None = Field(
+        default=None,
+        description="fingerprint of the node credentials the operator last sent "
+        "(PUT /v1/credentials, `contract.credentials.fingerprint`); None: none yet",
     )

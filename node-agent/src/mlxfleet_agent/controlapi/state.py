@@ -2,10 +2,10 @@
 
 Versions, OS and chip (read once, at start-up), memory (total, available, the slots' budget
 and estimate, pressure), disk of the models dir, the data port, every slot's status, the cached
-models, the downloads in progress (`transfers`), the telemetry and peer counters and the engines
-found at start.
-May import: the standard library, contract, host.platform, models.catalog, slots.registry,
-telemetry (recorder, hoststats). Called by: controlapi.app, runtime (builds it).
+models, the downloads in progress (`transfers`), the telemetry and peer counters, the engines
+found at start and the fingerprint of the node's own credentials.
+May import: the standard library, contract, host (platform, credentials), models.catalog,
+slots.registry, telemetry (recorder, hoststats). Called by: controlapi.app, runtime (builds it).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mlxfleet_agent import __version__, contract
-from mlxfleet_agent.host import platform
+from mlxfleet_agent.host import credentials, platform
 from mlxfleet_agent.models import catalog
 from mlxfleet_agent.slots import registry
 from mlxfleet_agent.telemetry import hoststats, recorder
@@ -34,8 +34,14 @@ class StateView:
         models_dir: Path,
         data_port: int,
         engines: list[contract.EngineInfo] | None = None,
+        pressure_file: Path | None = hoststats.PSI_FILE,
+        keys: credentials.NodeKeys | None = None,
+        fabric_address: str | None = None,
     ) -> None:
         self.engines = engines or []
+        self.pressure_file = pressure_file
+        self.keys = keys
+        self.fabric_address = fabric_address
         self.slots = slots
         self.models = models
         self.telemetry = telemetry
@@ -49,6 +55,7 @@ class StateView:
 
     def agent_state(self) -> contract.AgentState:
         mem = platform.memory()
+        pressure = hoststats.read_pressure(self.pressure_file)
         free, total = platform.disk(self.models_dir)
         return contract.AgentState(
             agent_version=__version__,
@@ -61,9 +68,8 @@ class StateView:
                 available_bytes=mem.available_bytes,
                 budget_bytes=self.slots.budget(),
                 slots_estimated_bytes=self.slots.estimate(),
-                pressure=hoststats.pressure_level(
-                    total=mem.total_bytes, available=mem.available_bytes
-                ),
+                pressure=pressure.level,
+                pressure_reason=pressure.why,
             ),
             disk=contract.DiskInfo(free_bytes=free, total_bytes=total),
             data_port=self.data_port,
@@ -77,4 +83,6 @@ class StateView:
             ],
             counters={**self.telemetry.counters(), **self.models.store.counters},
             engines=self.engines,
+            credentials=self.keys.fingerprint if self.keys is not None else None,
+            fabric_address=self.fabric_address,
         )

@@ -21,6 +21,23 @@ from mlxfleet_agent import contract
 NAMESPACE = "mlxfleet_agent"
 CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
 PRESSURE_LEVELS = ("normal", "warn", "critical")
+# macOS thermal pressure, in the names of ProcessInfo.thermalState (powermetrics' Nominal,
+# Moderate, Heavy, Trapping/Sleeping map to nominal, fair, serious, critical). The alert rules
+# read `mlxfleet_agent_thermal_pressure{level}`; a host reading without it exports nothing.
+THERMAL_LEVELS = ("nominal", "fair", "serious", "critical")
+# What can happen to a telemetry interval; each is exported from 0, so the first drop is an
+# increase a rule sees (MlxfleetTelemetryDropped).
+INTERVAL_RESULTS = ("closed", "uploaded", "upload_failed", "dropped")
+# Host gauges exported when the host reading has the key: (key, help).
+HOST_GAUGES = (
+    ("memory_total_bytes", "Unified memory of the node."),
+    ("memory_used_bytes", "Memory in use on the node."),
+    ("memory_available_bytes", "Memory available to new allocations."),
+    ("uptime_seconds", "Seconds since the agent started."),
+    ("gpu_utilization_ratio", "GPU busy fraction over the last sample (0 to 1)."),
+    ("gpu_temperature_celsius", "GPU die temperature."),
+    ("cpu_temperature_celsius", "CPU die temperature."),
+)
 
 
 class _HostCollector(Collector):
@@ -31,22 +48,22 @@ class _HostCollector(Collector):
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         host = self._read()
-        for key, help_text in (
-            ("memory_total_bytes", "Unified memory of the node."),
-            ("memory_used_bytes", "Memory in use on the node."),
-            ("memory_available_bytes", "Memory available to new allocations."),
-            ("uptime_seconds", "Seconds since the agent started."),
-        ):
+        for key, help_text in HOST_GAUGES:
             if host.get(key) is not None:
                 yield GaugeMetricFamily(f"{NAMESPACE}_{key}", help_text, value=float(host[key]))
-        pressure = GaugeMetricFamily(
-            f"{NAMESPACE}_memory_pressure",
+        yield _one_hot(
+            "memory_pressure",
             "1 for the node's current memory pressure level, 0 for the others.",
-            labels=["level"],
+            PRESSURE_LEVELS,
+            host.get("pressure"),
         )
-        for level in PRESSURE_LEVELS:
-            pressure.add_metric([level], 1.0 if host.get("pressure") == level else 0.0)
-        yield pressure
+        if host.get("thermal") is not None:
+            yield _one_hot(
+                "thermal_pressure",
+                "1 for the node's current thermal pressure level, 0 for the others.",
+                THERMAL_LEVELS,
+                host["thermal"],
+            )
         if host.get("power_watts") is not None:
             power = GaugeMetricFamily(
                 f"{NAMESPACE}_power_watts",
@@ -55,6 +72,39 @@ class _HostCollector(Collector):
             )
             power.add_metric([str(host.get("power_source", "estimated"))], host["power_watts"])
             yield power
+
+
+def _one_hot(name: str, help_text: str, levels: Iterable[str], now: object) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(f"{NAMESPACE}_{name}", help_text, labels=["level"])
+    for level in levels:
+        family.add_metric([level], 1.0 if now == level else 0.0)
+    return family
+
+
+class _SlotCollector(Collector):
+    """Per-slot gauges read at scrape time: requests queued for the slot (beyond its
+    maxConcurrency, or while it is not ready) and whether it is busy (out of routing)."""
+
+    def __init__(self, read: Callable[[], Iterable[contract.SlotStatus]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        queued = GaugeMetricFamily(
+            f"{NAMESPACE}_queued_requests",
+            "Requests waiting in the slot's queue (beyond maxConcurrency, or while not ready).",
+            labels=["slot"],
+        )
+        busy = GaugeMetricFamily(
+            f"{NAMESPACE}_slot_busy",
+            "1 while a request of the slot has waited past the busy deadline for its first "
+            "token (the slot is out of routing), else 0.",
+            labels=["slot"],
+        )
+        for slot in self._read():
+            queued.add_metric([slot.name], float(slot.queued))
+            busy.add_metric([slot.name], 1.0 if slot.busy else 0.0)
+        yield queued
+        yield busy
 
 
 class AgentMetrics:
@@ -123,12 +173,26 @@ class AgentMetrics:
             ["slot", "outcome"],
             registry=r,
         )
+        self.restarts = prometheus_client.Counter(
+            f"{NAMESPACE}_backend_restarts_total",
+            "Backends started again after one stopped serving or failed to start, per slot.",
+            ["slot"],
+            registry=r,
+        )
+        self.tls_expiry = prometheus_client.Gauge(
+            f"{NAMESPACE}_tls_certificate_expiry_timestamp_seconds",
+            "When the certificate a listener serves expires (its notAfter), Unix seconds.",
+            ["listener"],
+            registry=r,
+        )
         self.intervals = prometheus_client.Counter(
             f"{NAMESPACE}_telemetry_intervals_total",
             "Telemetry intervals by what happened to them.",
             ["result"],  # closed | uploaded | upload_failed | dropped
             registry=r,
         )
+        for result in INTERVAL_RESULTS:
+            self.intervals.labels(result=result)
         self.buffered = prometheus_client.Gauge(
             f"{NAMESPACE}_telemetry_buffered_intervals",
             "Closed intervals waiting on disk for the object store.",
@@ -137,6 +201,9 @@ class AgentMetrics:
 
     def add_host_collector(self, read: Callable[[], dict[str, Any]]) -> None:
         self.registry.register(_HostCollector(read))
+
+    def add_slot_collector(self, read: Callable[[], Iterable[contract.SlotStatus]]) -> None:
+        self.registry.register(_SlotCollector(read))
 
     def exposition(self) -> bytes:
         return bytes(prometheus_client.generate_latest(self.registry))

@@ -8,13 +8,20 @@ return it as a `nodes.Poll`, `facts.Outcome`, `facts.Prefetch` or `swapplan.stat
 Each node's typed facts and placement view are kept between reconciles (made again when the
 node's object, client or version changes), and what each node leaves for a new replica is
 watched, so a deployment waiting for room wakes only when a node may now take it
-(`room_version`). It is memory only: after a restart the handlers wait for the first poll of
-each node.
+(`room_version`). Preemptors' nominations are held here too (`nominate`): every other
+deployment's decision counts the memory they promise, and victims find them (`evicting`). It is
+memory only: after a restart the handlers wait for the first poll of each node, and each
+preemptor nominates again from its status.
 Each node's URL, token and CA come from `credentials.Cache` (read from their Secrets at most
 every `credentials_ttl` seconds per node); a poll the agent answers 401/403 drops them and asks
 once more with the Secrets read again (a rotated token).
 Every agent request is sent and timed on the fleet's own `agent.IoLoop` thread, so a busy
 operator loop never makes a healthy agent look unreachable (heartbeats measure the agent).
+With the fleet key (`fleet_keys`), each polled node is sent its own keys when its answer shows
+it lacks them (`keep_credentials`), and a prefetch names each peer with the fetch token that
+peer accepts from the asking node for that model (`contract.credentials`); without it, peers
+are bare URLs (the agents' legacy shared peer token). Only approved nodes are polled, so only
+they get keys, are peers or are asked to fetch.
 May import: the standard library, `agent`, `credentials`, `kube`, `api`, `core` (fact types),
 the agent `contract`. Called by: handlers (through `runtime.Runtime.fleet`).
 """
@@ -32,7 +39,14 @@ from mlxfleet_operator.adapters import agent, credentials, kube
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import nodes, placement
-from mlxfleet_operator.core.deployment import autoscale, candidates, facts, placing, slots
+from mlxfleet_operator.core.deployment import (
+    autoscale,
+    candidates,
+    facts,
+    placing,
+    preemption,
+    slots,
+)
 from mlxfleet_operator.core.swapplan import state as plan_state
 
 
@@ -77,10 +91,12 @@ class Fleet:
         self,
         kube_: kube.Kube,
         *,
+        fleet_keys: Sequence[str] = (),
         credentials_ttl: float = credentials.TTL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.entries: dict[str, Entry] = {}
+        self.fleet_keys = tuple(fleet_keys)
         self.io = agent.IoLoop()  # started on the first request, stopped by `aclose`
         self._lock = asyncio.Lock()
         self.credentials = credentials.Cache(kube_, ttl=credentials_ttl, clock=clock)
@@ -89,6 +105,9 @@ class Fleet:
         self._hosts: dict[str, set[str]] = {}  # slot -> nodes whose answer lists it, not Failed
         # node -> slot -> (placeholder, when): slots decided on that no poll has listed yet
         self._reserved: dict[str, dict[str, tuple[contract.SlotStatus, float]]] = {}
+        # preemptor slot -> its nominations (core.deployment.preemption): nodes promised to it
+        # while the replicas it evicts leave; set by its own reconcile from its status
+        self._nominations: dict[str, tuple[preemption.Nomination, ...]] = {}
         self._clock = clock
         self._kept: dict[str, _Kept] = {}  # node -> facts and view, rebuilt when they change
         self.index = candidates.NodeIndex()  # the kept views by label, model and free memory
@@ -139,6 +158,41 @@ class Fleet:
             self._bump(name)
             self._watch_room(name)
 
+    def nominate(self, slot: str, nominations: Sequence[preemption.Nomination]) -> None:
+        """Hold the preemptor `slot`'s nominations (replacing its earlier ones): from now on
+        every other deployment's decision counts each node's `preemption.claim` as used, and
+        the victims' reconciles find them (`evicting`). The nodes whose nominations changed
+        get a new version, so the deployments placed there reconcile."""
+        old = self._nominations.get(slot, ())
+        new = tuple(nominations)
+        if old == new:
+            return
+        if new:
+            self._nominations[slot] = new
+        else:
+            self._nominations.pop(slot, None)
+        for node in sorted({n.node for n in (*old, *new)}):
+            self._bump(node)
+            self._watch_room(node)
+
+    def nominations(self, *, but: str | None = None) -> list[preemption.Nomination]:
+        """Every preemptor's nominations (`but`: leave that preemptor slot's out)."""
+        return [n for s, held in self._nominations.items() if s != but for n in held]
+
+    def nominated(self, slot: str) -> tuple[preemption.Nomination, ...]:
+        """The preemptor `slot`'s own nominations."""
+        return self._nominations.get(slot, ())
+
+    def evicting(self, slot: str) -> list[preemption.Nomination]:
+        """The nominations that evict a replica of the deployment whose slot is `slot`."""
+        return [n for n in self.nominations() if any(e.slot == slot for e in n.evictions)]
+
+    def _claims(self, name: str, state: contract.AgentState | None) -> dict[str, int]:
+        """What the nominations on node `name` promise there beyond what their victims hold."""
+        if state is None:
+            return {}
+        return {n.slot: preemption.claim(n, state) for n in self.nominations() if n.node == name}
+
     def record(self, name: str, state: contract.AgentState | None, *, now: datetime) -> None:
         entry = self.entries.get(name)
         dropped = False
@@ -183,7 +237,8 @@ class Fleet:
             self._rooms.pop(name, None)
             return
         held = [p for p, _ in self._reserved.get(name, {}).values()]
-        new, old = facts.room(entry.state, held), self._rooms.get(name)
+        claims = self._claims(name, entry.state)
+        new, old = facts.room(entry.state, held, claims), self._rooms.get(name)
         self._rooms[name] = new
         if facts.roomier(old, new):
             self._room_clock += 1
@@ -305,9 +360,17 @@ class Fleet:
             own = frozenset({leave_out}) if leave_out is not None and leave_out in held else own
             state = state.model_copy(update={"slots": [*state.slots, *more]})
         endpoint = entry.endpoint if entry else None
-        return facts.NodeFacts(node=node, state=state, endpoint=endpoint, reserved=own)
+        claims = self._claims(name, entry.state if entry else None)
+        return facts.NodeFacts(
+            node=node, state=state, endpoint=endpoint, reserved=own, claims=claims
+        )
 
     # ------------------------------------------------------------------ agent requests
+
+    def token_expiry(self, name: str) -> datetime | None:
+        """When the node's agent token expires, as its Secret says (None: unknown, never)."""
+        entry = self.entries.get(name)
+        return entry.client.credentials.token_expires_at if entry is not None else None
 
     async def poll(self, node: inode.InferenceNode) -> nodes.Poll:
         """`GET /v1/state` of the node's agent, failures named by what a person must fix. A
@@ -362,6 +425,40 @@ class Fleet:
         self.slot_removed(name, slot)
         return facts.Outcome(name)
 
+    async def keep_credentials(
+        self, node: inode.InferenceNode, state: contract.AgentState
+    ) -> str | None:
+        """Send the node its own keys when its agent's answer shows it lacks them (nothing
+        without a fleet key); why that failed, else None."""
+        entry = self.entries.get(node.metadata.name or "")
+        if not self.fleet_keys or entry is None:
+            return None
+        wanted = nodes.credentials(self.fleet_keys, node)
+        if not nodes.needs_credentials(state, wanted):
+            return None
+        try:
+            await entry.client.put_credentials(wanted)
+        except agent.AgentError as exc:
+            return str(exc)
+        return None
+
+    def _with_tokens(
+        self, fetcher: str, model: ModelRef, peers: Sequence[str]
+    ) -> list[contract.Peer | str]:
+        """Each peer URL with the fetch token that peer accepts from `fetcher` for `model` (by
+        the node whose client has that URL); bare URLs without a fleet key."""
+        if not self.fleet_keys:
+            return list(peers)
+        named = {e.client.credentials.url: n for n, e in self.entries.items() if n != fetcher}
+        mid = contract.credentials.model_id(model.source, model.revision)
+        out: list[contract.Peer | str] = []
+        for url in peers:
+            if (peer := named.get(url)) is not None:
+                key = contract.credentials.peer_key(self.fleet_keys[0], peer)
+                token = contract.credentials.fetch_token(key, fetcher=fetcher, model_id=mid)
+                out.append(contract.Peer(url=url, token=token))
+        return out
+
     async def prefetch(
         self, name: str, model: ModelRef, peers: Sequence[str] = ()
     ) -> facts.Prefetch | None:
@@ -371,7 +468,7 @@ class Fleet:
         if entry is None:
             return None
         try:
-            cached = await entry.client.prefetch(model, peers)
+            cached = await entry.client.prefetch(model, self._with_tokens(name, model, peers))
         except agent.AgentError as exc:
             return facts.Prefetch(name, error=str(exc), status=exc.status)
         return facts.Prefetch(name, cached=cached)
@@ -440,7 +537,7 @@ def decisive(state: contract.AgentState) -> object:
             "disk": True,
             "started_at": True,
             "now": True,
-            "memory": {"available_bytes", "pressure"},
+            "memory": {"available_bytes", "pressure", "pressure_reason"},
             "slots": {"__all__": {"in_flight", "queued", "idle_seconds"}},
             "cached_models": {"__all__": {"last_used", "in_use"}},
         }

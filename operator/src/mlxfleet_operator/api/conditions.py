@@ -46,6 +46,8 @@ class Reason(StrEnum):
     PROGRESSING = "Progressing"
     # ModelDeployment
     WAITING_FOR_CAPACITY = "WaitingForCapacity"
+    PREEMPTING = "Preempting"  # waiting for lower-priority replicas it evicts to free memory
+    PREEMPTED = "Preempted"  # replicas evicted for a higher-priority deployment, waiting to return
     INSUFFICIENT_MEMORY = "InsufficientMemory"
     NO_MATCHING_NODES = "NoMatchingNodes"
     ENGINE_UNAVAILABLE = "EngineUnavailable"  # no node's agent can run spec.engine (Stalled)

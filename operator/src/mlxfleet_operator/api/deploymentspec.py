@@ -2,7 +2,8 @@
 
 The model source and revision, replicas (with the autoscaler's bounds: minReplicas, maxReplicas,
 idleTimeout), the KV-cache budget (context length x concurrency), an
-optional memory override, placement constraints, mlx-lm server options, the engine (the agent
+optional memory override, placement constraints, the priority (preemption), mlx-lm server
+options, the engine (the agent
 contract's EngineSpec: mlx-lm, mlx-embed, mlx-rerank, vllm, command, with its options; its CEL
 rules are here), sharding (`sharding`) and the swap policy. Each bound and cross-field rule is
 checked twice alike: by pydantic here and by the API server from the generated CRD.
@@ -26,6 +27,8 @@ REPLICAS_MAX = 64
 CONTEXT_LENGTH_MIN = 256
 CONTEXT_LENGTH_MAX = 1_048_576
 MAX_CONCURRENCY_MAX = 256
+PRIORITY_MIN = -1_000_000_000
+PRIORITY_MAX = 1_000_000_000
 
 
 class ModelSpec(base.ApiModel):
@@ -53,10 +56,11 @@ class ModelSpec(base.ApiModel):
 class Resources(base.ApiModel):
     """Memory the model needs on each node."""
 
-    memory: fields.Quantity | None = Field(
+    memory: fields.ModelMemory | None = Field(
         default=None,
-        description="Memory per replica such as 48Gi, overriding the estimate (weights + KV cache "
-        "+ runtime overhead). Set it for models whose size cannot be read ahead of time.",
+        description="Memory per replica such as 48Gi (at least 1Mi), overriding the estimate "
+        "(weights + KV cache + runtime overhead). Set it for models whose size cannot be read "
+        "ahead of time.",
     )
 
 
@@ -169,6 +173,12 @@ class SwapSettings(base.ApiModel):
         )
 
 
+def _cel_list(names: frozenset[str]) -> str:
+    return "[" + ", ".join(base.cel_string(n) for n in sorted(names)) + "]"
+
+
+_ENV_NAMES = _cel_list(contract.COMMAND_ENV_NAMES)
+_VLLM_FLAGS = _cel_list(contract.VLLM_EXTRA_FLAGS)
 _ENGINE_RULES = (
     base.rule(
         "self.name == 'command' ? has(self.command) : !has(self.command)",
@@ -192,6 +202,24 @@ _ENGINE_RULES = (
         "spec.engine.command.argv must pass {host} and {port} (the server listens where the "
         "agent proxies)",
         field_path=".command.argv",
+    ),
+    # allow-lists, the agent's own (contract.COMMAND_ENV_NAMES, contract.VLLM_EXTRA_FLAGS)
+    base.rule(
+        "!has(self.command) || !has(self.command.env) || "
+        f"self.command.env.all(k, k in {_ENV_NAMES})",
+        "spec.engine.command.env may set only "
+        + ", ".join(sorted(contract.COMMAND_ENV_NAMES))
+        + " (settings that load no code; a program's other settings go in argv)",
+        field_path=".command.env",
+    ),
+    base.rule(
+        "!has(self.vllm) || !has(self.vllm.extraArgs) || self.vllm.extraArgs.all(a, "
+        f"!a.startsWith('-') || a in {_VLLM_FLAGS} || "
+        f"{_VLLM_FLAGS}.exists(f, a.startsWith(f + '=')))",
+        "spec.engine.vllm.extraArgs may give only the flags "
+        + ", ".join(sorted(contract.VLLM_EXTRA_FLAGS))
+        + " (a value starting with '-' goes after '=')",
+        field_path=".vllm.extraArgs",
     ),
 )
 
@@ -288,8 +316,9 @@ class ModelDeploymentSpec(base.ApiModel):
         le=REPLICAS_MAX,
         description="Fewest replicas the autoscaler keeps (0-64). 0 lets the deployment sleep "
         "after spec.idleTimeout without requests: its backends stop, the weights stay on disk, "
-        "and the next request through the gateway wakes it (a cold start). Unset: "
-        "spec.replicas.",
+        "and the next request through the gateway wakes it (a cold start). Preemption by a "
+        "deployment of higher spec.priority never takes it below this either. Unset: "
+        "spec.replicas (never preempted below what it asks for).",
         json_schema_extra=base.crd(nullable=False),
     )
     max_replicas: int | None = Field(
@@ -351,6 +380,17 @@ class ModelDeploymentSpec(base.ApiModel):
         description="Serve each replica from a group of nodes (a model larger than one Mac). "
         "spec.replicas then counts groups. Unset: whole replicas on single nodes.",
         json_schema_extra=base.crd(nullable=False),
+    )
+    priority: int = Field(
+        default=0,
+        ge=PRIORITY_MIN,
+        le=PRIORITY_MAX,
+        description="Higher wins when memory is short (default 0). A replica that finds no "
+        "node may evict replicas of deployments of strictly lower priority (never an equal one), "
+        "never taking one below its minimum replicas; the evicted replica moves elsewhere "
+        "(make-before-break) where memory allows, and comes back when memory frees, after a "
+        "back-off that grows with each eviction. Both deployments' status and Events name "
+        "the other (docs/operator.md, Priority and preemption).",
     )
 
     @model_validator(mode="after")
@@ -414,6 +454,12 @@ class ModelDeploymentSpec(base.ApiModel):
                 f"spec.placement.nodes lists {len(nodes)} nodes, fewer than spec.maxReplicas "
                 f"({high})"
             )
+
+    @property
+    def fewest_replicas(self) -> int:
+        """spec.minReplicas, or spec.replicas where unset: the fewest the autoscaler keeps awake
+        or asleep, and the floor preemption never goes below (one number for both)."""
+        return self.min_replicas if self.min_replicas is not None else self.replicas
 
     @property
     def autoscaled(self) -> bool:

@@ -4,7 +4,7 @@ The kind (`ModelDeployment`: metadata, spec, status), its status and the printer
 and its parts are in `deploymentspec` (model, replicas, KV-cache budget, memory, placement, server
 options, engine, swap policy) and `sharding`.
 Status: placements per node, sharded groups and their ranks, ready replicas, the endpoint,
-conditions (Ready/Reconciling/Stalled).
+conditions (Ready/Reconciling/Stalled), preemptions (evicted for / evicting).
 May import: pydantic, the standard library, the sibling api modules and `mlxfleet_agent.contract`.
 Called by: core (placement, planning), handlers and adapters, api.crdgen, the gateway.
 """
@@ -107,6 +107,23 @@ class AutoscalingStatus(base.ApiModel):
     )
 
 
+class PreemptionStatus(base.ApiModel):
+    """One replica evicted from a node for a deployment of higher priority."""
+
+    node: str = Field(description="The InferenceNode the replica was evicted from.")
+    deployment: str = Field(
+        description="The other deployment (namespace/name): in preempting, the one evicted; in "
+        "preemptedBy, the one it was evicted for."
+    )
+    priority: int = Field(description="The other deployment's spec.priority.")
+    at: datetime = Field(description="When the eviction was decided.")
+    backoff_until: datetime | None = Field(
+        default=None,
+        description="preemptedBy: no replica goes back to the node before this time (the "
+        "back-off doubles with each eviction).",
+    )
+
+
 class ModelDeploymentStatus(base.ApiModel):
     """Observed state of a ModelDeployment, written only by the operator."""
 
@@ -153,6 +170,18 @@ class ModelDeploymentStatus(base.ApiModel):
     endpoint: str | None = Field(
         default=None,
         description="In-cluster address of the OpenAI-compatible endpoint (the Service).",
+    )
+    preempting: list[PreemptionStatus] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Replicas of lower-priority deployments this one evicts (waiting for their "
+        "memory) or evicted (while it holds their node).",
+    )
+    preempted_by: list[PreemptionStatus] = Field(
+        default_factory=list,
+        max_length=64,
+        description="This deployment's replicas evicted for higher-priority deployments (recent "
+        "ones, kept while they count towards the back-off).",
     )
     selector: str | None = Field(
         default=None,
@@ -212,6 +241,12 @@ PRINTER_COLUMNS: list[base.JsonDict] = [
         "type": "string",
         "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
         "description": "Reason of the Ready condition.",
+    },
+    {
+        "name": "Priority",
+        "type": "integer",
+        "jsonPath": ".spec.priority",
+        "description": "spec.priority: higher may evict lower when memory is short.",
     },
     {
         "name": "Min",

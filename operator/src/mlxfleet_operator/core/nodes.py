@@ -1,5 +1,8 @@
 """InferenceNode status (pure): what the agent reported, folded with the heartbeat debounce,
-and the Events a poll posts (a Ready flip, an ignored spec field).
+and the Events a poll posts (a Ready flip, an ignored spec field); the status of a node that
+joined itself and waits for a person's approval (`awaiting_approval`: it is not polled); the
+node's own credentials (`credentials`: derived from the fleet key, sent when the agent's
+fingerprint differs).
 
 May import: the standard library, `api`, the agent `contract`, `core.conditions`, `core.events`,
 `core.heartbeat`, `core.deployment.facts` (the node's budget).
@@ -55,11 +58,15 @@ def _memory(node: inode.InferenceNode, state: contract.AgentState) -> inode.Memo
     fact = facts.NodeFacts(node=node, state=state, endpoint=None)
     hardware = node.spec.hardware.memory if node.spec.hardware is not None else None
     total = quantity.parse_bytes(hardware) if hardware is not None else state.memory.total_bytes
+    budget, used = facts.budget(fact), facts.used(state)
+    free = max(0, budget - used)
     return inode.MemoryStatus(
         total=quantity.human_bytes(total),
         total_bytes=total,
-        allocatable_bytes=facts.budget(fact),
-        used_bytes=state.memory.slots_estimated_bytes,
+        allocatable_bytes=budget,
+        used_bytes=used,
+        free=quantity.human_bytes(free),
+        free_bytes=free,
     )
 
 
@@ -213,20 +220,90 @@ def status(
         verdict = conditions.Verdict(False, R.HEARTBEAT_MISSED, text)
     out = conditions.apply_verdict(old.conditions, verdict, generation=gen, now=now)
     if state is not None:
-        pressure = state.memory.pressure
-        reason = {"normal": R.MEMORY_NORMAL, "warn": R.MEMORY_WARN, "critical": R.MEMORY_CRITICAL}[
-            pressure
-        ]
-        out = conditions.set_condition(
-            out,
-            kind=cond.ConditionType.MEMORY_PRESSURE,
-            status=pressure != "normal",
-            reason=reason,
-            message=f"agent reports memory pressure {pressure}",
-            generation=gen,
-            now=now,
-        )
+        out = memory_pressure(out, state.memory, generation=gen, now=now)
     return new.model_copy(update={"conditions": out})
+
+
+_PRESSURE_REASONS = {
+    "normal": cond.Reason.MEMORY_NORMAL,
+    "warn": cond.Reason.MEMORY_WARN,
+    "critical": cond.Reason.MEMORY_CRITICAL,
+}
+
+
+def memory_pressure(
+    current: Sequence[cond.Condition],
+    memory: contract.MemoryInfo,
+    *,
+    generation: int | None,
+    now: datetime,
+) -> list[cond.Condition]:
+    """The MemoryPressure condition: True at warn or critical (placement then gives the node
+    no new replica, `core.deployment.placing.PRESSURES`), with the reading the agent names.
+    The message is written when the level changes and kept while it stays (the reading moves
+    on every poll: a node under pressure would otherwise rewrite its status on each)."""
+    level = memory.pressure
+    reason = _PRESSURE_REASONS[level]
+    old = cond.find(list(current), cond.ConditionType.MEMORY_PRESSURE)
+    if old is not None and old.reason == reason:
+        message = old.message
+    else:
+        said = f": {memory.pressure_reason}" if memory.pressure_reason else ""
+        then = "; no new replicas are placed here until it clears" if level != "normal" else ""
+        message = f"agent reports memory pressure {level}{said}{then}"
+    return conditions.set_condition(
+        current,
+        kind=cond.ConditionType.MEMORY_PRESSURE,
+        status=level != "normal",
+        reason=reason,
+        message=message,
+        generation=generation,
+        now=now,
+    )
+
+
+def approval_message(name: str) -> str:
+    return (
+        "joined with a bootstrap token: not polled, placed on or given a credential until a "
+        f"person approves it (kubectl mlxfleet approve node {name})"
+    )
+
+
+def awaiting_approval(node: inode.InferenceNode, *, now: datetime) -> inode.InferenceNodeStatus:
+    """The status of a node no person approved yet: Ready=False (AwaitingApproval), nothing
+    from its agent (a status it had before approval was withdrawn is cleared)."""
+    gen = node.metadata.generation
+    verdict = conditions.Verdict(
+        False,
+        cond.Reason.AWAITING_APPROVAL,
+        approval_message(node.metadata.name or ""),
+        reconciling=True,
+    )
+    kept = [c for c in node.status.conditions if c.type != cond.ConditionType.MEMORY_PRESSURE]
+    return inode.InferenceNodeStatus(
+        observed_generation=gen,
+        conditions=conditions.apply_verdict(kept, verdict, generation=gen, now=now),
+    )
+
+
+def credentials(fleet_keys: Sequence[str], node: inode.InferenceNode) -> contract.NodeCredentials:
+    """The node's own keys, derived from the fleet key (`contract.credentials`)."""
+    return contract.credentials.for_node(fleet_keys, node.metadata.name or "")
+
+
+def needs_credentials(state: contract.AgentState, wanted: contract.NodeCredentials) -> bool:
+    """The agent does not hold exactly the keys it should (it reports their fingerprint)."""
+    return state.credentials != contract.credentials.fingerprint(wanted)
+
+
+def credentials_refused(error: str) -> events.Event:
+    """The warning when the node's agent did not take its keys (its data plane then refuses the
+    gateway; an agent older than per-node credentials answers 404)."""
+    return events.Event(
+        reason="CredentialsNotSent",
+        message=f"the agent did not take this node's own keys (retried every poll): {error}",
+        warning=True,
+    )
 
 
 def flip_event(seen: heartbeat.Observation, poll: Poll) -> events.Event | None:

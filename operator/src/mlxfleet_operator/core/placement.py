@@ -3,9 +3,12 @@
 May import: the standard library and `api.modelref`. Called by: `core.deployment.placing`, which
 turns InferenceNode facts into `NodeView`s and the shared memory estimate into `footprint`.
 
-Filters (each rejection names the node and why): explicit nodes, label selector, the engine
+Filters (each rejection names the node and why): approval (a Mac that joined itself takes nothing
+until a person approves it), explicit nodes, label selector, the engine
 (the node's agent must list `spec.engine.name` as runnable; agents older than engines run
-mlx-lm only), cordon, Ready,
+mlx-lm only), nodes the deployment must leave (`Request.leave`: a replica evicted there for a
+higher-priority deployment, or its back-off), cordon, Ready, node pressure (`NodeView.pressures`:
+a node reporting memory pressure takes no new replica; its replicas stay),
 memory fit (node budget minus what other slots already use), one replica per node. Scoring: the
 order of explicit nodes, weights already cached, then Spread (most room left) or BinPack (least
 room left), then name.
@@ -44,10 +47,21 @@ class Reason(StrEnum):
     SERVED_NAME = "ServedNameConflict"  # another deployment serves the same name there
     NOT_NEEDED = "NotNeeded"
     ENGINE = "EngineUnavailable"
+    PREEMPTED = "Preempted"  # its replica there was evicted for a higher priority (or backs off)
+    MEMORY_PRESSURE = "MemoryPressure"  # the node reports memory pressure (`Pressure`)
+    UNAPPROVED = "AwaitingApproval"  # joined with a bootstrap token, not approved by a person
+    NO_FABRIC = "NoFabricAddress"  # a sharded rank: its agent has no --fabric-address
 
 
 # rejections that no amount of waiting for capacity fixes (a person must act)
-STATIC = (Reason.NOT_LISTED, Reason.SELECTOR, Reason.TOO_SMALL, Reason.ENGINE)
+STATIC = (
+    Reason.UNAPPROVED,
+    Reason.NOT_LISTED,
+    Reason.SELECTOR,
+    Reason.TOO_SMALL,
+    Reason.ENGINE,
+    Reason.NO_FABRIC,
+)
 # the deployment condition reason when every node is statically out, most specific first
 NOWHERE = (
     (Reason.ENGINE, "EngineUnavailable"),
@@ -56,11 +70,22 @@ NOWHERE = (
 
 
 @dataclass(frozen=True)
+class Pressure:
+    """A node reading that keeps new replicas off the node while it lasts (its replicas stay):
+    memory pressure now, thermal pressure next, each with its own `reason`. `message` says
+    what the node reports (the InferenceNode condition's message)."""
+
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True)
 class NodeView:
     """What placement needs to know about one InferenceNode."""
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    approved: bool = True  # false: joined itself, no person approved it yet (spec.approved)
     unschedulable: bool = False
     draining: bool = False  # spec.drain: its replicas move elsewhere (make-before-break)
     ready: bool = True
@@ -71,6 +96,8 @@ class NodeView:
     engines: frozenset[str] = frozenset({"mlx-lm"})  # what its agent can run
     engine_reasons: Mapping[str, str] = field(default_factory=dict)  # why not, per engine
     served_names: frozenset[str] = frozenset()  # served by other slots than this deployment's
+    pressures: tuple[Pressure, ...] = ()  # readings that keep new replicas off (`Pressure`)
+    fabric: str | None = "127.0.0.1"  # where its sharded ranks listen (None: it runs none)
 
 
 @dataclass(frozen=True)
@@ -85,6 +112,9 @@ class Request:
     nodes: tuple[str, ...] | None = None  # explicit node names, or None for any
     engine: str = "mlx-lm"  # spec.engine.name
     served_name: str | None = None  # an agent serves one name once: a node serving it is out
+    # nodes this deployment's replicas must leave and take no new replica on, with why: evicted
+    # there for a higher-priority deployment, or backing off after such an eviction
+    leave: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -146,8 +176,13 @@ def gib(value: int) -> str:
     return f"{value / 2**30:.2f} GiB"
 
 
+UNAPPROVED = "not approved (joined with a bootstrap token: `kubectl mlxfleet approve node NAME`)"
+
+
 def _static_reject(node: NodeView, request: Request) -> Rejection | None:
     """Filters that do not depend on readiness, free memory or the other replicas."""
+    if not node.approved:
+        return Rejection(node.name, Reason.UNAPPROVED, UNAPPROVED)
     if request.nodes is not None and node.name not in request.nodes:
         return Rejection(node.name, Reason.NOT_LISTED, "not in spec.placement.nodes")
     missing = {k: v for k, v in request.node_selector.items() if node.labels.get(k) != v}
@@ -213,6 +248,8 @@ def place(
         held = by_name.get(name)
         if held is None or name in rejections or len(kept) >= request.replicas:
             continue
+        if name in request.leave:  # evicted: make-before-break hands it over (core.slots)
+            continue
         if held.draining:
             evacuating.append(name)
             continue
@@ -227,11 +264,16 @@ def place(
     for node in static_ok:
         if node.name in kept:
             continue
-        if node.unschedulable or node.draining:
+        if node.name in request.leave:
+            rejections[node.name] = Rejection(node.name, Reason.PREEMPTED, request.leave[node.name])
+        elif node.unschedulable or node.draining:
             why = "draining (spec.drain)" if node.draining else "cordoned (spec.unschedulable)"
             rejections[node.name] = Rejection(node.name, Reason.CORDONED, why)
         elif not node.ready:
             rejections[node.name] = Rejection(node.name, Reason.NOT_READY, "node is not Ready")
+        elif node.pressures:
+            first = node.pressures[0]
+            rejections[node.name] = Rejection(node.name, first.reason, first.message)
         elif request.served_name is not None and request.served_name in node.served_names:
             # the other deployment may be another tenant's: say what, never whose
             rejections[node.name] = Rejection(

@@ -185,6 +185,8 @@ def plan_ranks(
 def _static_reject(
     node: placement.NodeView, request: GroupRequest, *, now: datetime, delay: timedelta
 ) -> placement.Rejection | None:
+    if not node.approved:
+        return placement.Rejection(node.name, placement.Reason.UNAPPROVED, placement.UNAPPROVED)
     if request.nodes is not None and node.name not in request.nodes:
         return placement.Rejection(
             node.name, placement.Reason.NOT_LISTED, "not in spec.placement.nodes"
@@ -198,6 +200,13 @@ def _static_reject(
     if node.unschedulable:
         return placement.Rejection(
             node.name, placement.Reason.CORDONED, "cordoned (spec.unschedulable)"
+        )
+    if node.fabric is None:
+        return placement.Rejection(
+            node.name,
+            placement.Reason.NO_FABRIC,
+            "its agent has no fabric address (--fabric-address): ranks listen only on the "
+            "fabric network",
         )
     if not node.ready:
         grace = node.not_ready_since is not None and now - node.not_ready_since < delay
@@ -311,7 +320,11 @@ def place_groups(
             missing += 1
             used.update(members)
             continue
-        pool = [n for n in eligible.values() if n.name not in used and n not in healthy]
+        pool = [  # new ranks never go to a node under pressure (its own ranks stay)
+            n
+            for n in eligible.values()
+            if n.name not in used and n not in healthy and not n.pressures
+        ]
         ranks_or_none = _form(request, pool, healthy)
         if ranks_or_none is None and healthy:
             ranks_or_none = _form(request, [*pool, *healthy], [])
@@ -324,6 +337,10 @@ def place_groups(
         rejections.pop(name, None)
     for name, node in eligible.items():
         if name in used or name in rejections:
+            continue
+        if node.pressures:
+            first = node.pressures[0]
+            rejections[name] = placement.Rejection(name, first.reason, first.message)
             continue
         need = tensor_rank_bytes(request) if request.mode == Mode.TENSOR else None
         if need is not None and free_bytes(node, request) < need:

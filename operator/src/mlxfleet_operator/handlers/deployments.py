@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import kopf
@@ -21,11 +21,20 @@ import pydantic
 
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import events, metrics, publishing, runtime, statuspatch
+from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
-from mlxfleet_operator.core import conditions, naming
-from mlxfleet_operator.core.deployment import autoscale, facts, footprint, intent, placing, slots
+from mlxfleet_operator.core import conditions, naming, placement
+from mlxfleet_operator.core.deployment import (
+    autoscale,
+    facts,
+    footprint,
+    intent,
+    placing,
+    preemption,
+    slots,
+)
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.swapplan import prefetch
@@ -124,6 +133,19 @@ def _unchanged(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> _D
     return _Due(seen)
 
 
+def _stall_due(body: kopf.Body, stall_seconds: float) -> bool:
+    """The deployment has not been Ready for `stall_seconds` (its Ready condition's
+    lastTransitionTime): a deployment waiting for room turns Stalled then (`mdstatus.verdict`)."""
+    for c in (body.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("status") == "False":
+            try:
+                since = datetime.fromisoformat(str(c.get("lastTransitionTime")))
+            except ValueError:
+                return False
+            return (runtime.now() - since).total_seconds() >= stall_seconds
+    return False
+
+
 def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> object | None:
     """What a reconcile of `body` reads, as a comparable value (None: always reconcile).
 
@@ -150,9 +172,15 @@ def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> objec
         and all(p.status.phase is not None and p.status.phase.terminal for p in plans)
         and len(placed) >= (want if str(meta.uid) in rt.scales else int(spec.get("replicas") or 1))
     )
-    listed = [p.get("node") for p in (body.get("status") or {}).get("placements") or []]
+    status = body.get("status") or {}
+    listed = [p.get("node") for p in status.get("placements") or []]
     if any(name in view.not_ready and name in idx.nodes for name in (*placed, *listed)):
         return None  # failover is timed: never skipped while a node it uses is not Ready
+    slot = naming.slot_name(meta.namespace or "", meta.name or "")
+    if rt.fleet.nominated(slot) or rt.fleet.evicting(slot):
+        return None  # a preemption under way: its nodes free on their agents' time
+    if not settled and (status.get("preempting") or status.get("preemptedBy")):
+        return None  # a nomination to resume after a restart, or a back-off that ends
     if settled:
         return (*own, tuple(placed.items()), view.versions(placed))
     if spec.get("sharding") is not None and any(name in idx.nodes for name in view.not_ready):
@@ -166,6 +194,7 @@ def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> objec
             rt.fleet.room_version(need),
             view.shape,
             len(idx.nodes),
+            _stall_due(body, rt.config.capacity_stall_seconds),  # Stalled is due: decide again
         )
     return (
         *own,
@@ -188,6 +217,7 @@ async def reconcile(
     clash = idx.slot_conflict(namespace, name, md.metadata.uid or "")
     if clash is not None:  # another deployment's slot: never PUT, DELETE or publish for it
         status = mdstatus.slot_conflict_status(md, clash, now=runtime.now())
+        events.announce_ready(rt, body, md.status.conditions, status.conditions)
         statuspatch.write_status(patch, status, body)
         return
     view, slot = rt.fleet.version, naming.slot_name(namespace, name)
@@ -208,14 +238,24 @@ async def reconcile(
     size = await _size(rt, md, found)
     now = runtime.now()
     if isinstance(size, conditions.Verdict):
-        statuspatch.write_status(
-            patch, mdstatus.unplaced_status(md, size, now=now, endpoint=endpoint), body
-        )
+        status = mdstatus.unplaced_status(md, size, now=now, endpoint=endpoint)
+        events.announce_ready(rt, body, md.status.conditions, status.conditions)
+        statuspatch.write_status(patch, status, body)
         return
     failover = timedelta(seconds=rt.config.failover_delay)
     nodes = idx.inference_nodes()
     if rt.fleet.version != view:  # others decided (or agents answered) while this one waited
         found = rt.fleet.node_facts(nodes, slot=slot)
+    # from here to the slot reservations nothing awaits: the next decision sees this one's
+    me = preemption.tenant(md)
+    victim = preemption.as_victim(
+        me,
+        rt.fleet.evicting(slot),
+        current=list(rt.fleet.placed(slot)),
+        records=md.status.preempted_by,
+        now=now,
+        base=timedelta(seconds=rt.config.preemption_backoff),
+    )
     want = intent.intent(
         md,
         found,
@@ -224,7 +264,21 @@ async def reconcile(
         now=now,
         failover_delay=failover,
         index=rt.fleet.placement_index(found),
+        leave=victim.leave,
     )
+    nominations = _nominate(rt, md, idx, want.decision, found, slot=slot, size=size, now=now)
+    standing = preemption.standing(
+        me,
+        nominations=nominations,
+        preempting_before=md.status.preempting,
+        victim=victim,
+        decision=want.decision,
+        now=now,
+    )
+    uid = md.metadata.uid or ""
+    for event in preemption.events_of(me, nominations, md.status.preempting, victim):
+        if rt.first_time(f"{uid}/{event.reason}/{event.message}", event.message):
+            events.post(body, event)  # once: a reconcile may read a status older than its own
     if want.decision.missing and not want.decision.fits_nowhere:
         rt.waiting[md.metadata.uid or ""] = size  # no room now: wait for room (`_inputs`)
     for request in want.puts:  # before any await: the next decision sees this one's memory
@@ -242,6 +296,8 @@ async def reconcile(
         endpoint=endpoint,
         now=now,
         handover=want.handover,
+        standing=standing,
+        stall_after=timedelta(seconds=rt.config.capacity_stall_seconds),
     )
     result = judge()
     try:
@@ -254,9 +310,15 @@ async def reconcile(
     moved = want.rescheduled
     if moved is not None and rt.first_time(str(body.metadata.uid), moved.message):
         events.post(body, moved)
+    events.announce_ready(rt, body, md.status.conditions, result.status.conditions)
     statuspatch.write_status(patch, result.status, body)
-    metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
-    metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(autoscale.wanted(md))
+    metrics.observe_deployment(
+        namespace,
+        name,
+        ready=cond.is_true(result.status.conditions, cond.ConditionType.READY),
+        ready_replicas=result.status.ready_replicas or 0,
+        replicas=autoscale.wanted(md),
+    )
 
 
 def _scaled(rt: runtime.Runtime, md: mdep.ModelDeployment, body: kopf.Body) -> mdep.ModelDeployment:
@@ -271,6 +333,50 @@ def _scaled(rt: runtime.Runtime, md: mdep.ModelDeployment, body: kopf.Body) -> m
         rt.scale_told[uid] = scale.changed_at
         events.post(body, told)
     return scaled
+
+
+def _nominate(
+    rt: runtime.Runtime,
+    md: mdep.ModelDeployment,
+    idx: indexes.Indexes,
+    decision: placement.Decision,
+    found: list[facts.NodeFacts],
+    *,
+    slot: str,
+    size: int,
+    now: datetime,
+) -> tuple[preemption.Nomination, ...]:
+    """The nodes this deployment takes from lower priorities for replicas that found none
+    (core.deployment.preemption), held by the fleet at once (`nominate`: the next decision,
+    the victims' included, counts them). None when every replica is placed."""
+    by_name = {fact.name: fact for fact in found}
+    nominations = preemption.landing(rt.fleet.nominated(slot), decision, by_name, slot=slot)
+    me, tenants = preemption.tenant(md), {}
+    if preemption.need_nodes(decision):
+        memory = placement.Reason.MEMORY
+        refused = [
+            by_name[r.node] for r in decision.rejections if r.reason == memory and r.node in by_name
+        ]
+        listed = {s.name for fact in refused if fact.state for s in fact.state.slots}
+        tenants = idx.evictable(listed, below=me.priority)
+    if tenants:  # someone of lower priority holds memory where memory alone was missing
+        sites = preemption.sites(decision, by_name, slot=slot, tenants=tenants)
+        victims = {o.tenant for site in sites for o in site.occupants if o.tenant is not None}
+        placed = {
+            t.key: len(rt.fleet.placed(naming.slot_name(t.namespace, t.name))) for t in victims
+        }
+        nominations += preemption.choose(
+            me,
+            slot=slot,
+            footprint=size,
+            missing=decision.missing,
+            sites=sites,
+            spare=preemption.spare(victims, placed=placed, others=rt.fleet.nominations(but=slot)),
+            previous=preemption.previous(md.status.preempting, holding=decision.nodes),
+            now=now,
+        )
+    rt.fleet.nominate(slot, nominations)
+    return nominations
 
 
 async def _perform(
@@ -348,20 +454,21 @@ async def teardown(
     shared = indexes.Indexes.of(kwargs).slot_conflict(namespace, name, uid)
     async with guard.guarded(KIND, body, memo) as run:  # an in-flight reconcile finishes first
         rt = run.rt
-        rt.announced.pop(uid, None)
+        for key in [k for k in rt.announced if k == uid or k.startswith(f"{uid}/")]:
+            rt.announced.pop(key, None)
         rt.waiting.pop(uid, None)
         rt.scales.pop(uid, None)
         rt.scale_told.pop(uid, None)
         rt.woken.pop((namespace, name), None)
         rt.settle(uid, None, at=0)
         rt.watch(uid, None)
+        rt.fleet.nominate(slot, ())  # the nodes it waited for are promised no more
         for node in [] if shared else list(rt.fleet.entries):
             gone = await rt.fleet.delete_slot(node, slot)
             if gone is not None:
                 events.post(body, slots.not_removed(gone, reported=rt.fleet.runs(node, slot)))
         await rt.publisher.unpublish(body)
-    metrics.DEPLOYMENT_READY.labels(namespace, name).set(0)
-    metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(0)
+    metrics.forget_deployment(namespace, name)
 
 
 def register(registry: kopf.OperatorRegistry, config: opsettings.OperatorSettings) -> None:

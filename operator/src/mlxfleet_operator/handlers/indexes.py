@@ -10,13 +10,15 @@ handler module imports another. One index per question:
 - `deployment_ready`: every ModelDeployment's ready replicas by (namespace, name) (ModelRoutes).
 - `model_demand`: requests gateways hold for sleeping ModelDeployments, by (namespace, name)
   (ModelDemands in the demand namespace: the autoscaler wakes on them).
+- `deployment_tenants`: every whole-replica ModelDeployment as preemption sees it (priority,
+  floor) by its agent slot name (a preemptor looks up the replicas on a node).
 
 Bodies are parsed here, once per change: an object the operator's model refuses is left out
 (kopf logs the error) instead of breaking every handler that reads the index. Each node seen
 also updates the runtime's `NodeView` (its version and NotReady set: the converge-skip check
 reads those instead of scanning every node per deployment per tick).
-May import: kopf, api, core (claims, facts), adapters.runtime. Called by: kopf (indexing),
-handler modules (the view).
+May import: kopf, api, core (claims, facts, preemption), adapters.runtime. Called by: kopf
+(indexing), handler modules (the view).
 """
 
 from __future__ import annotations
@@ -28,14 +30,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import kopf
+import pydantic
 
 from mlxfleet_operator.adapters import runtime
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import modeldemand as mdemand
+from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.core import naming
-from mlxfleet_operator.core.deployment import autoscale, facts
+from mlxfleet_operator.core.deployment import autoscale, facts, preemption
 from mlxfleet_operator.core.deployment import claims as slot_claims
 
 NODES = (resources.GROUP, resources.VERSION, resources.INFERENCE_NODE.plural)
@@ -74,6 +78,17 @@ def swap_plans(
     return {(namespace or "", plan.spec.deployment_ref.name): plan}
 
 
+def deployment_tenants(body: kopf.Body, **_: Any) -> dict[str, preemption.Tenant]:
+    try:
+        md = mdep.ModelDeployment.model_validate(copy.deepcopy(dict(body)))
+    except pydantic.ValidationError:  # InvalidSpec: never placed, so nothing to evict (its
+        return {}  # handler says why; a traceback per change here would say it again)
+    if md.spec.sharding is not None:  # groups of ranks are never evicted
+        return {}
+    tenant = preemption.tenant(md)
+    return {naming.slot_name(tenant.namespace, tenant.name): tenant}
+
+
 def deployment_ready(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str], int]:
@@ -97,6 +112,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
     kopf.index(*PLANS, id="swap_plans", registry=registry)(swap_plans)
     kopf.index(*DEPLOYMENTS, id="deployment_ready", registry=registry)(deployment_ready)
     kopf.index(*DEMANDS, id="model_demand", registry=registry)(model_demand)
+    kopf.index(*DEPLOYMENTS, id="deployment_tenants", registry=registry)(deployment_tenants)
 
 
 @dataclass(frozen=True)
@@ -107,6 +123,7 @@ class Indexes:
     claims: kopf.Index[str, slot_claims.SlotClaim]
     plans: kopf.Index[tuple[str, str], swp.SwapPlan]
     ready: kopf.Index[tuple[str, str], int]
+    tenants: kopf.Index[str, preemption.Tenant]
     # what gateways hold per deployment (absent where no ModelDemand was indexed: unit tests)
     demand: Mapping[tuple[str, str], Iterable[autoscale.Want]] = dataclasses.field(
         default_factory=dict
@@ -119,8 +136,24 @@ class Indexes:
             claims=kwargs["deployment_slots"],
             plans=kwargs["swap_plans"],
             ready=kwargs["deployment_ready"],
+            tenants=kwargs["deployment_tenants"],
             demand=kwargs.get("model_demand", {}),
         )
+
+    def evictable(self, slots: Iterable[str], *, below: int) -> dict[str, preemption.Tenant]:
+        """Of `slots`, those of a whole-replica ModelDeployment of priority below `below` that
+        preemption may evict from, by slot: one deployment per slot name (a shared one is
+        nobody's), none whose SwapPlan runs (its replicas are the plan's to move)."""
+        out: dict[str, preemption.Tenant] = {}
+        for slot in slots:
+            found = list(self.tenants.get(slot, []))
+            if len(found) != 1 or found[0].priority >= below:
+                continue
+            tenant = found[0]
+            plans = self.plans_of(tenant.namespace, tenant.name)
+            if all(p.status.phase is not None and p.status.phase.terminal for p in plans):
+                out[slot] = tenant
+        return out
 
     def inference_nodes(self) -> list[inode.InferenceNode]:
         """Every InferenceNode, by name."""

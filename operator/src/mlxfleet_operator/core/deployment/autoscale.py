@@ -54,7 +54,7 @@ class Bounds:
 
     @classmethod
     def of(cls, spec: deploymentspec.ModelDeploymentSpec) -> Bounds:
-        low = spec.min_replicas if spec.min_replicas is not None else spec.replicas
+        low = spec.fewest_replicas
         high = spec.max_replicas if spec.max_replicas is not None else max(spec.replicas, low, 1)
         idle = spec.idle_timeout
         return cls(

@@ -33,13 +33,16 @@ def takes(node: placement.NodeView, request: placement.Request) -> bool:
     without the rejection messages)."""
     fp = request.footprint_bytes
     return (
-        (request.nodes is None or node.name in request.nodes)
+        node.approved
+        and (request.nodes is None or node.name in request.nodes)
         and all(node.labels.get(k) == v for k, v in request.node_selector.items())
         and request.engine in node.engines
         and fp <= node.budget_bytes
         and not node.unschedulable
         and not node.draining
         and node.ready
+        and not node.pressures
+        and node.name not in request.leave
         and (request.served_name is None or request.served_name not in node.served_names)
         and node.budget_bytes - node.used_bytes >= fp
     )

@@ -3,21 +3,25 @@ with its agent's last answer (`NodeFacts`), and what an agent answered when aske
 (`Outcome`) or to fetch and size a model (`Prefetch`). Agent answers are classified by their
 HTTP status and the field their error body names, never by their text.
 
-May import: the standard library, `api`, the agent `contract`. Called by: the other
+Memory as the scheduler sees it (`held_bytes`, `used`, `free`): a slot on its way up counts
+its whole footprint, a slot that runs no backend counts nothing.
+May import: the standard library, `api`, the agent `contract` and `sizing`. Called by: the other
 `core.deployment` modules, `core.nodes` (the node's budget), and the adapters that turn agent
 answers into `Outcome`s and `Prefetch`es.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from urllib.parse import urlsplit
 
-from mlxfleet_agent import contract
+from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
+from mlxfleet_operator.api.modelref import ModelRef
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,9 @@ class NodeFacts:
     # slots reserved on the node (a PUT decided on, not listed by its agent yet) that `state`
     # leaves out: the deciding deployment's own (the fleet adapter's `node_facts`)
     reserved: frozenset[str] = frozenset()
+    # memory promised to preemptors on this node (their slot -> bytes, `preemption.claim`)
+    # while the replicas they evict leave it: counted as used by every other deployment
+    claims: Mapping[str, int] = field(default_factory=dict)
 
     @cached_property
     def name(self) -> str:  # cached: read for every node by several steps of a reconcile
@@ -51,6 +58,16 @@ class NodeFacts:
             return None
         return next((s for s in self.state.slots if s.name == name), None)
 
+    @cached_property
+    def fabric_address(self) -> str | None:
+        """Where this node's sharded ranks listen: its agent's `--fabric-address` (None: it runs
+        no rank); an agent too old to report one, the host of its agent URL (as before)."""
+        if self.state is None:
+            return None
+        if "fabric_address" not in self.state.model_fields_set:
+            return urlsplit(self.node.spec.agent.url).hostname
+        return self.state.fabric_address
+
 
 def budget(fact: NodeFacts) -> int:
     """What placement may fill on the node: the agent's own budget (`memory.budgetBytes` of its
@@ -63,10 +80,75 @@ def budget(fact: NodeFacts) -> int:
     return (mem.allocatable_bytes or 0) if mem is not None else 0
 
 
+# a slot in these phases is on its way to holding its whole footprint: counted in full
+COMING_UP = frozenset(
+    {
+        contract.SlotPhase.PENDING,
+        contract.SlotPhase.DOWNLOADING,
+        contract.SlotPhase.LOADING,
+        contract.SlotPhase.WARMING,
+    }
+)
+
+
+def expected_bytes(
+    spec: contract.SlotSpec, cached: Sequence[contract.CachedModel] = ()
+) -> int | None:
+    """The whole footprint a slot spec will hold once loaded: its memory override, the command
+    engine's declared memory, else the shared estimate from the node's cached copy of the model
+    (None: not known here yet; a rank of a sharded group holds a share the agent reports)."""
+    if spec.shard is not None:
+        return spec.memory_bytes
+    if spec.memory_bytes is not None:
+        return spec.memory_bytes
+    if spec.engine.command is not None:
+        return spec.engine.command.memory_bytes
+    model = ModelRef.of(spec)
+    for copy in cached:
+        if copy.shape is None or copy.size_bytes <= 0 or ModelRef.of(copy) != model:
+            continue
+        return sizing.estimate(
+            weights_bytes=copy.size_bytes,
+            shape=copy.shape,
+            context_length=spec.context_length,
+            max_concurrency=spec.max_concurrency,
+            kv_bits=spec.server.kv_bits,
+        ).total_bytes
+    return None
+
+
+def held_bytes(slot: contract.SlotStatus, cached: Sequence[contract.CachedModel] = ()) -> int:
+    """Memory the scheduler counts for one slot on a node: what its backends hold now (the
+    agent's figure), and for a slot on its way up (pending, downloading, loading, warming) its
+    whole footprint, although its backend holds little or nothing yet (a replica that is loading
+    holds its memory as far as placement is concerned, or two would be promised the same
+    bytes). A slot that runs no backend and is not coming up (a sleeping replica, a failed
+    backend waiting to restart) counts what it holds: nothing."""
+    reported = slot.estimated_memory_bytes or 0
+    if slot.phase not in COMING_UP or slot.spec is None:
+        return reported
+    return max(reported, expected_bytes(slot.spec, cached) or 0)
+
+
+def used(state: contract.AgentState, *, leave_out: str | None = None) -> int:
+    """What the node's slots hold as the scheduler counts it (`held_bytes`), but `leave_out`."""
+    cached = state.cached_models
+    return sum(held_bytes(s, cached) for s in state.slots if s.name != leave_out)
+
+
+def free(fact: NodeFacts) -> int | None:
+    """The node's budget less what every slot holds (None: the agent has not answered)."""
+    if fact.state is None:
+        return None
+    return budget(fact) - used(fact.state)
+
+
 def used_by_others(fact: NodeFacts, slot: str) -> int:
+    """What the node's other slots hold, and what it promised other preemptors."""
     if fact.state is None:
         return 0
-    return sum(s.estimated_memory_bytes or 0 for s in fact.state.slots if s.name != slot)
+    promised = sum(b for s, b in fact.claims.items() if s != slot)
+    return used(fact.state, leave_out=slot) + promised
 
 
 @dataclass(frozen=True)
@@ -79,12 +161,16 @@ class Room:
     engines: frozenset[str]
 
 
-def room(state: contract.AgentState, reserved: Sequence[contract.SlotStatus] = ()) -> Room:
+def room(
+    state: contract.AgentState,
+    reserved: Sequence[contract.SlotStatus] = (),
+    claims: Mapping[str, int] | None = None,
+) -> Room:
     counted = [*state.slots, *reserved]
-    used = sum(s.estimated_memory_bytes or 0 for s in counted)
+    held = sum(held_bytes(s, state.cached_models) for s in counted) + sum((claims or {}).values())
     return Room(
-        free=state.memory.budget_bytes - used,
-        slots=frozenset(s.name for s in counted),
+        free=state.memory.budget_bytes - held,
+        slots=frozenset(s.name for s in counted) | frozenset(claims or ()),
         engines=frozenset(e.name for e in state.engines if e.available),
     )
 

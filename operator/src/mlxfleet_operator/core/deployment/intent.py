@@ -44,9 +44,11 @@ def intent(
     failover_delay: timedelta,
     views: Mapping[str, placement.NodeView] | None = None,
     index: candidates.NodeIndex | None = None,
+    leave: Mapping[str, str] | None = None,
 ) -> Intent:
     """`views`: placement views made ahead for this slot (`placing.views_for`), by node;
-    `index`: the fleet's kept views indexed, to decide on the nodes it shortlists."""
+    `index`: the fleet's kept views indexed, to decide on the nodes it shortlists; `leave`:
+    nodes the replicas leave and avoid, with why (`preemption.leave`)."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     by_name = {fact.name: fact for fact in facts}
     decision = placing.place(
@@ -59,6 +61,7 @@ def intent(
         views=views,
         index=index,
         by_name=by_name,
+        leave=leave,
     )
     desired = slots.desired_models(md, decision, plan)
     create = None

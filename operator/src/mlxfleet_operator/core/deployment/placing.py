@@ -1,6 +1,7 @@
-"""A ModelDeployment's placement inputs and decision: each node as placement sees it, the
-deployment's request, where its replicas are now (a SwapPlan's moves applied), and the nodes
-that may fetch and size a model nobody knows yet.
+"""A ModelDeployment's placement inputs and decision: each node as placement sees it (its
+pressure readings from the InferenceNode's conditions, `PRESSURES`), the deployment's request
+(with the nodes it must leave: preemption), where its replicas are now (a SwapPlan's moves
+applied), and the nodes that may fetch and size a model nobody knows yet.
 
 May import: the standard library, the agent `contract`, `api`, `core.naming`, `core.placement`,
 `core.events`, `autoscale` (the count to place), `candidates`, `facts`.
@@ -16,11 +17,30 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from mlxfleet_agent import contract
+from mlxfleet_operator.api import conditions as cond
+from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import events, naming, placement
 from mlxfleet_operator.core.deployment import autoscale, candidates
 from mlxfleet_operator.core.deployment import facts as f
+
+# InferenceNode conditions that keep new replicas off a node while they are True, each with
+# the placement reason it gives; the node's replicas stay. Thermal pressure is one more entry.
+PRESSURES: tuple[tuple[cond.ConditionType, placement.Reason], ...] = (
+    (cond.ConditionType.MEMORY_PRESSURE, placement.Reason.MEMORY_PRESSURE),
+)
+
+
+def pressures(node: inode.InferenceNode) -> tuple[placement.Pressure, ...]:
+    """The node's pressure readings that are on (`PRESSURES`), each with its condition's words."""
+    out = []
+    for kind, reason in PRESSURES:
+        found = cond.find(node.status.conditions, kind)
+        if found is not None and found.status is cond.ConditionStatus.TRUE:
+            text = found.message or f"{kind} ({found.reason}): no new replicas until it clears"
+            out.append(placement.Pressure(reason=reason, message=text))
+    return tuple(out)
 
 
 def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
@@ -33,6 +53,7 @@ def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
         engines=engines,
         engine_reasons=reasons,
         labels=dict(fact.node.metadata.labels),
+        approved=fact.node.approved(),
         unschedulable=fact.node.spec.unschedulable,
         draining=fact.node.spec.drain,
         ready=fact.ready and fact.state is not None,
@@ -45,6 +66,9 @@ def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
             for s in (fact.state.slots if fact.state is not None else ())
             if s.name != slot
         ),
+        pressures=pressures(fact.node),
+        # a node whose agent does not answer is out as NotReady, not for its fabric
+        fabric=fact.fabric_address if fact.state is not None else "",
     )
 
 
@@ -61,7 +85,8 @@ class Prepared:
 def prepare(fact: f.NodeFacts) -> Prepared:
     """The node's view as any deployment not on it sees it."""
     listed = fact.state.slots if fact.state is not None else ()
-    return Prepared(node_view(fact, slot=""), frozenset(s.name for s in listed))
+    counted = frozenset(s.name for s in listed) | frozenset(fact.claims)
+    return Prepared(node_view(fact, slot=""), counted)
 
 
 def views_for(prepared: Mapping[str, Prepared], *, slot: str) -> dict[str, placement.NodeView]:
@@ -80,7 +105,10 @@ def engines_of(fact: f.NodeFacts) -> tuple[frozenset[str], dict[str, str]]:
     return runnable, {e.name: e.reason for e in listed if not e.available}
 
 
-def request(md: mdep.ModelDeployment, footprint_bytes: int) -> placement.Request:
+def request(
+    md: mdep.ModelDeployment, footprint_bytes: int, *, leave: Mapping[str, str] | None = None
+) -> placement.Request:
+    """`leave`: nodes the replicas leave and avoid, with why (`preemption.leave`)."""
     nodes = md.spec.placement.nodes
     return placement.Request(
         replicas=autoscale.wanted(md),
@@ -91,6 +119,7 @@ def request(md: mdep.ModelDeployment, footprint_bytes: int) -> placement.Request
         nodes=tuple(nodes) if nodes is not None else None,
         engine=md.spec.engine.name.value,
         served_name=md.served_name(),
+        leave=dict(leave or {}),
     )
 
 
@@ -142,8 +171,10 @@ def place(
     views: Mapping[str, placement.NodeView] | None = None,
     index: candidates.NodeIndex | None = None,
     by_name: Mapping[str, f.NodeFacts] | None = None,
+    leave: Mapping[str, str] | None = None,
 ) -> placement.Decision:
-    """`views`: nodes' placement views made ahead for this deployment's slot (`views_for`);
+    """`leave`: nodes the replicas leave and avoid (evicted there, or backing off), with why.
+    `views`: nodes' placement views made ahead for this deployment's slot (`views_for`);
     the others are made here. `index` (with `by_name`, `facts` by name): the fleet's kept
     views, indexed: the decision is first taken on the nodes it shortlists (`candidates`)
     and, only when that leaves a replica unplaced or held on a draining node, on every node
@@ -156,7 +187,7 @@ def place(
     listed = current_nodes(md, moves or {})
     held = [*carrying(facts, slot), *reserving(facts, slot)]
     current = [*listed, *(n for n in held if n not in listed)]
-    want = request(md, footprint_bytes)
+    want = request(md, footprint_bytes, leave=leave)
     decision = _place(want, facts, slot, current, now, failover_delay, views, index, by_name)
     if len(current) == len(listed):
         return decision
