@@ -1,5 +1,6 @@
 """The activator (requests for a sleeping deployment wait while it loads) and its pure parts:
-which placements count as starting, the bounded queue, the refusals, the ModelDemand body."""
+which placements count as starting (on approved nodes only, with each node's own header), the
+bounded queue, the refusals, the ModelDemand body."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ from typing import Any
 
 import pytest
 
+from mlxfleet_agent import contract
 from mlxfleet_gateway import activator, calls, metrics, view
 from mlxfleet_gateway.core import balancer, catalog, coldstart, errors, keys, plan, traits
 from mlxfleet_operator.api import modeldemand
 from mlxfleet_operator.api import modeldeployment as mdep
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
+NODES = {"n1": b"Bearer k1"}  # the approved nodes and the header value each accepts
+FLEET_KEY = "f" * 64
 
 
 def body(
@@ -31,9 +35,11 @@ def body(
     }
 
 
-def placed(phase: str, *, ready: bool = False, message: str | None = None) -> dict[str, Any]:
+def placed(
+    phase: str, *, ready: bool = False, message: str | None = None, node: str = "n1"
+) -> dict[str, Any]:
     return {
-        "node": "n1",
+        "node": node,
         "phase": phase,
         "ready": ready,
         "endpoint": "http://10.0.0.1:8471",
@@ -43,7 +49,14 @@ def placed(phase: str, *, ready: bool = False, message: str | None = None) -> di
 
 
 def dep(raw: dict[str, Any]) -> catalog.Deployment:
-    return catalog.deployment(mdep.ModelDeployment.model_validate(raw))
+    return catalog.deployment(mdep.ModelDeployment.model_validate(raw), NODES)
+
+
+def inode(name: str, *, approved: bool | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"agent": {"url": f"https://{name}:8470"}}
+    if approved is not None:
+        spec["approved"] = approved
+    return {"metadata": {"name": name}, "spec": spec, "status": {}}
 
 
 @pytest.mark.parametrize(
@@ -57,6 +70,7 @@ def dep(raw: dict[str, Any]) -> catalog.Deployment:
         pytest.param(body(placed("Removing")), True, 0, id="going to sleep"),
         pytest.param(body(placed("Pending"), min_replicas=None), False, 0, id="may not sleep"),
         pytest.param(body(min_replicas=0, replicas=0), False, 0, id="off"),
+        pytest.param(body(placed("Pending", node="rogue")), True, 0, id="on a node not approved"),
     ],
 )
 def test_which_deployments_hold_and_which_replicas_are_starting(
@@ -65,13 +79,14 @@ def test_which_deployments_hold_and_which_replicas_are_starting(
     found = dep(raw)
     assert found.wakeable is wakeable
     assert len(found.starting) == starting
+    assert all(r.auth == NODES[r.node] for r in found.starting)  # the node's own header
     assert not found.replicas
 
 
 def test_a_sleeping_model_is_listed() -> None:
-    cat = catalog.build([mdep.ModelDeployment.model_validate(body())], [])
+    cat = catalog.build([mdep.ModelDeployment.model_validate(body())], [], nodes=NODES)
     assert [r.name for r in cat.listed(["a"])] == ["chat"]
-    off = catalog.build([mdep.ModelDeployment.model_validate(body(replicas=0))], [])
+    off = catalog.build([mdep.ModelDeployment.model_validate(body(replicas=0))], [], nodes=NODES)
     assert off.listed(["a"]) == []
 
 
@@ -143,7 +158,8 @@ def _call() -> calls.Call:
 def _setup(
     limit: int = 4, timeout_s: float = 5.0
 ) -> tuple[view.View, activator.Activator, Recorder]:
-    v = view.View(balancer.Balancer())
+    v = view.View(balancer.Balancer(), fleet_key=FLEET_KEY)
+    v.replace("nodes", {"/n1": inode("n1"), "/rogue": inode("rogue", approved=False)})
     v.replace("deployments", {"a/chat": body()})
     rec = Recorder()
     act = activator.Activator(
@@ -167,6 +183,28 @@ def test_a_held_request_goes_to_the_replica_the_operator_places() -> None:
         assert rec.published[-1] == []  # nothing held any more
         assert call.held_ms is not None
         assert call.held_ms >= 40
+
+    asyncio.run(go())
+
+
+def test_a_held_request_waits_for_a_replica_on_an_approved_node_with_its_own_key() -> None:
+    """A replica placed on a node that is not approved is no place to send a held request (its
+    data plane has no key the gateway holds); once the node is approved it goes there, with the
+    key derived for that node."""
+
+    async def go() -> None:
+        v, act, _ = _setup()
+        call = _call()
+        target = v.catalog.deployments[("a", "chat")]
+        waiting = asyncio.ensure_future(act.hold(call, target))
+        v.replace("deployments", {"a/chat": body(placed("Pending", node="rogue"))})
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        v.replace("nodes", {"/n1": inode("n1"), "/rogue": inode("rogue", approved=True)})
+        found = await asyncio.wait_for(waiting, 1)
+        assert [r.id for r in found.starting] == ["a/chat@rogue"]
+        key = contract.credentials.data_plane_key(FLEET_KEY, "rogue")
+        assert found.starting[0].auth == f"Bearer {key}".encode()
 
     asyncio.run(go())
 
