@@ -168,14 +168,18 @@ def test_operator_cannot_read_the_fleet_key(cluster: Any) -> None:
     key (the data-plane credential of every agent); now only the provider keys listed."""
     cluster.kubectl("apply", "--server-side", "-f", "-", input=_secret(FLEET_KEY, SYSTEM))
     cluster.kubectl("apply", "--server-side", "-f", "-", input=_secret("openai", SYSTEM))
-    denied = cluster.kubectl(
-        "get", "secret", FLEET_KEY, "-n", SYSTEM, "-o", "json", as_operator=True, check=False
-    )
-    assert denied.returncode != 0
-    assert "Forbidden" in denied.stderr
-    assert "t0ken" not in denied.stdout
-    listed = cluster.kubectl("get", "secret", "openai", "-n", SYSTEM, as_operator=True)
-    assert "openai" in listed.stdout
+    try:
+        denied = cluster.kubectl(
+            "get", "secret", FLEET_KEY, "-n", SYSTEM, "-o", "json", as_operator=True, check=False
+        )
+        assert denied.returncode != 0
+        assert "Forbidden" in denied.stderr
+        assert "t0ken" not in denied.stdout
+        listed = cluster.kubectl("get", "secret", "openai", "-n", SYSTEM, as_operator=True)
+        assert "openai" in listed.stdout
+    finally:  # the session's cluster is shared: the gateway's examples apply these names too
+        # (as typed Secrets: a Secret's type cannot change)
+        cluster.kubectl("delete", "secret", FLEET_KEY, "openai", "-n", SYSTEM, check=False)
 
 
 def test_operator_writes_status_but_cannot_create_deployments(cluster: Any) -> None:
