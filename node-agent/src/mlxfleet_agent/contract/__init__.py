@@ -80,12 +80,20 @@ from mlxfleet_agent.contract.sources import (
     SourceError,
     check_source,
 )
-from mlxfleet_agent.contract.state import AgentState, DiskInfo, MemoryInfo
+from mlxfleet_agent.contract.state import (
+    DOCTOR_CHECKS,
+    AgentState,
+    DiskInfo,
+    DoctorReport,
+    MemoryInfo,
+    ThermalInfo,
+)
 from mlxfleet_agent.contract.telemetry import (
     LATENCY_BUCKETS_S,
     TELEMETRY_KEY_LAYOUT,
     TELEMETRY_NODE,
     TELEMETRY_SCHEMA_VERSION,
+    THERMAL_LEVELS,
     TOKEN_LATENCY_BUCKETS_S,
     HistogramData,
     KeyTelemetry,
@@ -104,6 +112,7 @@ __all__ = [
     "CHAT_TEMPLATE_ARGS_MAX_DEPTH",
     "CHAT_TEMPLATE_ARGS_MAX_KEYS",
     "DNS_LABEL",
+    "DOCTOR_CHECKS",
     "ENDPOINTS",
     "HF_REPO",
     "LATENCY_BUCKETS_S",
@@ -116,6 +125,7 @@ __all__ = [
     "TELEMETRY_KEY_LAYOUT",
     "TELEMETRY_NODE",
     "TELEMETRY_SCHEMA_VERSION",
+    "THERMAL_LEVELS",
     "TOKEN_LATENCY_BUCKETS_S",
     "AgentState",
     "CachedModel",
@@ -123,6 +133,7 @@ __all__ = [
     "ChatTemplateArgs",
     "CommandOptions",
     "DiskInfo",
+    "DoctorReport",
     "DownloadProgress",
     "EmbedOptions",
     "EngineInfo",
@@ -161,6 +172,7 @@ __all__ = [
     "SwapRecord",
     "SwapStrategy",
     "TelemetryInterval",
+    "ThermalInfo",
     "Transfer",
     "VllmOptions",
     "Wire",

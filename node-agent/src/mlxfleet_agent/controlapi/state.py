@@ -2,10 +2,11 @@
 
 Versions, OS and chip (read once, at start-up), memory (total, available, the slots' budget
 and estimate, pressure), disk of the models dir, the data port, every slot's status, the cached
-models, the downloads in progress (`transfers`), the telemetry and peer counters and the engines
-found at start.
+models, the downloads in progress (`transfers`), the telemetry and peer counters, the engines
+found at start, the host's heat (the telemetry's last sample) and the doctor's last report:
+both read by threads of their own, so answering never waits on a command.
 May import: the standard library, contract, host.platform, models.catalog, slots.registry,
-telemetry (recorder, hoststats). Called by: controlapi.app, runtime (builds it).
+telemetry (recorder, hoststats), doctor.watch. Called by: controlapi.app, runtime (builds it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mlxfleet_agent import __version__, contract
+from mlxfleet_agent.doctor import watch
 from mlxfleet_agent.host import platform
 from mlxfleet_agent.models import catalog
 from mlxfleet_agent.slots import registry
@@ -35,7 +37,9 @@ class StateView:
         data_port: int,
         engines: list[contract.EngineInfo] | None = None,
         pressure_file: Path | None = hoststats.PSI_FILE,
+        doctor: watch.Doctor | None = None,
     ) -> None:
+        self.doctor = doctor
         self.engines = engines or []
         self.pressure_file = pressure_file
         self.slots = slots
@@ -78,5 +82,7 @@ class StateView:
                 for t in self.models.store.transfers.snapshot(time.monotonic())
             ],
             counters={**self.telemetry.counters(), **self.models.store.counters},
+            thermal=self.telemetry.thermal(),
+            doctor=self.doctor.report() if self.doctor is not None else None,
             engines=self.engines,
         )

@@ -24,13 +24,14 @@ from mlxfleet_agent.backends import launcher, orphans
 from mlxfleet_agent.controlapi import app as control_app
 from mlxfleet_agent.controlapi import guard, state
 from mlxfleet_agent.dataplane import app as data_app
+from mlxfleet_agent.doctor import watch
 from mlxfleet_agent.engines import discovery, facts
 from mlxfleet_agent.host import platform
 from mlxfleet_agent.models import catalog, store
 from mlxfleet_agent.peers import server as peer_server
 from mlxfleet_agent.runtime import logs, settings
 from mlxfleet_agent.slots import registry
-from mlxfleet_agent.telemetry import recorder, shipper
+from mlxfleet_agent.telemetry import heat, recorder, shipper
 
 log = logging.getLogger("mlxfleet_agent")
 
@@ -61,12 +62,25 @@ def shipper_config(cfg: settings.Settings) -> shipper.ShipperConfig:
 
 
 def telemetry(cfg: settings.Settings) -> tuple[recorder.Telemetry, shipper.Shipper]:
-    """The agent's telemetry and its (not yet started) shipper, as the settings say."""
+    """The agent's telemetry and its (not yet started) shipper, as the settings say; the
+    shipper samples the host's heat (`--thermal-file` instead, when given)."""
     return shipper.build(
         shipper_config(cfg),
         node=cfg.node_name,
         idle_watts=cfg.idle_power_watts,
         busy_watts=cfg.busy_power_watts,
+        heat_meter=heat.HeatMeter(thermal_file=cfg.thermal_file),
+        psi_file=cfg.memory_pressure_file,
+    )
+
+
+def doctor(cfg: settings.Settings) -> watch.Doctor:
+    """The macOS doctor (not yet started), as the settings say."""
+    return watch.Doctor(
+        interval_s=cfg.doctor_interval_s,
+        updates_interval_s=cfg.doctor_updates_interval_s,
+        outputs_dir=cfg.doctor_outputs_dir,
+        disk_min_free_bytes=cfg.doctor_disk_min_free_bytes,
     )
 
 
@@ -81,6 +95,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     token = cfg.read_token()
     keys = cfg.read_data_keys()
     tel, ship = telemetry(cfg)
+    host_doctor = doctor(cfg)
     peer_token = cfg.read_peer_token()
     model_store = store.Store(
         cfg.models_dir,
@@ -121,6 +136,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         data_port=data_port,
         engines=engines,
         pressure_file=cfg.memory_pressure_file,
+        doctor=host_doctor,
     )
     control = control_app.build(
         slots=slots, models=models, view=view, agent_metrics=tel.metrics, log_tail=logs.RING.tail
@@ -148,10 +164,12 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     if restored:
         log.info("restored slots", extra={"slots": restored})
     ship.start()
+    host_doctor.start()
     caffeinate = platform.start_caffeinate() if cfg.caffeinate else None
     try:
         yield runtime
     finally:
+        host_doctor.stop()
         models.close()
         await slots.close()
         await asyncio.to_thread(ship.stop)

@@ -21,6 +21,20 @@ from mlxfleet_agent import contract
 NAMESPACE = "mlxfleet_agent"
 CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
 PRESSURE_LEVELS = ("normal", "warn", "critical")
+# macOS thermal pressure, in the names of ProcessInfo.thermalState (powermetrics' Nominal,
+# Moderate, Heavy, Trapping/Sleeping map to nominal, fair, serious, critical). The alert rules
+# read `mlxfleet_agent_thermal_pressure{level}`; a host reading without it exports nothing.
+THERMAL_LEVELS = ("nominal", "fair", "serious", "critical")
+# Host gauges exported when the host reading has the key: (key, help).
+HOST_GAUGES = (
+    ("memory_total_bytes", "Unified memory of the node."),
+    ("memory_used_bytes", "Memory in use on the node."),
+    ("memory_available_bytes", "Memory available to new allocations."),
+    ("uptime_seconds", "Seconds since the agent started."),
+    ("gpu_utilization_ratio", "GPU busy fraction over the last sample (0 to 1)."),
+    ("gpu_temperature_celsius", "GPU die temperature."),
+    ("cpu_temperature_celsius", "CPU die temperature."),
+)
 
 
 class _HostCollector(Collector):
@@ -31,30 +45,38 @@ class _HostCollector(Collector):
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         host = self._read()
-        for key, help_text in (
-            ("memory_total_bytes", "Unified memory of the node."),
-            ("memory_used_bytes", "Memory in use on the node."),
-            ("memory_available_bytes", "Memory available to new allocations."),
-            ("uptime_seconds", "Seconds since the agent started."),
-        ):
+        for key, help_text in HOST_GAUGES:
             if host.get(key) is not None:
                 yield GaugeMetricFamily(f"{NAMESPACE}_{key}", help_text, value=float(host[key]))
-        pressure = GaugeMetricFamily(
-            f"{NAMESPACE}_memory_pressure",
+        yield _one_hot(
+            "memory_pressure",
             "1 for the node's current memory pressure level, 0 for the others.",
-            labels=["level"],
+            PRESSURE_LEVELS,
+            host.get("pressure"),
         )
-        for level in PRESSURE_LEVELS:
-            pressure.add_metric([level], 1.0 if host.get("pressure") == level else 0.0)
-        yield pressure
+        if host.get("thermal") is not None:
+            yield _one_hot(
+                "thermal_pressure",
+                "1 for the node's current thermal pressure level, 0 for the others.",
+                THERMAL_LEVELS,
+                host["thermal"],
+            )
         if host.get("power_watts") is not None:
             power = GaugeMetricFamily(
                 f"{NAMESPACE}_power_watts",
-                "Package power: measured (powermetrics) or estimated from nominal idle/busy watts.",
+                "Package power: measured (source: the meter) or estimated from nominal idle/busy "
+                "watts.",
                 labels=["source"],
             )
             power.add_metric([str(host.get("power_source", "estimated"))], host["power_watts"])
             yield power
+
+
+def _one_hot(name: str, help_text: str, levels: Iterable[str], now: object) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(f"{NAMESPACE}_{name}", help_text, labels=["level"])
+    for level in levels:
+        family.add_metric([level], 1.0 if now == level else 0.0)
+    return family
 
 
 class AgentMetrics:
