@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+from xml.parsers.expat import ExpatError
 
 LEVELS = ("nominal", "fair", "serious", "critical")
 # powermetrics' words (and ProcessInfo's own) for the levels
@@ -135,7 +136,7 @@ def powermetrics_plist(data: bytes) -> HeatReading:
         return HeatReading()
     try:
         sample = plistlib.loads(parts[-1])
-    except (plistlib.InvalidFileException, ValueError, TypeError):
+    except (plistlib.InvalidFileException, ExpatError, ValueError, TypeError):
         return HeatReading()
     if not isinstance(sample, dict):
         return HeatReading()

@@ -52,6 +52,16 @@ TYPES = (
     T.UPDATE_PENDING,
     T.THUNDERBOLT_BRIDGE_MISSING,
 )
+# the reasons of a finding (True), each message naming its fix
+FINDINGS = (
+    R.SYSTEM_SLEEP_ENABLED,
+    R.DISPLAY_SLEEP_ENABLED,
+    R.AUTO_RESTART_OFF,
+    R.FILEVAULT_ON,
+    R.MODEL_STORE_DISK_LOW,
+    R.RESTART_UPDATE_PENDING,
+    R.THUNDERBOLT_BRIDGE_ABSENT,
+)
 # every reason a doctor condition can give (docs/troubleshooting.md has a section for each)
 REASONS = (
     R.SYSTEM_SLEEP_ENABLED,

@@ -414,8 +414,9 @@ def batches(
     no string per row). Columns in `rare` (those of rows few groups have) are read only for
     the groups `rare_in` says need them (all, without `rare_in`); elsewhere they are nulls."""
     try:
-        reader = pq.ParquetFile(pa.BufferReader(data), read_dictionary=list(dictionary) or None)
-        have = set(reader.schema_arrow.names)
+        have = set(pq.read_schema(pa.BufferReader(data)).names)
+        as_dictionary = [c for c in dictionary if c in have]  # an older object may lack some
+        reader = pq.ParquetFile(pa.BufferReader(data), read_dictionary=as_dictionary or None)
         missing = sorted((set(columns) | set(rare)) - have - set(LATER))
         if missing:
             raise ColumnarError(f"not a telemetry day object: columns {missing} are missing")
