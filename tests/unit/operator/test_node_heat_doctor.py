@@ -133,6 +133,18 @@ def test_no_level_no_condition_and_odd_figures_never_fail_the_status() -> None:
     assert silent.thermal.gpu_temperature_celsius == 200
 
 
+def test_a_restarted_agent_that_has_not_sampled_yet_leaves_the_heat_as_written() -> None:
+    """Its first answers have no `thermal`: a hot node stays closed to new replicas."""
+    n = node("n1")
+    hot = poll(n, heated("serious", "powermetrics thermal pressure Heavy", power_watts=41.0))
+    restarted = poll(written(n, hot), state(), at=timedelta(seconds=5))
+    assert restarted.conditions == hot.conditions
+    assert restarted.thermal == hot.thermal
+    bare = poll(written(n, hot), heated(None), at=timedelta(seconds=10))  # sampled: no source
+    assert cond.find(bare.conditions, T.THERMAL_PRESSURE) is None
+    assert bare.thermal is None
+
+
 # ---- placement -------------------------------------------------------------------------------
 
 

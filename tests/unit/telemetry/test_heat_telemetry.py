@@ -81,7 +81,8 @@ def test_a_host_without_heat_sources_reports_none() -> None:
     assert host.thermal_pressure_max is None
     assert (host.gpu_temperature_max_celsius, host.cpu_temperature_max_celsius) == (None, None)
     assert (host.thermal_pressure_seconds, host.gpu_sampled_seconds) == (0.0, 0.0)
-    assert tel.thermal() is None  # nothing for GET /v1/state either
+    assert tel.thermal() == contract.ThermalInfo()  # sampled, and nothing to tell
+    assert recorder.Telemetry(node="mac-1").thermal() is None  # not sampled yet
     text = tel.metrics.exposition().decode()
     assert "thermal_pressure" not in text
     assert "temperature" not in text

@@ -31,9 +31,9 @@ SYSFS = Path("/sys")
 TIMEOUT_S = 5.0
 POWERMETRICS = [
     "sudo", "-n", "powermetrics",
-    "--samplers", "cpu_power,gpu_power,thermal", "-i", "500", "-n", "1",
+    "--samplers", "cpu_power,gpu_power,thermal", "-i", "200", "-n", "1",
 ]  # fmt: skip
-MACMON = ["macmon", "pipe", "-s", "1", "-i", "500"]
+MACMON = ["macmon", "pipe", "-s", "1", "-i", "200"]
 NOTIFYUTIL = ["notifyutil", "-g", heatparse.NOTIFY_KEY]
 PMSET_THERM = ["pmset", "-g", "therm"]
 

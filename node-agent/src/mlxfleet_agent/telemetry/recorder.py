@@ -208,12 +208,13 @@ class Telemetry:
             return view
 
     def thermal(self) -> contract.ThermalInfo | None:
-        """The last sample's heat for GET /v1/state (None: none sampled, or no source tells)."""
+        """The last sample's heat for GET /v1/state: None before the first sample, every field
+        None when no source on this host tells anything."""
         with self._lock:
             host = self._last_host
         if host is None:
             return None
-        info = contract.ThermalInfo(
+        return contract.ThermalInfo(
             level=host.thermal if host.thermal in intervals.THERMAL_ORDER else None,
             level_reason=host.thermal_reason[:300] if host.thermal_reason else None,
             gpu_utilization=host.gpu_utilization,
@@ -222,7 +223,6 @@ class Telemetry:
             power_watts=host.power_watts,
             power_source=host.power_source,
         )
-        return None if info == contract.ThermalInfo() else info
 
     # ---- interval lifecycle (shipper) --------------------------------------------------------
 

@@ -171,8 +171,7 @@ class Shipper:
 
     def tick(self, *, upload: bool = True) -> None:
         """Sample the host, close the interval when due, checkpoint, upload what is queued."""
-        with contextlib.suppress(Exception):
-            self.telemetry.add_host_sample(hoststats.sample(self._heat, self._psi_file))
+        self._sample()
         closed = self.telemetry.roll()
         if closed is not None:
             self._enqueue(closed)
@@ -237,7 +236,14 @@ class Shipper:
     def _tick_seconds(self) -> float:
         return self.config.tick_seconds or max(0.05, min(5.0, self.config.interval_seconds / 12))
 
+    def _sample(self) -> None:
+        """One host sample now (memory, pressure, heat): the first, taken as the thread starts,
+        so GET /v1/state reports heat within a second of start rather than a tick later."""
+        with contextlib.suppress(Exception):
+            self.telemetry.add_host_sample(hoststats.sample(self._heat, self._psi_file))
+
     def _run(self) -> None:
+        self._sample()
         while not self._stop.wait(self._tick_seconds()):
             try:
                 self.tick()

@@ -36,9 +36,13 @@ def condition(
     generation: int | None,
     now: datetime,
 ) -> list[cond.Condition]:
-    """ThermalPressure from the agent's level; none while the agent reports no level (its host
-    has no source that tells: the condition is removed rather than guessed)."""
-    if thermal is None or thermal.level is None:
+    """ThermalPressure from the agent's level. An agent that has not sampled its host yet (it
+    just started) or predates heat reports no `thermal`: the condition written stays, so a hot
+    node's restarted agent does not open it to new replicas for a poll. An agent that sampled
+    and has no source that gives a level: the condition is removed, never guessed."""
+    if thermal is None:
+        return list(current)
+    if thermal.level is None:
         return conditions.drop_condition(current, cond.ConditionType.THERMAL_PRESSURE)
     level = thermal.level
     said = f": {thermal.level_reason}" if thermal.level_reason else ""
@@ -64,8 +68,11 @@ def status(
     old: inode.ThermalStatus | None, thermal: contract.ThermalInfo | None, *, refresh: bool
 ) -> inode.ThermalStatus | None:
     """`status.thermal`: the agent's figures (rounded) when `refresh` (the heartbeat is written
-    now), when the level changed or when nothing was written yet; else the ones written."""
+    now), when the level changed or when nothing was written yet; else the ones written (also
+    while the agent has not sampled yet). None when the agent's host gives no figure at all."""
     if thermal is None:
+        return old
+    if thermal == contract.ThermalInfo():
         return None
     fresh = inode.ThermalStatus(
         level=thermal.level,
