@@ -165,3 +165,22 @@ def test_a_command_that_outlasts_its_timeout_is_an_error() -> None:
 
     found = probe.examine(slow, now=NOW, updates=False)
     assert found.errors == {"filevault": "`fdesetup status` took over 10 s"}
+
+
+def test_outputs_larger_than_the_report_allows_are_cut_never_refused(tmp_path: Path) -> None:
+    """Thirty processes holding sleep off, sixty updates to restart for: the report keeps what
+    its fields hold (bad input never stops the examination)."""
+    held = ", ".join(f"proc{i}" for i in range(30))
+    (tmp_path / probe.PMSET.file).write_text(
+        f"Currently in use:\n sleep                5 (sleep prevented by {held})\n"
+    )
+    updates = "".join(
+        f"* Label: Update {i}\n\tTitle: Update {i}, Version: 1, Size: 1K, Action: restart, \n"
+        for i in range(60)
+    )
+    (tmp_path / probe.SOFTWAREUPDATE.file).write_text(
+        f"Software Update Tool\n\nSoftware Update found the following new or updated software:\n{updates}"
+    )
+    found = probe.examine(probe.recorded(tmp_path), now=NOW, updates=True)
+    assert (len(found.sleep_prevented_by), len(found.restart_updates)) == (20, 50)
+    assert found.errors == {}

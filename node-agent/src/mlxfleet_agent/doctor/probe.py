@@ -81,7 +81,8 @@ def recorded(outputs_dir: Path) -> Runner:
 
     def read(command: Command) -> str | None:
         try:
-            return (outputs_dir / command.file).read_text(encoding="utf-8", errors="replace")
+            with (outputs_dir / command.file).open("rb") as f:
+                return f.read(MAX_OUTPUT).decode("utf-8", errors="replace")
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -119,7 +120,7 @@ def examine(
             fields |= {
                 "sleep_minutes": power.sleep_minutes,
                 "display_sleep_minutes": power.display_sleep_minutes,
-                "sleep_prevented_by": list(power.sleep_prevented_by),
+                "sleep_prevented_by": [p[:100] for p in power.sleep_prevented_by[:20]],
                 "auto_restart": power.auto_restart,
             }
     # no autorestart line in pmset (laptops): systemsetup knows, as an administrator
@@ -146,7 +147,7 @@ def examine(
             "os-update",
             fields,
             "restart_updates",
-            lambda t: list(parse.restart_updates(t)),
+            _labels,
             out,
         ):
             fields["updates_checked_at"] = now
@@ -167,6 +168,13 @@ def examine(
     )
 
 
+MAX_OUTPUT = 1 << 20  # a recorded output is read up to 1 MiB (what the tools print is far less)
+
+
+def _labels(text: str) -> list[str]:
+    return [label[:200] for label in parse.restart_updates(text)[:50]]
+
+
 def _read(
     errors: dict[str, str],
     check: str,
@@ -178,6 +186,6 @@ def _read(
     try:
         fields[field] = parser(out)
     except parse.Unreadable as exc:
-        errors[check] = str(exc)
+        errors[check] = str(exc)[:300]
         return False
     return True

@@ -29,6 +29,7 @@ from mlxfleet_agent.host import platform as agent_platform
 log = logging.getLogger("mlxfleet_agent.heat")
 SYSFS = Path("/sys")
 TIMEOUT_S = 5.0
+MAX_FILE = 4 << 20  # a recorded output is read up to 4 MiB (a plist sample is about 500 KiB)
 POWERMETRICS = [
     "sudo", "-n", "powermetrics",
     "--samplers", "cpu_power,gpu_power,thermal", "-i", "200", "-n", "1",
@@ -94,7 +95,8 @@ class HeatMeter:
         """One reading of every source this host has (empty: none tells anything)."""
         if self.thermal_file is not None:
             try:
-                return heatparse.any_format(self.thermal_file.read_bytes())
+                with self.thermal_file.open("rb") as f:
+                    return heatparse.any_format(f.read(MAX_FILE))
             except OSError as exc:
                 log.warning("thermal file %s unreadable: %s", self.thermal_file, exc)
                 return heatparse.HeatReading()
