@@ -179,7 +179,8 @@ def test_outputs_larger_than_the_report_allows_are_cut_never_refused(tmp_path: P
         for i in range(60)
     )
     (tmp_path / probe.SOFTWAREUPDATE.file).write_text(
-        f"Software Update Tool\n\nSoftware Update found the following new or updated software:\n{updates}"
+        "Software Update Tool\n\n"
+        f"Software Update found the following new or updated software:\n{updates}"
     )
     found = probe.examine(probe.recorded(tmp_path), now=NOW, updates=True)
     assert (len(found.sleep_prevented_by), len(found.restart_updates)) == (20, 50)
