@@ -8,10 +8,13 @@ PYTEST_ARGS ?=
 NODES ?= 50
 DEPLOYMENTS ?= 100
 BENCH_ARGS ?=
+DIST ?= dist
+REGISTRY ?= 127.0.0.1:5000
 
-.PHONY: install check lint format typecheck contracts crds crds-check manifests manifests-check \
-        tools test test-fast test-slow test-faults cluster-up cluster-down control-plane demo \
-        demo-down bench bench-preemption bench-embed bench-scale bench-report report-sample clean
+.PHONY: install check lint format typecheck contracts docs-check crds crds-check manifests manifests-check \
+        alerts-check tools test test-fast test-slow test-faults cluster-up cluster-up-bare \
+        cluster-down control-plane demo demo-down bench bench-preemption bench-embed bench-scale \
+        bench-report report-sample clean dist image release-local actionlint
 
 $(STAMP): pyproject.toml
 	scripts/install-system-deps.sh
@@ -22,7 +25,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv and install mlxfleet editable with dev tools (idempotent)
 
-check: $(STAMP) lint typecheck contracts crds-check manifests-check  ## everything CI checks besides tests
+check: $(STAMP) lint typecheck contracts crds-check manifests-check docs-check actionlint alerts-check  ## everything CI checks besides tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -38,6 +41,9 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(BIN)/lint-imports
 
+docs-check: $(STAMP)  ## every flag, make target, command, module path and reason the docs name exists
+	$(BIN)/python -m tests.support.docscheck
+
 crds: $(STAMP)  ## regenerate crds/ from the pydantic models (and the chart's copies)
 	$(BIN)/mlxfleet crds --out crds
 	scripts/manifests.sh
@@ -51,12 +57,29 @@ manifests:  ## regenerate manifests/base + cronjobs from charts/mlxfleet, and th
 manifests-check:
 	scripts/manifests.sh --check
 
+actionlint:  ## the GitHub Actions workflows (.github/workflows), by actionlint built from Go modules
+	"$$(scripts/build-tools.sh actionlint)" -color=false
+
+dist: $(STAMP)  ## wheel + sdist in $(DIST)/ (python -m build), checked by `twine check --strict`
+	scripts/dist.sh "$(DIST)"
+
+image: dist  ## operator + gateway OCI images in $(DIST)/images/ from Debian packages and the wheel (root, no daemon)
+	scripts/build-image.sh "$(DIST)" operator gateway
+
+release-local: image tools  ## push both images and the chart (OCI) to $(REGISTRY); starts a local registry when none answers
+	scripts/release-local.sh "$(DIST)" "$(REGISTRY)"
+
+alerts-check: $(STAMP)  ## promtool check + test of the alert rules (tests/alerts/rules_test.yaml)
+	scripts/alerts.sh
+
 control-plane: $(STAMP)  ## build (once, cached) etcd + kube-apiserver
 	scripts/build-control-plane.sh
 
-tools:  ## build (once, cached) helm and the kstatus checker (Flux's status logic)
-	scripts/build-tools.sh helm >/dev/null
-	scripts/build-tools.sh kstatus >/dev/null
+tools:  ## build (once, cached) helm and the kstatus checker (Flux's status logic); says where
+	@helm=$$(scripts/build-tools.sh helm) && echo "helm: $$helm" && \
+	  echo "  on your PATH: export PATH=\"$$(dirname $$helm):\$$PATH\""
+	@echo "kstatus: $$(scripts/build-tools.sh kstatus)"
+	@echo "promtool: $$(scripts/build-tools.sh promtool)"
 
 test: $(STAMP) control-plane tools  ## fast suites, then the fault scenarios, then the slow ones
 	$(BIN)/pytest -m "not slow and not faults" $(PYTEST_ARGS)
@@ -71,6 +94,9 @@ test-fast: $(STAMP)
 
 cluster-up: $(STAMP) control-plane  ## start etcd + kube-apiserver on loopback; writes .dev/kubeconfig
 	$(BIN)/mlxfleet dev cluster-up
+
+cluster-up-bare: $(STAMP) control-plane  ## the same with nothing installed: rehearse the Helm quickstart
+	$(BIN)/mlxfleet dev cluster-up --bare
 
 cluster-down: $(STAMP)
 	$(BIN)/mlxfleet dev cluster-down

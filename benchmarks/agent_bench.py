@@ -7,6 +7,9 @@ measures, alternating the order every round, the agent's data port against the v
 agent proxies to (so model, process and batch settings are identical):
 - time to first token (first `data: {` event of a stream), p50 and p99, one stream at a time;
 - streamed tokens/s (SSE data events), aggregate, at 1 and 8 concurrent streams;
+- the KV budget's refusal (400 `context_length_exceeded`): its latency at the agent for a
+  ~200k-token chat prompt (refused on its size, nothing tokenised) and for one just over the
+  slot's contextLength (tokenised with the model's tokenizer and chat template);
 - then a surge swap and a hold swap under a light streaming load: each phase's duration from the
   swap record, and the time to first token clients saw during the swap vs before it.
 Prints a Markdown table and replaces the "Agent data plane" section of docs/benchmarks.md.
@@ -147,6 +150,38 @@ async def one_stream(
             tail = (tail + chunk)[-32:]
     ok = resp.status_code == 200 and b"[DONE]" in tail
     return StreamResult(ttft, tokens, time.perf_counter() - t0, start=t0, ok=ok)
+
+
+REFUSED = {
+    # ~200k tokens of the dev tokenizer (765 KB): refused on its size before any tokenising
+    "200k-token prompt": "The quick brown fox jumps over the lazy dog. " * 17_000,
+    # ~8,280 tokens with max_tokens 16 over the slot's 8,192: tokenised, then refused
+    "just over contextLength": "The quick brown fox jumps over the lazy dog. " * 690,
+}
+
+
+async def refusal_latency(
+    client: httpx.AsyncClient, agent: Agent, *, n: int
+) -> dict[str, list[float]]:
+    """Seconds from sending a chat completion over the slot's context to its 400, per prompt."""
+    out: dict[str, list[float]] = {}
+    for name, text in REFUSED.items():
+        body = json.dumps(
+            {"model": "bench", "messages": [{"role": "user", "content": text}], "max_tokens": 16}
+        ).encode()
+        took = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            resp = await client.post(
+                f"{agent.data}/v1/chat/completions",
+                content=body,
+                headers={"content-type": "application/json"},
+            )
+            took.append(time.perf_counter() - t0)
+            if resp.status_code != 400 or "context_length_exceeded" not in resp.text:
+                raise SystemExit(f"expected a context_length_exceeded refusal: {resp.text[:300]}")
+        out[name] = took
+    return out
 
 
 def pct(values: list[float], q: float) -> float:
@@ -333,6 +368,11 @@ def render(results: dict[str, Any]) -> str:
             f"| agent CPU per streamed event, {n} concurrent | - | {per_event:.0f} us | "
             f"{per_event * 1e-6 * statistics.median(c.agent) * 100:.1f}% of one core |"
         )
+    for name, took in results.get("refused", {}).items():
+        lines.append(
+            f"| 400 `context_length_exceeded`, {name} (n={len(took)}) | - | "
+            f"p50 {ms(pct(took, 50))}, p99 {ms(pct(took, 99))} | never reaches the backend |"
+        )
     if results["surge"] is None:
         return "\n".join([*lines, ""])
     lines += [
@@ -403,6 +443,7 @@ async def run(args: argparse.Namespace, *, pin: bool, swaps: bool) -> dict[str, 
             tps8 = await throughput_compare(
                 client, agent, direct, pinned, streams=8, rounds=args.rounds
             )
+            refused = await refusal_latency(client, agent, n=args.rounds * 5)
             surge = hold = None
             if swaps:
                 surge = await swap_timeline(
@@ -435,6 +476,7 @@ async def run(args: argparse.Namespace, *, pin: bool, swaps: bool) -> dict[str, 
         "paired": paired,
         "tps1": tps1,
         "tps8": tps8,
+        "refused": refused,
         "surge": surge,
         "hold": hold,
     }

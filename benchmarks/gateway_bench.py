@@ -9,6 +9,8 @@ ModelDeployment `bench` (on n1), the paced source `paced` (on n1) and a 2-replic
 measures, alternating the order every round:
 - time to first token (first `data: {` event), p50/p99, one stream at a time: the gateway against
   the agent's data plane it forwards to (same agent, same backend), and the floor proxy;
+- the KV budget's refusal (400 `context_length_exceeded` of a ~200k-token prompt): at the agent
+  and through the gateway;
 - streamed tokens/s (token events per second, summed) at 1 and 8 concurrent streams: direct,
   through the gateway, through the floor proxy and direct again, in rotated back-to-back rounds;
   the goal's figure is the median of the paired ratios gateway / direct (the model's speed on
@@ -158,6 +160,36 @@ async def ttft_rounds(direct: Side, gateway: Side, floor: Side, n: int) -> Compa
     return out
 
 
+REFUSED = "The quick brown fox jumps over the lazy dog. " * 17_000  # ~200k tokens, 765 KB
+
+
+async def refusal_rounds(direct: Side, gateway: Side, n: int) -> Compare:
+    """Seconds to the 400 `context_length_exceeded` of a ~200k-token chat prompt to `bench`
+    (contextLength 4096): at the agent, and through the gateway (which passes it through)."""
+    out = Compare()
+    for i in range(n):
+        for side in (direct, gateway) if i % 2 == 0 else (gateway, direct):
+            body = json.dumps(
+                {
+                    "model": side.model,
+                    "messages": [{"role": "user", "content": REFUSED}],
+                    "max_tokens": 16,
+                    "stream": True,
+                }
+            ).encode()
+            t0 = time.perf_counter()
+            resp = await side.client.post(
+                side.base + "/v1/chat/completions",
+                content=body,
+                headers={"content-type": "application/json"},
+            )
+            took = time.perf_counter() - t0
+            if resp.status_code != 400 or "context_length_exceeded" not in resp.text:
+                raise SystemExit(f"{side.name}: expected context_length_exceeded: {resp.text}")
+            getattr(out, side.name).append(took)
+    return out
+
+
 async def throughput(
     direct: Side, gateway: Side, floor: Side, *, streams: int, rounds: int
 ) -> Compare:
@@ -296,6 +328,7 @@ async def measure(
         if args.cpu_only:
             return out
         out["ttft"] = await ttft_rounds(direct, gateway, floor, args.rounds * 25)
+        out["refused"] = await refusal_rounds(direct, gateway, args.rounds * 5)
         out["tps1"] = await throughput(direct, gateway, floor, streams=1, rounds=args.rounds * 5)
         # 8 streams on 2 cores swing more from round to round: more rounds for the median
         out["tps8"] = await throughput(direct, gateway, floor, streams=8, rounds=args.rounds * 6)
@@ -398,6 +431,15 @@ def render(results: dict[str, Any]) -> str:
         f"{ms(pct(t.floor, 50))} | {(pct(t.floor, 50) - pct(t.direct, 50)) * 1000:+.2f} ms "
         f"(paired median {floor_paired * 1000:+.2f} ms) |",
     ]
+    r = results.get("refused")
+    if r is not None:
+        lines.append(
+            f"| 400 `context_length_exceeded`, ~200k-token prompt (n={len(r.direct)}; the agent "
+            f"refuses it, the gateway passes it through) | p50 {ms(pct(r.direct, 50))}, p99 "
+            f"{ms(pct(r.direct, 99))} | p50 {ms(pct(r.gateway, 50))}, p99 "
+            f"{ms(pct(r.gateway, 99))} | "
+            f"{(pct(r.gateway, 50) - pct(r.direct, 50)) * 1000:+.2f} ms (p50) |"
+        )
     for n in (1, 8):
         c = results[f"tps{n}"]
         d, g = statistics.median(c.direct), statistics.median(c.gateway)

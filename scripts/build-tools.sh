@@ -6,14 +6,21 @@
 #   scripts/build-tools.sh kstatus    # prints the path of scripts/kstatus built on cli-utils
 #   scripts/build-tools.sh prometheus-crds   # prints the folder of the Prometheus Operator's CRDs
 #   scripts/build-tools.sh flux-crds         # prints the folder of Flux's Kustomization/GitRepository CRDs
+#   scripts/build-tools.sh crane      # go-containerregistry's crane (push, digests, `registry serve`)
+#   scripts/build-tools.sh umoci      # umoci: assembles OCI images from root filesystems, no daemon
+#   scripts/build-tools.sh actionlint # the GitHub Actions workflow checker (`make check`)
+#   scripts/build-tools.sh promtool   # Prometheus's promtool (`promtool test rules` on the alert rules)
+#   scripts/build-tools.sh prometheus # a real Prometheus server (the scrape test over the test fleet)
 #
 # Env: MLXFLEET_CACHE (default ~/.cache/mlxfleet), HELM_VERSION, CLI_UTILS_VERSION,
-# PROMETHEUS_OPERATOR_VERSION, FLUX_KUSTOMIZE_CONTROLLER_VERSION, FLUX_SOURCE_CONTROLLER_VERSION.
+# PROMETHEUS_OPERATOR_VERSION, FLUX_KUSTOMIZE_CONTROLLER_VERSION, FLUX_SOURCE_CONTROLLER_VERSION,
+# CRANE_VERSION, UMOCI_VERSION, ACTIONLINT_VERSION,
+# PROMETHEUS_VERSION (the Go module version: v0.316.0 is Prometheus 3.16.0).
 # helm: `go install helm.sh/helm/v3/cmd/helm@VERSION` with the ldflags helm's own Makefile sets
 # (its version, and the Kubernetes version `helm lint`/`template` assume without a cluster).
 # kstatus: scripts/kstatus/main.go in a throwaway module requiring sigs.k8s.io/cli-utils, whose
 # pkg/kstatus/status.Compute is the function Flux's health checks call; keyed by the source's hash.
-# prometheus-crds: the real ServiceMonitor/PodMonitor CRDs, from the prometheus-operator module
+# prometheus-crds: the real ServiceMonitor/PodMonitor/PrometheusRule CRDs, from the prometheus-operator module
 # (`go mod download`), so chart tests install the monitors against the schema users have.
 # flux-crds: Flux's own CRDs from its controllers' modules, to validate manifests/flux server-side.
 set -euo pipefail
@@ -23,6 +30,10 @@ CLI_UTILS_VERSION="${CLI_UTILS_VERSION:-v0.37.2}"
 PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
 FLUX_KUSTOMIZE_CONTROLLER_VERSION="${FLUX_KUSTOMIZE_CONTROLLER_VERSION:-v1.9.0}"
 FLUX_SOURCE_CONTROLLER_VERSION="${FLUX_SOURCE_CONTROLLER_VERSION:-v1.9.0}"
+CRANE_VERSION="${CRANE_VERSION:-v0.22.1}"
+UMOCI_VERSION="${UMOCI_VERSION:-v0.6.0}"
+ACTIONLINT_VERSION="${ACTIONLINT_VERSION:-v1.7.12}"
+PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 CACHE="${MLXFLEET_CACHE:-$HOME/.cache/mlxfleet}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 log() { echo "[tools] $*" >&2; }
@@ -71,19 +82,65 @@ build_kstatus() {
   echo "$out/kstatus"
 }
 
+go_tool() {  # go_tool NAME VERSION PACKAGE [LDFLAGS]: `go install PACKAGE@VERSION`, cached by version
+  local name=$1 version=$2 package=$3 ldflags="-s -w ${4:-}"
+  local out="$CACHE/tools/${name}-${version}"
+  if [[ -x "$out/$name" && -f "$out/.complete" ]]; then echo "$out/$name"; return; fi
+  go_env "$name"
+  mkdir -p "$out"
+  log "building $name $version"
+  GOBIN="$out" go install -trimpath -ldflags "$ldflags" "${package}@${version}" >&2
+  touch "$out/.complete"
+  echo "$out/$name"
+}
+
+build_umoci() {  # umoci's go.mod has a replace directive, so `go install pkg@version` refuses it:
+  # build it in a throwaway module that requires umoci and repeats umoci's own replace lines.
+  local out="$CACHE/tools/umoci-${UMOCI_VERSION}"
+  if [[ -x "$out/umoci" && -f "$out/.complete" ]]; then echo "$out/umoci"; return; fi
+  go_env umoci
+  mkdir -p "$out"
+  log "building umoci $UMOCI_VERSION"
+  local work dir
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' RETURN
+  dir=$(module_dir "github.com/opencontainers/umoci@${UMOCI_VERSION}")
+  (cd "$work" && go mod init umoci-build >/dev/null 2>&1 \
+     && go mod edit -require "github.com/opencontainers/umoci@${UMOCI_VERSION}" \
+     && grep -E '^replace ' "$dir/go.mod" >> go.mod \
+     && printf 'package main\n\nimport _ "github.com/opencontainers/umoci/cmd/umoci"\n' > tools.go \
+     && go mod tidy >&2 \
+     && go build -trimpath -ldflags "-s -w -X main.version=${UMOCI_VERSION#v}" \
+          -o "$out/umoci.tmp" github.com/opencontainers/umoci/cmd/umoci >&2)
+  mv "$out/umoci.tmp" "$out/umoci"
+  touch "$out/.complete"
+  echo "$out/umoci"
+}
+
+prometheus_ldflags() {  # what Prometheus's own build sets, so `--version` tells the truth
+  local v="${PROMETHEUS_VERSION#v0.}"  # v0.316.0 -> 316.0 -> 3.16.0
+  v="${v:0:1}.${v:1}"
+  echo "-X github.com/prometheus/common/version.Version=${v} -X github.com/prometheus/common/version.Branch=release"
+}
+
 module_dir() {  # module_dir MODULE@VERSION: where `go mod download` put its files
   go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
 }
 
+PROMETHEUS_CRDS=(servicemonitors podmonitors prometheusrules)
+
 prometheus_crds() {
-  local out="$CACHE/tools/prometheus-operator-crds-${PROMETHEUS_OPERATOR_VERSION}"
-  if [[ -f "$out/.complete" ]]; then echo "$out"; return; fi
+  local out="$CACHE/tools/prometheus-operator-crds-${PROMETHEUS_OPERATOR_VERSION}" have=1 crd
+  for crd in "${PROMETHEUS_CRDS[@]}"; do [[ -f "$out/monitoring.coreos.com_$crd.yaml" ]] || have=0; done
+  if [[ -f "$out/.complete" ]] && (( have )); then echo "$out"; return; fi
   go_env prometheus-crds
   log "downloading prometheus-operator $PROMETHEUS_OPERATOR_VERSION (its CRDs)"
   local dir
   dir=$(module_dir "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}")
   mkdir -p "$out"
-  cp "$dir"/example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,podmonitors}.yaml "$out/"
+  for crd in "${PROMETHEUS_CRDS[@]}"; do
+    cp "$dir/example/prometheus-operator-crd/monitoring.coreos.com_$crd.yaml" "$out/"
+  done
   chmod u+w "$out"/*.yaml
   touch "$out/.complete"
   echo "$out"
@@ -110,5 +167,13 @@ case "${1:-}" in
   kstatus) build_kstatus ;;
   prometheus-crds) prometheus_crds ;;
   flux-crds) flux_crds ;;
-  *) echo "usage: $0 helm|kstatus|prometheus-crds|flux-crds" >&2; exit 2 ;;
+  crane) go_tool crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane ;;
+  umoci) build_umoci ;;
+  actionlint) go_tool actionlint "$ACTIONLINT_VERSION" github.com/rhysd/actionlint/cmd/actionlint \
+                "-X github.com/rhysd/actionlint.version=${ACTIONLINT_VERSION}" ;;
+  promtool) go_tool promtool "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/promtool \
+              "$(prometheus_ldflags)" ;;
+  prometheus) go_tool prometheus "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus \
+                "$(prometheus_ldflags)" ;;
+  *) echo "usage: $0 helm|kstatus|prometheus-crds|flux-crds|crane|umoci|actionlint|promtool|prometheus" >&2; exit 2 ;;
 esac

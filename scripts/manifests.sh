@@ -12,6 +12,8 @@
 #                                                -> manifests/cronjobs/{rbac,report-config,weekly-report,monthly-report,telemetry-compaction}.yaml
 #                                                -> manifests/base/gateway-rbac.yaml (its identity)
 #                                                -> manifests/gateway/{deployment,service,pdb}.yaml
+#                                                -> manifests/gateway/egress/networkpolicy.yaml (off by default)
+#                                                -> manifests/monitoring/{prometheusrule,servicemonitors,operator-metrics-service}.yaml
 # The rendered files drop the two Helm-only labels (helm.sh/chart, managed-by: Helm).
 set -euo pipefail
 
@@ -42,9 +44,11 @@ render() {  # render TEMPLATE DEST [helm flags...]
   } >"$OUT/$dest"
 }
 render templates/namespace.yaml manifests/base/namespace.yaml --set namespace.create=true
-for name in serviceaccount rbac deployment pdb; do
+for name in serviceaccount deployment pdb; do
   render "templates/operator/$name.yaml" "manifests/base/$name.yaml"
 done
+# the operator may look at the example provider-key Secret (manifests/gateway/examples), by name
+render templates/operator/rbac.yaml manifests/base/rbac.yaml --set 'operator.providerKeySecrets={openai}'
 render templates/join/join.yaml manifests/base/join.yaml
 GATEWAY=(--set gateway.enabled=true)
 render templates/gateway/serviceaccount.yaml manifests/base/gateway-rbac.yaml \
@@ -52,12 +56,24 @@ render templates/gateway/serviceaccount.yaml manifests/base/gateway-rbac.yaml \
 for name in deployment service pdb; do
   render "templates/gateway/$name.yaml" "manifests/gateway/$name.yaml" "${GATEWAY[@]}"
 done
+render templates/gateway/networkpolicy.yaml manifests/gateway/egress/networkpolicy.yaml \
+  --values manifests/gateway/egress/chart-values.yaml
 REPORTS=(--values manifests/cronjobs/chart-values.yaml)
 render templates/reports/rbac.yaml manifests/cronjobs/rbac.yaml "${REPORTS[@]}"
 render templates/reports/configmap.yaml manifests/cronjobs/report-config.yaml "${REPORTS[@]}"
 render templates/reports/weekly.yaml manifests/cronjobs/weekly-report.yaml "${REPORTS[@]}"
 render templates/reports/monthly.yaml manifests/cronjobs/monthly-report.yaml "${REPORTS[@]}"
 render templates/reports/compaction.yaml manifests/cronjobs/telemetry-compaction.yaml "${REPORTS[@]}"
+
+# The Prometheus Operator's kinds render only where their CRDs are served: say they are.
+MONITORING=(--api-versions monitoring.coreos.com/v1/PrometheusRule
+            --api-versions monitoring.coreos.com/v1/ServiceMonitor "${GATEWAY[@]}")
+render templates/monitoring/prometheusrule.yaml manifests/monitoring/prometheusrule.yaml \
+  "${MONITORING[@]}"
+render templates/operator/service.yaml manifests/monitoring/operator-metrics-service.yaml
+render templates/monitoring/servicemonitor.yaml manifests/monitoring/servicemonitors.yaml \
+  --show-only templates/monitoring/servicemonitor-agents.yaml \
+  --show-only templates/monitoring/servicemonitor-gateway.yaml "${MONITORING[@]}"
 
 # --- write or compare --------------------------------------------------------------------------
 mapfile -t generated < <(cd "$OUT" && find . -type f | sed 's|^\./||' | sort)

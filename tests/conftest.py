@@ -3,6 +3,7 @@
 pytest_plugins = [
     "tests.support.cluster",
     "tests.support.models",
+    "tests.support.oci",
     "tests.support.s3",
     "tests.support.tools",
 ]

@@ -249,6 +249,7 @@ class Operator:
     starts: int = 0
     metrics_port: int = 0
     liveness_port: int = 0
+    flags: list[str] = field(default_factory=list)  # on every start (e.g. --fleet-key-file)
 
     def start(self, *extra: str) -> None:
         cmd = [
@@ -258,6 +259,7 @@ class Operator:
             "--poll-seconds", str(POLL),
             "--misses", str(MISSES),
             "--failover-delay", str(FAILOVER_DELAY),
+            *self.flags,
             *extra,
         ]  # fmt: skip
         if self.metrics_port:

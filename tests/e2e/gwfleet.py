@@ -1,8 +1,9 @@
-"""A small fleet behind a real gateway for e2e tests: agents (their data planes accept only the
-fleet credential), the operator, InferenceNodes, ModelDeployments, and `mlxfleet-gateway` as its
-own ServiceAccount; plus `GatewayLoad`, openai clients (streaming and not) that record, per
-request, when it started, whether it failed before or after its first byte, and which replicas
-served it or were tried first (`x-mlxfleet-backend`, `x-mlxfleet-tried`).
+"""A small fleet behind a real gateway for e2e tests: agents (the operator, which holds the fleet
+key, sends each its own data-plane key, and their data planes then accept only that), the operator,
+InferenceNodes, ModelDeployments, and `mlxfleet-gateway` as its own ServiceAccount; plus
+`GatewayLoad`, openai clients (streaming and not) that record, per request, when it started,
+whether it failed before or after its first byte, and which replicas served it or were tried first
+(`x-mlxfleet-backend`, `x-mlxfleet-tried`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,20 @@ from mlxfleet_operator.dev import controlplane
 from tests.e2e.conftest import AGENT_SECRETS, E2E, Agent, Agents, Operator, is_true, wait_for
 
 __all__ = ["Fleet", "GatewayLoad", "Record", "fleet", "wait_for"]
+from mlxfleet_agent import contract
 from tests.support import gateway as gws
+
+
+def fingerprint(node: str) -> str:
+    """What a node's agent reports once it holds its own keys (from gws.FLEET_KEY)."""
+    creds = contract.credentials.for_node((gws.FLEET_KEY,), node)
+    return contract.credentials.fingerprint(creds)
+
+
+def wait_for_own_key(agent: Agent, node: str) -> None:
+    """Until the operator has sent the node its own keys (its agent reports their fingerprint)."""
+    want = fingerprint(node)
+    wait_for(f"{node}'s own keys", lambda: agent.state().get("credentials") == want, timeout=60)
 
 
 @dataclass
@@ -83,6 +97,8 @@ def fleet(
     agents: tuple[str, ...] = ("n1", "n2"),
     namespaces: tuple[str, ...] = (),
     agent_flags: tuple[str, ...] = (),
+    operator_flags: tuple[str, ...] = (),
+    operator_metrics_port: int = 0,
 ) -> Iterator[Fleet]:
     label = f"g{uuid.uuid4().hex[:8]}"
     ws = E2E(cluster=cluster, namespace=f"gw-{label}", label=label)
@@ -90,13 +106,21 @@ def fleet(
     for extra in namespaces:
         cluster.kubectl("create", "namespace", f"{ws.namespace}-{extra}")
     pool = Agents(root=root / "agents", models_root=models_root)
-    op = Operator(cluster=cluster, root=root / "operator")
+    key_file = gws.write_fleet_key(root / "operator")
+    op = Operator(
+        cluster=cluster,
+        root=root / "operator",
+        flags=["--fleet-key-file", str(key_file)],
+        metrics_port=operator_metrics_port,
+    )
     fl = Fleet(cluster=cluster, agents=pool, operator=op, ws=ws)
     try:
         for short in agents:
-            agent = pool.start(short, data_key=gws.FLEET_KEY, flags=list(agent_flags))
+            agent = pool.start(short, flags=list(agent_flags))
             fl.nodes[ws.register(agent)] = agent
-        op.start()
+        op.start(*operator_flags)
+        for name, agent in fl.nodes.items():
+            wait_for_own_key(agent, name)
         yield fl
     finally:
         if fl.gateway is not None:
@@ -122,6 +146,8 @@ def fleet(
         for node in ws.nodes:
             cluster.kubectl("delete", "inferencenode", node, "--wait=false", check=False)
             cluster.kubectl("-n", AGENT_SECRETS, "delete", "secret", f"agent-{node}", check=False)
+        for secret in ws.secrets:
+            cluster.kubectl("-n", AGENT_SECRETS, "delete", "secret", secret, check=False)
 
 
 # ---------------------------------------------------------------------------------- load

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import statistics
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ import openai
 import pytest
 
 from mlxfleet_agent import contract
+from mlxfleet_gateway.core import traits
 from mlxfleet_operator.dev import controlplane
 from tests.e2e import gwfleet
 from tests.e2e.conftest import wait_for
@@ -103,6 +106,8 @@ def setup(
             "rpm": fl.key(f"{label}-rpm", requestsPerMinute=20),
             "tpm": fl.key(f"{label}-tpm", tokensPerMinute=600),
             "cap": fl.key(f"{label}-cap", tokensPerMinute=100),
+            "uncapped": fl.key(f"{label}-uncapped", tokensPerMinute=1000),
+            "abandon": fl.key(f"{label}-abandon"),
             "expired": fl.key(f"{label}-expired", expiresAt="2020-01-01T00:00:00Z"),
         }
         bucket = s3_server.make_bucket()
@@ -247,6 +252,9 @@ def test_missing_unknown_and_expired_keys_are_401(setup: Setup) -> None:
         assert r.status_code == 401, r.text
         assert r.json()["error"]["type"] == "authentication_error"
     assert httpx.get(setup.gateway.base_url + "/models", timeout=30).status_code == 401
+    refused = [line for line in access_lines(setup.gateway) if line.get("status") == 401]
+    assert len(refused) >= 4
+    assert {line["error"] for line in refused} >= {"invalid_api_key"}
 
 
 def test_a_model_the_key_may_not_use_is_403(setup: Setup) -> None:
@@ -318,6 +326,69 @@ def test_a_token_cap_below_1_is_refused_before_it_reserves_anything(setup: Setup
     assert (served, codes) == (2, {"tokens_per_minute"})
 
 
+def test_requests_without_a_cap_reserve_what_the_slot_lets_them_generate(setup: Setup) -> None:
+    """Issue 22 item 5: a request without `max_tokens` reserved 256 tokens while its slot let
+    it generate more (chat-a: mlx_lm's 512 within contextLength 1024), so six at once on a key
+    allowed 1,000 tokens a minute were four admitted and used about twice the limit. Now each
+    reserves what the slot allows: what the admitted ones use passes the limit by at most one
+    request's use."""
+    codes: set[str] = set()
+
+    def one(client: openai.OpenAI) -> int | None:
+        try:
+            raw = ask(client, "chat-a", max_tokens=openai.NOT_GIVEN)
+        except openai.RateLimitError as exc:
+            codes.add(exc.response.json()["error"]["code"])
+            return None
+        usage = raw.parse().usage
+        return int(usage.prompt_tokens + usage.completion_tokens)
+
+    with setup.client("uncapped") as client, concurrent.futures.ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda _: one(client), range(6)))
+    used = [r for r in results if r is not None]
+    print(f"\nuncapped: {len(used)} of 6 admitted, used {used} (limit 1000)")
+    assert used, "none admitted"
+    assert len(used) < 6
+    assert codes == {"tokens_per_minute"}
+    assert sum(used) <= 1000 + max(used)
+
+
+def test_a_stream_left_after_its_first_event_counts_its_prompt(setup: Setup) -> None:
+    """Issue 22 item 5: prompt tokens came only from a stream's final usage event, so a client
+    that read the first event and left was counted no prompt at all (nor limited by it). The
+    prompt is now counted from the request when the usage event never comes."""
+    text = "the quick brown fox jumps over the lazy dog " * 8
+    body = {
+        "model": "chat-a",
+        "messages": [{"role": "user", "content": text}],
+        "stream": True,
+        "max_tokens": 600,
+    }
+    expected = traits.traits(body, {}).prompt_tokens_estimate
+    auth = {"Authorization": f"Bearer {setup.keys['abandon']}"}
+    with httpx.stream(
+        "POST", setup.gateway.base_url + "/chat/completions", json=body, headers=auth, timeout=60
+    ) as answer:
+        assert answer.status_code == 200
+        first = next(line for line in answer.iter_lines() if line.startswith("data:"))
+    assert '"content"' in first or '"role"' in first  # left after the first event
+    name = f"{setup.fleet.ws.label}-abandon"
+
+    def counted() -> float:
+        total = 0.0
+        for line in setup.gateway.metrics().splitlines():
+            if line.startswith("mlxfleet_gateway_requests_total{") and f'key="{name}"' in line:
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    wait_for("the abandoned stream finished", lambda: counted() >= 1, timeout=60)
+    prompt = 0.0
+    for line in setup.gateway.metrics().splitlines():
+        if line.startswith("mlxfleet_gateway_prompt_tokens_total{") and f'key="{name}"' in line:
+            prompt += float(line.rsplit(" ", 1)[1])
+    assert prompt == expected > 0
+
+
 def _bucket_objects(s3: s3support.S3Server, bucket: str) -> dict[str, str]:
     client = s3.client()
     out = {}
@@ -327,6 +398,67 @@ def _bucket_objects(s3: s3support.S3Server, bucket: str) -> dict[str, str]:
                 client.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read().decode()
             )
     return out
+
+
+SENTENCE = "The quick brown fox jumps over the lazy dog. "  # 12 tokens of the dev tokenizer
+
+
+def _metric_sum(text: str, name: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name) and not line.startswith("#")
+    )
+
+
+def test_a_prompt_over_the_context_is_refused_at_once_never_retried_nor_ejected(
+    setup: Setup,
+) -> None:
+    """chat-b (2 replicas, contextLength 1024): a ~200k-token prompt, and one just over, get the
+    agent's 400 `context_length_exceeded` through the gateway in under 50 ms, streamed or not;
+    no other replica is tried, none is ejected, and the next request is served."""
+    gw = setup.gateway
+    before = gw.metrics()
+    client = setup.client("a")
+    cases = [(SENTENCE * 17_000, 16), (SENTENCE * 80, 128)]  # 200k; 960 + 128 > 1024
+    for text, max_tokens in cases:
+        for stream in (False, True):
+            with pytest.raises(openai.BadRequestError) as caught:
+                client.chat.completions.create(
+                    model="chat-b",
+                    messages=[{"role": "user", "content": text}],
+                    max_tokens=max_tokens,
+                    stream=stream,
+                )
+            assert caught.value.code == "context_length_exceeded"
+            assert "maximum context length is 1024 tokens" in str(caught.value)
+            headers = caught.value.response.headers
+            assert "x-mlxfleet-tried" not in headers
+            assert headers["x-mlxfleet-backend"].startswith(f"{setup.ns_a}/chat-b@")
+    raw = json.dumps(
+        {
+            "model": "chat-b",
+            "messages": [{"role": "user", "content": SENTENCE * 17_000}],
+            "max_tokens": 16,
+            "stream": True,
+        }
+    ).encode()
+    took = []
+    auth = {"authorization": f"Bearer {setup.keys['a']}", "content-type": "application/json"}
+    with httpx.Client(base_url=gw.url, timeout=30) as http:
+        http.get("/v1/models", headers=auth)  # the connection is open before the clock starts
+        for _ in range(7):
+            started = time.perf_counter()
+            reply = http.post("/v1/chat/completions", content=raw, headers=auth)
+            took.append(time.perf_counter() - started)
+            assert reply.status_code == 400, reply.text
+            assert reply.json()["error"]["code"] == "context_length_exceeded"
+    assert statistics.median(took) < 0.050, took
+    after = gw.metrics()
+    for name in ("mlxfleet_gateway_retries_total", "mlxfleet_gateway_ejections_total"):
+        assert _metric_sum(after, name) == _metric_sum(before, name), name
+    served = ask(client, "chat-b")
+    assert served.status_code == 200
 
 
 def test_usage_per_key_matches_what_clients_received_and_no_text_leaves(setup: Setup) -> None:
@@ -395,6 +527,24 @@ def test_usage_per_key_matches_what_clients_received_and_no_text_leaves(setup: S
         assert canary[len("CANARY-") :] not in everything
     assert setup.keys["usage"] not in everything  # the key itself is never shipped or logged
     assert json.dumps(setup.keys["usage"]) not in everything
+    # the access log (issue 28 item 9): a line per request, its figures, never its text
+    mine = [line for line in access_lines(setup.gateway) if line.get("key") == name]
+    assert len(mine) == requests
+    assert sum(line["prompt_tokens"] for line in mine) == prompt
+    assert sum(line["completion_tokens"] for line in mine) == completion
+    assert {line["status"] for line in mine} == {200}
+    assert {line["outcome"] for line in mine} == {"ok"}
+    assert {line["stream"] for line in mine} == {True, False}
+    assert all(line["duration_ms"] >= line["ttfb_ms"] > 0 for line in mine)
+    assert {line["model"] for line in mine} == {"chat", "chat-a", "chat-b"}
+
+
+def access_lines(gateway: gws.Gateway) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for line in gateway.log().splitlines()
+        if '"logger": "mlxfleet_gateway.access"' in line
+    ]
 
 
 def test_a_name_taken_on_its_node_is_a_placement_filter_and_slots_are_addressed(
@@ -428,7 +578,7 @@ def test_a_name_taken_on_its_node_is_a_placement_filter_and_slots_are_addressed(
     assert placed["slot"]
     url = fl.nodes[n1].data_url + "/v1/chat/completions"
     ask_ = {"model": "any-name", "messages": HELLO, "max_tokens": 2}
-    fleet = {"Authorization": f"Bearer {gws.FLEET_KEY}"}
+    fleet = {"Authorization": f"Bearer {gws.node_key(n1)}"}
     by_slot = httpx.post(url, json=ask_, headers={**fleet, "x-mlxfleet-slot": placed["slot"]})
     assert by_slot.status_code == 200, by_slot.text
     assert by_slot.json()["model"] == "chat-a"

@@ -28,6 +28,7 @@ from mlxfleet_operator.dev import controlplane, processes
 from tests.e2e import gwfleet
 from tests.e2e.conftest import wait_for
 from tests.support import gateway as gws
+from tests.support.cluster import allow_provider_keys
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mlx, pytest.mark.slow]
 ROUTE_AROUND_S = 1.0
@@ -224,6 +225,7 @@ def test_fallback_to_an_external_server_and_back(
         local = fl.node("n1")
         fl.deploy("local", model_a, replicas=1, placement={"nodes": [local]})
         fl.wait_ready("local")
+        allow_provider_keys(cluster, f"{fl.ws.label}-provider")  # operator.providerKeySecrets
         fl.apply(
             {
                 "apiVersion": "v1",
@@ -323,6 +325,7 @@ def test_a_fallback_whose_provider_key_secret_is_missing_is_not_ready_and_says_s
     ready."""
     with gwfleet.fleet(cluster, tmp_path, model_a.parent, agents=()) as fl:
         key = f"{fl.ws.label}-absent"
+        allow_provider_keys(cluster, key)  # listed in operator.providerKeySecrets, not there yet
         fl.deploy("local", model_a, replicas=1)  # no node may take it: never ready
         external = {"url": "http://127.0.0.1:9/v1", "model": "m", "apiKeySecretRef": {"name": key}}
         fallback = {"name": "cloud", "external": external}

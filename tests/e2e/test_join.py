@@ -10,12 +10,17 @@ deletes its objects and removes its files. Malformed input fails naming the flag
 from __future__ import annotations
 
 import contextlib
+import grp
 import json
 import os
+import plistlib
+import pwd
 import shlex
+import shutil
 import signal
 import ssl
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,6 +28,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from mlxfleet_operator.dev import controlplane, processes
 from tests.e2e.conftest import (
@@ -31,6 +37,7 @@ from tests.e2e.conftest import (
     E2E,
     Agents,
     Operator,
+    condition,
     is_true,
     stop_process,
     wait_for,
@@ -83,7 +90,47 @@ def node_body(name: str, secret: str) -> dict[str, Any]:
     return {"apiVersion": "mlxfleet.io/v1alpha1", "kind": "InferenceNode",
             "metadata": {"name": name},
             "spec": {"agent": {"url": "https://127.0.0.1:1",
-                               "tokenSecretRef": {"name": secret}}}}  # fmt: skip
+                               "tokenSecretRef": {"name": secret}},
+                     "approved": False, "unschedulable": True}}  # fmt: skip
+
+
+def changed(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A deep copy of `body` with the dotted `path` set to `value` (None: removed)."""
+    out = json.loads(json.dumps(body))
+    *parents, last = path.split(".")
+    here = out
+    for part in parents:
+        here = here.setdefault(part, {})
+    if value is None:
+        here.pop(last, None)
+    else:
+        here[last] = value
+    return out
+
+
+OWNER = [{"apiVersion": "v1", "kind": "Namespace", "name": "kube-system", "uid": "0" * 8}]
+# what the admission policy refuses for the bootstrap identity, and the field its message names
+NODE_REFUSALS = [
+    ("metadata.labels", {"pool": "big"}, "metadata.labels"),
+    ("metadata.annotations", {"note": "x"}, "metadata.annotations"),
+    ("metadata.annotations", {"mlxfleet.io/requested-labels": "x" * 5000}, "4096"),
+    ("metadata.finalizers", ["example.com/keep"], "metadata.finalizers"),
+    ("metadata.ownerReferences", OWNER, "metadata.ownerReferences"),
+    ("spec.unschedulable", False, "spec.unschedulable"),
+    ("spec.unschedulable", None, "spec.unschedulable"),
+    ("spec.approved", True, "spec.approved"),
+    ("spec.approved", None, "spec.approved"),
+    ("spec.drain", True, "spec.agent, spec.hardware"),
+    ("spec.cost", {"purchasePriceUSD": 1}, "spec.agent, spec.hardware"),
+    ("spec.reservedMemory", "0", "spec.agent, spec.hardware"),
+]
+SECRET_REFUSALS = [
+    ("metadata.labels", {"mlxfleet.io/agent-credentials": "true", "pool": "big"}, "labels"),
+    ("metadata.annotations", {"note": "x"}, "metadata.annotations"),
+    ("metadata.finalizers", ["example.com/keep"], "metadata.finalizers"),
+    ("metadata.ownerReferences", OWNER, "metadata.ownerReferences"),
+    ("immutable", True, "immutable"),
+]
 
 
 def test_bootstrap_token_can_create_only_its_own_node_and_secret(
@@ -130,6 +177,22 @@ def test_bootstrap_token_can_create_only_its_own_node_and_secret(
         stolen = api.post(NODES, json=node_body(f"{e2e.label}-thief", f"{victim}-agent"))
         assert stolen.status_code == 403
         assert "tokenSecretRef" in stolen.json()["message"]
+        # nothing beyond what join writes, on either object: each refused, naming the field
+        answers = {}
+        for path, value, named in NODE_REFUSALS:
+            other = f"{e2e.label}-n{len(answers)}"
+            body = changed(node_body(other, f"{other}-agent"), path, value)
+            answers[f"node {path}={value!r}"[:80]] = (api.post(NODES, json=body), named)
+        for path, value, named in SECRET_REFUSALS:
+            other = f"{e2e.label}-s{len(answers)}-agent"
+            body = changed(secret_body(other), path, value)
+            answers[f"secret {path}={value!r}"[:80]] = (api.post(secrets, json=body), named)
+        wrong = {
+            case: (r.status_code, r.json().get("message", "")[-200:])
+            for case, (r, named) in answers.items()
+            if r.status_code != 403 or named not in r.json().get("message", "")
+        }
+        assert wrong == {}
     victim_obj = e2e.get("inferencenode", victim, namespaced=False)
     assert victim_obj["spec"].get("unschedulable") is not True
 
@@ -198,7 +261,8 @@ def join_cmd(
         "--advertise-address", "127.0.0.1", "--bind", "127.0.0.1",
         "--control-port", str(control_port), "--data-port", str(data_port),
         "--config-dir", str(root / "etc"), "--state-dir", str(root / "state"),
-        "--unit-dir", str(root / "units"), "--log-dir", str(root / "log"), *extra,
+        "--unit-dir", str(root / "units"), "--log-dir", str(root / "log"),
+        *(() if "--user" in extra or "--os" in extra else ("--user", "nobody")), *extra,
     )  # fmt: skip
 
 
@@ -277,8 +341,10 @@ def test_join_registers_rejoin_is_idempotent_and_leave_drains(
     e2e.nodes.append(node)
     e2e.secrets.append(f"{node}-agent")
     # files: private, atomic (no temporary left), the unit rendered and not started
-    for name in ("agent.yaml", "token", "tls.key", "tls.crt", "join.json"):
-        assert (root / "etc" / name).stat().st_mode & 0o777 == 0o600, name
+    modes = {"agent.yaml": 0o640, "token": 0o600, "tls.key": 0o600, "tls.crt": 0o644,
+             "join.json": 0o600}  # fmt: skip
+    for name, mode in modes.items():
+        assert (root / "etc" / name).stat().st_mode & 0o777 == mode, name
     assert not [p for p in (root / "etc").iterdir() if p.name.startswith(".")]
     unit = root / "units" / "mlxfleet-agent.service"
     argv = exec_start(unit)
@@ -287,7 +353,10 @@ def test_join_registers_rejoin_is_idempotent_and_leave_drains(
     token_before = (root / "etc" / "token").read_text()
 
     obj = e2e.get("inferencenode", node, namespaced=False)
-    assert obj["metadata"]["labels"]["mlxfleet.io/room"] == "lab-2"
+    assert "labels" not in obj["metadata"]  # asked for, applied when a person approves
+    asked = json.loads(obj["metadata"]["annotations"]["mlxfleet.io/requested-labels"])
+    assert asked["mlxfleet.io/room"] == "lab-2"
+    assert (obj["spec"]["approved"], obj["spec"]["unschedulable"]) == (False, True)
     assert obj["spec"]["hardware"]["memory"].endswith("Mi")  # /proc/meminfo on Linux
     assert obj["spec"]["agent"]["tokenSecretRef"] == {
         "name": f"{node}-agent",
@@ -306,6 +375,19 @@ def test_join_registers_rejoin_is_idempotent_and_leave_drains(
             [*argv, "--python", str(BIN / "python"), "--no-caffeinate", "--stop-grace-s", "5"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         ))  # fmt: skip
+    wait_for(
+        "joined node AwaitingApproval",
+        lambda: (
+            condition(e2e.get("inferencenode", node, namespaced=False), "Ready").get("reason")
+            == "AwaitingApproval"
+        ),
+        timeout=90,
+    )
+    approve = run(str(BIN / "kubectl-mlxfleet"), "approve", "node", node,
+                  env={"KUBECONFIG": str(cluster.kubeconfig)})  # fmt: skip
+    assert approve.returncode == 0, approve.stderr
+    labels = e2e.get("inferencenode", node, namespaced=False)["metadata"]["labels"]
+    assert labels["mlxfleet.io/room"] == "lab-2"
     wait_for(
         "joined node Ready",
         lambda: is_true(e2e.get("inferencenode", node, namespaced=False), "Ready"),
@@ -345,3 +427,141 @@ def test_join_registers_rejoin_is_idempotent_and_leave_drains(
     assert cluster.kubectl("-n", NS, "get", "secret", f"{node}-agent", check=False).returncode != 0
     assert not unit.exists()
     assert sorted(p.name for p in (root / "etc").iterdir()) == []
+
+
+@pytest.fixture
+def world_readable_root() -> Iterator[Path]:
+    """A temporary root the agent's account may traverse (pytest's tmp_path is root's alone)."""
+    root = Path(tempfile.mkdtemp(prefix="mlxfleet-mac-", dir="/tmp"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def system_account(name: str, *, create: bool) -> Iterator[None]:
+    """`name` exists during the block when `create` (made by useradd here, as dscl does on a
+    Mac); removed afterwards when the block (or join inside it) made it."""
+    existed = subprocess.run(["id", name], capture_output=True).returncode == 0
+    if create and not existed:
+        subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
+                        "--shell", "/usr/sbin/nologin", name], check=True)  # fmt: skip
+    try:
+        yield
+    finally:
+        if not existed:
+            subprocess.run(["userdel", name], capture_output=True, check=False)
+            subprocess.run(["groupdel", name], capture_output=True, check=False)
+
+
+def as_account(name: str, code: str) -> subprocess.CompletedProcess[str]:
+    """Python code run as `name` (its uid and group only), as launchd or systemd start it."""
+    entry = pwd.getpwnam(name)
+    return subprocess.run(
+        ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups",
+         "--", "/usr/bin/python3", "-c", code],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_a_mac_joined_with_defaults_runs_unprivileged_and_rejoin_keeps_admin_edits(
+    cluster: controlplane.ControlPlane, e2e: E2E, world_readable_root: Path
+) -> None:
+    """Issue 23: join as on a Mac (LaunchDaemon rendered into a temporary root, the default
+    account _mlxfleet), then an admin edits agent.yaml and join runs again with a new option."""
+    root, node = world_readable_root, f"{e2e.label}-studio"
+    token = create_token(cluster, "--ttl", "15m")
+    e2e.nodes.append(node)
+    e2e.secrets.append(f"{node}-agent")
+    hf = root / "hf.token"
+    hf.write_text("hf_0123456789abcdefABCDEF\n")
+    with system_account("_mlxfleet", create=True):
+        first = join_cmd(cluster, root, token, node, "--os", "macos", "--hf-token-file", str(hf))
+        assert first.returncode == 0, first.stderr
+        entry = pwd.getpwnam("_mlxfleet")
+        plist = plistlib.loads((root / "units" / "io.mlxfleet.agent.plist").read_bytes())
+        assert plist["UserName"] == "_mlxfleet"
+        assert plist["GroupName"] == grp.getgrgid(entry.pw_gid).gr_name
+        config = root / "etc" / "agent.yaml"
+        assert plist["ProgramArguments"][1:] == ["serve", "--config", str(config)]
+        env = plist["EnvironmentVariables"]
+        assert env["HF_HOME"] == f"{root / 'state'}/huggingface"
+        assert env["HF_TOKEN_PATH"] == str(root / "etc" / "hf-token")
+        # the account owns its state and reads its secrets; the configuration is root's
+        for folder in ("state", "state/models", "log"):
+            assert (root / folder).stat().st_uid == entry.pw_uid, folder
+        for secret in ("token", "tls.key", "hf-token"):
+            status = (root / "etc" / secret).stat()
+            assert (status.st_uid, status.st_mode & 0o777) == (entry.pw_uid, 0o600), secret
+        assert (config.stat().st_uid, config.stat().st_gid) == (0, entry.pw_gid)
+        probe = as_account("_mlxfleet", (
+            "import pathlib, tempfile\n"
+            f"for name in ('token', 'tls.key', 'hf-token', 'agent.yaml', 'tls.crt'):\n"
+            f"    pathlib.Path({str(root / 'etc')!r}, name).read_text()\n"
+            f"for folder in ('state', 'state/models', 'log'):\n"
+            f"    tempfile.NamedTemporaryFile(dir=pathlib.Path({str(root)!r}, folder)).close()\n"
+            f"try:\n    pathlib.Path({str(config)!r}).write_text('x')\nexcept PermissionError:\n"
+            "    print('config read-only')\n"
+        ))  # fmt: skip
+        assert probe.returncode == 0, probe.stderr
+        assert probe.stdout.strip() == "config read-only"
+        assert is_true(e2e.get("inferencenode", node, namespaced=False), "Ready") is False
+
+        # the admin edits agent.yaml: a new key, and a value join set
+        edited = yaml.safe_load(config.read_text())
+        edited |= {"logLevel": "debug", "dataPort": 9999}
+        config.write_text(yaml.safe_dump(edited, sort_keys=False))
+        before = config.read_text()
+        # a dry run of a re-join with one more option says what it would do, writes nothing
+        dry = join_cmd(cluster, root, token, node, "--os", "macos", "--dry-run",
+                       "--telemetry-bucket", "fleet-telemetry")  # fmt: skip
+        assert dry.returncode == 0, dry.stderr
+        assert "agent.yaml: would have added telemetryBucket" in dry.stderr, dry.stderr
+        assert "kept your dataPort: 9999 (join would set 8471)" in dry.stderr
+        assert "dry run: nothing was written or registered" in dry.stderr
+        assert config.read_text() == before
+
+        again = join_cmd(cluster, root, token, node, "--os", "macos",
+                         "--telemetry-bucket", "fleet-telemetry")  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        assert 'agent.yaml: added telemetryBucket: "fleet-telemetry"' in again.stderr
+        assert "kept your dataPort: 9999 (join would set 8471)" in again.stderr
+        assert "kept your logLevel" not in again.stderr  # join has no opinion on it
+        merged = yaml.safe_load(config.read_text())
+        assert merged["logLevel"] == "debug"
+        assert merged["dataPort"] == 9999
+        assert merged["telemetryBucket"] == "fleet-telemetry"
+        assert "registered by an earlier join" in again.stderr
+        assert (
+            plistlib.loads((root / "units" / "io.mlxfleet.agent.plist").read_bytes())["UserName"]
+            == "_mlxfleet"
+        )
+
+
+def test_join_on_linux_creates_its_account(
+    cluster: controlplane.ControlPlane, e2e: E2E, world_readable_root: Path
+) -> None:
+    """A missing --user is created (a system account with no login shell); the systemd unit
+    runs as it; --no-create-user refuses instead, naming the flag."""
+    name = f"mlxf-{e2e.label}"[:32]
+    node = f"{e2e.label}-linux"
+    token = create_token(cluster, "--ttl", "15m")
+    root = world_readable_root
+    with system_account(name, create=False):
+        refused = join_cmd(cluster, root / "a", token, node, "--os", "linux", "--user", name,
+                           "--no-create-user")  # fmt: skip
+        assert refused.returncode == 2
+        assert "--user" in refused.stderr
+        assert "--no-create-user" in refused.stderr
+        proc = join_cmd(cluster, root / "b", token, node, "--os", "linux", "--user", name)
+        e2e.nodes.append(node)
+        e2e.secrets.append(f"{node}-agent")
+        assert proc.returncode == 0, proc.stderr
+        assert f"created the account {name}" in proc.stderr
+        entry = pwd.getpwnam(name)
+        assert entry.pw_shell == "/usr/sbin/nologin"
+        assert entry.pw_uid < 1000  # a system account
+        unit = (root / "b" / "units" / "mlxfleet-agent.service").read_text().splitlines()
+        assert f"User={name}" in unit
+        assert f"Group={name}" in unit
+        assert (root / "b" / "state").stat().st_uid == entry.pw_uid

@@ -1,29 +1,35 @@
 """docs/quickstart.md, as a new user follows it, on a real API server standing in for the cluster:
 `helm install` (the operator then runs as a process with the release's identity: no kubelet),
 two Macs joined with the quickstart's `mlxfleet token create` and `mlxfleet-agent join` (real
-agents started from the systemd units join rendered, given the fleet credential as step 4 says),
+agents started from the systemd units join rendered) and approved with `kubectl mlxfleet approve
+node` (each waits, AwaitingApproval, until then),
 the quickstart's own ModelDeployment applied (its source swapped for a local tiny model: no hub
 access here) and waited for with `kubectl wait`, then the gateway turned on with the
 quickstart's commands (run as a process with the live Deployment's args and the chart's gateway
-identity), an API key minted with `new-key`, and the `openai` client's first answer through the
-gateway."""
+identity; the operator restarted with the fleet-key Secret mounted), an API key minted with
+`new-key`, and the `openai` client's first answer through the gateway; a replica's own endpoint
+answers only that Mac's own key, never the fleet key."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shlex
 import signal
+import ssl
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import yaml
 
+from mlxfleet_agent import contract
 from mlxfleet_operator.dev import controlplane, processes
 from tests.e2e.conftest import BIN, Agents, stop_process, wait_for
 from tests.support.gateway import start_gateway
@@ -93,7 +99,7 @@ def test_quickstart(
     operator = ChartOperator(plane, tmp_path / "operator")
     operator.start()
     gateway = None
-    fleet_key = "quickstart-fleet-credential"  # the quickstart's `openssl rand -hex 32 > fleet.key`
+    fleet_key = "quickstart-fleet-key-" + "0" * 43  # the quickstart's `openssl rand -hex 32`
     (tmp_path / "fleet.key").write_text(fleet_key + "\n")
     (tmp_path / "fleet.key").chmod(0o600)
     try:
@@ -121,19 +127,24 @@ def test_quickstart(
                 "--control-port", str(control), "--data-port", str(data),
                 "--allowed-root", str(model_a.parent), "--config-dir", str(root / "etc"),
                 "--state-dir", str(root / "state"), "--unit-dir", str(root / "units"),
+                "--log-dir", str(root / "log"), "--user", "nobody",  # this machine's account
             )  # fmt: skip
             unit = (root / "units" / "mlxfleet-agent.service").read_text()
             (line,) = [x for x in unit.splitlines() if x.startswith("ExecStart=")]
             argv = shlex.split(line.removeprefix("ExecStart="))
             with (root / "agent.log").open("wb") as log:
                 started.append(subprocess.Popen(
-                    [*argv, "--python", sys.executable, "--no-caffeinate", "--stop-grace-s", "5",
-                     "--data-api-keys-file", str(tmp_path / "fleet.key")],  # step 4's fleet key
+                    [*argv, "--python", sys.executable, "--no-caffeinate", "--stop-grace-s", "5"],
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 ))  # fmt: skip
             macs.append(name)
+        for name in macs:  # not Ready: each waits for a person
+            wait_for(f"{name} AwaitingApproval", functools.partial(_awaiting, plane, name))
+        (approve,) = commands("kubectl mlxfleet approve node ")
         (wait,) = commands("kubectl wait --for=condition=Ready inode/")
         for name in macs:
+            words = [w.replace("mac-studio-1", name) for w in approve[2:]]
+            run_ok(str(BIN / "kubectl-mlxfleet"), *words, "--kubeconfig", str(plane.kubeconfig))
             plane.kubectl(*[w.replace("mac-studio-1", name) for w in wait[1:]])
         node = json.loads(plane.kubectl("get", "inode", "mac-studio-2", "-o", "json").stdout)
         assert node["metadata"]["labels"]["mlxfleet.io/room"] == "lab-2"
@@ -163,6 +174,12 @@ def test_quickstart(
         plane.kubectl(*secret[1:-1], f"--from-file=key={tmp_path / 'fleet.key'}")
         (upgrade,) = [c for c in commands("helm upgrade ") if "gateway.enabled=true" in c]
         helm(*upgrade[1:3], str(CHART), *upgrade[4:])
+        (restart,) = commands("kubectl -n mlxfleet-system rollout restart deployment/")
+        assert restart[-1] == "deployment/mlxfleet-operator"
+        operator.stop()  # the rollout restart: the new pod mounts the fleet-key Secret
+        operator.start()
+        for name in macs:  # the operator sends each approved Mac its own keys
+            wait_for(f"{name}'s keys", functools.partial(_holds_keys, tmp_path / name, fleet_key))
         gateway = start_gateway(
             account_kubeconfig(plane, "mlxfleet-gateway", tmp_path / "gateway.kubeconfig"),
             tmp_path / "gateway",
@@ -187,21 +204,46 @@ def test_quickstart(
         with pytest.raises(openai.AuthenticationError):
             gateway.openai(api_key="not-a-key").models.list()
 
-        # a placement's own endpoint answers only the fleet credential
-        endpoint = plane.kubectl(
-            "-n", "llm", "get", "mdep", "chat", "-o",
-            "jsonpath={.status.placements[0].endpoint}",
-        ).stdout  # fmt: skip
-        direct = openai.OpenAI(base_url=f"{endpoint}/v1", api_key=fleet_key, max_retries=0)
+        # a placement's own endpoint answers only that Mac's own key: not the fleet key itself,
+        # not another Mac's, not an API key
+        md = json.loads(plane.kubectl("-n", "llm", "get", "mdep", "chat", "-o", "json").stdout)
+        placed = md["status"]["placements"][0]
+        endpoint, mac = placed["endpoint"], placed["node"]
+        other = next(m for m in macs if m != mac)
+        own = contract.credentials.data_plane_key(fleet_key, mac)
+        direct = openai.OpenAI(base_url=f"{endpoint}/v1", api_key=own, max_retries=0)
         assert [m.id for m in direct.models.list().data] == ["chat"]
-        with pytest.raises(openai.AuthenticationError):
-            openai.OpenAI(base_url=f"{endpoint}/v1", api_key=key, max_retries=0).models.list()
+        for wrong in (fleet_key, contract.credentials.data_plane_key(fleet_key, other), key):
+            with pytest.raises(openai.AuthenticationError):
+                openai.OpenAI(base_url=f"{endpoint}/v1", api_key=wrong, max_retries=0).models.list()
     finally:
         if gateway is not None:
             gateway.stop()
         operator.stop()
         for proc in started:
             stop_process(proc, sig=signal.SIGTERM, grace=30)
+
+
+def _awaiting(plane: controlplane.ControlPlane, node: str) -> bool:
+    found = json.loads(plane.kubectl("get", "inode", node, "-o", "json").stdout)
+    ready = [c for c in found.get("status", {}).get("conditions", []) if c["type"] == "Ready"]
+    return bool(ready) and ready[0]["reason"] == "AwaitingApproval"
+
+
+def _holds_keys(root: Path, fleet_key: str) -> bool:
+    """The Mac's agent reports the fingerprint of its own keys (from join's files: its URL,
+    token and certificate)."""
+    joined = json.loads((root / "etc" / "join.json").read_text())
+    node = str(joined["node"])
+    token = (root / "etc" / "token").read_text().strip()
+    state = httpx.get(
+        f"{joined['url']}/v1/state",
+        headers={"Authorization": f"Bearer {token}"},
+        verify=ssl.create_default_context(cafile=str(root / "etc" / "tls.crt")),
+        timeout=10,
+    ).json()
+    wanted = contract.credentials.for_node((fleet_key,), node)
+    return bool(state.get("credentials") == contract.credentials.fingerprint(wanted))
 
 
 def live_gateway_args(plane: controlplane.ControlPlane) -> list[str]:

@@ -388,3 +388,36 @@ def test_paused_plan_stays_paused_and_a_plan_that_did_nothing_is_not_completed(
     assert done["status"]["progress"] == "0/2"
     assert all(s["phase"] == "Skipped" for s in done["status"]["steps"])
     operator.assert_alive()
+
+
+@pytest.mark.mlx
+def test_replicas_no_node_can_take_turn_stalled_so_kubectl_wait_returns(
+    e2e: E2E, agents: Agents, operator: Operator, model_a: Path
+) -> None:
+    """Issue 28 item 9: two replicas on one Mac were `WaitingForCapacity` with Stalled=False
+    forever, so `kubectl wait` ran its whole timeout while the quickstart said Stalled. After
+    `--capacity-stall-seconds` without room the deployment is Stalled (same reason), and a node
+    that can take the replica makes it Ready again."""
+    operator.stop()
+    operator.start("--capacity-stall-seconds", "6")
+    node = e2e.register(agents.start("a"))
+    wait_for("node Ready", lambda: is_true(e2e.get("inode", node, namespaced=False), "Ready"))
+    e2e.apply(e2e.deployment("short", model_a, replicas=2))
+    started = time.monotonic()
+    e2e.kubectl(
+        "-n", e2e.namespace, "wait", "--for=condition=Stalled", "mdep/short", "--timeout=90s"
+    )  # fmt: skip
+    took = time.monotonic() - started
+    md = e2e.get("mdep", "short")
+    ready = condition(md, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "WaitingForCapacity")
+    assert "Stalled: no node could take it for 6s" in ready["message"]
+    assert condition(md, "Reconciling")["status"] == "False"
+    assert took < 80, took
+    second = e2e.register(agents.start("b"))
+    wait_for("node b Ready", lambda: is_true(e2e.get("inode", second, namespaced=False), "Ready"))
+    e2e.kubectl(
+        "-n", e2e.namespace, "wait", "--for=condition=Ready", "mdep/short", "--timeout=120s"
+    )  # fmt: skip
+    assert condition(e2e.get("mdep", "short"), "Stalled")["status"] == "False"
+    operator.assert_alive()

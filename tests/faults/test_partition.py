@@ -37,7 +37,10 @@ def test_partitioned_agent_serves_locally_is_replaced_and_cleaned_up_on_heal(
     fleet: Fleet, figures: dict[str, object], model_a: Path, tmp_path: Path
 ) -> None:
     with netns.namespace() as net:
-        cut_off = fleet.agents.start("p", host=net.inner_ip, prefix=net.exec_prefix)
+        # beyond loopback (in its namespace) and keyless, as its clients are: open on purpose
+        cut_off = fleet.agents.start(
+            "p", host=net.inner_ip, prefix=net.exec_prefix, flags=["--allow-open-data-plane"]
+        )
         kept = fleet.agents.start("b")
         fleet.e2e.register(cut_off)
         nb = fleet.e2e.register(kept)

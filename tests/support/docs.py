@@ -2,7 +2,8 @@
 
 A block is marked in the Markdown by an HTML comment on the line before its fence:
 `<!-- test: NAME -->`. `run_block` runs one with bash (-euo pipefail) after plain text
-substitutions (real names -> loopback ones).
+substitutions (real names -> loopback ones). `anchors` lists a page's heading anchors as GitHub
+makes them (link checks, runbook links).
 May import: the standard library. Called by: tests.
 """
 
@@ -47,3 +48,15 @@ def run_block(
         timeout=120,
         check=False,
     )
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors of every heading of a Markdown page (not those inside code blocks)."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return {slug(m) for m in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}

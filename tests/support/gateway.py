@@ -4,8 +4,8 @@
 with `.../gateway.kubeconfig`, on an ephemeral loopback port, and waits for its `gateway ready`
 log line and for `/readyz` (every watch listed once). `api_key_secret(...)` returns a new key and
 the Secret manifest holding its hash. Everything is stopped by process id.
-May import: the standard library, httpx, openai, mlxfleet_gateway.core.keys. Called by: the
-gateway integration and e2e tests, the benchmark.
+May import: the standard library, httpx, openai, mlxfleet_gateway.core.keys, the agent contract.
+Called by: the gateway integration and e2e tests, the benchmark.
 """
 
 from __future__ import annotations
@@ -24,11 +24,27 @@ from typing import Any
 import httpx
 import openai
 
+from mlxfleet_agent import contract
 from mlxfleet_gateway.core import keys
 
 BIN = Path(sys.executable).parent
 READY_TIMEOUT_S = 60.0
-FLEET_KEY = "fleet-internal-test-credential"
+FLEET_KEY = "fleet-key-of-the-test-fleet-never-sent-to-agents"
+"""The gateway's and the operator's fleet key: each node's data plane accepts only its own key
+derived from it (`node_key`)."""
+
+
+def node_key(node: str, fleet_key: str = FLEET_KEY) -> str:
+    """What node `node`'s data plane accepts (the operator sends it; the gateway derives it)."""
+    return contract.credentials.data_plane_key(fleet_key, node)
+
+
+def write_fleet_key(root: Path, fleet_key: str = FLEET_KEY) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    key_file = root / "fleet-key"
+    key_file.write_text(fleet_key + "\n")
+    key_file.chmod(0o600)
+    return key_file
 
 
 @dataclass
@@ -99,10 +115,9 @@ def start_gateway(
     if anonymous:
         args.append("--allow-anonymous")
     if fleet_key is not None:
-        key_file = root / "fleet-key"
-        key_file.write_text(fleet_key + "\n")
-        key_file.chmod(0o600)
-        args += ["--fleet-key-file", str(key_file)]
+        args += ["--fleet-key-file", str(write_fleet_key(root, fleet_key))]
+    else:
+        args.append("--allow-open-data-plane")  # agents' data planes are open (loopback)
     args += extra or []
     log_path = root / "gateway.log"
     full_env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}

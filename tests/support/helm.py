@@ -8,6 +8,7 @@ Called by: tests/integration/chart, tests/e2e (fixture `helm_cli` in tests/suppo
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -131,13 +132,38 @@ class ChartOperator:
         """A kubeconfig holding a TokenRequest token of the chart's ServiceAccount."""
         return account_kubeconfig(self.plane, OPERATOR, self.root / "chart-operator.kubeconfig")
 
-    def container(self) -> dict[str, Any]:
+    def pod(self) -> dict[str, Any]:
         deployment = json.loads(
             self.plane.kubectl("-n", NAMESPACE, "get", "deployment", OPERATOR, "-o", "json").stdout
         )
-        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        return dict(deployment["spec"]["template"]["spec"])
+
+    def container(self) -> dict[str, Any]:
+        (container,) = self.pod()["containers"]
         assert container["command"] == ["mlxfleet-operator"]
         return dict(container)
+
+    def mounted(self, path: str) -> str:
+        """Where `path` of a mounted Secret volume is here: its Secret's data written under
+        `root/mounts` as the kubelet projects it (an optional Secret that does not exist: a
+        path that does not exist either); `path` itself when no volume holds it."""
+        pod = self.pod()
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        for mount in self.container().get("volumeMounts", []):
+            prefix = mount["mountPath"].rstrip("/") + "/"
+            secret = volumes.get(mount["name"], {}).get("secret")
+            if secret is None or not path.startswith(prefix):
+                continue
+            local = self.root / "mounts" / mount["name"]
+            shutil.rmtree(local, ignore_errors=True)
+            found = self.plane.kubectl("-n", NAMESPACE, "get", "secret", secret["secretName"],
+                                       "-o", "json", check=False)  # fmt: skip
+            if found.returncode == 0:
+                local.mkdir(parents=True)
+                for key, value in (json.loads(found.stdout).get("data") or {}).items():
+                    (local / key).write_bytes(base64.b64decode(value))
+            return str(local / path.removeprefix(prefix))
+        return path
 
     def rendered_args(self) -> list[str]:
         return list(self.container()["args"])
@@ -163,6 +189,8 @@ class ChartOperator:
                 arg = "--metrics-host=127.0.0.1"
             elif arg.startswith("--metrics-port="):
                 arg = f"--metrics-port={metrics}"
+            elif arg.startswith("--fleet-key-file="):
+                arg = f"--fleet-key-file={self.mounted(arg.split('=', 1)[1])}"
             args.append(arg)
         self.liveness = f"http://127.0.0.1:{health}/healthz"
         self.starts += 1

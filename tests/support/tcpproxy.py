@@ -6,6 +6,7 @@ moves either way and new ones are accepted and ignored (a pulled cable: clients 
 errors). `heal()` opens it again (connections held in a black hole are then closed). `delay(s, n)`:
 the next `n` requests (client-to-target chunks) are held `s` seconds before they are forwarded.
 Only the path through this proxy is affected: the target keeps running for everyone else.
+`accepted` counts the connections made to it (whatever the mode): who reached the target.
 May import: the standard library.
 Called by: tests/faults, tests/integration/election, the telemetry tests (netgate).
 """
@@ -21,14 +22,16 @@ LINGER_RESET = b"\x01\x00\x00\x00\x00\x00\x00\x00"  # SO_LINGER on, 0 s: close()
 
 
 class Proxy:
-    def __init__(self, target_host: str, target_port: int, *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, target_host: str, target_port: int, *, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         self.target = (target_host, target_port)
         self.mode = "open"
         self._changed = threading.Condition()
         self._delays: list[float] = []
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, 0))
+        self._sock.bind((host, port))
         self._sock.listen(128)
         self._sock.settimeout(0.2)
         self.host = host
@@ -37,6 +40,7 @@ class Proxy:
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
         self.delayed = 0  # requests held so far
+        self.accepted = 0  # connections made to the proxy so far
         threading.Thread(target=self._accept, daemon=True, name=f"proxy-{self.port}").start()
 
     @property
@@ -85,6 +89,7 @@ class Proxy:
                 continue
             except OSError:
                 return
+            self.accepted += 1
             if self.mode == "reset":
                 _hard_close(client)
                 continue

@@ -1,8 +1,9 @@
-"""Fixtures `helm`, `kstatus`, `prometheus_crds`: real Go tools from the Go module proxy.
+"""Fixtures `helm`, `kstatus`, `promtool`, `prometheus_crds`: real Go tools (Go module proxy).
 
 Built once and cached outside the repo keyed by version by scripts/build-tools.sh (helm v3 with
 `go install`; kstatus = scripts/kstatus/main.go on sigs.k8s.io/cli-utils, whose status.Compute is
-what Flux's health checks run; the Prometheus Operator's own ServiceMonitor/PodMonitor CRDs).
+what Flux's health checks run; Prometheus's promtool; the Prometheus Operator's own
+ServiceMonitor/PodMonitor/PrometheusRule CRDs).
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ def build(tool: str) -> Path:
 @pytest.fixture(scope="session")
 def helm() -> Path:
     return build("helm")
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    return build("promtool")
 
 
 @pytest.fixture(scope="session")

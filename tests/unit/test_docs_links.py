@@ -9,20 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.docs import anchors
+
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
-
-
-def _slug(heading: str) -> str:
-    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
-    return text.replace(" ", "-")
-
-
-def _anchors(page: Path) -> set[str]:
-    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
-    return {_slug(m) for m in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
 
 
 def _id(page: Path) -> str:
@@ -38,7 +29,7 @@ def test_relative_links_resolve_inside_the_repository(page: Path) -> None:
         path, _, anchor = target.partition("#")
         resolved = (page.parent / path).resolve() if path else page
         missing = not resolved.is_relative_to(REPO) or not resolved.exists()
-        if missing or (anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved)):
+        if missing or (anchor and resolved.suffix == ".md" and anchor not in anchors(resolved)):
             broken.append(target)
     assert broken == []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -66,7 +67,9 @@ def test_flag_values_of_join_and_token_create(flag: str, text: str, ok: bool) ->
                 check(text)
 
 
-def test_node_objects_point_only_at_their_own_secret() -> None:
+def test_node_objects_point_only_at_their_own_secret_and_wait_for_approval() -> None:
+    """The InferenceNode join writes takes nothing before a person approves it: approved: false,
+    unschedulable: true, no label (the labels it asks for wait in an annotation)."""
     node = plan.inference_node(
         "mac-1", namespace=plan.NAMESPACE, url="https://10.0.0.2:8470",
         facts=plan.Facts(chip="Apple M2 Ultra", memory_bytes=192 * 2**30, gpu_cores=76),
@@ -77,10 +80,14 @@ def test_node_objects_point_only_at_their_own_secret() -> None:
         "namespace": "mlxfleet-agents",
     }
     assert node["spec"]["agent"]["caSecretRef"]["name"] == "mac-1-agent"
-    assert node["metadata"]["labels"] == {
+    assert "labels" not in node["metadata"]
+    assert json.loads(node["metadata"]["annotations"][plan.REQUESTED_LABELS]) == {
         "mlxfleet.io/chip-family": "m2-ultra", "mlxfleet.io/gpu-cores": "76",
         "mlxfleet.io/memory-gib": "192", "room": "a",
     }  # fmt: skip
+    assert set(node["metadata"]) == {"name", "annotations"}
+    assert (node["spec"]["approved"], node["spec"]["unschedulable"]) == (False, True)
+    assert set(node["spec"]) == {"agent", "hardware", "approved", "unschedulable"}
     assert node["spec"]["hardware"] == {"chip": "Apple M2 Ultra", "memory": "196608Mi"}
     secret = plan.secret("mac-1", namespace=plan.NAMESPACE, token="t", ca_pem="pem")
     assert secret["metadata"]["namespace"] == "mlxfleet-agents"

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from mlxfleet_agent import drainreport
 from mlxfleet_operator.kubectl_plugin import render
 
 
@@ -41,13 +42,13 @@ def test_what_waits_on_the_node_with_each_deployments_own_reason() -> None:
         deployment("elsewhere", ["mac-mini-2"], reason="Ready", message="1/1 replicas ready"),
         deployment("new", ["mac-mini-1"]),
     ]
-    waiting = render.waiting_on(found, "mac-mini-1")
+    waiting = drainreport.waiting_on(found, "mac-mini-1")
     assert waiting == [
-        render.Waiting("default/new", "", ""),
-        render.Waiting("default/tiny-chat", "Ready", HELD),
+        drainreport.Waiting("default/new", "", ""),
+        drainreport.Waiting("default/tiny-chat", "Ready", HELD),
     ]
     assert render.placements_on(found, "mac-mini-1") == ["default/new", "default/tiny-chat"]
-    assert render.drain_lines("mac-mini-1", waiting, 31.4) == [
+    assert drainreport.drain_lines("mac-mini-1", waiting, 31.4) == [
         "[  31s] 2 replica(s) still on mac-mini-1: default/new, default/tiny-chat",
         "       default/new: no condition yet",
         f"       default/tiny-chat: Ready: {HELD}",
@@ -55,8 +56,8 @@ def test_what_waits_on_the_node_with_each_deployments_own_reason() -> None:
 
 
 def test_a_timed_out_drain_says_why_and_what_to_do() -> None:
-    waiting = [render.Waiting("default/tiny-chat", "Ready", HELD)]
-    lines = render.drain_timeout("mac-mini-1", waiting, 600)
+    waiting = [drainreport.Waiting("default/tiny-chat", "Ready", HELD)]
+    lines = drainreport.drain_timeout("mac-mini-1", waiting, 600)
     assert lines[0].startswith("drain mac-mini-1: timed out after 600s with default/tiny-chat ")
     assert "stays draining" in lines[0]
     assert lines[1] == f"       default/tiny-chat: Ready: {HELD}"
@@ -78,5 +79,32 @@ def test_a_timed_out_drain_says_why_and_what_to_do() -> None:
 def test_progress_is_reported_when_it_changes_and_at_least_every_30_seconds(
     reports: list[tuple[str, float]], due: list[bool]
 ) -> None:
-    cadence = render.Cadence(every=30.0)
+    cadence = drainreport.Cadence(every=30.0)
     assert [cadence.due(key, now) for key, now in reports] == due
+
+
+def test_status_says_why_a_deployment_is_not_ready() -> None:
+    """`kubectl mlxfleet status` showed `ready 0/1 False` and nothing else (issue 28 item 9)."""
+    waiting = {
+        "metadata": {"name": "chat", "namespace": "llm"},
+        "spec": {"replicas": 3, "model": {"source": "hf://org/m"}},
+        "status": {
+            "readyReplicas": 2,
+            "conditions": [
+                {"type": "Ready", "status": "False", "reason": "WaitingForCapacity",
+                 "message": "2/3 ready, 1 unplaced: a, b: already has a replica"},
+                {"type": "Stalled", "status": "True", "reason": "WaitingForCapacity"},
+            ],
+        },
+    }  # fmt: skip
+    serving = deployment("other", ["a"], reason="Ready", message="1/1 replicas ready")
+    serving["spec"] = {"replicas": 1}
+    serving["status"]["readyReplicas"] = 1
+    lines = render.deployment_lines([waiting, serving])
+    (head,) = [line for line in lines if "llm/chat" in line]
+    assert "ready 2/3" in head
+    assert "False WaitingForCapacity" in head
+    assert "      2/3 ready, 1 unplaced: a, b: already has a replica (Stalled)" in lines
+    (ok,) = [line for line in lines if "default/other" in line]
+    assert "True  Ready" in ok
+    assert not any("1/1 replicas ready" in line for line in lines)  # nothing to explain

@@ -79,8 +79,22 @@ app.kubernetes.io/component: reports
 {{ include "mlxfleet.labels" . }}
 {{- end -}}
 
+{{/* An image reference: repository:tag, plus @digest when one is given (a released chart pins
+its images by digest). Called with (list repository tag digest). */}}
+{{- define "mlxfleet.imageRef" -}}
+{{- $repository := index . 0 -}}{{- $tag := index . 1 -}}{{- $digest := index . 2 -}}
+{{- printf "%s:%s" $repository $tag -}}{{- with $digest }}@{{ . }}{{ end -}}
+{{- end -}}
+
+{{/* The operator image (operator Deployment, report CronJobs). */}}
 {{- define "mlxfleet.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- include "mlxfleet.imageRef" (list .Values.image.repository (default .Chart.AppVersion .Values.image.tag) .Values.image.digest) -}}
+{{- end -}}
+
+{{/* The gateway's own image; its tag falls back to image.tag, then the appVersion. */}}
+{{- define "mlxfleet.gatewayImage" -}}
+{{- $image := .Values.gateway.image -}}
+{{- include "mlxfleet.imageRef" (list $image.repository (default (default .Chart.AppVersion .Values.image.tag) $image.tag) $image.digest) -}}
 {{- end -}}
 
 {{/* Whether the operator image of this chart has Lease leader election (Chart.yaml). */}}

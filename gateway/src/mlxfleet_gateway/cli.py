@@ -5,7 +5,9 @@
                              [--models M[,M]] [--requests-per-minute N] [--tokens-per-minute N]
                              [--expires-at RFC3339]
 
-Without `--allow-anonymous` every request needs a valid API key (secure by default). A bad flag
+Without `--allow-anonymous` every request needs a valid API key (secure by default). Without a
+fleet key (`--fleet-key-file`) it refuses to start unless `--allow-open-data-plane` says the
+agents' data planes take requests without a credential (development only). A bad flag
 exits 2 naming it. `new-key` prints a fresh key once (to stderr) and the Secret that holds only
 its hash (to stdout, for `kubectl apply -f -`), after checking every option (`keys.minted`:
 Kubernetes names, an expiry in the future), so it prints nothing for a key that cannot be used.
@@ -63,8 +65,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fleet-key-file",
         type=Path,
-        help="the credential agents' data planes accept (their --data-api-keys-file); also "
-        "$MLXFLEET_GATEWAY_FLEET_KEY",
+        help="the fleet key (one a line, the current first; also $MLXFLEET_GATEWAY_FLEET_KEY): "
+        "never sent; each node's data plane gets its own key derived from it (docs/gateway.md)",
+    )
+    p.add_argument(
+        "--allow-open-data-plane",
+        action="store_true",
+        help="run without a fleet key: agents get requests with no credential, so their data "
+        "planes must be open (development only)",
     )
     p.add_argument("--connect-timeout-s", type=float, default=0.5, help="to agents (default 0.5)")
     p.add_argument(
@@ -132,6 +140,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--telemetry-region")
     p.add_argument("--telemetry-interval-s", type=float, default=60.0)
     p.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    p.add_argument(
+        "--no-access-log",
+        dest="access_log",
+        action="store_false",
+        help="no line per request (the access log: who, which model, where, how long, tokens; "
+        "never the prompt or the answer)",
+    )
     return p
 
 
@@ -148,9 +163,15 @@ def parse(argv: list[str]) -> settings_mod.Settings:
             if ns.metrics_listen
             else None
         )
-        fleet_key = os.environ.get("MLXFLEET_GATEWAY_FLEET_KEY") or None
-        if ns.fleet_key_file is not None:
-            fleet_key = settings_mod.read_key_file(ns.fleet_key_file)
+        fleet_key = settings_mod.fleet_key(
+            ns.fleet_key_file, os.environ.get("MLXFLEET_GATEWAY_FLEET_KEY") or None
+        )
+        if fleet_key is None and not ns.allow_open_data_plane:
+            raise settings_mod.SettingsError(
+                "--fleet-key-file: required (the fleet key each node's data-plane key is "
+                "derived from); --allow-open-data-plane runs without one against agents whose "
+                "data planes take requests without a credential (development only)"
+            )
         values = {
             "kubeconfig": kubeconfig,
             "listen": listen,
@@ -178,6 +199,7 @@ def parse(argv: list[str]) -> settings_mod.Settings:
             "telemetry_region": ns.telemetry_region,
             "telemetry_interval_s": ns.telemetry_interval_s,
             "log_level": ns.log_level,
+            "access_log": ns.access_log,
         }
         if ns.name:
             values["name"] = ns.name
@@ -250,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse(argv)
     from mlxfleet_gateway import server
 
-    server.configure_logging(cfg.log_level)
+    server.configure_logging(cfg.log_level, access_log=cfg.access_log)
     try:
         import uvloop
 

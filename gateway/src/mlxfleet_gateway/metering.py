@@ -4,17 +4,25 @@
 and outcome (`ok`, `cut`, `error`), prompt and completion tokens by key and team, errors by kind,
 time to first byte and duration by model, and the call's `usage.Use` for the shipper. `record`
 books one use on its own (a request refused by its rate limit never becomes a call). Without a
-shipper nothing is booked; the metrics are counted all the same.
+shipper nothing is booked; the metrics are counted all the same. The access log (`ACCESS`, one
+JSON line per request at INFO, `--no-access-log` turns it off) says who asked for which model,
+where it went, what came of it, how long it took and how many tokens: never the prompt or the
+answer, which the gateway neither logs nor ships. `refused` is the line of a request refused
+before it became a call.
 May import: the standard library, core (keys, usage), calls, metrics, shipper. Called by: proxy.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from mlxfleet_gateway import calls, metrics, shipper
 from mlxfleet_gateway.core import keys
 from mlxfleet_gateway.core import usage as usage_mod
+
+ACCESS = "mlxfleet_gateway.access"
+access = logging.getLogger(ACCESS)
 
 
 class Meter:
@@ -31,6 +39,7 @@ class Meter:
 
     def finish(self, call: calls.Call) -> None:
         key, req, m = call.key, call.req, self.metrics
+        took = self.clock() - call.t0
         outcome = "ok" if call.error is None else ("cut" if call.error == "cut" else "error")
         backend = call.backend or "none"
         m.child(m.requests, key.name, req.model, backend, outcome).inc()
@@ -43,7 +52,31 @@ class Meter:
             m.child(m.errors, key.name, call.error).inc()
         if call.ttfb is not None:
             m.child(m.ttft, req.model).observe(call.ttfb)
-        m.child(m.duration, req.model).observe(self.clock() - call.t0)
+        m.child(m.duration, req.model).observe(took)
+        if access.isEnabledFor(logging.INFO):
+            status = (
+                call.last_error.status if call.last_error is not None and not call.started else 200
+            )
+            access.info(
+                "request",
+                extra={
+                    "key": key.name,
+                    "team": key.spec.team,
+                    "endpoint": call.endpoint,
+                    "model": req.model,
+                    "stream": req.stream,
+                    "status": status,
+                    "outcome": outcome,
+                    "error": call.error,
+                    "backend": backend,
+                    "served_by": call.served_by,
+                    "attempts": len(call.tried),
+                    "ttfb_ms": None if call.ttfb is None else round(call.ttfb * 1000, 1),
+                    "duration_ms": round(took * 1000, 1),
+                    "prompt_tokens": call.prompt_tokens,
+                    "completion_tokens": call.completion_tokens,
+                },
+            )
         self.record(
             key,
             call.plan.namespace,
@@ -55,6 +88,14 @@ class Meter:
             error=call.error,
             served=call.served,
         )
+
+    def refused(self, path: str, status: int, code: str | None, key: str | None = None) -> None:
+        """The access line of a request refused before it became a call (401, 404, 413, 429)."""
+        if access.isEnabledFor(logging.INFO):
+            access.info(
+                "request",
+                extra={"key": key, "path": path, "status": status, "error": code},
+            )
 
     def record(
         self,

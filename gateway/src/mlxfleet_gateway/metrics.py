@@ -8,12 +8,52 @@ shipper, server.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import prometheus_client
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 NAMESPACE = "mlxfleet_gateway"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyFacts:
+    """One API key as the key gauges show it: how full each limit is, when it expires."""
+
+    key: str
+    usage: dict[str, float] = field(default_factory=dict)  # limit name -> used / limit
+    expires_at: float | None = None  # Unix seconds
+
+
+class _KeyCollector(Collector):
+    """Per-key gauges read at scrape time (nothing on the request path)."""
+
+    def __init__(self, read: Callable[[], Iterable[KeyFacts]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        usage = GaugeMetricFamily(
+            f"{NAMESPACE}_key_limit_usage_ratio",
+            "How full an API key's rate limit is in this gateway: the last 60 s of use over "
+            "the limit (1 = requests are being refused).",
+            labels=["key", "limit"],
+        )
+        expiry = GaugeMetricFamily(
+            f"{NAMESPACE}_key_expiry_timestamp_seconds",
+            "When an API key expires (its Secret's expiresAt), Unix seconds.",
+            labels=["key"],
+        )
+        for facts in self._read():
+            for limit, ratio in sorted(facts.usage.items()):
+                usage.add_metric([facts.key, limit], ratio)
+            if facts.expires_at is not None:
+                expiry.add_metric([facts.key], facts.expires_at)
+        yield usage
+        yield expiry
 
 
 class GatewayMetrics:
@@ -57,6 +97,8 @@ class GatewayMetrics:
         self.retries = counter(
             "retries_total", "Attempts sent to another replica, by reason.", ["reason"]
         )
+        for reason in ("busy", "failed"):  # from 0: the dashboard and rules see the first
+            self.retries.labels(reason)
         self.budget_exhausted = counter(
             "retry_budget_exhausted_total", "Retries the retry budget refused.", []
         )
@@ -92,8 +134,14 @@ class GatewayMetrics:
             "Telemetry intervals by result (closed, uploaded, upload_failed, dropped).",
             ["result"],
         )
+        for result in ("closed", "uploaded", "upload_failed", "dropped"):
+            self.telemetry.labels(result)  # from 0: a first failure is an increase
 
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def watch_keys(self, read: Callable[[], Iterable[KeyFacts]]) -> None:
+        """Export the API keys' limit usage and expiry, read from `read()` at each scrape."""
+        self.registry.register(_KeyCollector(read))
 
     def child(self, metric: Any, *labels: str) -> Any:
         """`metric.labels(*labels)`, remembered: the request path skips the label checks."""

@@ -49,13 +49,15 @@ ENDPOINTS = {
     "/rerank": "rerank",
     "/v2/rerank": "rerank",
 }
-SLOT_HEADER = b"x-mlxfleet-slot"  # names the agent slot (fleet credential only)
+SLOT_HEADER = b"x-mlxfleet-slot"  # names the agent slot (with the node's own key only)
+
+
+METERED = "mlxfleet.metered"  # scope key: the request became a call (its access line is its own)
 
 
 @dataclass(frozen=True, slots=True)
 class ProxyConfig:
     allow_anonymous: bool = False
-    fleet_key: str | None = None  # the credential agents' data planes accept
     max_body_bytes: int = 16 * 1024 * 1024
     max_answer_bytes: int = 64 * 1024 * 1024
     max_attempts: int = 3
@@ -67,6 +69,8 @@ class ProxyConfig:
     stream_cut_after_s: float = 10.0  # an agent unresponsive this long: its streams are cut
     affinity: bool = True
     min_affinity_chars: int = traits_mod.MIN_AFFINITY_CHARS
+    # what a request without a cap reserves for an external backend (its provider's default is
+    # unknown here); a deployment's requests reserve what its slots let them generate
     default_estimate_tokens: int = 256
 
 
@@ -108,6 +112,18 @@ class Proxy:
         self.meter = metering.Meter(gauges=gauges, usage=usage, clock=clock)
         self._origins: dict[str, tuple[upstream.Origin, str]] = {}
 
+    def key_facts(self) -> list[metrics.KeyFacts]:
+        """Every API key's limit usage in this gateway and its expiry (the key gauges)."""
+        now = self.clock()
+        return [
+            metrics.KeyFacts(
+                key=key.name,
+                usage=self.limits.usage(key, now=now),
+                expires_at=key.spec.expires_at.timestamp() if key.spec.expires_at else None,
+            )
+            for key in self.view.keys.by_hash.values()
+        ]
+
     # ---- ASGI ------------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -124,6 +140,12 @@ class Proxy:
                 ok = self.view.ready
                 answer = b'{"ready":true}' if ok else b'{"ready":false}'
                 await asgi.send_json(send, 200 if ok else 503, answer)
+            elif path == "/health":  # as vLLM and mlx_lm answer it: open, says nothing more
+                if method not in ("GET", "HEAD"):
+                    raise errors.GatewayError(405, f"method {method} not allowed on {path}")
+                ok = self.view.ready
+                answer = b'{"status":"ok"}' if ok else b'{"status":"unavailable"}'
+                await asgi.send_json(send, 200 if ok else 503, answer)
             elif path in ENDPOINTS:
                 if method != "POST":
                     raise errors.GatewayError(405, f"method {method} not allowed on {path}")
@@ -136,6 +158,8 @@ class Proxy:
             else:
                 raise errors.GatewayError(404, f"no route {path}", code="not_found")
         except errors.GatewayError as exc:
+            if METERED not in scope:  # a call's own line is written by meter.finish
+                self.meter.refused(path, exc.status, exc.code)
             await asgi.send_error(send, exc)
         except asgi.ClientGone:
             return
@@ -186,10 +210,14 @@ class Proxy:
         if not key.may_use(req.model):
             self.metrics.rejected.labels(key.name, "forbidden").inc()
             raise errors.forbidden(req.model)
-        wanted = req.max_tokens or self.config.default_estimate_tokens
-        estimate = req.prompt_tokens_estimate + wanted
+        chosen = plan.plan(found, req, rng=self.rng)
+        wanted = 0  # embeddings and rerank generate nothing
+        if endpoint in relay.STREAMING:  # what the slot lets it generate, not a guess
+            wanted = chosen.completion_tokens(
+                req.max_tokens, external_default=self.config.default_estimate_tokens
+            )
         try:
-            ticket = self.limits.admit(key, now=t0, estimate=estimate)
+            ticket = self.limits.admit(key, now=t0, estimate=req.prompt_tokens_estimate + wanted)
         except errors.GatewayError:
             self.metrics.rejected.labels(key.name, "rate_limited").inc()
             self.meter.record(key, found.namespace, req.model, "", False, rate_limited=True)
@@ -200,11 +228,12 @@ class Proxy:
             req=req,
             body=body,
             raw=raw,
-            plan=plan.plan(found, req, rng=self.rng),
+            plan=chosen,
             send=send,
             t0=t0,
         )
         self.budget.deposit(now=t0)
+        scope[METERED] = True
         watcher = asyncio.get_running_loop().create_task(self._watch_client(receive, call))
         try:
             await self._serve(call)
@@ -248,7 +277,7 @@ class Proxy:
         target = step.target
         if isinstance(target, catalog.External):
             return await self._external(call, step, target)
-        cands = [balancer.Candidate(r.id, r.url, target.capacity) for r in target.replicas]
+        cands = [balancer.Candidate(r.id, r.url, target.capacity, r.auth) for r in target.replicas]
         if not cands:
             return When.UNAVAILABLE
         if call.plan.falls_back_on(When.SATURATED) and self.balancer.saturated(
@@ -321,20 +350,21 @@ class Proxy:
         local: catalog.Deployment | None = None,
         external: catalog.External | None = None,
     ) -> str:
-        if local is not None:
-            url, model, token = c.origin, local.served_name, self.config.fleet_key
+        if local is not None:  # the node's own key, its header value made once per node
+            url, model, auth = c.origin, local.served_name, c.auth
             path_prefix, connect_s, head_s = "/v1/", self.config.connect_timeout_s, None
         else:
             assert external is not None
-            url, model, token = external.url, external.model, external.api_key
+            url, model = external.url, external.model
+            auth = b"Bearer " + external.api_key.encode() if external.api_key else b""
             path_prefix = "/"
             connect_s = self.config.external_connect_timeout_s
             head_s = self.config.external_timeout_s
         origin, base = self._origin(url)
         headers = [(b"content-type", relay.JSON), (b"accept", b"*/*")]
-        if token:
-            headers.append((b"authorization", b"Bearer " + token.encode()))
-        if local is not None and local.slot and token:  # agents honour it with the credential
+        if auth:
+            headers.append((b"authorization", auth))
+        if local is not None and local.slot and auth:  # agents honour it with their key
             headers.append((SLOT_HEADER, local.slot.encode()))
         exchange = calls.Exchange(c.origin)
         call.exchange = exchange

@@ -150,6 +150,8 @@ class Relay:
             counted = asgi.usage_of(body)
             if counted is not None:
                 call.prompt_tokens, call.completion_tokens = counted
+            else:  # an answer without usage: its prompt from the request
+                call.prompt_tokens = call.req.prompt_tokens_estimate
         else:
             call.error = f"http_{resp.status}"
         headers = [
@@ -220,7 +222,10 @@ class Relay:
         if call.error == "cut":
             err = errors.upstream_failed(f"{name} stopped in the middle of this stream")
             await send({"type": "http.response.body", "body": err.event(), "more_body": True})
-        call.prompt_tokens = scanner.prompt_tokens
+        # the prompt comes from the final usage event; a stream that never got there (the client
+        # left, the agent was cut) still cost its prompt: counted from the request
+        reported = scanner.usage_completion is not None
+        call.prompt_tokens = scanner.prompt_tokens if reported else call.req.prompt_tokens_estimate
         call.completion_tokens = scanner.completion_tokens
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return calls.DONE

@@ -30,7 +30,7 @@ import uvicorn
 
 from mlxfleet_agent import connlimits
 from mlxfleet_agent import httpclient as upstream
-from mlxfleet_gateway import health, metrics, proxy, shipper, view, watch
+from mlxfleet_gateway import health, metering, metrics, proxy, shipper, view, watch
 from mlxfleet_gateway import settings as settings_mod
 from mlxfleet_gateway.core import balancer, budget, limits
 
@@ -58,12 +58,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, *, access_log: bool = True) -> None:
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    if not access_log:
+        logging.getLogger(metering.ACCESS).setLevel(logging.WARNING)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     logging.getLogger("botocore").setLevel(logging.WARNING)
@@ -159,7 +161,7 @@ async def serve(
         loop.add_signal_handler(sig, stop.set)
     gauges = metrics.GatewayMetrics()
     balance = balancer.Balancer(eject_min_s=cfg.eject_min_s)
-    state = view.View(balance)
+    state = view.View(balance, fleet_key=cfg.fleet_key)
     pool = upstream.Pool(connect_timeout_s=cfg.connect_timeout_s)
     access, secret = settings_mod.s3_credentials()
     usage = shipper.Shipper(
@@ -184,7 +186,6 @@ async def serve(
         retry_budget=budget.RetryBudget(now=loop.time()),
         config=proxy.ProxyConfig(
             allow_anonymous=cfg.allow_anonymous,
-            fleet_key=cfg.fleet_key,
             max_body_bytes=cfg.max_body_bytes,
             max_attempts=cfg.max_attempts,
             connect_timeout_s=cfg.connect_timeout_s,
@@ -194,6 +195,7 @@ async def serve(
             affinity=cfg.affinity,
         ),
     )
+    gauges.watch_keys(app.key_facts)
     prober = health.Prober(
         pool=pool,
         balance=balance,

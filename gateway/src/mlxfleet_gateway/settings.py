@@ -1,6 +1,7 @@
 """Settings of one `mlxfleet-gateway` process (from its flags; S3 credentials from the environment).
 
-May import: pydantic, the standard library. Called by: cli (builds it), server (reads it).
+May import: pydantic, the standard library, the agent contract (fleet-key checks). Called by: cli
+(builds it), server (reads it).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import socket
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from mlxfleet_agent import contract
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_NAMESPACE = "mlxfleet-system"
@@ -23,7 +26,7 @@ class SettingsError(ValueError):
 def host_port(text: str, *, flag: str) -> tuple[str, int]:
     """`HOST:PORT` (IPv6 as `[::1]:8080`) -> (host, port)."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise SettingsError(f"{flag} {text!r}: expected HOST:PORT, such as 0.0.0.0:8080")
     return host.strip("[]") or "0.0.0.0", int(port)
 
@@ -45,7 +48,7 @@ class Settings(BaseModel):
     allow_anonymous: bool = False
     namespace: str = DEFAULT_NAMESPACE
     watch_namespaces: tuple[str, ...] = ()
-    fleet_key: str | None = Field(default=None, repr=False)
+    fleet_key: str | None = Field(default=None, repr=False)  # the current one: keys derive from it
     connect_timeout_s: float = Field(default=0.5, gt=0, le=60)
     probe_interval_s: float = Field(default=0.2, gt=0, le=60)
     probe_timeout_s: float = Field(default=0.5, gt=0, le=60)
@@ -70,18 +73,27 @@ class Settings(BaseModel):
     telemetry_region: str | None = None
     telemetry_interval_s: float = Field(default=60.0, gt=0, le=3600)
     log_level: str = "info"
+    access_log: bool = True  # one line per request (never its text): metering.ACCESS
 
 
-def read_key_file(path: Path) -> str:
-    """The fleet credential: the first non-empty, non-comment line of a file."""
+def fleet_key(path: Path | None, env_value: str | None) -> str | None:
+    """The current fleet key: the first of --fleet-key-file (else of the environment variable),
+    checked as the operator checks it (`contract.credentials.parse_fleet_keys`)."""
+    if path is not None:
+        flag = f"--fleet-key-file {path}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise SettingsError(f"{flag}: cannot read it ({why or exc})") from exc
+    elif env_value is not None:
+        flag, text = "MLXFLEET_GATEWAY_FLEET_KEY", env_value
+    else:
+        return None
     try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise SettingsError(f"--fleet-key-file {path}: {exc.strerror or exc}") from exc
-    for line in lines:
-        if line.strip() and not line.startswith("#"):
-            return line.strip()
-    raise SettingsError(f"--fleet-key-file {path}: no key in the file")
+        return contract.credentials.parse_fleet_keys(text, flag=flag)[0]
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def s3_credentials() -> tuple[str | None, str | None]:

@@ -3,6 +3,10 @@
 The watches hand over whole snapshots (name -> raw object) per kind; `View` parses them with the
 operator's pydantic models (an object that does not parse is skipped and reported by name, never
 a crash), rebuilds the catalog and the key ring, and tells the balancer which replicas exist.
+InferenceNodes count only by which are approved (`core.trust`): their status changes on every
+heartbeat write, so a snapshot that leaves that set as it was rebuilds nothing;
+replicas the operator reports not ready (busy, loading...) are logged, with why, as they leave
+and rejoin routing.
 Runs on the event loop only (the watch threads post snapshots with call_soon_threadsafe).
 May import: the standard library, core, mlxfleet_operator.api. Called by: watch, proxy, server.
 """
@@ -16,14 +20,14 @@ from typing import Any
 
 import pydantic
 
-from mlxfleet_gateway.core import balancer, catalog, keys
+from mlxfleet_gateway.core import balancer, catalog, keys, trust
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import modelroute as mroute
 from mlxfleet_operator.api import providerkeys as providers
 
 log = logging.getLogger("mlxfleet_gateway.view")
 JsonDict = dict[str, Any]
-KINDS = ("deployments", "routes", "api-keys", "provider-keys")
+KINDS = ("deployments", "routes", "api-keys", "provider-keys", "nodes")
 
 
 def secret_data(raw: Mapping[str, Any]) -> dict[str, str]:
@@ -42,14 +46,28 @@ def _name(raw: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+def unrouted(deployments: list[mdep.ModelDeployment]) -> dict[str, str]:
+    """Replicas with an endpoint that are not ready (so not routed to), and why: the
+    placement's message (`busy, out of routing: ...`, a load in progress), else its phase."""
+    out: dict[str, str] = {}
+    for md in deployments:
+        for p in md.status.placements:
+            if p.endpoint and not p.ready:
+                rid = f"{md.metadata.namespace or ''}/{md.metadata.name or ''}@{p.node}"
+                out[rid] = p.message or str(p.phase)
+    return out
+
+
 class View:
-    def __init__(self, balance: balancer.Balancer) -> None:
+    def __init__(self, balance: balancer.Balancer, *, fleet_key: str | None = None) -> None:
         self.balancer = balance
+        self.nodes = trust.Credentials(fleet_key)
         self.raw: dict[str, dict[str, JsonDict]] = {kind: {} for kind in KINDS}
         self.synced: set[str] = set()
         self.catalog = catalog.Catalog()
         self.keys = keys.KeyRing()
         self.problems: dict[str, str] = {}  # object -> why it is ignored
+        self.unrouted: dict[str, str] = {}  # replica id -> why it gets no requests (not ready)
         self.version = 0
 
     @property
@@ -59,7 +77,12 @@ class View:
 
     def replace(self, kind: str, objects: Mapping[str, JsonDict]) -> None:
         """A watch's whole current set of one kind."""
-        self.raw[kind] = dict(objects)
+        if kind == "nodes":
+            changed = self.nodes.update(trust.approved(objects.values()))
+            if not changed and kind in self.synced:
+                return
+        else:
+            self.raw[kind] = dict(objects)
         self.synced.add(kind)
         self.rebuild()
 
@@ -103,7 +126,8 @@ class View:
                 ring.append(keys.from_secret(secret, secret_data(raw)))
             except keys.InvalidKey as exc:
                 found[f"api-keys/{name}"] = str(exc)
-        self.catalog = catalog.build(deployments, routes, provider_keys)
+        self._note_unrouted(unrouted(deployments))
+        self.catalog = catalog.build(deployments, routes, provider_keys, nodes=self.nodes.headers)
         for ext in self.catalog.externals():
             if ext.problem is not None:
                 found[ext.id] = ext.problem  # logged: the route's backend is not used
@@ -111,12 +135,21 @@ class View:
         self.balancer.sync(self.candidates())
         self.version += 1
 
+    def _note_unrouted(self, now: dict[str, str]) -> None:
+        """Log each replica leaving routing (with the operator's reason: busy, loading, ...)
+        and coming back, once per change, not per status update."""
+        for rid in sorted(now.keys() - self.unrouted.keys()):
+            log.info("replica out of routing", extra={"replica": rid, "why": now[rid]})
+        for rid in sorted(self.unrouted.keys() - now.keys()):
+            log.info("replica back in routing", extra={"replica": rid})
+        self.unrouted = now
+
     def candidates(self) -> list[balancer.Candidate]:
         """Every replica and external backend the balancer should know."""
         out: dict[str, balancer.Candidate] = {}
         for dep in self.catalog.deployments.values():
             for r in dep.replicas:
-                out[r.id] = balancer.Candidate(r.id, r.url, dep.capacity)
+                out[r.id] = balancer.Candidate(r.id, r.url, dep.capacity, r.auth)
         for t in self.catalog.externals():
             out[t.id] = balancer.Candidate(t.id, t.url, 1_000_000)
         return list(out.values())

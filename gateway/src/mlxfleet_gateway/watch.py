@@ -1,11 +1,12 @@
-"""Kubernetes watches: ModelDeployments and ModelRoutes (all namespaces, or the ones given), and
-the gateway's own API-key and provider-key Secrets (by Secret type, in its namespace).
+"""Kubernetes watches: ModelDeployments and ModelRoutes (all namespaces, or the ones given),
+InferenceNodes (which are approved), and the gateway's own API-key and provider-key Secrets (by
+Secret type, in its namespace).
 
 Each kind runs list-then-watch in a thread with the synchronous `kubernetes` client (the event
 loop never blocks); every change hands the kind's whole current set to the loop
 (`call_soon_threadsafe`). A watch that ends, errs or gets 410 Gone lists again (backoff 0.2 s to
 5 s); a bookmark keeps the resourceVersion fresh. The identity is the gateway's own
-ServiceAccount (least privilege: list/watch of the two kinds, Secrets in its namespace only).
+ServiceAccount (least privilege: list/watch of the three kinds, Secrets in its namespace only).
 May import: kubernetes, the standard library, mlxfleet_operator.api.resources.
 Called by: server.
 """
@@ -72,6 +73,9 @@ def sources(
                     {},
                 )
             )
+    node = resources.INFERENCE_NODE
+    g, v = resources.GROUP, resources.VERSION
+    out.append(Source("nodes", custom.list_cluster_custom_object, (g, v, node.plural), {}))
     for kind, secret_type in (
         ("api-keys", API_KEY_TYPE),
         ("provider-keys", mroute.PROVIDER_KEY_TYPE),

@@ -151,6 +151,20 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def write_tokenizer(out_dir: Path, *, vocab_size: int = 512) -> Any:
+    """The dev models' tokenizer files (tokenizer.json, tokenizer_config.json with the chat
+    template, special_tokens_map.json) in `out_dir`, without weights (no mlx: unit tests of
+    prompt counting use them); returns the `tokenizers.Tokenizer`."""
+    tok = _train_tokenizer(vocab_size)
+    tok.save(str(out_dir / "tokenizer.json"))
+    _write_json(out_dir / "tokenizer_config.json", _tokenizer_config())
+    _write_json(
+        out_dir / "special_tokens_map.json",
+        {"eos_token": EOS_TOKEN, "pad_token": SPECIAL_TOKENS[0]},
+    )
+    return tok
+
+
 def _build(
     tmp: Path,
     *,
@@ -164,8 +178,7 @@ def _build(
 ) -> None:
     import mlx.core as mx
 
-    tok = _train_tokenizer(vocab_size)
-    tok.save(str(tmp / "tokenizer.json"))
+    tok = write_tokenizer(tmp, vocab_size=vocab_size)
     config = _config(
         vocab_size=tok.get_vocab_size(),
         hidden_size=hidden_size,
@@ -181,10 +194,6 @@ def _build(
     mx.save_safetensors(str(tmp / "model.safetensors"), weights, metadata={"format": "mlx"})
     config[MARKER_KEY] = {"seed": seed, "broken": broken}
     _write_json(tmp / "config.json", config)
-    _write_json(tmp / "tokenizer_config.json", _tokenizer_config())
-    _write_json(
-        tmp / "special_tokens_map.json", {"eos_token": EOS_TOKEN, "pad_token": SPECIAL_TOKENS[0]}
-    )
 
 
 def _existing_marker(out_dir: Path) -> dict[str, Any] | None:

@@ -8,9 +8,12 @@ proxies refuse such bodies first with a 400 that names the field and says what i
 - `check(body, endpoint=...)`: the OpenAI request shape (any OpenAI-compatible engine refuses
   what it refuses): `stop`, `messages` (chat) / `prompt` (completions), `n`, `logit_bias`,
   `logprobs` / `top_logprobs`, the sampling numbers, `tools`, `stream_options`,
-  `chat_template_kwargs`, `role_mapping`. The gateway runs it where it parses the body.
+  `chat_template_kwargs`, `role_mapping`, `response_format`, each message's `role` (OpenAI's
+  roles: an unknown one would be rendered by the chat template as if it were a role). The gateway
+  runs it where it parses the body.
 - `check_mlx_lm(body, endpoint=...)`: what mlx_lm accepts on top (`prompt` is one string, one
-  choice per request). The agent's data plane runs both for slots of the mlx-lm engine, and
+  choice per request, no `response_format` that constrains the output: mlx_lm would ignore it).
+  The agent's data plane runs both for slots of the mlx-lm engine, and
   `check_token_ids` once it knows the backend's model (a `logit_bias` id beyond the vocabulary
   kills mlx_lm's process).
 
@@ -60,6 +63,10 @@ INTEGERS: dict[str, tuple[int | None, int | None]] = {
 }
 NULLABLE = frozenset({"max_tokens", "max_completion_tokens", "n", "seed"})  # null: not set
 OBJECTS = ("stream_options", "chat_template_kwargs", "role_mapping", "response_format")
+RESPONSE_FORMATS = ("text", "json_object", "json_schema")
+ENFORCED_FORMATS = frozenset({"json_object", "json_schema"})  # constrained output
+# OpenAI's message roles ("function": the deprecated form of "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
 class BodyError(OpenAIError):
@@ -91,9 +98,27 @@ def check(body: Mapping[str, Any], *, endpoint: str) -> None:
     for name in OBJECTS:
         if body.get(name) is not None and not isinstance(body[name], dict):
             raise invalid(name, f"`{name}` must be an object")
+    _response_format(body.get("response_format"))
     tools = body.get("tools")
     if tools is not None:
         _objects(tools, "tools")
+
+
+def _response_format(value: Any) -> None:
+    if value is None:
+        return
+    kind = value.get("type")
+    if kind not in RESPONSE_FORMATS:
+        raise invalid(
+            "response_format.type",
+            f"`response_format.type` must be one of {', '.join(RESPONSE_FORMATS)}",
+        )
+    if kind == "json_schema" and not isinstance(value.get("json_schema"), dict):
+        raise invalid(
+            "response_format.json_schema",
+            "`response_format.json_schema` is required with type json_schema: an object with "
+            "`name` and `schema`",
+        )
 
 
 def check_mlx_lm(body: Mapping[str, Any], *, endpoint: str) -> None:
@@ -106,6 +131,18 @@ def check_mlx_lm(body: Mapping[str, Any], *, endpoint: str) -> None:
     n = body.get("n")
     if n is not None and n != 1:
         raise invalid("n", "`n` must be 1: this engine (mlx-lm) generates one choice per request")
+    asked = body.get("response_format")
+    kind = asked.get("type") if isinstance(asked, dict) else None
+    if kind in ENFORCED_FORMATS:
+        raise BodyError(
+            400,
+            f"`response_format` of type {kind} is not enforced by this engine (mlx-lm: no "
+            "constrained decoding), and the agent never accepts and ignores it: leave it out (or "
+            "use type text), or serve the model with an engine that enforces it (vllm); "
+            "docs/engines.md",
+            param="response_format",
+            code="unsupported_parameter",
+        )
 
 
 def check_token_ids(body: Mapping[str, Any], *, vocab_size: int) -> None:
@@ -129,6 +166,11 @@ def _messages(messages: Any) -> None:
             raise invalid(where, f"`{where}` must be an object with `role` and `content`")
         if not isinstance(message.get("role"), str) or not message["role"]:
             raise invalid(f"{where}.role", f"`{where}.role` is required and must be a string")
+        if message["role"] not in ROLES:
+            raise invalid(
+                f"{where}.role",
+                f"`{where}.role` {message['role']!r} is not a role: one of {', '.join(ROLES)}",
+            )
         content = message.get("content")
         if isinstance(content, list):
             for j, part in enumerate(content):

@@ -71,6 +71,7 @@ DATA = b"data:"
 NEXT_DATA = b"\ndata:"
 DONE = b"data: [DONE]"
 _USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
+_OBJECT_FIELD = re.compile(rb'"object"\s*:\s*"[^"]*"')
 
 
 def usage_of(body: bytes) -> tuple[int, int] | None:
@@ -99,7 +100,10 @@ class StreamScanner:
     """Counts a stream's tokens while it passes through; holds back a usage-only event unless
     `forward_usage`. `feed(chunk)` returns the bytes to forward now (whole events only),
     `flush()` what is left at the end. Completion tokens come from the usage event, else from
-    the number of content events (minus the last, which carries the finish reason)."""
+    the number of content events (minus the last, which carries the finish reason).
+    `usage_object`: the `object` a forwarded usage-only event is given (mlx_lm writes
+    `chat.completion` there; a stream's events are `chat.completion.chunk` in OpenAI's API),
+    rewritten only in that one event."""
 
     __slots__ = (
         "_at_start",
@@ -109,10 +113,14 @@ class StreamScanner:
         "forward_usage",
         "prompt_tokens",
         "usage_completion",
+        "usage_object",
     )
 
-    def __init__(self, *, forward_usage: bool) -> None:
+    def __init__(self, *, forward_usage: bool, usage_object: str | None = None) -> None:
         self.forward_usage = forward_usage
+        self.usage_object = (
+            None if usage_object is None else b'"object": ' + json.dumps(usage_object).encode()
+        )
         self.prompt_tokens = 0
         self.usage_completion: int | None = None
         self.data_events = 0  # `data:` events seen (content, usage and [DONE] alike)
@@ -154,6 +162,8 @@ class StreamScanner:
             )
             if is_usage_only and not self.forward_usage:
                 continue
+            if is_usage_only and self.usage_object is not None:
+                event = _OBJECT_FIELD.sub(self.usage_object, event, count=1)
             out.append(event + EVENT_END)
         return b"".join(out)
 

@@ -71,6 +71,7 @@ def launchd_plist(
     label: str = LABEL,
     log_dir: str = "/var/log/mlxfleet",
     user: str | None = None,
+    group: str | None = None,
     working_dir: str | None = None,
     environment: Mapping[str, str] | None = None,
 ) -> str:
@@ -91,6 +92,8 @@ def launchd_plist(
     }
     if user:
         plist["UserName"] = user
+    if group:
+        plist["GroupName"] = group
     if working_dir:
         plist["WorkingDirectory"] = working_dir
     return plistlib.dumps(plist, sort_keys=False).decode()
@@ -100,6 +103,7 @@ def systemd_unit(
     argv: list[str],
     *,
     user: str | None = None,
+    group: str | None = None,
     stop_timeout_s: int = 90,
     environment: Mapping[str, str] | None = None,
     environment_files: Sequence[str] = (),
@@ -130,5 +134,7 @@ def systemd_unit(
     ]
     if user:
         lines.append(f"User={user}")
+    if group:
+        lines.append(f"Group={group}")
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
     return "\n".join(lines)

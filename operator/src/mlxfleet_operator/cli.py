@@ -9,6 +9,8 @@ import argparse
 import importlib
 import sys
 
+from mlxfleet_operator import __version__
+
 # subcommand -> (module with `main(argv: list[str]) -> int`, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "crds": ("mlxfleet_operator.api.crdgen", "generate (or --check) the CRD YAML in crds/"),
@@ -34,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         description="mlxfleet admin and developer commands.",
         epilog="Run `mlxfleet <command> --help` for the options of one command.",
     )
+    parser.add_argument("--version", action="version", version=__version__)
     parser.add_argument(
         "command",
         choices=sorted(SUBCOMMANDS),

@@ -30,6 +30,7 @@ class OperatorSettings(BaseModel):
         description="seconds an evicted replica stays off the node it was evicted from (the "
         "first time; doubled per further eviction, up to 16x)",
     )
+    capacity_stall_seconds: float = Field(default=120.0, ge=0, le=86400)
     heartbeat_write_seconds: float = Field(default=60.0, ge=0, le=3600)
     swap_prefetch: bool = Field(
         default=True,
@@ -42,6 +43,20 @@ class OperatorSettings(BaseModel):
         max_length=63,
         description="where the gateway reads provider-key Secrets: ModelRoute status checks "
         "the ones external backends name there",
+    )
+    fleet_keys: tuple[str, ...] = Field(
+        default=(),
+        repr=False,
+        description="the fleet key(s) of --fleet-key-file (the current first): each approved "
+        "node gets its own keys derived from them; empty: none are sent",
+    )
+    agent_metrics_namespace: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="publish each InferenceNode's agent /metrics as a scrape target (a headless "
+        "Service + EndpointSlice) in this namespace; unset: not published",
     )
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)

@@ -93,7 +93,7 @@ def expects() -> list[checks.Expect]:
 
 
 def test_one_peer_sends_two_files_at_once(peer: Peer, tmp_path: Path) -> None:
-    out = fetch.fetch(expects(), model_id=MODEL_ID, peers=[peer.url], token="t", partial=tmp_path)
+    out = fetch.fetch(expects(), model_id=MODEL_ID, peers=[(peer.url, "t")], partial=tmp_path)
     assert out.done == set(FILES)
     assert peer.most == 2, f"{peer.most} request(s) in flight at most, 2 expected"
     for rel, data in FILES.items():
@@ -102,7 +102,7 @@ def test_one_peer_sends_two_files_at_once(peer: Peer, tmp_path: Path) -> None:
 
 
 def test_a_lying_peer_is_dropped_for_every_stream(liar: Peer, tmp_path: Path) -> None:
-    out = fetch.fetch(expects(), model_id=MODEL_ID, peers=[liar.url], token="t", partial=tmp_path)
+    out = fetch.fetch(expects(), model_id=MODEL_ID, peers=[(liar.url, "t")], partial=tmp_path)
     assert out.done == set()
     assert liar.url in out.lying
     assert liar.requests <= 2, "a stream went on asking a peer caught lying"

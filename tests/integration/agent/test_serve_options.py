@@ -226,6 +226,21 @@ def _serve_fails(tmp_path: Path, *flags: str) -> str:
             id="keys-file-missing",
         ),
         pytest.param(
+            ["--data-api-keys-file", "COMMENTS"],
+            ["--data-api-keys-file", "COMMENTS", "has no keys"],
+            id="keys-file-without-a-key",
+        ),
+        pytest.param(
+            ["--data-api-keys-file", "BINARY"],
+            ["--data-api-keys-file", "BINARY", "not UTF-8"],
+            id="keys-file-not-text",
+        ),
+        pytest.param(
+            ["--peer-token-file", "COMMENTS"],
+            ["--peer-token-file", "COMMENTS", "at least 16"],
+            id="peer-token-too-short",
+        ),
+        pytest.param(
             ["--state-dir", "/proc/mlxfleet-state"],
             ["--state-dir", "/proc/mlxfleet-state"],
             id="state-dir-not-writable",
@@ -237,7 +252,14 @@ def test_startup_errors_name_the_flag_the_value_and_what_to_do(
 ) -> None:
     (tmp_path / "garbage.pem").write_text("not a certificate\n")
     (tmp_path / "a-directory").mkdir()
-    swap = {"GARBAGE": str(tmp_path / "garbage.pem"), "DIRECTORY": str(tmp_path / "a-directory")}
+    (tmp_path / "comments").write_text("# no key here\n\n")
+    (tmp_path / "binary").write_bytes(b"\xff\xfe\x00key\n")
+    swap = {
+        "GARBAGE": str(tmp_path / "garbage.pem"),
+        "DIRECTORY": str(tmp_path / "a-directory"),
+        "COMMENTS": str(tmp_path / "comments"),
+        "BINARY": str(tmp_path / "binary"),
+    }
     stderr = _serve_fails(tmp_path, *[swap.get(f, f) for f in flags])
     for needle in needles:
         assert swap.get(needle, needle) in stderr, stderr

@@ -78,7 +78,9 @@ def test_get_mlxfleet_lists_all_four_kinds_with_their_columns(
     assert ["NAMESPACE", "NAME", "MODEL", "REPLICAS", "READY", "STATUS", "PRIORITY", "AGE"] in (
         headers
     )
-    assert ["NAME", "READY", "CHIP", "MEMORY", "FREE", "AGENT", "DOWNLOAD", "AGE"] in headers
+    assert ["NAME", "READY", "STATUS", "CHIP", "MEMORY", "FREE", "AGENT", "DOWNLOAD", "AGE"] in (
+        headers
+    )
     assert ["NAMESPACE", "NAME", "DEPLOYMENT", "TARGET", "PHASE", "PROGRESS", "AGE"] in headers
     assert ["NAMESPACE", "NAME", "NAMES", "BACKENDS", "STATUS", "AGE"] in headers
     for kind in ("ModelDeployment", "InferenceNode", "SwapPlan", "ModelRoute"):

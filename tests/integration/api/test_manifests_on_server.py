@@ -37,6 +37,21 @@ def test_base_renders_and_passes_server_validation_and_pod_security(cluster: Any
     assert "deployment.apps/mlxfleet-operator serverside-applied (server dry run)" in proc.stdout
 
 
+def test_the_gateway_egress_policy_passes_server_validation(cluster: Any) -> None:
+    """Issue 22 item 9: manifests/gateway/egress (off unless applied) is a valid NetworkPolicy
+    for the gateway's pods in its namespace."""
+    rendered = cluster.kubectl("kustomize", str(REPO / "manifests" / "gateway" / "egress")).stdout
+    (policy,) = [d for d in yaml.safe_load_all(rendered) if d]
+    assert (policy["kind"], policy["metadata"]["namespace"]) == ("NetworkPolicy", "mlxfleet-system")
+    proc = cluster.kubectl(
+        "apply", "--server-side", "--dry-run=server", "-f", "-", input=rendered, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "networkpolicy.networking.k8s.io/mlxfleet-gateway-egress serverside-applied" in (
+        proc.stdout
+    )
+
+
 # The exact commands docs/install.md gives (a unit of its text is checked below).
 NODE_COMMAND = "kubectl apply -k manifests/samples/node"
 WORKLOADS_COMMAND = "kubectl apply -k manifests/samples/workloads -n {namespace}"

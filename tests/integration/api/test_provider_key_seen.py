@@ -1,6 +1,7 @@
 """What the operator sees of a ModelRoute's provider-key Secret: its type and annotations, never
 its data (`kube.Kube.provider_key_seen` asks for a table row). Real API server, the operator's
-own identity and shipped RBAC (`get` on Secrets in its namespace only)."""
+own identity and shipped RBAC (`get` by name of the provider-key Secrets listed, in its
+namespace only: `allow_provider_keys` lists them as the chart value does)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from mlxfleet_operator.adapters import kube
 from mlxfleet_operator.api import modelroute as mroute
 from mlxfleet_operator.core import modelroute
 from mlxfleet_operator.dev import controlplane, credentials
+from tests.support.cluster import allow_provider_keys
 
 pytestmark = pytest.mark.cluster
 NS = credentials.OPERATOR_NAMESPACE
@@ -50,6 +52,10 @@ def test_the_operator_sees_type_and_annotations_never_the_key(
     cluster.kubectl("create", "namespace", NS, check=False)
     name = f"openai-{secrets.token_hex(3)}"
     _secret(cluster, name, type_=mroute.PROVIDER_KEY_TYPE, allowed="team-a", verb="create")
+    unlisted = f"unlisted-{secrets.token_hex(3)}"
+    _secret(cluster, unlisted, type_=mroute.PROVIDER_KEY_TYPE, allowed="*", verb="create")
+    absent = f"absent-{secrets.token_hex(3)}"
+    allow_provider_keys(cluster, name, absent)
     k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
     bodies: list[bytes] = []
     read = k.core.read_namespaced_secret
@@ -64,19 +70,24 @@ def test_the_operator_sees_type_and_annotations_never_the_key(
     async def scenario() -> list[modelroute.KeySeen | None]:
         return [
             await k.provider_key_seen(namespace=NS, name=name),
-            await k.provider_key_seen(namespace=NS, name=f"absent-{secrets.token_hex(3)}"),
+            await k.provider_key_seen(namespace=NS, name=absent),
             await k.provider_key_seen(namespace="default", name=name),  # no RBAC there
+            await k.provider_key_seen(namespace=NS, name=unlisted),  # not listed: not seen
         ]
 
     try:
-        found, absent, elsewhere = asyncio.run(scenario())
+        found, missing, elsewhere, hidden = asyncio.run(scenario())
     finally:
         k.close()
     assert found == modelroute.KeySeen(
         type=mroute.PROVIDER_KEY_TYPE,
         annotations={mroute.PROVIDER_KEY_NAMESPACES: "team-a", mroute.PROVIDER_KEY_URLS: URLS},
     )
-    assert absent is None
+    assert missing is None
+    assert hidden is not None
+    assert hidden.error is not None
+    assert "403" in hidden.error
+    assert "operator.providerKeySecrets" in hidden.error  # says what to do
     assert elsewhere is not None
     assert elsewhere.error is not None
     assert "403" in elsewhere.error
@@ -93,6 +104,7 @@ def test_a_key_copied_into_last_applied_configuration_is_not_kept(
     cluster.kubectl("create", "namespace", NS, check=False)
     name = f"applied-{secrets.token_hex(3)}"
     _secret(cluster, name, type_="Opaque", allowed="*", verb="apply")
+    allow_provider_keys(cluster, name)
     k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
     try:
         seen = asyncio.run(k.provider_key_seen(namespace=NS, name=name))

@@ -21,6 +21,7 @@ CRUD = ("get", "list", "watch", "create", "update", "patch", "delete", "deleteco
 SERVICE_VERBS = ("get", "create", "patch", "delete")
 SLICE_VERBS = ("get", "list", "create", "patch", "delete")
 LEASES, LEASE = "leases.coordination.k8s.io", "mlxfleet-operator"
+FLEET_KEY = "mlxfleet-fleet-key"  # gateway.fleetKeySecret
 
 
 def _p(verb: str, resource: str, *extra: str) -> Any:
@@ -46,7 +47,9 @@ ALLOWED = [
     _p("list", "namespaces"),
     _p("watch", "namespaces"),
     _p("get", "secrets", "-n", AGENTS),
-    _p("get", "secrets", "-n", SYSTEM),  # by name: provider-key Secrets as table rows (routes)
+    # by name: the provider-key Secrets listed (operator.providerKeySecrets; the base: the
+    # example's `openai`), as table rows (routes)
+    _p("get", "secrets/openai", "-n", SYSTEM),
     # leader election: one Lease in its own namespace (create cannot be limited by name)
     _p("create", LEASES, "-n", SYSTEM),
     _p("get", f"{LEASES}/{LEASE}", "-n", SYSTEM),
@@ -58,6 +61,10 @@ DENIED = [
     _p("list", "secrets", ALL),
     _p("list", "secrets", "-n", SYSTEM),  # the gateway's keys: never listed or watched
     _p("watch", "secrets", "-n", SYSTEM),
+    # issue 22 item 9: not every Secret there by name, so never the fleet key nor the API keys
+    _p("get", "secrets", "-n", SYSTEM),
+    _p("get", f"secrets/{FLEET_KEY}", "-n", SYSTEM),
+    _p("get", "secrets/team-a-key", "-n", SYSTEM),
     _p("list", "secrets", "-n", AGENTS),  # only Secrets named by an InferenceNode, by name
     _p("watch", "secrets", "-n", AGENTS),
     *(_p(v, "secrets", "-n", AGENTS) for v in ("create", "update", "patch", "delete")),
@@ -152,6 +159,21 @@ def test_operator_reads_agent_tokens_only_in_the_agents_namespace(cluster: Any) 
     )
     assert other.returncode != 0
     assert "Forbidden" in other.stderr
+
+
+def test_operator_cannot_read_the_fleet_key(cluster: Any) -> None:
+    """Issue 22 item 9: the operator's `get` on Secrets of the release namespace reached the fleet
+    key (the data-plane credential of every agent); now only the provider keys listed."""
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=_secret(FLEET_KEY, SYSTEM))
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=_secret("openai", SYSTEM))
+    denied = cluster.kubectl(
+        "get", "secret", FLEET_KEY, "-n", SYSTEM, "-o", "json", as_operator=True, check=False
+    )
+    assert denied.returncode != 0
+    assert "Forbidden" in denied.stderr
+    assert "t0ken" not in denied.stdout
+    listed = cluster.kubectl("get", "secret", "openai", "-n", SYSTEM, as_operator=True)
+    assert "openai" in listed.stdout
 
 
 def test_operator_writes_status_but_cannot_create_deployments(cluster: Any) -> None:

@@ -35,7 +35,11 @@ from tests.support.helm import (
 
 pytestmark = pytest.mark.cluster
 
-PROMETHEUS_CRDS = ("servicemonitors.monitoring.coreos.com", "podmonitors.monitoring.coreos.com")
+PROMETHEUS_CRDS = (
+    "servicemonitors.monitoring.coreos.com",
+    "podmonitors.monitoring.coreos.com",
+    "prometheusrules.monitoring.coreos.com",
+)
 FAST = ("--set=operator.pollSeconds=1", "--set=operator.misses=2")
 OPERATOR = "mlxfleet-operator"
 
@@ -71,6 +75,9 @@ def test_every_rendering_passes_server_side_validation(
                 "--set=namespace.create=true",
                 "--api-versions=monitoring.coreos.com/v1/ServiceMonitor",
                 "--api-versions=monitoring.coreos.com/v1/PodMonitor",
+                "--api-versions=monitoring.coreos.com/v1/PrometheusRule",
+                "--set=metrics.agents.serviceMonitor.bearerTokenSecret.name=agent-scrape",
+                "--set=metrics.agents.serviceMonitor.tlsConfig.insecureSkipVerify=true",
             ),
         ),
         "ha-and-gateway": (
@@ -79,6 +86,8 @@ def test_every_rendering_passes_server_side_validation(
                 "--set=operator.replicas=2",
                 "--set=operator.leaderElection.enabled=true",
                 "--set=gateway.enabled=true",
+                "--api-versions=monitoring.coreos.com/v1/ServiceMonitor",
+                "--api-versions=monitoring.coreos.com/v1/PrometheusRule",
             ),
         ),
     }
@@ -100,6 +109,7 @@ def test_every_rendering_passes_server_side_validation(
         "CronJob",
         "ServiceMonitor",
         "PodMonitor",
+        "PrometheusRule",
         "PodDisruptionBudget",
         "Namespace",
     } <= seen
@@ -269,6 +279,17 @@ def test_install_run_upgrade_uninstall(
                 == "HeartbeatOK"
             ),
         )
+        target = "mlxfleet-agent-mac-1"
+        slices = f"kubernetes.io/service-name={target}"
+
+        def published() -> bool:
+            service = get(plane, "-n", NAMESPACE, "service", target)
+            labels = service.get("metadata", {}).get("labels", {})
+            found = get(plane, "-n", NAMESPACE, "endpointslices", "-l", slices).get("items")
+            return bool(found) and labels.get("app.kubernetes.io/component") == "agent-metrics"
+
+        # metrics.agents.publish: its scrape target, written with the chart's RBAC
+        wait_for("the agent published as a scrape target in the release namespace", published)
         deployment = {
             "apiVersion": "mlxfleet.io/v1alpha1",
             "kind": "ModelDeployment",
@@ -387,7 +408,8 @@ def test_a_kustomize_install_moves_under_helm(
                   "app.kubernetes.io/managed-by=Helm")  # fmt: skip
     # the kustomize base holds the gateway's identity too: the release takes it with the gateway
     helm("install", RELEASE, str(CHART), f"--namespace={NAMESPACE}", "--set=crds.keep=false",
-         "--set=gateway.enabled=true", *reports)  # fmt: skip
+         "--set=gateway.enabled=true", "--set=operator.providerKeySecrets={openai}",
+         *reports)  # fmt: skip
     deployment = get(plane, "-n", NAMESPACE, "deployment", OPERATOR)
     assert deployment["metadata"]["labels"]["helm.sh/chart"].startswith("mlxfleet-")
     weekly = get(plane, "-n", NAMESPACE, "cronjob", "mlxfleet-weekly-report")

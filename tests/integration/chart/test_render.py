@@ -25,6 +25,7 @@ STANDALONE = ("--set=operator.replicas=1", "--set=operator.leaderElection.enable
 MONITORING_APIS = (
     "--api-versions=monitoring.coreos.com/v1/ServiceMonitor",
     "--api-versions=monitoring.coreos.com/v1/PodMonitor",
+    "--api-versions=monitoring.coreos.com/v1/PrometheusRule",
 )
 
 
@@ -66,9 +67,7 @@ def test_defaults_render_the_operator_crds_and_dashboard(helm_cli: Helm) -> None
         "PodDisruptionBudget",
         "Role",  # the operator's Lease, by name
         "Role",  # the operator: agent tokens by name in the agents' namespace
-        "Role",  # the operator: provider-key Secrets by name (table rows) in its own
         "Role",  # join: ... and Secrets in the agents' namespace
-        "RoleBinding",
         "RoleBinding",
         "RoleBinding",
         "RoleBinding",
@@ -123,9 +122,12 @@ def test_crds_are_the_generated_ones(
 
 
 def test_monitors_render_only_where_the_prometheus_operator_serves_them(helm_cli: Helm) -> None:
-    assert {"ServiceMonitor", "PodMonitor"}.isdisjoint(kinds(helm_cli.template(*EVERYTHING)))
+    monitoring = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    assert monitoring.isdisjoint(kinds(helm_cli.template(*EVERYTHING)))
     docs = helm_cli.template(*EVERYTHING, *MONITORING_APIS)
-    monitor = one(docs, "ServiceMonitor")
+    assert "PrometheusRule" in kinds(docs)
+    monitor = one(docs, "ServiceMonitor", "mlxfleet-operator")
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True  # the deployments' namespace
     service = one(docs, "Service", "mlxfleet-operator-metrics")
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
@@ -136,8 +138,65 @@ def test_monitors_render_only_where_the_prometheus_operator_serves_them(helm_cli
     assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
     assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] in {p["name"] for p in ports}
-    quiet = helm_cli.template(*MONITORING_APIS, "--set=metrics.serviceMonitor.enabled=false")
-    assert "ServiceMonitor" not in kinds(quiet)
+    quiet = helm_cli.template(
+        *MONITORING_APIS,
+        "--set=metrics.serviceMonitor.enabled=false",
+        "--set=metrics.agents.serviceMonitor.enabled=false",
+        "--set=alerts.enabled=false",
+    )
+    assert {"ServiceMonitor", "PrometheusRule"}.isdisjoint(kinds(quiet))
+
+
+def test_the_agents_monitor_selects_what_the_operator_publishes(helm_cli: Helm) -> None:
+    """The operator publishes agents with `publishing.of_agent` (labels, port names, the node
+    annotation); the ServiceMonitor selects exactly those, sends the token from the Secret named
+    in the values and passes tlsConfig to the https endpoint only."""
+    from mlxfleet_operator.adapters import publishing
+
+    docs = helm_cli.template(
+        *MONITORING_APIS,
+        "--set=metrics.agents.serviceMonitor.bearerTokenSecret.name=agent-scrape",
+        "--set=metrics.agents.serviceMonitor.tlsConfig.insecureSkipVerify=true",
+    )
+    deployment = one(docs, "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--agent-metrics-namespace={NAMESPACE}" in args
+    monitor = one(docs, "ServiceMonitor", "mlxfleet-agents")
+    pub = publishing.of_agent(
+        {"metadata": {"name": "mac-1", "uid": "u"}}, namespace=NAMESPACE, scheme="https", port=1
+    )
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pub.labels.items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    by_port = {e["port"]: e for e in monitor["spec"]["endpoints"]}
+    assert set(by_port) == set(publishing.AGENT_METRICS_PORT_NAMES.values())
+    for scheme, port in publishing.AGENT_METRICS_PORT_NAMES.items():
+        endpoint = by_port[port]
+        assert endpoint["scheme"] == scheme
+        assert endpoint["authorization"]["credentials"] == {"name": "agent-scrape", "key": "token"}
+        assert ("tlsConfig" in endpoint) is (scheme == "https")
+        node = publishing.NODE_ANNOTATION.replace(".", "_").replace("/", "_")
+        sources = {tuple(r["sourceLabels"]) for r in endpoint["relabelings"]}
+        assert sources == {(f"__meta_kubernetes_service_annotation_{node}",)}
+        assert {r["targetLabel"] for r in endpoint["relabelings"]} == {"node", "instance"}
+    unpublished = helm_cli.template(*MONITORING_APIS, "--set=metrics.agents.publish=false")
+    assert not [d for d in unpublished if d["metadata"]["name"] == "mlxfleet-agents"]
+    args = one(unpublished, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--agent-metrics-namespace")]
+
+
+def test_the_gateway_monitor_selects_the_gateway_service(helm_cli: Helm) -> None:
+    docs = helm_cli.template(*MONITORING_APIS, "--set=gateway.enabled=true")
+    monitor = one(docs, "ServiceMonitor", "mlxfleet-gateway")
+    service = one(docs, "Service", "mlxfleet-gateway")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert "mlxfleet-gateway" not in {
+        d["metadata"]["name"]
+        for d in helm_cli.template(*MONITORING_APIS)
+        if d["kind"] == "ServiceMonitor"
+    }
 
 
 def test_reports_render_the_cronjobs_with_the_bucket_and_the_config(helm_cli: Helm) -> None:
@@ -158,6 +217,51 @@ def test_reports_render_the_cronjobs_with_the_bucket_and_the_config(helm_cli: He
     assert config["data"]["MLXFLEET_TELEMETRY_BUCKET"] == "fleet-bucket"
     assert "MLXFLEET_TELEMETRY_ENDPOINT_URL" not in config["data"]  # empty: AWS S3
     assert yaml.safe_load(config["data"]["report.yaml"])["namespaces"] == {"team-a": "Team A"}
+
+
+def test_report_delivery_options_reach_the_cronjobs_as_the_cli_reads_them(helm_cli: Helm) -> None:
+    """reports.delivery becomes report.yaml's `delivery` section (parsed by the report command's
+    own config model), its Secret is in the Jobs' environment and the SMTP CA is mounted where
+    the section points; off, nothing of it renders."""
+    from mlxfleet_operator.reports import config as report_config
+
+    docs = helm_cli.template(
+        "--set=reports.enabled=true",
+        "--set=reports.delivery.enabled=true",
+        "--set=reports.delivery.email.to={cfo@example.com,platform@example.com}",
+        "--set=reports.delivery.email.from=fleet@example.com",
+        "--set=reports.delivery.email.smtpHost=smtp.example.com",
+        "--set=reports.delivery.email.caConfigMap=smtp-ca",
+        "--set=reports.delivery.webhook.enabled=true",
+        "--set=reports.delivery.pushgateway=http://pushgateway.monitoring:9091",
+    )
+    text = one(docs, "ConfigMap", "mlxfleet-reports")["data"]["report.yaml"]
+    spec = report_config.ReportConfig.from_yaml(text).delivery
+    assert spec is not None
+    assert spec.email is not None
+    assert spec.webhook is not None
+    assert spec.email.to == ["cfo@example.com", "platform@example.com"]
+    assert (spec.email.security, spec.email.port) == ("starttls", 587)
+    assert spec.pushgateway == "http://pushgateway.monitoring:9091"
+    for job in (d for d in docs if d["kind"] == "CronJob" and "report" in d["metadata"]["name"]):
+        pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        secrets = {e["secretRef"]["name"] for e in container["envFrom"] if "secretRef" in e}
+        assert "mlxfleet-report-delivery" in secrets
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert str(spec.email.ca_file).startswith(mounts["smtp-ca"] + "/")
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["smtp-ca"]["configMap"]["name"] == "smtp-ca"
+    quiet = helm_cli.template("--set=reports.enabled=true")
+    assert "delivery" not in yaml.safe_load(
+        one(quiet, "ConfigMap", "mlxfleet-reports")["data"]["report.yaml"]
+    )
+    refused = helm_cli(
+        "template", "m", str(CHART), "--set=reports.enabled=true",
+        "--set=reports.delivery.enabled=true", check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "reports.delivery.email.to or reports.delivery.webhook.enabled" in refused.stderr
 
 
 def test_reports_read_the_inference_nodes_and_nothing_else(helm_cli: Helm) -> None:
@@ -244,7 +348,10 @@ def test_operator_flags_follow_the_values(helm_cli: Helm) -> None:
         "--liveness=http://0.0.0.0:8080/healthz",
         "--metrics-host=0.0.0.0",
         "--metrics-port=9090",
+        "--agent-metrics-namespace=mlxfleet-system",
         "--log-level=DEBUG",
+        "--fleet-key-file=/etc/mlxfleet/fleet-key/key",
+        "--fleet-key-optional",
         "--poll-seconds=2.5",
         "--misses=4",
         "--failover-delay=0",
@@ -282,6 +389,10 @@ def test_agent_tokens_live_apart_from_the_gateway_by_default(
     policy = " ".join(f"{v['expression']} {v['message']}" for v in validations)
     assert f"tokenSecretRef.namespace == '{agents}'" in policy
     assert NAMESPACE not in policy
+    for refused in ("metadata.labels", "metadata.annotations", "metadata.finalizers",
+                    "metadata.ownerReferences", "immutable", "spec.approved: false",
+                    "spec.unschedulable: true"):  # fmt: skip
+        assert refused in policy, refused
 
     legacy = ("--set=operator.agentSecretsNamespace=", "--set=namespace.create=true")
     old = helm_cli.template(*legacy)
@@ -395,10 +506,110 @@ def test_gateway_branch(helm_cli: Helm) -> None:
     verbs = {v for rule in cluster_role["rules"] for v in rule["verbs"]}
     assert verbs == {"get", "list", "watch"}
     resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
-    assert resources == {"modeldeployments", "modelroutes"}
+    assert resources == {"modeldeployments", "modelroutes", "inferencenodes"}
     single = helm_cli.template("--set=gateway.enabled=true", "--set=gateway.replicas=1")
     pdbs = {d["metadata"]["name"] for d in single if d["kind"] == "PodDisruptionBudget"}
     assert "mlxfleet-gateway" not in pdbs  # minAvailable 1 of 1 would block drains
+
+
+def test_the_operator_looks_only_at_the_provider_keys_listed(helm_cli: Helm) -> None:
+    """Issue 22 item 9: its `get` on Secrets in the release namespace read the fleet key; now
+    only the names in operator.providerKeySecrets (none by default: no Role, since an empty
+    resourceNames would mean every name), and never the fleet key."""
+    names = {(d["kind"], d["metadata"]["name"]) for d in helm_cli.template()}
+    assert ("Role", "mlxfleet-operator-provider-keys") not in names
+    assert ("RoleBinding", "mlxfleet-operator-provider-keys") not in names
+    docs = helm_cli.template("--set=operator.providerKeySecrets={openai,anthropic}")
+    role = one(docs, "Role", "mlxfleet-operator-provider-keys")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["openai", "anthropic"],
+            "verbs": ["get"],
+        }
+    ]
+    assert one(docs, "RoleBinding", "mlxfleet-operator-provider-keys")["roleRef"]["name"] == (
+        "mlxfleet-operator-provider-keys"
+    )
+    refused = helm_cli(
+        "template",
+        "mlxfleet",
+        str(CHART),
+        "--set=operator.providerKeySecrets={openai,mlxfleet-fleet-key}",
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "operator.providerKeySecrets: mlxfleet-fleet-key is gateway.fleetKeySecret" in (
+        refused.stderr
+    )
+    # the layout where agent tokens share the release namespace: that Role covers it already
+    legacy = helm_cli.template(
+        "--set=operator.agentSecretsNamespace=", "--set=operator.providerKeySecrets={openai}"
+    )
+    assert ("Role", "mlxfleet-operator-provider-keys") not in {
+        (d["kind"], d["metadata"]["name"]) for d in legacy
+    }
+
+
+EGRESS = (
+    "--set=gateway.networkPolicy.enabled=true",
+    "--set=gateway.networkPolicy.apiServer[0].cidr=10.0.0.10/32",
+    "--set=gateway.networkPolicy.apiServer[0].ports={6443}",
+    "--set=gateway.networkPolicy.agents[0].cidr=192.168.10.0/24",
+    "--set=gateway.networkPolicy.agents[0].ports={8471}",
+)
+
+
+def test_the_gateway_egress_policy_is_off_by_default_and_renders_what_it_is_given(
+    helm_cli: Helm, tmp_path: Path
+) -> None:
+    """Issue 22 item 9: a keyless external backend made the gateway POST anywhere its pod
+    reaches; the chart ships an egress NetworkPolicy (off by default) that allows DNS, the API
+    server, the agents and the listed destinations only."""
+    chart = chart_copy(tmp_path, gateway=True)
+    plain = helm_cli.template("--set=gateway.enabled=true", chart=chart)
+    assert "NetworkPolicy" not in kinds(plain)
+    docs = helm_cli.template(
+        "--set=gateway.enabled=true",
+        *EGRESS,
+        "--set=gateway.networkPolicy.destinations[0].cidr=0.0.0.0/0",
+        "--set=gateway.networkPolicy.destinations[0].except={10.0.0.0/8,169.254.0.0/16}",
+        "--set=gateway.networkPolicy.destinations[0].ports={443}",
+        chart=chart,
+    )
+    policy = one(docs, "NetworkPolicy", "mlxfleet-gateway-egress")
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Egress"]
+    gateway = one(docs, "Deployment", "mlxfleet-gateway")
+    assert spec["podSelector"]["matchLabels"].items() <= pod_labels(gateway).items()
+    blocks = [(r["to"][0].get("ipBlock"), [p["port"] for p in r["ports"]]) for r in spec["egress"]]
+    assert blocks == [
+        (None, [53, 53]),
+        ({"cidr": "10.0.0.10/32"}, [6443]),
+        ({"cidr": "192.168.10.0/24"}, [8471]),
+        ({"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "169.254.0.0/16"]}, [443]),
+    ]
+    for missing, flag in (("apiServer", EGRESS[1]), ("agents", EGRESS[3])):
+        values = [v for v in EGRESS if missing not in v]
+        assert flag not in values
+        refused = helm_cli(
+            "template", "mlxfleet", str(chart), "--set=gateway.enabled=true", *values, check=False
+        )
+        assert refused.returncode != 0
+        assert f"gateway.networkPolicy.{missing}: list" in refused.stderr
+    bad = helm_cli(
+        "template",
+        "mlxfleet",
+        str(chart),
+        "--set=gateway.enabled=true",
+        *EGRESS,
+        "--set=gateway.networkPolicy.agents[0].ports={0}",
+        check=False,
+    )
+    assert bad.returncode != 0
+    assert "/gateway/networkPolicy/agents/0/ports/0" in bad.stderr
 
 
 def pod_labels(deployment: dict[str, Any]) -> dict[str, str]:

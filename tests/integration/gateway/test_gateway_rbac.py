@@ -27,7 +27,11 @@ def _p(verb: str, resource: str, *extra: str) -> Any:
 ALLOWED = [
     *(
         _p(v, r, ALL)
-        for r in ("modeldeployments.mlxfleet.io", "modelroutes.mlxfleet.io")
+        for r in (
+            "modeldeployments.mlxfleet.io",
+            "modelroutes.mlxfleet.io",
+            "inferencenodes.mlxfleet.io",  # only approved nodes get requests
+        )
         for v in ("get", "list", "watch")
     ),
     *(_p(v, "secrets", "-n", SYSTEM) for v in ("get", "list", "watch")),
@@ -35,7 +39,8 @@ ALLOWED = [
 DENIED = [
     _p("patch", "modeldeployments.mlxfleet.io", "-n", "default"),
     _p("update", "modelroutes.mlxfleet.io", "--subresource=status", "-n", "default"),
-    _p("list", "inferencenodes.mlxfleet.io"),
+    *(_p(v, "inferencenodes.mlxfleet.io") for v in ("create", "patch", "update", "delete")),
+    _p("patch", "inferencenodes.mlxfleet.io", "--subresource=status"),
     _p("list", "swapplans.mlxfleet.io", ALL),
     _p("get", "secrets", "-n", "default"),
     *(_p(v, "secrets", "-n", AGENTS) for v in ("get", "list", "watch")),  # agents' tokens

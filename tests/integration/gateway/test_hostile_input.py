@@ -187,3 +187,15 @@ def test_the_documented_command_line_still_runs(
         assert httpx.get(gw.url + "/v1/models", timeout=10).status_code == 200
     finally:
         gw.stop()
+
+
+def test_health_answers_as_vllm_does_without_a_key_and_says_nothing(
+    gateway: gws.Gateway,
+) -> None:
+    """`GET /health` (issue 28 item 13): what load tools for OpenAI-compatible servers probe
+    before they start; open, as vLLM's is, with nothing in it but the verdict."""
+    ok = httpx.get(gateway.url + "/health", timeout=10)
+    assert (ok.status_code, ok.json()) == (200, {"status": "ok"})
+    assert httpx.head(gateway.url + "/health", timeout=10).status_code == 200
+    assert httpx.post(gateway.url + "/health", timeout=10).status_code == 405
+    assert httpx.get(gateway.url + "/v1/models", timeout=10).status_code == 401

@@ -55,7 +55,7 @@ async def relay_stream(body: bytes) -> tuple[str, list[dict[str, Any]], Any]:
         sent.append(message)
 
     call = SimpleNamespace(
-        req=SimpleNamespace(include_usage=False),
+        req=SimpleNamespace(include_usage=False, prompt_tokens_estimate=3),
         send=send,
         t0=0.0,
         gone=False,

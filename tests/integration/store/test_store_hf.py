@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import http.server
+import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 from huggingface_hub import constants
 
-from mlxfleet_agent.models import errors, modeldir, store
+from mlxfleet_agent.models import errors, modeldir, progress, store
 from mlxfleet_agent.models import source as msource
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -167,3 +169,108 @@ def test_repository_the_hub_does_not_have_is_not_found(
         asyncio.run(s.ensure(msource.parse("hf://mlxfleet/absent")))
     assert info.value.http_status == 404
     assert "HF_HUB_OFFLINE" not in info.value.message
+
+
+class FakeHub(http.server.BaseHTTPRequestHandler):
+    """The endpoints huggingface_hub downloads a revision through (repo info, tree listing, file
+    metadata, file bytes) over one model directory, sending bytes at `RATE` per second."""
+
+    model: Path
+    rate = 400_000  # bytes/s: a 0.4 MB test model takes about a second
+    seen: list[str]
+
+    def _files(self) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(self.model.iterdir())}
+
+    def _json(self, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _file(self, head: bool) -> None:
+        name = self.path.split("?")[0].rsplit("/", 1)[-1]
+        data = self._files().get(name)
+        if data is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("X-Repo-Commit", COMMIT)
+        self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if head:
+            return
+        for i in range(0, len(data), 8192):
+            self.wfile.write(data[i : i + 8192])
+            time.sleep(8192 / self.rate)
+
+    def do_HEAD(self) -> None:
+        self.seen.append(f"HEAD {self.path}")
+        self._file(head=True)
+
+    def do_GET(self) -> None:
+        self.seen.append(f"GET {self.path}")
+        path = self.path.split("?")[0]
+        if path == "/api/models/mlxfleet/tiny" or path.startswith(
+            "/api/models/mlxfleet/tiny/revision/"
+        ):
+            files = [{"rfilename": n} for n in self._files()]
+            self._json({"id": "mlxfleet/tiny", "sha": COMMIT, "siblings": files})
+        elif path.startswith("/api/models/mlxfleet/tiny/tree/"):
+            files = self._files().items()
+            oid = {n: hashlib.sha256(d).hexdigest()[:40] for n, d in files}
+            self._json(
+                [{"type": "file", "path": n, "size": len(d), "oid": oid[n]} for n, d in files]
+            )
+        elif "/resolve/" in path:
+            self._file(head=False)
+        else:
+            self.send_error(404)
+
+    def log_message(self, *_: Any) -> None:
+        return
+
+
+@pytest.fixture
+def fake_hub(monkeypatch: pytest.MonkeyPatch, model_a: Path) -> Iterator[type[FakeHub]]:
+    hub = type("Hub", (FakeHub,), {"model": model_a, "seen": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    monkeypatch.setattr(constants, "ENDPOINT", url)  # HF_ENDPOINT, read at its import
+    monkeypatch.setattr(
+        constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}"
+    )
+    yield hub
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_download_from_the_hub_reports_bytes_done_of_the_listed_total(
+    online_empty_cache: Path, fake_hub: type[FakeHub], tmp_path: Path, model_a: Path
+) -> None:
+    """hf:// reported 0/0 until done, so a first model of several GB looked hung (issue 28 item
+    2): the total comes from the hub's listing, bytes done grow while it downloads, and the
+    slot's meter turns them into a rate, as for s3://."""
+    meter = progress.Meter()
+    seen: list[tuple[int, int]] = []
+    snapshots = []
+
+    def report(done: int, total: int) -> None:
+        seen.append((done, total))
+        meter.update(done, total)
+        snapshots.append(meter.snapshot())
+
+    s = store.Store(tmp_path / "models")
+    path = asyncio.run(s.ensure(msource.parse("hf://mlxfleet/tiny"), progress_cb=report))
+    assert (path / "model.safetensors").read_bytes() == (model_a / "model.safetensors").read_bytes()
+    total = sum(p.stat().st_size for p in model_a.iterdir())
+    assert seen[-1] == (total, total)
+    middle = [d for d, t in seen if t == total and 0 < d < total]
+    assert middle, seen  # reported while it downloaded, not only 0/0 then done
+    assert middle == sorted(middle)
+    assert any(p is not None and p.bytes_per_second > 0 for p in snapshots)
+    assert any("/tree/" in r for r in fake_hub.seen)  # the total came from the listing

@@ -27,8 +27,10 @@ def test_sample_renders_weekly_and_monthly(tmp_path: Path) -> None:
         "monthly-2026-10-nodes.csv",
         "monthly-2026-10.html",
         "monthly-2026-10.pdf",
+        "monthly-2026-10.summary.txt",  # what a delivery's webhook gets (reports.delivery)
         "weekly-2026-W42.html",
         "weekly-2026-W42.md",
+        "weekly-2026-W42.summary.txt",
     ]
     assert len(pypdf.PdfReader(tmp_path / "monthly-2026-10.pdf").pages) == 2
     text = subprocess.run(

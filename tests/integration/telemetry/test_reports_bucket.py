@@ -107,6 +107,7 @@ def test_weekly_report_from_the_bucket_matches_hand_computed_figures(
     assert keys == {
         f"{PREFIX}/reports/weekly-2026-W42.md",
         f"{PREFIX}/reports/weekly-2026-W42.html",
+        f"{PREFIX}/reports/weekly-2026-W42.summary.txt",  # what a delivery sends
     }
 
 

@@ -291,6 +291,7 @@ class HollowNode:
                 checked_at=self.started_at, disk_min_free_bytes=DOCTOR_DISK_MIN_FREE
             ),
             now=datetime.now(UTC),  # the real agent's clock, for the operator's offset
+            fabric_address="127.0.0.1",  # as a real agent on loopback
             engines=[  # a simulated Mac runs mlx-lm only
                 contract.EngineInfo(
                     name=contract.EngineName.MLX_LM, available=True, reason="hollow (simulated)"

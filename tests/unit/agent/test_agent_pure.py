@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mlxfleet_agent import contract, service_units
-from mlxfleet_agent.backends import mlxlm, readiness
+from mlxfleet_agent.backends import mlxlm, ranks, readiness
 from mlxfleet_agent.dataplane import errors, routing
 from mlxfleet_agent.host import files
 from mlxfleet_agent.runtime import settings
@@ -262,10 +262,36 @@ def test_state_round_trip_and_corrupt_file_is_moved_aside(tmp_path: Path) -> Non
     statefile.save(tmp_path, specs)
     assert statefile.load(tmp_path) == specs
     assert not list(tmp_path.glob(".*.tmp"))
-    (tmp_path / statefile.SLOTS_FILE).write_text('{"slots": {"a": {"source": "ftp://x"}}}')
+    (tmp_path / statefile.SLOTS_FILE).write_text('{"slots": {"a": {"source": "ftp://x"')
     assert statefile.load(tmp_path) == {}
     assert (tmp_path / "slots.corrupt").exists()
     assert statefile.load(tmp_path) == {}
+
+
+def test_a_slot_that_no_longer_validates_is_left_out_the_others_come_back(
+    tmp_path: Path,
+) -> None:
+    """An older agent saved a slot the allow-lists now refuse (or any spec that no longer
+    validates): that one is left out, not the whole file."""
+    statefile.save(tmp_path, {"b": _spec(servedName="b")})
+    raw = json.loads((tmp_path / statefile.SLOTS_FILE).read_text())
+    raw["slots"]["a"] = {"source": "ftp://x"}
+    raw["slots"]["c"] = {
+        **raw["slots"]["b"],
+        "servedName": "c",
+        "engine": {
+            "name": "command",
+            "command": {
+                "argv": ["srv", "{host}", "{port}"],
+                "capabilities": ["chat"],
+                "memoryBytes": 1,
+                "env": {"PYTHONWARNINGS": "ignore::antigravity.x"},
+            },
+        },
+    }
+    (tmp_path / statefile.SLOTS_FILE).write_text(json.dumps(raw))
+    assert list(statefile.load(tmp_path)) == ["b"]
+    assert not (tmp_path / "slots.corrupt").exists()
 
 
 def test_write_atomic_replaces_whole_file(tmp_path: Path) -> None:
@@ -288,3 +314,17 @@ def test_shipped_service_examples_are_current() -> None:
     )
     values = settings.read_config_file(root / "agent.yaml")
     assert settings.build(file_values=values, flag_values={}).data_port == 8471
+
+
+def _rank_spec(rank: int, hosts: list[str]) -> contract.RankSpec:
+    return contract.RankSpec(group="g0-1", rank=rank, world_size=len(hosts), hosts=hosts)
+
+
+def test_a_rank_runs_only_on_the_agents_fabric_address() -> None:
+    hosts = ["10.10.0.1:20001", "10.10.0.2:20017"]
+    assert ranks.check_address(_rank_spec(1, hosts), "10.10.0.2") is None
+    why = ranks.check_address(_rank_spec(0, hosts), "10.10.0.2")
+    assert why is not None
+    assert "shard.hosts[0] 10.10.0.1:20001 is not on this agent's fabric address" in why
+    assert "no fabric address" in (ranks.check_address(_rank_spec(1, hosts), None) or "")
+    assert ranks.own_address(_rank_spec(1, hosts)) == ("10.10.0.2", 20017)

@@ -208,3 +208,45 @@ def test_logit_bias_token_ids_stay_inside_the_vocabulary() -> None:
 )
 def test_vocab_size_from_config(config: dict[str, object], size: int | None) -> None:
     assert mlxlm.vocab_size(config) == size
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        pytest.param(
+            {**CHAT, "messages": [{"role": "wizard", "content": "hi"}]},
+            "messages[0].role",
+            id="unknown-role",
+        ),
+        pytest.param(
+            {**CHAT, "response_format": {"type": "yaml"}}, "response_format.type", id="rf"
+        ),
+        pytest.param(
+            {**CHAT, "response_format": {"type": "json_schema"}},
+            "response_format.json_schema",
+            id="rf-schema-missing",
+        ),
+    ],
+)
+def test_issue_28_shapes_are_refused_for_every_engine(body: dict[str, Any], param: str) -> None:
+    """An unknown chat role got 200 (issue 28 item 9); a malformed `response_format` too."""
+    with pytest.raises(openai_body.BodyError) as refused:
+        openai_body.check(body, endpoint="chat.completions")
+    assert refused.value.param == param
+    assert refused.value.status == 400
+
+
+@pytest.mark.parametrize("kind", ["json_object", "json_schema"])
+def test_mlx_lm_refuses_a_response_format_it_would_not_enforce(kind: str) -> None:
+    """mlx_lm ignores `response_format`: accepted, the client got unconstrained text (issue 28
+    item 7). Refused with 400 naming the parameter; `text` (no constraint) passes."""
+    schema = {"name": "x", "schema": {"type": "object"}}
+    body = {**CHAT, "response_format": {"type": kind, "json_schema": schema}}
+    openai_body.check(body, endpoint="chat.completions")  # the OpenAI shape: fine
+    with pytest.raises(openai_body.BodyError) as refused:
+        openai_body.check_mlx_lm(body, endpoint="chat.completions")
+    assert (refused.value.param, refused.value.code) == ("response_format", "unsupported_parameter")
+    assert "mlx-lm" in str(refused.value)
+    openai_body.check_mlx_lm(
+        {**CHAT, "response_format": {"type": "text"}}, endpoint="chat.completions"
+    )

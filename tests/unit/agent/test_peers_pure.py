@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mlxfleet_agent.peers import checks, ranges, server, transfers
 
@@ -41,6 +43,13 @@ def test_range_parses(header: str, size: int, span: tuple[int, int]) -> None:
         pytest.param("bytes=1", 400, id="no-dash"),
         pytest.param("bytes=" + "9" * 300, 400, id="too-long"),
         pytest.param("bytes=99999999999999999999999-", 400, id="huge-number"),
+        # str.isdigit() says yes to these, int() then fails (a 500) or reads them as numbers
+        pytest.param("bytes=\u00b2-", 400, id="superscript-two"),
+        pytest.param("bytes=0-\u00b9", 400, id="superscript-one-last"),
+        pytest.param("bytes=-\u00b3", 400, id="superscript-suffix"),
+        pytest.param("bytes=\u0663-", 400, id="arabic-indic-three"),
+        pytest.param("bytes=\uff11-\uff12", 400, id="fullwidth-digits"),
+        pytest.param("bytes=\u2460-", 400, id="circled-one"),
     ],
 )
 def test_range_refused(header: str, status: int) -> None:
@@ -48,6 +57,51 @@ def test_range_refused(header: str, status: int) -> None:
         ranges.parse(header, 1000)
     assert caught.value.status == status
     assert "Range" in caught.value.message
+
+
+def _parse(header: str, size: int) -> ranges.Span | ranges.RangeError:
+    """The span, or the refusal (any other exception fails the test)."""
+    try:
+        return ranges.parse(header, size)
+    except ranges.RangeError as exc:
+        return exc
+
+
+_RANGE_TEXT = st.text(
+    alphabet=st.sampled_from("0123456789-=, \t" + "\u00b2\u00b9\u0663\uff11\u2460" + "bytesBYTES"),
+    max_size=40,
+)
+
+
+@given(
+    header=st.one_of(_RANGE_TEXT, st.text(max_size=60), _RANGE_TEXT.map(lambda t: "bytes=" + t)),
+    size=st.integers(min_value=0, max_value=1 << 40),
+)
+def test_any_range_header_is_a_span_or_a_refusal(header: str, size: int) -> None:
+    """Whatever the header, parse gives a span inside the file or a 400/416: never another
+    exception (the server would answer 500 with a traceback)."""
+    span = _parse(header, size)
+    if isinstance(span, ranges.RangeError):
+        assert span.status in (400, 416)
+        return
+    assert 0 <= span.start <= span.end < size
+    numbers = header.partition("=")[2].replace("-", "").strip()
+    assert numbers.isascii(), header  # only ASCII digits ever make a span
+
+
+@given(
+    start=st.integers(min_value=0, max_value=10**6),
+    length=st.integers(min_value=1, max_value=10**6),
+    size=st.integers(min_value=1, max_value=2 * 10**6),
+)
+def test_a_closed_ascii_range_is_read_as_written(start: int, length: int, size: int) -> None:
+    end = start + length - 1
+    span = _parse(f"bytes={start}-{end}", size)
+    if isinstance(span, ranges.RangeError):
+        assert span.status == 416
+        assert start >= size
+        return
+    assert (span.start, span.end) == (start, min(end, size - 1))
 
 
 def _multipart_etag(data: bytes, part: int) -> str:

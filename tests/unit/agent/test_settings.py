@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mlxfleet_agent import contract
 from mlxfleet_agent.runtime import compose, settings
 from mlxfleet_agent.telemetry import shipper
 
@@ -87,3 +88,67 @@ def test_every_flag_and_environment_variable_is_documented() -> None:
     variables = sorted(settings.environment().values())
     assert len(variables) == 7
     assert [v for v in variables if not re.search(rf"`{v}`|{v}[,`]", telemetry_doc)] == []
+
+
+def test_allow_env_narrows_the_fleets_list_and_never_widens_it() -> None:
+    cfg = settings.build(file_values=BASE, flag_values={}, environ={})
+    assert cfg.command_env_names() == contract.COMMAND_ENV_NAMES  # the default: the whole list
+    cfg = settings.build(
+        file_values=BASE, flag_values={"command_env": ["OMP_NUM_THREADS"]}, environ={}
+    )
+    assert cfg.command_env_names() == {"OMP_NUM_THREADS"}
+    with pytest.raises(settings.SettingsError, match=r"allow_env PYTHONWARNINGS.*only narrow"):
+        settings.build(
+            file_values={**BASE, "commandEnv": ["PYTHONWARNINGS"]}, flag_values={}, environ={}
+        )
+
+
+def test_a_short_scrape_token_stops_the_agent_naming_the_flag(tmp_path: Path) -> None:
+    short = tmp_path / "metrics-token"
+    short.write_text("short\n")
+    cfg = settings.build(
+        file_values={"stateDir": str(tmp_path / "s"), "modelsDir": str(tmp_path / "m")},
+        flag_values={"metrics_token_file": short},
+        environ={},
+    )
+    with pytest.raises(settings.SettingsError, match=r"--metrics-token-file .* at least 16"):
+        cfg.prepare()
+    short.write_text("x" * 16 + "\n")
+    assert cfg.read_metrics_token() == "x" * 16
+
+
+@pytest.mark.parametrize(
+    ("bind", "loopback"),
+    [
+        pytest.param("127.0.0.1", True, id="v4"),
+        pytest.param("127.0.0.2", True, id="v4-net"),
+        pytest.param("::1", True, id="v6"),
+        pytest.param("localhost", True, id="name"),
+        pytest.param("0.0.0.0", False, id="any"),
+        pytest.param("::", False, id="any-v6"),
+        pytest.param("192.168.1.20", False, id="lan"),
+        pytest.param("mac-1.local", False, id="other-name"),
+    ],
+)
+def test_loopback_only(bind: str, loopback: bool) -> None:
+    cfg = settings.build(file_values={**BASE, "bind": bind}, flag_values={}, environ={})
+    assert cfg.loopback_only() is loopback
+
+
+@pytest.mark.parametrize(
+    ("values", "fabric"),
+    [
+        pytest.param({}, "127.0.0.1", id="loopback-agent"),
+        pytest.param({"bind": "0.0.0.0"}, None, id="lan-agent-without"),
+        pytest.param({"bind": "0.0.0.0", "fabricAddress": "10.10.0.2"}, "10.10.0.2", id="given"),
+    ],
+)
+def test_the_fabric_address(values: dict[str, str], fabric: str | None) -> None:
+    cfg = settings.build(file_values={**BASE, **values}, flag_values={}, environ={})
+    assert cfg.fabric() == fabric
+
+
+@pytest.mark.parametrize("value", ["fe80::1", "mac-1.local", "10.0.0.300"])
+def test_a_fabric_address_is_an_ipv4_address(value: str) -> None:
+    with pytest.raises(settings.SettingsError, match=r"fabric_address .* IPv4"):
+        settings.build(file_values={**BASE, "fabricAddress": value}, flag_values={}, environ={})

@@ -124,6 +124,24 @@ _COMMAND: JsonDict = {
     "command": {"argv": _ARGV, "capabilities": ["chat"], "memoryBytes": 2**30},
 }
 
+_ALLOWED_ENV = {"OMP_NUM_THREADS": "4", "TOKENIZERS_PARALLELISM": "false"}
+_VLLM_TUNING = ["--seed", "7", "--max-num-batched-tokens=4096", "--enable-prefix-caching"]
+# the chain a deny-list let through (issue 22 item 2): each name is refused on its own
+ATTACK_ENV = {
+    "PYTHONWARNINGS": "ignore::antigravity.x",
+    "BROWSER": "/usr/bin/perlthanks",
+    "PERL5OPT": '-Mbase;system("id");exit',
+}
+
+
+def _command_env(env: JsonDict) -> JsonDict:
+    return {"engine": {**_COMMAND, "command": {**_COMMAND["command"], "env": env}}}
+
+
+def _vllm_extra(args: list[str]) -> JsonDict:
+    return {"engine": {"name": "vllm", "vllm": {"extraArgs": args}}}
+
+
 # Quantities (memory) are Kubernetes quantities: a string such as 48Gi, or an integer of bytes,
 # as in core Kubernetes objects; reservedMemory may be 0 either way.
 VALID: tuple[Valid, ...] = (
@@ -138,6 +156,16 @@ VALID: tuple[Valid, ...] = (
     Valid("md-engine-rerank", MD, {"engine": {"name": "mlx-rerank"}}),
     Valid("md-engine-vllm", MD, {"engine": {"name": "vllm", "vllm": {"task": "embed"}}}),
     Valid("md-engine-command", MD, {"engine": _COMMAND}),
+    Valid(
+        "md-engine-command-env-allowed",
+        MD,
+        {"engine": {**_COMMAND, "command": {**_COMMAND["command"], "env": _ALLOWED_ENV}}},
+    ),
+    Valid(
+        "md-engine-vllm-extra-allowed",
+        MD,
+        {"engine": {"name": "vllm", "vllm": {"extraArgs": _VLLM_TUNING}}},
+    ),
     Valid("md-sharded-tensor", MD, {"replicas": 1, "sharding": {"size": 2}}),
     Valid("md-priority-min-replicas", MD, {"priority": -5, "replicas": 2, "minReplicas": 1}),
     Valid("md-off-below-min-replicas", MD, {"replicas": 0, "minReplicas": 2}),
@@ -208,6 +236,39 @@ INVALID: tuple[Invalid, ...] = (
         {"engine": {**_COMMAND, "command": {"argv": _ARGV, "capabilities": ["chat"]}}},
         "spec.engine.command.memoryBytes",
     ),
+    *(
+        Invalid(
+            f"md-engine-command-env-{name.lower().replace('_', '-')}",
+            MD,
+            _command_env({"OMP_NUM_THREADS": "2", name: value}),
+            "spec.engine.command.env",
+        )
+        for name, value in ATTACK_ENV.items()
+    ),
+    Invalid(
+        "md-engine-command-env-node-options",
+        MD,
+        _command_env({"NODE_OPTIONS": "--require /tmp/x.js"}),
+        "spec.engine.command.env",
+    ),
+    Invalid(
+        "md-engine-vllm-extra-worker-cls",
+        MD,
+        _vllm_extra(["--seed", "1", "--worker-cls", "evil.Worker"]),
+        "spec.engine.vllm.extraArgs",
+    ),
+    Invalid(
+        "md-engine-vllm-extra-middleware",
+        MD,
+        _vllm_extra(["--middleware=evil.app"]),
+        "spec.engine.vllm.extraArgs",
+    ),
+    Invalid(
+        "md-engine-vllm-extra-abbreviated",
+        MD,
+        _vllm_extra(["--tool-parser-plug", "/tmp/x.py"]),
+        "spec.engine.vllm.extraArgs",
+    ),
     Invalid(
         "md-engine-embed-max-inputs-0",
         MD,
@@ -241,6 +302,9 @@ INVALID: tuple[Invalid, ...] = (
     Invalid("md-memory-zero", MD, {"resources": {"memory": "0"}}, "spec.resources.memory"),
     Invalid("md-memory-negative", MD, {"resources": {"memory": "-4Gi"}}, "spec.resources.memory"),
     Invalid("md-memory-zero-integer", MD, {"resources": {"memory": 0}}, "spec.resources.memory"),
+    Invalid("md-memory-24-bytes", MD, {"resources": {"memory": "24"}}, "spec.resources.memory"),
+    Invalid("md-memory-small-int", MD, {"resources": {"memory": 1000}}, "spec.resources.memory"),
+    Invalid("md-memory-512Ki", MD, {"resources": {"memory": "512Ki"}}, "spec.resources.memory"),
     Invalid("md-memory-fraction", MD, {"resources": {"memory": 1.5}}, "spec.resources.memory"),
     Invalid("md-memory-boolean", MD, {"resources": {"memory": True}}, "spec.resources.memory"),
     # ModelDeployment: server options
@@ -428,6 +492,29 @@ INVALID: tuple[Invalid, ...] = (
         {"rules": [_rule(backends=[{"external": {**_EXTERNAL, "url": "api.example.com"}}])]},
         "spec.rules[0].backends[0].external.url",
     ),
+    # userinfo: a credential in the URL, or a host that is not the one it seems (issue 22 item 9)
+    *(
+        Invalid(
+            f"mr-external-url-userinfo-{i}",
+            MR,
+            {"rules": [_rule(backends=[{"external": {**_EXTERNAL, "url": url}}])]},
+            "spec.rules[0].backends[0].external.url",
+        )
+        for i, url in enumerate(
+            (
+                "https://user:secret@api.example.com/v1",
+                "https://api.example.com@169.254.169.254/v1",
+                "http://@10.0.0.1:8080",
+            )
+        )
+    ),
+    Invalid(
+        "mr-external-url-ftp",
+        MR,
+        {"rules": [_rule(backends=[{"external": {**_EXTERNAL, "url": "ftp://x"}}])]},
+        "spec.rules[0].backends[0].external.url",
+    ),
+    Invalid("in-url-ftp-short", IN, {"agent": {"url": "ftp://x"}}, "spec.agent.url"),
     Invalid(
         "mr-prompt-range",
         MR,

@@ -170,7 +170,7 @@ def test_scale_paths_exist_in_the_schema() -> None:
         ),
         pytest.param(
             "InferenceNode",
-            ["Ready", "Chip", "Memory", "Free", "Agent", "Download", "Age"],
+            ["Ready", "Status", "Chip", "Memory", "Free", "Agent", "Download", "Age"],
             id="inode",
         ),
         pytest.param("SwapPlan", ["Deployment", "Target", "Phase", "Progress", "Age"], id="swp"),

@@ -94,6 +94,21 @@ def test_deployment_runs_two_hardened_replicas_that_elect_a_leader() -> None:
     assert "/tmp" in mounts, "a read-only root filesystem needs a writable /tmp"
 
 
+def test_the_operator_reads_the_fleet_key_from_a_mount_never_through_the_api() -> None:
+    """Each approved node's keys derive from the gateway's fleet key: the operator has it as a
+    read-only file from an optional Secret volume (no RBAC on that Secret); it starts without."""
+    pod = _by_kind("deployment.yaml", "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "--fleet-key-file=/etc/mlxfleet/fleet-key/key" in container["args"]
+    assert "--fleet-key-optional" in container["args"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "fleet-key"]
+    assert (mount["mountPath"], mount["readOnly"]) == ("/etc/mlxfleet/fleet-key", True)
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "fleet-key"]
+    assert volume["secret"] == {
+        "secretName": "mlxfleet-fleet-key", "defaultMode": 0o400, "optional": True,
+    }  # fmt: skip
+
+
 def test_disruption_budget_keeps_one_operator() -> None:
     pdb = _by_kind("pdb.yaml", "PodDisruptionBudget")
     assert pdb["metadata"]["namespace"] == resources.OPERATOR_NAMESPACE
@@ -139,8 +154,10 @@ def test_rbac_has_no_wildcards() -> None:
         for rule in _rules(kind, name):
             for key in ("apiGroups", "resources", "verbs"):
                 assert "*" not in rule[key], (kind, rule)
-            if name != LEADER_ROLE:  # the Lease rules, below, name their one object
+            if name not in (LEADER_ROLE, PROVIDER_KEYS_ROLE):  # these name their objects
                 assert "resourceNames" not in rule
+            else:
+                assert rule.get("resourceNames") != [], (kind, rule)  # [] would mean all names
             assert "nonResourceURLs" not in rule
 
 
@@ -191,10 +208,41 @@ def test_secrets_only_through_a_namespaced_role() -> None:
     # not the operator's (and gateway's) namespace: the gateway may read every Secret there
     assert role["metadata"]["namespace"] == resources.AGENT_SECRETS_NAMESPACE
     assert _grants("Role", SECRETS_ROLE) == {("", "secrets", "get")}  # by name, not list
-    # the provider-key Secrets routes name, in the gateway's namespace: by name too (table rows)
+    # the provider-key Secrets routes name, in the gateway's namespace: by name too (table rows),
+    # and only the names listed (issue 22 item 9: a plain `get` there read the fleet key)
     keys = _named("Role", PROVIDER_KEYS_ROLE)
     assert keys["metadata"]["namespace"] == resources.OPERATOR_NAMESPACE
     assert _grants("Role", PROVIDER_KEYS_ROLE) == {("", "secrets", "get")}
+    (rule,) = keys["rules"]
+    example = yaml.safe_load(
+        (REPO / "manifests/gateway/examples/provider-key-secret.yaml").read_text()
+    )
+    assert rule["resourceNames"] == [example["metadata"]["name"]] == ["openai"]
+    fleet_key = yaml.safe_load(
+        (REPO / "manifests/gateway/examples/fleet-key-secret.yaml").read_text()
+    )
+    assert fleet_key["metadata"]["name"] not in rule["resourceNames"]
+
+
+def test_the_gateway_egress_policy_is_rendered_apart_and_off_by_default() -> None:
+    """Issue 22 item 9: an egress NetworkPolicy for the gateway, not applied by the gateway's own
+    kustomization (off by default), in manifests/gateway/egress with example addresses."""
+    gateway = yaml.safe_load((REPO / "manifests/gateway/kustomization.yaml").read_text())
+    assert not any("egress" in r or "networkpolicy" in r for r in gateway["resources"])
+    egress = yaml.safe_load((REPO / "manifests/gateway/egress/kustomization.yaml").read_text())
+    assert egress["resources"] == ["networkpolicy.yaml"]
+    (policy,) = yaml.safe_load_all(
+        (REPO / "manifests/gateway/egress/networkpolicy.yaml").read_text()
+    )
+    assert policy["kind"] == "NetworkPolicy"
+    assert policy["spec"]["policyTypes"] == ["Egress"]
+    deployment = yaml.safe_load((REPO / "manifests/gateway/deployment.yaml").read_text())
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    ports = [[p["port"] for p in rule["ports"]] for rule in policy["spec"]["egress"]]
+    assert ports == [[53, 53], [6443], [8471], [443]]  # DNS, API server, agents, providers
+    providers = policy["spec"]["egress"][-1]["to"][0]["ipBlock"]
+    assert "169.254.0.0/16" in providers["except"]  # no cloud metadata through a route
 
 
 @pytest.mark.parametrize(
@@ -220,11 +268,3 @@ def test_bindings_name_the_operator_service_account(kind: str, role_kind: str, n
             "namespace": resources.OPERATOR_NAMESPACE,
         }
     ]
-
-
-def test_dockerfile_builds_a_non_root_operator_image() -> None:
-    text = (REPO / "manifests" / "Dockerfile").read_text()
-    assert "FROM python:3.11-slim" in text
-    assert 'pip install ".[operator,gateway]"' in text  # the chart runs the gateway from it
-    assert "USER 65532" in text
-    assert 'ENTRYPOINT ["mlxfleet-operator"]' in text

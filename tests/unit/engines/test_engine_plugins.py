@@ -14,6 +14,8 @@ from typing import Any
 import pydantic
 import pytest
 
+from mlxfleet_agent import contract
+from mlxfleet_agent.backends import recipes
 from mlxfleet_agent.engines import command, discovery, embed_engine, embed_server, plugin, vllm
 
 # ---- vllm ------------------------------------------------------------------------------------
@@ -89,6 +91,21 @@ def test_vllm_command_line_with_every_option() -> None:
         ),
         pytest.param({"extraArgs": ["positional"]}, "must start with a flag", id="positional"),
         pytest.param({"extraArgs": ["--a;rm -rf /"]}, "not a command-line flag", id="junk-flag"),
+        # an allow-list: flags that import or run code, read files or log prompts are refused
+        pytest.param({"extraArgs": ["--worker-cls", "evil.Worker"]}, "not allowed", id="worker"),
+        pytest.param({"extraArgs": ["--middleware=evil.app"]}, "not allowed", id="middleware"),
+        pytest.param(
+            {"extraArgs": ["--tool-parser-plugin", "/tmp/x.py"]}, "not allowed", id="parser-plugin"
+        ),
+        pytest.param(
+            {"extraArgs": ["--logits-processors", "evil.P"]}, "not allowed", id="logits-proc"
+        ),
+        pytest.param({"extraArgs": ["--chat-template", "/etc/x"]}, "not allowed", id="file"),
+        pytest.param({"extraArgs": ["--enable-log-requests"]}, "not allowed", id="log-prompts"),
+        pytest.param({"extraArgs": ["--tool-parser-p", "/x.py"]}, "not allowed", id="abbreviated"),
+        pytest.param({"extraArgs": ["--max_num_batched_tokens", "8"]}, "not allowed", id="snake"),
+        pytest.param({"extraArgs": ["--seed", "-1"]}, "not allowed", id="dash-value"),
+        pytest.param({"extraArgs": ["--seed=" + "1" * 2000]}, "at most 1024", id="long-arg"),
         pytest.param({"quantization": "awq; rm"}, "method name", id="quantization"),
         pytest.param({"task": "chat"}, "task", id="task"),
         pytest.param({"gpuMemory": 0.5}, "Extra inputs", id="unknown"),
@@ -189,16 +206,55 @@ def test_bad_templates_are_refused(argv: list[str], needle: str) -> None:
 @pytest.mark.parametrize(
     "env",
     [
-        {"LD_PRELOAD": "/x.so"},
-        {"DYLD_INSERT_LIBRARIES": "x"},
-        {"PYTHONPATH": "/x"},
-        {"PATH": "/x"},
-        {"1BAD": "x"},
+        pytest.param({"LD_PRELOAD": "/x.so"}, id="ld-preload"),
+        pytest.param({"DYLD_INSERT_LIBRARIES": "x"}, id="dyld"),
+        pytest.param({"PYTHONPATH": "/x"}, id="pythonpath"),
+        pytest.param({"PATH": "/x"}, id="path"),
+        pytest.param({"1BAD": "x"}, id="bad-name"),
+        # what the deny-list let through (issue 22 item 2)
+        pytest.param({"PYTHONWARNINGS": "ignore::antigravity.x"}, id="pythonwarnings"),
+        pytest.param({"BROWSER": "/usr/bin/perlthanks"}, id="browser"),
+        pytest.param({"PERL5OPT": "-Mbase;print(1)"}, id="perl5opt"),
+        pytest.param({"PYTHONUSERBASE": "/tmp/u"}, id="pythonuserbase"),
+        pytest.param({"NODE_OPTIONS": "--require /tmp/x.js"}, id="node-options"),
+        pytest.param({"RUBYOPT": "-r/tmp/x"}, id="rubyopt"),
+        pytest.param({"JAVA_TOOL_OPTIONS": "-javaagent:/x.jar"}, id="java-tool-options"),
+        pytest.param({"HOME": "/tmp/h"}, id="home"),
+        pytest.param({"omp_num_threads": "4"}, id="case-matters"),
+        pytest.param({"OMP_NUM_THREADS": "4\x00"}, id="nul-value"),
     ],
 )
-def test_env_that_changes_the_program_is_refused(env: dict[str, str]) -> None:
-    with pytest.raises(pydantic.ValidationError):
+def test_env_outside_the_allow_list_is_refused(env: dict[str, str]) -> None:
+    with pytest.raises(pydantic.ValidationError, match="env") as caught:
         _options(env=env)
+    if "\x00" not in next(iter(env.values())):
+        assert "allowed: CUDA_VISIBLE_DEVICES" in str(caught.value)  # it says what is allowed
+
+
+def test_env_in_the_allow_list_is_passed() -> None:
+    env = dict.fromkeys(contract.COMMAND_ENV_NAMES, "1")
+    assert dict(_options(env=env).env) == env
+
+
+def test_an_agent_may_narrow_the_env_allow_list() -> None:
+    options = _options(env={"OMP_NUM_THREADS": "4", "HF_HUB_OFFLINE": "1"})
+    target = plugin.Target("/m", 7, "x")
+    with pytest.raises(command.TemplateError, match="'HF_HUB_OFFLINE' is not allowed"):
+        command.launch(
+            options,
+            target,
+            allowed_programs=["llama-server"],
+            allowed_env=frozenset({"OMP_NUM_THREADS"}),
+        )
+    host = recipes.Host(
+        python="/py",
+        command_programs=("llama-server",),
+        command_env=frozenset({"OMP_NUM_THREADS"}),
+        runnable=frozenset({"command"}),
+    )
+    spec = contract.EngineSpec(name=contract.EngineName.COMMAND, command=options)
+    with pytest.raises(recipes.EngineRefused, match="HF_HUB_OFFLINE"):
+        recipes.check(spec, host)
 
 
 def test_command_needs_capabilities_and_memory() -> None:

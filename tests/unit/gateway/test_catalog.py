@@ -42,6 +42,8 @@ def external_route(ns: str, url: str) -> mroute.ModelRoute:
     return route(ns, "r", {"rules": [{"name": "d", "backends": [backend]}]})
 
 
+NODES = {"n1": b"Bearer k1"}  # the approved nodes and the header value each accepts
+
 DEPS = [
     dep("team-a", "chat", served="chat"),
     dep("team-b", "chat", served="chat"),
@@ -51,7 +53,7 @@ DEPS = [
 
 
 def test_same_name_in_two_namespaces_resolves_per_scope() -> None:
-    c = catalog.build(DEPS, [])
+    c = catalog.build(DEPS, [], nodes=NODES)
     a = c.resolve(["team-a"], "chat")
     b = c.resolve(["team-b"], "chat")
     assert a is not None
@@ -66,7 +68,7 @@ def test_same_name_in_two_namespaces_resolves_per_scope() -> None:
 
 
 def test_nothing_outside_the_scope_is_visible() -> None:
-    c = catalog.build(DEPS, [])
+    c = catalog.build(DEPS, [], nodes=NODES)
     assert c.resolve(["team-a"], "secret-model") is None
     assert [r.name for r in c.listed(["team-a"])] == ["chat"]  # cold is not ready: not listed
     assert {(r.namespace, r.name) for r in c.listed(["*"])} == {
@@ -77,7 +79,7 @@ def test_nothing_outside_the_scope_is_visible() -> None:
 
 def test_a_route_name_wins_over_a_deployment_in_its_namespace() -> None:
     r = route("team-a", "chat", {"rules": [{"name": "d", "backends": [{"deployment": "cold"}]}]})
-    c = catalog.build(DEPS, [r])
+    c = catalog.build(DEPS, [r], nodes=NODES)
     found = c.resolve(["team-a"], "chat")
     assert found is not None
     assert found.route is not None
@@ -88,9 +90,19 @@ def test_a_route_name_wins_over_a_deployment_in_its_namespace() -> None:
 
 
 def test_replicas_carry_ids_urls_and_capacity() -> None:
-    d = catalog.deployment(DEPS[0])
+    d = catalog.deployment(DEPS[0], NODES)
     assert d.capacity == 6
-    assert d.replicas == (catalog.Replica("team-a/chat@n1", "n1", "http://n1:8471"),)
+    assert d.replicas == (catalog.Replica("team-a/chat@n1", "n1", "http://n1:8471", b"Bearer k1"),)
+
+
+def test_a_replica_on_a_node_not_approved_or_unknown_is_never_a_candidate() -> None:
+    """A placement on a node the gateway does not know as approved (a Mac that joined itself,
+    or any status a writer got wrong) is no replica."""
+    assert catalog.deployment(DEPS[0], {}).replicas == ()
+    assert catalog.deployment(DEPS[0], {"n2": b""}).replicas == ()
+    c = catalog.build(DEPS, [], nodes={})
+    assert c.resolve(["team-a"], "chat") is not None
+    assert c.listed(["team-a"]) == []  # nothing ready anywhere
 
 
 def test_provider_keys_are_used_only_where_they_are_allowed() -> None:
@@ -111,7 +123,9 @@ def test_provider_keys_are_used_only_where_they_are_allowed() -> None:
         ]
     }
     ok = provider(namespaces="team-a", urls="https://p.example/v1")
-    c = catalog.build([], [route("team-a", "r", spec), route("team-b", "r", spec)], [ok])
+    c = catalog.build(
+        [], [route("team-a", "r", spec), route("team-b", "r", spec)], [ok], nodes=NODES
+    )
     a = c.resolve(["team-a"], "r")
     b = c.resolve(["team-b"], "r")
     assert a is not None
@@ -127,7 +141,7 @@ def test_provider_keys_are_used_only_where_they_are_allowed() -> None:
     assert tb.api_key is None
     assert "does not allow namespace team-b" in (tb.problem or "")
     assert ta.id == "external:team-a/r/external-0"
-    missing = catalog.build([], [route("team-a", "r", spec)], [])
+    missing = catalog.build([], [route("team-a", "r", spec)], [], nodes=NODES)
     m = missing.resolve(["team-a"], "r")
     assert m is not None
     assert m.route is not None
@@ -169,7 +183,9 @@ def test_a_key_is_never_attached_to_a_url_its_secret_does_not_allow(
     urls: str | None, url: str, why: str
 ) -> None:
     """The attack: a team allowed to use the fleet's key points its route at its own listener."""
-    c = catalog.build([], [external_route("team-a", url)], [provider(namespaces="*", urls=urls)])
+    c = catalog.build(
+        [], [external_route("team-a", url)], [provider(namespaces="*", urls=urls)], nodes=NODES
+    )
     found = c.resolve(["team-a"], "r")
     assert found is not None
     assert found.route is not None

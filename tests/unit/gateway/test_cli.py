@@ -12,11 +12,20 @@ import pytest
 from mlxfleet_gateway import cli
 from mlxfleet_gateway.core import keys
 
+FLEET_KEY = "a" * 32
+
+
+def fleet_key_file(tmp_path: Path, text: str = FLEET_KEY + "\n") -> str:
+    path = tmp_path / "fleet-key"
+    path.write_text(text)
+    return str(path)
+
 
 def test_the_documented_command_line_parses_secure_by_default(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("{}")
-    cfg = cli.parse(["--kubeconfig", str(kubeconfig), "--listen", "127.0.0.1:8080"])
+    key = ["--fleet-key-file", fleet_key_file(tmp_path)]
+    cfg = cli.parse(["--kubeconfig", str(kubeconfig), "--listen", "127.0.0.1:8080", *key])
     assert (cfg.kubeconfig, cfg.listen, cfg.allow_anonymous) == (
         str(kubeconfig),
         ("127.0.0.1", 8080),
@@ -26,7 +35,21 @@ def test_the_documented_command_line_parses_secure_by_default(tmp_path: Path) ->
     assert cfg.affinity
     limits = (cfg.max_header_bytes, cfg.header_timeout_s, cfg.body_timeout_s, cfg.max_connections)
     assert limits == (32 * 1024, 10.0, 60.0, 4096)
-    assert cli.parse(["--listen", "[::1]:0", "--allow-anonymous"]).allow_anonymous
+    assert cli.parse(["--listen", "[::1]:0", "--allow-anonymous", *key]).allow_anonymous
+
+
+def test_without_a_fleet_key_it_runs_only_when_told_agents_are_open(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No fleet key: agents would get requests without a credential; refused unless
+    --allow-open-data-plane says their data planes take them."""
+    with pytest.raises(SystemExit) as info:
+        cli.parse(["--listen", ":1"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--fleet-key-file" in err
+    assert "--allow-open-data-plane" in err
+    assert cli.parse(["--listen", ":1", "--allow-open-data-plane"]).fleet_key is None
 
 
 @pytest.mark.parametrize(
@@ -44,10 +67,16 @@ def test_the_documented_command_line_parses_secure_by_default(tmp_path: Path) ->
             "--fleet-key-file",
             id="key-file",
         ),
-        pytest.param(["--listen", ":1", "--max-attempts", "0"], "--max-attempts", id="attempts"),
+        pytest.param(
+            ["--listen", ":1", "--allow-open-data-plane", "--max-attempts", "0"],
+            "--max-attempts",
+            id="attempts",
+        ),
         pytest.param([], "--listen", id="missing"),
         *(
-            pytest.param(["--listen", ":1", flag, "0"], flag, id=flag[2:])
+            pytest.param(
+                ["--listen", ":1", "--allow-open-data-plane", flag, "0"], flag, id=flag[2:]
+            )
             for flag in (
                 "--max-header-bytes",
                 "--header-timeout-s",
@@ -66,10 +95,38 @@ def test_bad_flags_exit_2_naming_the_flag(
     assert named in capsys.readouterr().err
 
 
-def test_the_fleet_key_file_is_read(tmp_path: Path) -> None:
+def test_the_fleet_key_file_is_read_and_its_first_key_is_current(tmp_path: Path) -> None:
+    text = f"# the fleet key\n{FLEET_KEY}\n{'b' * 40}\n"
+    cfg = cli.parse(["--listen", ":1", "--fleet-key-file", fleet_key_file(tmp_path, text)])
+    assert cfg.fleet_key == FLEET_KEY
+    assert FLEET_KEY not in repr(cfg)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        pytest.param("", "no key in the file", id="empty"),
+        pytest.param("# only a comment\n", "no key in the file", id="comment"),
+        pytest.param("short\n", "at least 32", id="short"),
+        pytest.param("a b" * 20 + "\n", "without spaces", id="spaces"),
+        pytest.param("\n".join(["c" * 32] * 5), "at most 4", id="too-many"),
+        pytest.param(b"\xff\xfe" * 20, "not UTF-8", id="binary"),
+    ],
+)
+def test_a_malformed_fleet_key_file_exits_2_naming_it(
+    tmp_path: Path, text: str | bytes, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "fleet-key"
-    path.write_text("# the fleet credential\nsecret-value\n")
-    assert cli.parse(["--listen", ":1", "--fleet-key-file", str(path)]).fleet_key == "secret-value"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    with pytest.raises(SystemExit) as info:
+        cli.parse(["--listen", ":1", "--fleet-key-file", str(path)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--fleet-key-file {path}" in err
+    assert said in err
 
 
 def test_new_key_prints_the_key_once_and_a_secret_with_its_hash(

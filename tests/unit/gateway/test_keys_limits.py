@@ -226,6 +226,36 @@ def test_limits_are_shared_among_gateway_replicas() -> None:
         lim.admit(k, now=5.0, estimate=0)
 
 
+def test_usage_is_how_full_each_limit_is_in_this_replica() -> None:
+    """What `mlxfleet_gateway_key_limit_usage_ratio` shows (MlxfleetApiKeyNearLimit)."""
+    _, k = key(requestsPerMinute="20", tokensPerMinute="1000")
+    lim = limits.Limits(share=2)  # this replica enforces 10 requests and 500 tokens a minute
+    assert lim.usage(k, now=0.0) == {"requests_per_minute": 0.0, "tokens_per_minute": 0.0}
+    tickets = [lim.admit(k, now=float(t), estimate=50) for t in range(9)]
+    lim.settle(tickets[0], now=9.0, tokens=100)
+    used = lim.usage(k, now=10.0)
+    assert used["requests_per_minute"] == pytest.approx(0.9)
+    assert used["tokens_per_minute"] == pytest.approx((100 + 8 * 50) / 500)  # use + reservations
+    assert lim.usage(k, now=200.0)["requests_per_minute"] == 0.0  # the window slid past them
+    _, open_key = key()
+    assert lim.usage(open_key, now=0.0) == {}
+
+
+def test_the_key_gauges_show_usage_and_expiry_at_scrape_time() -> None:
+    from mlxfleet_gateway import metrics
+
+    gauges = metrics.GatewayMetrics()
+    facts = [metrics.KeyFacts(key="ci", usage={"requests_per_minute": 0.95}, expires_at=1e9)]
+    gauges.watch_keys(lambda: facts)
+    text = gauges.exposition().decode()
+    assert (
+        'mlxfleet_gateway_key_limit_usage_ratio{key="ci",limit="requests_per_minute"} 0.95' in text
+    )
+    assert 'mlxfleet_gateway_key_expiry_timestamp_seconds{key="ci"} 1e+09' in text
+    facts.clear()  # a key deleted: its series go with it
+    assert 'key="ci"' not in gauges.exposition().decode()
+
+
 def test_keys_without_limits_are_not_tracked() -> None:
     _, k = key()
     lim = limits.Limits()

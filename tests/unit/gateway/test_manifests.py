@@ -1,5 +1,5 @@
 """The gateway's manifests: 2 hardened replicas with probes and a PDB, secure by default, and RBAC
-that reads only what the gateway needs (two kinds cluster-wide, Secrets of its own namespace)."""
+that reads only what the gateway needs (three kinds cluster-wide, Secrets of its own namespace)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def test_two_hardened_replicas_with_probes_and_no_anonymous_access() -> None:
     assert "--listen=0.0.0.0:8080" in args
     assert "--peers=2" in args
     assert not any(a.startswith("--allow-anonymous") for a in args)
+    assert not any(a.startswith("--allow-open-data-plane") for a in args)
+    assert "--fleet-key-file=/etc/mlxfleet/fleet-key/key" in args
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
@@ -66,7 +68,7 @@ def _grants(kind: str) -> set[tuple[str, str, str]]:
 def test_rbac_is_read_only_and_least_privilege() -> None:
     assert _grants("ClusterRole") == {
         ("mlxfleet.io", r, v)
-        for r in ("modeldeployments", "modelroutes")
+        for r in ("modeldeployments", "modelroutes", "inferencenodes")  # which are approved
         for v in ("get", "list", "watch")
     }
     assert _grants("Role") == {("", "secrets", v) for v in ("get", "list", "watch")}

@@ -8,11 +8,16 @@ from typing import Any
 
 import pytest
 
+from mlxfleet_agent import contract
+from mlxfleet_agent.dataplane import routing
 from mlxfleet_gateway.core import catalog, errors, plan, traits
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import modelroute as mroute
 
 NS = "team-a"
+
+
+NODES = {f"n{i}": b"" for i in range(10)}  # every node approved, no fleet key
 
 
 def deployment(name: str, *, ready: int = 1, served: str | None = None) -> mdep.ModelDeployment:
@@ -69,7 +74,7 @@ CANARY = {
 
 
 def cat(*deps: mdep.ModelDeployment, spec: dict[str, Any] = CANARY) -> catalog.Catalog:
-    return catalog.build(deps, [route(spec)])
+    return catalog.build(deps, [route(spec)], nodes=NODES)
 
 
 def first_rule(c: catalog.Catalog, r: traits.Traits) -> plan.Plan:
@@ -159,7 +164,7 @@ def test_no_rule_matches_is_404() -> None:
             }
         ]
     }
-    c = catalog.build([deployment("coder")], [route(spec)])
+    c = catalog.build([deployment("coder")], [route(spec)], nodes=NODES)
     found = c.resolve([NS], "chat")
     assert found is not None
     with pytest.raises(errors.GatewayError) as info:
@@ -168,7 +173,7 @@ def test_no_rule_matches_is_404() -> None:
 
 
 def test_a_plain_deployment_plans_to_itself() -> None:
-    c = catalog.build([deployment("tiny", served="tiny-chat")], [])
+    c = catalog.build([deployment("tiny", served="tiny-chat")], [], nodes=NODES)
     found = c.resolve([NS], "tiny-chat")
     assert found is not None
     p = plan.plan(found, req("tiny-chat"), rng=random.random)
@@ -176,3 +181,83 @@ def test_a_plain_deployment_plans_to_itself() -> None:
     assert p.primary is not None
     assert p.primary.name == "tiny"
     assert p.fallback == ()
+
+
+def _capped(name: str, *, max_tokens: int | None, context: int = 8192) -> mdep.ModelDeployment:
+    md = deployment(name)
+    spec = md.spec.model_copy(
+        update={
+            "context_length": context,
+            "server": md.spec.server.model_copy(update={"max_tokens": max_tokens}),
+        }
+    )
+    return md.model_copy(update={"spec": spec})
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "context", "asked", "expected"),
+    [
+        pytest.param(None, 8192, None, 512, id="no-caps: mlx_lm's default"),
+        pytest.param(None, 300, None, 300, id="no-caps: within the context"),
+        pytest.param(4000, 8192, None, 4000, id="slot-cap: what it generates uncapped"),
+        pytest.param(4000, 8192, 16, 16, id="asked-below-the-cap"),
+        pytest.param(4000, 8192, 9000, 4000, id="asked-above-the-cap: clamped"),
+        pytest.param(None, 2048, 9000, 2048, id="asked-above-the-context: clamped"),
+    ],
+)
+def test_a_deployment_reserves_what_its_slot_lets_a_request_generate(
+    max_tokens: int | None, context: int, asked: int | None, expected: int
+) -> None:
+    """Issue 22 item 5: a request without a cap reserved 256 tokens while the slot let it
+    generate `maxTokens`; the reservation is now what the agent's data plane enforces."""
+    dep = catalog.deployment(_capped("d", max_tokens=max_tokens, context=context), {})
+    assert dep.completion_tokens(asked) == expected
+    routing_body: dict[str, Any] = {"max_tokens": asked} if asked is not None else {}
+    spec = contract.SlotSpec.model_validate(
+        {
+            "source": "file:///m/x",
+            "servedName": "d",
+            "contextLength": context,
+            "server": {"maxTokens": max_tokens},
+        }
+    )
+    routing.limit_tokens(routing_body, spec)
+    assert routing_body["max_tokens"] == expected  # the same number the agent writes
+
+
+def test_a_plan_reserves_the_most_any_of_its_backends_allows() -> None:
+    cat = catalog.build(
+        [_capped("small", max_tokens=100), _capped("big", max_tokens=4000)],
+        [
+            route(
+                {
+                    "rules": [{"name": "r", "backends": [{"deployment": "small"}]}],
+                    "fallback": {"backends": [{"deployment": "big"}], "when": ["Unavailable"]},
+                }
+            ),
+            route(
+                {
+                    "rules": [
+                        {
+                            "name": "r",
+                            "backends": [
+                                {"external": {"url": "https://api.example.com/v1", "model": "m"}}
+                            ],
+                        }
+                    ]
+                },
+                name="ext",
+            ),
+        ],
+        nodes={},
+    )
+    chat = cat.resolve([NS], "chat")
+    assert chat is not None
+    p = plan.plan(chat, req(), rng=lambda: 0.0)
+    assert p.completion_tokens(None, external_default=256) == 4000  # the fallback may serve it
+    assert p.completion_tokens(50, external_default=256) == 50
+    ext = cat.resolve([NS], "ext")
+    assert ext is not None
+    p = plan.plan(ext, req("ext"), rng=lambda: 0.0)
+    assert p.completion_tokens(None, external_default=256) == 256
+    assert p.completion_tokens(9000, external_default=256) == 9000

@@ -240,3 +240,12 @@ def test_usage_book_rolls_intervals_by_key_and_model() -> None:
     assert rows["team-a/chat"].errors == {"failed": 1}
     assert rows[""].rate_limited == 1
     assert rows[""].requests == 0
+
+
+def test_an_unknown_chat_role_is_refused_naming_it() -> None:
+    """An unknown chat role got 200 (issue 28 item 9): the gateway refuses it as the agent does
+    (one `openai_body`), before any backend sees it."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "robot"}]}
+    with pytest.raises(errors.GatewayError) as refused:
+        traits.traits(body, {}, endpoint="chat/completions", min_affinity_chars=0)
+    assert (refused.value.status, refused.value.param) == (400, "messages[1].role")

@@ -133,3 +133,21 @@ def test_scale_selector_is_the_label_the_operator_puts_on_its_objects(name: str)
     planned = dplan.new_plan(d, sorted(decisions.kept(("n0", "n1")).kept))
     assert planned.metadata.labels == {key: value}
     assert naming.deployment_labels(name) == {key: value}
+
+
+def test_a_deployment_not_placed_yet_shows_zero_ready_not_a_blank() -> None:
+    """The sharded sample's READY column was empty (issue 28 item 6): a status written before
+    anything is placed (size unknown, source refused) or for an invalid spec said no
+    `readyReplicas` at all; `kubectl get mdep` and scripts read 0 now."""
+    d = mdep.ModelDeployment.model_validate(
+        {
+            "metadata": {"name": "big", "namespace": "ns", "generation": 1, "uid": "u"},
+            "spec": {"model": {"source": B}, "sharding": {"size": 2}},
+        }
+    )
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    unplaced = mdstatus.unplaced_status(d, verdict(d, None), now=now, endpoint=None)
+    invalid = mdstatus.invalid_status(d.status, "bad", generation=1, now=now)
+    for status in (unplaced, invalid):
+        assert status.ready_replicas == 0
+        assert status.model_dump(by_alias=True, exclude_none=True)["readyReplicas"] == 0

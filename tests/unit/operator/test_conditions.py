@@ -54,3 +54,24 @@ def test_verdict_sets_kstatus_trio() -> None:
     assert by["Reconciling"].last_transition_time == T0  # stayed False
     assert by["Stalled"].last_transition_time == T1
     assert [c.type for c in ok] == ["Ready", "Reconciling", "Stalled"]
+
+
+def test_a_change_of_ready_is_an_event_once() -> None:
+    """ModelDeployments emitted no Events (issue 28 item 9): a change of Ready's status or
+    reason is one, a Warning when the object is Stalled; the same verdict again is none."""
+    loading = conditions.Verdict(False, "Loading", "0/2 replicas ready", reconciling=True)
+    ready = conditions.Verdict(True, "Ready", "2/2 replicas ready")
+    stuck = conditions.Verdict(False, "WaitingForCapacity", "2/3 ready, 1 unplaced", stalled=True)
+    first = conditions.apply_verdict([], loading, generation=1, now=T0)
+    event = conditions.ready_changed([], first)
+    assert event is not None
+    assert (event.reason, event.message, event.type) == ("Loading", "0/2 replicas ready", "Normal")
+    assert conditions.ready_changed(first, first) is None
+    served = conditions.apply_verdict(first, ready, generation=1, now=T0)
+    assert conditions.ready_changed(first, served) == conditions.events.Event(
+        "Ready", "2/2 replicas ready"
+    )
+    stalled = conditions.apply_verdict(served, stuck, generation=1, now=T0)
+    warned = conditions.ready_changed(served, stalled)
+    assert warned is not None
+    assert (warned.reason, warned.type) == ("WaitingForCapacity", "Warning")

@@ -17,6 +17,7 @@ from mlxfleet_operator.core.deployment import footprint, placing
 from mlxfleet_operator.core.deployment import plan as dplan
 from mlxfleet_operator.core.deployment import slots as dslots
 from mlxfleet_operator.core.deployment import status as mdstatus
+from mlxfleet_operator.kubectl_plugin import render
 from tests.unit.operator.builders import GIB, NOW, SHAPE, A, B, T, fact, md, node, state
 
 
@@ -698,3 +699,56 @@ def test_a_name_served_by_another_tenant_on_the_one_node_is_a_filter_with_its_ow
         failover_delay=timedelta(seconds=15),
     )
     assert kept.nodes == ("n1",)
+
+
+def test_replicas_no_node_can_take_stall_after_a_bounded_wait() -> None:
+    """Fewer Macs than replicas was `WaitingForCapacity` with Stalled=False forever, so
+    `kubectl wait` and GitOps tools ran their whole timeout while the quickstart said Stalled
+    (issue 28 item 9): Reconciling first, Stalled once no node could take a replica for
+    `CAPACITY_STALL_AFTER`, and Ready again as soon as one can."""
+    placed = [{"node": n, "phase": "Ready", "ready": True, "source": A} for n in ("n1", "n2")]
+    d = md(A, placements=placed, replicas=3)
+    short = placement.Decision(
+        nodes=("n1", "n2"), kept=("n1", "n2"), added=(), dropped=(), rejections=(),
+        missing=1, fits_nowhere=False,
+    )  # fmt: skip
+    first = mdstatus.verdict(d, short, d.status.placements, {}, None, now=NOW)
+    assert (first.reason, first.reconciling, first.stalled) == ("WaitingForCapacity", True, False)
+    conds = mdstatus.conditions.apply_verdict([], first, generation=3, now=NOW)
+    waited = d.model_copy(update={"status": d.status.model_copy(update={"conditions": conds})})
+    almost = NOW + mdstatus.CAPACITY_STALL_AFTER - timedelta(seconds=1)
+    assert not mdstatus.verdict(waited, short, d.status.placements, {}, None, now=almost).stalled
+    late = NOW + mdstatus.CAPACITY_STALL_AFTER
+    stalled = mdstatus.verdict(waited, short, d.status.placements, {}, None, now=late)
+    assert (stalled.reason, stalled.stalled, stalled.reconciling) == (
+        "WaitingForCapacity",
+        True,
+        False,
+    )
+    assert "already has a replica" in stalled.message
+    assert "Stalled" in stalled.message
+    again = mdstatus.conditions.apply_verdict(conds, stalled, generation=3, now=late)
+    assert {c.type: c.status for c in again}["Stalled"] == "True"
+
+
+def test_a_busy_replica_is_out_of_routing_and_says_why() -> None:
+    """The agent reports a slot busy past its deadline (ready false, `busy` why): the replica is
+    not ready (out of the endpoints, hence the gateway's routing) and its message says why;
+    `kubectl mlxfleet top` lists it under the deployment."""
+    why = "a request has waited 75s for its first token (busy deadline 60s); 1 waiting"
+    busy = contract.SlotStatus(
+        name=SLOT, served_name="chat", source=A, phase="Ready", ready=False, busy=why
+    )
+    facts = {"n1": fact("n1", state(slots=[busy]))}
+    result = status_of(md(A, replicas=1), decision((), ("n1",)), facts)
+    (placed,) = result.status.placements
+    assert not placed.ready
+    assert placed.message == f"busy, out of routing: {why}"
+    assert result.endpoints == (("n1", "http://n1:9000", False),)
+    body = {
+        "metadata": {"namespace": "ns", "name": "chat"},
+        "status": result.status.model_dump(by_alias=True, mode="json"),
+    }
+    (row,) = render.top([], [], seconds=1, deployments=[body])
+    assert row.unrouted == (f"n1: busy, out of routing: {why}",)
+    assert f"  not routed n1: busy, out of routing: {why}" in render.top_lines([row], seconds=1)

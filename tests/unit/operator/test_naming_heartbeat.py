@@ -121,3 +121,13 @@ def test_service_names_are_dns_1035_labels_for_every_name_length(length: int) ->
     assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", service)
     assert len(service) <= 63
     assert naming.service_name(name + "c") != service
+
+
+@pytest.mark.parametrize("length", [1, 48, 49, 100, 253])
+def test_agent_metrics_services_are_dns_1035_labels_for_every_node_name(length: int) -> None:
+    name = ("m" + "a." * length)[:length].rstrip(".")
+    service = naming.agent_metrics_service(name)
+    assert re.fullmatch(r"mlxfleet-agent-[a-z0-9]([-a-z0-9]*[a-z0-9])?", service)
+    assert len(service) <= 63
+    assert naming.agent_metrics_service(name + "c") != service
+    assert naming.agent_metrics_service("mac-1") == "mlxfleet-agent-mac-1"  # readable when it fits

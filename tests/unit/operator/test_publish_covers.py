@@ -70,3 +70,37 @@ def test_a_predecessors_object_is_inherited_ours_is_not_and_a_strangers_is_neith
     assert not ownership.inherited(_deployment("new"), _published("new"))
     stranger = {"metadata": {"ownerReferences": _published("old")["metadata"]["ownerReferences"]}}
     assert not ownership.inherited(_deployment("new"), stranger)  # no managed-by label
+
+
+def test_an_agents_scrape_target_is_owned_by_its_inferencenode() -> None:
+    """The metrics Service of an agent (publishing.of_agent) belongs to its InferenceNode; a
+    ModelDeployment of the same name does not own it, nor the other way round."""
+    from mlxfleet_operator.adapters import publishing
+    from mlxfleet_operator.api import resources
+
+    node = {
+        "apiVersion": resources.API_VERSION,
+        "kind": resources.INFERENCE_NODE.kind,
+        "metadata": {"name": "mac-1", "uid": "node-uid"},
+    }
+    pub = publishing.of_agent(node, namespace="mlxfleet-system", scheme="https", port=8443)
+    assert pub.service == "mlxfleet-agent-mac-1"
+    assert pub.headless
+    assert pub.port_name == "https-metrics"
+    assert pub.annotations == {publishing.NODE_ANNOTATION: "mac-1"}
+    made = {"metadata": {"labels": dict(pub.labels), "ownerReferences": pub.owner_references()}}
+    assert ownership.owns(node, made)
+    namesake = {
+        **node,
+        "kind": resources.MODEL_DEPLOYMENT.kind,
+        "metadata": {"name": "mac-1", "uid": "x"},
+    }
+    assert not ownership.owns(namesake, made)
+    deployment_service = {
+        "metadata": {
+            "labels": {"app.kubernetes.io/managed-by": ownership.MANAGED_BY},
+            "ownerReferences": [ownership.owner_reference(namesake)],
+        }
+    }
+    assert not ownership.owns(node, deployment_service)
+    assert "InferenceNode" in ownership.conflict_message("Service", deployment_service, node)

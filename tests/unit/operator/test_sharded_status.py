@@ -122,7 +122,8 @@ def test_a_group_is_ready_when_every_rank_is_and_only_rank_0_is_published() -> N
     assert placed.phase == mdep.PlacementPhase.LOADING
     assert placed.message == "rank 1 on b: loading"
     assert loading.endpoints == (("a", "http://a:9000", False),)
-    assert group.ranks[1].endpoint == f"10.0.0.1:{sharded.ring_port(SLOT, 'g0-1', 1)}"  # ring
+    port = sharded.ring_port(SLOT, "g0-1", 1, salt=md.metadata.uid or "")
+    assert group.ranks[1].endpoint == f"10.0.0.1:{port}"  # the ring address
     assert ready(loading).reason == cond.Reason.LOADING
     serving = judge(md, {"a": rank("a", "g0-1"), "b": rank("b", "g0-1")})
     assert serving.status.ready_replicas == 1

@@ -3,14 +3,19 @@ rejections naming nodes, failover delay, surge-or-hold; property-tested with hyp
 
 from __future__ import annotations
 
+import random
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mlxfleet_agent import contract
+from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import placement, sharded, sharding
+from mlxfleet_operator.core.deployment import facts as dep
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 DELAY = timedelta(seconds=15)
@@ -207,5 +212,65 @@ def test_properties(
 def test_ring_ports_stay_below_the_ephemeral_ranges(slot: str, epoch: int, rank: int) -> None:
     """Linux hands out 32768-60999 and macOS 49152-65535 to outgoing connections: a ring port
     there can be taken (EADDRINUSE at the rank's bind)."""
-    port = sharded.ring_port(slot, f"g0-{epoch}", rank)
+    port = sharded.ring_port(slot, f"g0-{epoch}", rank, salt="7e5c9a3c-uid")
     assert 20_000 <= port < 32_768
+
+
+def test_ring_ports_follow_the_deployments_uid_not_only_its_slot_and_formation() -> None:
+    """Issue 22 item 7: the port followed from the slot name and the formation id alone, so
+    anyone on the network could tell where a group would listen next; the deployment's uid (a
+    random UUID the API server chose) salts it now: stable for one object (every reconcile
+    computes the same), spread over the range across objects."""
+    uids = [str(uuid.UUID(int=random.Random(i).getrandbits(128), version=4)) for i in range(300)]
+    ports = {sharded.ring_port("chat", "g0-3", 0, salt=u) for u in uids}
+    assert len(ports) > 200  # not one predictable port per slot and formation
+    assert {sharded.ring_port("chat", "g0-3", 0, salt=uids[0]) for _ in range(3)} == {
+        sharded.ring_port("chat", "g0-3", 0, salt=uids[0])
+    }
+    by_formation = {sharded.ring_port("chat", f"g0-{e}", 0, salt=uids[0]) for e in range(1, 21)}
+    assert len(by_formation) > 15  # each formation its own ports (a collision now and then)
+
+
+def test_a_node_without_a_fabric_address_takes_no_rank() -> None:
+    """Issue 22 item 7: ranks listened on the agent's LAN address; a rank goes only where its
+    agent names a fabric address (`--fabric-address`), and the node left out says why."""
+    d = place(request(), [node("a", budget=128 * GIB, fabric=None), node("b"), node("c")])
+    (group,) = d.groups
+    assert group.nodes == ("b", "c")
+    (rej,) = [r for r in d.rejections if r.node == "a"]
+    assert rej.reason == placement.Reason.NO_FABRIC
+    assert "--fabric-address" in rej.message
+    assert placement.Reason.NO_FABRIC in placement.STATIC  # a person must act
+
+
+def _fact(url: str, fabric: str | None, *, reported: bool = True) -> dep.NodeFacts:
+    body: dict[str, object] = {
+        "agentVersion": "x",
+        "os": "macOS",
+        "chip": "M2",
+        "memory": {"totalBytes": 1, "availableBytes": 1, "budgetBytes": 1},
+        "disk": {"freeBytes": 1, "totalBytes": 1},
+        "dataPort": 8471,
+        "startedAt": "2026-01-01T00:00:00Z",
+        "slots": [],
+        "cachedModels": [],
+    }
+    if reported:
+        body["fabricAddress"] = fabric
+    node_ = inode.InferenceNode.model_validate(
+        {
+            "metadata": {"name": "n"},
+            "spec": {"agent": {"url": url, "tokenSecretRef": {"name": "t"}}},
+        }
+    )
+    state = contract.AgentState.model_validate(body)
+    return dep.NodeFacts(node=node_, state=state, endpoint=None)
+
+
+def test_ranks_listen_on_the_fabric_address_not_the_agent_url() -> None:
+    lan = "https://mac-1.lan:8470"
+    facts = {"n": _fact(lan, "10.10.0.1")}
+    (host,) = sharded.hosts(facts, ["n"], slot="chat", group_id="g0-1", salt="u")
+    assert host.startswith("10.10.0.1:")
+    assert _fact(lan, None).fabric_address is None  # a new agent without one: no ranks
+    assert _fact(lan, None, reported=False).fabric_address == "mac-1.lan"  # an old agent

@@ -71,7 +71,8 @@ def decide(md: mdep.ModelDeployment, budget: int, **kw: Any) -> groups.Decision 
 
 
 def test_surge_when_every_node_has_room_for_old_and_new_ranks() -> None:
-    decision = decide(deployment(), 64 * GIB)
+    md = deployment()
+    decision = decide(md, 64 * GIB)
     assert isinstance(decision, groups.Decision)
     assert decision.strategy == Strategy.SURGE
     assert decision.reason == "surge: every node of the new group has room for old + new ranks"
@@ -85,7 +86,7 @@ def test_surge_when_every_node_has_room_for_old_and_new_ranks() -> None:
     assert {r.spec.source for r in decision.requests} == {NEW}
     assert {r.spec.swap.strategy for r in decision.requests} == {contract.SwapStrategy.SURGE}
     assert {r.spec.swap.drain_timeout_seconds for r in decision.requests} == {30}
-    old_ports = {sharded.ring_port(SLOT, "g0-1", r) for r in (0, 1)}
+    old_ports = {sharded.ring_port(SLOT, "g0-1", r, salt=md.metadata.uid or "") for r in (0, 1)}
     assert not old_ports & {int(h.rsplit(":", 1)[1]) for h in shards[0].hosts}  # type: ignore[union-attr]
 
 

@@ -4,30 +4,51 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 
 from mlxfleet_agent.telemetry import intervals, recorder
+from mlxfleet_agent.telemetry import metrics as agent_metrics
 from mlxfleet_gateway import metrics as gateway_metrics
 from mlxfleet_operator.adapters import metrics as operator_metrics
-from mlxfleet_operator.reports import cli
+from mlxfleet_operator.reports import cli, delivery
 
 REPO = Path(__file__).resolve().parents[3]
 DASHBOARD = REPO / "manifests" / "grafana" / "mlxfleet-dashboard.json"
 
 
 def exposed_names() -> set[str]:
+    """Every series name the agent, the operator, the gateway and the report job export, with
+    each optional reading present (heat: the names defined for the host sampler)."""
     tel = recorder.Telemetry(idle_watts=1, busy_watts=2)
     tel.add_host_sample(
         intervals.HostSample(
             memory_total_bytes=8, memory_used_bytes=4, memory_available_bytes=4, pressure="normal"
         )
     )
+    heat = agent_metrics.AgentMetrics()
+    heat.add_host_collector(
+        lambda: {"thermal": "fair", **{key: 1.0 for key, _ in agent_metrics.HOST_GAUGES}}
+    )
     names: set[str] = set()
     gateway = gateway_metrics.GatewayMetrics()
-    for registry in (tel.metrics.registry, operator_metrics.REGISTRY, gateway.registry):
+    gateway.watch_keys(lambda: [gateway_metrics.KeyFacts("k", {"requests_per_minute": 0.1}, 1.0)])
+    operator_metrics.observe_token_expiry("n", datetime(2030, 1, 1, tzinfo=UTC))
+    record = delivery.Record(report="monthly-2026-10")
+    record.channels["email"] = delivery.ChannelState(
+        state="delivered", delivered_at=datetime.now(UTC)
+    )
+    registries = (
+        tel.metrics.registry,
+        heat.registry,
+        operator_metrics.REGISTRY,
+        gateway.registry,
+        delivery.gauges(record),
+    )
+    for registry in registries:
         for family in registry.collect():
             names |= {sample.name for sample in family.samples}
             names.add(family.name)
@@ -51,6 +72,14 @@ def test_every_dashboard_query_uses_a_metric_we_expose() -> None:
         "mlxfleet_gateway_requests_total",
         "mlxfleet_gateway_replica_up",
     } <= used
+
+
+def test_every_series_the_alert_rules_read_is_one_we_export() -> None:
+    rules = yaml.safe_load((REPO / "manifests" / "monitoring" / "prometheusrule.yaml").read_text())
+    exprs = [r["expr"] for g in rules["spec"]["groups"] for r in g["rules"]]
+    used = set(re.findall(r"\bmlxfleet_[a-z_]+", " ".join(exprs)))
+    assert len(used) > 15
+    assert sorted(used - exposed_names()) == []
 
 
 @pytest.mark.parametrize("kind", ["weekly", "monthly"])

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from mlxfleet_agent.telemetry import intervals, recorder
+import trustme
+from cryptography import x509
+
+from mlxfleet_agent.host import certs
+from mlxfleet_agent.telemetry import intervals, metrics, recorder
 
 
 def test_exposition_has_conventional_names_and_values() -> None:
@@ -68,3 +73,48 @@ def test_each_telemetry_has_its_own_registry() -> None:
         in a.metrics.exposition().decode()
     )
     assert "swaps_total{" not in b.metrics.exposition().decode()
+
+
+def test_backend_restarts_are_counted_per_slot() -> None:
+    tel = recorder.Telemetry()
+    tel.backend_restarted("chat")
+    tel.backend_restarted("chat")
+    text = tel.metrics.exposition().decode()
+    assert 'mlxfleet_agent_backend_restarts_total{slot="chat"} 2.0' in text
+    assert tel.counters()["backend_restarts_total"] == 2
+
+
+def test_heat_series_appear_only_when_the_host_reports_them() -> None:
+    """The names the alert rules read (MlxfleetNodeThermal*): one-hot thermal pressure, GPU
+    and CPU temperature, GPU utilisation; nothing at all from a host reading without them."""
+    readings: dict[str, object] = {"uptime_seconds": 1.0}
+    m = metrics.AgentMetrics()
+    m.add_host_collector(lambda: readings)
+    assert "thermal_pressure" not in m.exposition().decode()
+    assert "temperature" not in m.exposition().decode()
+    readings |= {
+        "thermal": "serious",
+        "gpu_temperature_celsius": 81.5,
+        "cpu_temperature_celsius": 77.0,
+        "gpu_utilization_ratio": 0.9,
+    }
+    text = m.exposition().decode()
+    levels = dict(
+        re.findall(r'^mlxfleet_agent_thermal_pressure\{level="(\w+)"\} (\S+)$', text, re.M)
+    )
+    assert levels == {"nominal": "0.0", "fair": "0.0", "serious": "1.0", "critical": "0.0"}
+    assert "mlxfleet_agent_gpu_temperature_celsius 81.5" in text
+    assert "mlxfleet_agent_cpu_temperature_celsius 77.0" in text
+    assert "mlxfleet_agent_gpu_utilization_ratio 0.9" in text
+
+
+def test_the_served_certificates_expiry_is_read_from_its_pem(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("mac-1.local")
+    pem = tmp_path / "tls.crt"
+    cert.cert_chain_pems[0].write_to_path(str(pem))
+    expected = x509.load_pem_x509_certificate(pem.read_bytes()).not_valid_after_utc.timestamp()
+    assert certs.expires_at(pem) == expected
+    (tmp_path / "junk.pem").write_text("not a certificate")
+    assert certs.expires_at(tmp_path / "junk.pem") is None
+    assert certs.expires_at(tmp_path / "missing.pem") is None

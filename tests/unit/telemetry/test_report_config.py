@@ -20,6 +20,26 @@ from mlxfleet_operator.reports import config, fixture, inventory
         ),
         pytest.param("reference: {inputUSDPerMillion: 1}", "outputUSDPerMillion", id="ref-missing"),
         pytest.param("namespaces: [a, b]", "namespaces", id="namespaces-not-mapping"),
+        pytest.param("delivery: {attempts: 2}", "give email, webhook", id="delivery-nowhere"),
+        pytest.param(
+            "delivery: {email: {to: [bob], from: a@b.io, smtpHost: h}}",
+            "delivery.email.to",
+            id="not-an-address",
+        ),
+        pytest.param(
+            "delivery: {email: {to: [a@b.io], from: a@b.io, smtpHost: h, security: none}}",
+            "delivery.email.security",
+            id="smtp-in-clear",
+        ),
+        pytest.param("delivery: {webhook: {}, attempts: 0}", "delivery.attempts", id="no-attempts"),
+        pytest.param(
+            "delivery: {webhook: {}, pushgateway: 'gateway:9091'}",
+            "delivery.pushgateway",
+            id="pushgateway-not-url",
+        ),
+        pytest.param(
+            "delivery: {webhook: {}, password: x}", "delivery.password", id="no-secrets-here"
+        ),
     ],
 )
 def test_malformed_config_names_the_problem(text: str, names: str) -> None:
@@ -43,3 +63,14 @@ def test_fixture_config_is_valid() -> None:
     inputs, problems = inventory.build(cfg, None).cost_inputs()
     assert inputs
     assert problems == []
+
+
+def test_delivery_defaults() -> None:
+    spec = config.ReportConfig.from_yaml(
+        "delivery: {email: {to: [cfo@example.com], from: fleet@example.com, smtpHost: smtp.x.io,"
+        " security: tls}}"
+    ).delivery
+    assert spec is not None
+    assert spec.email is not None
+    assert (spec.email.port, spec.attempts, spec.backoff_seconds) == (465, 3, 30.0)
+    assert spec.webhook is None

@@ -1,3 +1,25 @@
+{{/* report.yaml's `delivery` section from reports.delivery (empty when it is off). */}}
+{{- define "mlxfleet.reportDelivery" -}}
+{{- $d := .Values.reports.delivery -}}
+{{- if $d.enabled -}}
+{{- $out := dict "attempts" $d.attempts "backoffSeconds" $d.backoffSeconds -}}
+{{- with $d.email -}}
+{{- if .to -}}
+{{- $email := dict "to" .to "from" .from "smtpHost" .smtpHost "security" .security "subjectPrefix" .subjectPrefix -}}
+{{- if .smtpPort }}{{ $_ := set $email "smtpPort" .smtpPort }}{{ end -}}
+{{- if .caConfigMap }}{{ $_ := set $email "caFile" "/etc/mlxfleet-smtp-ca/ca.crt" }}{{ end -}}
+{{- $_ := set $out "email" $email -}}
+{{- end -}}
+{{- end -}}
+{{- if $d.webhook.enabled }}{{ $_ := set $out "webhook" (dict "enabled" true) }}{{ end -}}
+{{- if not (or (hasKey $out "email") (hasKey $out "webhook")) -}}
+{{- fail "reports.delivery.enabled: give reports.delivery.email.to or reports.delivery.webhook.enabled" -}}
+{{- end -}}
+{{- with $d.pushgateway }}{{ $_ := set $out "pushgateway" . }}{{ end -}}
+{{- toYaml (dict "delivery" $out) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* One report CronJob: (dict "root" $ "kind" "weekly"|"monthly" "schedule" "..."). */}}
 {{- define "mlxfleet.reportCronJob" -}}
 {{- $ := .root -}}
@@ -55,6 +77,11 @@ spec:
                     name: {{ include "mlxfleet.fullname" $ }}-reports
                 - secretRef:
                     name: {{ $.Values.reports.credentialsSecret }}
+                {{- if $.Values.reports.delivery.enabled }}
+                # the SMTP login and/or the webhook URL (reports.delivery)
+                - secretRef:
+                    name: {{ $.Values.reports.delivery.credentialsSecret }}
+                {{- end }}
               env:
                 - name: HOME
                   value: /tmp
@@ -71,6 +98,11 @@ spec:
                   readOnly: true
                 - name: tmp
                   mountPath: /tmp
+                {{- if and $.Values.reports.delivery.enabled $.Values.reports.delivery.email.caConfigMap }}
+                - name: smtp-ca
+                  mountPath: /etc/mlxfleet-smtp-ca
+                  readOnly: true
+                {{- end }}
           volumes:
             - name: config
               configMap:
@@ -81,4 +113,12 @@ spec:
             - name: tmp
               emptyDir:
                 sizeLimit: 256Mi
+            {{- if and $.Values.reports.delivery.enabled $.Values.reports.delivery.email.caConfigMap }}
+            - name: smtp-ca
+              configMap:
+                name: {{ $.Values.reports.delivery.email.caConfigMap }}
+                items:
+                  - key: ca.crt
+                    path: ca.crt
+            {{- end }}
 {{- end -}}

@@ -42,6 +42,7 @@ class Candidate:
     id: str
     origin: str  # the agent (data-plane URL) the replica lives on
     capacity: int  # requests it serves at once
+    auth: bytes = b""  # the Authorization value its agent accepts (the proxy sends it)
 
 
 @dataclass(slots=True)

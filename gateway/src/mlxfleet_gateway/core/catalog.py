@@ -1,14 +1,16 @@
 """The gateway's view of the fleet: which names exist in which namespace, and what serves them.
 
-Built (pure) from the ModelDeployments, ModelRoutes and provider-key Secrets the watches hold.
+Built (pure) from the ModelDeployments, ModelRoutes and provider-key Secrets the watches hold,
+and the approved nodes (`trust`): a replica counts only on an approved node, and carries the
+`Authorization` value that node's data plane accepts.
 A name resolves within the caller's scope (the namespaces of its API key, in their order): in one
 namespace a ModelRoute's name wins over a ModelDeployment's served name; across namespaces the
 first namespace of the scope that has the name wins. Nothing outside the scope is visible.
 An external backend gets its provider key only where the key's Secret allows both the route's
 namespace and the backend's URL (`mlxfleet_operator.api.providerkeys`, the policy the operator's
 ModelRoute status applies too); otherwise the backend is unusable, and says why.
-May import: the standard library, mlxfleet_operator.api. Called by: plan, the proxy,
-listing, the watches.
+May import: the standard library, mlxfleet_operator.api, mlxfleet_agent.contract. Called by:
+plan, the proxy, listing, the watches.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import modelroute as mroute
 from mlxfleet_operator.api import providerkeys as providers
@@ -30,6 +33,7 @@ class Replica:
     id: str  # <namespace>/<deployment>@<node>
     node: str
     url: str  # the agent's data-plane base URL (http://host:port)
+    auth: bytes = b""  # the Authorization header value its node accepts (b"": none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +46,18 @@ class Deployment:
     replicas: tuple[Replica, ...]  # ready ones only
     capacity: int  # spec.maxConcurrency: requests one replica serves at once
     slot: str | None = None  # the agent slot (status.placements[].slot): sent as x-mlxfleet-slot
+    max_tokens: int | None = None  # spec.server.maxTokens
+    context_length: int = 8192  # spec.contextLength
 
     @property
     def ready(self) -> bool:
         return bool(self.replicas)
+
+    def completion_tokens(self, asked: int | None) -> int:
+        """The most tokens one answer may generate here (the agent clamps every request to it)."""
+        return contract.completion_cap(
+            asked=asked, max_tokens=self.max_tokens, context_length=self.context_length
+        )
 
     @property
     def id(self) -> str:
@@ -159,18 +171,31 @@ class Catalog:
         return list(seen.values())
 
 
-def deployment(md: mdep.ModelDeployment) -> Deployment:
-    """A ModelDeployment's ready replicas (ready placements with an endpoint)."""
+def deployment(md: mdep.ModelDeployment, nodes: Mapping[str, bytes]) -> Deployment:
+    """A ModelDeployment's ready replicas (ready placements with an endpoint) on the approved
+    `nodes` (name -> the Authorization value its data plane accepts); none elsewhere."""
     namespace, name = md.metadata.namespace or "", md.metadata.name or ""
     replicas = tuple(
-        Replica(id=f"{namespace}/{name}@{p.node}", node=p.node, url=p.endpoint.rstrip("/"))
+        Replica(
+            id=f"{namespace}/{name}@{p.node}",
+            node=p.node,
+            url=p.endpoint.rstrip("/"),
+            auth=nodes[p.node],
+        )
         for p in sorted(md.status.placements, key=lambda p: p.node)
-        if p.ready and p.endpoint
+        if p.ready and p.endpoint and p.node in nodes
     )
     served = md.status.served_name or md.served_name()
     slot = next((p.slot for p in md.status.placements if p.slot), None)
     return Deployment(
-        namespace, name, served, replicas, capacity=md.spec.max_concurrency, slot=slot
+        namespace,
+        name,
+        served,
+        replicas,
+        capacity=md.spec.max_concurrency,
+        slot=slot,
+        max_tokens=md.spec.server.max_tokens,
+        context_length=md.spec.context_length,
     )
 
 
@@ -249,9 +274,11 @@ def build(
     deployments: Iterable[mdep.ModelDeployment],
     routes: Iterable[mroute.ModelRoute],
     provider_keys: Iterable[providers.ProviderKey] = (),
+    *,
+    nodes: Mapping[str, bytes],
 ) -> Catalog:
-    """The catalog of everything watched."""
-    deps = {(d.namespace, d.name): d for d in map(deployment, deployments)}
+    """The catalog of everything watched; replicas only on `nodes` (`deployment`)."""
+    deps = {(d.namespace, d.name): d for d in (deployment(md, nodes) for md in deployments)}
     keys = {k.name: k for k in provider_keys}
     cat = Catalog(deployments=deps)
     for dep in sorted(deps.values(), key=lambda d: (d.namespace, d.name)):

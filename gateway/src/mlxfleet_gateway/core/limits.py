@@ -2,9 +2,11 @@
 
 `Limits.admit(key, now=...)` lets a request in or raises 429 with `Retry-After` (whole seconds
 until enough of the window has passed). Tokens are known only when an answer ends, so a request
-holds a reservation (its estimate) while in flight and `settle` replaces it with what it used:
-a request is admitted while the window's tokens plus the reservations are below the limit, so the
-overshoot is bounded by what requests already in flight use. State is per gateway process; with N
+holds a reservation while in flight and `settle` replaces it with what it used: a request is
+admitted while the window's tokens plus the reservations are below the limit. The reservation is
+the prompt (estimated) plus the most the answer may generate (`plan.Plan.completion_tokens`: the
+slot's cap, which the agent enforces, not a guess), so what admitted requests use exceeds the
+limit by at most one request's reservation. State is per gateway process; with N
 gateway replicas each enforces limit / `share` (the Service spreads clients over replicas).
 May import: the standard library, keys, errors. Called by: the proxy.
 """
@@ -77,6 +79,22 @@ class Limits:
         reserve = max(0, estimate) if tpm is not None else 0
         w.reserved += reserve
         return Ticket(key.name, reserve, w)
+
+    def usage(self, key: keys.ApiKey, *, now: float) -> dict[str, float]:
+        """How full each of the key's limits is in this gateway now, by limit name
+        (`requests_per_minute`, `tokens_per_minute`): the window's use (tokens: with the
+        reservations of requests in flight) over the limit this gateway enforces."""
+        rpm = self._limit(key.spec.requests_per_minute)
+        tpm = self._limit(key.spec.tokens_per_minute)
+        w = self._windows.get(key.name)
+        if w is not None:
+            w.expire(now)
+        out: dict[str, float] = {}
+        if rpm is not None:
+            out["requests_per_minute"] = (len(w.requests) if w else 0) / rpm
+        if tpm is not None:
+            out["tokens_per_minute"] = ((w.token_sum + w.reserved) if w else 0) / tpm
+        return out
 
     def settle(self, ticket: Ticket, *, now: float, tokens: int) -> None:
         """The request ended having used `tokens` (prompt + completion); once per ticket."""

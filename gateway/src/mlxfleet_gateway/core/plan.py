@@ -43,6 +43,19 @@ class Plan:
     def falls_back_on(self, when: mroute.FallbackWhen) -> bool:
         return bool(self.fallback) and when in self.fallback_when
 
+    def completion_tokens(self, asked: int | None, *, external_default: int) -> int:
+        """The most tokens an answer may generate wherever this plan may send the request: a
+        deployment's cap for it (the slot's `maxTokens`, which the agent enforces), an external
+        backend's `asked` (else `external_default`: its provider's default is unknown here)."""
+        caps = [
+            s.target.completion_tokens(asked)
+            if isinstance(s.target, catalog.Deployment)
+            else (asked or external_default)
+            for s in (self.primary, *self.fallback)
+            if s is not None
+        ]
+        return max(caps, default=asked or external_default)
+
 
 def matches(match: mroute.RuleMatch, requested: str, req: traits.Traits) -> bool:
     """Every field the rule sets fits the request."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 
 import httpx
@@ -41,14 +41,20 @@ class Launcher:
         health_interval_s: float = 2.0,
         engines: Sequence[contract.EngineInfo] | None = None,
         command_programs: Sequence[str] = (),
+        command_env: frozenset[str] = contract.COMMAND_ENV_NAMES,
+        fabric_address: str | None = "127.0.0.1",
+        rank_accept_timeout_s: float = 60.0,
     ) -> None:
         self.log_dir = log_dir
+        self.fabric_address = fabric_address  # where this agent's ranks listen (None: no ranks)
+        self.rank_accept_timeout_s = rank_accept_timeout_s
         self.python = python or sys.executable
         # without discovery (tests, embedders of the launcher): the MLX engines, as before
         self.engines = list(engines) if engines is not None else _mlx_only()
         self.host = recipes.Host(
             python=self.python,
             command_programs=tuple(command_programs),
+            command_env=command_env,
             runnable=frozenset(e.name for e in self.engines if e.available),
             reasons=tuple((e.name, e.reason) for e in self.engines if not e.available),
         )
@@ -64,6 +70,20 @@ class Launcher:
     def check(self, engine: contract.EngineSpec) -> None:
         """recipes.EngineRefused unless this node can run `engine`."""
         recipes.check(engine, self.host)
+
+    def rank_refused(self, shard: contract.RankSpec | None) -> str | None:
+        """Why this agent may not run the rank (None: it may, or the slot is no rank)."""
+        return None if shard is None else ranks.check_address(shard, self.fabric_address)
+
+    def guard_accept(self, backend: process.Backend, shard: contract.RankSpec) -> Awaitable[None]:
+        """Kill the started rank if it still waits for its ring peers after the timeout."""
+        return ranks.guard_accept(
+            pid=lambda: backend.pid,
+            alive=backend.alive,
+            kill=backend.kill,
+            spec=shard,
+            timeout_s=self.rank_accept_timeout_s,
+        )
 
     def backend(
         self, *, model_dir: Path, spec: contract.SlotSpec, label: str

@@ -9,7 +9,10 @@ one-token completion), and it answers 404 to completions once its model failed t
 SIGINT it shuts its HTTP server down and joins its generation thread, but then the interpreter's
 exit aborts in mlx (`terminate called without an active exception`, SIGABRT, -6, on every idle
 stop on Linux; ml-explore/mlx#3126): no signal and no wait avoids it, so ENTRY leaves with
-`os._exit` once mlx_lm's main has returned, as the agent's embed server does.
+`os._exit` once mlx_lm's main has returned, as the agent's embed server does. ENTRY also keeps
+the agent's own `GET /health` probes (every `--health-interval-s`; only the agent reaches a
+backend on loopback) out of the backend's log, through the standard library's
+`BaseHTTPRequestHandler.log_request` that mlx_lm's handler inherits (43k lines a day otherwise).
 May import: contract and the standard library. Called by: backends.launcher, backends.orphans,
 tests.
 """
@@ -27,6 +30,9 @@ from mlxfleet_agent import contract
 STOP_SIGNAL = signal.SIGINT
 ENTRY = (
     "import os, sys\n"
+    "from http.server import BaseHTTPRequestHandler as H\n"
+    "log_request = H.log_request\n"  # the agent's own health probes are not logged:
+    "H.log_request = lambda self, *a: None if self.path == '/health' else log_request(self, *a)\n"
     "from mlx_lm import cli\n"
     "try:\n"
     "    cli.main()\n"

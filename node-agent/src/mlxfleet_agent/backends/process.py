@@ -4,7 +4,8 @@ A backend runs its engine's launch (`recipes.launch`: argv, extra environment, s
 its own process group (so a terminal's
 Ctrl+C reaches the agent only, which stops backends in order) and, on Linux, dies with the agent
 (PR_SET_PDEATHSIG). Stop is the engine's stop signal, then SIGKILL after a grace period. Output
-goes to `<state-dir>/logs/<label>.log`; its tail becomes the slot's lastError when the backend
+goes to `<state-dir>/logs/<label>.log` (opened for appending, so `logrotate` can truncate it under
+the running backend); its tail becomes the slot's lastError when the backend
 fails.
 May import: host.platform, engines.plugin and the standard library. Called by: backends.launcher,
 slots.
@@ -84,7 +85,8 @@ class Backend:
         """Spawn the process (from the event loop's thread: PDEATHSIG is per forking thread)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.launch.env}
-        with self.log_path.open("wb") as out:
+        self.log_path.write_bytes(b"")  # a new start, a new log
+        with self.log_path.open("ab") as out:  # appending: `logrotate` may truncate it
             self.proc = await asyncio.create_subprocess_exec(
                 *self.launch.argv,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -146,6 +148,15 @@ class Backend:
                 f"backend stopped by the agent ({sent.name})",
                 extra={**extra, "signal": sent.name},
             )
+
+    def kill(self, why: str) -> None:
+        """End the process now for `why` (a line in its log, so the slot's error says it); not a
+        stop the agent asked for: its exit is a failure, watched as any other."""
+        with contextlib.suppress(OSError), self.log_path.open("a") as out:
+            out.write(f"mlxfleet-agent: {why}\n")
+        log.warning("backend killed", extra={"backend": self.label, "why": why})
+        if self.proc is not None and self.proc.returncode is None:
+            self._signal_group(signal.SIGKILL)
 
     def _signal_group(self, sig: signal.Signals) -> None:
         assert self.proc is not None

@@ -28,11 +28,13 @@ class EngineRefused(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Host:
-    """What a launch needs from the agent: its interpreter, the command engine's allow-list,
-    and the engines discovery found runnable (with why not, for the others)."""
+    """What a launch needs from the agent: its interpreter, the command engine's allow-lists
+    (programs, environment names), and the engines discovery found runnable (with why not, for
+    the others)."""
 
     python: str
     command_programs: tuple[str, ...] = ()
+    command_env: frozenset[str] = contract.COMMAND_ENV_NAMES  # names a command slot may set
     runnable: frozenset[str] = frozenset({Name.MLX_LM.value})
     reasons: tuple[tuple[str, str], ...] = ()  # engine -> why not, for refusals
 
@@ -45,6 +47,7 @@ def check(spec: contract.EngineSpec, host: Host) -> None:
     if spec.command is not None:
         try:
             command.check_allowed(spec.command.argv[0], host.command_programs)
+            command.check_env(spec.command.env, host.command_env)
         except command.TemplateError as exc:
             raise EngineRefused(f"engine command: {exc}") from exc
 
@@ -81,7 +84,12 @@ def launch(spec: contract.SlotSpec, model_dir: Path, port: int, host: Host) -> p
     if engine.name is Name.VLLM:
         return vllm.launch(target, engine.vllm or contract.VllmOptions())
     assert engine.command is not None
-    return command.launch(engine.command, target, allowed_programs=host.command_programs)
+    return command.launch(
+        engine.command,
+        target,
+        allowed_programs=host.command_programs,
+        allowed_env=host.command_env,
+    )
 
 
 def probes(spec: contract.SlotSpec, *, upstream_model: str) -> Sequence[plugin.Probe]:

@@ -14,15 +14,21 @@ snake_case. Every public name of the submodules is re-exported here, so callers 
 - `state`: GET /v1/state (`AgentState`);
 - `engines`: `EngineSpec` (a slot's engine and its options), `Capability`, `EngineInfo`;
 - `errors`: error bodies (`ErrorBody`, `InsufficientMemory`);
-- `telemetry`: `TelemetryInterval` and its object key.
+- `telemetry`: `TelemetryInterval` and its object key;
+- `credentials`: per-node keys (`NodeCredentials`, `CredentialsStatus`) and their derivation from
+  the fleet key (its functions are called as `contract.credentials.for_node(...)`).
 
 May import: pydantic and the standard library only (no I/O). Called by: every agent folder, the
 operator (api, core, adapters, reports), the gateway.
 """
 
+from mlxfleet_agent.contract import credentials
 from mlxfleet_agent.contract.base import API_PREFIX, DNS_LABEL, StrictWire, Wire
+from mlxfleet_agent.contract.credentials import CredentialsStatus, NodeCredentials
 from mlxfleet_agent.contract.engines import (
+    COMMAND_ENV_NAMES,
     ENDPOINTS,
+    VLLM_EXTRA_FLAGS,
     Capability,
     CommandOptions,
     EmbedOptions,
@@ -38,6 +44,7 @@ from mlxfleet_agent.contract.models import (
     DownloadProgress,
     ModelList,
     ModelShape,
+    Peer,
     PeerUrl,
     PrefetchRequest,
     Transfer,
@@ -54,6 +61,7 @@ from mlxfleet_agent.contract.slots import (
     CHAT_TEMPLATE_ARGS_MAX_BYTES,
     CHAT_TEMPLATE_ARGS_MAX_DEPTH,
     CHAT_TEMPLATE_ARGS_MAX_KEYS,
+    MLX_DEFAULT_MAX_TOKENS,
     REQUEST_ID_MAX,
     REQUEST_ID_PATTERN,
     ChatTemplateArgs,
@@ -70,6 +78,7 @@ from mlxfleet_agent.contract.slots import (
     SwapStrategy,
     check_chat_template_args,
     check_image_url_prefix,
+    completion_cap,
 )
 from mlxfleet_agent.contract.sources import (
     ALLOWED_SOURCES,
@@ -111,11 +120,13 @@ __all__ = [
     "CHAT_TEMPLATE_ARGS_MAX_BYTES",
     "CHAT_TEMPLATE_ARGS_MAX_DEPTH",
     "CHAT_TEMPLATE_ARGS_MAX_KEYS",
+    "COMMAND_ENV_NAMES",
     "DNS_LABEL",
     "DOCTOR_CHECKS",
     "ENDPOINTS",
     "HF_REPO",
     "LATENCY_BUCKETS_S",
+    "MLX_DEFAULT_MAX_TOKENS",
     "REQUEST_ID_MAX",
     "REQUEST_ID_PATTERN",
     "S3_BUCKET",
@@ -127,11 +138,13 @@ __all__ = [
     "TELEMETRY_SCHEMA_VERSION",
     "THERMAL_LEVELS",
     "TOKEN_LATENCY_BUCKETS_S",
+    "VLLM_EXTRA_FLAGS",
     "AgentState",
     "CachedModel",
     "Capability",
     "ChatTemplateArgs",
     "CommandOptions",
+    "CredentialsStatus",
     "DiskInfo",
     "DoctorReport",
     "DownloadProgress",
@@ -150,7 +163,9 @@ __all__ = [
     "ModelList",
     "ModelShape",
     "ModelSource",
+    "NodeCredentials",
     "NodeTelemetry",
+    "Peer",
     "PeerUrl",
     "PrefetchRequest",
     "RankAddress",
@@ -179,6 +194,8 @@ __all__ = [
     "check_chat_template_args",
     "check_image_url_prefix",
     "check_source",
+    "completion_cap",
+    "credentials",
     "telemetry_date_prefix",
     "telemetry_key",
 ]

@@ -106,6 +106,42 @@ RESERVED_FLAGS = frozenset(
         "--root-path",
     }
 )
+# the `vllm serve` flags `extraArgs` may give (an allow-list): tuning that reads no file, imports
+# nothing and logs no prompt. Everything else is refused, above all flags that name code to import
+# or run (--worker-cls, --middleware, --tool-parser-plugin, --logits-processors,
+# --kv-transfer-config...), files to read (--chat-template, --generation-config,
+# --allowed-local-media-path, --lora-modules), models to fetch (--tokenizer,
+# --speculative-config) and prompt logging (--enable-log-requests). Dashes only (no `_` forms)
+# and whole names (argparse would read a prefix as the flag it abbreviates).
+VLLM_EXTRA_FLAGS = frozenset(
+    {
+        "--seed",
+        "--max-num-batched-tokens",
+        "--max-num-partial-prefills",
+        "--long-prefill-token-threshold",
+        "--block-size",
+        "--swap-space",
+        "--cpu-offload-gb",
+        "--kv-cache-dtype",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--enable-chunked-prefill",
+        "--no-enable-chunked-prefill",
+        "--scheduling-policy",
+        "--max-logprobs",
+        "--disable-log-stats",
+        "--disable-log-requests",
+        "--uvicorn-log-level",
+        "--disable-custom-all-reduce",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "--reasoning-parser",
+        "--response-role",
+        "--return-tokens-as-token-ids",
+        "--enable-prompt-tokens-details",
+    }
+)
+EXTRA_ARG_MAX_CHARS = 1024
 _FLAG = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
@@ -139,8 +175,11 @@ class VllmOptions(EngineOptions):
         max_length=64,
         description="--hf-overrides (a JSON object; Qwen3-Reranker needs one).",
     )
-    extra_args: tuple[str, ...] = Field(
-        default=(), max_length=64, description="More `vllm serve` flags (not those the agent sets)."
+    extra_args: tuple[Annotated[str, Field(max_length=EXTRA_ARG_MAX_CHARS)], ...] = Field(
+        default=(),
+        max_length=64,
+        description="More `vllm serve` flags, from an allow-list of tuning flags "
+        "(docs/engines.md).",
     )
 
     @pydantic.field_validator("quantization")
@@ -165,6 +204,12 @@ class VllmOptions(EngineOptions):
                         f"extraArgs[{i}] sets {flag}, which the agent sets itself "
                         "(use the matching option instead)"
                     )
+                if flag not in VLLM_EXTRA_FLAGS:
+                    raise ValueError(
+                        f"extraArgs[{i}] {flag} is not allowed; allowed: "
+                        f"{', '.join(sorted(VLLM_EXTRA_FLAGS))} (a value starting with '-' "
+                        "goes after '=')"
+                    )
             elif i == 0:
                 raise ValueError("extraArgs must start with a flag (--name)")
         return value
@@ -172,10 +217,27 @@ class VllmOptions(EngineOptions):
 
 PLACEHOLDERS = ("model", "host", "port")
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "busybox"})
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_FORBIDDEN_ENV = re.compile(
-    r"^(LD_|DYLD_)|^(PYTHONPATH|PYTHONSTARTUP|PYTHONHOME|PATH|BASH_ENV|ENV)$"
+# the environment variables a `command` deployment may set (an allow-list, never a deny-list:
+# PYTHONWARNINGS=ignore::antigravity.x imports a module that starts $BROWSER, which can be a Perl
+# script that runs $PERL5OPT; PYTHONUSERBASE, NODE_OPTIONS, RUBYOPT, JAVA_TOOL_OPTIONS, HOME, ...
+# load code too). Each of these sets a number, a switch or a device list, and no common runtime
+# reads one as code, as a file to load or as a program to start. An agent may narrow it
+# (`--allow-env`); a program's other settings go in its argv.
+COMMAND_ENV_NAMES = frozenset(
+    {
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+        "TOKENIZERS_PARALLELISM",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HF_HUB_DISABLE_TELEMETRY",
+        "CUDA_VISIBLE_DEVICES",
+        "NO_COLOR",
+    }
 )
+ENV_VALUE_MAX_CHARS = 1024
 ARG_MAX_CHARS = 4096
 TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 
@@ -205,8 +267,12 @@ class CommandOptions(EngineOptions):
         max_length=256,
         description="The server's command line: {model}, {host}, {port} are filled in; no shell.",
     )
-    env: dict[str, str] = Field(
-        default_factory=dict, max_length=64, description="Environment added for the server."
+    env: dict[str, Annotated[str, Field(max_length=ENV_VALUE_MAX_CHARS)]] = Field(
+        default_factory=dict,
+        max_length=len(COMMAND_ENV_NAMES),
+        description="Environment added for the server: only "
+        + ", ".join(sorted(COMMAND_ENV_NAMES))
+        + " (settings that load no code; others go in argv).",
     )
     capabilities: tuple[Capability, ...] = Field(
         min_length=1,
@@ -238,16 +304,22 @@ class CommandOptions(EngineOptions):
     @pydantic.field_validator("env")
     @classmethod
     def _env(cls, env: dict[str, str]) -> dict[str, str]:
-        for name, value in env.items():
-            if not _ENV_NAME.match(name):
-                raise ValueError(f"env name {name!r} must match [A-Za-z_][A-Za-z0-9_]*")
-            if _FORBIDDEN_ENV.match(name):
-                raise ValueError(
-                    f"env {name} may not be set (it changes what code the program runs)"
-                )
-            if "\x00" in value:
-                raise ValueError(f"env {name} contains a NUL byte")
+        check_env(env, COMMAND_ENV_NAMES)
         return env
+
+
+def check_env(env: Mapping[str, str], allowed: frozenset[str] | Sequence[str]) -> None:
+    """TemplateError unless every name in `env` is in `allowed` (the fleet's list, or the
+    agent's narrower one) and no value holds a NUL byte."""
+    for name, value in env.items():
+        if name not in allowed:
+            listed = ", ".join(sorted(allowed)) or "none"
+            raise TemplateError(
+                f"env {name!r} is not allowed (allowed: {listed}; a program's other settings "
+                "go in argv)"
+            )
+        if "\x00" in value:
+            raise TemplateError(f"env {name} contains a NUL byte")
 
 
 def validate_argv(argv: Sequence[str]) -> None:

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field
 
+from mlxfleet_agent.contract import credentials
 from mlxfleet_agent.contract.base import StrictWire, Wire
 from mlxfleet_agent.contract.sources import ModelSource
 
@@ -66,14 +67,26 @@ def check_peer(url: str) -> str:
 PeerUrl = Annotated[str, Field(min_length=8, max_length=300), AfterValidator(check_peer)]
 
 
+class Peer(StrictWire):
+    """A peer agent to copy a model from, with the fetch token it accepts from this node for
+    that model (`contract.credentials`: made by the operator, opens nothing else)."""
+
+    url: PeerUrl
+    token: str = Field(
+        min_length=66, max_length=320, pattern=credentials.FETCH_TOKEN.pattern, repr=False
+    )
+
+
 class PrefetchRequest(StrictWire):
     source: ModelSource
     revision: str | None = Field(default=None, min_length=1, max_length=256)
-    peers: list[PeerUrl] = Field(
+    peers: list[Peer | PeerUrl] = Field(
         default_factory=list,
         max_length=16,
-        description="control URLs of agents that hold the model: files come from them first "
-        "(verified against the origin's sizes and digests), the rest from the origin",
+        description="agents that hold the model: files come from them first (verified against "
+        "the origin's sizes and digests), the rest from the origin. Each with the fetch token "
+        "it accepts from this node for this model; a bare control URL (an operator older than "
+        "per-node credentials) is asked with the legacy --peer-token-file",
     )
 
 

@@ -117,6 +117,20 @@ ImageUrlPrefix = Annotated[
 ]
 
 
+MLX_DEFAULT_MAX_TOKENS = 512  # mlx_lm.server's --max-tokens default
+
+
+def completion_cap(*, asked: int | None, max_tokens: int | None, context_length: int) -> int:
+    """The most tokens one answer may generate on a slot (chat and text completions): the
+    request's own cap clamped to the slot's (`server.maxTokens`, else `contextLength`); without
+    one, `server.maxTokens`, else mlx_lm's default within the slot's cap. The agent's data plane
+    writes it into each request; the gateway's token limits reserve it."""
+    cap = max_tokens or context_length
+    if asked is None:
+        return max_tokens or min(MLX_DEFAULT_MAX_TOKENS, cap)
+    return min(asked, cap)
+
+
 class ServerOptions(StrictWire):
     """mlx-lm server options; the same names as ModelDeployment spec.server."""
 
@@ -183,6 +197,12 @@ class SlotStatus(Wire):
     queued: int = 0
     restarts: int = 0
     last_error: str | None = None
+    busy: str | None = Field(
+        default=None,
+        description="why the slot's backend counts as busy: a request has waited longer than "
+        "the agent's busy deadline for its first token; the slot is not ready (out of routing) "
+        "until it answers (absent: not busy)",
+    )
     estimated_memory_bytes: int | None = None
     spec: SlotSpec | None = None
     active_swap: str | None = Field(default=None, description="id of the swap in progress")

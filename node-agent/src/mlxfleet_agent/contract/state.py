@@ -118,6 +118,12 @@ class AgentState(Wire):
         default_factory=list, description="model downloads in progress (bytes, rate, peers)"
     )
     counters: dict[str, float] = Field(default_factory=dict)
+    fabric_address: str | None = Field(
+        default=None,
+        description="The IPv4 address this agent's sharded ranks listen on (--fabric-address: "
+        "the Mac's address on the Thunderbolt or other fabric network); null: it runs no rank. "
+        "Absent: an agent too old to say (its ranks listened on its agent URL's host).",
+    )
     thermal: ThermalInfo | None = Field(
         default=None, description="heat, GPU and power (absent: nothing sampled yet, or older)"
     )
@@ -128,4 +134,9 @@ class AgentState(Wire):
         default_factory=list,
         description="Every engine this agent knows, whether it can run it here and why (found "
         "at start); empty from agents older than engines (they run mlx-lm only).",
+    )
+    credentials: str | None = Field(
+        default=None,
+        description="fingerprint of the node credentials the operator last sent "
+        "(PUT /v1/credentials, `contract.credentials.fingerprint`); None: none yet",
     )

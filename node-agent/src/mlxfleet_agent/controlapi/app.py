@@ -1,16 +1,19 @@
 """The control API (FastAPI): desired slots, their status and swaps, the model store, the agent's
-state, `/metrics` and `/healthz`. Handlers are thin: parse (pydantic), call the registry or the
+state, the node's own credentials (PUT /v1/credentials, from the operator), `/metrics` and
+`/healthz`. Handlers are thin: parse (pydantic), call the registry or the
 catalog, answer. Domain refusals (`refusals.Rejected`, `NoFit`) and validation errors become
 `contract.ErrorBody` / `contract.InsufficientMemory` here, once. `GET /v1/logs` answers the
 agent's log tail (the `log_tail` callable the composition root hands in). Every /v1 route needs
 the bearer token, which `guard.Guard` checks before any parsing.
-May import: fastapi/starlette, the standard library, contract, refusals, models.catalog,
+May import: fastapi/starlette, the standard library, contract, refusals, host.credentials,
+models.catalog,
 slots.registry, telemetry.metrics, controlapi.state. Never the data plane.
 Called by: runtime (builds it, wrapped in the guard).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -22,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxfleet_agent import __version__, contract, refusals
 from mlxfleet_agent.controlapi import state
+from mlxfleet_agent.host import credentials
 from mlxfleet_agent.models import catalog
 from mlxfleet_agent.slots import registry
 from mlxfleet_agent.telemetry import metrics
@@ -115,6 +119,7 @@ def build(
     slots: registry.Registry,
     models: catalog.Catalog,
     view: state.StateView,
+    keys: credentials.NodeKeys,
     agent_metrics: metrics.AgentMetrics,
     log_tail: Callable[[int], list[str]] = lambda _count: [],
 ) -> FastAPI:
@@ -160,6 +165,14 @@ def build(
     @v1.get("/slots/{name}/swaps", response_model=contract.SwapList)
     async def get_swaps(name: SlotName) -> contract.SwapList:
         return contract.SwapList(items=list(slots.get(name).swaps))
+
+    @v1.put("/credentials", response_model=contract.CredentialsStatus)
+    async def put_credentials(body: contract.NodeCredentials) -> contract.CredentialsStatus:
+        """This node's own keys (the operator's, derived from the fleet key): the data plane
+        accepts the data-plane keys from now on, the peer server checks fetch tokens with the
+        peer keys. Idempotent; kept across restarts."""
+        await asyncio.to_thread(keys.save, body)
+        return contract.CredentialsStatus(fingerprint=keys.use(body))
 
     @v1.get("/models", response_model=contract.ModelList)
     async def list_models() -> contract.ModelList:

@@ -1,5 +1,8 @@
 """The control API's guard (raw ASGI, in front of FastAPI): the bearer token on every /v1 route,
 compared in constant time, and a bound on the request body, both before anything is parsed.
+`/metrics` names every tenant's slots and served names: when `metrics_tokens` is given (an agent
+that listens beyond loopback, or one given a scrape token) it needs one of them (the control
+token, or the scrape token of `--metrics-token-file`, which opens nothing else).
 
 May import: starlette (types), the standard library, contract. Called by: runtime (wraps the
 control app with it).
@@ -14,18 +17,36 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mlxfleet_agent import contract
 
 CONTROL_MAX_BODY = 1024 * 1024
+METRICS_PATH = "/metrics"
 
 
 class Guard:
     """ASGI wrapper of the control app: bearer token on /v1 (constant time), body size bound."""
 
-    def __init__(self, app: ASGIApp, *, token: str, max_body: int = CONTROL_MAX_BODY) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str,
+        max_body: int = CONTROL_MAX_BODY,
+        metrics_tokens: tuple[str, ...] | None = None,
+    ) -> None:
         self.app = app
         self.token = token.encode()
         self.max_body = max_body
+        self.metrics_tokens = (
+            None if metrics_tokens is None else tuple(t.encode() for t in metrics_tokens)
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(contract.API_PREFIX + "/"):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        if self.metrics_tokens is not None and path.rstrip("/") == METRICS_PATH:
+            await self._metrics(scope, receive, send, self.metrics_tokens)
+            return
+        if not path.startswith(contract.API_PREFIX + "/"):
             await self.app(scope, receive, send)
             return
         given = b""
@@ -74,6 +95,24 @@ class Guard:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _metrics(
+        self, scope: Scope, receive: Receive, send: Send, tokens: tuple[bytes, ...]
+    ) -> None:
+        given = bearer_token(next((v for k, v in scope["headers"] if k == b"authorization"), b""))
+        # every token compared, in constant time each, whichever matches
+        matched = [hmac.compare_digest(given, t) for t in tokens]
+        if not any(matched):
+            await _asgi_error(
+                send,
+                401,
+                "missing or wrong bearer token (the scrape token of --metrics-token-file, or "
+                "the control token)",
+                field="authorization",
+                extra=[(b"www-authenticate", b"Bearer")],
+            )
+            return
+        await self.app(scope, receive, send)
 
 
 def bearer_token(header: bytes) -> bytes:

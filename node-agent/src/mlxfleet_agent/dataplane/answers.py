@@ -153,6 +153,15 @@ class Assembler:
     def prompt_tokens(self) -> int:
         return _count(self._usage, "prompt_tokens", 0)
 
+    def stopped(self, *, prompt_tokens: int, events: int) -> None:
+        """The agent ended the generation at a stop string (no usage event, no [DONE] came)."""
+        self.done = True
+        self._usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": events,
+            "total_tokens": prompt_tokens + events,
+        }
+
     @property
     def completion_tokens(self) -> int:
         return _count(self._usage, "completion_tokens", self.events)
@@ -231,3 +240,152 @@ def _append(parts: list[str], value: Any) -> None:
 def _count(usage: dict[str, Any] | None, key: str, default: int) -> int:
     value = (usage or {}).get(key)
     return value if isinstance(value, int) else default
+
+
+# ---- stop strings -------------------------------------------------------------------------------
+
+
+def take_stop(body: dict[str, Any]) -> tuple[str, ...]:
+    """Remove `stop` from a body bound for mlx_lm and return its strings (after `openai_body`
+    checked the shape). mlx_lm stops only when the tokens it generates spell a stop string the
+    way the tokenizer would encode it alone; any other occurrence it cuts out of the text and
+    generates on (a stop string "blanked"). OpenAI's API stops at the first occurrence: the
+    agent does that itself (`Stopper`)."""
+    stop = body.pop("stop", None)
+    if isinstance(stop, str):
+        return (stop,) if stop else ()
+    if isinstance(stop, list):
+        return tuple(s for s in stop if isinstance(s, str) and s)
+    return ()
+
+
+class Stopper:
+    """Ends a stream at the first stop string, as OpenAI's API does: text before it is passed
+    on, the stop string and everything after it never are, and the last event says
+    `finish_reason: "stop"`. Text that may be the start of a stop string is held back until the
+    next event tells. Fed whole SSE events (what `StreamScanner.feed` returns); events without
+    text (role, usage, [DONE], keep-alive comments) pass as they are. Only requests with `stop`
+    pay for it (one JSON parse per event)."""
+
+    def __init__(self, stops: tuple[str, ...], *, chat: bool) -> None:
+        self.stops = stops
+        self.chat = chat
+        self.stopped = False
+        self.events = 0  # generated events seen (each one token of mlx_lm's)
+        self._held = ""
+        self._longest = max(len(s) for s in stops) - 1
+        self._last: dict[str, Any] = {}
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self.stopped:
+            return b""
+        out: list[bytes] = []
+        for event in chunk.split(b"\n\n"):
+            if not event:
+                continue
+            obj = _data(event)
+            choice = _choice(obj)
+            if obj is None or choice is None:
+                out.append(event + b"\n\n")
+                continue
+            self.events += 1
+            self._last = obj
+            text = self._held + (_text(choice, chat=self.chat) or "")
+            self._held = ""
+            cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
+            if cut >= 0:
+                self.stopped = True
+                _set_text(choice, text[:cut], chat=self.chat)
+                choice["finish_reason"] = "stop"
+                out.append(_event(obj))
+                break
+            if choice.get("finish_reason") is None:
+                keep = _partial(text, self.stops, self._longest)
+                text, self._held = text[: len(text) - keep], text[len(text) - keep :]
+            if text or choice.get("finish_reason") is not None or _has_more(choice, self.chat):
+                _set_text(choice, text, chat=self.chat)
+                out.append(_event(obj))
+        return b"".join(out)
+
+    def usage_event(self, *, prompt_tokens: int) -> bytes:
+        """The usage-only event of a stream the agent stopped (the backend's never came)."""
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": self.events,
+            "total_tokens": prompt_tokens + self.events,
+        }
+        keys = ("id", "system_fingerprint", "object", "model", "created")
+        head: dict[str, Any] = {k: self._last[k] for k in keys if k in self._last}
+        return _event({**head, "choices": [], "usage": usage})
+
+
+def stop_whole(body: bytes, stops: tuple[str, ...], *, chat: bool) -> bytes:
+    """A whole answer (generated whole: a request for logprobs) cut at its first stop string."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return body
+    choice = _choice(obj)
+    text = _text(choice, chat=chat) if choice is not None else None
+    if choice is None or text is None:
+        return body
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    if cut < 0:
+        return body
+    _set_text(choice, text[:cut], chat=chat)
+    choice["finish_reason"] = "stop"
+    return json.dumps(obj).encode()
+
+
+def _data(event: bytes) -> dict[str, Any] | None:
+    if not event.startswith(b"data: {"):
+        return None
+    try:
+        obj = json.loads(event[6:])
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _choice(obj: Any) -> dict[str, Any] | None:
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return None
+
+
+def _text(choice: dict[str, Any], *, chat: bool) -> str | None:
+    where = choice.get("delta", choice.get("message")) if chat else choice
+    value = where.get("content" if chat else "text") if isinstance(where, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _set_text(choice: dict[str, Any], text: str, *, chat: bool) -> None:
+    if not chat:
+        choice["text"] = text
+        return
+    where = choice.get("delta", choice.get("message"))
+    if isinstance(where, dict):
+        if text or "message" in choice:
+            where["content"] = text or None if "message" in choice else text
+        else:
+            where.pop("content", None)
+
+
+def _has_more(choice: dict[str, Any], chat: bool) -> bool:
+    """The event says something besides its text (reasoning, tool calls)."""
+    delta = choice.get("delta")
+    return chat and isinstance(delta, dict) and bool(set(delta) - {"role", "content"})
+
+
+def _partial(text: str, stops: tuple[str, ...], longest: int) -> int:
+    """How many characters at the end of `text` may begin a stop string."""
+    for keep in range(min(longest, len(text)), 0, -1):
+        tail = text[-keep:]
+        if any(s.startswith(tail) for s in stops):
+            return keep
+    return 0
+
+
+def _event(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"

@@ -1,32 +1,41 @@
 """The data plane: an OpenAI-compatible reverse proxy in front of the slots' backends (raw ASGI).
 
-Per request: authorize (API keys, when configured), read the body (bounded), route by `model`
+`GET /healthz` is liveness (the gateway's probes); `GET /health` answers as vLLM and mlx_lm do
+(200 while some slot can serve), both without a credential.
+Per request: authorize (the node's keys: its own from the operator and the admin's
+`--data-api-keys-file`; open only when it has none and may be), read the body (bounded), route by
+`model`
 (chat and completions to chat engines, embeddings and rerank to the slots whose engine serves
 them: `mlx-embed`, `mlx-rerank`, vllm pooling, a declared command)
-against the narrow `slots.lease.Routes` protocol, lease the route's backend (queueing while it is
-not ready) and hand it to `relay`, which forwards the request and passes the answer back as it
-arrives. The lease is held until the last byte, so a swap never cuts a request. Every refusal is
-an OpenAI-shaped `errors.RouteError`. Raw ASGI and raw sockets rather than a framework and an
-HTTP client keep the added latency per request small.
+against the narrow `slots.lease.Routes` protocol, check the request's KV budget against the
+backend that serves (`budget`: prompt + max_tokens within contextLength, before it queues), lease
+the route's backend (queueing while it is not ready) and hand it to `relay`, which forwards the
+request and passes the answer back as it arrives. The lease is held until the last byte, so a
+swap never cuts a request. Every refusal is an OpenAI-shaped `errors.RouteError`. Raw ASGI and
+raw sockets rather than a framework and an HTTP client keep the added latency per request small.
 May import: the standard library, openai_proxy (ASGI plumbing), slots.lease,
-telemetry.recorder, dataplane (errors, relay, routing). Never the control API.
+telemetry.recorder, dataplane (budget, errors, relay, routing). Never the control API.
 Called by: runtime (serves it on the data port).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
+from typing import Any, Protocol
 
 from mlxfleet_agent import openai_proxy as asgi
-from mlxfleet_agent.dataplane import relay, routing
+from mlxfleet_agent.dataplane import budget, relay, routing
 from mlxfleet_agent.dataplane.errors import RouteError
 from mlxfleet_agent.slots import lease
 from mlxfleet_agent.telemetry import recorder
 
 SLOT_HEADER = b"x-mlxfleet-slot"  # honoured only from a caller holding a data-plane key
+NO_KEY = (
+    "missing or invalid API key (this node's data plane has no key yet: the operator sends the "
+    "node its own once a person approved it)"
+)
 ENDPOINTS = {
     "/v1/chat/completions": "chat.completions",
     "/chat/completions": "chat.completions",
@@ -46,6 +55,19 @@ CAPABILITY = {
 }
 
 
+class Keys(Protocol):
+    """The data plane's view of the node's credentials (`host.credentials.NodeKeys`)."""
+
+    @property
+    def open(self) -> bool:
+        """No key at all, and the data plane may serve without one."""
+
+    @property
+    def data_keys(self) -> tuple[bytes, ...]: ...
+
+    def accepts(self, given: bytes) -> bool: ...
+
+
 class DataPlane:
     """ASGI app of the data port."""
 
@@ -54,15 +76,17 @@ class DataPlane:
         *,
         routes: lease.Routes,
         telemetry: recorder.Telemetry,
-        api_keys: frozenset[str] | None,
+        keys: Keys,
         max_body_bytes: int,
         queue_timeout_s: float,
+        hold_s: float = 5.0,
     ) -> None:
         self.routes = routes
         self.telemetry = telemetry
-        self.api_keys = [k.encode() for k in api_keys] if api_keys else None
+        self.keys = keys
         self.max_body_bytes = max_body_bytes
         self.queue_timeout_s = queue_timeout_s
+        self.hold_s = hold_s  # a hung-up request mlx-lm cannot stop: then its backend restarts
 
     async def __call__(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
         if scope["type"] == "lifespan":
@@ -74,6 +98,9 @@ class DataPlane:
         try:
             if path == "/healthz":
                 await asgi.send_json(send, 200, b'{"status":"ok"}')
+                return
+            if path == "/health":
+                await self._health(send, method)
                 return
             self._authorize(scope)
             endpoint = ENDPOINTS.get(path)
@@ -90,34 +117,53 @@ class DataPlane:
         except asgi.ClientGone:
             return
 
+    async def _health(self, send: asgi.Send, method: str) -> None:
+        """`GET /health` as vLLM and mlx_lm answer it, for load and benchmark tools that probe
+        before they start: 200 while some slot serves, 503 while none does. Open, as vLLM's is,
+        and it says nothing else (no model names, no counts)."""
+        if method not in ("GET", "HEAD"):
+            raise RouteError(405, f"method {method} not allowed on /health")
+        if self.routes.serving():
+            await asgi.send_json(send, 200, b'{"status":"ok"}')
+        else:
+            await asgi.send_json(send, 503, b'{"status":"unavailable"}')
+
     def _authorize(self, scope: asgi.Scope) -> None:
-        if self.api_keys is None:
+        keys = self.keys
+        if keys.open:
             return
         given = b""
         for name, value in scope["headers"]:
             if name == b"authorization" and value[:7].lower() == b"bearer ":
                 given = value[7:].strip()
-        ok = False
-        for key in self.api_keys:
-            ok |= hmac.compare_digest(given, key)
-        if not ok:
+        if not keys.accepts(given):
             raise RouteError(
                 401,
-                "missing or invalid API key",
+                "missing or invalid API key" if keys.data_keys else NO_KEY,
                 type_="authentication_error",
                 code="invalid_api_key",
             )
 
     def _slot(self, scope: asgi.Scope) -> str | None:
         """The slot the caller names (`x-mlxfleet-slot`), honoured only when the data plane has
-        keys (the fleet credential the gateway holds: `_authorize` has checked it); an open
+        keys (the node's own, which the gateway holds: `_authorize` has checked it); an open
         data plane routes by `model` only."""
-        if self.api_keys is None:
+        if self.keys.open:
             return None
         for name, value in scope["headers"]:
             if name == SLOT_HEADER:
                 return value.decode("latin-1").strip() or None
         return None
+
+    async def _budget(
+        self, body: dict[str, Any], backend: lease.Upstream | None, endpoint: str, raw: bytes
+    ) -> tuple[lease.Upstream | None, int | None]:
+        """The KV budget against `backend`'s model (`budget.check`: refuses a request over its
+        context length); (the backend counted with, the prompt's tokens), (None, None) when
+        there is nothing to count (no backend serves yet, or the endpoint generates nothing)."""
+        if backend is None or endpoint not in budget.GENERATING:
+            return None, None
+        return backend, await budget.check(body, backend, endpoint=endpoint, size=len(raw))
 
     def _models_body(self) -> bytes:
         now = int(time.time())
@@ -142,12 +188,29 @@ class DataPlane:
         routing.check_capability(route.desired, CAPABILITY[endpoint], path=scope["path"])
         routing.check_body(routed.body, route.desired, endpoint=endpoint)
         routing.check_images(routed.body, allowed=route.desired.server.allowed_image_urls or ())
+        counted, prompt_tokens = await self._budget(routed.body, route.serving(), endpoint, raw)
         held = await routing.lease(route, timeout_s=self.queue_timeout_s)
         backend = held.upstream
+        if backend is not counted and endpoint in budget.GENERATING:  # none yet, or another
+            try:
+                _, prompt_tokens = await self._budget(routed.body, backend, endpoint, raw)
+            except RouteError:
+                held.release(ok=True)
+                raise
         self.telemetry.request_started(route.name)
-        outcome = relay.Outcome()
+        outcome = relay.Outcome(held)
         try:
-            await relay.forward(routed, backend, endpoint, receive, send, outcome=outcome, t0=t0)
+            await relay.forward(
+                routed,
+                held,
+                endpoint,
+                receive,
+                send,
+                outcome=outcome,
+                t0=t0,
+                prompt_tokens=prompt_tokens,
+                hold_s=self.hold_s,
+            )
         except asyncio.CancelledError:  # the shutdown drain ended with this request still running
             outcome.error = "shutdown"
             await relay.cut_by_shutdown(send, outcome)

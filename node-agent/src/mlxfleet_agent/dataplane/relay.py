@@ -6,7 +6,11 @@ Per request: the body (already routed, `model` rewritten to the backend's pinned
 token cap applied) goes to the backend over `upstream`; the answer comes back unbuffered (whole
 SSE events; the pinned path in `model` fields put back to the served name, the fingerprint made
 opaque). Whole answers are asked for as a stream and assembled here (`answers`), so a client
-that hangs up stops the generation at once. A stream whose backend dies ends with an
+that hangs up stops the generation at once; a request mlx-lm cannot stop that way before its
+first token (`routing.interruptible`) is kept on `Hold` until that token, and its backend is
+declared stuck (and replaced by its slot) when it holds the backend past the grace. The lease
+hears when the request went to the backend and when it answered (the slot's "busy" is judged
+from it: no work per streamed event). A stream whose backend dies ends with an
 OpenAI-style `error` event instead of hanging; the shutdown drain's end gets one too.
 `Outcome` is what the request contributes to telemetry.
 Until the first token the relay reads in its own task; from there each streamed chunk is handled
@@ -24,6 +28,7 @@ import contextlib
 import json
 import logging
 import time
+from typing import Any
 
 from mlxfleet_agent import contract, eventpipe
 from mlxfleet_agent import openai_proxy as asgi
@@ -44,15 +49,34 @@ ERROR_BODY_LIMIT = 64 * 1024  # of a backend's error body, what the client is sh
 
 
 class Outcome:
-    __slots__ = ("completion_tokens", "error", "prompt_tokens", "started", "streaming", "ttft_s")
+    __slots__ = (
+        "answered",
+        "completion_tokens",
+        "error",
+        "held",
+        "prompt_tokens",
+        "started",
+        "streaming",
+        "ttft_s",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, held: lease.Lease | None = None) -> None:
         self.error: str | None = None
         self.ttft_s: float | None = None
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.started = False  # the response head went out
         self.streaming = False
+        self.held = held  # told when the backend answered (its first token): "busy" ends
+        self.answered: asyncio.Event | None = None  # set then too, for a hung-up request's wait
+
+    def first_token(self, t0: float) -> None:
+        """The backend's first token (or its whole answer) arrived, `t0` after the request."""
+        self.ttft_s = time.monotonic() - t0
+        if self.held is not None:
+            self.held.answered()
+        if self.answered is not None:
+            self.answered.set()
 
     def count_usage(self, body: bytes) -> None:
         counted = asgi.usage_of(body)
@@ -69,12 +93,46 @@ class Gone:
         self.is_set = False
 
 
+class Hold:
+    """A request mlx-lm cannot stop before its first token (`routing.interruptible`): when its
+    client leaves, the backend's connection is kept until that token (then closing it stops the
+    rest), for at most `grace_s` once the request is the oldest the backend holds; past that,
+    the backend is declared stuck and replaced (`Lease.stuck`)."""
+
+    __slots__ = ("grace_s", "held")
+
+    def __init__(self, held: lease.Lease, grace_s: float) -> None:
+        self.held = held
+        self.grace_s = grace_s
+
+    async def wait(self, answered: asyncio.Event) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(self.grace_s):
+                    await answered.wait()
+                return
+            except TimeoutError:
+                if self.held.first_in_line():
+                    break
+        self.held.stuck(
+            f"a request whose client left was still processing its prompt {self.grace_s:g}s "
+            "later, and mlx-lm cannot stop a prompt it serves alone (seed, kvBits, images)"
+        )
+
+
 async def _watch_disconnect(
-    receive: asgi.Receive, gone: Gone, reply: upstream.BackendReply
+    receive: asgi.Receive,
+    gone: Gone,
+    reply: upstream.BackendReply,
+    outcome: Outcome,
+    hold: Hold | None,
 ) -> None:
-    """The client hung up: say so and drop the backend connection (that stops generation)."""
+    """The client hung up: say so and drop the backend connection (that stops generation;
+    a request on `hold` first waits for the point where it does)."""
     await asgi.until_disconnect(receive)
     gone.is_set = True
+    if hold is not None and outcome.answered is not None and outcome.ttft_s is None:
+        await hold.wait(outcome.answered)
     reply.abort()
 
 
@@ -97,23 +155,31 @@ async def cut_by_shutdown(send: asgi.Send, outcome: Outcome) -> None:
 
 async def forward(
     routed: routing.Routed,
-    backend: lease.Upstream,
+    held: lease.Lease,
     endpoint: str,
     receive: asgi.Receive,
     send: asgi.Send,
     *,
     outcome: Outcome,
     t0: float,
+    prompt_tokens: int | None = None,
+    hold_s: float = 5.0,
 ) -> None:
     """Ask the backend and pass its answer on; a client that leaves closes the backend's
     connection, which stops mlx_lm at its next write (so whole answers are asked for as a
-    stream and assembled here: see `answers`)."""
+    stream and assembled here: see `answers`); one mlx_lm cannot stop that way is kept on
+    `Hold` (`hold_s`). `prompt_tokens`: the prompt as counted for the KV budget (a request
+    without max_tokens gets the room it leaves)."""
+    backend = held.upstream
     body = routed.body
     whole_only = endpoint in WHOLE_ONLY
     if not whole_only:
         routing.check_token_ids(body, backend)
-        routing.limit_tokens(body, backend.spec)
+        routing.limit_tokens(body, backend.spec, prompt_tokens=prompt_tokens)
     body["model"] = backend.pinned
+    chat = endpoint == "chat.completions"
+    mlx_lm = backend.spec.engine.name is contract.EngineName.MLX_LM
+    stops = answers.take_stop(body) if mlx_lm and not whole_only else ()
     assemble = not whole_only and not routed.stream and not answers.wants_logprobs(body)
     client_usage = False
     if routed.stream:
@@ -121,11 +187,19 @@ async def forward(
     elif assemble:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
+    stopper = answers.Stopper(stops, chat=chat) if stops and (routed.stream or assemble) else None
     served = backend.spec.served_name
     rewrite = answers.rewriter(
         pinned=backend.pinned, served=served, original_fingerprint=backend.fingerprint
     )
     headers = [(BACKEND_HEADER, f"{backend.port}".encode())]
+    hold = None
+    if not whole_only and not routing.interruptible(
+        body, backend.spec, streamed=routed.stream or assemble
+    ):
+        hold = Hold(held, hold_s)
+        outcome.answered = asyncio.Event()
+    held.sent()
     try:
         reply = await upstream.call_backend(
             backend.port, BACKEND_PATHS[endpoint], json.dumps(body).encode()
@@ -139,32 +213,54 @@ async def forward(
             code="backend_unreachable",
         ) from exc
     gone = Gone()
-    watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, gone, reply))
+    watcher = asyncio.get_running_loop().create_task(
+        _watch_disconnect(receive, gone, reply, outcome, hold)
+    )
     try:
         if reply.status != 200:
             await _error(reply, send, headers=headers, outcome=outcome, backend=backend)
         elif routed.stream and not whole_only:
-            await _stream(
-                reply,
-                send,
-                headers=headers,
-                rewrite=rewrite,
-                outcome=outcome,
-                t0=t0,
-                scanner=asgi.StreamScanner(forward_usage=client_usage),
-                gone=gone,
+            scanner = asgi.StreamScanner(
+                forward_usage=client_usage,
+                usage_object="chat.completion.chunk" if chat else "text_completion",
             )
+            if stopper is not None:
+                await _stream_to_stop(
+                    reply,
+                    send,
+                    stopper,
+                    headers=headers,
+                    rewrite=rewrite,
+                    outcome=outcome,
+                    t0=t0,
+                    scanner=scanner,
+                    gone=gone,
+                    prompt=_PromptCount(backend, endpoint, body),
+                )
+            else:
+                await _stream(
+                    reply,
+                    send,
+                    headers=headers,
+                    rewrite=rewrite,
+                    outcome=outcome,
+                    t0=t0,
+                    scanner=scanner,
+                    gone=gone,
+                )
         elif assemble:
             await _assembled(
                 reply,
                 send,
-                answers.Assembler(chat=endpoint == "chat.completions"),
+                answers.Assembler(chat=chat),
                 headers=headers,
                 served=served,
                 fingerprint=answers.fingerprint(backend.fingerprint or ""),
                 outcome=outcome,
                 t0=t0,
                 gone=gone,
+                stopper=stopper,
+                prompt=_PromptCount(backend, endpoint, body),
             )
         else:
             await _whole(
@@ -175,6 +271,8 @@ async def forward(
                 outcome=outcome,
                 t0=None if whole_only else t0,
                 gone=gone,
+                stops=stops,
+                chat=chat,
             )
     finally:
         watcher.cancel()
@@ -216,15 +314,23 @@ async def _assembled(
     outcome: Outcome,
     t0: float,
     gone: Gone,
+    stopper: answers.Stopper | None,
+    prompt: _PromptCount,
 ) -> None:
-    """A whole answer, built from the backend's stream."""
+    """A whole answer, built from the backend's stream (cut at a stop string by `stopper`)."""
     read = resp.read_chunk
     try:
         with resp.watchdog():
             while raw := await read():
-                builder.feed(raw)
+                builder.feed(raw if stopper is None else stopper.feed(raw))
                 if outcome.ttft_s is None and builder.events:
-                    outcome.ttft_s = time.monotonic() - t0
+                    outcome.first_token(t0)
+                if stopper is not None and stopper.stopped:
+                    resp.abort()  # mlx_lm stops generating at its next write
+                    builder.stopped(prompt_tokens=await prompt.count(), events=stopper.events)
+                    break
+                if gone.is_set and outcome.ttft_s is not None:
+                    break  # a request kept on hold past its prompt: closing it stops the rest
     except upstream.BackendError as exc:
         if not gone.is_set:
             log.warning("backend stream broke", extra={"error": str(exc)})
@@ -252,9 +358,11 @@ async def _whole(
     outcome: Outcome,
     t0: float | None,
     gone: Gone,
+    stops: tuple[str, ...],
+    chat: bool,
 ) -> None:
     """A whole answer generated whole by the backend (requests that ask for logprobs;
-    embeddings and rerank, which have no first token: t0 None)."""
+    embeddings and rerank, which have no first token: t0 None), cut at its first stop string."""
     try:
         body = await resp.read_all()
     except upstream.BackendError:
@@ -266,8 +374,10 @@ async def _whole(
             502, "backend failed while answering", type_="server_error", code="backend_died"
         ) from None
     if t0 is not None:
-        outcome.ttft_s = time.monotonic() - t0
+        outcome.first_token(t0)
     body = rewrite(body)
+    if stops:
+        body = answers.stop_whole(body, stops, chat=chat)
     outcome.count_usage(body)
     outcome.started = True
     await asgi.send_whole(send, 200, body, headers, content_type=resp.content_type or asgi.JSON)
@@ -305,7 +415,7 @@ async def _stream(
                     break
                 chunk = feed(raw)  # whole SSE events; counts tokens, holds back usage
                 if b"data: {" in chunk:
-                    outcome.ttft_s = time.monotonic() - t0
+                    outcome.first_token(t0)
                 if chunk:
                     await send(
                         {"type": "http.response.body", "body": rewrite(chunk), "more_body": True}
@@ -319,6 +429,106 @@ async def _stream(
     outcome.completion_tokens = scanner.completion_tokens
     rest = scanner.flush()
     if not (scanner.done or asgi.DONE in rest):  # a client that leaves after [DONE] got all
+        outcome.error = "client_gone" if gone.is_set else "backend_died"
+    if outcome.error == "client_gone":
+        return
+    if rest and outcome.error is None:
+        await send({"type": "http.response.body", "body": rewrite(rest), "more_body": True})
+    if outcome.error == "backend_died":
+        err = RouteError(
+            502,
+            "the backend stopped in the middle of this stream",
+            type_="server_error",
+            code="backend_died",
+        )
+        await send({"type": "http.response.body", "body": err.event(), "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class _PromptCount:
+    """The prompt's token count for a generation the agent stopped at a stop string (mlx_lm's
+    usage event never comes then): a one-token whole request with the same body, which mlx_lm
+    answers from its prompt cache, asked only when a stop string matched."""
+
+    def __init__(self, backend: lease.Upstream, endpoint: str, body: dict[str, Any]) -> None:
+        self.port = backend.port
+        self.path = BACKEND_PATHS[endpoint]
+        self.body = {**body, "stream": False, "max_tokens": 1}
+        self.body.pop("stream_options", None)
+
+    async def count(self) -> int:
+        try:
+            reply = await upstream.call_backend(
+                self.port, self.path, json.dumps(self.body).encode()
+            )
+            try:
+                raw = await reply.read_all(limit=ERROR_BODY_LIMIT)
+            finally:
+                reply.close()
+        except upstream.BackendError:
+            return 0
+        counted = asgi.usage_of(raw) if reply.status == 200 else None
+        return counted[0] if counted is not None else 0
+
+
+async def _stream_to_stop(
+    resp: upstream.BackendReply,
+    send: asgi.Send,
+    stopper: answers.Stopper,
+    *,
+    headers: list[tuple[bytes, bytes]],
+    rewrite: answers.Rewrite,
+    outcome: Outcome,
+    t0: float,
+    scanner: asgi.StreamScanner,
+    gone: Gone,
+    prompt: _PromptCount,
+) -> None:
+    """A stream with stop strings (mlx-lm), read in this task (not `eventpipe`'s callback: only
+    requests with `stop` pay for it) and ended at the first stop string: the backend is cut
+    off there (it stops generating), and the usage event (when asked for) and `[DONE]` are the
+    agent's own."""
+    outcome.started = outcome.streaming = True
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"text/event-stream"),
+                (b"cache-control", b"no-cache"),
+                *headers,
+            ],
+        }
+    )
+    try:
+        with resp.watchdog():
+            while raw := await resp.read_chunk():
+                chunk = stopper.feed(scanner.feed(raw))
+                if outcome.ttft_s is None and stopper.events:
+                    outcome.ttft_s = time.monotonic() - t0
+                if chunk:
+                    await send(
+                        {"type": "http.response.body", "body": rewrite(chunk), "more_body": True}
+                    )
+                if stopper.stopped:
+                    resp.abort()  # mlx_lm stops generating at its next write
+                    break
+    except upstream.BackendError as exc:
+        if not gone.is_set and not scanner.done and not stopper.stopped:
+            log.warning("backend stream broke", extra={"error": str(exc)})
+    if stopper.stopped and not gone.is_set:
+        outcome.prompt_tokens = await prompt.count()
+        outcome.completion_tokens = stopper.events
+        tail = asgi.DONE + asgi.EVENT_END
+        if scanner.forward_usage:
+            tail = stopper.usage_event(prompt_tokens=outcome.prompt_tokens) + tail
+        await send({"type": "http.response.body", "body": rewrite(tail), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
+    outcome.prompt_tokens = scanner.prompt_tokens
+    outcome.completion_tokens = scanner.completion_tokens
+    rest = scanner.flush()
+    if not (scanner.done or asgi.DONE in rest):
         outcome.error = "client_gone" if gone.is_set else "backend_died"
     if outcome.error == "client_gone":
         return

@@ -22,7 +22,6 @@ from mlxfleet_agent.slots import lease as lease_
 
 # fields a client must not pass through: mlx_lm would load other weights from these paths
 STRIPPED_FIELDS = ("adapters", "draft_model")
-MLX_DEFAULT_MAX_TOKENS = 512  # mlx_lm.server's --max-tokens default
 IMAGE_PART_TYPES = ("image_url", "input_image", "image")  # what mlx_lm fetches (_image_url)
 
 
@@ -110,27 +109,69 @@ def _refused(exc: openai_body.BodyError) -> RouteError:
     return RouteError(exc.status, str(exc), param=exc.param, code=exc.code)
 
 
-def limit_tokens(body: dict[str, Any], spec: contract.SlotSpec) -> None:
+def token_cap(spec: contract.SlotSpec, asked: int | None = None) -> int:
+    """What one answer of the slot may generate (`contract.completion_cap`): `asked` clamped
+    to `server.maxTokens`, else `contextLength`; without `asked`, `server.maxTokens`, else
+    mlx_lm's default (512) within that cap (before the room its prompt leaves)."""
+    return contract.completion_cap(
+        asked=asked, max_tokens=spec.server.max_tokens, context_length=spec.context_length
+    )
+
+
+def limit_tokens(
+    body: dict[str, Any], spec: contract.SlotSpec, *, prompt_tokens: int | None = None
+) -> None:
     """Apply the slot's cap on generated tokens to a request body (in place).
 
-    The cap is `server.maxTokens`, else the slot's `contextLength`. A request asking for more is
-    clamped to the cap (its answer ends with finish_reason "length"); a request asking for none
-    gets `server.maxTokens` (else mlx_lm's default, 512, within the cap). `max_completion_tokens`
-    wins over `max_tokens`, as in mlx_lm, and is folded into `max_tokens`. A value of the wrong
-    type is left for the backend to refuse (400).
+    The cap is `token_cap`'s. A request asking for more is clamped to the cap (its answer ends
+    with finish_reason "length"); a request asking for none gets `server.maxTokens` (else
+    mlx_lm's default, 512, within the cap), cut to the room its prompt (`prompt_tokens`, when
+    counted) leaves in `contextLength`. `max_completion_tokens` wins over `max_tokens`, as in
+    mlx_lm, and is folded into `max_tokens`. A value of the wrong type is left for the backend
+    to refuse (400).
     """
-    cap = spec.server.max_tokens or spec.context_length
     asked = body.get("max_completion_tokens")
     if asked is None:
         asked = body.get("max_tokens")
     if asked is None:
         body.pop("max_completion_tokens", None)
-        body["max_tokens"] = spec.server.max_tokens or min(MLX_DEFAULT_MAX_TOKENS, cap)
+        wanted = token_cap(spec)
+        if prompt_tokens is not None:
+            wanted = max(1, min(wanted, spec.context_length - prompt_tokens))
+        body["max_tokens"] = wanted
         return
     if isinstance(asked, bool) or not isinstance(asked, int):
         return
     body.pop("max_completion_tokens", None)
-    body["max_tokens"] = min(asked, cap)
+    body["max_tokens"] = token_cap(spec, asked)
+
+
+def interruptible(body: dict[str, Any], spec: contract.SlotSpec, *, streamed: bool) -> bool:
+    """Whether closing the backend's connection stops this request's work at once.
+
+    mlx_lm notices a closed connection at its next write: a streamed request of its batch (a
+    keep-alive comment per prompt chunk, then each token) stops within a prefill step. A request
+    it serves alone (a `seed`, the slot's `kvBits`, image parts) runs its whole prompt before its
+    first write, and a whole answer (`streamed` False) writes only at its end. Other engines are
+    taken at their word (they stop on a closed connection)."""
+    if spec.engine.name is not contract.EngineName.MLX_LM:
+        return True
+    if not streamed or body.get("seed") is not None or spec.server.kv_bits is not None:
+        return False
+    return not _has_images(body)
+
+
+def _has_images(body: dict[str, Any]) -> bool:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return False
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and any(
+            isinstance(p, dict) and p.get("type") in IMAGE_PART_TYPES for p in content
+        ):
+            return True
+    return False
 
 
 def check_images(body: dict[str, Any], *, allowed: Sequence[str]) -> None:

@@ -6,12 +6,13 @@ Placeholders are `{model}` (the slot's local model path), `{host}` (always 127.0
 `{port}` (the slot's port); `{{` and `}}` are literal braces. Anything else in braces is refused
 (no attribute or index access, no format specs: the template is not `str.format`). The argv is
 exec'd as given, never through a shell, so quoting and expansion do not exist; a shell as the
-program is refused, as are variables that inject code into an allowed program (LD_PRELOAD and
-friends). The agent runs only programs its operator allow-listed (`allowed_programs`; empty means
-the engine is off), since whoever may create a ModelDeployment could otherwise run anything on
-the node. A template must pass `{port}` and `{host}`, so the server binds where the agent
-proxies and nowhere else. It must declare what it serves and how much memory it needs, because
-the agent cannot know either.
+program is refused. Its environment is an allow-list: the fleet's `COMMAND_ENV_NAMES` (settings
+that load no code), narrowed per agent (`allowed_env`, `--allow-env`); any other name is refused
+(a deny-list was bypassed: PYTHONWARNINGS, BROWSER and PERL5OPT chained into code). The agent runs
+only programs its operator allow-listed (`allowed_programs`; empty means the engine is off), since
+whoever may create a ModelDeployment could otherwise run anything on the node. A template must
+pass `{port}` and `{host}`, so the server binds where the agent proxies and nowhere else. It must
+declare what it serves and how much memory it needs, because the agent cannot know either.
 May import: pydantic, engines.plugin, the standard library. Called by: the agent's engine
 registry (part 2), tests.
 """
@@ -23,11 +24,13 @@ import signal
 from collections.abc import Mapping, Sequence
 
 from mlxfleet_agent.contract.engines import (
+    COMMAND_ENV_NAMES,
     PLACEHOLDERS,
     SHELLS,
     TOKEN,
     CommandOptions,
     TemplateError,
+    check_env,
     fields,
     validate_argv,
 )
@@ -35,11 +38,13 @@ from mlxfleet_agent.engines import plugin
 
 # the options and template checks live in the contract (admission uses them too)
 __all__ = [
+    "COMMAND_ENV_NAMES",
     "PLACEHOLDERS",
     "SHELLS",
     "CommandOptions",
     "TemplateError",
     "check_allowed",
+    "check_env",
     "fields",
     "launch",
     "memory",
@@ -76,9 +81,14 @@ def render(options: CommandOptions, target: plugin.Target) -> list[str]:
 
 
 def launch(
-    options: CommandOptions, target: plugin.Target, *, allowed_programs: Sequence[str]
+    options: CommandOptions,
+    target: plugin.Target,
+    *,
+    allowed_programs: Sequence[str],
+    allowed_env: frozenset[str] = COMMAND_ENV_NAMES,
 ) -> plugin.Launch:
     check_allowed(options.argv[0], allowed_programs)
+    check_env(options.env, allowed_env)
     by_name = options.request_model == "name"
     return plugin.Launch(
         argv=tuple(render(options, target)),

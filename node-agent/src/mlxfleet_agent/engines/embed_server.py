@@ -74,7 +74,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
     too_big = embed_api.ApiError(
         413, f"request body is larger than {limit} bytes", code="request_too_large"
     )
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise too_big
     chunks, size = [], 0
     async for chunk in request.stream():

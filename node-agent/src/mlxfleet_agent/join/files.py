@@ -1,6 +1,7 @@
 """Private files written atomically: a temporary file (0600 from its creation) in the same
 directory, fsynced, then renamed over the target; a crash leaves the old file or the new one.
-May import: the standard library. Called by: join.command.
+`Writer` is how join writes (owner and mode after the rename; a dry run writes nothing).
+May import: the standard library, join.account. Called by: join.command.
 """
 
 from __future__ import annotations
@@ -8,7 +9,13 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+
+from mlxfleet_agent.join import account
+
+Owner = tuple[int, int, int] | None
 
 
 def write_private(path: Path, data: str | bytes, *, mode: int = 0o600) -> None:
@@ -33,3 +40,37 @@ def remove(path: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+@dataclass
+class Writer:
+    """join's one way to write: the file (atomically, then its owner and mode), or in a dry run
+    only what it would write. Says each path whose content changes."""
+
+    dry_run: bool
+    say: Callable[[str], None]
+
+    def write(self, path: Path, data: str, *, mode: int = 0o600, owner: Owner = None) -> bool:
+        """True when the content changes."""
+        try:
+            changed = path.read_text() != data
+        except OSError:
+            changed = True
+        if self.dry_run:
+            if changed:
+                self.say(f"would write {path}")
+            return changed
+        if changed:
+            write_private(path, data, mode=mode)
+        else:
+            os.chmod(path, mode)
+        account.apply(path, owner)
+        return changed
+
+    def folder(self, path: Path, owner: Owner) -> None:
+        if self.dry_run:
+            if not path.is_dir():
+                self.say(f"would create {path}/")
+            return
+        path.mkdir(parents=True, exist_ok=True)
+        account.apply(path, owner)

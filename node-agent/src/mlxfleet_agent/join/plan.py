@@ -7,6 +7,7 @@ May import: the standard library. Called by: join.command, tests.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ LEGACY_NAMESPACE = "mlxfleet-system"
 """Where joins of 0.1.0 put it (join.json without `secretsNamespace`)."""
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 CREDENTIALS_LABEL = "mlxfleet.io/agent-credentials"
+REQUESTED_LABELS = "mlxfleet.io/requested-labels"
+"""The labels join asks for (JSON): the join identity may set none; approval applies them."""
 TOKEN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,55}[a-z0-9])?$")  # + "-agent" stays a DNS label
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
@@ -165,6 +168,18 @@ def secret(node: str, *, namespace: str, token: str, ca_pem: str) -> dict[str, A
     }
 
 
+def awaiting_approval(spec: dict[str, Any]) -> dict[str, Any]:
+    """A joined node is created unapproved and cordoned: it takes no traffic, gets no credential
+    and is not polled until a person approves it (the admission policy insists on both)."""
+    return {**spec, "approved": False, "unschedulable": True}
+
+
+def requested_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """The labels join asks for, as the annotation approval applies them from (join may set no
+    label itself: one a deployment selects would draw its replicas here)."""
+    return {REQUESTED_LABELS: json.dumps(dict(sorted(labels.items())), separators=(",", ":"))}
+
+
 def inference_node(
     node: str, *, namespace: str, url: str, facts: Facts, extra_labels: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -179,11 +194,15 @@ def inference_node(
     }
     if hardware:
         spec["hardware"] = hardware
+    metadata: dict[str, Any] = {"name": node}
+    wanted = {**fact_labels(facts), **extra_labels}
+    if wanted:
+        metadata["annotations"] = requested_labels(wanted)
     return {
         "apiVersion": "mlxfleet.io/v1alpha1",
         "kind": "InferenceNode",
-        "metadata": {"name": node, "labels": {**fact_labels(facts), **extra_labels}},
-        "spec": spec,
+        "metadata": metadata,
+        "spec": awaiting_approval(spec),
     }
 
 

@@ -10,7 +10,6 @@ fetchers), slots (registry, slot).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
@@ -57,8 +56,7 @@ class Source:
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
-        digest = hashlib.sha256(f"{self.text}\n{self.revision or ''}".encode()).hexdigest()
-        object.__setattr__(self, "id", digest[:16])
+        object.__setattr__(self, "id", contract.credentials.model_id(self.text, self.revision))
 
 
 def parse(text: str, revision: str | None = None) -> Source:

@@ -10,7 +10,8 @@ A holder (a slot's backend label) that `ensure`s a model pins it until `release`
 are in use and are never evicted. LRU eviction (`evictions`) runs before each download and on
 `gc()`. One agent process per models dir (no cross-process locking).
 
-Peers: with a fleet peer token and peer URLs, an `s3://` model's files come from peer agents
+Peers: given peer agents (each with the fetch token it accepts from this node for this model, or
+a bare URL asked with the legacy shared `peer_token`), an `s3://` model's files come from them
 first (`peers.fetch`, each file checked against the origin's listing), the rest from the origin;
 `transfers` tracks bytes done/total and rate, `served_dir` tells the peer server what it may
 serve (complete copies only).
@@ -148,25 +149,39 @@ class Store:
         progress_cb: ProgressCallback | None = None,
         *,
         holder: str | None = None,
-        peers: Sequence[str] = (),
+        peers: Sequence[contract.Peer | str] = (),
     ) -> Path:
         """Local directory of a loadable copy of `src`, fetching it if needed.
 
         `holder` pins the model from now until `release(holder, id)`; on failure the pin is
         dropped again. `progress_cb(done, total)` is called from a worker thread. `peers`:
-        control URLs of agents that hold the model (tried first for `s3://` models).
+        agents that hold the model (tried first for `s3://` models), each with its fetch token
+        (a bare control URL: with the legacy `peer_token`, left out without one).
         """
         if holder is not None:
             self.pin(src.id, holder)
         try:
-            return await self._ensure(src, progress_cb, peers)
+            return await self._ensure(src, progress_cb, self._with_tokens(peers))
         except BaseException:
             if holder is not None:
                 self._unpin(src.id, holder)
             raise
 
+    def _with_tokens(self, peers: Sequence[contract.Peer | str]) -> list[tuple[str, str]]:
+        """Each peer's URL with the token to show it."""
+        out = []
+        for peer in peers:
+            if isinstance(peer, contract.Peer):
+                out.append((peer.url, peer.token))
+            elif self.peer_token:
+                out.append((peer, self.peer_token))
+        return out
+
     async def _ensure(
-        self, src: source.Source, progress_cb: ProgressCallback | None, peers: Sequence[str]
+        self,
+        src: source.Source,
+        progress_cb: ProgressCallback | None,
+        peers: Sequence[tuple[str, str]],
     ) -> Path:
         mid = src.id
         if isinstance(src.location, source.FilePath):
@@ -210,13 +225,13 @@ class Store:
 
         return report
 
-    async def _fetch(self, src: source.Source, peers: Sequence[str]) -> Path:
+    async def _fetch(self, src: source.Source, peers: Sequence[tuple[str, str]]) -> Path:
         report = self._report(src.id)
         where = src.location
         if isinstance(where, source.HfRepo):
             report(0, 0)
             path = await asyncio.to_thread(
-                hf.download, where, src.revision, cache_dir=self._hf_cache_dir
+                hf.download, where, src.revision, cache_dir=self._hf_cache_dir, progress=report
             )
             entry = self._index.record(src, kind="hf", path=path, owned=True)
             report(entry.model.total_bytes, entry.model.total_bytes)
@@ -227,7 +242,7 @@ class Store:
         total = sum(o.size for o in objects)
         await self._make_room(total)
         partial = self._root / "partial" / src.id
-        if peers and self.peer_token:
+        if peers:
             await self._from_peers(src, where, objects, partial, peers, report)
         self.transfers.start(
             src.id, source=src.text, total=total, phase="origin", now=time.monotonic()
@@ -255,12 +270,11 @@ class Store:
         where: source.S3Prefix,
         objects: Sequence[s3.RemoteObject],
         partial: Path,
-        peers: Sequence[str],
+        peers: Sequence[tuple[str, str]],
         report: ProgressCallback,
     ) -> None:
         """Fill `partial` with what the peers can deliver, verified against the origin's
         listing (`objects`); the origin download that follows fetches the rest."""
-        assert self.peer_token is not None
         mid = src.id
         total = sum(o.size for o in objects)
         self.transfers.start(mid, source=src.text, total=total, phase="peers", now=time.monotonic())
@@ -275,7 +289,6 @@ class Store:
             expects,
             model_id=mid,
             peers=peers,
-            token=self.peer_token,
             partial=partial,
             progress=progress,
             abort=self._abort,

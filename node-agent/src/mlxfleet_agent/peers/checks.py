@@ -64,7 +64,7 @@ def from_s3(rel: str, size: int, etag: str) -> Expect:
     if _hex(tag, 32):
         return Expect(rel, size, md5=tag)
     head, dash, count = tag.partition("-")
-    if dash and _hex(head, 32) and count.isdigit():
+    if dash and _hex(head, 32) and count.isascii() and count.isdigit():
         part = part_size_for(size, int(count))
         if part is not None:
             return Expect(rel, size, multipart_md5=head, part_size=part)

@@ -1,19 +1,19 @@
 """Fetch a model's files from peer agents, several at once, each file verified.
 
-`fetch(expects, peers=..., ...)` fills a partial folder (the store's, laid out as the origin
-download lays it out) with the files the origin listed: worker threads (one per peer, and at least
-`STREAMS` in all, so one peer still sends two files at once and two MD5s run on two cores), each on
-its own connection, take the next file (largest first) from a shared queue and stream it into
-`<file>.part`, resuming a `.part` left by an earlier try with `Range: bytes=<offset>-`; the digest
-runs while bytes arrive (in a hashing thread beside the receiving one: hashlib drops the GIL, so
-receiving, writing and hashing overlap)
-and a file is renamed into place only when its size and digest match the origin's (`checks.Expect`),
-after its fsync (in a finishing thread, so the next file streams meanwhile; `fetch` returns once
-every verified file is synced and in place). A peer that sends bytes that do not verify, more bytes
-than promised or a range it was not asked for is *lying*: it gets nothing more to do and its `.part`
-is deleted; a peer without the model (404) or refusing the token (401/403) is dropped quietly; a
-connection error keeps the `.part` for the next peer (or the origin) to resume. What no peer
-delivered is left for the origin: the caller downloads the rest from there.
+`fetch(expects, peers=[(url, token), ...], ...)` fills a partial folder (the store's, laid out as
+the origin download lays it out) with the files the origin listed: worker threads (one per peer,
+and at least `STREAMS` in all, so one peer still sends two files at once and two MD5s run on two
+cores), each on its own connection, take the next file (largest first) from a shared queue and
+stream it into `<file>.part`, resuming a `.part` left by an earlier try with `Range:
+bytes=<offset>-`; the digest runs while bytes arrive (in a hashing thread beside the receiving one:
+hashlib drops the GIL, so receiving, writing and hashing overlap) and a file is renamed into place
+only when its size and digest match the origin's (`checks.Expect`), after its fsync (in a finishing
+thread, so the next file streams meanwhile; `fetch` returns once every verified file is synced and
+in place). A peer that sends bytes that do not verify, more bytes than promised or a range it was
+not asked for is *lying*: it gets nothing more to do and its `.part` is deleted; a peer without the
+model (404) or refusing its token (401/403) is dropped quietly; a connection error keeps the
+`.part` for the next peer (or the origin) to resume. What no peer delivered is left for the origin:
+the caller downloads the rest from there.
 Blocking (http.client): run it in a worker thread.
 May import: the standard library, peers.checks. Called by: the model store, benchmarks, tests.
 """
@@ -107,13 +107,13 @@ class _Run:
         expects: Sequence[checks.Expect],
         *,
         model_id: str,
-        token: str,
+        tokens: dict[str, str],
         partial: Path,
         progress: Callable[[int], None] | None,
         abort: threading.Event,
         timeout: float,
     ) -> None:
-        self.model_id, self.token, self.partial = model_id, token, partial
+        self.model_id, self.tokens, self.partial = model_id, tokens, partial
         self.progress_cb, self.abort, self.timeout = progress, abort, timeout
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
@@ -248,7 +248,7 @@ class _Run:
         counted: list[int],
     ) -> None:
         url = f"/peer/v1/models/{self.model_id}/files/{quote(e.rel)}"
-        headers = {"Authorization": f"Bearer {self.token}"}
+        headers = {"Authorization": f"Bearer {self.tokens[peer]}"}
         if offset:
             headers["Range"] = f"bytes={offset}-"
         conn.request("GET", url, headers=headers)
@@ -333,8 +333,7 @@ def fetch(
     expects: Sequence[checks.Expect],
     *,
     model_id: str,
-    peers: Sequence[str],
-    token: str,
+    peers: Sequence[tuple[str, str]],
     partial: Path,
     progress: Callable[[int], None] | None = None,
     abort: threading.Event | None = None,
@@ -342,13 +341,17 @@ def fetch(
 ) -> Outcome:
     """Fetch what the peers can deliver of `expects` into `partial` (see the module docstring).
 
+    `peers`: each peer's control URL with the token it accepts from this node for this model.
     Files already in place (renamed after verification) count as done; files without a
     digest are never taken from a peer. `progress(done_bytes)` is called from worker threads.
     Raises `Cancelled` when `abort` is set."""
+    tokens: dict[str, str] = {}
+    for url, token in peers:
+        tokens.setdefault(peer_base(url), token)
     run = _Run(
         [],
         model_id=model_id,
-        token=token,
+        tokens=tokens,
         partial=partial,
         progress=progress,
         abort=abort or threading.Event(),
@@ -364,7 +367,7 @@ def fetch(
             wanted.append(e)
     run.queue = sorted(wanted, key=lambda e: -e.size)
     run.tried = {e.rel: set() for e in wanted}
-    bases = list(dict.fromkeys(peer_base(p) for p in peers))
+    bases = list(tokens)
     if not wanted or not bases:
         run.finisher.shutdown()
         return run.outcome

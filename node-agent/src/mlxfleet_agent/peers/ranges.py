@@ -39,7 +39,8 @@ class Span:
 
 
 def _int(text: str) -> int:
-    if not text.isdigit() or len(text) > 19:  # isdigit also refuses signs and spaces
+    # ASCII digits only: str.isdigit() accepts "²" or "٣", which int() then refuses or reads
+    if not (0 < len(text) <= 19 and text.isascii() and text.isdigit()):
         raise RangeError(400, f"Range: {text!r} is not a non-negative decimal byte position")
     return int(text)
 

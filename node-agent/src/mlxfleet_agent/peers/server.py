@@ -7,9 +7,11 @@ keeps its own token for everything else):
 - `GET|HEAD /peer/v1/models/{id}/files/{path}`: one file, whole (200) or one byte range (206,
   `Range: bytes=a-b`), with `Accept-Ranges`, `Content-Length` and `Content-Range`.
 
-Authentication: `Authorization: Bearer <fleet peer token>` (`--peer-token-file`, the same
-secret on every agent; it grants reading model files and nothing else), compared in constant
-time: missing 401, wrong 403; an agent without a peer token serves nothing (403). Only complete
+Authentication: `Authorization: Bearer <fetch token>`: made by the operator for one node and one
+model with this node's own peer key (`contract.credentials`), so it opens this node's copy of
+that model and nothing else; or the legacy shared `--peer-token-file` (every model). Checked in
+constant time: missing 401, wrong (or for another model) 403; an agent with neither serves
+nothing (403). Only complete
 models whose directory lies inside the models dir are served, and only regular files that
 resolve (symlinks followed) inside both the model directory and the models dir; `..`, empty or
 dot segments, NUL and backslashes are refused (400) before the file system is touched. A model
@@ -21,7 +23,6 @@ root (mounts it), tests.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import os
 import re
@@ -53,6 +54,16 @@ class Holdings(Protocol):
     def release(self, holder: str, model_id: str | None = None) -> None: ...
 
 
+class Tokens(Protocol):
+    """What the server needs from the node's credentials (`host.credentials.NodeKeys`)."""
+
+    @property
+    def serves_peers(self) -> bool: ...
+
+    def fetcher(self, token: bytes, *, model_id: str) -> str | None:
+        """Who may read `model_id` with `token`, else None."""
+
+
 class PeerError(Exception):
     def __init__(self, status: int, message: str, *, field: str) -> None:
         super().__init__(message)
@@ -74,12 +85,12 @@ class PeerServer:
     """ASGI app for `/peer/v1/` (see the module docstring); `inner` gets every other path."""
 
     def __init__(
-        self, inner: ASGIApp, *, holdings: Holdings, models_dir: Path, token: str | None
+        self, inner: ASGIApp, *, holdings: Holdings, models_dir: Path, tokens: Tokens
     ) -> None:
         self.inner = inner
         self.holdings = holdings
         self.models_dir = Path(models_dir).resolve()
-        self.token = token.encode() if token else None
+        self.tokens = tokens
         self.active = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -93,21 +104,29 @@ class PeerServer:
 
     # ---- request handling -------------------------------------------------------------------
 
-    def _authorize(self, scope: Scope) -> None:
+    def _bearer(self, scope: Scope) -> bytes:
+        """The bearer token of the request (401 without one; 403 when this agent serves none)."""
         given = b""
         for name, value in scope["headers"]:
             if name == b"authorization":
                 given = value
-        if self.token is None:
-            raise PeerError(403, "this agent serves no peers (no --peer-token-file)", field="auth")
+        if not self.tokens.serves_peers:
+            raise PeerError(
+                403, "this agent serves no peers (no peer key from the operator)", field="auth"
+            )
         scheme, _, cred = given.partition(b" ")
         if not given or scheme.lower() != b"bearer":
             raise PeerError(401, "missing bearer peer token", field="authorization")
-        if not hmac.compare_digest(cred.strip(b" \t"), self.token):
-            raise PeerError(403, "wrong peer token", field="authorization")
+        return cred.strip(b" \t")
+
+    def _authorize(self, token: bytes, model_id: str) -> None:
+        if self.tokens.fetcher(token, model_id=model_id) is None:
+            raise PeerError(
+                403, "wrong peer token (or one for another model)", field="authorization"
+            )
 
     async def _handle(self, scope: Scope, send: Send) -> None:
-        self._authorize(scope)
+        token = self._bearer(scope)
         method = scope["method"]
         if method not in ("GET", "HEAD"):
             raise PeerError(405, f"method {method} not allowed (GET or HEAD)", field="method")
@@ -123,6 +142,7 @@ class PeerServer:
         model_id = parts[1]
         if not MODEL_ID.match(model_id):
             raise PeerError(400, "model id must be 16 lowercase hex digits", field="id")
+        self._authorize(token, model_id)
         if len(parts) == 2:
             await self._listing(model_id, send)
             return

@@ -1,6 +1,7 @@
 """The composition root: the one place the agent's parts are built, wired and torn down.
 
-Built in dependency order, each part given only what it needs: telemetry and its shipper, the model
+Built in dependency order, each part given only what it needs: the node's credentials (its own
+keys from the operator, the admin's key files), telemetry and its shipper, the model
 catalog (over the store), the engines this host can run (discovery), the backend launcher, the
 slot registry (which owns the slots and is their `Owner`), the data plane (given the registry as
 its narrow `slots.lease.Routes`), the control API (wrapped in its guard, behind the peer file
@@ -20,13 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxfleet_agent import contract
-from mlxfleet_agent.backends import launcher, orphans
+from mlxfleet_agent.backends import launcher, logrotate, orphans
 from mlxfleet_agent.controlapi import app as control_app
 from mlxfleet_agent.controlapi import guard, state
 from mlxfleet_agent.dataplane import app as data_app
 from mlxfleet_agent.doctor import watch
 from mlxfleet_agent.engines import discovery, facts
-from mlxfleet_agent.host import platform
+from mlxfleet_agent.host import certs, credentials, platform
 from mlxfleet_agent.models import catalog, store
 from mlxfleet_agent.peers import server as peer_server
 from mlxfleet_agent.runtime import logs, settings
@@ -34,6 +35,7 @@ from mlxfleet_agent.slots import registry
 from mlxfleet_agent.telemetry import heat, recorder, shipper
 
 log = logging.getLogger("mlxfleet_agent")
+LOG_ROTATE_INTERVAL_S = 5.0  # how often backend logs are looked at (a stat per log)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +95,28 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     if killed:
         log.warning("killed backends orphaned by a previous agent", extra={"pids": killed})
     token = cfg.read_token()
-    keys = cfg.read_data_keys()
+    peer_token = cfg.read_peer_token()
+    keys = credentials.NodeKeys(
+        cfg.credentials_path(),
+        file_keys=cfg.read_data_keys(),
+        legacy_peer_token=peer_token,
+        may_be_open=cfg.may_be_open(),
+    )
+    if not keys.data_keys and not keys.open:
+        log.warning(
+            "the data plane has no key yet and refuses every request: the operator sends this "
+            "node its own once a person approved it (or give --data-api-keys-file; "
+            "--allow-open-data-plane serves without a key)",
+            extra={"bind": cfg.bind},
+        )
     tel, ship = telemetry(cfg)
     host_doctor = doctor(cfg)
-    peer_token = cfg.read_peer_token()
+    if cfg.tls_cert is not None and (until := certs.expires_at(cfg.tls_cert)) is not None:
+        tel.metrics.tls_expiry.labels(listener="control").set(until)
+    scrape_token = cfg.read_metrics_token()
+    metrics_tokens = None  # /metrics open: loopback only, no scrape token set
+    if scrape_token is not None or not cfg.loopback_only():
+        metrics_tokens = (token,) if scrape_token is None else (token, scrape_token)
     model_store = store.Store(
         cfg.models_dir,
         allowed_roots=cfg.roots(),
@@ -118,6 +138,9 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         health_interval_s=cfg.health_interval_s,
         engines=engines,
         command_programs=cfg.command_programs,
+        command_env=cfg.command_env_names(),
+        fabric_address=cfg.fabric(),
+        rank_accept_timeout_s=cfg.rank_accept_timeout_s,
     )
     slots = registry.Registry(
         state_dir=cfg.state_dir,
@@ -127,7 +150,9 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         queue_limit=cfg.queue_limit,
         memory_budget=cfg.memory_budget,
         restart_backoff_max_s=cfg.restart_backoff_max_s,
+        busy_after_s=cfg.busy_after_s,
     )
+    tel.metrics.add_slot_collector(slots.statuses)
     view = state.StateView(
         slots=slots,
         models=models,
@@ -136,28 +161,36 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         data_port=data_port,
         engines=engines,
         pressure_file=cfg.memory_pressure_file,
+        keys=keys,
+        fabric_address=cfg.fabric(),
         doctor=host_doctor,
     )
     control = control_app.build(
-        slots=slots, models=models, view=view, agent_metrics=tel.metrics, log_tail=logs.RING.tail
+        slots=slots,
+        models=models,
+        view=view,
+        keys=keys,
+        agent_metrics=tel.metrics,
+        log_tail=logs.RING.tail,
     )
     runtime = Runtime(
         registry=slots,
         control_app=peer_server.PeerServer(
-            guard.Guard(control, token=token),
+            guard.Guard(control, token=token, metrics_tokens=metrics_tokens),
             holdings=model_store,
             models_dir=cfg.models_dir,
-            token=peer_token,
+            tokens=keys,
         ),
         data_app=data_app.DataPlane(
             routes=slots,
             telemetry=tel,
-            api_keys=keys,
+            keys=keys,
             max_body_bytes=cfg.max_body_bytes,
             queue_timeout_s=cfg.queue_timeout_s,
+            hold_s=cfg.hung_up_grace_s,
         ),
     )
-    if peer_token is not None:  # a fleet that copies weights: boto3's set-up off the clock
+    if keys.serves_peers:  # a fleet that copies weights: boto3's set-up off the clock
         warm = asyncio.get_running_loop().run_in_executor(None, model_store.s3_client)
         warm.add_done_callback(_warmed)
     restored = slots.restore()
@@ -166,9 +199,18 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     ship.start()
     host_doctor.start()
     caffeinate = platform.start_caffeinate() if cfg.caffeinate else None
+    rotating = asyncio.get_running_loop().create_task(
+        logrotate.watch(
+            cfg.state_dir / "logs",
+            max_bytes=cfg.backend_log_max_bytes,
+            keep=cfg.backend_log_keep,
+            interval_s=LOG_ROTATE_INTERVAL_S,
+        )
+    )
     try:
         yield runtime
     finally:
+        rotating.cancel()
         host_doctor.stop()
         models.close()
         await slots.close()

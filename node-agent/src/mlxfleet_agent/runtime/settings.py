@@ -8,12 +8,13 @@ camelCase (`state_dir` or `stateDir`), values as on the command line; secrets ar
 file: it names the files that hold them (`token_file`, `data_api_keys_file`), and the telemetry
 keys come from the environment only. Precedence: flags, then the file, then the environment,
 then the defaults. `cli` builds the `serve` flags from `flags()`.
-May import: pydantic, yaml and the standard library. Called by: cli (builds it), runtime
-(compose, serve read it).
+May import: pydantic, yaml, the agent's contract and the standard library. Called by: cli (builds
+it), runtime (compose, serve read it).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import secrets
@@ -26,6 +27,8 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
+
+from mlxfleet_agent import contract
 
 
 class SettingsError(ValueError):
@@ -68,13 +71,33 @@ class Settings(BaseModel):
         Path | None, Opt("control API bearer token (default: <state-dir>/token, created)")
     ] = None
     peer_token_file: Annotated[
-        Path | None, Opt("fleet peer token: serve and fetch models Mac to Mac (optional)")
+        Path | None,
+        Opt(
+            "legacy shared peer token (deprecated: the operator sends each node its own peer "
+            "key; give this only while older agents still use one)"
+        ),
+    ] = None
+    metrics_token_file: Annotated[
+        Path | None,
+        Opt(
+            "bearer token a scraper (Prometheus) reads /metrics with, and nothing else "
+            "(/metrics beyond loopback needs it or the control token)"
+        ),
     ] = None
     tls_cert: Annotated[Path | None, Opt("PEM certificate of the control API")] = None
     tls_key: Annotated[Path | None, Opt("PEM key of the control API")] = None
     data_api_keys_file: Annotated[
-        Path | None, Opt("API keys the data plane accepts, one a line")
+        Path | None,
+        Opt("more keys the data plane accepts, one a line (besides the node's own key)"),
     ] = None
+    allow_open_data_plane: Annotated[
+        bool,
+        Opt(
+            "serve the data plane without any key on a non-loopback --bind (anyone who reaches "
+            "the port may use every model; development only)",
+            action="store_true",
+        ),
+    ] = False
     allowed_roots: Annotated[
         list[Path],
         Opt(
@@ -83,12 +106,36 @@ class Settings(BaseModel):
             action="append",
         ),
     ] = Field(default_factory=list)
+    fabric_address: Annotated[
+        str | None,
+        Opt(
+            "IPv4 address of this Mac on the network its sharded ranks use (the Thunderbolt "
+            "bridge): ranks listen there only (default: --bind when it is loopback, else none: "
+            "no ranks)"
+        ),
+    ] = None
+    rank_accept_timeout_s: Annotated[
+        float,
+        Field(gt=0, le=3600),
+        Opt(
+            "seconds a rank may wait in accept for its ring peers before it is stopped (default 60)"
+        ),
+    ] = 60.0
     command_programs: Annotated[
         list[str],
         Opt(
             "a program the `command` engine may run, by name or absolute path (repeatable; "
             "none: the engine is off)",
             flag="--allow-command",
+            action="append",
+        ),
+    ] = Field(default_factory=list)
+    command_env: Annotated[
+        list[str],
+        Opt(
+            "an environment variable a `command` slot may set, from the fleet's list "
+            "(repeatable; default: that whole list, docs/engines.md)",
+            flag="--allow-env",
             action="append",
         ),
     ] = Field(default_factory=list)
@@ -169,9 +216,35 @@ class Settings(BaseModel):
         Field(gt=0, le=3600),
         Opt("poll of a serving backend's health endpoint, mlx_lm's /health (default 2)"),
     ] = 2.0
+    backend_log_max_bytes: Annotated[
+        int,
+        Field(ge=4096),
+        Opt("size at which a backend's log is rotated, bytes (default 10 MiB)"),
+    ] = 10 * 1024 * 1024
+    backend_log_keep: Annotated[
+        int,
+        Field(ge=0, le=100),
+        Opt("rotated backend logs kept per backend (default 3)"),
+    ] = 3
     shutdown_drain_s: Annotated[
         float, Field(ge=0), Opt("drain of the data plane on exit (default 30)")
     ] = 30.0
+    busy_after_s: Annotated[
+        float,
+        Field(gt=0, le=86400),
+        Opt(
+            "a request waiting this long for its first token makes its slot busy: not ready, "
+            "out of routing until it answers (default 60)"
+        ),
+    ] = 60.0
+    hung_up_grace_s: Annotated[
+        float,
+        Field(gt=0, le=3600),
+        Opt(
+            "how long a request whose client left may hold a backend that cannot stop it "
+            "(mlx-lm mid-prompt) before that backend is restarted (default 5)"
+        ),
+    ] = 5.0
     max_body_bytes: Annotated[
         int, Field(ge=1024), Opt("largest data-plane request body (default 16 MiB)")
     ] = 16 * 1024 * 1024
@@ -236,6 +309,40 @@ class Settings(BaseModel):
             raise ValueError("tls_cert and tls_key must be given together")
         return self
 
+    @model_validator(mode="after")
+    def _fabric(self) -> Settings:
+        if self.fabric_address is not None:
+            try:
+                ipaddress.IPv4Address(self.fabric_address)
+            except ValueError:
+                raise ValueError(
+                    f"fabric_address {self.fabric_address!r} must be an IPv4 address (the "
+                    "Mac's address on its fabric network; mlx's ring backend speaks IPv4 only)"
+                ) from None
+        return self
+
+    def fabric(self) -> str | None:
+        """The address ranks listen on: --fabric-address, else 127.0.0.1 for an agent on
+        loopback, else None (this agent runs no rank)."""
+        if self.fabric_address is not None:
+            return self.fabric_address
+        return "127.0.0.1" if self.loopback_only() else None
+
+    @model_validator(mode="after")
+    def _command_env(self) -> Settings:
+        wider = sorted(set(self.command_env) - contract.COMMAND_ENV_NAMES)
+        if wider:
+            raise ValueError(
+                f"allow_env {', '.join(wider)}: an agent may only narrow the fleet's list "
+                f"({', '.join(sorted(contract.COMMAND_ENV_NAMES))}), since admission refuses "
+                "any other name"
+            )
+        return self
+
+    def command_env_names(self) -> frozenset[str]:
+        """The names a `command` slot may set here: --allow-env, or the fleet's whole list."""
+        return frozenset(self.command_env) or contract.COMMAND_ENV_NAMES
+
     def roots(self) -> list[Path]:
         """Allowed roots of file:// sources: --models-dir always, plus --allowed-root entries."""
         out = [self.models_dir.resolve()]
@@ -263,8 +370,8 @@ class Settings(BaseModel):
         return token
 
     def read_peer_token(self) -> str | None:
-        """The fleet's peer token (the same on every agent: it lets agents read each other's
-        models and nothing else), or None: this agent neither serves nor asks peers."""
+        """The legacy shared peer token (the same on every agent that has it: it lets agents
+        read each other's models), or None: peers only by per-node fetch tokens."""
         if self.peer_token_file is None:
             return None
         path = self.peer_token_file
@@ -276,8 +383,31 @@ class Settings(BaseModel):
             )
         return token
 
+    def read_metrics_token(self) -> str | None:
+        """The scrape token (`/metrics` only), or None: none is set."""
+        if self.metrics_token_file is None:
+            return None
+        path = self.metrics_token_file
+        token = _read_text(path, flag="--metrics-token-file", what="the metrics scrape token")
+        token = token.strip()
+        if len(token) < 16:
+            raise SettingsError(
+                f"--metrics-token-file {path}: the token must be at least 16 characters "
+                "(the bearer token Prometheus sends, as in its credentials file)"
+            )
+        return token
+
+    def loopback_only(self) -> bool:
+        """Whether both ports listen on a loopback address only (`--bind`)."""
+        if self.bind == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.bind).is_loopback
+        except ValueError:
+            return False  # a host name: it may resolve anywhere
+
     def read_data_keys(self) -> frozenset[str] | None:
-        """API keys the data plane accepts (one a line), or None: the data plane is open."""
+        """More keys the data plane accepts (one a line), or None: only the node's own."""
         if self.data_api_keys_file is None:
             return None
         text = _read_text(
@@ -291,6 +421,24 @@ class Settings(BaseModel):
                 "(one key a line; lines starting with # are comments)"
             )
         return keys
+
+    @property
+    def loopback(self) -> bool:
+        """Both ports listen on loopback only (--bind 127.0.0.1, ::1 or localhost)."""
+        if self.bind == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.bind).is_loopback
+        except ValueError:
+            return False
+
+    def may_be_open(self) -> bool:
+        """The data plane may serve without a key: on loopback, or when told to."""
+        return self.loopback or self.allow_open_data_plane
+
+    def credentials_path(self) -> Path:
+        """Where the node's own keys from the operator are kept."""
+        return self.state_dir / "credentials.json"
 
     def prepare(self) -> None:
         """Start-up checks with messages naming the flag, the value and what to do: the state and
@@ -310,6 +458,7 @@ class Settings(BaseModel):
                 )
         self.read_token()
         self.read_peer_token()
+        self.read_metrics_token()
         self.read_data_keys()
 
 

@@ -1,12 +1,13 @@
 """The convergence loop of one slot: apply its desired spec, one at a time, until deleted.
 
-Each wake-up (a new spec, a retry after a failure, a restart after a crash) converges the slot:
-cold start when no backend serves, in-place adoption when only names or policies changed
-(`swap.same_runtime`), a restart for a rank of a sharded group re-formed on the same model
-(groups re-form as a whole), else a swap (`swap.run`; a rank's model change too: a SwapPlan swaps
-the group as a unit, `swap.rank_swap`). A failure without a serving backend marks the
-slot Failed and retries with backoff; a deletion drains and stops every backend and ends the
-loop. Written over the slot's public operations; the registry starts it (`slot.start(run)`).
+Each wake-up (a new spec, a retry after a failure, a restart after a crash, a stuck backend to
+replace: `swap.renew`) converges the slot: cold start when no backend serves, in-place adoption
+when only names or policies changed (`swap.same_runtime`), a restart for a rank of a sharded
+group re-formed on the same model (groups re-form as a whole), else a swap (`swap.run`; a rank's
+model change too: a SwapPlan swaps the group as a unit, `swap.rank_swap`). A failure without a
+serving backend marks the slot Failed and retries with backoff; a deletion drains and stops
+every backend and ends the loop. Written over the slot's public operations; the registry starts
+it (`slot.start(run)`).
 May import: the standard library, contract, models.source, slots (slot, swap).
 Called by: slots.registry.
 """
@@ -42,7 +43,10 @@ async def run(slot: Slot) -> None:
 
 
 async def converge(slot: Slot) -> None:
-    """One step towards the desired spec."""
+    """One step towards the desired spec (a stuck backend is replaced first)."""
+    renewal, slot.renewal = slot.renewal, None
+    if renewal is not None and renewal[0] is slot.active:
+        await swap.renew(slot, renewal[0], reason=renewal[1])
     target, src = slot.desired, slot.desired_source
     handle = slot.active
     if handle is None:

@@ -46,3 +46,4 @@ class Deps:
     telemetry: recorder.Telemetry
     owner: Owner
     restart_backoff_max_s: float
+    busy_after_s: float = 60.0  # a request waiting this long for its first token: busy

@@ -1,8 +1,11 @@
 """A ready backend of a slot (`Handle`), and weights made ready for one (`Prepared`).
 
-Requests hold a handle from admission to their last byte (`in_flight`); a retired handle
-drains (`drained` is set once its last request ended) and is then stopped by its slot.
-May import: the standard library, contract, backends.process, models.source.
+Requests hold a handle from admission to their last byte (`in_flight`); the ones sent to its
+backend are kept in the order sent, with those still waiting for a first token (`sent`,
+`waiting`: what "busy" and "a hung-up request holds the backend" are judged from). A retired
+handle drains (`drained` is set once its last request ended) and is then stopped by its slot.
+May import: the standard library, contract, backends.process, engines.tokencount, models.source,
+slots.lease.
 Called by: slots (slot, handles, gate, swap).
 """
 
@@ -14,7 +17,9 @@ from pathlib import Path
 
 from mlxfleet_agent import contract
 from mlxfleet_agent.backends import process
+from mlxfleet_agent.engines import tokencount
 from mlxfleet_agent.models import source
+from mlxfleet_agent.slots import lease
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,12 @@ class Handle:
     watcher: asyncio.Task[None] | None = None
     fingerprint: str | None = None  # the backend's system_fingerprint (from its warm-up)
     vocab_size: int | None = None  # token ids a request may name are below it (config.json)
+    # the model's prompt tokens (its tokenizer, loaded with the backend; a byte bound until then)
+    counter: lease.PromptCounter = field(default_factory=tokencount.ByteBound)
+    # requests sent to the backend and not finished, in the order sent (key -> when), and those
+    # of them still waiting for their first token: how long the backend has been busy
+    sent: dict[int, float] = field(default_factory=dict)
+    waiting: dict[int, float] = field(default_factory=dict)
 
     @property
     def pinned(self) -> str:
@@ -54,6 +65,11 @@ class Handle:
     @property
     def port(self) -> int:
         return self.backend.port
+
+    def waited_longest(self, now: float) -> float:
+        """Seconds the oldest request still waiting for its first token has waited (0: none)."""
+        oldest = next(iter(self.waiting.values()), None)
+        return 0.0 if oldest is None else now - oldest
 
     def release(self) -> None:
         self.in_flight -= 1

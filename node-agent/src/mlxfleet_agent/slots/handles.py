@@ -29,6 +29,7 @@ class Handles:
         self.active: Handle | None = None
         self.standby: Handle | None = None  # B while it loads, before the switch
         self.retiring: list[Handle] = []
+        self._guards: set[asyncio.Future[None]] = set()  # ranks' accept guards (ranks.py)
 
     def all(self) -> list[Handle]:
         """Every live handle: active, standby, then the retiring ones."""
@@ -43,7 +44,9 @@ class Handles:
         spec = prepared.spec
         config = ranks.read_config(prepared.model_dir)
         if spec.shard is not None:
-            why = ranks.check_model(spec.shard, config)
+            why = self.deps.launcher.rank_refused(spec.shard) or ranks.check_model(
+                spec.shard, config
+            )
             if why is not None:
                 self.deps.catalog.release(prepared.label)
                 raise process.BackendFailed(why)
@@ -64,6 +67,12 @@ class Handles:
     async def start(self, handle: Handle) -> None:
         await handle.backend.start()
         self.deps.owner.backends_changed()
+        if handle.spec.shard is not None:  # mlx's ring accepts without a timeout: bound it
+            task = asyncio.ensure_future(
+                self.deps.launcher.guard_accept(handle.backend, handle.spec.shard)
+            )
+            self._guards.add(task)
+            task.add_done_callback(self._guards.discard)
 
     async def warm(self, handle: Handle, probes: Sequence[plugin.Probe]) -> None:
         """Wait until the started backend is ready (NotReady, or OSError, when it is not)."""

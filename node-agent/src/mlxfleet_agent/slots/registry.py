@@ -42,6 +42,7 @@ class Registry:
         queue_limit: int,
         memory_budget: int | None,
         restart_backoff_max_s: float,
+        busy_after_s: float = 60.0,
     ) -> None:
         self.state_dir = state_dir
         self.catalog = catalog
@@ -54,6 +55,7 @@ class Registry:
             telemetry=telemetry,
             owner=self,
             restart_backoff_max_s=restart_backoff_max_s,
+            busy_after_s=busy_after_s,
         )
 
     # ---- lifecycle ----------------------------------------------------------------------------
@@ -95,6 +97,12 @@ class Registry:
     def served_names(self) -> list[str]:
         return [s.desired.served_name for s in self.slots.values() if not s.deleted]
 
+    def serving(self) -> bool:
+        return any(
+            s.active is not None and s.refusal() is None and s is self.route(s.desired.served_name)
+            for s in self.slots.values()
+        )
+
     # ---- desired state ------------------------------------------------------------------------
 
     def get(self, name: str) -> Slot:
@@ -134,6 +142,9 @@ class Registry:
             self._deps.launcher.check(spec.engine)
         except recipes.EngineRefused as exc:
             raise refusals.Rejected(422, str(exc), field="engine") from exc
+        refused = self._deps.launcher.rank_refused(spec.shard)
+        if refused is not None:
+            raise refusals.Rejected(422, refused, field="shard.hosts")
         src = self.catalog.admit(spec)
         self._check_fit(name, spec, src)
         self._save({**self._desired(), name: spec})  # first: if it fails, nothing changed

@@ -9,8 +9,8 @@ loop itself runs in a task the registry starts (`start(run)`). The slot keeps th
 the phase, the gate, the swap records and the watch on its backends; the backends themselves
 (active, standby, retiring: bringing one up, draining, stopping) are `handles.Handles`, and what
 every slot shares is `deps.Deps`.
-May import: the standard library, contract, backends (process, readiness), models (progress,
-source), slots (deps, gate, handle, handles, lease).
+May import: the standard library, contract, backends (process, readiness), engines.tokencount,
+models (progress, source), slots (deps, gate, handle, handles, lease).
 Called by: slots (registry, swap, convergence); the data plane through `slots.lease` only.
 """
 
@@ -27,6 +27,7 @@ from typing import Any
 
 from mlxfleet_agent import contract
 from mlxfleet_agent.backends import process, readiness
+from mlxfleet_agent.engines import tokencount
 from mlxfleet_agent.models import progress, source
 from mlxfleet_agent.slots import deps as deps_
 from mlxfleet_agent.slots import gate, handles, lease
@@ -37,7 +38,7 @@ SWAP_HISTORY = 50
 Phase = contract.SlotPhase
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class SlotLease:
     """A request's lease on a backend of `slot` (see `slots.lease.Lease`)."""
 
@@ -47,7 +48,27 @@ class SlotLease:
     swap: contract.SwapRecord | None
 
     def release(self, *, ok: bool) -> None:
+        self._forget()
         self.slot.finished(self, ok=ok)
+
+    def sent(self) -> None:
+        now = time.monotonic()
+        self.upstream.sent[id(self)] = now
+        self.upstream.waiting[id(self)] = now
+
+    def answered(self) -> None:
+        self.upstream.waiting.pop(id(self), None)
+
+    def first_in_line(self) -> bool:
+        return next(iter(self.upstream.sent), None) == id(self)
+
+    def stuck(self, reason: str) -> None:
+        self._forget()
+        self.slot.renew(self.upstream, reason=reason)
+
+    def _forget(self) -> None:
+        self.upstream.sent.pop(id(self), None)
+        self.upstream.waiting.pop(id(self), None)
 
 
 class Slot:
@@ -73,6 +94,7 @@ class Slot:
         self.swaps: deque[contract.SwapRecord] = deque(maxlen=SWAP_HISTORY)
         self._desired = (spec, src)
         self.request_id: str | None = None  # the caller's id for a swap to the desired spec
+        self.renewal: tuple[Handle, str] | None = None  # a stuck backend to replace, and why
         self._backends = handles.Handles(deps)
         self._gate = gate.Gate(slot=name, limit=queue_limit)
         self._swap: contract.SwapRecord | None = None
@@ -98,6 +120,10 @@ class Slot:
     @property
     def queued(self) -> int:
         return self._gate.queued
+
+    def serving(self) -> Handle | None:
+        """The active backend, not leased (`slots.lease.Route.serving`)."""
+        return self._backends.active
 
     def refusal(self) -> str | None:
         """Why no request is served now (deleted, shutting down, failed without a backend)."""
@@ -142,16 +168,33 @@ class Slot:
 
     # ---- status -------------------------------------------------------------------------------
 
+    def busy(self) -> str | None:
+        """Why the active backend counts as busy: a request has waited longer than the busy
+        deadline for its first token (None: it is not)."""
+        handle = self._backends.active
+        if handle is None:
+            return None
+        waited = handle.waited_longest(time.monotonic())
+        deadline = self.deps.busy_after_s
+        if waited <= deadline:
+            return None
+        return (
+            f"a request has waited {waited:.0f}s for its first token (busy deadline "
+            f"{deadline:.0f}s); {len(handle.waiting)} waiting, {handle.in_flight} in flight"
+        )
+
     def status(self) -> contract.SlotStatus:
         handle = self._backends.active
         serving = handle.spec if handle is not None else self.desired
+        busy = self.busy()
         return contract.SlotStatus(
             name=self.name,
             served_name=self.desired.served_name,
             source=serving.source,
             revision=serving.revision,
             phase=self.phase,
-            ready=handle is not None and self._gate.is_open,
+            ready=handle is not None and self._gate.is_open and busy is None,
+            busy=busy,
             backend_port=handle.backend.port if handle is not None else None,
             in_flight=sum(h.in_flight for h in self._backends.all()),
             queued=self.queued,
@@ -192,6 +235,18 @@ class Slot:
         self._wake.set()
         self._abandon_forming(spec)
 
+    def renew(self, handle: Handle, *, reason: str) -> None:
+        """`handle`'s backend holds work it cannot stop (a request whose client left): replace
+        it with a fresh backend of the same spec (the convergence loop runs `swap.renew`)."""
+        if handle is not self._backends.active or self.renewal is not None:
+            return
+        if handle.spec.shard is not None:  # a rank never restarts alone (its group re-forms)
+            log.warning("rank holds work it cannot stop", extra={"slot": self.name})
+            return
+        log.warning("backend to be restarted", extra={"slot": self.name, "reason": reason})
+        self.renewal = (handle, reason)
+        self._wake.set()
+
     def delete(self) -> None:
         self.deleted = True
         self._wake.set()
@@ -221,6 +276,7 @@ class Slot:
         """Converge again after the restart backoff (1, 2, 4 ... s)."""
         delay = readiness.next_backoff(self.restarts, max_s=self.deps.restart_backoff_max_s)
         self.restarts += 1
+        self.deps.telemetry.backend_restarted(self.name)
 
         async def later() -> None:
             await asyncio.sleep(delay)
@@ -294,13 +350,18 @@ class Slot:
         if self._backends.active is None:
             self.phase = Phase.LOADING
         handle, probes = self._backends.create(prepared)
+        counting = self._load_counter(prepared)
         try:
             await self._backends.start(handle)
             if self._backends.active is None:
                 self.phase = Phase.WARMING
             await self._backends.warm(handle, probes)
+            if counting is not None:
+                handle.counter = await counting
         except BaseException as exc:
             self._download = None
+            if counting is not None:
+                counting.cancel()
             await self._backends.discard(handle, label=prepared.label)
             if isinstance(exc, readiness.NotReady | OSError):
                 raise process.BackendFailed(f"{exc}; log: {handle.backend.log_tail()}") from exc
@@ -308,6 +369,17 @@ class Slot:
         self._download = None  # loaded: the download's figures are history
         handle.watcher = asyncio.get_running_loop().create_task(self._watch(handle))
         return handle
+
+    def _load_counter(
+        self, prepared: Prepared
+    ) -> asyncio.Future[tokencount.Counter | tokencount.ByteBound] | None:
+        """The model's tokenizer, read in a thread while the backend starts (engines that
+        generate only: the KV budget is checked for completions)."""
+        generating = {contract.Capability.CHAT, contract.Capability.COMPLETIONS}
+        if not generating & set(prepared.spec.engine.capabilities):
+            return None
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(None, tokencount.load, prepared.model_dir)
 
     def switch(self, handle: Handle) -> Handle | None:
         """Atomically make `handle` the active backend and open the gate; return the old one."""
@@ -401,6 +473,7 @@ class Slot:
         self.phase = Phase.LOADING
         delay = readiness.next_backoff(self.restarts - 1, max_s=self.deps.restart_backoff_max_s)
         self.restarts += 1
+        self.deps.telemetry.backend_restarted(self.name)
         await self._backends.stop(handle)
         await asyncio.sleep(delay if self.restarts > 1 else 0.0)
         self._wake.set()

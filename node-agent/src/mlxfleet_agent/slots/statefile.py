@@ -2,7 +2,9 @@
 
 Written atomically (`host.files`: temp file, fsync, rename, fsync the directory), so a SIGKILL
 at any moment leaves either the old or the new file. An unreadable file is moved aside
-(`slots.corrupt`) and logged, never fatal: the agent starts with no slots.
+(`slots.corrupt`) and logged, never fatal: the agent starts with no slots. One slot that no
+longer validates (a spec an older agent accepted, such as a `command` environment variable now
+outside the allow-list) is logged and left out; the others come back.
 May import: the standard library, pydantic, contract, host.files. Called by: slots.registry.
 """
 
@@ -21,7 +23,7 @@ from mlxfleet_agent.host import files
 
 log = logging.getLogger(__name__)
 SLOTS_FILE = "slots.json"
-_SPECS = TypeAdapter(dict[str, contract.SlotSpec])
+_SPEC = TypeAdapter(contract.SlotSpec)
 
 
 def save(state_dir: Path, specs: dict[str, contract.SlotSpec]) -> None:
@@ -36,11 +38,23 @@ def load(state_dir: Path) -> dict[str, contract.SlotSpec]:
         return {}
     try:
         raw: Any = json.loads(path.read_text())
-        return _SPECS.validate_python(raw.get("slots", {}))
-    except (OSError, ValueError, AttributeError, ValidationError) as exc:
+        slots = raw.get("slots", {})
+        if not isinstance(slots, dict):
+            raise ValueError("slots is not an object")
+    except (OSError, ValueError, AttributeError) as exc:
         aside = path.with_suffix(".corrupt")
         log.error(
             "state file unreadable, moved aside", extra={"path": str(path), "error": str(exc)}
         )
         os.replace(path, aside)
         return {}
+    out: dict[str, contract.SlotSpec] = {}
+    for name, body in slots.items():
+        try:
+            out[str(name)] = _SPEC.validate_python(body)
+        except ValidationError as exc:
+            log.error(
+                "persisted slot no longer valid, not restored",
+                extra={"slot": name, "error": str(exc)},
+            )
+    return out

@@ -9,6 +9,11 @@ Written over the slot's public operations only (`slot.Slot`):
 - rollback: B fails to become ready: A keeps serving (surge) or is restarted (hold); the desired
   spec reverts to A's and the record says RolledBack with the reason. If A cannot come back
   either, the outcome is Failed and the slot retries with backoff.
+- renew: A holds work it cannot stop (a prompt whose client left, which mlx-lm processes to the
+  end): new requests queue, a fresh backend of the same spec loads (beside A when both fit, and
+  then A's other requests may finish, bounded by drainTimeoutSeconds; else A is stopped first
+  and its requests fail), the queue goes to it. Not a swap: no record, the slot's lastError
+  and restart count say it.
 B's weights are fetched, pinned and sized once per swap (`prepare`), before A is touched.
 A rank of a sharded group whose model changes swaps the same way (`rank_swap`; the operator's
 SwapPlan sends every rank of the group Surge or Hold, decided for the group; Auto means Hold for
@@ -173,6 +178,35 @@ def _strategy(slot: Slot, old: Handle, prepared: Prepared) -> Strategy:
         budget=budget,
         rank=prepared.spec.shard is not None,
     )
+
+
+async def renew(slot: Slot, old: Handle, *, reason: str) -> None:
+    """Replace the stuck backend `old` with a fresh one of its spec (see the module docstring);
+    raises when the fresh one fails (the convergence loop then retries with backoff)."""
+    slot.restarts += 1
+    slot.last_error = f"backend restarted: {reason}"
+    slot.close_gate()
+    prepared = await slot.prepare(old.spec, old.source)
+    owner = slot.deps.owner
+    beside = owner.others_estimate(slot.name) + old.estimate + prepared.estimate <= owner.budget()
+    log.warning(
+        "backend restarting",
+        extra={"slot": slot.name, "reason": reason, "beside_old": beside, "pid": old.backend.pid},
+    )
+    if not beside:
+        slot.take_offline(old)
+        await slot.stop_retired(old)
+    try:
+        new = await slot.load(prepared)
+    except BaseException:
+        if beside and slot.active is old:
+            slot.open_gate()  # the stuck one is all there is: serve with it meanwhile
+        raise
+    slot.switch(new)
+    if beside:
+        await slot.drain(old, timeout_s=float(old.spec.swap.drain_timeout_seconds))
+        await slot.stop_retired(old)
+    log.info("backend restarted", extra={"slot": slot.name, "pid": new.backend.pid})
 
 
 async def _bring_up(slot: Slot, prepared: Prepared, record: contract.SwapRecord) -> None:

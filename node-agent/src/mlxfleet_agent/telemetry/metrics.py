@@ -25,6 +25,9 @@ PRESSURE_LEVELS = ("normal", "warn", "critical")
 # Moderate, Heavy, Trapping/Sleeping map to nominal, fair, serious, critical). The alert rules
 # read `mlxfleet_agent_thermal_pressure{level}`; a host reading without it exports nothing.
 THERMAL_LEVELS = ("nominal", "fair", "serious", "critical")
+# What can happen to a telemetry interval; each is exported from 0, so the first drop is an
+# increase a rule sees (MlxfleetTelemetryDropped).
+INTERVAL_RESULTS = ("closed", "uploaded", "upload_failed", "dropped")
 # Host gauges exported when the host reading has the key: (key, help).
 HOST_GAUGES = (
     ("memory_total_bytes", "Unified memory of the node."),
@@ -77,6 +80,32 @@ def _one_hot(name: str, help_text: str, levels: Iterable[str], now: object) -> G
     for level in levels:
         family.add_metric([level], 1.0 if now == level else 0.0)
     return family
+
+
+class _SlotCollector(Collector):
+    """Per-slot gauges read at scrape time: requests queued for the slot (beyond its
+    maxConcurrency, or while it is not ready) and whether it is busy (out of routing)."""
+
+    def __init__(self, read: Callable[[], Iterable[contract.SlotStatus]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        queued = GaugeMetricFamily(
+            f"{NAMESPACE}_queued_requests",
+            "Requests waiting in the slot's queue (beyond maxConcurrency, or while not ready).",
+            labels=["slot"],
+        )
+        busy = GaugeMetricFamily(
+            f"{NAMESPACE}_slot_busy",
+            "1 while a request of the slot has waited past the busy deadline for its first "
+            "token (the slot is out of routing), else 0.",
+            labels=["slot"],
+        )
+        for slot in self._read():
+            queued.add_metric([slot.name], float(slot.queued))
+            busy.add_metric([slot.name], 1.0 if slot.busy else 0.0)
+        yield queued
+        yield busy
 
 
 class AgentMetrics:
@@ -145,12 +174,26 @@ class AgentMetrics:
             ["slot", "outcome"],
             registry=r,
         )
+        self.restarts = prometheus_client.Counter(
+            f"{NAMESPACE}_backend_restarts_total",
+            "Backends started again after one stopped serving or failed to start, per slot.",
+            ["slot"],
+            registry=r,
+        )
+        self.tls_expiry = prometheus_client.Gauge(
+            f"{NAMESPACE}_tls_certificate_expiry_timestamp_seconds",
+            "When the certificate a listener serves expires (its notAfter), Unix seconds.",
+            ["listener"],
+            registry=r,
+        )
         self.intervals = prometheus_client.Counter(
             f"{NAMESPACE}_telemetry_intervals_total",
             "Telemetry intervals by what happened to them.",
             ["result"],  # closed | uploaded | upload_failed | dropped
             registry=r,
         )
+        for result in INTERVAL_RESULTS:
+            self.intervals.labels(result=result)
         self.buffered = prometheus_client.Gauge(
             f"{NAMESPACE}_telemetry_buffered_intervals",
             "Closed intervals waiting on disk for the object store.",
@@ -159,6 +202,9 @@ class AgentMetrics:
 
     def add_host_collector(self, read: Callable[[], dict[str, Any]]) -> None:
         self.registry.register(_HostCollector(read))
+
+    def add_slot_collector(self, read: Callable[[], Iterable[contract.SlotStatus]]) -> None:
+        self.registry.register(_SlotCollector(read))
 
     def exposition(self) -> bytes:
         return bytes(prometheus_client.generate_latest(self.registry))

@@ -146,6 +146,12 @@ class Telemetry:
                 )
             )
 
+    def backend_restarted(self, slot: str) -> None:
+        """A slot starts its backend again (it stopped serving, or loading failed)."""
+        with self._lock:
+            self._counters["backend_restarts_total"] += 1
+            self.metrics.restarts.labels(slot=slot).inc()
+
     def counters(self) -> dict[str, float]:
         """Flat totals for GET /v1/state `counters`."""
         with self._lock:
@@ -161,6 +167,8 @@ class Telemetry:
             self._slot_model[slot] = (model, source, namespace)
             agg = self._open.slot(slot, model)
             agg.source, agg.namespace = source, namespace
+            for outcome in contract.SwapOutcome:  # from 0: a first failure is an increase
+                self.metrics.swaps.labels(slot=slot, outcome=str(outcome))
 
     def forget_slot(self, slot: str) -> None:
         with self._lock:

@@ -129,6 +129,7 @@ class Credentials:
     url: str
     token: str
     ca_pem: str | None = None
+    token_expires_at: datetime | None = None  # the token Secret's mlxfleet.io/expires-at
 
 
 @functools.lru_cache(maxsize=64)
@@ -299,11 +300,21 @@ class AgentClient:
             return []
         return contract.SwapList.model_validate_json(response.content).items
 
+    async def put_credentials(self, creds: contract.NodeCredentials) -> str:
+        """Send the node its own keys; the fingerprint it now reports."""
+        body = creds.model_dump(mode="json", by_alias=True)
+        response = await self._call("put_credentials", "PUT", "/credentials", json=body)
+        try:
+            return contract.CredentialsStatus.model_validate_json(response.content).fingerprint
+        except ValidationError as exc:
+            raise AgentUnreachable(f"PUT /credentials: unexpected body: {exc}") from exc
+
     async def prefetch(
-        self, model: ModelRef, peers: Sequence[str] = ()
+        self, model: ModelRef, peers: Sequence[contract.Peer | str] = ()
     ) -> contract.CachedModel | None:
-        """Ask the agent to fetch (and size) a model, from `peers` (agents' control URLs) before
-        the origin; None when it answers without a body yet."""
+        """Ask the agent to fetch (and size) a model, from `peers` (agents' control URLs, each
+        with the fetch token it accepts from this node) before the origin; None when it answers
+        without a body yet."""
         body = contract.PrefetchRequest(
             source=model.source, revision=model.revision, peers=list(peers)
         )

@@ -96,9 +96,18 @@ class Cache:
         except kube.SecretMissing as exc:
             raise CredentialsError(str(exc)) from exc
         bad = spec.ca_secret_ref
-        if ca is not None and bad is not None and (problem := agent.untrusted(ca)) is not None:
+        if (
+            ca is not None
+            and bad is not None
+            and (problem := agent.untrusted(ca.value)) is not None
+        ):
             raise CredentialsInvalid(
                 f"key {bad.key!r} of Secret {bad.namespace}/{bad.name} (spec.agent.caSecretRef) "
                 f"is not a PEM CA certificate: {problem}"
             )
-        return agent.Credentials(url=spec.url, token=token, ca_pem=ca)
+        return agent.Credentials(
+            url=spec.url,
+            token=token.value,
+            ca_pem=ca.value if ca is not None else None,
+            token_expires_at=token.expires_at,
+        )

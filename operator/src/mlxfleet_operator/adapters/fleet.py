@@ -17,6 +17,11 @@ every `credentials_ttl` seconds per node); a poll the agent answers 401/403 drop
 once more with the Secrets read again (a rotated token).
 Every agent request is sent and timed on the fleet's own `agent.IoLoop` thread, so a busy
 operator loop never makes a healthy agent look unreachable (heartbeats measure the agent).
+With the fleet key (`fleet_keys`), each polled node is sent its own keys when its answer shows
+it lacks them (`keep_credentials`), and a prefetch names each peer with the fetch token that
+peer accepts from the asking node for that model (`contract.credentials`); without it, peers
+are bare URLs (the agents' legacy shared peer token). Only approved nodes are polled, so only
+they get keys, are peers or are asked to fetch.
 May import: the standard library, `agent`, `credentials`, `kube`, `api`, `core` (fact types),
 the agent `contract`. Called by: handlers (through `runtime.Runtime.fleet`).
 """
@@ -79,10 +84,12 @@ class Fleet:
         self,
         kube_: kube.Kube,
         *,
+        fleet_keys: Sequence[str] = (),
         credentials_ttl: float = credentials.TTL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.entries: dict[str, Entry] = {}
+        self.fleet_keys = tuple(fleet_keys)
         self.io = agent.IoLoop()  # started on the first request, stopped by `aclose`
         self._lock = asyncio.Lock()
         self.credentials = credentials.Cache(kube_, ttl=credentials_ttl, clock=clock)
@@ -340,6 +347,11 @@ class Fleet:
 
     # ------------------------------------------------------------------ agent requests
 
+    def token_expiry(self, name: str) -> datetime | None:
+        """When the node's agent token expires, as its Secret says (None: unknown, never)."""
+        entry = self.entries.get(name)
+        return entry.client.credentials.token_expires_at if entry is not None else None
+
     async def poll(self, node: inode.InferenceNode) -> nodes.Poll:
         """`GET /v1/state` of the node's agent, failures named by what a person must fix. A
         401/403 with cached credentials asks once more with the Secret read again (rotated)."""
@@ -393,6 +405,40 @@ class Fleet:
         self.slot_removed(name, slot)
         return facts.Outcome(name)
 
+    async def keep_credentials(
+        self, node: inode.InferenceNode, state: contract.AgentState
+    ) -> str | None:
+        """Send the node its own keys when its agent's answer shows it lacks them (nothing
+        without a fleet key); why that failed, else None."""
+        entry = self.entries.get(node.metadata.name or "")
+        if not self.fleet_keys or entry is None:
+            return None
+        wanted = nodes.credentials(self.fleet_keys, node)
+        if not nodes.needs_credentials(state, wanted):
+            return None
+        try:
+            await entry.client.put_credentials(wanted)
+        except agent.AgentError as exc:
+            return str(exc)
+        return None
+
+    def _with_tokens(
+        self, fetcher: str, model: ModelRef, peers: Sequence[str]
+    ) -> list[contract.Peer | str]:
+        """Each peer URL with the fetch token that peer accepts from `fetcher` for `model` (by
+        the node whose client has that URL); bare URLs without a fleet key."""
+        if not self.fleet_keys:
+            return list(peers)
+        named = {e.client.credentials.url: n for n, e in self.entries.items() if n != fetcher}
+        mid = contract.credentials.model_id(model.source, model.revision)
+        out: list[contract.Peer | str] = []
+        for url in peers:
+            if (peer := named.get(url)) is not None:
+                key = contract.credentials.peer_key(self.fleet_keys[0], peer)
+                token = contract.credentials.fetch_token(key, fetcher=fetcher, model_id=mid)
+                out.append(contract.Peer(url=url, token=token))
+        return out
+
     async def prefetch(
         self, name: str, model: ModelRef, peers: Sequence[str] = ()
     ) -> facts.Prefetch | None:
@@ -402,7 +448,7 @@ class Fleet:
         if entry is None:
             return None
         try:
-            cached = await entry.client.prefetch(model, peers)
+            cached = await entry.client.prefetch(model, self._with_tokens(name, model, peers))
         except agent.AgentError as exc:
             return facts.Prefetch(name, error=str(exc), status=exc.status)
         return facts.Prefetch(name, cached=cached)

@@ -21,6 +21,7 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 
 import kubernetes
@@ -38,6 +39,25 @@ FIELD_MANAGER = "mlxfleet-operator"
 APPLY = "application/apply-patch+yaml"
 JSON_PATCH = "application/json-patch+json"
 JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AgentSecret:
+    """One key of an agent-credentials Secret, and when the Secret says it expires."""
+
+    value: str
+    expires_at: datetime | None = None
+
+
+def _instant(text: str | None) -> datetime | None:
+    """An RFC 3339 time with a zone (`2027-01-31T00:00:00Z`); None for anything else."""
+    if not text:
+        return None
+    try:
+        found = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return found if found.tzinfo is not None else None
 
 
 class KubeError(Exception):
@@ -94,8 +114,9 @@ class Kube:
 
     # ------------------------------------------------------------------------------ secrets
 
-    async def agent_credential(self, *, namespace: str, name: str, key: str) -> str:
-        """One key of a Secret labelled as agent credentials (`AGENT_CREDENTIALS_LABEL=true`).
+    async def agent_credential(self, *, namespace: str, name: str, key: str) -> AgentSecret:
+        """One key of a Secret labelled as agent credentials (`AGENT_CREDENTIALS_LABEL=true`),
+        with the expiry its `EXPIRES_AT_ANNOTATION` declares (None: none, or not a time).
 
         Whoever writes an InferenceNode chooses both the Secret and the URL it is sent to, so an
         unlabelled Secret is refused before its data is looked at: only Secrets an admin marked
@@ -117,7 +138,11 @@ class Kube:
         data = secret.data or {}
         if key not in data:
             raise SecretMissing(f"Secret {namespace}/{name} has no key {key!r}")
-        return base64.b64decode(data[key]).decode().strip()
+        notes = (secret.metadata.annotations if secret.metadata is not None else None) or {}
+        return AgentSecret(
+            base64.b64decode(data[key]).decode().strip(),
+            expires_at=_instant(notes.get(resources.EXPIRES_AT_ANNOTATION)),
+        )
 
     async def provider_key_seen(self, *, namespace: str, name: str) -> modelroute.KeySeen | None:
         """A provider-key Secret's type and annotations, never its data (a table row: the
@@ -136,6 +161,11 @@ class Kube:
         except ApiException as exc:
             if exc.status == 404:
                 return None
+            if exc.status == 403:  # resourceNames: only the provider keys the admin listed
+                return modelroute.KeySeen(
+                    error=f"{where}: 403 Forbidden (the operator may look only at the "
+                    "provider-key Secrets listed in chart value operator.providerKeySecrets)"
+                )
             return modelroute.KeySeen(error=f"{where}: {exc.status} {exc.reason}")
         except OSError as exc:
             return modelroute.KeySeen(error=f"{where}: {exc}")

@@ -221,8 +221,12 @@ class TelemetryStore:
         self.put_object(key, body, content_type="application/x-ndjson")
         return key
 
+    def report_key(self, name: str) -> str:
+        """Where report file `name` lives: `<prefix>/reports/<name>`."""
+        return "/".join(p for p in (self.config.prefix.strip("/"), "reports", name) if p)
+
     def put_report(self, name: str, data: bytes, *, content_type: str) -> str:
         """Write a rendered report under `<prefix>/reports/<name>`; returns the key."""
-        key = "/".join(p for p in (self.config.prefix.strip("/"), "reports", name) if p)
+        key = self.report_key(name)
         self.put_object(key, data, content_type=content_type)
         return key

@@ -1,7 +1,8 @@
 """Which Kubernetes objects are the operator's own, and whether one is already as it would write it.
 
-The operator writes a ModelDeployment's Service and EndpointSlices only where they are its own
-(`owns`: our managed-by label and a controller `owner_reference` to the deployment); anything
+The operator writes a ModelDeployment's (or an InferenceNode's metrics) Service and
+EndpointSlices only where they are its own (`owns`: our managed-by label and a controller
+`owner_reference` to that owner); anything
 else with the name is left alone and a person is told why (`conflict_message`). `covers` tells
 a read object that already holds every field we would write (the publish resync then reads, it
 does not write). Pure: plain JSON objects in, no I/O.
@@ -37,17 +38,18 @@ def covers(found: Any, wanted: Any) -> bool:
 
 
 def owns(deployment: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
-    """The operator made `obj` for this deployment: our managed-by label and a controller
-    ownerReference to this ModelDeployment (its uid, or its name: a deployment deleted and
-    created again under the same name takes its predecessor's objects back)."""
+    """The operator made `obj` for this owner (a ModelDeployment unless its body says another
+    kind): our managed-by label and a controller ownerReference to it (its uid, or its name: an
+    owner deleted and created again under the same name takes its predecessor's objects back)."""
     meta = obj.get("metadata") or {}
     if (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") != MANAGED_BY:
         return False
     mine = deployment["metadata"]
+    kind = deployment.get("kind", resources.MODEL_DEPLOYMENT.kind)
     for ref in meta.get("ownerReferences") or []:
         ours = (
             ref.get("controller") is True
-            and ref.get("kind") == resources.MODEL_DEPLOYMENT.kind
+            and ref.get("kind") == kind
             and str(ref.get("apiVersion", "")).split("/")[0] == resources.GROUP
         )
         if ours and (ref.get("uid") == mine["uid"] or ref.get("name") == mine["name"]):
@@ -64,7 +66,9 @@ def inherited(deployment: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
     return owns(deployment, obj) and not any(ref.get("uid") == uid for ref in refs)
 
 
-def conflict_message(kind: str, obj: Mapping[str, Any]) -> str:
+def conflict_message(
+    kind: str, obj: Mapping[str, Any], owner: Mapping[str, Any] | None = None
+) -> str:
     """Why an object with our name is not ours, and what a person can do."""
     meta = obj.get("metadata") or {}
     where = f"{kind} {meta.get('namespace')}/{meta.get('name')}"
@@ -76,8 +80,12 @@ def conflict_message(kind: str, obj: Mapping[str, Any]) -> str:
     why = f"it belongs to {', '.join(owners)}" if owners else "it was not created by mlxfleet"
     return (
         f"{where} already exists and {why}; the operator leaves it alone. Delete or rename it, "
-        "or give the ModelDeployment another name (docs/operator.md: names)"
+        f"or give the {_owner_kind(owner)} another name (docs/operator.md: names)"
     )
+
+
+def _owner_kind(owner: Mapping[str, Any] | None) -> str:
+    return str((owner or {}).get("kind", resources.MODEL_DEPLOYMENT.kind))
 
 
 def owner_reference(body: Mapping[str, Any]) -> JsonDict:

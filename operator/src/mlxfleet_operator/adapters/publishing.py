@@ -1,9 +1,14 @@
-"""The Service and EndpointSlices of each ModelDeployment: its address inside the cluster.
+"""Selectorless Services and their EndpointSlices: how agents outside the cluster get addresses
+inside it. Each ModelDeployment publishes its agents' data planes (its address for clients,
+`of_deployment`); each InferenceNode publishes its agent's metrics endpoint as a scrape target
+for an in-cluster Prometheus (`of_agent`, a headless Service in the operator's namespace that the
+chart's ServiceMonitor selects). A `Publication` says what one owner publishes; everything below
+is the same for both.
 
 `Publisher.publish` writes a Service without selector and one EndpointSlice per (address type,
-port) holding the deployment's agent data planes, and removes stale slices. Only objects the
-deployment owns are written (`ownership.owns`); anything else with the name raises
-`ServiceConflict` and is left exactly as it is.
+port) holding the owner's endpoints, and removes stale slices. Only objects the
+owner owns are written (`ownership.owns`); anything else with the name raises
+`ServiceConflict` and is left exactly as it is. Where this says "deployment", read "owner".
 `publish` remembers what it last published per deployment and skips an unchanged one (no GET,
 LIST or apply) until `PUBLISH_RESYNC_S` passes, so a quiet fleet does not write at all. When the
 endpoints did change, objects this process wrote (their uids) are applied again without being
@@ -45,6 +50,11 @@ from mlxfleet_operator.core import naming
 SERVICE_PORT_NAME = "http"
 SERVICE_PORT = 80
 PUBLISH_RESYNC_S = 300.0  # unchanged endpoints are applied again this often (repairs edits)
+# An agent's metrics scrape target: its control API's /metrics, one port name per scheme so a
+# ServiceMonitor scrapes each with the right scheme (and TLS settings for https).
+AGENT_METRICS_PORT_NAMES = {"http": "http-metrics", "https": "https-metrics"}
+AGENT_METRICS_COMPONENT = "agent-metrics"
+NODE_ANNOTATION = f"{resources.GROUP}/node"  # the InferenceNode's whole name
 
 
 class ServiceConflict(Exception):
@@ -68,9 +78,9 @@ class Endpoint:
 
 @dataclass
 class _Written:
-    """The objects this process wrote for one deployment (uid) and their uids."""
+    """The objects this process wrote for one owner (its uid) and their uids."""
 
-    deployment: str
+    deployment: str  # the owner's uid
     at: float
     service: str | None = None
     slices: dict[str, str] = field(default_factory=dict)  # name -> uid
@@ -113,22 +123,81 @@ def service_url(namespace: str, deployment: str) -> str:
     return f"http://{naming.service_name(deployment)}.{namespace}.svc:{SERVICE_PORT}"
 
 
-def _marks(
-    deployment: Mapping[str, Any],
-) -> tuple[list[kube.JsonDict], dict[str, str], dict[str, str]]:
-    """The ownerReferences, labels and annotations of every object published for `deployment`."""
-    name = deployment["metadata"]["name"]
-    labels = {
-        "app.kubernetes.io/managed-by": ownership.MANAGED_BY,
-        **naming.deployment_labels(name),
-    }
-    annotations = {resources.DEPLOYMENT_ANNOTATION: name}
-    return [ownership.owner_reference(deployment)], labels, annotations
+@dataclass(frozen=True)
+class Publication:
+    """What one owner publishes: where, under which Service name, with which labels, the
+    Service's port, and whether it is headless (a scrape target needs no virtual IP)."""
+
+    owner: Mapping[str, Any]  # the owning object (apiVersion, kind, metadata name and uid)
+    namespace: str
+    service: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    port_name: str = SERVICE_PORT_NAME
+    service_port: int = SERVICE_PORT
+    headless: bool = False
+    new: bool = False  # nothing was published for it yet, as far as it says (POST first)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What the publisher remembers it by: (namespace, Service name)."""
+        return self.namespace, self.service
+
+    @property
+    def uid(self) -> str:
+        return str(self.owner["metadata"]["uid"])
+
+    def owner_references(self) -> list[kube.JsonDict]:
+        return [ownership.owner_reference(self.owner)]
+
+
+def of_deployment(deployment: Mapping[str, Any]) -> Publication:
+    """A ModelDeployment's address: a Service named after it in its namespace, port 80."""
+    meta = deployment["metadata"]
+    name = meta["name"]
+    status = deployment.get("status") or {}
+    return Publication(
+        owner=deployment,
+        namespace=meta["namespace"],
+        service=naming.service_name(name),
+        labels={
+            "app.kubernetes.io/managed-by": ownership.MANAGED_BY,
+            **naming.deployment_labels(name),
+        },
+        annotations={resources.DEPLOYMENT_ANNOTATION: name},
+        new=not status.get("endpoint"),
+    )
+
+
+def of_agent(node: Mapping[str, Any], *, namespace: str, scheme: str, port: int) -> Publication:
+    """An InferenceNode's agent as a scrape target: a headless Service in `namespace` (the
+    operator's), labelled for the chart's ServiceMonitor, its port named by `scheme`."""
+    name = node["metadata"]["name"]
+    return Publication(
+        owner=node,
+        namespace=namespace,
+        service=naming.agent_metrics_service(name),
+        labels={
+            "app.kubernetes.io/managed-by": ownership.MANAGED_BY,
+            "app.kubernetes.io/name": "mlxfleet-agent",
+            "app.kubernetes.io/component": AGENT_METRICS_COMPONENT,
+            NODE_ANNOTATION: naming.label_value(name),
+        },
+        annotations={NODE_ANNOTATION: name},
+        port_name=AGENT_METRICS_PORT_NAMES[scheme],
+        service_port=port,
+        headless=True,
+    )
+
+
+def _publication(target: Mapping[str, Any] | Publication) -> Publication:
+    """A body alone is a ModelDeployment (the callers of before publications)."""
+    return target if isinstance(target, Publication) else of_deployment(target)
 
 
 class Publisher:
-    """Publishes each ModelDeployment's Service and EndpointSlices through `kube` and remembers
-    what it published and wrote (one instance per operator)."""
+    """Publishes each owner's Service and EndpointSlices through `kube` and remembers what it
+    published and wrote (one instance per operator)."""
 
     def __init__(
         self,
@@ -138,68 +207,75 @@ class Publisher:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube_
-        # (namespace, name) -> (what was last published, when): publish skips an unchanged one
+        # (namespace, service) -> (what was last published, when): publish skips an unchanged one
         self._published: dict[tuple[str, str], tuple[object, float]] = {}
-        # (namespace, name) -> what this process wrote for it (see `_publish`)
+        # (namespace, service) -> what this process wrote for it (see `_publish`)
         self._written: dict[tuple[str, str], _Written] = {}
-        # (namespace, name): a POST of theirs found the name taken; read first from then on
+        # (namespace, service): a POST of theirs found the name taken; read first from then on
         self._taken: set[tuple[str, str]] = set()
         self._resync = resync
         self._clock = clock
 
-    async def publish(self, deployment: Mapping[str, Any], endpoints: Sequence[Endpoint]) -> None:
+    async def publish(
+        self, target: Mapping[str, Any] | Publication, endpoints: Sequence[Endpoint]
+    ) -> None:
         """`_publish`, skipped (no read, list or write) when this process already published the
-        same endpoints for the same deployment less than `resync` seconds ago."""
-        meta = deployment["metadata"]
-        key, want = (meta["namespace"], meta["name"]), (meta["uid"], tuple(endpoints))
-        last = self._published.get(key)
+        same endpoints for the same owner less than `resync` seconds ago. `target`: a
+        `Publication`, or a ModelDeployment body."""
+        pub = _publication(target)
+        want = (pub.uid, pub.port_name, pub.service_port, tuple(endpoints))
+        last = self._published.get(pub.key)
         if last is not None and last[0] == want and self._clock() - last[1] < self._resync:
             return
-        self._published.pop(key, None)
-        await self._publish(deployment, endpoints)
-        self._published[key] = (want, self._clock())
+        self._published.pop(pub.key, None)
+        await self._publish(pub, endpoints)
+        self._published[pub.key] = (want, self._clock())
 
-    async def _publish(self, deployment: Mapping[str, Any], endpoints: Sequence[Endpoint]) -> None:
+    async def _publish(self, pub: Publication, endpoints: Sequence[Endpoint]) -> None:
         """Service without selector + one EndpointSlice per (address type, port); stale ones go.
 
-        Only objects this deployment owns are written (`ownership.owns`): a new one is created
+        Only objects this owner owns are written (`ownership.owns`): a new one is created
         (POST, which fails if someone made it meanwhile), an existing one of ours is server-side
         applied with its uid as a precondition. Anything else with the name raises
         `ServiceConflict` and is left exactly as it is; no EndpointSlice is written for a Service
         that is not ours."""
-        meta = deployment["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        key = (namespace, name)
+        key = pub.key
         written = self._written.pop(key, None)
-        if written is None or written.deployment != meta["uid"] or self._expired(written.at):
-            first = written is None or written.deployment != meta["uid"]  # not the resync
-            written = _Written(meta["uid"], self._clock(), fresh=first and self._new(deployment))
-        service = naming.service_name(name)
-        owner, labels, annotations = _marks(deployment)
+        if written is None or written.deployment != pub.uid or self._expired(written.at):
+            first = written is None or written.deployment != pub.uid  # not the resync
+            written = _Written(pub.uid, self._clock(), fresh=first and self._new(pub))
+        spec: kube.JsonDict = {
+            "ports": [{"name": pub.port_name, "port": pub.service_port, "protocol": "TCP"}]
+        }
+        if pub.headless:
+            # A headless Service without selector defaults to RequireDualStack, and Prometheus's
+            # EndpointSlice discovery then drops every slice whose address type is not the
+            # first IP family (an FQDN slice, an IPv6 Mac in an IPv4 cluster): none of a
+            # scrape target's addresses must be dropped, so one stack, whatever the agent's.
+            spec["clusterIP"] = "None"
+            spec["ipFamilyPolicy"] = "SingleStack"
         svc_body: kube.JsonDict = {
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": {
-                "name": service,
-                "namespace": namespace,
-                "labels": labels,
-                "annotations": annotations,
-                "ownerReferences": owner,
+                "name": pub.service,
+                "namespace": pub.namespace,
+                "labels": dict(pub.labels),
+                "annotations": dict(pub.annotations),
+                "ownerReferences": pub.owner_references(),
             },
-            "spec": {
-                "ports": [{"name": SERVICE_PORT_NAME, "port": SERVICE_PORT, "protocol": "TCP"}]
-            },
+            "spec": spec,
         }
         if written.service is None:  # not written by this process since the last full path
             written.service = await self._own(
-                self.kube.services, deployment, svc_body, create_first=written.fresh
+                self.kube.services, pub, svc_body, create_first=written.fresh
             )
         before = set(written.slices)
         self._written[key] = written  # `publish_slices` reads and fills it
         try:
-            wanted = await self.publish_slices(deployment, endpoints)
+            wanted = await self.publish_slices(pub, endpoints)
             if wanted != before or not before:
-                await self._delete_slices(deployment, service, keep=wanted)
+                await self._delete_slices(pub, keep=wanted)
         except BaseException:
             self._written.pop(key, None)  # the next publish takes the full path
             raise
@@ -207,32 +283,28 @@ class Publisher:
             written.slices.pop(gone, None)
             written.bodies.pop(gone, None)
 
-    def _new(self, deployment: Mapping[str, Any]) -> bool:
-        """Nothing was published for `deployment` yet, as far as it and this process know: its
-        status names no endpoint (set once its Service is published) and no POST of its objects
-        found the name taken. A guess that only decides the order (POST first, or GET first)."""
-        meta = deployment["metadata"]
-        status = deployment.get("status") or {}
-        return not status.get("endpoint") and (meta["namespace"], meta["name"]) not in self._taken
+    def _new(self, pub: Publication) -> bool:
+        """Nothing was published for the owner yet, as far as it and this process know: it
+        says so (a deployment's status names no endpoint: set once its Service is published)
+        and no POST of its objects found the name taken. A guess that only decides the order
+        (POST first, or GET first)."""
+        return pub.new and pub.key not in self._taken
 
     def _expired(self, at: float) -> bool:
         return self._clock() - at >= self._resync
 
     async def publish_slices(
-        self, deployment: Mapping[str, Any], endpoints: Sequence[Endpoint]
+        self, target: Mapping[str, Any] | Publication, endpoints: Sequence[Endpoint]
     ) -> set[str]:
         """Only the EndpointSlices of `publish` (no Service write, no pruning of stale slices):
         the fast path of a sharded group's withdrawal, only after `publish` succeeded (the
         Service is ours). Returns the slices' names. What `publish` last wrote is forgotten: the
         next `publish` writes again, even the same endpoints."""
-        meta = deployment["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        self._published.pop((namespace, name), None)
-        service = naming.service_name(name)
-        owner, labels, annotations = _marks(deployment)
+        pub = _publication(target)
+        self._published.pop(pub.key, None)
         slice_labels = {
-            **labels,
-            "kubernetes.io/service-name": service,
+            **pub.labels,
+            "kubernetes.io/service-name": pub.service,
             "endpointslice.kubernetes.io/managed-by": f"{ownership.MANAGED_BY}-operator",
         }
         groups: dict[tuple[str, int], list[tuple[str, Endpoint]]] = {}
@@ -241,20 +313,20 @@ class Publisher:
             groups.setdefault((kind, ep.port), []).append((address, ep))
         wanted: set[str] = set()
         for (kind, port), members in sorted(groups.items()):
-            slice_name = f"{naming.endpoint_slice_name(service, port)}-{kind.lower()}"
+            slice_name = f"{naming.endpoint_slice_name(pub.service, port)}-{kind.lower()}"
             wanted.add(slice_name)
             body: kube.JsonDict = {
                 "apiVersion": "discovery.k8s.io/v1",
                 "kind": "EndpointSlice",
                 "metadata": {
                     "name": slice_name,
-                    "namespace": namespace,
-                    "ownerReferences": owner,
-                    "annotations": annotations,
+                    "namespace": pub.namespace,
+                    "ownerReferences": pub.owner_references(),
+                    "annotations": dict(pub.annotations),
                     "labels": slice_labels,
                 },
                 "addressType": kind,
-                "ports": [{"name": SERVICE_PORT_NAME, "port": port, "protocol": "TCP"}],
+                "ports": [{"name": pub.port_name, "port": port, "protocol": "TCP"}],
                 "endpoints": [
                     {
                         "addresses": [address],
@@ -268,16 +340,16 @@ class Publisher:
                     for address, ep in sorted(members, key=lambda m: m[1].node)
                 ],
             }
-            await self._own_slice(deployment, body)
+            await self._own_slice(pub, body)
         return wanted
 
-    async def _own_slice(self, deployment: Mapping[str, Any], body: kube.JsonDict) -> None:
-        """`_own` for an EndpointSlice; one this process wrote for the deployment is applied
+    async def _own_slice(self, pub: Publication, body: kube.JsonDict) -> None:
+        """`_own` for an EndpointSlice; one this process wrote for the owner is applied
         with its known uid (no read), and not at all when it wrote this very body; if the apply
         fails it is read and decided on again."""
-        meta, dmeta = body["metadata"], deployment["metadata"]
-        written = self._written.get((dmeta["namespace"], dmeta["name"]))
-        if written is not None and written.deployment != dmeta["uid"]:
+        meta = body["metadata"]
+        written = self._written.get(pub.key)
+        if written is not None and written.deployment != pub.uid:
             written = None
         digest = hash(json.dumps(body, sort_keys=True))
         uid = written.slices.get(meta["name"]) if written is not None else None
@@ -296,35 +368,34 @@ class Publisher:
             except kube.KubeError:
                 pass  # changed or gone meanwhile: the careful way below
         fresh = written is not None and written.fresh
-        uid = await self._own(self.kube.slices, deployment, body, create_first=fresh)
+        uid = await self._own(self.kube.slices, pub, body, create_first=fresh)
         if written is not None:
             written.slices[meta["name"]] = uid
             written.bodies[meta["name"]] = digest
 
-    async def unpublish(self, deployment: Mapping[str, Any]) -> None:
-        """Remove the deployment's own Service and EndpointSlices (ownerReferences do this too
+    async def unpublish(self, target: Mapping[str, Any] | Publication) -> None:
+        """Remove the owner's own Service and EndpointSlices (ownerReferences do this too
         where garbage collection runs); a Service with that name that is not its own stays."""
-        meta = deployment["metadata"]
-        namespace, service = meta["namespace"], naming.service_name(meta["name"])
-        self._published.pop((namespace, meta["name"]), None)
-        self._written.pop((namespace, meta["name"]), None)
-        self._taken.discard((namespace, meta["name"]))
-        await self._delete_slices(deployment, service, keep=set())
-        found = await self.kube.read(self.kube.services, service, namespace)
-        if found is not None and ownership.owns(deployment, found):
+        pub = _publication(target)
+        self._published.pop(pub.key, None)
+        self._written.pop(pub.key, None)
+        self._taken.discard(pub.key)
+        await self._delete_slices(pub, keep=set())
+        found = await self.kube.read(self.kube.services, pub.service, pub.namespace)
+        if found is not None and ownership.owns(pub.owner, found):
             await self.kube.delete(self.kube.services, found)
 
     async def _own(
         self,
         kind: kube.Kind,
-        deployment: Mapping[str, Any],
+        pub: Publication,
         body: kube.JsonDict,
         *,
         create_first: bool = False,
     ) -> str:
         """Create `body`, or apply it over the existing object if (and only if) it is ours.
         Returns the object's uid. `create_first`: POST without reading first (a new
-        deployment's objects are not there yet); a name found taken (409) is read and decided
+        owner's objects are not there yet); a name found taken (409) is read and decided
         on like any existing object."""
         meta = body["metadata"]
         name, namespace = meta["name"], meta["namespace"]
@@ -333,36 +404,32 @@ class Publisher:
                 made = await self.kube.create(kind, namespace, body)
                 return str(made["metadata"]["uid"])
             except kube.AlreadyExists:
-                dmeta = deployment["metadata"]
-                self._taken.add((dmeta["namespace"], dmeta["name"]))
+                self._taken.add(pub.key)
         found = await self.kube.read(kind, name, namespace)
         if found is None:
             made = await self.kube.create(kind, namespace, body)
             return str(made["metadata"]["uid"])
-        if not ownership.owns(deployment, found):
-            raise ServiceConflict(ownership.conflict_message(kind.name, found))
+        if not ownership.owns(pub.owner, found):
+            raise ServiceConflict(ownership.conflict_message(kind.name, found, pub.owner))
         uid = found["metadata"]["uid"]  # precondition: never applied to a replacement
-        if ownership.inherited(deployment, found):  # a predecessor's: now this deployment's
+        if ownership.inherited(pub.owner, found):  # a predecessor's: now this owner's
             await self.kube.replace_owners(kind, found, meta["ownerReferences"])
         if ownership.covers(found, body):  # already as we would write it (a resync): not written
             return str(uid)
         await self.kube.apply(kind, name, namespace, {**body, "metadata": {**meta, "uid": uid}})
         return str(uid)
 
-    async def _delete_slices(
-        self, deployment: Mapping[str, Any], service: str, *, keep: set[str]
-    ) -> None:
-        namespace = deployment["metadata"]["namespace"]
+    async def _delete_slices(self, pub: Publication, *, keep: set[str]) -> None:
         try:
             listed = await asyncio.to_thread(
                 self.kube.discovery.list_namespaced_endpoint_slice,
-                namespace,
-                label_selector=f"kubernetes.io/service-name={service},app.kubernetes.io/managed-by={ownership.MANAGED_BY}",
+                pub.namespace,
+                label_selector=f"kubernetes.io/service-name={pub.service},app.kubernetes.io/managed-by={ownership.MANAGED_BY}",
             )
         except ApiException as exc:
             raise kube.KubeError(
-                f"EndpointSlices of {namespace}/{service}: {exc.status} {exc.reason}"
+                f"EndpointSlices of {pub.namespace}/{pub.service}: {exc.status} {exc.reason}"
             ) from exc
         for item in self.kube.plain(listed).get("items", []):
-            if item["metadata"]["name"] not in keep and ownership.owns(deployment, item):
+            if item["metadata"]["name"] not in keep and ownership.owns(pub.owner, item):
                 await self.kube.delete(self.kube.slices, item)

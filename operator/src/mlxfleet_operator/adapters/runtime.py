@@ -2,7 +2,7 @@
 fleet view, the Service + EndpointSlice publisher and per-object locks. Lives in kopf's memo
 (`memo["runtime"]`).
 
-May import: the standard library, kubernetes (its config errors), sibling adapters,
+May import: the standard library, kubernetes (its config errors), sibling adapters, `api`,
 `mlxfleet_operator.settings`.
 Called by: `main` (builds it with `start(config)` before kopf runs) and handlers (every one
 reads it with `of(memo)`; `lifecycle` closes it).
@@ -19,7 +19,8 @@ from typing import Any
 import kubernetes
 
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import fleet, kube, metrics, publishing
+from mlxfleet_operator.adapters import fleet, kube, leader, metrics, publishing
+from mlxfleet_operator.api import swapplan as swp
 
 KEY = "runtime"
 
@@ -147,6 +148,8 @@ def start(config: opsettings.OperatorSettings) -> Runtime:
         where = f"--kubeconfig {config.kubeconfig}" if config.kubeconfig else "in-cluster config"
         raise StartError(f"{where}: {exc}") from exc
     k = kube.Kube(api)
+    metrics.report_leadership(leader.may_act)
+    metrics.count_phases(str(p) for p in swp.SwapPhase if p.terminal)
     if config.metrics_port is not None:
         try:
             metrics.serve(config.metrics_host, config.metrics_port)
@@ -154,7 +157,12 @@ def start(config: opsettings.OperatorSettings) -> Runtime:
             k.close()
             where = f"--metrics-host {config.metrics_host} --metrics-port {config.metrics_port}"
             raise StartError(f"{where}: {exc}") from exc
-    return Runtime(config=config, kube=k, fleet=fleet.Fleet(k), publisher=publishing.Publisher(k))
+    return Runtime(
+        config=config,
+        kube=k,
+        fleet=fleet.Fleet(k, fleet_keys=config.fleet_keys),
+        publisher=publishing.Publisher(k),
+    )
 
 
 def of(memo: MutableMapping[str, Any]) -> Runtime:

@@ -55,10 +55,11 @@ class ModelSpec(base.ApiModel):
 class Resources(base.ApiModel):
     """Memory the model needs on each node."""
 
-    memory: fields.Quantity | None = Field(
+    memory: fields.ModelMemory | None = Field(
         default=None,
-        description="Memory per replica such as 48Gi, overriding the estimate (weights + KV cache "
-        "+ runtime overhead). Set it for models whose size cannot be read ahead of time.",
+        description="Memory per replica such as 48Gi (at least 1Mi), overriding the estimate "
+        "(weights + KV cache + runtime overhead). Set it for models whose size cannot be read "
+        "ahead of time.",
     )
 
 
@@ -171,6 +172,12 @@ class SwapSettings(base.ApiModel):
         )
 
 
+def _cel_list(names: frozenset[str]) -> str:
+    return "[" + ", ".join(base.cel_string(n) for n in sorted(names)) + "]"
+
+
+_ENV_NAMES = _cel_list(contract.COMMAND_ENV_NAMES)
+_VLLM_FLAGS = _cel_list(contract.VLLM_EXTRA_FLAGS)
 _ENGINE_RULES = (
     base.rule(
         "self.name == 'command' ? has(self.command) : !has(self.command)",
@@ -194,6 +201,24 @@ _ENGINE_RULES = (
         "spec.engine.command.argv must pass {host} and {port} (the server listens where the "
         "agent proxies)",
         field_path=".command.argv",
+    ),
+    # allow-lists, the agent's own (contract.COMMAND_ENV_NAMES, contract.VLLM_EXTRA_FLAGS)
+    base.rule(
+        "!has(self.command) || !has(self.command.env) || "
+        f"self.command.env.all(k, k in {_ENV_NAMES})",
+        "spec.engine.command.env may set only "
+        + ", ".join(sorted(contract.COMMAND_ENV_NAMES))
+        + " (settings that load no code; a program's other settings go in argv)",
+        field_path=".command.env",
+    ),
+    base.rule(
+        "!has(self.vllm) || !has(self.vllm.extraArgs) || self.vllm.extraArgs.all(a, "
+        f"!a.startsWith('-') || a in {_VLLM_FLAGS} || "
+        f"{_VLLM_FLAGS}.exists(f, a.startsWith(f + '=')))",
+        "spec.engine.vllm.extraArgs may give only the flags "
+        + ", ".join(sorted(contract.VLLM_EXTRA_FLAGS))
+        + " (a value starting with '-' goes after '=')",
+        field_path=".vllm.extraArgs",
     ),
 )
 

@@ -122,6 +122,25 @@ QUANTITY_NON_NEGATIVE_RULE = base.rule(
 )
 
 
+MODEL_MEMORY_MIN = "1Mi"
+MODEL_MEMORY_MIN_BYTES = 2**20
+MODEL_MEMORY_RULE = base.rule(
+    f"type(self) == int ? self >= {MODEL_MEMORY_MIN_BYTES} : "
+    f"(!isQuantity(self) || !quantity(self).isLessThan(quantity('{MODEL_MEMORY_MIN}')))",
+    f"must be at least {MODEL_MEMORY_MIN}: a model's memory per replica such as 24Gi "
+    "(a number without a suffix is bytes: 24 is 24 bytes)",
+)
+
+
+def _model_memory(value: int | str) -> int | str:
+    if quantity.parse_bytes(value) < MODEL_MEMORY_MIN_BYTES:
+        raise ValueError(
+            f"{value!r} must be at least {MODEL_MEMORY_MIN}: a model's memory per replica such "
+            "as 24Gi (a number without a suffix is bytes)"
+        )
+    return value
+
+
 def _positive_bytes(value: int | str) -> int | str:
     quantity.parse_bytes(value)
     return value
@@ -145,6 +164,19 @@ Quantity = Annotated[
     AfterValidator(_positive_bytes),
 ]
 """A positive byte quantity: `48Gi` or an integer of bytes; `quantity.parse_bytes` gives bytes."""
+
+ModelMemory = Annotated[
+    StrictInt | str,
+    Field(
+        json_schema_extra=_quantity_schema(
+            QUANTITY_FORMAT_RULE, QUANTITY_POSITIVE_RULE, MODEL_MEMORY_RULE
+        )
+    ),
+    AfterValidator(_positive_bytes),
+    AfterValidator(_model_memory),
+]
+"""A model's memory per replica: a positive quantity of at least 1Mi (`"24"` is 24 bytes, which
+no model fits in: refused at admission rather than placed as if it were free)."""
 
 NonNegativeQuantity = Annotated[
     StrictInt | str,
@@ -173,7 +205,7 @@ def check_agent_url(value: str) -> str:
 AgentUrl = Annotated[
     str,
     Field(
-        min_length=8,
+        min_length=1,  # the scheme rule says what is wrong with a short one (ftp://x)
         max_length=2048,
         json_schema_extra=base.crd(
             base.rule(

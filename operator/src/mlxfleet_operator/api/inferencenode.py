@@ -1,7 +1,8 @@
 """InferenceNode (cluster-scoped, `inode`): one Mac running the mlxfleet agent, and its status.
 
 Spec (written by the admin): how to reach the agent, optional hardware facts and cost inputs,
-`unschedulable` to cordon. Labels on the object drive placement. The node's memory budget is the
+`unschedulable` to cordon, `approved` for a Mac that joined itself. Labels on the object drive
+placement. The node's memory budget is the
 agent's own (reported in status): placement never uses another number.
 Status (written by the operator from the agent's `/v1/state`): heartbeat, memory, disk, slots.
 May import: pydantic, the standard library and the sibling api modules.
@@ -145,6 +146,15 @@ class InferenceNodeSpec(base.ApiModel):
         "with unschedulable by `kubectl mlxfleet drain`; `kubectl mlxfleet uncordon` clears both.",
     )
     cost: Cost | None = Field(default=None, description="Cost inputs for the reports.")
+    approved: bool | None = Field(
+        default=None,
+        description="A node that joined with a bootstrap token (`mlxfleet-agent join`) is "
+        "created with approved: false (and unschedulable: true) and takes no traffic, holds no "
+        "credential and is not even polled until a person approves it (`kubectl mlxfleet "
+        "approve node NAME`, or set true here, then uncordon); false on any node takes it out. "
+        "Unset: a node an admin declared, approved.",
+        json_schema_extra=base.crd(nullable=False),
+    )
 
 
 class MemoryStatus(base.ApiModel):
@@ -339,6 +349,16 @@ class InferenceNode(base.ApiModel):
     spec: InferenceNodeSpec
     status: InferenceNodeStatus = Field(default_factory=InferenceNodeStatus)
 
+    def approved(self) -> bool:
+        """May take traffic and hold credentials: declared by an admin (`spec.approved` unset)
+        or approved by a person; a node that joined itself is not until then."""
+        return approved(self.spec.approved)
+
+
+def approved(value: object) -> bool:
+    """`spec.approved` as every part reads it (also from a raw object): only false holds."""
+    return value is not False
+
 
 PRINTER_COLUMNS: list[base.JsonDict] = [
     {
@@ -346,6 +366,13 @@ PRINTER_COLUMNS: list[base.JsonDict] = [
         "type": "string",
         "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
         "description": "Status of the Ready condition (heartbeat).",
+    },
+    {
+        "name": "Status",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+        "description": "Reason of the Ready condition: HeartbeatOK, AwaitingApproval (joined, "
+        "not approved yet), HeartbeatMissed, ...",
     },
     {"name": "Chip", "type": "string", "jsonPath": ".status.chip", "description": "Chip."},
     {

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from enum import StrEnum
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
@@ -51,20 +52,30 @@ def _check_external_url(value: str) -> str:
         raise ValueError(
             f"{value!r} must be an http:// or https:// base URL such as https://api.openai.com/v1"
         ) from None
+    if "@" in urlsplit(value).netloc:
+        raise ValueError(USERINFO_MESSAGE)
     return value
+
+
+USERINFO_MESSAGE = (
+    "must not carry user information (user:password@host): a key goes in apiKeySecretRef, and "
+    "https://api.example.com@other.host/ points at other.host"
+)
+USERINFO_PATTERN = r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@"
 
 
 ExternalUrl = Annotated[
     str,
     Field(
-        min_length=8,
+        min_length=1,  # the scheme rule says what is wrong with a short one (ftp://x)
         max_length=2048,
         json_schema_extra=base.crd(
             base.rule(
                 f"self.matches({base.cel_string('^(' + fields.AGENT_URL_PATTERN + ')$')})",
                 "must be an http:// or https:// base URL of an OpenAI-compatible API, such as "
                 "https://api.openai.com/v1 (no query or fragment)",
-            )
+            ),
+            base.rule(f"!self.matches({base.cel_string(USERINFO_PATTERN)})", USERINFO_MESSAGE),
         ),
     ),
     AfterValidator(_check_external_url),

@@ -30,6 +30,13 @@ DEPLOYMENT_ANNOTATION = f"{GROUP}/deployment-name"
 """On objects made for a ModelDeployment: its whole name."""
 AGENT_CREDENTIALS_LABEL = f"{GROUP}/agent-credentials"
 """Only Secrets with this label set to "true" are used (and sent) as agent credentials."""
+REQUESTED_LABELS_ANNOTATION = f"{GROUP}/requested-labels"
+"""On an InferenceNode that joined itself: the labels join would have set (JSON object), which
+the join identity may not set; `kubectl mlxfleet approve node` applies them once approved."""
+EXPIRES_AT_ANNOTATION = f"{GROUP}/expires-at"
+"""On an agent token Secret: when the token stops being valid (RFC 3339, with a zone). The
+operator exports it (mlxfleet_operator_agent_token_expiry_timestamp_seconds) so that an alert
+asks for a rotation in time; the agent decides what it accepts."""
 
 
 class Scope(StrEnum):

@@ -1,8 +1,9 @@
 """Condition bookkeeping (pure): set one condition, keeping `lastTransitionTime` unless the
 status flips, and the kstatus trio Ready / Reconciling / Stalled derived from one verdict.
 
-May import: the standard library and `api.conditions`. Called by: core status functions and the
-handlers (which always write the whole list: kopf merge patches replace lists).
+`ready_changed`: the Event a change of Ready says. May import: the standard library,
+`api.conditions` and `core.events`. Called by: core status functions and the handlers (which
+always write the whole list: kopf merge patches replace lists).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from mlxfleet_operator.api import conditions as api
+from mlxfleet_operator.core import events
 
 TRUE = api.ConditionStatus.TRUE
 FALSE = api.ConditionStatus.FALSE
@@ -131,3 +133,20 @@ def apply_verdict(
         generation=generation,
         now=now,
     )
+
+
+def ready_changed(
+    before: Sequence[api.Condition], after: Sequence[api.Condition]
+) -> events.Event | None:
+    """The Event to post when the Ready condition's status or reason changed (what `kubectl
+    describe` and `kubectl get events` show a person): its reason and message, a Warning when
+    the object is Stalled; None when nothing changed."""
+    old, new = (
+        api.find(list(before), api.ConditionType.READY),
+        api.find(list(after), api.ConditionType.READY),
+    )
+    if new is None or (old is not None and (old.status, old.reason) == (new.status, new.reason)):
+        return None
+    stalled = api.find(list(after), api.ConditionType.STALLED)
+    warning = new.status is FALSE and stalled is not None and stalled.status is TRUE
+    return events.Event(reason=new.reason, message=new.message or new.reason, warning=warning)

@@ -95,6 +95,17 @@ class ReferencePrice:
     name: str
     input_usd_per_million: float
     output_usd_per_million: float
+    provider: str | None = None  # whose list prices (a reader must be able to check them)
+    as_of: str | None = None  # the date they were read (list prices change)
+
+    @property
+    def label(self) -> str:
+        """`gpt-4o (OpenAI) list prices as of 2025-11-01`, or says what is not configured."""
+        who = f"{self.name} ({self.provider})" if self.provider else self.name
+        when = f" list prices as of {self.as_of}" if self.as_of else " list prices"
+        missing = [k for k, v in (("provider", self.provider), ("asOf", self.as_of)) if not v]
+        unsaid = f" (reference.{' and reference.'.join(missing)} not configured)" if missing else ""
+        return who + when + unsaid
 
     def price(self, *, prompt_tokens: int, completion_tokens: int) -> float:
         return (

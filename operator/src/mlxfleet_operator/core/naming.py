@@ -61,6 +61,18 @@ def service_name(deployment: str) -> str:
     return f"md-{base}-{_digest(deployment)}" if base else f"md-{_digest(deployment)}"
 
 
+def agent_metrics_service(node: str) -> str:
+    """The headless Service that publishes an InferenceNode's agent as a scrape target:
+    `mlxfleet-agent-<node>`, a DNS-1035 label (hash-suffixed when the node's name does not fit
+    or is not a label)."""
+    prefix = "mlxfleet-agent-"
+    whole = prefix + node
+    if len(whole) <= DNS_LABEL_MAX and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", whole):
+        return whole
+    base = _label(node, limit=DNS_LABEL_MAX - len(prefix) - HASH_LEN - 1)
+    return f"{prefix}{base}-{_digest(node)}" if base else f"{prefix}{_digest(node)}"
+
+
 def endpoint_slice_name(service: str, port: int) -> str:
     """One EndpointSlice per data-plane port (agents on one host listen on different ports)."""
     base = service[: 253 - 12]

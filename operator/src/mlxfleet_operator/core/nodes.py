@@ -1,5 +1,8 @@
 """InferenceNode status (pure): what the agent reported, folded with the heartbeat debounce,
-and the Events a poll posts (a Ready flip, an ignored spec field).
+and the Events a poll posts (a Ready flip, an ignored spec field); the status of a node that
+joined itself and waits for a person's approval (`awaiting_approval`: it is not polled); the
+node's own credentials (`credentials`: derived from the fleet key, sent when the agent's
+fingerprint differs).
 
 May import: the standard library, `api`, the agent `contract`, `core.conditions`, `core.events`,
 `core.heartbeat`, `core.thermal` and `core.doctor` (their conditions), `core.deployment.facts`
@@ -264,6 +267,50 @@ def memory_pressure(
         message=message,
         generation=generation,
         now=now,
+    )
+
+
+def approval_message(name: str) -> str:
+    return (
+        "joined with a bootstrap token: not polled, placed on or given a credential until a "
+        f"person approves it (kubectl mlxfleet approve node {name})"
+    )
+
+
+def awaiting_approval(node: inode.InferenceNode, *, now: datetime) -> inode.InferenceNodeStatus:
+    """The status of a node no person approved yet: Ready=False (AwaitingApproval), nothing
+    from its agent (a status it had before approval was withdrawn is cleared)."""
+    gen = node.metadata.generation
+    verdict = conditions.Verdict(
+        False,
+        cond.Reason.AWAITING_APPROVAL,
+        approval_message(node.metadata.name or ""),
+        reconciling=True,
+    )
+    kept = [c for c in node.status.conditions if c.type != cond.ConditionType.MEMORY_PRESSURE]
+    return inode.InferenceNodeStatus(
+        observed_generation=gen,
+        conditions=conditions.apply_verdict(kept, verdict, generation=gen, now=now),
+    )
+
+
+def credentials(fleet_keys: Sequence[str], node: inode.InferenceNode) -> contract.NodeCredentials:
+    """The node's own keys, derived from the fleet key (`contract.credentials`)."""
+    return contract.credentials.for_node(fleet_keys, node.metadata.name or "")
+
+
+def needs_credentials(state: contract.AgentState, wanted: contract.NodeCredentials) -> bool:
+    """The agent does not hold exactly the keys it should (it reports their fingerprint)."""
+    return state.credentials != contract.credentials.fingerprint(wanted)
+
+
+def credentials_refused(error: str) -> events.Event:
+    """The warning when the node's agent did not take its keys (its data plane then refuses the
+    gateway; an agent older than per-node credentials answers 404)."""
+    return events.Event(
+        reason="CredentialsNotSent",
+        message=f"the agent did not take this node's own keys (retried every poll): {error}",
+        warning=True,
     )
 
 

@@ -3,7 +3,8 @@
 May import: the standard library and `api.modelref`. Called by: `core.deployment.placing`, which
 turns InferenceNode facts into `NodeView`s and the shared memory estimate into `footprint`.
 
-Filters (each rejection names the node and why): explicit nodes, label selector, the engine
+Filters (each rejection names the node and why): approval (a Mac that joined itself takes nothing
+until a person approves it), explicit nodes, label selector, the engine
 (the node's agent must list `spec.engine.name` as runnable; agents older than engines run
 mlx-lm only), nodes the deployment must leave (`Request.leave`: a replica evicted there for a
 higher-priority deployment, or its back-off), cordon, Ready, node pressure (`NodeView.pressures`:
@@ -48,11 +49,20 @@ class Reason(StrEnum):
     ENGINE = "EngineUnavailable"
     PREEMPTED = "Preempted"  # its replica there was evicted for a higher priority (or backs off)
     MEMORY_PRESSURE = "MemoryPressure"  # the node reports memory pressure (`Pressure`)
+    UNAPPROVED = "AwaitingApproval"  # joined with a bootstrap token, not approved by a person
+    NO_FABRIC = "NoFabricAddress"  # a sharded rank: its agent has no --fabric-address
     THERMAL_PRESSURE = "ThermalPressure"  # the node reports thermal pressure serious/critical
 
 
 # rejections that no amount of waiting for capacity fixes (a person must act)
-STATIC = (Reason.NOT_LISTED, Reason.SELECTOR, Reason.TOO_SMALL, Reason.ENGINE)
+STATIC = (
+    Reason.UNAPPROVED,
+    Reason.NOT_LISTED,
+    Reason.SELECTOR,
+    Reason.TOO_SMALL,
+    Reason.ENGINE,
+    Reason.NO_FABRIC,
+)
 # the deployment condition reason when every node is statically out, most specific first
 NOWHERE = (
     (Reason.ENGINE, "EngineUnavailable"),
@@ -76,6 +86,7 @@ class NodeView:
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    approved: bool = True  # false: joined itself, no person approved it yet (spec.approved)
     unschedulable: bool = False
     draining: bool = False  # spec.drain: its replicas move elsewhere (make-before-break)
     ready: bool = True
@@ -87,6 +98,7 @@ class NodeView:
     engine_reasons: Mapping[str, str] = field(default_factory=dict)  # why not, per engine
     served_names: frozenset[str] = frozenset()  # served by other slots than this deployment's
     pressures: tuple[Pressure, ...] = ()  # readings that keep new replicas off (`Pressure`)
+    fabric: str | None = "127.0.0.1"  # where its sharded ranks listen (None: it runs none)
     warmth: int = 0  # 1: thermal pressure fair (placement prefers cooler nodes), else 0
 
 
@@ -166,8 +178,13 @@ def gib(value: int) -> str:
     return f"{value / 2**30:.2f} GiB"
 
 
+UNAPPROVED = "not approved (joined with a bootstrap token: `kubectl mlxfleet approve node NAME`)"
+
+
 def _static_reject(node: NodeView, request: Request) -> Rejection | None:
     """Filters that do not depend on readiness, free memory or the other replicas."""
+    if not node.approved:
+        return Rejection(node.name, Reason.UNAPPROVED, UNAPPROVED)
     if request.nodes is not None and node.name not in request.nodes:
         return Rejection(node.name, Reason.NOT_LISTED, "not in spec.placement.nodes")
     missing = {k: v for k, v in request.node_selector.items() if node.labels.get(k) != v}

@@ -188,6 +188,8 @@ def plan_ranks(
 def _static_reject(
     node: placement.NodeView, request: GroupRequest, *, now: datetime, delay: timedelta
 ) -> placement.Rejection | None:
+    if not node.approved:
+        return placement.Rejection(node.name, placement.Reason.UNAPPROVED, placement.UNAPPROVED)
     if request.nodes is not None and node.name not in request.nodes:
         return placement.Rejection(
             node.name, placement.Reason.NOT_LISTED, "not in spec.placement.nodes"
@@ -201,6 +203,13 @@ def _static_reject(
     if node.unschedulable:
         return placement.Rejection(
             node.name, placement.Reason.CORDONED, "cordoned (spec.unschedulable)"
+        )
+    if node.fabric is None:
+        return placement.Rejection(
+            node.name,
+            placement.Reason.NO_FABRIC,
+            "its agent has no fabric address (--fabric-address): ranks listen only on the "
+            "fabric network",
         )
     if not node.ready:
         grace = node.not_ready_since is not None and now - node.not_ready_since < delay

@@ -19,14 +19,15 @@ def dev_dir() -> Path:
     return controlplane.repo_root() / ".dev"
 
 
-def cluster_up(_: argparse.Namespace) -> int:
+def cluster_up(args: argparse.Namespace) -> int:
     root = dev_dir() / "control-plane"
     existing = controlplane.load(root)
     if existing is not None:
         print(f"control plane already running at {existing.server}")
         return 0
+    bare = bool(getattr(args, "bare", False))
     print("starting etcd + kube-apiserver on loopback ...", file=sys.stderr)
-    plane = controlplane.start(root)
+    plane = controlplane.start(root, bare=bare)
     for src, name in (
         (plane.kubeconfig, "kubeconfig"),
         (plane.operator_kubeconfig, "operator.kubeconfig"),
@@ -38,6 +39,11 @@ def cluster_up(_: argparse.Namespace) -> int:
     print(f"  admin:    export KUBECONFIG={dev_dir() / 'kubeconfig'}")
     print(f"  operator: {dev_dir() / 'operator.kubeconfig'} ({credentials.OPERATOR_USER})")
     print(f"  gateway:  {dev_dir() / 'gateway.kubeconfig'} ({credentials.GATEWAY_USER})")
+    if bare:
+        print(
+            "  bare:     nothing installed (no CRDs, namespaces or RBAC): rehearse the Helm\n"
+            "            quickstart (docs/quickstart.md): helm install mlxfleet charts/mlxfleet ..."
+        )
     print("  stop:     make cluster-down")
     return 0
 
@@ -63,7 +69,12 @@ def main(argv: list[str]) -> int:
         prog="mlxfleet dev", description=(__doc__ or "").splitlines()[0]
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("cluster-up", help="start etcd + kube-apiserver; writes .dev/kubeconfig")
+    p_up = sub.add_parser("cluster-up", help="start etcd + kube-apiserver; writes .dev/kubeconfig")
+    p_up.add_argument(
+        "--bare",
+        action="store_true",
+        help="install nothing (no CRDs, namespaces, RBAC): for rehearsing `helm install`",
+    )
     sub.add_parser("cluster-down", help="stop the control plane and remove its data")
     p_demo = sub.add_parser("demo", help="control plane + operator + two agents + a swap")
     p_demo.add_argument("--no-keep", action="store_true", help="tear down at the end")

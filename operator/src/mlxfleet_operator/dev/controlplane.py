@@ -198,8 +198,10 @@ def start(
     manifests_dir: Path | None = None,
     timeout: float = 120,
     die_with_parent: bool = False,
+    bare: bool = False,
 ) -> ControlPlane:
-    """Start etcd + kube-apiserver under `root`, write kubeconfigs, install CRDs and RBAC."""
+    """Start etcd + kube-apiserver under `root`, write kubeconfigs, install CRDs and RBAC
+    (`bare`: nothing installed, for installers that own every object: `helm install`)."""
     bins = binaries_dir()
     root = root.resolve()
     if root.exists():
@@ -265,7 +267,8 @@ def start(
         ):
             config = credentials.kubeconfig(server=server, ca_pem=ca_pem, user=user, token=token)
             credentials.write_private(path, config)
-        install(plane, crds_dir=crds_dir, manifests_dir=manifests_dir)
+        if not bare:
+            install(plane, crds_dir=crds_dir, manifests_dir=manifests_dir)
     except BaseException:
         stop(root)
         raise

@@ -9,8 +9,10 @@ client, changes the model while a load generator streams through the gateway, fo
 SwapPlan to Completed and counts failed requests. Records in `.dev/demo/demo.json` the gateway's
 URL (`gateway`, without `/v1`: scripts read it), the base URL for OpenAI clients
 (`gateway_openai_base_url`, with `/v1`) and the path of the owner-only file holding the demo API
-key (`api_key_file`, `.dev/demo/api-key`). Leaves it all running; `down()` (make demo-down) stops
-it and removes the key file (the key dies with the control plane).
+key (`api_key_file`, `.dev/demo/api-key`), and writes `.dev/demo/env` (PATH with kubectl, the
+plugin and helm, KUBECONFIG, OPENAI_BASE_URL / OPENAI_API_KEY) that the closing hints `source`.
+Leaves it all running; `down()` (make demo-down) stops it and removes the key and environment
+files (the key dies with the control plane).
 The parts: `demofleet` (the processes), `demoobjects` (the Kubernetes objects), `demotraffic`
 (the openai client and the load generator).
 
@@ -25,6 +27,7 @@ import contextlib
 import json
 import os
 import secrets
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -83,7 +86,8 @@ def _start_plane(dev: Path) -> controlplane.ControlPlane:
 
 
 def _fleet_key(demo: Path) -> Path:
-    """The credential agents' data planes accept from the gateway (made once)."""
+    """The fleet key of the gateway and the operator (made once): each node's data plane
+    accepts only its own key derived from it, which the operator sends it."""
     fleet_key = demo / "fleet-key"
     if not fleet_key.exists():
         fleet_key.write_text(secrets.token_urlsafe(32) + "\n")
@@ -161,18 +165,22 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
     for name, seed in (("tiny-a", 1), ("tiny-b", 2)):
         demofleet.make_model(models / name, seed=seed)
         sources[name] = f"file://{(models / name).resolve()}"
+    demofleet.hf_cache(demo / "hf" / "hub", {name: models / name for name in sources})
+    hf_sources = [f"hf://{demofleet.HF_ORG}/{name}" for name in sources]  # manifests/samples/demo
 
     say("starting two node agents")
     agents = []
+    state_of: dict[str, dict[str, Any]] = {}
     for node in demoobjects.NODES:
-        agent, pid = demofleet.start_agent(node, demo=demo, models=models, fleet_key=fleet_key)
+        agent, pid = demofleet.start_agent(node, demo=demo, models=models)
         pids.append(pid)
         save()
-        demofleet.prefetch(agent, list(sources.values()))
+        state_of[node] = demofleet.prefetch(agent, [*sources.values(), *hf_sources])
         agents.append(agent)
         print(
             f"    {node}: control {agent.url}, data plane "
-            f"http://127.0.0.1:{agent.data_port}/v1 (fleet key only)"
+            f"http://127.0.0.1:{agent.data_port}/v1 (its own key only, once the operator "
+            "sent it)"
         )
 
     say(
@@ -181,10 +189,11 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
     )
     for index, agent in enumerate(agents, start=1):
         demoobjects.apply(plane, demoobjects.agent_secret(agent.node, agent.token))
-        demoobjects.apply(plane, demoobjects.node(agent.node, agent.url, index))
+        memory = int(state_of[agent.node]["memory"]["totalBytes"])  # this machine's, not 64Gi
+        demoobjects.apply(plane, demoobjects.node(agent.node, agent.url, index, memory=memory))
 
     say(f"starting the operator as {credentials.OPERATOR_USER}")
-    pids.append(demofleet.start_operator(plane, demo=demo))
+    pids.append(demofleet.start_operator(plane, demo=demo, fleet_key=fleet_key))
     save()
     plane.kubectl("wait", "--for=condition=Ready", "inode", "--all", "--timeout=120s")
 
@@ -224,11 +233,15 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
 
     ok = (plan.get("status") or {}).get("phase") == "Completed" and result.failed == 0
     if keep_running:
+        env = write_env(demo, dev=dev, gateway=gateway)
         print(
-            "\nEverything is still running. Explore:\n"
-            f"  export OPENAI_BASE_URL={gateway}/v1 OPENAI_API_KEY=$(cat {demo / KEY_FILE})\n"
+            "\nEverything is still running. Explore (the environment file puts kubectl, the\n"
+            "kubectl-mlxfleet plugin and helm on PATH, and sets KUBECONFIG and the OpenAI\n"
+            "variables):\n"
+            f"  source {env}\n"
+            "  kubectl mlxfleet status                   # the fleet on one screen\n"
             '  curl -s $OPENAI_BASE_URL/models -H "Authorization: Bearer $OPENAI_API_KEY"\n'
-            f"  export KUBECONFIG={dev / 'kubeconfig'}\n"
+            "  kubectl apply -k manifests/samples/demo   # samples made for this fleet\n"
             "  kubectl get mlxfleet -A\n"
             f"  kubectl get mdep {demoobjects.DEPLOYMENT} -o yaml"
             "    # placements, conditions, endpoint\n"
@@ -242,6 +255,28 @@ def up(dev: Path, *, keep_running: bool = True) -> int:
     return 0 if ok else 1
 
 
+ENV_FILE = "env"
+
+
+def write_env(demo: Path, *, dev: Path, gateway: str) -> Path:
+    """`.dev/demo/env`, for `source`: PATH with this checkout's console scripts (kubectl,
+    kubectl-mlxfleet, mlxfleet-*) and helm when `make tools` built it, KUBECONFIG, and the
+    OpenAI client variables (the key read from its owner-only file, never written here)."""
+    paths = [str(Path(sys.executable).parent)]
+    cache = Path(os.environ.get("MLXFLEET_CACHE") or Path.home() / ".cache" / "mlxfleet")
+    paths += [str(h.parent) for h in sorted((cache / "tools").glob("helm-*/helm"))[-1:]]
+    lines = [
+        "# written by `make demo`: source it in your shell",
+        f'export PATH="{":".join(paths)}:$PATH"',
+        f"export KUBECONFIG={dev.resolve() / 'kubeconfig'}",
+        f"export OPENAI_BASE_URL={gateway}/v1",
+        f'export OPENAI_API_KEY="$(cat {(demo / KEY_FILE).resolve()})"',
+    ]
+    path = demo / ENV_FILE
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def down(dev: Path) -> int:
     """Stop the operator, the agents (they drain and stop their backends) and the control plane."""
     demo = dev / "demo"
@@ -250,8 +285,9 @@ def down(dev: Path) -> int:
         pids = [int(p) for p in json.loads(state_file.read_text()).get("pids", [])]
         processes.terminate(list(reversed(pids)), grace=30)
         state_file.unlink()
-    with contextlib.suppress(FileNotFoundError):
-        (demo / KEY_FILE).unlink()
+    for name in (KEY_FILE, ENV_FILE):
+        with contextlib.suppress(FileNotFoundError):
+            (demo / name).unlink()
     controlplane.stop(dev / "control-plane")
     for name in ("kubeconfig", "operator.kubeconfig", "gateway.kubeconfig"):
         with contextlib.suppress(FileNotFoundError):

@@ -1,7 +1,9 @@
 """The processes `make demo` starts beside the control plane, each waited for until it answers.
 
-Tiny models (`mlxfleet-agent make-model`), node agents (own state dir, ports and token; their data
-planes accept only the fleet credential; both models prefetched into each cache), the operator as
+Tiny models (`mlxfleet-agent make-model`, also laid out as an offline Hugging Face cache so
+`hf://mlxfleet-demo/...`, the sources of manifests/samples/demo, resolve), node agents (own state
+dir, ports and token; their data planes accept only the fleet credential; the models prefetched
+into each cache), the operator as
 its ServiceAccount identity and `mlxfleet-gateway` as its own. Every process is spawned in its own
 session with its log under `<demo>/logs/`; the caller records the pids (`demo.json`) so
 `demo.down` stops them.
@@ -12,6 +14,7 @@ Called by: dev.demo.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import subprocess
 import sys
@@ -39,8 +42,8 @@ def _bin(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
-def _spawn(cmd: list[str], log: Path) -> int:
-    return processes.spawn(cmd, log).pid
+def _spawn(cmd: list[str], log: Path, *, env: dict[str, str] | None = None) -> int:
+    return processes.spawn(cmd, log, env=env).pid
 
 
 def make_model(out: Path, *, seed: int) -> None:
@@ -50,6 +53,38 @@ def make_model(out: Path, *, seed: int) -> None:
             [_bin("mlxfleet-agent"), "make-model", "--out", str(out), "--seed", str(seed)],
             check=True,
         )
+
+
+HF_ORG = "mlxfleet-demo"  # hf://mlxfleet-demo/<model>: the sources of manifests/samples/demo
+HF_COMMIT = "0" * 39 + "1"
+
+
+def hf_cache(hub: Path, models: dict[str, Path]) -> None:
+    """Lay `models` (name -> model dir) out as a Hugging Face cache under `hub` (blobs, snapshot
+    links, refs/main), so agents run with `HF_HOME` pointing above it and `HF_HUB_OFFLINE=1`
+    serve `hf://mlxfleet-demo/<name>` without a hub: the demo samples' sources work here as
+    they are, whatever the checkout's path (a `file://` source could not)."""
+    for name, model in models.items():
+        root = hub / f"models--{HF_ORG}--{name}"
+        snapshot = root / "snapshots" / HF_COMMIT
+        if (snapshot / "config.json").exists():
+            continue
+        (root / "blobs").mkdir(parents=True, exist_ok=True)
+        snapshot.mkdir(parents=True, exist_ok=True)
+        for path in sorted(model.iterdir()):
+            data = path.read_bytes()
+            blob = root / "blobs" / hashlib.sha256(data).hexdigest()
+            blob.write_bytes(data)
+            link = snapshot / path.name
+            if not link.is_symlink():
+                link.symlink_to(Path("..") / ".." / "blobs" / blob.name)
+        (root / "refs").mkdir(exist_ok=True)
+        (root / "refs" / "main").write_text(HF_COMMIT)
+
+
+def hf_env(demo: Path) -> dict[str, str]:
+    """The environment of a demo agent: its Hugging Face cache (`hf_cache`), offline."""
+    return {"HF_HOME": str(demo / "hf"), "HF_HUB_OFFLINE": "1"}
 
 
 def _wait_agent(url: str, token: str, *, timeout: float = 60) -> dict[str, Any]:
@@ -70,8 +105,9 @@ def _wait_agent(url: str, token: str, *, timeout: float = 60) -> dict[str, Any]:
     raise RuntimeError(f"agent {url} did not answer within {timeout:.0f}s: {last}")
 
 
-def start_agent(node: str, *, demo: Path, models: Path, fleet_key: Path) -> tuple[Agent, int]:
-    """Start the agent of `node` (may serve models under `models`); the agent and its pid."""
+def start_agent(node: str, *, demo: Path, models: Path) -> tuple[Agent, int]:
+    """Start the agent of `node` (may serve models under `models`); the agent and its pid. Its
+    data plane (loopback) takes only its own key once the operator has sent it."""
     control, data = processes.free_ports(2)
     node_dir = demo / node
     token_file = node_dir / "token"
@@ -95,19 +131,19 @@ def start_agent(node: str, *, demo: Path, models: Path, fleet_key: Path) -> tupl
             str(data),
             "--token-file",
             str(token_file),
-            "--data-api-keys-file",
-            str(fleet_key),
         ],
         demo / "logs" / f"agent-{node}.log",
+        env=hf_env(demo),
     )
     url = f"http://127.0.0.1:{control}"
     token = token_file.read_text().strip()
     return Agent(node=node, url=url, token=token, data_port=data), pid
 
 
-def prefetch(agent: Agent, sources: list[str]) -> None:
-    """Wait until the agent's control API answers, then put every one of `sources` in its cache."""
-    _wait_agent(agent.url, agent.token)
+def prefetch(agent: Agent, sources: list[str]) -> dict[str, Any]:
+    """Wait until the agent's control API answers, then put every one of `sources` in its cache;
+    the agent's state (`GET /v1/state`)."""
+    state = _wait_agent(agent.url, agent.token)
     for source in sources:  # both models in each node's cache (status.cachedModels)
         r = httpx.post(
             f"{agent.url}/v1/models/prefetch",
@@ -116,10 +152,12 @@ def prefetch(agent: Agent, sources: list[str]) -> None:
             timeout=60,
         )
         r.raise_for_status()
+    return state
 
 
-def start_operator(plane: controlplane.ControlPlane, *, demo: Path) -> int:
-    """`mlxfleet-operator` as its ServiceAccount identity (fast heartbeats); its pid."""
+def start_operator(plane: controlplane.ControlPlane, *, demo: Path, fleet_key: Path) -> int:
+    """`mlxfleet-operator` as its ServiceAccount identity (fast heartbeats; it sends each node
+    its own keys, derived from the fleet key); its pid."""
     return _spawn(
         [
             _bin("mlxfleet-operator"),
@@ -133,6 +171,8 @@ def start_operator(plane: controlplane.ControlPlane, *, demo: Path) -> int:
             "3",
             "--failover-delay",
             "10",
+            "--fleet-key-file",
+            str(fleet_key),
         ],
         demo / "logs" / "operator.log",
     )

@@ -22,8 +22,10 @@ DEPLOYMENT = "tiny-chat"
 NODES = ("mac-mini-1", "mac-mini-2")
 
 
-def node(name: str, url: str, index: int) -> dict[str, Any]:
-    """The InferenceNode of the demo agent `name` (control API at `url`)."""
+def node(name: str, url: str, index: int, *, memory: int) -> dict[str, Any]:
+    """The InferenceNode of the demo agent `name` (control API at `url`); `memory`: bytes of
+    the machine the agent runs on (what its budget is computed from, so `kubectl get inode`
+    and a refusal's budget tell one story)."""
     return {
         "apiVersion": "mlxfleet.io/v1alpha1",
         "kind": "InferenceNode",
@@ -36,7 +38,7 @@ def node(name: str, url: str, index: int) -> dict[str, Any]:
                     "namespace": resources.AGENT_SECRETS_NAMESPACE,
                 },
             },
-            "hardware": {"chip": f"Apple M4 Pro (demo {index})", "memory": "64Gi"},
+            "hardware": {"chip": f"Apple M4 Pro (demo {index})", "memory": f"{memory // 2**20}Mi"},
             "cost": {
                 "purchasePriceUSD": 2199,
                 "amortizationMonths": 36,

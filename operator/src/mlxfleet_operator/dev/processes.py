@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 # Popen objects of processes this interpreter started, kept so they are reaped (not leaked) on stop.
@@ -54,12 +54,17 @@ def _die_with_parent() -> None:
 
 
 def spawn(
-    cmd: Sequence[str], log: Path, *, die_with_parent: bool = False
+    cmd: Sequence[str],
+    log: Path,
+    *,
+    die_with_parent: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start a long-lived process in its own session, output appended to `log`.
 
     `die_with_parent` (Linux) ties its life to this process: a test run killed by a timeout
     leaves no control plane behind. `cluster-up` leaves it False so the processes outlive the CLI.
+    `env`: added to this process's environment.
     """
     log.parent.mkdir(parents=True, exist_ok=True)
     hook = _die_with_parent if die_with_parent and sys.platform == "linux" else None
@@ -70,6 +75,7 @@ def spawn(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=hook,  # only prctl: safe between fork and exec
+            env={**os.environ, **env} if env else None,
         )
     _CHILDREN[proc.pid] = proc
     return proc

@@ -19,6 +19,7 @@ import pydantic
 
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import events, metrics, publishing, runtime, statuspatch
+from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
@@ -86,6 +87,19 @@ def _unchanged(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> _D
     return _Due(seen)
 
 
+def _stall_due(body: kopf.Body, stall_seconds: float) -> bool:
+    """The deployment has not been Ready for `stall_seconds` (its Ready condition's
+    lastTransitionTime): a deployment waiting for room turns Stalled then (`mdstatus.verdict`)."""
+    for c in (body.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("status") == "False":
+            try:
+                since = datetime.fromisoformat(str(c.get("lastTransitionTime")))
+            except ValueError:
+                return False
+            return (runtime.now() - since).total_seconds() >= stall_seconds
+    return False
+
+
 def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> object | None:
     """What a reconcile of `body` reads, as a comparable value (None: always reconcile).
 
@@ -132,6 +146,7 @@ def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> objec
             rt.fleet.room_version(need),
             view.shape,
             len(idx.nodes),
+            _stall_due(body, rt.config.capacity_stall_seconds),  # Stalled is due: decide again
         )
     return (
         *own,
@@ -153,6 +168,7 @@ async def reconcile(
     clash = idx.slot_conflict(namespace, name, md.metadata.uid or "")
     if clash is not None:  # another deployment's slot: never PUT, DELETE or publish for it
         status = mdstatus.slot_conflict_status(md, clash, now=runtime.now())
+        events.announce_ready(rt, body, md.status.conditions, status.conditions)
         statuspatch.write_status(patch, status, body)
         return
     view, slot = rt.fleet.version, naming.slot_name(namespace, name)
@@ -173,9 +189,9 @@ async def reconcile(
     size = await _size(rt, md, found)
     now = runtime.now()
     if isinstance(size, conditions.Verdict):
-        statuspatch.write_status(
-            patch, mdstatus.unplaced_status(md, size, now=now, endpoint=endpoint), body
-        )
+        status = mdstatus.unplaced_status(md, size, now=now, endpoint=endpoint)
+        events.announce_ready(rt, body, md.status.conditions, status.conditions)
+        statuspatch.write_status(patch, status, body)
         return
     failover = timedelta(seconds=rt.config.failover_delay)
     nodes = idx.inference_nodes()
@@ -232,6 +248,7 @@ async def reconcile(
         now=now,
         handover=want.handover,
         standing=standing,
+        stall_after=timedelta(seconds=rt.config.capacity_stall_seconds),
     )
     result = judge()
     try:
@@ -244,9 +261,15 @@ async def reconcile(
     moved = want.rescheduled
     if moved is not None and rt.first_time(str(body.metadata.uid), moved.message):
         events.post(body, moved)
+    events.announce_ready(rt, body, md.status.conditions, result.status.conditions)
     statuspatch.write_status(patch, result.status, body)
-    metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
-    metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
+    metrics.observe_deployment(
+        namespace,
+        name,
+        ready=cond.is_true(result.status.conditions, cond.ConditionType.READY),
+        ready_replicas=result.status.ready_replicas or 0,
+        replicas=md.spec.replicas,
+    )
 
 
 def _nominate(
@@ -379,8 +402,7 @@ async def teardown(
             if gone is not None:
                 events.post(body, slots.not_removed(gone, reported=rt.fleet.runs(node, slot)))
         await rt.publisher.unpublish(body)
-    metrics.DEPLOYMENT_READY.labels(namespace, name).set(0)
-    metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(0)
+    metrics.forget_deployment(namespace, name)
 
 
 def register(registry: kopf.OperatorRegistry, config: opsettings.OperatorSettings) -> None:

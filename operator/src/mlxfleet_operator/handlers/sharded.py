@@ -79,9 +79,9 @@ async def reconcile(
         verdict = sized if isinstance(sized, conditions.Verdict) else conditions.Verdict(
             False, cond.Reason.SIZE_UNKNOWN, "waiting for the model's shape", reconciling=True
         )  # fmt: skip
-        statuspatch.write_status(
-            patch, mdstatus.unplaced_status(md, verdict, now=now, endpoint=endpoint), body
-        )
+        status = mdstatus.unplaced_status(md, verdict, now=now, endpoint=endpoint)
+        events.announce_ready(rt, body, md.status.conditions, status.conditions)
+        statuspatch.write_status(patch, status, body)
         return
     by_name = {f.name: f for f in facts}
     fresh = _fresh(rt, facts)
@@ -163,6 +163,7 @@ async def reconcile(
         ):
             lost = f"group {index} lost a rank: re-forming"
             events.post(body, core_events.Event(cond.Reason.GROUP_REFORMING, lost, warning=True))
+    events.announce_ready(rt, body, md.status.conditions, result.status.conditions)
     statuspatch.write_status(patch, result.status, body)
     watched = {g.id: [r.node for r in g.ranks] for g in result.status.groups if g.ready and g.ranks}
     if watched:
@@ -170,8 +171,13 @@ async def reconcile(
         rt.watch(uid, asyncio.get_running_loop().create_task(watch, name=f"groups-{name}"))
     else:  # none ready (e.g. swapping): a watch of an old formation must not withdraw the new
         rt.unwatch(uid)
-    metrics.DEPLOYMENT_READY.labels(namespace, name).set(result.status.ready_replicas or 0)
-    metrics.DEPLOYMENT_WANTED.labels(namespace, name).set(md.spec.replicas)
+    metrics.observe_deployment(
+        namespace,
+        name,
+        ready=cond.is_true(result.status.conditions, cond.ConditionType.READY),
+        ready_replicas=result.status.ready_replicas or 0,
+        replicas=md.spec.replicas,
+    )
 
 
 async def _prefetch(rt: runtime.Runtime, body: kopf.Body, forming: Mapping[str, ModelRef]) -> None:

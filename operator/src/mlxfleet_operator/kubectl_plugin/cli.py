@@ -2,6 +2,8 @@
 
     kubectl mlxfleet status [-n NS]           nodes with memory bars, deployments, running plans
     kubectl mlxfleet approve PLAN [-n NS]     let a SwapPlan that waits for approval run
+    kubectl mlxfleet approve swapplan PLAN    the same
+    kubectl mlxfleet approve node NODE        let a Mac that joined itself take traffic
     kubectl mlxfleet cordon|uncordon NODE     no new replicas on NODE / undo cordon and drain
     kubectl mlxfleet drain NODE [--timeout S] cordon, move its replicas (make-before-break), wait
     kubectl mlxfleet top [--interval S]       tokens/s and TTFT per deployment, from the agents
@@ -12,7 +14,8 @@ Exit codes: 0 done, 1 the cluster or an agent refused, a named object does not e
 names its kind, name and namespace) or a drain timed out, 2 bad input. `drain` reports to stderr
 what is still on the node, with each deployment's Ready reason and message, when that changes and
 at least every 30 s.
-May import: kubernetes, kubectl_plugin modules, `api.resources`. Called by: the console script.
+May import: kubernetes, kubectl_plugin modules, `api.resources`, `mlxfleet_agent.drainreport`.
+Called by: the console script.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from typing import Any, cast
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
+from mlxfleet_agent import drainreport
+from mlxfleet_operator import __version__
 from mlxfleet_operator.api import resources
-from mlxfleet_operator.kubectl_plugin import agents, kubeconfig, render
+from mlxfleet_operator.kubectl_plugin import agents, approval, kubeconfig, render
 
 G, V = resources.GROUP, resources.VERSION
 
@@ -121,7 +126,46 @@ def cmd_status(fleet: Fleet, args: argparse.Namespace) -> int:
     return 0
 
 
+NODE_KINDS = ("node", "nodes", "inode", "inferencenode", "inferencenodes")
+PLAN_KINDS = ("swapplan", "swapplans", "swp", "plan")
+
+
 def cmd_approve(fleet: Fleet, args: argparse.Namespace) -> int:
+    """`approve PLAN`, `approve swapplan PLAN` or `approve node NODE`."""
+    if len(args.target) == 1:
+        return _approve_plan(fleet, args, args.target[0])
+    if len(args.target) == 2 and args.target[0] in PLAN_KINDS:
+        return _approve_plan(fleet, args, args.target[1])
+    if len(args.target) == 2 and args.target[0] in NODE_KINDS:
+        return _approve_node(fleet, args, args.target[1])
+    say(
+        f"kubectl mlxfleet approve: {' '.join(args.target)!r}: expected PLAN, swapplan PLAN or "
+        "node NODE"
+    )
+    return 2
+
+
+def _approve_node(fleet: Fleet, args: argparse.Namespace, name: str) -> int:
+    node = fleet.node(name)
+    if not approval.waiting(node):
+        print(f"inferencenode/{name} is not waiting for approval")
+        return 0
+    try:
+        labels = None if args.no_labels else approval.requested(node)
+    except approval.ApprovalError as exc:
+        say(f"kubectl mlxfleet approve: {exc}")
+        return 1
+    for line in approval.summary(node, labels or {}):
+        say(line)
+    fleet.custom.patch_cluster_custom_object(
+        G, V, resources.INFERENCE_NODE.plural, name, approval.patch(labels)
+    )
+    print(f"inferencenode/{name} approved")
+    return 0
+
+
+def _approve_plan(fleet: Fleet, args: argparse.Namespace, name: str) -> int:
+    args.plan = name
     ns = args.namespace or fleet.target.namespace
     plan = fleet.plan(args.plan, ns)
     if not plan.get("spec", {}).get("paused"):
@@ -150,19 +194,19 @@ def cmd_drain(fleet: Fleet, args: argparse.Namespace) -> int:
     fleet.patch_node(args.node, {"unschedulable": True, "drain": True})
     print(f"inferencenode/{args.node} cordoned and draining")
     start = time.monotonic()
-    cadence = render.Cadence(every=args.report_every)
+    cadence = drainreport.Cadence(every=args.report_every)
     while True:
-        left = render.waiting_on(fleet.namespaced("modeldeployments", None), args.node)
+        left = drainreport.waiting_on(fleet.namespaced("modeldeployments", None), args.node)
         elapsed = time.monotonic() - start
         if not left:
             print(f"inferencenode/{args.node} drained ({elapsed:.0f}s)")
             return 0
         if elapsed > args.timeout:
-            for line in render.drain_timeout(args.node, left, args.timeout):
+            for line in drainreport.drain_timeout(args.node, left, args.timeout):
                 say(line)
             return 1
-        if cadence.due([(w.deployment, w.reason) for w in left], elapsed):
-            for line in render.drain_lines(args.node, left, elapsed):
+        if cadence.due(drainreport.report_key(left), elapsed):
+            for line in drainreport.drain_lines(args.node, left, elapsed):
                 say(line)
         time.sleep(args.poll)
 
@@ -207,7 +251,11 @@ def cmd_logs(fleet: Fleet, args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, tuple[Callable[[Fleet, argparse.Namespace], int], str]] = {
     "status": (cmd_status, "nodes with memory bars, deployments with placements, running plans"),
-    "approve": (cmd_approve, "approve a SwapPlan that waits (spec.paused: true -> false)"),
+    "approve": (
+        cmd_approve,
+        "approve a SwapPlan that waits (spec.paused: true -> false), or `node NODE`: a Mac that "
+        "joined itself (spec.approved: true, uncordoned, its requested labels applied)",
+    ),
     "cordon": (cmd_cordon, "place no new replicas on NODE"),
     "uncordon": (cmd_cordon, "undo cordon and drain"),
     "drain": (cmd_drain, "cordon NODE and move its replicas elsewhere, make-before-break"),
@@ -227,7 +275,7 @@ def _positive(text: str) -> float:
 
 
 def _tail(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 2000:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 2000:
         raise argparse.ArgumentTypeError(f"{text!r}: a whole number of lines from 1 to 2000")
     return int(text)
 
@@ -241,11 +289,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kubectl mlxfleet", description=__doc__.split("\n")[0], parents=[common]
     )
+    parser.add_argument("--version", action="version", version=__version__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, text) in COMMANDS.items():
         p = sub.add_parser(name, help=text, description=text, parents=[late])
         if name == "approve":
-            p.add_argument("plan", metavar="PLAN")
+            p.add_argument("target", nargs="+", metavar="[swapplan|node] NAME")
+            p.add_argument("--no-labels", action="store_true",
+                           help="node: apply none of the labels it asked for")  # fmt: skip
         if name in ("cordon", "uncordon", "drain", "logs"):
             p.add_argument("node", metavar="NODE")
         if name == "drain":

@@ -1,9 +1,10 @@
-"""Pure text for `kubectl mlxfleet`: memory bars, the status screen, drain progress, metrics
-arithmetic.
+"""Pure text for `kubectl mlxfleet`: memory bars, the status screen, metrics arithmetic (drain
+progress is `mlxfleet_agent.drainreport`, shared with `mlxfleet-agent leave`).
 
 Works on plain dicts as the API server returns them (`kubectl get -o json` shapes), so a test can
 feed it objects straight from a live cluster. No I/O.
-May import: the standard library, `core.naming`. Called by: kubectl_plugin.cli.
+May import: the standard library, `core.naming`, `mlxfleet_agent.drainreport`.
+Called by: kubectl_plugin.cli.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mlxfleet_agent import drainreport
 from mlxfleet_operator.core import naming
 
 Obj = Mapping[str, Any]
@@ -84,10 +86,15 @@ def deployment_lines(deployments: Sequence[Obj]) -> list[str]:
         spec, status = d.get("spec", {}), d.get("status", {})
         name = f"{d['metadata']['namespace']}/{d['metadata']['name']}"
         ready = f"{status.get('readyReplicas') or 0}/{spec.get('replicas', '?')}"
+        state = condition(d, "Ready")
+        why = reason(d, "Ready")
         lines.append(
-            f"  {name:<32} ready {ready:<6} {condition(d, 'Ready'):<5} "
+            f"  {name:<32} ready {ready:<6} {state:<5} {why:<20} "
             f"{(spec.get('model') or {}).get('source', '')}"
         )
+        if state != "True" and message(d, "Ready"):  # why it does not serve, in its own words
+            stalled = " (Stalled)" if condition(d, "Stalled") == "True" else ""
+            lines.append(f"      {message(d, 'Ready')}{stalled}")
         for p in status.get("placements") or []:
             mark = "ready" if p.get("ready") else p.get("phase", "?")
             why = f" ({p['message']})" if p.get("message") and not p.get("ready") else ""
@@ -139,74 +146,7 @@ def status_screen(nodes: Sequence[Obj], deployments: Sequence[Obj], plans: Seque
 
 def placements_on(deployments: Iterable[Obj], node: str) -> list[str]:
     """`namespace/name` of every deployment with a replica (any phase) on `node`."""
-    return [w.deployment for w in waiting_on(deployments, node)]
-
-
-# ------------------------------------------------------------------------------ drain
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """A deployment with a replica still on a draining node, and what it says about itself."""
-
-    deployment: str  # namespace/name
-    reason: str  # its Ready condition's reason
-    message: str  # ... and message: why the replica has not moved (when it cannot)
-
-
-def waiting_on(deployments: Iterable[Obj], node: str) -> list[Waiting]:
-    """Every deployment with a replica (any phase) on `node`, by name, with its Ready condition:
-    the operator's own words on why the replica has not left (no other node can take it, the
-    new replica still loads, ...)."""
-    out = []
-    for d in deployments:
-        placed = (d.get("status") or {}).get("placements") or []
-        if any(p.get("node") == node for p in placed):
-            name = f"{d['metadata']['namespace']}/{d['metadata']['name']}"
-            out.append(Waiting(name, reason(d, "Ready"), message(d, "Ready")))
-    return sorted(out, key=lambda w: w.deployment)
-
-
-def drain_lines(node: str, waiting: Sequence[Waiting], elapsed: float) -> list[str]:
-    """`[  30s] 1 replica(s) still on NODE: ns/a` (the line scripts read), then one indented line
-    per deployment with its Ready reason and message."""
-    names = ", ".join(w.deployment for w in waiting)
-    lines = [f"[{elapsed:4.0f}s] {len(waiting)} replica(s) still on {node}: {names}"]
-    for w in waiting:
-        why = ": ".join(part for part in (w.reason, w.message) if part) or "no condition yet"
-        lines.append(f"       {w.deployment}: {why}")
-    return lines
-
-
-def drain_timeout(node: str, waiting: Sequence[Waiting], timeout: float) -> list[str]:
-    """What a drain that timed out says: what is still there and why, and what a person can do."""
-    names = ", ".join(w.deployment for w in waiting)
-    namespace, _, name = (waiting[0].deployment if waiting else "NS/NAME").partition("/")
-    return [
-        f"drain {node}: timed out after {timeout:.0f}s with {names} still there; the node stays "
-        "draining: replicas move as soon as another node can take them",
-        *drain_lines(node, waiting, timeout)[1:],
-        "  to let them move: add a node or uncordon one (`kubectl mlxfleet uncordon NODE`), free "
-        f"memory elsewhere, or scale down (`kubectl scale mdep/{name} -n {namespace} "
-        f"--replicas=N`); to stop draining: `kubectl mlxfleet uncordon {node}`; wait longer with "
-        "--timeout; overview: `kubectl mlxfleet status`",
-    ]
-
-
-@dataclass
-class Cadence:
-    """When a progress report is due: when what it says changes (`key`), else every `every`
-    seconds, so a long wait still shows it is alive. No clock of its own (`now` is given)."""
-
-    every: float = 30.0
-    key: object = None
-    at: float | None = None
-
-    def due(self, key: object, now: float) -> bool:
-        if self.at is not None and key == self.key and now - self.at < self.every:
-            return False
-        self.key, self.at = key, now
-        return True
+    return [w.deployment for w in drainreport.waiting_on(deployments, node)]
 
 
 # ------------------------------------------------------------------------------ top (metrics)
@@ -220,6 +160,18 @@ class Top:
     tokens_per_s: float
     ttft_s: float | None  # mean over the interval (lifetime mean when no request came meanwhile)
     requests: float
+    unrouted: tuple[str, ...] = ()  # "<node>: why" for each replica out of routing (not ready)
+
+
+def unrouted(deployment: Obj) -> tuple[str, ...]:
+    """`<node>: <message>` for each placement that is not ready (out of the endpoints and the
+    gateway's routing): busy, loading, failed ..., with the operator's reason."""
+    out = []
+    for p in (deployment.get("status") or {}).get("placements") or []:
+        if not p.get("ready"):
+            why = p.get("message") or p.get("phase") or "not ready"
+            out.append(f"{p.get('node', '?')}: {why}")
+    return tuple(out)
 
 
 def _by_slot(samples: Samples, metric: str) -> dict[str, float]:
@@ -239,11 +191,15 @@ def top(
     deployments: Iterable[Obj],
 ) -> list[Top]:
     """Per deployment: completion tokens/s and mean TTFT between two scrapes of every agent."""
+    deployments = list(deployments)
     slots = {
         naming.slot_name(d["metadata"]["namespace"], d["metadata"]["name"]): (
             f"{d['metadata']['namespace']}/{d['metadata']['name']}"
         )
         for d in deployments
+    }
+    why = {
+        f"{d['metadata']['namespace']}/{d['metadata']['name']}": unrouted(d) for d in deployments
     }
 
     def total(scrapes: Sequence[Samples], metric: str) -> dict[str, float]:
@@ -283,6 +239,7 @@ def top(
                 max(tokens, 0.0) / seconds if seconds > 0 else 0.0,
                 ttft,
                 max(count, 0.0),
+                why.get(deployment, ()),
             )
         )
     return rows
@@ -295,4 +252,5 @@ def top_lines(rows: Sequence[Top], *, seconds: float) -> str:
     for r in rows:
         ttft = f"{r.ttft_s * 1000:.0f}ms" if r.ttft_s is not None else "-"
         lines.append(f"{r.deployment:<40} {r.tokens_per_s:>9.1f} {ttft:>9} {r.requests:>9.0f}")
+        lines.extend(f"  not routed {u}" for u in r.unrouted)
     return "\n".join(lines)

@@ -5,12 +5,16 @@
 - `monthly [--month YYYY-MM]`: executive PDF (default: the last complete month), with every
   node and model in two CSV files next to it (reports.detail).
 - `sample --out DIR`: both, from the built-in fixture month (no bucket needed).
+- `deliver STEM` (e.g. `monthly-2026-05`): send a report stored in the bucket again, on the
+  channels its delivery record does not show delivered (reports.delivery).
 - `compact [--days N | --day YYYY-MM-DD ...] [--delete-raw [--retention-days N]]`: roll each
   day's per-interval objects into one Parquet object (see reports.compaction); the reports read
   compacted days with one GET each and only the other days object by object.
 The bucket comes from `--bucket/--prefix/--endpoint-url/--region` or `MLXFLEET_TELEMETRY_*`;
 credentials from `MLXFLEET_TELEMETRY_ACCESS_KEY_ID/SECRET_ACCESS_KEY` or boto3's AWS_* chain.
-`--write-back` also stores the files under `<prefix>/reports/` in the same bucket.
+`--write-back` also stores the files under `<prefix>/reports/` in the same bucket; then, when
+report.yaml has a `delivery` section, the report is sent by e-mail and/or webhook (exit 3 when a
+channel still failed after its retries: the report stays in the bucket, the record says why).
 Nodes and cost inputs: `--from-cluster` reads the InferenceNodes (their `spec.cost`; telemetry
 matches them by name) from `--kubeconfig`, `$KUBECONFIG` or the Pod's ServiceAccount, optionally
 only those matching `--node-selector`; `--config` report.yaml overrides cost fields per node and
@@ -32,6 +36,7 @@ from mlxfleet_operator.reports import (
     cluster,
     compaction,
     config,
+    delivery,
     detail,
     fixture,
     inventory,
@@ -80,6 +85,12 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument(
             "--write-back", action="store_true", help="also put the files in the bucket"
         )
+    dp = sub.add_parser(
+        "deliver", help="send a report stored in the bucket on the channels not delivered yet"
+    )
+    dp.add_argument("stem", help="the report's name, e.g. monthly-2026-05 or weekly-2026-W42")
+    _bucket_flags(dp)
+    dp.add_argument("--config", type=Path, help="YAML with the delivery section")
     cp = sub.add_parser(
         "compact", help="roll each day's per-interval telemetry objects into one Parquet object"
     )
@@ -221,6 +232,7 @@ def weekly_files(
     return {
         f"{name}.md": (render.weekly_markdown(report).encode(), "text/markdown; charset=utf-8"),
         f"{name}.html": (render.weekly_html(report).encode(), "text/html; charset=utf-8"),
+        delivery.summary_name(name): (render.weekly_summary(report).encode(), delivery.TEXT),
     }
 
 
@@ -231,12 +243,16 @@ def monthly_files(
     *,
     cluster: list[inventory.ClusterNode] | None = None,
 ) -> dict[str, tuple[bytes, str]]:
-    report = monthly.build(summarise(source, period, cfg, cluster=cluster))
+    before = period.start - timedelta(days=1)
+    previous = summary.month(before.year, before.month)
+    last = summarise(source, previous, cfg, cluster=cluster)
+    report = monthly.build(summarise(source, period, cfg, cluster=cluster), last)
     html = render.monthly_html(report)
     name = monthly.file_stem(period)
     return {
         f"{name}.html": (html.encode(), "text/html; charset=utf-8"),
         f"{name}.pdf": (render.pdf(html), "application/pdf"),
+        delivery.summary_name(name): (render.monthly_summary(report).encode(), delivery.TEXT),
     } | {k: (v, "text/csv; charset=utf-8") for k, v in detail.files(report).items()}
 
 
@@ -267,6 +283,13 @@ def main(argv: list[str]) -> int:
         if args.kind == "compact":
             return compact(args, now=datetime.now(UTC))
         cfg = config.ReportConfig.from_file(args.config)
+        if args.kind == "deliver":
+            return deliver_stored(args, cfg)
+        if cfg.delivery is not None and not args.write_back:
+            raise ValueError(
+                "delivery (report.yaml) needs --write-back: a report is sent only once it is "
+                "in the bucket"
+            )
         if (args.kubeconfig or args.node_selector) and not args.from_cluster:
             raise ValueError("--kubeconfig and --node-selector need --from-cluster")
         nodes = (
@@ -293,7 +316,70 @@ def main(argv: list[str]) -> int:
         except objectstore.ObjectStoreError as exc:
             print(f"mlxfleet report: write-back failed (files kept): {exc}", file=sys.stderr)
             return 2
+    if cfg.delivery is not None:
+        stem = next(n for n in files if n.endswith(".summary.txt")).removesuffix(".summary.txt")
+        return send(store, cfg.delivery, delivery.Report(stem, files))
     return 0
+
+
+def send(
+    store: objectstore.TelemetryStore, spec: config.DeliverySpec, report: delivery.Report
+) -> int:
+    """Deliver (skipping what an earlier run delivered), record, push; 0 when all delivered."""
+    try:
+        to = delivery.channels(spec)
+    except ValueError as exc:
+        print(f"mlxfleet report: {exc}", file=sys.stderr)
+        return 2
+    record = delivery.deliver(
+        report,
+        to,
+        record=delivery.load_record(store, report.stem),
+        attempts=spec.attempts,
+        backoff_s=spec.backoff_seconds,
+    )
+    code = 0
+    try:
+        key = delivery.save_record(store, record)
+        print(f"s3://{store.config.bucket}/{key}")
+    except objectstore.ObjectStoreError as exc:
+        print(f"mlxfleet report: delivery record not saved: {exc}", file=sys.stderr)
+        code = 3
+    if spec.pushgateway:
+        try:
+            delivery.push(spec.pushgateway, report, record)
+        except OSError as exc:
+            print(f"mlxfleet report: push to {spec.pushgateway} failed: {exc}", file=sys.stderr)
+            code = 3
+    for name in record.failed:
+        state = record.channels[name]
+        print(
+            f"mlxfleet report: {report.stem} not delivered by {name} after {state.attempts} "
+            f"attempts: {state.last_error} (the report is in the bucket; `mlxfleet report deliver "
+            f"{report.stem}` or the next run sends it)",
+            file=sys.stderr,
+        )
+    return 3 if record.failed else code
+
+
+def deliver_stored(args: argparse.Namespace, cfg: config.ReportConfig) -> int:
+    """`deliver STEM`: the stored report's files from the bucket, sent where not delivered."""
+    if cfg.delivery is None:
+        raise ValueError("deliver: the config (--config) has no delivery section")
+    if not re.fullmatch(r"(weekly-\d{4}-W\d{2}|monthly-\d{4}-\d{2})", args.stem):
+        raise ValueError(
+            f"deliver: {args.stem!r} is not a report name (monthly-2026-05, weekly-2026-W42)"
+        )
+    store = _store(args)
+    files = {}
+    for name in delivery.Report.names(args.stem):
+        try:
+            data, _ = store.get_object(store.report_key(name))
+        except objectstore.ObjectStoreError as exc:
+            raise ValueError(f"deliver: {args.stem} is not in the bucket ({exc})") from exc
+        kind = "application/pdf" if name.endswith(".pdf") else "text/html; charset=utf-8"
+        files[name] = (data, delivery.TEXT if name.endswith(".txt") else kind)
+    return send(store, cfg.delivery, delivery.Report(args.stem, files))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Report settings: per-node cost inputs (InferenceNode `spec.cost` shape), telemetry name
-aliases, reference API price and model -> namespace names. Read from a YAML file (a ConfigMap in
-the CronJobs).
+aliases, reference API price, model -> namespace names, and where finished reports are delivered
+(e-mail, webhook; no secret here: those come from the environment). Read from a YAML file (a
+ConfigMap in the CronJobs).
 
 `nodes` are the whole inventory when the report runs outside a cluster; with `--from-cluster`
 the InferenceNodes are, and a `nodes` entry overrides single cost fields of the InferenceNode of
@@ -12,10 +13,20 @@ inventory.
 
 from __future__ import annotations
 
+import re
+from datetime import date
 from pathlib import Path
+from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import inferencenode
@@ -32,6 +43,85 @@ class ReferenceSpec(BaseModel):
     name: str = "reference API"
     input_usd_per_million: float = Field(alias="inputUSDPerMillion", ge=0)
     output_usd_per_million: float = Field(alias="outputUSDPerMillion", ge=0)
+    provider: str | None = None  # whose list prices: the PDF names it
+    as_of: date | None = Field(default=None, alias="asOf")  # when they were read
+
+
+ADDRESS = re.compile(r"^[^@\s<>,;\"]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}$")
+SMTP_PORTS = {"starttls": 587, "tls": 465}
+
+
+class EmailSpec(BaseModel):
+    """E-mail delivery: an SMTP server reached with TLS (STARTTLS on 587, or TLS from the first
+    byte on 465; never in clear), its login from MLXFLEET_SMTP_USERNAME/PASSWORD (a Secret)."""
+
+    model_config = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True)
+
+    to: list[str] = Field(min_length=1, max_length=100)
+    sender: str = Field(alias="from")
+    smtp_host: str = Field(alias="smtpHost", min_length=1, max_length=253)
+    smtp_port: int | None = Field(default=None, alias="smtpPort", ge=1, le=65535)
+    security: Literal["starttls", "tls"] = "starttls"
+    ca_file: Path | None = Field(
+        default=None, alias="caFile", description="CA bundle for a private SMTP server"
+    )
+    subject_prefix: str = Field(default="[mlxfleet]", alias="subjectPrefix", max_length=100)
+
+    @field_validator("to")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        for i, address in enumerate(value):
+            if not ADDRESS.match(address):
+                raise ValueError(f"to[{i}]: {address!r} is not an e-mail address")
+        return value
+
+    @field_validator("sender")
+    @classmethod
+    def _sender(cls, value: str) -> str:
+        if not ADDRESS.match(value):
+            raise ValueError(f"{value!r} is not an e-mail address")
+        return value
+
+    @property
+    def port(self) -> int:
+        return self.smtp_port or SMTP_PORTS[self.security]
+
+
+class WebhookSpec(BaseModel):
+    """A Slack-compatible incoming webhook (POST {"text": summary}); its URL, a credential, comes
+    from MLXFLEET_REPORT_WEBHOOK_URL (a Secret)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+
+
+class DeliverySpec(BaseModel):
+    """Where finished reports go, how often a failed send is tried, where the outcome is pushed."""
+
+    model_config = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True)
+
+    email: EmailSpec | None = None
+    webhook: WebhookSpec | None = None
+    attempts: int = Field(default=3, ge=1, le=10)
+    backoff_seconds: float = Field(default=30.0, alias="backoffSeconds", ge=0, le=3600)
+    pushgateway: str | None = Field(
+        default=None,
+        description="Prometheus Pushgateway URL for mlxfleet_report_delivery_* (the alert)",
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> DeliverySpec:
+        if self.email is None and self.webhook is None:
+            raise ValueError("give email, webhook or both (or leave delivery out)")
+        return self
+
+    @field_validator("pushgateway")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s/]+", value):
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value
 
 
 class ReportConfig(BaseModel):
@@ -41,6 +131,7 @@ class ReportConfig(BaseModel):
     aliases: dict[str, str] = Field(default_factory=dict)
     reference: ReferenceSpec | None = None
     namespaces: dict[str, str] = Field(default_factory=dict)
+    delivery: DeliverySpec | None = None
 
     @field_validator("aliases")
     @classmethod
@@ -66,7 +157,8 @@ class ReportConfig(BaseModel):
             data = {}
         if not isinstance(data, dict):
             raise ConfigError(
-                f"{origin}: must be a mapping with keys nodes, aliases, reference, namespaces; "
+                f"{origin}: must be a mapping with keys nodes, aliases, reference, namespaces, "
+                "delivery; "
                 f"got {type(data).__name__}"
             )
         try:
@@ -92,4 +184,10 @@ class ReportConfig(BaseModel):
         r = self.reference
         if r is None:
             return None
-        return cost.ReferencePrice(r.name, r.input_usd_per_million, r.output_usd_per_million)
+        return cost.ReferencePrice(
+            r.name,
+            r.input_usd_per_million,
+            r.output_usd_per_million,
+            provider=r.provider,
+            as_of=r.as_of.isoformat() if r.as_of else None,
+        )

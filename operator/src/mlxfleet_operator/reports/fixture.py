@@ -44,7 +44,9 @@ nodes:
   mini-2: {purchasePriceUSD: 1399, amortizationMonths: 24, electricityUSDPerKWh: 0.30,
            idlePowerWatts: 5, busyPowerWatts: 38}
 reference:
-  name: Cloud API (reference)
+  name: gpt-4o
+  provider: OpenAI
+  asOf: 2026-10-01
   inputUSDPerMillion: 2.50
   outputUSDPerMillion: 10.00
 namespaces:
@@ -79,6 +81,21 @@ SOURCES = {
     LLAMA: "hf://meta-llama/Llama-3.1-8B-Instruct-4bit",
     QWEN: "hf://Qwen/Qwen2.5-7B-Instruct-4bit",
 }
+
+
+PREVIOUS_SHARE = 0.8  # the month before MONTH served this share of its traffic
+
+
+def _scaled(rate: Rate, share: float) -> Rate:
+    """`rate` with `share` of its requests, tokens and busy time (same latency shape)."""
+    return Rate(
+        round(rate.requests * share),
+        round(rate.prompt * share),
+        round(rate.completion * share),
+        rate.busy_s * share,
+        tuple(round(n * share) for n in rate.e2e_buckets),  # type: ignore[arg-type]
+        tuple(round(n * share) for n in rate.ttft_buckets),  # type: ignore[arg-type]
+    )
 
 
 def _hist(bounds: tuple[float, ...], at: dict[float, int]) -> contract.HistogramData:
@@ -160,12 +177,15 @@ def _interval(node: str, start: datetime, hours: int) -> contract.TelemetryInter
     failover = FAILOVER[0] <= start.date() < FAILOVER[1]
     if node == "mini-2" and failover:
         return None
+    llama, qwen = LLAMA_RATE, QWEN_RATE
+    if (start.year, start.month) != MONTH:  # the month before: less traffic on the same Macs
+        llama, qwen = _scaled(llama, PREVIOUS_SHARE), _scaled(qwen, PREVIOUS_SHARE)
     if node == "studio-1":
-        slots = [_slot("chat", LLAMA, LLAMA_RATE, hours)]
+        slots = [_slot("chat", LLAMA, llama, hours)]
         if failover:
-            slots.append(_slot("search", QWEN, QWEN_RATE, hours))
+            slots.append(_slot("search", QWEN, qwen, hours))
     else:
-        slots = [_slot("search", QWEN, QWEN_RATE, hours)]
+        slots = [_slot("search", QWEN, qwen, hours)]
     seconds = hours * 3600.0
     busy = min(seconds, sum(s.busy_seconds for s in slots))
     idle_w, busy_w = WATTS[node]
@@ -211,7 +231,8 @@ class FixtureSource:
 
     def __init__(self, *, interval_hours: int = 1, names: dict[str, str] | None = None) -> None:
         self._by_day: dict[date, list[contract.TelemetryInterval]] = {}
-        for iv in intervals(interval_hours=interval_hours):
+        first = date(MONTH[0], MONTH[1] - 1, 1)  # and the month before, for month over month
+        for iv in intervals(interval_hours=interval_hours, first=first):
             if names and iv.node in names:
                 iv = iv.model_copy(update={"node": names[iv.node]})
             self._by_day.setdefault(iv.interval_start.date(), []).append(iv)

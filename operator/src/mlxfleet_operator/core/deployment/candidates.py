@@ -33,7 +33,8 @@ def takes(node: placement.NodeView, request: placement.Request) -> bool:
     without the rejection messages)."""
     fp = request.footprint_bytes
     return (
-        (request.nodes is None or node.name in request.nodes)
+        node.approved
+        and (request.nodes is None or node.name in request.nodes)
         and all(node.labels.get(k) == v for k, v in request.node_selector.items())
         and request.engine in node.engines
         and fp <= node.budget_bytes

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from urllib.parse import urlsplit
 
 from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.api import conditions as cond
@@ -56,6 +57,16 @@ class NodeFacts:
         if self.state is None:
             return None
         return next((s for s in self.state.slots if s.name == name), None)
+
+    @cached_property
+    def fabric_address(self) -> str | None:
+        """Where this node's sharded ranks listen: its agent's `--fabric-address` (None: it runs
+        no rank); an agent too old to report one, the host of its agent URL (as before)."""
+        if self.state is None:
+            return None
+        if "fabric_address" not in self.state.model_fields_set:
+            return urlsplit(self.node.spec.agent.url).hostname
+        return self.state.fabric_address
 
 
 def budget(fact: NodeFacts) -> int:

@@ -54,6 +54,7 @@ def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
         engines=engines,
         engine_reasons=reasons,
         labels=dict(fact.node.metadata.labels),
+        approved=fact.node.approved(),
         unschedulable=fact.node.spec.unschedulable,
         draining=fact.node.spec.drain,
         ready=fact.ready and fact.state is not None,
@@ -67,6 +68,8 @@ def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
             if s.name != slot
         ),
         pressures=pressures(fact.node),
+        # a node whose agent does not answer is out as NotReady, not for its fabric
+        fabric=fact.fabric_address if fact.state is not None else "",
         warmth=thermal.warmth(fact.node.status.conditions),
     )
 

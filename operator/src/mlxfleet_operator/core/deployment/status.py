@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
@@ -68,6 +68,8 @@ def placements(
         ready = slots.serves(fact, slot, model, plan)
         phase = _PHASES[observed.phase] if observed is not None else mdep.PlacementPhase.PENDING
         message = outcomes[node].error if node in outcomes and outcomes[node].error else None
+        if message is None and observed is not None and observed.busy:
+            message = f"busy, out of routing: {observed.busy}"
         if message is None and observed is not None and not observed.ready:
             message = observed.last_error
         download = _download(observed, model)
@@ -152,6 +154,24 @@ def removing(
     return out
 
 
+CAPACITY_STALL_AFTER = timedelta(minutes=2)
+"""How long replicas may wait for a node before the deployment says Stalled (the operator's
+`--capacity-stall-seconds`; docs/operator.md)."""
+
+
+def _span(wait: timedelta) -> str:
+    seconds = int(wait.total_seconds())
+    return f"{seconds // 60} minutes" if seconds % 60 == 0 and seconds >= 120 else f"{seconds}s"
+
+
+def not_ready_for(md: mdep.ModelDeployment, now: datetime) -> timedelta:
+    """How long the deployment's Ready condition has been False (zero when True or absent)."""
+    ready = cond.find(md.status.conditions, cond.ConditionType.READY)
+    if ready is None or ready.status != cond.ConditionStatus.FALSE:
+        return timedelta(0)
+    return now - ready.last_transition_time
+
+
 def awaiting_approval(plan: PlanInfo) -> bool:
     """The plan is paused with no step running (before its first step or between two)."""
     return plan.paused and plan.phase in (None, swp.SwapPhase.PENDING, swp.SwapPhase.PAUSED)
@@ -167,10 +187,15 @@ def verdict(
     lost: Sequence[str] = (),
     conflict: str | None = None,
     standing: preemption.Standing | None = None,
+    now: datetime | None = None,
+    stall_after: timedelta | None = None,
 ) -> conditions.Verdict:
     """The deployment's summary. `lost`: placed nodes whose InferenceNode is not Ready;
     `standing`: the evictions it waits for (Preempting) or that keep a replica away
-    (Preempted)."""
+    (Preempted). `now`: replicas that no node can take for `stall_after` (fewer matching Macs
+    than replicas, every one busy) make the deployment Stalled, still `WaitingForCapacity`:
+    GitOps tools and `kubectl wait --for=condition=Stalled` stop waiting; it is placed (and
+    Stalled clears) as soon as a node can take it."""
     R = cond.Reason
     want = md.spec.replicas
     ready = sum(1 for p in placed if p.ready)
@@ -226,6 +251,13 @@ def verdict(
             r.reason == placement.Reason.SERVED_NAME for r in decision.rejections
         ):  # a person must rename (spec.model.servedName) or add a node; routes need the name
             return conditions.Verdict(False, R.SERVED_NAME_CONFLICT, text, stalled=True)
+        wait = CAPACITY_STALL_AFTER if stall_after is None else stall_after
+        if now is not None and not_ready_for(md, now) >= wait:
+            text += (
+                f"; Stalled: no node could take it for {_span(wait)} (it is placed as soon as "
+                "one can)"
+            )
+            return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, stalled=True)
         return conditions.Verdict(False, R.WAITING_FOR_CAPACITY, text, reconciling=True)
     no_fit = [o for o in outcomes.values() if o.no_fit]
     if no_fit:
@@ -258,15 +290,25 @@ def status(
     handover: slots.Handover | None = None,
     conflict: str | None = None,
     standing: preemption.Standing | None = None,
+    stall_after: timedelta | None = None,
 ) -> Result:
     """The whole status; `conflict`: why the Service cannot be published (then the status
     names no endpoint: that address is someone else's); `standing`: its preemption records
-    (none given: those of the status kept)."""
+    (none given: those of the status kept); `stall_after`: see `verdict`."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     placed = placements(facts, desired, outcomes, slot=slot, plan=plan)
     gone = lost_nodes(facts, desired)
     judged = verdict(
-        md, decision, placed, outcomes, plan, lost=gone, conflict=conflict, standing=standing
+        md,
+        decision,
+        placed,
+        outcomes,
+        plan,
+        lost=gone,
+        conflict=conflict,
+        standing=standing,
+        now=now,
+        stall_after=stall_after,
     )
     going = removing(md, handover, decision, facts) if handover is not None else []
     new = mdep.ModelDeploymentStatus(
@@ -298,6 +340,7 @@ def invalid_status(
     return current.model_copy(
         update={
             "observed_generation": generation,
+            "ready_replicas": current.ready_replicas or 0,  # the READY column: 0, not blank
             "conditions": conditions.apply_verdict(
                 current.conditions, judged, generation=generation, now=now
             ),
@@ -316,6 +359,7 @@ def unplaced_status(
                 md.status.conditions, judged, generation=md.metadata.generation, now=now
             ),
             "served_name": md.served_name(),
+            "ready_replicas": md.status.ready_replicas or 0,  # the READY column: 0, not blank
             "endpoint": endpoint,
             "selector": naming.deployment_selector(md.metadata.name or ""),
         }

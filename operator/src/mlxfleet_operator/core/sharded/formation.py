@@ -88,7 +88,9 @@ def formations(
             gid, model = old.id, ModelRef(old.source or md.model_ref().source, old.revision)
         else:
             gid, model = ring.next_id(plan.index, old.id if old else None), md.model_ref()
-        addresses = ring.hosts(facts, plan.nodes, slot=slot, group_id=gid)
+        addresses = ring.hosts(
+            facts, plan.nodes, slot=slot, group_id=gid, salt=md.metadata.uid or ""
+        )
         out.append(Formation(index=plan.index, id=gid, plan=plan, hosts=addresses, model=model))
     return out
 

@@ -76,6 +76,7 @@ def node_view(
     return placement.NodeView(
         name=view.name,
         labels=view.labels,
+        approved=view.approved,
         unschedulable=view.unschedulable,
         ready=False,
         not_ready_since=last_seen,

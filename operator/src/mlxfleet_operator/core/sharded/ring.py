@@ -2,8 +2,10 @@
 
 A formation has an id (`g<index>-<epoch>`); agents run a rank until its id changes, so every
 re-forming or swap of a group takes the next epoch. Each rank of a formation listens for its
-peers on the host of its node's agent URL and a port derived from the slot, the formation id and
-the rank (stable while the formation lives, different for the next one).
+peers on its node's fabric address (the agent's `--fabric-address`, never the LAN address of its
+control API) and a port derived from the deployment's uid, the slot, the formation id and the
+rank: stable while the formation lives (every reconcile computes the same), unpredictable
+without the object (its uid is random) and different for the next formation.
 
 May import: the standard library, `core.deployment.facts`. Called by: `core.sharded.formation`
 and `core.swapplan.groups` (through `core.sharded`).
@@ -37,22 +39,30 @@ def next_id(index: int, old: str | None) -> str:
     return f"g{index}-{epoch(old) + 1}"
 
 
-def ring_port(slot: str, group_id: str, rank: int) -> int:
-    """The port rank `rank` of formation `group_id` listens on for its peers."""
-    digest = hashlib.sha256(f"{slot}/{group_id}".encode()).digest()
+def ring_port(slot: str, group_id: str, rank: int, *, salt: str = "") -> int:
+    """The port rank `rank` of formation `group_id` listens on for its peers (`salt`: the
+    deployment's uid, so nobody without the object can tell the next formation's ports)."""
+    digest = hashlib.sha256(f"{salt}/{slot}/{group_id}".encode()).digest()
     return PORT_BASE + (int.from_bytes(digest[:4], "big") % PORT_SPAN) * 16 + rank
 
 
 def ring_host(fact: dep.NodeFacts) -> str:
-    """The address other ranks reach this node on: the host of its agent URL."""
-    host = urlsplit(fact.node.spec.agent.url).hostname or "localhost"
+    """The address other ranks reach this node on: its fabric address (placement leaves out
+    nodes without one; the agent URL's host only for an agent too old to report it)."""
+    host = fact.fabric_address or urlsplit(fact.node.spec.agent.url).hostname or "localhost"
     return f"[{host}]" if ":" in host else host
 
 
 def hosts(
-    facts: Mapping[str, dep.NodeFacts], nodes: Sequence[str], *, slot: str, group_id: str
+    facts: Mapping[str, dep.NodeFacts],
+    nodes: Sequence[str],
+    *,
+    slot: str,
+    group_id: str,
+    salt: str = "",
 ) -> tuple[str, ...]:
     """The ring address of each rank of formation `group_id` on `nodes` (by rank)."""
     return tuple(
-        f"{ring_host(facts[n])}:{ring_port(slot, group_id, rank)}" for rank, n in enumerate(nodes)
+        f"{ring_host(facts[n])}:{ring_port(slot, group_id, rank, salt=salt)}"
+        for rank, n in enumerate(nodes)
     )

@@ -127,7 +127,9 @@ def decide(
         index=group.index,
         id=gid,
         plan=plan,
-        hosts=sharded.hosts(by_name, group.nodes, slot=slot, group_id=gid),
+        hosts=sharded.hosts(
+            by_name, group.nodes, slot=slot, group_id=gid, salt=md.metadata.uid or ""
+        ),
         model=target,
     )
     agent_strategy = fields.to_agent_strategy(chosen)
