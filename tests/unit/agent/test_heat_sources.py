@@ -226,9 +226,19 @@ def test_the_thermal_file_replaces_every_source(tmp_path: Path) -> None:
     def never(argv: list[str], timeout: float) -> str | None:
         raise AssertionError(f"ran {argv}")
 
-    meter = heat.HeatMeter(thermal_file=recorded, run=never, macos=True)
+    meter = heat.HeatMeter(thermal_files=[recorded], run=never, macos=True)
     assert meter.read().level == "serious"
     shutil.copy(MACOS / "powermetrics-thermal-nominal-macos26.txt", recorded)
     assert meter.read().level == "nominal"  # read again each time
     recorded.unlink()
     assert meter.read().empty
+    two = heat.HeatMeter(
+        thermal_files=[
+            MACOS / "powermetrics-thermal-heavy-CONSTRUCTED.txt",
+            MACOS / "macmon-pipe.jsonl",
+        ],
+        run=never,
+    )
+    got = two.read()  # folded as the host's own sources are: powermetrics' level, macmon's heat
+    assert (got.level, got.cpu_temperature_c) == ("serious", pytest.approx(46.749672))
+    assert got.power_source == "powermetrics"  # the first file's power

@@ -71,7 +71,7 @@ def telemetry(cfg: settings.Settings) -> tuple[recorder.Telemetry, shipper.Shipp
         node=cfg.node_name,
         idle_watts=cfg.idle_power_watts,
         busy_watts=cfg.busy_power_watts,
-        heat_meter=heat.HeatMeter(thermal_file=cfg.thermal_file),
+        heat_meter=heat.HeatMeter(thermal_files=cfg.thermal_files),
         psi_file=cfg.memory_pressure_file,
     )
 

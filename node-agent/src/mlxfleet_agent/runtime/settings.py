@@ -152,15 +152,17 @@ class Settings(BaseModel):
             "a cgroup's memory.pressure for an agent confined to one)"
         ),
     ] = Path("/proc/pressure/memory")
-    thermal_file: Annotated[
-        Path | None,
-        Field(description="a recorded heat reading; unset: the host's own tools"),
+    thermal_files: Annotated[
+        list[Path],
         Opt(
-            "read heat from this file instead of the host: a recorded output of powermetrics "
-            "(text or plist), macmon pipe, nvidia-smi --format=csv or pmset -g therm, read again "
-            "every sample (tests, or a root job that writes it)"
+            "read heat from this file instead of the host (repeatable: one source each): a "
+            "recorded output of powermetrics (text or plist), macmon pipe, nvidia-smi "
+            "--format=csv or pmset -g therm, read again every sample (tests, or a root job that "
+            "writes it)",
+            flag="--thermal-file",
+            action="append",
         ),
-    ] = None
+    ] = Field(default_factory=list)
     doctor_interval_s: Annotated[
         float,
         Field(gt=0, le=86_400),

@@ -7,8 +7,9 @@ GPU and power), the thermal pressure notification (`notifyutil`, sudoless), `pms
 on Linux the thermal zones and hwmon chips in sysfs, RAPL energy counters (power between two
 reads) and `nvidia-smi` on a CUDA node. A source that is missing, refused or too slow is left
 out for good (a refusal does not change while the agent runs), except sysfs, read every time.
-`thermal_file` replaces every source with one recorded output (any format `heatparse.any_format`
-knows), read again on each call: tests and the e2e suite drive the sampler with it.
+`thermal_files` replace every source with recorded outputs, one source each (any format
+`heatparse.any_format` knows), read again on each call and folded like the host's own sources:
+tests and the e2e suite drive the sampler with them.
 Called from the telemetry shipper's thread (never the event loop): a reading may take a second.
 May import: the standard library, host (heatparse, platform). Called by: telemetry.shipper,
 runtime.compose.
@@ -20,7 +21,7 @@ import logging
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mlxfleet_agent.host import heatparse
@@ -65,14 +66,14 @@ class HeatMeter:
     def __init__(
         self,
         *,
-        thermal_file: Path | None = None,
+        thermal_files: Sequence[Path] = (),
         powermetrics: bool = True,
         sysfs: Path = SYSFS,
         run: Run = run_command,
         clock: Callable[[], float] = time.monotonic,
         macos: bool = agent_platform.IS_MACOS,
     ) -> None:
-        self.thermal_file = thermal_file
+        self.thermal_files = tuple(thermal_files)
         self._sysfs = sysfs
         self._run = run
         self._clock = clock
@@ -80,7 +81,7 @@ class HeatMeter:
         self._rapl: dict[str, heatparse.EnergyCounter] = {}
         # commands still worth trying; each is dropped after its first failure
         self._commands: dict[str, tuple[list[str], Callable[[str], heatparse.HeatReading]]] = {}
-        if thermal_file is not None:
+        if self.thermal_files:
             return
         if macos:
             if powermetrics:
@@ -93,17 +94,20 @@ class HeatMeter:
 
     def read(self) -> heatparse.HeatReading:
         """One reading of every source this host has (empty: none tells anything)."""
-        if self.thermal_file is not None:
-            try:
-                with self.thermal_file.open("rb") as f:
-                    return heatparse.any_format(f.read(MAX_FILE))
-            except OSError as exc:
-                log.warning("thermal file %s unreadable: %s", self.thermal_file, exc)
-                return heatparse.HeatReading()
+        if self.thermal_files:
+            return heatparse.combine(self._recorded(path) for path in self.thermal_files)
         readings = [self._command(name) for name in list(self._commands)]
         if not self._macos:
             readings += [self._zones(), self._hwmon(), self._rapl_reading()]
         return heatparse.combine(r for r in readings if r is not None)
+
+    def _recorded(self, path: Path) -> heatparse.HeatReading:
+        try:
+            with path.open("rb") as f:
+                return heatparse.any_format(f.read(MAX_FILE))
+        except OSError as exc:
+            log.warning("thermal file %s unreadable: %s", path, exc)
+            return heatparse.HeatReading()
 
     def _command(self, name: str) -> heatparse.HeatReading | None:
         argv, parse = self._commands[name]
