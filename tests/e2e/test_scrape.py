@@ -44,6 +44,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.mlx, pytest.mark.tools]
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "manifests" / "grafana" / "mlxfleet-dashboard.json"
+HOST = REPO / "tests" / "fixtures" / "host" / "macos"  # recorded heat outputs (SOURCES.md)
 RULES = REPO / "manifests" / "monitoring" / "prometheusrule.yaml"
 SCRAPE = "1s"
 # Grafana's variables, as a person looking at the whole fleet sets them
@@ -145,8 +146,13 @@ def scraped(
     token_file = root / "scrape-token"
     token_file.write_text(token + "\n")
     with_token = scrape_token_flag()
-    power = root / "agent-power.yaml"  # nominal watts: the estimated power series
-    power.write_text("idlePowerWatts: 6\nbusyPowerWatts: 30\n")
+    power = root / "agent-power.yaml"  # nominal watts; heat from recorded tool outputs
+    heat = [HOST / "powermetrics-cpu_power-thermal-mac14.2-macos26.txt", HOST / "macmon-pipe.jsonl"]
+    power.write_text(
+        "idlePowerWatts: 6\nbusyPowerWatts: 30\n"
+        + "thermalFiles:\n"
+        + "".join(f"  - {path}\n" for path in heat)
+    )
     agent_flags = ["--config", str(power)]
     if with_token:  # the agents ask for the scrape token: Prometheus must send it
         agent_flags += ["--metrics-token-file", str(token_file)]
@@ -306,6 +312,8 @@ def test_the_macs_own_series_carry_their_node_name(scraped: Scraped) -> None:
         'mlxfleet_agent_memory_pressure{level="normal"}',
         "mlxfleet_agent_power_watts",
         "mlxfleet_agent_telemetry_buffered_intervals",
+        'mlxfleet_agent_thermal_pressure{level="nominal"}',
+        "mlxfleet_agent_gpu_temperature_celsius",
     ):
         found = {s["metric"]["node"] for s in scraped.prometheus.query(metric)}
         assert found == nodes, metric

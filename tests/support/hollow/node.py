@@ -27,6 +27,8 @@ from mlxfleet_agent.refusals import NoFit, Rejected  # the real agent's refusals
 from mlxfleet_agent.telemetry import hoststats
 from tests.support.hollow import config, slots
 
+DOCTOR_DISK_MIN_FREE = 20 * 2**30  # the agent's default doctorDiskMinFreeBytes
+
 
 def model_id(source: str, revision: str | None) -> str:
     """The agent's stable id of a cached model (hash of source and revision)."""
@@ -283,6 +285,12 @@ class HollowNode:
             slots=[self.slots[n].status() for n in sorted(self.slots)],
             cached_models=self.cached(),
             counters={"hollow_requests": float(self.requests)},
+            # a host with no heat source, whose doctor finds nothing that applies (as the real
+            # agent on Linux answers): the operator's disk check only
+            thermal=contract.ThermalInfo(),
+            doctor=contract.DoctorReport(
+                checked_at=self.started_at, disk_min_free_bytes=DOCTOR_DISK_MIN_FREE
+            ),
             now=datetime.now(UTC),  # the real agent's clock, for the operator's offset
             fabric_address="127.0.0.1",  # as a real agent on loopback
             engines=[  # a simulated Mac runs mlx-lm only

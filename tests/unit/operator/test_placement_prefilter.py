@@ -48,6 +48,17 @@ def _object(r: random.Random, name: str) -> inode.InferenceNode:
             last_transition_time=NOW,
         )
         status = status.model_copy(update={"conditions": [*status.conditions, pressed]})
+    heat = r.random()
+    if heat < 0.35:  # warm (fair: placement prefers cooler nodes) or hot (no new replica)
+        hot = heat < 0.08
+        warm = cond.Condition(
+            type="ThermalPressure",
+            status=cond.ConditionStatus.TRUE if hot else cond.ConditionStatus.FALSE,
+            reason="ThermalSerious" if hot else "ThermalFair",
+            message=f"agent reports thermal pressure {'serious' if hot else 'fair'}",
+            last_transition_time=NOW,
+        )
+        status = status.model_copy(update={"conditions": [*status.conditions, warm]})
     meta = base.metadata.model_copy(update={"labels": labels})
     return base.model_copy(update={"metadata": meta, "status": status})
 

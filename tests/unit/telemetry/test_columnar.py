@@ -86,7 +86,10 @@ def intervals(seed: int) -> list[contract.TelemetryInterval]:
                         busy_seconds=r.random() * step,
                         energy_wh=r.random(),
                         average_power_watts=r.random() * 90,
-                        power_source=r.choice(["unknown", "estimated", "powermetrics"]),
+                        power_source=r.choice(
+                            ["unknown", "estimated", "powermetrics", "macmon", "rapl", "nvidia-smi"]
+                        ),
+                        **_heat(r, step),
                     ),
                 )
             )
@@ -94,6 +97,21 @@ def intervals(seed: int) -> list[contract.TelemetryInterval]:
             if r.random() < 0.05:  # the next one overlaps this one (a restarted agent)
                 t -= timedelta(seconds=step / 2 + 0.25)
     return out + gateway_lines(r, base)
+
+
+def _heat(r: random.Random, step: float) -> dict[str, Any]:
+    """Heat figures, or none (a host without a source, an agent older than them)."""
+    if r.random() < 0.3:
+        return {}
+    sampled = r.random() * step
+    return {
+        "thermal_pressure_max": r.choice([None, *contract.THERMAL_LEVELS]),
+        "thermal_pressure_seconds": r.choice([0.0, r.random() * step]),
+        "gpu_temperature_max_celsius": r.choice([None, 30 + r.random() * 70]),
+        "cpu_temperature_max_celsius": r.choice([None, 30 + r.random() * 70]),
+        "gpu_busy_seconds": sampled * r.random(),
+        "gpu_sampled_seconds": sampled,
+    }
 
 
 def _key(r: random.Random) -> contract.KeyTelemetry:
@@ -172,6 +190,14 @@ def fold(ivs: list[contract.TelemetryInterval], *, start: date, end: date) -> pa
             spans=[(t0, t0 + iv.interval_seconds)],
             shortest=(t0 + iv.interval_seconds) - t0,
             dropped=iv.dropped_intervals,
+            thermal=partials.THERMAL.index(h.thermal_pressure_max)
+            if h.thermal_pressure_max
+            else -1,
+            thermal_seconds=h.thermal_pressure_seconds,
+            gpu_temp_max=h.gpu_temperature_max_celsius,
+            cpu_temp_max=h.cpu_temperature_max_celsius,
+            gpu_busy_seconds=h.gpu_busy_seconds,
+            gpu_sampled_seconds=h.gpu_sampled_seconds,
         )
         out.nodes.setdefault(iv.node, partials.NodePart()).merge(part)
         tokens = 0

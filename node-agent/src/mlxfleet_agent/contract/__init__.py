@@ -89,12 +89,20 @@ from mlxfleet_agent.contract.sources import (
     SourceError,
     check_source,
 )
-from mlxfleet_agent.contract.state import AgentState, DiskInfo, MemoryInfo
+from mlxfleet_agent.contract.state import (
+    DOCTOR_CHECKS,
+    AgentState,
+    DiskInfo,
+    DoctorReport,
+    MemoryInfo,
+    ThermalInfo,
+)
 from mlxfleet_agent.contract.telemetry import (
     LATENCY_BUCKETS_S,
     TELEMETRY_KEY_LAYOUT,
     TELEMETRY_NODE,
     TELEMETRY_SCHEMA_VERSION,
+    THERMAL_LEVELS,
     TOKEN_LATENCY_BUCKETS_S,
     HistogramData,
     KeyTelemetry,
@@ -114,6 +122,7 @@ __all__ = [
     "CHAT_TEMPLATE_ARGS_MAX_KEYS",
     "COMMAND_ENV_NAMES",
     "DNS_LABEL",
+    "DOCTOR_CHECKS",
     "ENDPOINTS",
     "HF_REPO",
     "LATENCY_BUCKETS_S",
@@ -127,6 +136,7 @@ __all__ = [
     "TELEMETRY_KEY_LAYOUT",
     "TELEMETRY_NODE",
     "TELEMETRY_SCHEMA_VERSION",
+    "THERMAL_LEVELS",
     "TOKEN_LATENCY_BUCKETS_S",
     "VLLM_EXTRA_FLAGS",
     "AgentState",
@@ -136,6 +146,7 @@ __all__ = [
     "CommandOptions",
     "CredentialsStatus",
     "DiskInfo",
+    "DoctorReport",
     "DownloadProgress",
     "EmbedOptions",
     "EngineInfo",
@@ -176,6 +187,7 @@ __all__ = [
     "SwapRecord",
     "SwapStrategy",
     "TelemetryInterval",
+    "ThermalInfo",
     "Transfer",
     "VllmOptions",
     "Wire",

@@ -49,6 +49,8 @@ TOKEN_LATENCY_BUCKETS_S: tuple[float, ...] = (
     0.5,
     1.0,
 )
+THERMAL_LEVELS = ("nominal", "fair", "serious", "critical")
+ThermalLevel = Literal["nominal", "fair", "serious", "critical"]
 TELEMETRY_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
@@ -106,7 +108,29 @@ class NodeTelemetry(Wire):
     busy_seconds: float = Field(default=0.0, description="time with any slot busy")
     energy_wh: float = 0.0
     average_power_watts: float = 0.0
-    power_source: Literal["powermetrics", "estimated", "unknown"] = "unknown"
+    power_source: Literal[
+        "powermetrics", "macmon", "rapl", "nvidia-smi", "estimated", "unknown"
+    ] = Field(
+        default="unknown",
+        description="the meter the energy was measured with, `estimated` from the node's "
+        "nominal idle/busy watts, `unknown` without either",
+    )
+    thermal_pressure_max: ThermalLevel | None = Field(
+        default=None, description="the worst thermal pressure level sampled; absent: not measured"
+    )
+    thermal_pressure_seconds: float = Field(
+        default=0.0, ge=0, description="time at thermal pressure serious or critical"
+    )
+    gpu_temperature_max_celsius: float | None = None
+    cpu_temperature_max_celsius: float | None = None
+    gpu_busy_seconds: float = Field(
+        default=0.0, ge=0, description="GPU utilisation x time over the sampled time (below)"
+    )
+    gpu_sampled_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="time with a GPU utilisation reading (its mean: busy / sampled)",
+    )
 
 
 class KeyTelemetry(Wire):

@@ -3,9 +3,12 @@
 Versions, OS and chip (read once, at start-up), memory (total, available, the slots' budget
 and estimate, pressure), disk of the models dir, the data port, every slot's status, the cached
 models, the downloads in progress (`transfers`), the telemetry and peer counters, the engines
-found at start and the fingerprint of the node's own credentials.
+found at start, the fingerprint of the node's own credentials, the host's heat (the
+telemetry's last sample) and the doctor's last report: both read by threads of their own, so
+answering never waits on a command.
 May import: the standard library, contract, host (platform, credentials), models.catalog,
-slots.registry, telemetry (recorder, hoststats). Called by: controlapi.app, runtime (builds it).
+slots.registry, telemetry (recorder, hoststats), doctor.watch. Called by: controlapi.app,
+runtime (builds it).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mlxfleet_agent import __version__, contract
+from mlxfleet_agent.doctor import watch
 from mlxfleet_agent.host import credentials, platform
 from mlxfleet_agent.models import catalog
 from mlxfleet_agent.slots import registry
@@ -37,7 +41,9 @@ class StateView:
         pressure_file: Path | None = hoststats.PSI_FILE,
         keys: credentials.NodeKeys | None = None,
         fabric_address: str | None = None,
+        doctor: watch.Doctor | None = None,
     ) -> None:
+        self.doctor = doctor
         self.engines = engines or []
         self.pressure_file = pressure_file
         self.keys = keys
@@ -82,6 +88,8 @@ class StateView:
                 for t in self.models.store.transfers.snapshot(time.monotonic())
             ],
             counters={**self.telemetry.counters(), **self.models.store.counters},
+            thermal=self.telemetry.thermal(),
+            doctor=self.doctor.report() if self.doctor is not None else None,
             engines=self.engines,
             credentials=self.keys.fingerprint if self.keys is not None else None,
             fabric_address=self.fabric_address,

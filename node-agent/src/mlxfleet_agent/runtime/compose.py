@@ -25,13 +25,14 @@ from mlxfleet_agent.backends import launcher, logrotate, orphans
 from mlxfleet_agent.controlapi import app as control_app
 from mlxfleet_agent.controlapi import guard, state
 from mlxfleet_agent.dataplane import app as data_app
+from mlxfleet_agent.doctor import watch
 from mlxfleet_agent.engines import discovery, facts
 from mlxfleet_agent.host import certs, credentials, platform
 from mlxfleet_agent.models import catalog, store
 from mlxfleet_agent.peers import server as peer_server
 from mlxfleet_agent.runtime import logs, settings
 from mlxfleet_agent.slots import registry
-from mlxfleet_agent.telemetry import recorder, shipper
+from mlxfleet_agent.telemetry import heat, recorder, shipper
 
 log = logging.getLogger("mlxfleet_agent")
 LOG_ROTATE_INTERVAL_S = 5.0  # how often backend logs are looked at (a stat per log)
@@ -63,12 +64,25 @@ def shipper_config(cfg: settings.Settings) -> shipper.ShipperConfig:
 
 
 def telemetry(cfg: settings.Settings) -> tuple[recorder.Telemetry, shipper.Shipper]:
-    """The agent's telemetry and its (not yet started) shipper, as the settings say."""
+    """The agent's telemetry and its (not yet started) shipper, as the settings say; the
+    shipper samples the host's heat (`--thermal-file` instead, when given)."""
     return shipper.build(
         shipper_config(cfg),
         node=cfg.node_name,
         idle_watts=cfg.idle_power_watts,
         busy_watts=cfg.busy_power_watts,
+        heat_meter=heat.HeatMeter(thermal_files=cfg.thermal_files),
+        psi_file=cfg.memory_pressure_file,
+    )
+
+
+def doctor(cfg: settings.Settings) -> watch.Doctor:
+    """The macOS doctor (not yet started), as the settings say."""
+    return watch.Doctor(
+        interval_s=cfg.doctor_interval_s,
+        updates_interval_s=cfg.doctor_updates_interval_s,
+        outputs_dir=cfg.doctor_outputs_dir,
+        disk_min_free_bytes=cfg.doctor_disk_min_free_bytes,
     )
 
 
@@ -96,6 +110,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
             extra={"bind": cfg.bind},
         )
     tel, ship = telemetry(cfg)
+    host_doctor = doctor(cfg)
     if cfg.tls_cert is not None and (until := certs.expires_at(cfg.tls_cert)) is not None:
         tel.metrics.tls_expiry.labels(listener="control").set(until)
     scrape_token = cfg.read_metrics_token()
@@ -148,6 +163,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         pressure_file=cfg.memory_pressure_file,
         keys=keys,
         fabric_address=cfg.fabric(),
+        doctor=host_doctor,
     )
     control = control_app.build(
         slots=slots,
@@ -181,6 +197,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
     if restored:
         log.info("restored slots", extra={"slots": restored})
     ship.start()
+    host_doctor.start()
     caffeinate = platform.start_caffeinate() if cfg.caffeinate else None
     rotating = asyncio.get_running_loop().create_task(
         logrotate.watch(
@@ -194,6 +211,7 @@ async def lifespan(cfg: settings.Settings, *, data_port: int = 0) -> AsyncIterat
         yield runtime
     finally:
         rotating.cancel()
+        host_doctor.stop()
         models.close()
         await slots.close()
         await asyncio.to_thread(ship.stop)

@@ -152,6 +152,43 @@ class Settings(BaseModel):
             "a cgroup's memory.pressure for an agent confined to one)"
         ),
     ] = Path("/proc/pressure/memory")
+    thermal_files: Annotated[
+        list[Path],
+        Opt(
+            "read heat from this file instead of the host (repeatable: one source each): a "
+            "recorded output of powermetrics (text or plist), macmon pipe, nvidia-smi "
+            "--format=csv or pmset -g therm, read again every sample (tests, or a root job that "
+            "writes it)",
+            flag="--thermal-file",
+            action="append",
+        ),
+    ] = Field(default_factory=list)
+    doctor_interval_s: Annotated[
+        float,
+        Field(gt=0, le=86_400),
+        Opt(
+            "how often the macOS doctor examines the host: pmset, fdesetup, networksetup "
+            "(default 300)"
+        ),
+    ] = 300.0
+    doctor_updates_interval_s: float = Field(
+        default=21_600.0, gt=0, le=7 * 86_400, description="softwareupdate -l (slow, online)"
+    )
+    doctor_outputs_dir: Annotated[
+        Path | None,
+        Field(description="recorded doctor command outputs; unset: run the commands"),
+        Opt(
+            "read the doctor's command outputs from files here instead of running them "
+            "(pmset-g.txt, fdesetup-status.txt, softwareupdate-l.txt, "
+            "networksetup-listallhardwareports.txt, systemsetup-getrestartpowerfailure.txt; "
+            "a missing file: that command is missing)"
+        ),
+    ] = None
+    doctor_disk_min_free_bytes: int = Field(
+        default=20 * 1024**3,
+        ge=0,
+        description="free space of the models dir below which the node reports DiskPressure",
+    )
     download_max_bytes_per_s: Annotated[
         int | None,
         Field(ge=1024, description="bytes per second; unset: as fast as the network goes"),

@@ -1,33 +1,32 @@
-"""Host readings for telemetry: memory, memory pressure and (on macOS, when permitted) power.
+"""Host readings for telemetry: memory, memory pressure and, from `heat.HeatMeter`, thermal
+pressure, GPU utilisation, temperatures and measured power.
 
 Memory pressure (`pressure`, pure; `read_pressure` reads the host): macOS's own level where
 there is one (`kern.memorystatus_vm_pressure_level`, what `memory_pressure` reports), else the
 worse of the share of memory available and Linux pressure stall information
 (`/proc/pressure/memory`, or a cgroup's `memory.pressure`), with the reading that decided it.
 
-Power comes from `powermetrics` only when the agent may run it (root or a sudoers rule for
-`sudo -n powermetrics`); otherwise it is None and the interval's energy is estimated from the
-node's nominal idle/busy watts and marked `estimated`.
-May import: psutil, the standard library, host.platform, telemetry.intervals. Called by:
+Power is measured when a meter can read it (powermetrics where permitted, macmon, RAPL,
+nvidia-smi: `telemetry.heat`); otherwise it is None and the interval's energy is estimated from
+the node's nominal idle/busy watts and marked `estimated`.
+May import: psutil, the standard library, host (platform, heatparse), telemetry (intervals,
+heat). Called by:
 telemetry.shipper (samples), controlapi.state (the pressure level of GET /v1/state).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+from mlxfleet_agent.host import heatparse
 from mlxfleet_agent.host import platform as agent_platform
-from mlxfleet_agent.telemetry import intervals
+from mlxfleet_agent.telemetry import heat, intervals
 
-_COMBINED_MW = re.compile(r"Combined Power \(CPU \+ GPU \+ ANE\):\s*([0-9.]+)\s*mW")
 IS_MACOS = agent_platform.IS_MACOS
-_PACKAGE_MW = re.compile(r"Package Power:\s*([0-9.]+)\s*mW")
 
 
 PSI_FILE = Path("/proc/pressure/memory")  # Linux pressure stall information (kernel 4.20+)
@@ -126,63 +125,26 @@ def _macos_pressure() -> int | None:
         return None
 
 
-def parse_powermetrics(text: str) -> float | None:
-    """Watts from one powermetrics sample (combined CPU+GPU+ANE, else package power)."""
-    for pattern in (_COMBINED_MW, _PACKAGE_MW):
-        match = pattern.search(text)
-        if match:
-            return float(match.group(1)) / 1000.0
-    return None
-
-
-class PowerMeter:
-    """Reads powermetrics on macOS when permitted; gives up for good after the first refusal."""
-
-    def __init__(self, *, enabled: bool = True) -> None:
-        self._usable = enabled and IS_MACOS and shutil.which("powermetrics") is not None
-
-    def read_watts(self) -> float | None:
-        if not self._usable:
-            return None
-        try:
-            out = subprocess.run(
-                [
-                    "sudo",
-                    "-n",
-                    "powermetrics",
-                    "--samplers",
-                    "cpu_power,gpu_power",
-                    "-i",
-                    "200",
-                    "-n",
-                    "1",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=5,
-                check=True,
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
-            self._usable = False
-            return None
-        watts = parse_powermetrics(out)
-        if watts is None:
-            self._usable = False
-        return watts
-
-
 def sample(
-    power: PowerMeter | None = None, psi_file: Path | None = PSI_FILE
+    meter: heat.HeatMeter | None = None, psi_file: Path | None = PSI_FILE
 ) -> intervals.HostSample:
+    """Memory, memory pressure and (with a meter) the host's heat and measured power."""
     vm = psutil.virtual_memory()
     total, available = int(vm.total), int(vm.available)
     level = pressure(
         total=total, available=available, macos_level=_macos_pressure(), psi=_psi(psi_file)
     ).level
+    reading = meter.read() if meter is not None else heatparse.HeatReading()
     return intervals.HostSample(
         memory_total_bytes=total,
         memory_used_bytes=total - available,
         memory_available_bytes=available,
         pressure=level,
-        power_watts=power.read_watts() if power is not None else None,
+        power_watts=reading.power_watts,
+        power_source=reading.power_source,
+        thermal=reading.level,
+        thermal_reason=reading.level_source,
+        gpu_utilization=reading.gpu_utilization,
+        gpu_temperature_c=reading.gpu_temperature_c,
+        cpu_temperature_c=reading.cpu_temperature_c,
     )

@@ -16,6 +16,9 @@ from datetime import UTC, datetime
 from mlxfleet_agent import contract
 
 PRESSURE_ORDER = ("normal", "warn", "critical")
+THERMAL_ORDER = contract.THERMAL_LEVELS
+HOT = ("serious", "critical")  # thermal pressure that keeps new replicas off the node
+METERS = ("powermetrics", "macmon", "rapl", "nvidia-smi")
 
 
 @dataclass(slots=True)
@@ -120,7 +123,13 @@ class HostSample:
     memory_used_bytes: int
     memory_available_bytes: int
     pressure: str  # one of PRESSURE_ORDER
-    power_watts: float | None = None  # measured (powermetrics); None -> estimated from busy time
+    power_watts: float | None = None  # measured (a meter); None -> estimated from busy time
+    power_source: str | None = None  # the meter: powermetrics, macmon, rapl, nvidia-smi
+    thermal: str | None = None  # one of THERMAL_ORDER; None: no source tells
+    thermal_reason: str | None = None
+    gpu_utilization: float | None = None  # 0 to 1
+    gpu_temperature_c: float | None = None
+    cpu_temperature_c: float | None = None
 
 
 @dataclass(slots=True)
@@ -139,6 +148,13 @@ class IntervalAggregate:
     pressure_max: str = "normal"
     measured_wh: float = 0.0
     measured_seconds: float = 0.0
+    meter: str = "powermetrics"  # the last meter that measured power in this interval
+    thermal_max: str | None = None
+    thermal_seconds: float = 0.0  # at serious or critical
+    gpu_temp_max: float | None = None
+    cpu_temp_max: float | None = None
+    gpu_busy_seconds: float = 0.0
+    gpu_sampled_seconds: float = 0.0
     swap_events: list[contract.SwapEvent] = field(default_factory=list)
     dropped_intervals: int = 0
 
@@ -167,6 +183,23 @@ class IntervalAggregate:
         if sample.power_watts is not None and elapsed_s > 0:
             self.measured_wh += sample.power_watts * elapsed_s / 3600.0
             self.measured_seconds += elapsed_s
+            if sample.power_source in METERS:
+                self.meter = sample.power_source
+        self._add_heat(sample, elapsed_s=elapsed_s)
+
+    def _add_heat(self, sample: HostSample, *, elapsed_s: float) -> None:
+        """Worst thermal level, time under pressure (the time since the previous sample counts
+        at this sample's level), hottest temperatures, GPU busy time."""
+        if sample.thermal in THERMAL_ORDER:
+            if _rank(sample.thermal) > _rank(self.thermal_max):
+                self.thermal_max = sample.thermal
+            if sample.thermal in HOT and elapsed_s > 0:
+                self.thermal_seconds += elapsed_s
+        self.gpu_temp_max = _hottest(self.gpu_temp_max, sample.gpu_temperature_c)
+        self.cpu_temp_max = _hottest(self.cpu_temp_max, sample.cpu_temperature_c)
+        if sample.gpu_utilization is not None and elapsed_s > 0:
+            self.gpu_busy_seconds += sample.gpu_utilization * elapsed_s
+            self.gpu_sampled_seconds += elapsed_s
 
     def to_wire(
         self, *, now: float, idle_watts: float | None, busy_watts: float | None
@@ -177,7 +210,7 @@ class IntervalAggregate:
         source: str = "unknown"
         energy_wh = 0.0
         if self.measured_seconds > 0 and self.measured_seconds >= 0.5 * covered:
-            source = "powermetrics"
+            source = self.meter
             energy_wh = self.measured_wh * (covered / self.measured_seconds)
         elif idle_watts is not None and busy_watts is not None:
             source = "estimated"
@@ -208,6 +241,12 @@ class IntervalAggregate:
                 energy_wh=round(energy_wh, 6),
                 average_power_watts=round(energy_wh * 3600.0 / covered, 3) if covered else 0.0,
                 power_source=source,
+                thermal_pressure_max=self.thermal_max,
+                thermal_pressure_seconds=round(self.thermal_seconds, 3),
+                gpu_temperature_max_celsius=self.gpu_temp_max,
+                cpu_temperature_max_celsius=self.cpu_temp_max,
+                gpu_busy_seconds=round(self.gpu_busy_seconds, 3),
+                gpu_sampled_seconds=round(self.gpu_sampled_seconds, 3),
             ),
             swap_events=list(self.swap_events),
             dropped_intervals=self.dropped_intervals,
@@ -234,12 +273,28 @@ class IntervalAggregate:
             self.pressure_max
         ):
             self.pressure_max = wire.host.memory_pressure_max
-        if wire.host.power_source == "powermetrics":
+        if wire.host.power_source in METERS:
+            self.meter = wire.host.power_source
             self.measured_wh += wire.host.energy_wh
             self.measured_seconds += wire.host.energy_wh and (
                 wire.host.energy_wh * 3600.0 / max(wire.host.average_power_watts, 1e-9)
             )
+        if _rank(wire.host.thermal_pressure_max) > _rank(self.thermal_max):
+            self.thermal_max = wire.host.thermal_pressure_max
+        self.thermal_seconds += wire.host.thermal_pressure_seconds
+        self.gpu_temp_max = _hottest(self.gpu_temp_max, wire.host.gpu_temperature_max_celsius)
+        self.cpu_temp_max = _hottest(self.cpu_temp_max, wire.host.cpu_temperature_max_celsius)
+        self.gpu_busy_seconds += wire.host.gpu_busy_seconds
+        self.gpu_sampled_seconds += wire.host.gpu_sampled_seconds
         self.swap_events = [*wire.swap_events, *self.swap_events]
         self.dropped_intervals += wire.dropped_intervals
         if wire.agent_started_at is not None and self.agent_started_at is None:
             self.agent_started_at = wire.agent_started_at.timestamp()
+
+
+def _rank(level: str | None) -> int:
+    return THERMAL_ORDER.index(level) if level in THERMAL_ORDER else -1
+
+
+def _hottest(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)

@@ -67,7 +67,8 @@ class _HostCollector(Collector):
         if host.get("power_watts") is not None:
             power = GaugeMetricFamily(
                 f"{NAMESPACE}_power_watts",
-                "Package power: measured (powermetrics) or estimated from nominal idle/busy watts.",
+                "Package power: measured (source: the meter) or estimated from nominal idle/busy "
+                "watts.",
                 labels=["source"],
             )
             power.add_metric([str(host.get("power_source", "estimated"))], host["power_watts"])

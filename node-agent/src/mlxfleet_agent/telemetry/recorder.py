@@ -195,7 +195,18 @@ class Telemetry:
                     "pressure": host.pressure,
                 }
                 if host.power_watts is not None:
-                    view |= {"power_watts": host.power_watts, "power_source": "powermetrics"}
+                    view |= {
+                        "power_watts": host.power_watts,
+                        "power_source": host.power_source or "powermetrics",
+                    }
+                for key, value in (
+                    ("thermal", host.thermal),
+                    ("gpu_utilization_ratio", host.gpu_utilization),
+                    ("gpu_temperature_celsius", host.gpu_temperature_c),
+                    ("cpu_temperature_celsius", host.cpu_temperature_c),
+                ):
+                    if value is not None:
+                        view[key] = value
             if "power_watts" not in view and self.idle_watts is not None and self.busy_watts:
                 busy = self._node_busy_since is not None
                 view |= {
@@ -203,6 +214,23 @@ class Telemetry:
                     "power_source": "estimated",
                 }
             return view
+
+    def thermal(self) -> contract.ThermalInfo | None:
+        """The last sample's heat for GET /v1/state: None before the first sample, every field
+        None when no source on this host tells anything."""
+        with self._lock:
+            host = self._last_host
+        if host is None:
+            return None
+        return contract.ThermalInfo(
+            level=host.thermal if host.thermal in intervals.THERMAL_ORDER else None,
+            level_reason=host.thermal_reason[:300] if host.thermal_reason else None,
+            gpu_utilization=host.gpu_utilization,
+            gpu_temperature_celsius=host.gpu_temperature_c,
+            cpu_temperature_celsius=host.cpu_temperature_c,
+            power_watts=host.power_watts,
+            power_source=host.power_source,
+        )
 
     # ---- interval lifecycle (shipper) --------------------------------------------------------
 

@@ -11,8 +11,10 @@ The configuration (`ShipperConfig`) comes from the agent's settings (runtime.com
 A checkpoint belongs to the node name it was written for: a restart under the same name in the
 same interval merges it; otherwise it is queued, closed, under its own name (after a nodeName
 change the old name's last partial interval still ships, and no count moves to the new name).
+Each tick also samples the host (memory, pressure, heat: `hoststats.sample`), so the heat
+meter's commands run in this thread, never on the event loop.
 May import: the standard library, contract, host.s3client, telemetry (recorder, hoststats,
-spool). Called by: runtime (build, start, stop), tests.
+heat, spool). Called by: runtime (build, start, stop), tests.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any, Protocol
 
 from mlxfleet_agent import contract
 from mlxfleet_agent.host import s3client
-from mlxfleet_agent.telemetry import hoststats, recorder, spool
+from mlxfleet_agent.telemetry import heat, hoststats, recorder, spool
 
 log = logging.getLogger("mlxfleet_agent.shipper")
 DEFAULT_PREFIX = "mlxfleet-telemetry"
@@ -95,7 +97,8 @@ class Shipper:
         config: ShipperConfig,
         *,
         uploader: Uploader | None = None,
-        power: hoststats.PowerMeter | None = None,
+        heat_meter: heat.HeatMeter | None = None,
+        psi_file: Path | None = hoststats.PSI_FILE,
     ) -> None:
         if tel.interval_seconds != config.interval_seconds:
             raise ValueError("Telemetry and ShipperConfig disagree on interval_seconds")
@@ -105,7 +108,8 @@ class Shipper:
         self._uploader = uploader
         if uploader is None and config.bucket is not None:
             self._uploader = S3Uploader(config)
-        self._power = power
+        self._heat = heat_meter
+        self._psi_file = psi_file
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
@@ -167,8 +171,7 @@ class Shipper:
 
     def tick(self, *, upload: bool = True) -> None:
         """Sample the host, close the interval when due, checkpoint, upload what is queued."""
-        with contextlib.suppress(Exception):
-            self.telemetry.add_host_sample(hoststats.sample(self._power))
+        self._sample()
         closed = self.telemetry.roll()
         if closed is not None:
             self._enqueue(closed)
@@ -233,7 +236,14 @@ class Shipper:
     def _tick_seconds(self) -> float:
         return self.config.tick_seconds or max(0.05, min(5.0, self.config.interval_seconds / 12))
 
+    def _sample(self) -> None:
+        """One host sample now (memory, pressure, heat): the first, taken as the thread starts,
+        so GET /v1/state reports heat within a second of start rather than a tick later."""
+        with contextlib.suppress(Exception):
+            self.telemetry.add_host_sample(hoststats.sample(self._heat, self._psi_file))
+
     def _run(self) -> None:
+        self._sample()
         while not self._stop.wait(self._tick_seconds()):
             try:
                 self.tick()
@@ -247,6 +257,8 @@ def build(
     node: str | None = None,
     idle_watts: float | None = None,
     busy_watts: float | None = None,
+    heat_meter: heat.HeatMeter | None = None,
+    psi_file: Path | None = hoststats.PSI_FILE,
 ) -> tuple[recorder.Telemetry, Shipper]:
     """The agent's telemetry and its shipper (`config.spool_dir`, usually `<state-dir>/telemetry`).
 
@@ -265,4 +277,5 @@ def build(
         idle_watts=idle_watts,
         busy_watts=busy_watts,
     )
-    return tel, Shipper(tel, config, power=hoststats.PowerMeter())
+    meter = heat_meter if heat_meter is not None else heat.HeatMeter()
+    return tel, Shipper(tel, config, heat_meter=meter, psi_file=psi_file)

@@ -30,6 +30,16 @@ class ConditionType(StrEnum):
     STALLED = "Stalled"
     MEMORY_PRESSURE = "MemoryPressure"
     """InferenceNode only: the agent reports memory pressure (warn or critical)."""
+    THERMAL_PRESSURE = "ThermalPressure"
+    """InferenceNode only: the agent reports thermal pressure serious or critical."""
+    # InferenceNode, the macOS doctor (`core.doctor`): True when the Mac is set up in a way
+    # that takes a headless Mac down; warnings: Ready does not depend on them
+    SLEEP_ENABLED = "SleepEnabled"
+    AUTO_RESTART_DISABLED = "AutoRestartDisabled"
+    FILEVAULT_ENABLED = "FileVaultEnabled"
+    DISK_PRESSURE = "DiskPressure"
+    UPDATE_PENDING = "UpdatePending"
+    THUNDERBOLT_BRIDGE_MISSING = "ThunderboltBridgeMissing"
 
 
 class ConditionStatus(StrEnum):
@@ -83,6 +93,25 @@ class Reason(StrEnum):
     MEMORY_NORMAL = "MemoryNormal"
     MEMORY_WARN = "MemoryWarn"
     MEMORY_CRITICAL = "MemoryCritical"
+    THERMAL_NOMINAL = "ThermalNominal"
+    THERMAL_FAIR = "ThermalFair"
+    THERMAL_SERIOUS = "ThermalSerious"
+    THERMAL_CRITICAL = "ThermalCritical"
+    # InferenceNode, the macOS doctor: the finding (True) and all-clear (False) of each check
+    SYSTEM_SLEEP_ENABLED = "SystemSleepEnabled"
+    DISPLAY_SLEEP_ENABLED = "DisplaySleepEnabled"
+    SLEEP_DISABLED = "SleepDisabled"
+    AUTO_RESTART_OFF = "AutoRestartOff"
+    AUTO_RESTART_ON = "AutoRestartOn"
+    FILEVAULT_ON = "FileVaultOn"
+    FILEVAULT_OFF = "FileVaultOff"
+    MODEL_STORE_DISK_LOW = "ModelStoreDiskLow"
+    MODEL_STORE_DISK_OK = "ModelStoreDiskOK"
+    RESTART_UPDATE_PENDING = "RestartUpdatePending"
+    NO_UPDATE_PENDING = "NoUpdatePending"
+    THUNDERBOLT_BRIDGE_ABSENT = "ThunderboltBridgeAbsent"
+    THUNDERBOLT_BRIDGE_PRESENT = "ThunderboltBridgePresent"
+    DOCTOR_CHECK_FAILED = "DoctorCheckFailed"  # Unknown: the agent could not read the setting
     # SwapPlan
     PAUSED = "Paused"
     STEP_RUNNING = "StepRunning"
@@ -107,7 +136,9 @@ class Condition(base.ApiModel):
         min_length=1,
         max_length=316,
         pattern=TYPE_PATTERN,
-        description="Type of condition in CamelCase: Ready, Reconciling, Stalled, MemoryPressure.",
+        description="Type of condition in CamelCase: Ready, Reconciling, Stalled, MemoryPressure, "
+        "ThermalPressure, and the macOS doctor's (SleepEnabled, AutoRestartDisabled, "
+        "FileVaultEnabled, DiskPressure, UpdatePending, ThunderboltBridgeMissing).",
     )
     status: ConditionStatus = Field(description="Status of the condition: True, False or Unknown.")
     observed_generation: int | None = Field(

@@ -206,6 +206,37 @@ class DiskStatus(base.ApiModel):
     )
 
 
+class ThermalStatus(base.ApiModel):
+    """The Mac's heat as its agent reports it. The level follows the agent's every poll; the
+    figures are refreshed when the heartbeat is written (every --heartbeat-write-seconds) or
+    the level changes, so a warm Mac does not rewrite its status on every poll."""
+
+    level: Literal["nominal", "fair", "serious", "critical"] | None = Field(
+        default=None,
+        description="Thermal pressure (macOS's ProcessInfo names; on Linux from trip points and "
+        "GPU thermal slowdown): no new replicas at serious or critical (ThermalPressure); "
+        "placement prefers nominal over fair.",
+    )
+    source: str | None = Field(
+        default=None, max_length=300, description="What the level was read from."
+    )
+    gpu_utilization_percent: int | None = Field(
+        default=None, ge=0, le=100, description="GPU busy share at the last sample."
+    )
+    gpu_temperature_celsius: int | None = Field(
+        default=None, ge=-50, le=200, description="GPU temperature (macmon, nvidia-smi, hwmon)."
+    )
+    cpu_temperature_celsius: int | None = Field(
+        default=None, ge=-50, le=200, description="CPU temperature (macmon, thermal zones, hwmon)."
+    )
+    power_watts: float | None = Field(default=None, ge=0, description="Measured power.")
+    power_source: str | None = Field(
+        default=None,
+        max_length=40,
+        description="The meter: powermetrics, macmon, rapl, nvidia-smi.",
+    )
+
+
 class SlotStatus(base.ApiModel):
     """One model slot on the agent."""
 
@@ -270,7 +301,11 @@ class InferenceNodeStatus(base.ApiModel):
     )
     conditions: list[cond.Condition] = Field(
         default_factory=list,
-        description=cond.CONDITIONS_DESCRIPTION + " MemoryPressure mirrors the agent.",
+        description=cond.CONDITIONS_DESCRIPTION
+        + " MemoryPressure and ThermalPressure mirror the agent; the macOS doctor's conditions "
+        "(SleepEnabled, AutoRestartDisabled, FileVaultEnabled, DiskPressure, UpdatePending, "
+        "ThunderboltBridgeMissing) are warnings, True when the Mac is set up in a way that "
+        "takes a headless Mac down (docs/troubleshooting.md names the fix of each reason).",
         json_schema_extra=cond.CONDITIONS_EXTRA,
     )
     last_heartbeat_time: datetime | None = Field(
@@ -280,6 +315,10 @@ class InferenceNodeStatus(base.ApiModel):
     chip: str | None = Field(default=None, description="Chip (spec.hardware.chip or reported).")
     memory: MemoryStatus | None = Field(default=None, description="Unified memory.")
     disk: DiskStatus | None = Field(default=None, description="Disk for model weights.")
+    thermal: ThermalStatus | None = Field(
+        default=None,
+        description="Heat, GPU utilisation and power (absent: the agent reports none).",
+    )
     slots: list[SlotStatus] = Field(default_factory=list, description="Model slots on the agent.")
     cached_models: list[CachedModelStatus] = Field(
         default_factory=list, description="Weights on the node's disk."
@@ -355,6 +394,14 @@ PRINTER_COLUMNS: list[base.JsonDict] = [
         "jsonPath": '.status.conditions[?(@.type=="MemoryPressure")].reason',
         "description": "Memory pressure the agent reports (MemoryNormal, MemoryWarn, "
         "MemoryCritical): no new replicas while it is not MemoryNormal.",
+        "priority": 1,
+    },
+    {
+        "name": "Thermal",
+        "type": "string",
+        "jsonPath": ".status.thermal.level",
+        "description": "Thermal pressure the agent reports (nominal, fair, serious, critical): "
+        "no new replicas at serious or critical.",
         "priority": 1,
     },
     {

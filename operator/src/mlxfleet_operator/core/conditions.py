@@ -49,6 +49,43 @@ def set_condition(
     return out
 
 
+def set_reading(
+    current: Sequence[api.Condition],
+    *,
+    kind: api.ConditionType | str,
+    status: api.ConditionStatus | bool,
+    reason: api.Reason | str,
+    message: str,
+    generation: int | None,
+    now: datetime,
+) -> list[api.Condition]:
+    """`set_condition` for a condition that mirrors a reading which moves on every poll (memory
+    pressure, heat, free disk): the message already written is kept while the status and reason
+    stay, so an unchanged node does not rewrite its status each time its figures move."""
+    if isinstance(status, bool):
+        status = TRUE if status else FALSE
+    old = api.find(list(current), str(kind))
+    if old is not None and old.status is status and old.reason == str(reason):
+        message = old.message
+    return set_condition(
+        current,
+        kind=kind,
+        status=status,
+        reason=reason,
+        message=message,
+        generation=generation,
+        now=now,
+    )
+
+
+def drop_condition(
+    current: Sequence[api.Condition], kind: api.ConditionType | str
+) -> list[api.Condition]:
+    """The list without `kind` (a condition that no longer applies: the agent stopped reporting
+    the reading it mirrors)."""
+    return [c for c in current if c.type != str(kind)]
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One object's summary: ready, converging (reconciling) or stuck until a person acts."""

@@ -5,7 +5,8 @@ node's own credentials (`credentials`: derived from the fleet key, sent when the
 fingerprint differs).
 
 May import: the standard library, `api`, the agent `contract`, `core.conditions`, `core.events`,
-`core.heartbeat`, `core.deployment.facts` (the node's budget).
+`core.heartbeat`, `core.thermal` and `core.doctor` (their conditions), `core.deployment.facts`
+(the node's budget).
 Called by: the InferenceNode timer handler after each poll of `GET /v1/state`, and the fleet
 adapter (which turns a poll's errors into `PollError`s).
 """
@@ -22,7 +23,7 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import fields, quantity
 from mlxfleet_operator.api import inferencenode as inode
-from mlxfleet_operator.core import conditions, events, heartbeat
+from mlxfleet_operator.core import conditions, doctor, events, heartbeat, thermal
 from mlxfleet_operator.core.deployment import facts
 
 
@@ -138,6 +139,7 @@ def status(
     new = old.model_copy(update={"observed_generation": gen})
     state = poll.state
     if state is not None:
+        beat = _heartbeat_time(old.last_heartbeat_time, health.last_heartbeat, heartbeat_every)
         chip = (
             node.spec.hardware.chip
             if node.spec.hardware and node.spec.hardware.chip
@@ -145,9 +147,7 @@ def status(
         )
         new = new.model_copy(
             update={
-                "last_heartbeat_time": _heartbeat_time(
-                    old.last_heartbeat_time, health.last_heartbeat, heartbeat_every
-                ),
+                "last_heartbeat_time": beat,
                 "agent_version": state.agent_version,
                 "chip": chip,
                 "memory": _memory(node, state),
@@ -193,6 +193,9 @@ def status(
                     for t in state.transfers
                 ],
                 "download": download_summary(state.transfers),
+                "thermal": thermal.status(
+                    old.thermal, state.thermal, refresh=beat != old.last_heartbeat_time
+                ),
             }
         )
     R = cond.Reason
@@ -221,6 +224,15 @@ def status(
     out = conditions.apply_verdict(old.conditions, verdict, generation=gen, now=now)
     if state is not None:
         out = memory_pressure(out, state.memory, generation=gen, now=now)
+        out = thermal.condition(out, state.thermal, generation=gen, now=now)
+        out = doctor.conditions_of(
+            out,
+            state.doctor,
+            disk=state.disk,
+            labels=node.metadata.labels,
+            generation=gen,
+            now=now,
+        )
     return new.model_copy(update={"conditions": out})
 
 
@@ -244,14 +256,10 @@ def memory_pressure(
     on every poll: a node under pressure would otherwise rewrite its status on each)."""
     level = memory.pressure
     reason = _PRESSURE_REASONS[level]
-    old = cond.find(list(current), cond.ConditionType.MEMORY_PRESSURE)
-    if old is not None and old.reason == reason:
-        message = old.message
-    else:
-        said = f": {memory.pressure_reason}" if memory.pressure_reason else ""
-        then = "; no new replicas are placed here until it clears" if level != "normal" else ""
-        message = f"agent reports memory pressure {level}{said}{then}"
-    return conditions.set_condition(
+    said = f": {memory.pressure_reason}" if memory.pressure_reason else ""
+    then = "; no new replicas are placed here until it clears" if level != "normal" else ""
+    message = f"agent reports memory pressure {level}{said}{then}"
+    return conditions.set_reading(
         current,
         kind=cond.ConditionType.MEMORY_PRESSURE,
         status=level != "normal",

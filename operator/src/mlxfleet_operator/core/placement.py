@@ -8,10 +8,10 @@ until a person approves it), explicit nodes, label selector, the engine
 (the node's agent must list `spec.engine.name` as runnable; agents older than engines run
 mlx-lm only), nodes the deployment must leave (`Request.leave`: a replica evicted there for a
 higher-priority deployment, or its back-off), cordon, Ready, node pressure (`NodeView.pressures`:
-a node reporting memory pressure takes no new replica; its replicas stay),
+a node reporting memory or thermal pressure takes no new replica; its replicas stay),
 memory fit (node budget minus what other slots already use), one replica per node. Scoring: the
-order of explicit nodes, weights already cached, then Spread (most room left) or BinPack (least
-room left), then name.
+order of explicit nodes, weights already cached, cool nodes before warm ones (thermal pressure
+fair, `NodeView.warmth`), then Spread (most room left) or BinPack (least room left), then name.
 Stability: a replica already placed on a node that is still eligible stays there, healthy or not
 yet failed over, even when a better node appeared; replicas are never counted twice.
 Drain: a replica on a draining node is dropped once another node takes it (the handover keeps it
@@ -51,6 +51,7 @@ class Reason(StrEnum):
     MEMORY_PRESSURE = "MemoryPressure"  # the node reports memory pressure (`Pressure`)
     UNAPPROVED = "AwaitingApproval"  # joined with a bootstrap token, not approved by a person
     NO_FABRIC = "NoFabricAddress"  # a sharded rank: its agent has no --fabric-address
+    THERMAL_PRESSURE = "ThermalPressure"  # the node reports thermal pressure serious/critical
 
 
 # rejections that no amount of waiting for capacity fixes (a person must act)
@@ -72,8 +73,8 @@ NOWHERE = (
 @dataclass(frozen=True)
 class Pressure:
     """A node reading that keeps new replicas off the node while it lasts (its replicas stay):
-    memory pressure now, thermal pressure next, each with its own `reason`. `message` says
-    what the node reports (the InferenceNode condition's message)."""
+    memory pressure, thermal pressure, each with its own `reason`. `message` says what the
+    node reports (the InferenceNode condition's message)."""
 
     reason: Reason
     message: str
@@ -98,6 +99,7 @@ class NodeView:
     served_names: frozenset[str] = frozenset()  # served by other slots than this deployment's
     pressures: tuple[Pressure, ...] = ()  # readings that keep new replicas off (`Pressure`)
     fabric: str | None = "127.0.0.1"  # where its sharded ranks listen (None: it runs none)
+    warmth: int = 0  # 1: thermal pressure fair (placement prefers cooler nodes), else 0
 
 
 @dataclass(frozen=True)
@@ -213,14 +215,14 @@ def _free(node: NodeView) -> int:
     return node.budget_bytes - node.used_bytes
 
 
-def _score(node: NodeView, request: Request) -> tuple[int, int, int, str]:
+def _score(node: NodeView, request: Request) -> tuple[int, int, int, int, str]:
     """Sort key, smallest first: the order of explicit nodes (a preference), cached weights,
-    then room left per strategy, then name."""
+    cool before warm (`warmth`), then room left per strategy, then name."""
     preference = request.nodes.index(node.name) if request.nodes else 0
     cached = 0 if request.model in node.cached else 1
     left = _free(node) - request.footprint_bytes
     room = -left if request.strategy == Strategy.SPREAD else left
-    return (preference, cached, room, node.name)
+    return (preference, cached, node.warmth, room, node.name)
 
 
 def place(

@@ -29,6 +29,9 @@ from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import placement
 
 FABRIC_LABEL = "topology.mlxfleet.io/fabric"
+# what the fabric is made of: `thunderbolt` (the default: its Macs need a Thunderbolt Bridge,
+# `core.doctor`) or `ethernet`
+FABRIC_LINK_LABEL = "topology.mlxfleet.io/fabric-link"
 
 
 class Mode(StrEnum):
@@ -215,11 +218,12 @@ def _static_reject(
     return None
 
 
-def _score(node: placement.NodeView, request: GroupRequest) -> tuple[int, int, str]:
+def _score(node: placement.NodeView, request: GroupRequest) -> tuple[int, int, int, str]:
+    """Explicit order first, then cached weights, cool before warm (`NodeView.warmth`), room."""
     preference = request.nodes.index(node.name) if request.nodes else 0
     cached = 0 if request.model in node.cached else 1
-    return (preference, cached, node.name) if request.nodes else (
-        cached, -free_bytes(node, request), node.name
+    return (preference, cached, node.warmth, node.name) if request.nodes else (
+        cached, node.warmth, -free_bytes(node, request), node.name
     )  # fmt: skip
 
 

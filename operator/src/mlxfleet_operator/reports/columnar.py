@@ -53,6 +53,12 @@ HOST_FIELDS: dict[str, pa.DataType] = {
     "energy_wh": pa.float64(),
     "average_power_watts": pa.float64(),
     "power_source": pa.string(),
+    "thermal_pressure_max": pa.string(),
+    "thermal_pressure_seconds": pa.float64(),
+    "gpu_temperature_max_celsius": pa.float64(),
+    "cpu_temperature_max_celsius": pa.float64(),
+    "gpu_busy_seconds": pa.float64(),
+    "gpu_sampled_seconds": pa.float64(),
 }
 SLOT_FIELDS: dict[str, pa.DataType] = {
     "slot": pa.string(),
@@ -264,7 +270,9 @@ def to_intervals(table: pa.Table) -> list[contract.TelemetryInterval]:
                 node=row["node"],
                 interval_start=row["interval_start"],
                 **{k: row[k] for k in INTERVAL_FIELDS},
-                host=contract.NodeTelemetry(**{k: row[f"host_{k}"] for k in HOST_FIELDS}),
+                host=contract.NodeTelemetry(
+                    **{k: v for k in HOST_FIELDS if (v := row[f"host_{k}"]) is not None}
+                ),
                 slots=[s for _, s in sorted(slots.get(key, []), key=lambda x: x[0])],
                 swap_events=[e for _, e in sorted(events.get(key, []), key=lambda x: x[0])],
                 keys=KEYS.validate_json(row["keys"]) if row["keys"] else [],
@@ -281,13 +289,25 @@ def gateway_line(text: str) -> contract.TelemetryInterval:
         raise ColumnarError(f"gateway_line: not a telemetry line: {exc}") from exc
 
 
-LATER = ("keys", "gateway_line")  # columns added after the first objects were written
+# columns added after the first objects were written: an older object reads as if they were
+# empty (nulls; `to_intervals` gives the contract's defaults for them)
+LATER = (
+    "keys",
+    "gateway_line",
+    "host_thermal_pressure_max",
+    "host_thermal_pressure_seconds",
+    "host_gpu_temperature_max_celsius",
+    "host_cpu_temperature_max_celsius",
+    "host_gpu_busy_seconds",
+    "host_gpu_sampled_seconds",
+)
 
 
 def _with_later(table: pa.Table) -> pa.Table:
     for name in LATER:
         if name not in table.schema.names:
-            table = table.append_column(name, pa.nulls(table.num_rows, pa.string()))
+            kind = SCHEMA.field(name).type
+            table = table.append_column(name, pa.nulls(table.num_rows, kind))
     return table
 
 
@@ -394,8 +414,9 @@ def batches(
     no string per row). Columns in `rare` (those of rows few groups have) are read only for
     the groups `rare_in` says need them (all, without `rare_in`); elsewhere they are nulls."""
     try:
-        reader = pq.ParquetFile(pa.BufferReader(data), read_dictionary=list(dictionary) or None)
-        have = set(reader.schema_arrow.names)
+        have = set(pq.read_schema(pa.BufferReader(data)).names)
+        as_dictionary = [c for c in dictionary if c in have]  # an older object may lack some
+        reader = pq.ParquetFile(pa.BufferReader(data), read_dictionary=as_dictionary or None)
         missing = sorted((set(columns) | set(rare)) - have - set(LATER))
         if missing:
             raise ColumnarError(f"not a telemetry day object: columns {missing} are missing")

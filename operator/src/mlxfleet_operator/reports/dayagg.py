@@ -2,10 +2,10 @@
 
 A month of 500 nodes is 21.6 million intervals: far too many to turn into Python objects one by
 one. `reduce` walks a day's Parquet object a row group at a time and folds it with numpy into a
-`partials.Partial`: per node (coverage, busy time, energy, memory extremes, requests, tokens,
-models, coalesced reported spans), per (node, namespace, model) (requests, errors, tokens, busy
-time, latency histograms, first and last presence), tokens per day, the swap events and the
-gateway's lines (whole, for reports.teams). Partials of several row groups and days merge;
+`partials.Partial`: per node (coverage, busy time, energy, memory extremes, heat, requests,
+tokens, models, coalesced reported spans), per (node, namespace, model) (requests, errors,
+tokens, busy time, latency histograms, first and last presence), tokens per day, the swap events
+and the gateway's lines (whole, for reports.teams). Partials of several row groups and days merge;
 `summary.summarise` turns the merged one into figures. Reduction order is fixed by the object's
 bytes, so equal objects give equal figures.
 May import: numpy, pyarrow, the standard library, `mlxfleet_agent.contract`, reports.columnar,
@@ -28,6 +28,14 @@ from mlxfleet_operator.reports import columnar, partials
 DAY_US = 86_400_000_000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 LATENCY = ("e2e",)  # the histograms the reports show (end to end; TTFT is in no report)
+HEAT = (  # host heat columns (absent from objects older than them: nulls, columnar.LATER)
+    "thermal_pressure_max",
+    "thermal_pressure_seconds",
+    "gpu_temperature_max_celsius",
+    "cpu_temperature_max_celsius",
+    "gpu_busy_seconds",
+    "gpu_sampled_seconds",
+)
 COLUMNS = [
     "kind",
     "node",
@@ -45,6 +53,7 @@ COLUMNS = [
             "busy_seconds",
             "energy_wh",
             "power_source",
+            *HEAT,
         )
     ),
     *(
@@ -68,6 +77,7 @@ DICTIONARY = [
     "node",
     "host_memory_pressure_max",
     "host_power_source",
+    "host_thermal_pressure_max",
     "slot_model",
     "slot_namespace",
     *(f"{h}_bounds" for h in LATENCY),
@@ -233,6 +243,7 @@ def _intervals(out: partials.Partial, b: _Rows, rows: np.ndarray[Any, Any]) -> N
     )
     pressure = groups.max(rank[pressure_code[rows]])
     dropped = groups.sum(_np(batch, "dropped_intervals")[rows])
+    heat = _heat(batch, rows, groups)
     start_s = starts / 1e6
     length = (start_s + seconds) - start_s
     shortest = groups.min(length)
@@ -253,6 +264,7 @@ def _intervals(out: partials.Partial, b: _Rows, rows: np.ndarray[Any, Any]) -> N
         part.pressure = max(part.pressure, int(pressure[g]))
         part.dropped += int(dropped[g])
         part.shortest = float(shortest[g])
+        part.merge_heat(heat[g])
     for g, key in enumerate(day_groups.keys):
         part = out.nodes[names[int(key) >> 24]]
         d = _day(int(day_first[g]))
@@ -270,6 +282,35 @@ def _intervals(out: partials.Partial, b: _Rows, rows: np.ndarray[Any, Any]) -> N
     for g, code in enumerate(by_node.keys):
         sel = order[bounds[g] : bounds[g + 1]]
         out.nodes[names[code]].spans = _coalesced(start_s[sel], ends[sel])
+
+
+def _heat(
+    batch: pa.RecordBatch, rows: np.ndarray[Any, Any], groups: _Groups
+) -> list[partials.NodePart]:
+    """Per node group: the worst thermal level, time under pressure, the hottest GPU and CPU,
+    GPU busy and sampled time (nodes that never reported heat keep the defaults: unknown)."""
+    level_code, levels = _codes(batch.column("host_thermal_pressure_max"))
+    # the code of a null is -1: the appended last entry, -1 (never reported)
+    ranks = np.array(
+        [partials.THERMAL.index(x) if x in partials.THERMAL else -1 for x in levels] + [-1]
+    )
+    worst = groups.max(ranks[level_code[rows]])
+    seconds = groups.sum(_np(batch, "host_thermal_pressure_seconds", 0.0)[rows])
+    busy = groups.sum(_np(batch, "host_gpu_busy_seconds", 0.0)[rows])
+    sampled = groups.sum(_np(batch, "host_gpu_sampled_seconds", 0.0)[rows])
+    gpu = groups.max(_np(batch, "host_gpu_temperature_max_celsius", -np.inf)[rows])
+    cpu = groups.max(_np(batch, "host_cpu_temperature_max_celsius", -np.inf)[rows])
+    return [
+        partials.NodePart(
+            thermal=int(worst[g]),
+            thermal_seconds=float(seconds[g]),
+            gpu_temp_max=float(gpu[g]) if np.isfinite(gpu[g]) else None,
+            cpu_temp_max=float(cpu[g]) if np.isfinite(cpu[g]) else None,
+            gpu_busy_seconds=float(busy[g]),
+            gpu_sampled_seconds=float(sampled[g]),
+        )
+        for g in range(len(groups.keys))
+    ]
 
 
 def _slots(out: partials.Partial, b: _Rows, rows: np.ndarray[Any, Any]) -> None:

@@ -10,6 +10,10 @@ Three Macs, two models, constant hourly rates so every figure can be computed by
 - Nobody reports on 27 Oct (site power work): a fleet-wide gap.
 - Swaps: 8 Oct 10:00 mini-1 search rolled back; 20 Oct 09:00 studio-1 chat completed (surge).
 Energy is estimated from nominal watts (studio 12/95 W, minis 5/38 W idle/busy).
+- Heat: mini-1 stands in a warm closet: every day from 13:00 to 16:00 UTC it spends 20 minutes
+  of each hour at thermal pressure serious (1 h a day) and its GPU reaches 96 °C (CPU 91 °C);
+  otherwise every Mac is nominal, GPUs at 58 °C (studio-1), 64 °C (minis), CPUs 10 °C cooler.
+  GPU busy time is the slots' busy time.
 May import: the standard library, `mlxfleet_agent.contract`, reports.columnar. Called by: cli
 (sample), tests.
 """
@@ -71,6 +75,8 @@ MEMORY = {
     "mini-1": (16 * GIB, 11 * GIB),
     "mini-2": (16 * GIB, 11 * GIB),
 }
+HOT = {"mini-1": range(13, 16)}  # hours (UTC) in which the node spends 20 minutes throttled
+GPU_C = {"studio-1": 58.0, "mini-1": 64.0, "mini-2": 64.0}
 SOURCES = {
     LLAMA: "hf://meta-llama/Llama-3.1-8B-Instruct-4bit",
     QWEN: "hf://Qwen/Qwen2.5-7B-Instruct-4bit",
@@ -188,6 +194,10 @@ def _interval(node: str, start: datetime, hours: int) -> contract.TelemetryInter
     if failover and node == "studio-1":
         used += 8 * GIB
     end = start + timedelta(seconds=seconds)
+    hot_hours = sum(
+        1 for h in range(start.hour, start.hour + hours) if node in HOT and h in HOT[node]
+    )
+    gpu = 96.0 if hot_hours else GPU_C[node]
     return contract.TelemetryInterval(
         node=node,
         interval_start=start,
@@ -204,6 +214,12 @@ def _interval(node: str, start: datetime, hours: int) -> contract.TelemetryInter
             energy_wh=energy_wh,
             average_power_watts=energy_wh / hours,
             power_source="estimated",
+            thermal_pressure_max="serious" if hot_hours else "nominal",
+            thermal_pressure_seconds=1200.0 * hot_hours,
+            gpu_temperature_max_celsius=gpu,
+            cpu_temperature_max_celsius=gpu - (5.0 if hot_hours else 10.0),
+            gpu_busy_seconds=busy,
+            gpu_sampled_seconds=seconds,
         ),
         swap_events=_swap_events(node, start, end),
     )

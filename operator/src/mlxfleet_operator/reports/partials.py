@@ -18,6 +18,7 @@ from mlxfleet_agent import contract
 
 DAY_S = 86_400.0
 PRESSURE = ("normal", "warn", "critical")
+THERMAL = contract.THERMAL_LEVELS
 
 
 @dataclass(slots=True)
@@ -79,6 +80,12 @@ class NodePart:
     spans: list[tuple[float, float]] = field(default_factory=list)  # coalesced, sorted
     shortest: float | None = None  # shortest reported span (end - start), for outages
     dropped: int = 0
+    thermal: int = -1  # index into THERMAL of the worst level; -1: never reported
+    thermal_seconds: float = 0.0  # at thermal pressure serious or critical
+    gpu_temp_max: float | None = None
+    cpu_temp_max: float | None = None
+    gpu_busy_seconds: float = 0.0
+    gpu_sampled_seconds: float = 0.0
 
     def merge(self, o: NodePart) -> None:
         self.covered_seconds += o.covered_seconds
@@ -102,6 +109,20 @@ class NodePart:
         if o.shortest is not None:
             self.shortest = o.shortest if self.shortest is None else min(self.shortest, o.shortest)
         self.dropped += o.dropped
+        self.merge_heat(o)
+
+    def merge_heat(self, o: NodePart) -> None:
+        """The heat figures of `o` folded in (worst level, hottest, summed times)."""
+        self.thermal = max(self.thermal, o.thermal)
+        self.thermal_seconds += o.thermal_seconds
+        self.gpu_temp_max = _hottest(self.gpu_temp_max, o.gpu_temp_max)
+        self.cpu_temp_max = _hottest(self.cpu_temp_max, o.cpu_temp_max)
+        self.gpu_busy_seconds += o.gpu_busy_seconds
+        self.gpu_sampled_seconds += o.gpu_sampled_seconds
+
+
+def _hottest(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 @dataclass(slots=True)

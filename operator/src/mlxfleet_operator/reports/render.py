@@ -58,6 +58,10 @@ def fmt_value(v: float | None, kind: str) -> str:
             return f"{v:.1f}x"
         case "gib":
             return f"{v / GIB:.1f} GiB"
+        case "celsius":
+            return f"{v:.0f} °C"
+        case "hours":
+            return f"{v:.1f} h"
     return str(v)
 
 

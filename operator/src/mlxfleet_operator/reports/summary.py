@@ -24,6 +24,7 @@ from mlxfleet_operator.core import cost
 from mlxfleet_operator.reports import dayagg, partials
 
 DAY_S = partials.DAY_S
+THERMAL = partials.THERMAL
 PARTIAL_DAY = 0.98  # a node-day below this coverage is reported as partial
 Hist = partials.Hist
 
@@ -118,6 +119,19 @@ class NodeSummary:
     models: set[str] = field(default_factory=set)
     day_coverage: dict[date, float] = field(default_factory=dict)
     outages: list[Outage] = field(default_factory=list)
+    thermal_max: str | None = None  # the worst thermal pressure level; None: never reported
+    thermal_pressure_seconds: float = 0.0  # time at serious or critical
+    gpu_temperature_max: float | None = None
+    cpu_temperature_max: float | None = None
+    gpu_utilization_mean: float | None = None  # over the time with a reading
+
+    @property
+    def heat_known(self) -> bool:
+        return (
+            self.thermal_max is not None
+            or self.gpu_temperature_max is not None
+            or self.cpu_temperature_max is not None
+        )
 
     def gap_days(self, period: Period) -> list[date]:
         return [d for d in period.days if self.day_coverage.get(d, 0.0) == 0.0]
@@ -274,6 +288,13 @@ def _node_summary(ns: NodeSummary, p: partials.NodePart) -> None:
     ns.requests = p.requests
     ns.tokens = p.tokens
     ns.models = set(p.models)
+    ns.thermal_max = partials.THERMAL[p.thermal] if p.thermal >= 0 else None
+    ns.thermal_pressure_seconds = p.thermal_seconds
+    ns.gpu_temperature_max = p.gpu_temp_max
+    ns.cpu_temperature_max = p.cpu_temp_max
+    ns.gpu_utilization_mean = (
+        p.gpu_busy_seconds / p.gpu_sampled_seconds if p.gpu_sampled_seconds > 0 else None
+    )
 
 
 def summarise(

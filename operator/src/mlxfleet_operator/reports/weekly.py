@@ -1,7 +1,8 @@
 """The weekly placement and cost diff: this ISO week against the previous one.
 
 Builds plain rows from two `summary.PeriodSummary` values (what moved where and why, swaps,
-outages, memory headroom, tokens, latency, cost per million tokens, week-over-week change);
+outages, memory headroom, hot spots, tokens, latency, cost per million tokens, week-over-week
+change);
 `render.weekly_markdown/html` turn them into the two report files.
 May import: the standard library, `core.cost`, reports.summary. Called by: cli.
 """
@@ -83,6 +84,64 @@ class NodeRow:
     gaps: str
 
 
+@dataclass(frozen=True, slots=True)
+class HotSpot:
+    """A node that ran hot: time under thermal pressure (serious or critical) and its peaks."""
+
+    node: str
+    pressure_hours: float
+    pressure_share: float | None  # of the time it reported
+    worst: str  # the worst thermal pressure level, or "-" when only temperatures are known
+    gpu_temperature_max: float | None
+    cpu_temperature_max: float | None
+    gpu_utilization_mean: float | None
+    pressure_hours_before: float | None  # last week (None: no heat reported then)
+
+
+HOT_SPOTS = 10  # rows of the hot-spot table
+
+
+def hot_spots(this: summary.PeriodSummary, previous: summary.PeriodSummary) -> list[HotSpot]:
+    """Nodes that spent time under thermal pressure or reached the highest temperatures, the
+    hottest first: time under pressure, then the worst level, then the highest temperature.
+    Nodes that reported no heat at all are left out (no figure, never a zero)."""
+    rows = []
+    for name, ns in this.nodes.items():
+        if not ns.heat_known:
+            continue
+        before = previous.nodes.get(name)
+        rows.append(
+            HotSpot(
+                node=name,
+                pressure_hours=ns.thermal_pressure_seconds / 3600,
+                pressure_share=(
+                    min(1.0, ns.thermal_pressure_seconds / ns.covered_seconds)
+                    if ns.covered_seconds
+                    else None
+                ),
+                worst=ns.thermal_max or "-",
+                gpu_temperature_max=ns.gpu_temperature_max,
+                cpu_temperature_max=ns.cpu_temperature_max,
+                gpu_utilization_mean=ns.gpu_utilization_mean,
+                pressure_hours_before=(
+                    before.thermal_pressure_seconds / 3600
+                    if before is not None and before.heat_known
+                    else None
+                ),
+            )
+        )
+    levels = ("-", *summary.THERMAL)
+    rows.sort(
+        key=lambda h: (
+            -h.pressure_hours,
+            -levels.index(h.worst),
+            -max(h.gpu_temperature_max or -1e9, h.cpu_temperature_max or -1e9),
+            h.node,
+        )
+    )
+    return rows[:HOT_SPOTS]
+
+
 @dataclass(slots=True)
 class WeeklyReport:
     this: summary.PeriodSummary
@@ -91,6 +150,7 @@ class WeeklyReport:
     models: list[ModelRow] = field(default_factory=list)
     moves: list[Move] = field(default_factory=list)
     nodes: list[NodeRow] = field(default_factory=list)
+    hot_spots: list[HotSpot] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -218,6 +278,7 @@ def build(this: summary.PeriodSummary, previous: summary.PeriodSummary) -> Weekl
             )
         )
     report.moves = _moves(this, previous)
+    report.hot_spots = hot_spots(this, previous)
     if this.fleet_gap_days:
         days = ", ".join(f"{d:%a %d %b}" for d in this.fleet_gap_days)
         report.notes.append(f"No telemetry from any node on {days}: figures exclude those days.")

@@ -110,10 +110,10 @@ class NodeIndex:
         del self._most[bisect.bisect_left(self._most, (-free, name))]
 
     def shortlist(self, request: placement.Request, *, keep: Iterable[str]) -> set[str]:
-        """`keep` (indexed or not) plus, in placement's score order (cached weights first, then
-        room left per strategy, then name), the first `request.replicas` indexed nodes outside
-        `keep` that pass every filter (`takes`): every node placement could add is among them.
-        Explicit `spec.placement.nodes`: all of them (they are few)."""
+        """`keep` (indexed or not) plus, in placement's score order (cached weights first, cool
+        before warm, then room left per strategy, then name), the first `request.replicas`
+        indexed nodes outside `keep` that pass every filter (`takes`): every node placement
+        could add is among them. Explicit `spec.placement.nodes`: all of them (they are few)."""
         out = set(keep)
         if request.nodes is not None:
             return out | {n for n in request.nodes if n in self._views}
@@ -129,9 +129,12 @@ class NodeIndex:
             if fits(n) and takes(v := self._views[n], request)
         ]
         sign = 1 if request.strategy is placement.Strategy.BIN_PACK else -1
-        cached.sort(key=lambda v: (sign * (v.budget_bytes - v.used_bytes), v.name))
+        cached.sort(key=lambda v: (v.warmth, sign * (v.budget_bytes - v.used_bytes), v.name))
         out.update(v.name for v in cached[:want])
         need = want - len(cached)
+        # placement ranks cool nodes before warm ones, then by room: walk in room order, take
+        # cool takers first and keep the warm ones met on the way for what cool ones leave over
+        warm: list[str] = []
         for name in self._walk(request):
             if need <= 0:
                 break
@@ -140,8 +143,13 @@ class NodeIndex:
             view = self._views[name]
             if request.model in view.cached or not takes(view, request):
                 continue
+            if view.warmth:
+                if len(warm) < need:
+                    warm.append(name)
+                continue
             out.add(name)
             need -= 1
+        out.update(warm[: max(need, 0)])
         return out
 
     def _pool(self, request: placement.Request) -> set[str] | None:

@@ -1,10 +1,11 @@
 """A ModelDeployment's placement inputs and decision: each node as placement sees it (its
-pressure readings from the InferenceNode's conditions, `PRESSURES`), the deployment's request
-(with the nodes it must leave: preemption), where its replicas are now (a SwapPlan's moves
-applied), and the nodes that may fetch and size a model nobody knows yet.
+pressure readings from the InferenceNode's conditions, `PRESSURES`, and how warm it runs),
+the deployment's request (with the nodes it must leave: preemption), where its replicas are now
+(a SwapPlan's moves applied), and the nodes that may fetch and size a model nobody knows yet.
 
 May import: the standard library, the agent `contract`, `api`, `core.naming`, `core.placement`,
-`core.events`, `autoscale` (the count to place), `candidates`, `facts`.
+`core.events`, `core.thermal` (how warm a node is), `autoscale` (the count to place),
+`candidates`, `facts`.
 Called by: the ModelDeployment handler (`place`, `sizing_nodes`, `rescheduled`), the fleet
 adapter (`prepare`, `views_for`: each node's view kept between reconciles).
 """
@@ -21,14 +22,15 @@ from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import events, naming, placement
+from mlxfleet_operator.core import events, naming, placement, thermal
 from mlxfleet_operator.core.deployment import autoscale, candidates
 from mlxfleet_operator.core.deployment import facts as f
 
 # InferenceNode conditions that keep new replicas off a node while they are True, each with
-# the placement reason it gives; the node's replicas stay. Thermal pressure is one more entry.
+# the placement reason it gives; the node's replicas stay.
 PRESSURES: tuple[tuple[cond.ConditionType, placement.Reason], ...] = (
     (cond.ConditionType.MEMORY_PRESSURE, placement.Reason.MEMORY_PRESSURE),
+    (cond.ConditionType.THERMAL_PRESSURE, placement.Reason.THERMAL_PRESSURE),
 )
 
 
@@ -69,6 +71,7 @@ def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
         pressures=pressures(fact.node),
         # a node whose agent does not answer is out as NotReady, not for its fabric
         fabric=fact.fabric_address if fact.state is not None else "",
+        warmth=thermal.warmth(fact.node.status.conditions),
     )
 
 
