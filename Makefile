@@ -107,11 +107,12 @@ demo: $(STAMP) control-plane  ## the one-command local demo
 demo-down: $(STAMP)
 	$(BIN)/mlxfleet dev demo-down
 
-bench: $(STAMP) control-plane  ## data-plane, swap, gateway, peer-copy, SwapPlan-prefetch and preemption benchmarks (each against its baseline)
+bench: $(STAMP) control-plane  ## data-plane, swap, gateway, peer-copy, SwapPlan-prefetch, cold-start and preemption benchmarks (each against its baseline)
 	$(BIN)/python -m benchmarks.agent_bench
 	$(BIN)/python -m benchmarks.gateway_bench
 	$(BIN)/python -m benchmarks.peer_bench
 	$(BIN)/python -m benchmarks.prefetch_bench
+	$(BIN)/python -m benchmarks.coldstart_bench
 	$(BIN)/python -m benchmarks.preemption_bench
 
 bench-preemption: $(STAMP) control-plane  ## higher-priority apply -> Ready with preemption vs on an empty Mac

@@ -5,7 +5,8 @@ Mac (the baseline), in the same run.
 Real parts: the local control plane (etcd + kube-apiserver), one agent with mlx-lm whose memory
 budget holds one replica and not two, and `mlxfleet-operator` (`--poll-seconds 1`, as the e2e
 tests run it). Each round applies a fresh `high` (priority 10) twice: once on the empty Mac, once
-while a `low` (priority 0, `minReplicas: 0`) serves there; the order alternates between rounds.
+while a `low` (priority 0, `minReplicas: 0`, `idleTimeout: 1h`) serves there; the order alternates
+between rounds.
 With preemption it also times the eviction: from the apply to the moment the agent no longer
 lists the low replica's slot. Medians (min-max) of `--rounds` each, the difference, and the load
 average are printed as a Markdown table.
@@ -100,7 +101,7 @@ def run(rounds: int, base: Path) -> list[dict[str, Any]]:
                 for preempting in order:
                     high, low = f"high-{n}-{int(preempting)}", f"low-{n}"
                     if preempting:
-                        ws.apply(manifest(ws, low, low_model, minReplicas=0))
+                        ws.apply(manifest(ws, low, low_model, minReplicas=0, idleTimeout="1h"))
                         until(f"{low} Ready", functools.partial(ready, ws, low))
                     got = timed_apply(ws, mac, high, high_model, low if preempting else None)
                     got["preemption"] = preempting

@@ -583,7 +583,7 @@ def test_a_name_taken_on_its_node_is_a_placement_filter_and_slots_are_addressed(
     assert by_slot.status_code == 200, by_slot.text
     assert by_slot.json()["model"] == "chat-a"
     missing = httpx.post(url, json=ask_, headers={**fleet, "x-mlxfleet-slot": "no-such-slot"})
-    assert missing.status_code == 404
+    assert missing.status_code == 503  # the gateway's view is behind: it tries elsewhere
     assert missing.json()["error"]["code"] == "slot_not_found"
     assert (
         httpx.post(url, json=ask_, headers={"x-mlxfleet-slot": placed["slot"]}).status_code == 401

@@ -45,12 +45,14 @@ def slots(agent: Agent) -> set[str]:
     return {s["name"] for s in agent.state()["slots"]}
 
 
-def events(e2e: E2E, name: str, reason: str) -> list[dict[str, Any]]:
+def events(e2e: E2E, name: str, reason: str, starting: str = "") -> list[dict[str, Any]]:
+    """The object's Events with this reason (a condition's change to the same reason is an Event
+    too: `starting` picks the ones whose message starts so)."""
     out = e2e.kubectl(
         "get", "events", "-n", e2e.namespace,
         "--field-selector", f"involvedObject.name={name},reason={reason}", "-o", "json",
     )  # fmt: skip
-    return list(json.loads(out)["items"])
+    return [e for e in json.loads(out)["items"] if e["message"].startswith(starting)]
 
 
 def when(stamp: str) -> datetime:
@@ -64,7 +66,7 @@ def test_a_higher_priority_evicts_the_lower_which_comes_back_and_equals_never_ev
     node = e2e.register(mac)
     ns = e2e.namespace
     low_slot, high_slot = naming.slot_name(ns, "low"), naming.slot_name(ns, "high")
-    e2e.apply(deployment(e2e, "low", model_a, minReplicas=0))
+    e2e.apply(deployment(e2e, "low", model_a, minReplicas=0, idleTimeout="1h"))
     wait_for("low Ready", lambda: is_true(e2e.get("mdep", "low"), "Ready"))
 
     # an equal priority waits for capacity and evicts nothing
@@ -100,9 +102,9 @@ def test_a_higher_priority_evicts_the_lower_which_comes_back_and_equals_never_ev
     assert (record["node"], record["deployment"], record["priority"]) == (node, f"{ns}/high", 10)
     (taken,) = high["status"]["preempting"]
     assert (taken["node"], taken["deployment"], taken["priority"]) == (node, f"{ns}/low", 0)
-    (evicting,) = events(e2e, "high", "Preempting")
+    (evicting,) = events(e2e, "high", "Preempting", "evicting the replica of")
     assert f"{ns}/low (priority 0 < 10) on {node}" in evicting["message"]
-    (evicted,) = events(e2e, "low", "Preempted")
+    (evicted,) = events(e2e, "low", "Preempted", "replica on")
     assert evicted["type"] == "Warning"
     assert f"evicted for {ns}/high (priority 10 > 0)" in evicted["message"]
     screen = subprocess.run(

@@ -71,6 +71,8 @@ class Call:
     completion_tokens: int = 0
     error: str | None = None
     last_error: errors.GatewayError | None = None
+    cold_start_t0: float | None = None  # first held by the activator (a sleeping deployment)
+    held_ms: float | None = None  # how long the activator held it, up to its last attempt
 
 
 def payload(call: Call, model: str) -> bytes:

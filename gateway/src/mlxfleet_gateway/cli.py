@@ -133,7 +133,25 @@ def _parser() -> argparse.ArgumentParser:
         default=4096,
         help="open client connections; beyond them 503 + Retry-After (default 4096)",
     )
-    p.add_argument("--name", help="this replica's name in telemetry (default: host name)")
+    p.add_argument(
+        "--cold-start-queue",
+        type=int,
+        default=256,
+        help="requests held per sleeping deployment while it loads; beyond them 503 + "
+        "Retry-After (default 256)",
+    )
+    p.add_argument(
+        "--cold-start-timeout-s",
+        type=float,
+        default=120.0,
+        help="longest wait of a held request for a sleeping deployment's replica; then 503 + "
+        "Retry-After (default 120)",
+    )
+    p.add_argument(
+        "--name",
+        help="this replica's name in telemetry and its ModelDemand (default: host name, the "
+        "pod's name; unique per replica)",
+    )
     p.add_argument("--telemetry-bucket", help="S3/R2 bucket for per-key usage (default: off)")
     p.add_argument("--telemetry-prefix", default="mlxfleet-telemetry")
     p.add_argument("--telemetry-endpoint-url", help="S3-compatible endpoint (R2, MinIO, ...)")
@@ -193,6 +211,8 @@ def parse(argv: list[str]) -> settings_mod.Settings:
             "header_timeout_s": ns.header_timeout_s,
             "body_timeout_s": ns.body_timeout_s,
             "max_connections": ns.max_connections,
+            "cold_start_queue": ns.cold_start_queue,
+            "cold_start_timeout_s": ns.cold_start_timeout_s,
             "telemetry_bucket": ns.telemetry_bucket,
             "telemetry_prefix": ns.telemetry_prefix,
             "telemetry_endpoint_url": ns.telemetry_endpoint_url,

@@ -111,6 +111,17 @@ class GatewayMetrics:
         self.replica_up = gauge(
             "replica_up", "1 while a replica is in rotation, 0 while ejected.", ["backend"]
         )
+        self.cold_starts = counter(
+            "cold_start_requests_total",
+            "Requests for a sleeping deployment, by outcome: held (waited for a replica), "
+            "queue_full and timeout (answered 503 + Retry-After).",
+            ["deployment", "outcome"],
+        )
+        self.cold_start_waiting = gauge(
+            "cold_start_waiting_requests",
+            "Requests this gateway holds now for sleeping deployments.",
+            [],
+        )
         self.outstanding = gauge(
             "outstanding_requests", "Requests in flight per replica (this gateway).", ["backend"]
         )

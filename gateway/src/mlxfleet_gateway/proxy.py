@@ -11,10 +11,11 @@ retry budget) and then along the fallback chain. This module is that orchestrati
 attempts -> failover) behind the ASGI entry; its parts: `calls` (the request's state, the body it
 sends), `relay` (one attempt upstream, its answer to the client: whole, streamed, errors),
 `liveness` (attempts in flight per origin, moved or cut when their agent goes silent), `metering`
-(metrics, per-key usage) and `listing` (`/v1/models`). The OpenAI error shape and the ASGI
+(metrics, per-key usage), `listing` (`/v1/models`) and `activator` (requests for a sleeping
+deployment wait there while it loads). The OpenAI error shape and the ASGI
 plumbing are the agent data plane's (`mlxfleet_agent.openai_proxy`), as is the HTTP client.
 May import: the standard library, core, mlxfleet_agent (httpclient, openai_proxy), calls, relay,
-liveness, metering, listing, view, shipper, metrics.
+liveness, metering, listing, activator, view, shipper, metrics.
 Called by: server (mounts it under uvicorn; wires `origins` to the health prober and the sweep).
 """
 
@@ -29,7 +30,17 @@ from datetime import UTC, datetime
 
 from mlxfleet_agent import httpclient as upstream
 from mlxfleet_agent import openai_proxy as asgi
-from mlxfleet_gateway import calls, listing, liveness, metering, metrics, relay, shipper, view
+from mlxfleet_gateway import (
+    activator,
+    calls,
+    listing,
+    liveness,
+    metering,
+    metrics,
+    relay,
+    shipper,
+    view,
+)
 from mlxfleet_gateway.core import balancer, budget, catalog, errors, keys, limits, plan
 from mlxfleet_gateway.core import traits as traits_mod
 
@@ -87,6 +98,7 @@ class Proxy:
         retry_budget: budget.RetryBudget | None = None,
         rng: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
+        holder: activator.Activator | None = None,
     ) -> None:
         self.view = state
         self.balancer = state.balancer
@@ -110,6 +122,7 @@ class Proxy:
             clock=clock,
         )
         self.meter = metering.Meter(gauges=gauges, usage=usage, clock=clock)
+        self.activator = holder
         self._origins: dict[str, tuple[upstream.Origin, str]] = {}
 
     def key_facts(self) -> list[metrics.KeyFacts]:
@@ -273,11 +286,30 @@ class Proxy:
         await relay.send_error(call, failure)
 
     async def _step(self, call: calls.Call, step: plan.Step, *, panic: bool) -> When | None:
-        """Serve the call from one backend; None when done, else why the next one may try."""
+        """Serve the call from one backend; None when done, else why the next one may try. A
+        deployment that may sleep and has no ready replica (or whose replicas all failed the
+        call: it went to sleep meanwhile) holds the call in the activator until one is there."""
         target = step.target
         if isinstance(target, catalog.External):
             return await self._external(call, step, target)
-        cands = [balancer.Candidate(r.id, r.url, target.capacity, r.auth) for r in target.replicas]
+        while True:
+            reason = await self._replicas(call, step, target, panic=panic)
+            if reason in (None, When.SATURATED) or call.gone or not target.wakeable:
+                return reason
+            if self.activator is None:
+                return reason
+            try:
+                target = await self.activator.hold(call, target)
+            except errors.GatewayError as exc:
+                call.last_error = exc
+                return When.UNAVAILABLE
+
+    async def _replicas(
+        self, call: calls.Call, step: plan.Step, target: catalog.Deployment, *, panic: bool
+    ) -> When | None:
+        """Attempts on the deployment's ready replicas (its starting ones when none is ready)."""
+        replicas = target.replicas or target.starting
+        cands = [balancer.Candidate(r.id, r.url, target.capacity, r.auth) for r in replicas]
         if not cands:
             return When.UNAVAILABLE
         if call.plan.falls_back_on(When.SATURATED) and self.balancer.saturated(

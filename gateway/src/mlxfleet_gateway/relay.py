@@ -10,8 +10,9 @@ then each chunk goes from the agent's connection callback straight to the client
 (`mlxfleet_agent.eventpipe`, the whole loop in one call: no per-event layer here), and a stream
 cut after it started ends with an OpenAI-style error event and is counted as `cut`. Every outcome
 is reported to the balancer (passive health: ejections logged and counted). Answers name their
-backend (`x-mlxfleet-backend`), a fallback (`x-mlxfleet-fallback`) and the replicas tried first
-(`x-mlxfleet-tried`); `send_error` answers a call that no backend could serve.
+backend (`x-mlxfleet-backend`), a fallback (`x-mlxfleet-fallback`), the replicas tried first
+(`x-mlxfleet-tried`) and, for a call the activator held, the cold start it waited for
+(`x-mlxfleet-cold-start-ms`); `send_error` answers a call that no backend could serve.
 May import: the standard library, core, calls, metrics, mlxfleet_agent (httpclient, eventpipe,
 openai_proxy). Called by: proxy.
 """
@@ -35,6 +36,8 @@ JSON = b"application/json"
 H_BACKEND = b"x-mlxfleet-backend"
 H_FALLBACK = b"x-mlxfleet-fallback"
 H_TRIED = b"x-mlxfleet-tried"
+H_COLD_START = b"x-mlxfleet-cold-start-ms"  # the request waited for a cold start, this long
+H_QUEUE = b"x-mlxfleet-queue-ms"  # the agent's: its wait in the slot's queue
 PASS_HEADERS = frozenset({b"content-type", b"cache-control", b"x-request-id", b"openai-model"})
 
 
@@ -240,7 +243,20 @@ def answer_headers(
         out.append((H_FALLBACK, str(call.fallback).encode()))
     if call.tried:
         out.append((H_TRIED, ",".join(call.tried).encode()))
+    if call.held_ms is not None:
+        out.append((H_COLD_START, f"{call.held_ms + _queued_ms(resp):.0f}".encode()))
     return out
+
+
+def _queued_ms(resp: upstream.Response) -> float:
+    """The agent's queue wait (its slot loading, for a cold start), 0 when it did not say."""
+    for k, v in resp.headers:
+        if k == H_QUEUE:
+            try:
+                return float(v)
+            except ValueError:
+                return 0.0
+    return 0.0
 
 
 async def send_error(call: calls.Call, failure: errors.GatewayError) -> None:

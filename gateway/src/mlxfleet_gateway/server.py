@@ -1,13 +1,14 @@
 """Composition root of the gateway: build the parts, serve, shut down in order.
 
 `serve(settings)` starts the Kubernetes watches (threads), the view, the balancer, the upstream
-pool, the health prober, the idle sweeper, the usage shipper, the data port (uvicorn with
+pool, the health prober, the idle sweeper, the usage shipper, the activator and its ModelDemand
+writer (requests for sleeping deployments), the data port (uvicorn with
 httptools, raw ASGI `proxy.Proxy`, the agent's connection limits: `mlxfleet_agent.connlimits`)
 and the metrics port (`/metrics`, `/healthz`; bounded heads, a head timeout and a connection cap
 of its own), logs one JSON
 line `gateway ready` with the bound ports, and runs until SIGINT/SIGTERM. Shutdown: stop taking
 connections and drain requests in flight (up to `drain_s`), then the prober, the shipper (last
-upload), the watches and the pool.
+upload), the ModelDemand (deleted), the watches and the pool.
 May import: everything in the gateway package, mlxfleet_agent (httpclient, connlimits), uvicorn,
 the standard library.
 Called by: cli.
@@ -30,7 +31,17 @@ import uvicorn
 
 from mlxfleet_agent import connlimits
 from mlxfleet_agent import httpclient as upstream
-from mlxfleet_gateway import health, metering, metrics, proxy, shipper, view, watch
+from mlxfleet_gateway import (
+    activator,
+    demand,
+    health,
+    metering,
+    metrics,
+    proxy,
+    shipper,
+    view,
+    watch,
+)
 from mlxfleet_gateway import settings as settings_mod
 from mlxfleet_gateway.core import balancer, budget, limits
 
@@ -177,7 +188,17 @@ async def serve(
         ),
         gauges,
     )
+    api = watch.client_from(cfg.kubeconfig)
+    demands = demand.Writer(api, namespace=cfg.namespace, gateway=cfg.name)
+    holder = activator.Activator(
+        state=state,
+        demand=demands,
+        gauges=gauges,
+        limit=cfg.cold_start_queue,
+        timeout_s=cfg.cold_start_timeout_s,
+    )
     app = proxy.Proxy(
+        holder=holder,
         state=state,
         pool=pool,
         gauges=gauges,
@@ -211,7 +232,6 @@ async def serve(
         state.replace(kind, objects)
         gauges.catalog.labels(kind).set(len(objects))
 
-    api = watch.client_from(cfg.kubeconfig)
     watches = watch.Watches(
         api,
         watch.sources(api, namespace=cfg.namespace, watch_namespaces=cfg.watch_namespaces),
@@ -237,6 +257,7 @@ async def serve(
     )
     prober.start()
     usage.start()
+    demands.start()
     sweeper = loop.create_task(app.origins.sweep())
     while not data_srv.started and not tasks[0].done():  # noqa: ASYNC110 - uvicorn has no event
         await asyncio.sleep(0.02)
@@ -264,6 +285,7 @@ async def serve(
     sweeper.cancel()
     await prober.stop()
     await usage.stop()
+    await demands.aclose()
     watches.close()
     await pool.aclose()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -66,6 +66,9 @@ class Settings(BaseModel):
     body_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     max_connections: int = Field(default=4096, ge=1, le=100_000)
     drain_s: float = Field(default=30.0, ge=0)
+    # requests for a sleeping deployment (the activator): queue bound per deployment, deadline
+    cold_start_queue: int = Field(default=256, ge=1, le=100_000)
+    cold_start_timeout_s: float = Field(default=120.0, gt=0, le=3600)
     name: str = Field(default_factory=lambda: socket.gethostname().split(".")[0] or "gateway")
     telemetry_bucket: str | None = None
     telemetry_prefix: str = "mlxfleet-telemetry"

@@ -7,12 +7,14 @@ InferenceNodes count only by which are approved (`core.trust`): their status cha
 heartbeat write, so a snapshot that leaves that set as it was rebuilds nothing;
 replicas the operator reports not ready (busy, loading...) are logged, with why, as they leave
 and rejoin routing.
-Runs on the event loop only (the watch threads post snapshots with call_soon_threadsafe).
+Runs on the event loop only (the watch threads post snapshots with call_soon_threadsafe);
+`changed` lets a held request (the activator) wait for the next snapshot.
 May import: the standard library, core, mlxfleet_operator.api. Called by: watch, proxy, server.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 from collections.abc import Mapping
@@ -69,6 +71,7 @@ class View:
         self.problems: dict[str, str] = {}  # object -> why it is ignored
         self.unrouted: dict[str, str] = {}  # replica id -> why it gets no requests (not ready)
         self.version = 0
+        self._waiters: list[asyncio.Future[None]] = []  # `changed` callers
 
     @property
     def ready(self) -> bool:
@@ -134,6 +137,24 @@ class View:
         self.keys = keys.KeyRing(ring)
         self.balancer.sync(self.candidates())
         self.version += 1
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def changed(self, since: int, *, timeout_s: float) -> None:
+        """Return once the view is newer than version `since`, or after `timeout_s`."""
+        if self.version > since or timeout_s <= 0:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
 
     def _note_unrouted(self, now: dict[str, str]) -> None:
         """Log each replica leaving routing (with the operator's reason: busy, loading, ...)

@@ -161,6 +161,26 @@ def _parser() -> argparse.ArgumentParser:
         "on; --no-swap-prefetch: each node fetches them when its step starts, e.g. on a metered "
         "link)",
     )
+    scaling = p.add_argument_group("autoscaler (ModelDeployments with minReplicas/maxReplicas)")
+    scaling.add_argument(
+        "--scale-up-window",
+        type=float,
+        default=defaults.scale_up_window,
+        help="seconds the load must ask for more replicas before they are placed (default 5)",
+    )
+    scaling.add_argument(
+        "--scale-down-window",
+        type=float,
+        default=defaults.scale_down_window,
+        help="seconds the load must ask for fewer replicas before they go (default 120)",
+    )
+    scaling.add_argument(
+        "--demand-namespace",
+        default=None,
+        help="namespace where gateways write their ModelDemands (requests held for sleeping "
+        "deployments; the gateway's; default: $POD_NAMESPACE, the ServiceAccount's namespace in "
+        "a pod, else mlxfleet-system)",
+    )
     p.add_argument(
         "--fleet-key-file",
         default=None,
@@ -283,6 +303,9 @@ def _settings(
         heartbeat_write_seconds=ns.heartbeat_write_seconds,
         swap_prefetch=ns.swap_prefetch,
         provider_keys_namespace=ns.provider_keys_namespace or leader.default_namespace(),
+        scale_up_window=ns.scale_up_window,
+        scale_down_window=ns.scale_down_window,
+        demand_namespace=ns.demand_namespace or leader.default_namespace(),
         metrics_host=ns.metrics_host,
         metrics_port=ns.metrics_port,
         agent_metrics_namespace=ns.agent_metrics_namespace,

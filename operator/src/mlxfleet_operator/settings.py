@@ -44,6 +44,18 @@ class OperatorSettings(BaseModel):
         description="where the gateway reads provider-key Secrets: ModelRoute status checks "
         "the ones external backends name there",
     )
+    scale_up_window: float = Field(
+        default=5.0, ge=0, le=3600, description="seconds before a scale-up (autoscaler)"
+    )
+    scale_down_window: float = Field(
+        default=120.0, ge=0, le=86400, description="seconds before a scale-down (autoscaler)"
+    )
+    demand_namespace: str = Field(
+        default="mlxfleet-system",
+        min_length=1,
+        max_length=63,
+        description="where gateways write their ModelDemands (the gateway's namespace)",
+    )
     fleet_keys: tuple[str, ...] = Field(
         default=(),
         repr=False,

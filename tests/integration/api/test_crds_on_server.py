@@ -75,9 +75,17 @@ def test_get_mlxfleet_lists_all_four_kinds_with_their_columns(
 ) -> None:
     out = cluster.kubectl("get", "mlxfleet", "-A").stdout
     headers = [line.split() for line in out.splitlines() if line.startswith(("NAME", "NAMESPACE"))]
-    assert ["NAMESPACE", "NAME", "MODEL", "REPLICAS", "READY", "STATUS", "PRIORITY", "AGE"] in (
-        headers
-    )
+    assert [
+        "NAMESPACE",
+        "NAME",
+        "MODEL",
+        "REPLICAS",
+        "DESIRED",
+        "READY",
+        "STATUS",
+        "PRIORITY",
+        "AGE",
+    ] in headers
     assert ["NAME", "READY", "STATUS", "CHIP", "MEMORY", "FREE", "AGENT", "DOWNLOAD", "AGE"] in (
         headers
     )

@@ -22,8 +22,8 @@ def test_base_renders_and_passes_server_validation_and_pod_security(cluster: Any
         "Deployment",
         *["Namespace"] * 2,  # mlxfleet-system, mlxfleet-agents (the agents' token Secrets)
         "PodDisruptionBudget",
-        *["Role"] * 5,  # operator: Lease, agent tokens, provider keys; join; gateway
-        *["RoleBinding"] * 5,
+        *["Role"] * 6,  # operator: Lease, agent tokens, provider keys; join; gateway: keys, demand
+        *["RoleBinding"] * 6,
         *["ServiceAccount"] * 2,  # operator, gateway
         "ValidatingAdmissionPolicy",  # join.yaml: what a bootstrap token may create
         "ValidatingAdmissionPolicyBinding",

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.cluster
 SYSTEM = resources.OPERATOR_NAMESPACE
 AGENTS = resources.AGENT_SECRETS_NAMESPACE
 ALL = "--all-namespaces"
-MD, IN, SWP, MR = (f"{r.plural}.{resources.GROUP}" for r in resources.ALL)
+MD, IN, SWP, MR, DEMAND = (f"{r.plural}.{resources.GROUP}" for r in resources.ALL)
 CRUD = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 # Services and EndpointSlices: read one by name (ownership check), create, server-side apply,
 # delete its own; list EndpointSlices of one Service to remove stale ones. Nothing else.
@@ -46,6 +46,7 @@ ALLOWED = [
     *(_p(v, "customresourcedefinitions.apiextensions.k8s.io") for v in ("get", "list", "watch")),
     _p("list", "namespaces"),
     _p("watch", "namespaces"),
+    *(_p(v, DEMAND, ALL) for v in ("get", "list", "watch")),  # gateways' held requests
     _p("get", "secrets", "-n", AGENTS),
     # by name: the provider-key Secrets listed (operator.providerKeySecrets; the base: the
     # example's `openai`), as table rows (routes)
@@ -85,6 +86,7 @@ DENIED = [
     _p("create", "pods", "--subresource=exec", "-n", SYSTEM),
     _p("create", "deployments.apps", "-n", SYSTEM),
     _p("create", MD, "-n", "default"),
+    *(_p(v, DEMAND, "-n", SYSTEM) for v in ("create", "update", "patch", "delete")),
     _p("delete", MD, "-n", "default"),
     _p("create", IN),
     _p("delete", IN),
@@ -166,14 +168,18 @@ def test_operator_cannot_read_the_fleet_key(cluster: Any) -> None:
     key (the data-plane credential of every agent); now only the provider keys listed."""
     cluster.kubectl("apply", "--server-side", "-f", "-", input=_secret(FLEET_KEY, SYSTEM))
     cluster.kubectl("apply", "--server-side", "-f", "-", input=_secret("openai", SYSTEM))
-    denied = cluster.kubectl(
-        "get", "secret", FLEET_KEY, "-n", SYSTEM, "-o", "json", as_operator=True, check=False
-    )
-    assert denied.returncode != 0
-    assert "Forbidden" in denied.stderr
-    assert "t0ken" not in denied.stdout
-    listed = cluster.kubectl("get", "secret", "openai", "-n", SYSTEM, as_operator=True)
-    assert "openai" in listed.stdout
+    try:
+        denied = cluster.kubectl(
+            "get", "secret", FLEET_KEY, "-n", SYSTEM, "-o", "json", as_operator=True, check=False
+        )
+        assert denied.returncode != 0
+        assert "Forbidden" in denied.stderr
+        assert "t0ken" not in denied.stdout
+        listed = cluster.kubectl("get", "secret", "openai", "-n", SYSTEM, as_operator=True)
+        assert "openai" in listed.stdout
+    finally:  # the session's cluster is shared: the gateway's examples apply these names too
+        # (as typed Secrets: a Secret's type cannot change)
+        cluster.kubectl("delete", "secret", FLEET_KEY, "openai", "-n", SYSTEM, check=False)
 
 
 def test_operator_writes_status_but_cannot_create_deployments(cluster: Any) -> None:

@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[3]
 SYSTEM = "mlxfleet-system"
 AGENTS = resources.AGENT_SECRETS_NAMESPACE
 ALL = "--all-namespaces"
+DEMAND = f"{resources.MODEL_DEMAND.plural}.{resources.GROUP}"
 
 
 def _p(verb: str, resource: str, *extra: str) -> Any:
@@ -35,6 +36,8 @@ ALLOWED = [
         for v in ("get", "list", "watch")
     ),
     *(_p(v, "secrets", "-n", SYSTEM) for v in ("get", "list", "watch")),
+    # its own ModelDemand (requests held for sleeping deployments): server-side apply, delete
+    *(_p(v, DEMAND, "-n", SYSTEM) for v in ("get", "create", "patch", "delete")),
 ]
 DENIED = [
     _p("patch", "modeldeployments.mlxfleet.io", "-n", "default"),
@@ -48,6 +51,13 @@ DENIED = [
     _p("list", "endpointslices.discovery.k8s.io", ALL),
     _p("create", "events", "-n", SYSTEM),
     _p("get", "pods", "-n", SYSTEM),
+    # ModelDemands: only in its own namespace, only by name, never another's wholesale
+    *(_p(v, DEMAND, "-n", SYSTEM) for v in ("list", "watch", "update", "deletecollection")),
+    *(_p(v, DEMAND, "-n", "default") for v in ("get", "create", "patch", "delete")),
+    # it wakes deployments only through its ModelDemand: never their spec, status or scale
+    _p("patch", "modeldeployments.mlxfleet.io", "--subresource=status", ALL),
+    _p("update", "modeldeployments.mlxfleet.io", "--subresource=scale", ALL),
+    _p("patch", "modeldeployments.mlxfleet.io", "--subresource=scale", ALL),
 ]
 
 
@@ -125,3 +135,36 @@ def test_gateway_manifests_pass_server_validation_and_pod_security(
             "apply", "--server-side", "--dry-run=server", "-f", str(example), check=False
         )
         assert proc.returncode == 0, f"{example.name}: {proc.stderr}"
+
+
+def test_gateway_writes_its_model_demand_as_the_gateway_does(
+    cluster: controlplane.ControlPlane,
+) -> None:
+    """The writes `mlxfleet_gateway.demand` makes, made with the gateway's own identity: a
+    server-side apply that creates, another that changes it, a delete; the same object in
+    another namespace is refused."""
+    from datetime import UTC, datetime
+
+    from mlxfleet_gateway.core import coldstart
+
+    now = datetime.now(UTC)
+    gateway = f"gw-rbac-{secrets.token_hex(3)}"
+    held = [coldstart.Entry("team-a", "coder", 2, now)]
+    body = coldstart.demand(held, gateway=gateway, namespace=SYSTEM, now=now)
+    assert body is not None
+    name = coldstart.object_name(gateway)
+    apply = ("apply", "--server-side", "--field-manager=mlxfleet-gateway", "-f", "-")
+    try:
+        cluster.kubectl(*apply, input=json.dumps(body), as_gateway=True)
+        body["spec"]["deployments"][0]["waiting"] = 3  # type: ignore[index]
+        cluster.kubectl(*apply, input=json.dumps(body), as_gateway=True)
+        got = json.loads(cluster.kubectl("get", DEMAND, name, "-n", SYSTEM, "-o", "json").stdout)
+        assert got["spec"]["deployments"][0]["waiting"] == 3
+        elsewhere = json.loads(json.dumps(body))
+        elsewhere["metadata"]["namespace"] = "default"
+        refused = cluster.kubectl(*apply, input=json.dumps(elsewhere), as_gateway=True, check=False)
+        assert refused.returncode != 0
+        assert "forbidden" in refused.stderr.lower()
+        cluster.kubectl("delete", DEMAND, name, "-n", SYSTEM, as_gateway=True)
+    finally:
+        cluster.kubectl("delete", DEMAND, name, "-n", SYSTEM, "--ignore-not-found", check=False)

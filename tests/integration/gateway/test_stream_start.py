@@ -67,6 +67,7 @@ async def relay_stream(body: bytes) -> tuple[str, list[dict[str, Any]], Any]:
         tried=[],
         prompt_tokens=0,
         completion_tokens=0,
+        held_ms=None,
     )
     pool = upstream.Pool()
     r = relay.Relay(

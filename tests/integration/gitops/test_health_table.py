@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import conditions
+from mlxfleet_operator.core.deployment import autoscale
 from mlxfleet_operator.core.deployment import plan as dplan
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.swapplan import state as st
@@ -64,6 +65,36 @@ def _model_deployment(ready: int) -> mdep.ModelDeployment:
             "status": {"placements": placements},
         }
     )
+
+
+def autoscaled(*, awake: bool) -> dict[str, Any]:
+    """A deployment with `minReplicas: 0` as the autoscaler leaves it: asleep after its
+    idleTimeout, or woken by a request held at a gateway, its replica loading."""
+    bounds = autoscale.Bounds(
+        start=1, low=0, high=1, capacity=4, idle_timeout=timedelta(seconds=15)
+    )
+    windows = autoscale.Windows()
+    start = autoscale.decide(bounds, autoscale.Load(), None, now=NOW, windows=windows)
+    idle = autoscale.Load(idle_for=timedelta(seconds=15))
+    later = NOW + timedelta(seconds=15)
+    scale = autoscale.decide(bounds, idle, start, now=later, windows=windows)
+    if awake:
+        woken = later + timedelta(seconds=60)
+        scale = autoscale.decide(
+            bounds, autoscale.Load(waiting=1), scale, now=woken, windows=windows
+        )
+    loading = [{"node": "n0", "phase": "Loading", "ready": False, "source": B}] if awake else []
+    md = mdep.ModelDeployment.model_validate(
+        {
+            "metadata": {"name": "chat", "namespace": "ns", "generation": 4},
+            "spec": {"model": {"source": B}, "replicas": 1, "minReplicas": 0, "idleTimeout": "15s"},
+            "status": {"placements": loading},
+        }
+    )
+    md = autoscale.attach(md, scale)
+    chosen = decisions.kept(("n0",) if awake else ())
+    verdict = mdstatus.verdict(md, chosen, md.status.placements, {}, None)
+    return _object(md.kind, verdict, observed=4)
 
 
 def invalid_deployment() -> dict[str, Any]:
@@ -177,6 +208,18 @@ ROWS = [
         invalid_deployment,
         "Failed",
         "Degraded",
+    ),
+    Row(
+        "ModelDeployment, asleep (`minReplicas: 0`, no requests for `idleTimeout`)",
+        lambda: autoscaled(awake=False),
+        "Current",
+        "Healthy",
+    ),
+    Row(
+        "ModelDeployment, woken by a request, its replica loading",
+        lambda: autoscaled(awake=True),
+        "InProgress",
+        "Progressing",
     ),
     Row(
         "ModelDeployment, new generation not yet observed",

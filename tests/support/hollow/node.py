@@ -1,8 +1,9 @@
 """One hollow Mac: its slots, model cache, memory budget and faults, behind the control API.
 
-Admission is the real agent's (`control.Manager.apply`): a slot being deleted is 409, a served
-name another slot has is 409, an identical spec is a no-op, a `file://` source must be a model
-directory under an allowed root (403 outside, 404 missing), and when the estimate is known (the
+Admission is the real agent's (`control.Manager.apply`): a slot being deleted is 503 (retry: it
+goes once its backends stopped), a served name another slot has is 409, an identical spec is a
+no-op, a `file://` source must be a model directory under an allowed root (403 outside, 404
+missing), and when the estimate is known (the
 spec's memoryBytes, or the model is on disk / in the cache) it must fit the budget minus the
 other slots (507 with the InsufficientMemory body). Estimates of file models come from their
 config.json and safetensors (the shared `mlxfleet_agent.memory`), of other sources from the
@@ -172,7 +173,7 @@ class HollowNode:
         existing = self.slots.get(name)
         if existing is not None and existing.deleted:
             raise Rejected(
-                409, f"slot {name} is being deleted; retry when it is gone", field="name"
+                503, f"slot {name} is being deleted; retry when it is gone", field="name"
             )
         for other in self.slots.values():
             if (

@@ -7,7 +7,8 @@ does not fit even alone, or whose load fails (an injected fault), rolls back: A 
 (surge) or is loaded again (hold), the desired spec reverts and the SwapRecord says RolledBack.
 A failing cold start is Failed and retried with backoff (1, 2, 4 .. 30 s). Other spec changes
 (served name, swap policy, memory override) apply in place. Delete drains, stops, then the slot
-is gone. Memory held = active + standby + draining backends, as the real agent counts it.
+is gone. Memory held = active + standby + draining backends, as the real agent counts it. No
+request ever reaches a hollow slot: its idle clock (`idleSeconds`) runs from its readiness.
 May import: the standard library, `mlxfleet_agent.contract`. Called by: hollow.node.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
@@ -104,6 +106,7 @@ class HollowSlot:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._labels = itertools.count(1)
+        self.ready_at = time.monotonic()
 
     # ---- what the API shows -------------------------------------------------------------------
 
@@ -117,6 +120,9 @@ class HollowSlot:
             phase=self.phase,
             ready=self.active is not None and self.open,
             backend_port=self.active.port if self.active is not None else None,
+            idle_seconds=(
+                round(time.monotonic() - self.ready_at, 3) if self.active is not None else None
+            ),
             restarts=self.restarts,
             last_error=self.last_error,
             estimated_memory_bytes=self.estimate(),
@@ -232,6 +238,7 @@ class HollowSlot:
         self.failed = False
         self.phase = Phase.READY
         self.open = True
+        self.ready_at = time.monotonic()  # the idle clock starts (no request ever comes)
         return old
 
     async def _stop(self, backend: Backend) -> None:

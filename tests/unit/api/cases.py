@@ -157,6 +157,12 @@ VALID: tuple[Valid, ...] = (
     Valid("md-engine-vllm", MD, {"engine": {"name": "vllm", "vllm": {"task": "embed"}}}),
     Valid("md-engine-command", MD, {"engine": _COMMAND}),
     Valid(
+        "md-sleepy", MD, {"replicas": 1, "minReplicas": 0, "maxReplicas": 2, "idleTimeout": "15s"}
+    ),
+    Valid("md-scale-range", MD, {"minReplicas": 1, "maxReplicas": 2}),
+    Valid("md-idle-to-min-one", MD, {"minReplicas": 1, "idleTimeout": "1h30m"}),
+    Valid("md-off-with-bounds", MD, {"replicas": 0, "minReplicas": 1, "maxReplicas": 2}),
+    Valid(
         "md-engine-command-env-allowed",
         MD,
         {"engine": {**_COMMAND, "command": {**_COMMAND["command"], "env": _ALLOWED_ENV}}},
@@ -205,6 +211,39 @@ INVALID: tuple[Invalid, ...] = (
     Invalid("md-model-missing", MD, {"model": DELETE}, "spec.model"),
     Invalid(
         "md-served-name-space", MD, {"model": {"servedName": "my model"}}, "spec.model.servedName"
+    ),
+    # ModelDeployment: the autoscaler's bounds
+    Invalid(
+        "md-idle-format", MD, {"minReplicas": 0, "idleTimeout": "15 seconds"}, "spec.idleTimeout"
+    ),
+    Invalid("md-idle-fraction", MD, {"minReplicas": 0, "idleTimeout": "1.5m"}, "spec.idleTimeout"),
+    Invalid(
+        "md-idle-too-short", MD, {"minReplicas": 0, "idleTimeout": "500ms"}, "spec.idleTimeout"
+    ),
+    Invalid("md-idle-too-long", MD, {"minReplicas": 0, "idleTimeout": "1000h"}, "spec.idleTimeout"),
+    Invalid("md-idle-without-min", MD, {"idleTimeout": "15s"}, "spec.idleTimeout"),
+    Invalid("md-min-zero-without-idle", MD, {"minReplicas": 0}, "spec.minReplicas"),
+    Invalid("md-min-negative", MD, {"minReplicas": -1}, "spec.minReplicas"),
+    Invalid("md-max-zero", MD, {"maxReplicas": 0}, "spec.maxReplicas"),
+    Invalid(
+        "md-min-above-max",
+        MD,
+        {"replicas": 0, "minReplicas": 2, "maxReplicas": 1},
+        "spec.minReplicas",
+    ),
+    Invalid("md-replicas-above-max", MD, {"maxReplicas": 1}, "spec.replicas"),
+    Invalid(
+        "md-replicas-below-min",
+        MD,
+        {"replicas": 1, "minReplicas": 2, "maxReplicas": 2},
+        "spec.replicas",
+    ),
+    Invalid("md-max-beyond-nodes", MD, {"maxReplicas": 3}, "spec.placement.nodes"),
+    Invalid(
+        "md-sharded-autoscaled",
+        MD,
+        {"replicas": 1, "sharding": {"size": 2}, "minReplicas": 1},
+        "spec.sharding",
     ),
     # ModelDeployment: the engine
     Invalid("md-engine-unknown", MD, {"engine": {"name": "llamacpp"}}, "spec.engine.name"),
@@ -287,7 +326,6 @@ INVALID: tuple[Invalid, ...] = (
     Invalid("md-replicas-not-integer", MD, {"replicas": "two"}, "spec.replicas"),
     Invalid("md-priority-huge", MD, {"priority": 2_000_000_000}, "spec.priority"),
     Invalid("md-priority-not-integer", MD, {"priority": "high"}, "spec.priority"),
-    Invalid("md-min-replicas-negative", MD, {"minReplicas": -1}, "spec.minReplicas"),
     Invalid(
         "md-replicas-below-min-replicas",
         MD,

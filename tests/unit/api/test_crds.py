@@ -18,6 +18,7 @@ FILES = {
     "inferencenodes.mlxfleet.io.yaml",
     "swapplans.mlxfleet.io.yaml",
     "modelroutes.mlxfleet.io.yaml",
+    "modeldemands.mlxfleet.io.yaml",
 }
 
 
@@ -141,7 +142,9 @@ def test_names_scope_and_subresources() -> None:
             "labelSelectorPath": ".status.selector",
         }
         expected = {"scale": scale} if resource.kind == "ModelDeployment" else {}
-        assert version["subresources"] == {"status": {}, **expected}
+        # a ModelDemand is written whole by its gateway: it has no status
+        status = {} if resource.kind == "ModelDemand" else {"status": {}}
+        assert version["subresources"] == {**status, **expected}
         assert version["schema"]["openAPIV3Schema"]["required"] == ["spec"]
 
 
@@ -165,7 +168,7 @@ def test_scale_paths_exist_in_the_schema() -> None:
     [
         pytest.param(
             "ModelDeployment",
-            ["Model", "Replicas", "Ready", "Status", "Priority", "Age"],
+            ["Model", "Replicas", "Desired", "Ready", "Status", "Priority", "Age"],
             id="mdep",
         ),
         pytest.param(
@@ -175,6 +178,7 @@ def test_scale_paths_exist_in_the_schema() -> None:
         ),
         pytest.param("SwapPlan", ["Deployment", "Target", "Phase", "Progress", "Age"], id="swp"),
         pytest.param("ModelRoute", ["Names", "Backends", "Status", "Age"], id="mroute"),
+        pytest.param("ModelDemand", ["Gateway", "Renewed", "Age"], id="mdemand"),
     ],
 )
 def test_printer_columns_include_age(kind: str, columns: list[str]) -> None:

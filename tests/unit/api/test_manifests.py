@@ -174,19 +174,24 @@ def test_leases_only_the_operators_own_in_its_namespace() -> None:
     assert rules == {(("create",), ()): lease, (("get", "update"), ("mlxfleet-operator",)): lease}
 
 
+OPERATED = [r for r in resources.ALL if r is not resources.MODEL_DEMAND]  # the gateways write it
+
+
 def test_cluster_role_grants_exactly_what_the_operator_needs() -> None:
     expected = (
         {
             ("mlxfleet.io", r.plural, v)
-            for r in resources.ALL
+            for r in OPERATED
             for v in ("get", "list", "watch", "patch", "update")
         }
         | {("mlxfleet.io", "swapplans", v) for v in ("create", "delete")}
         | {
             ("mlxfleet.io", f"{r.plural}/status", v)
-            for r in resources.ALL
+            for r in OPERATED
             for v in ("get", "patch", "update")
         }
+        # the gateways' held requests: read only (it wakes deployments by their annotation)
+        | {("mlxfleet.io", "modeldemands", v) for v in ("get", "list", "watch")}
         | {(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")}
         | {("", "services", v) for v in ("get", "create", "patch", "delete")}
         | {

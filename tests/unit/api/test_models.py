@@ -212,6 +212,7 @@ def test_resource_names_are_one_source_of_truth() -> None:
         ("inode",),
         ("swp",),
         ("mroute",),
+        ("mdemand",),
     ]
     assert resources.INFERENCE_NODE.scope is resources.Scope.CLUSTER
     assert resources.MODEL_DEPLOYMENT.crd_name == "modeldeployments.mlxfleet.io"

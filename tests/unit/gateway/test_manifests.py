@@ -1,5 +1,6 @@
 """The gateway's manifests: 2 hardened replicas with probes and a PDB, secure by default, and RBAC
-that reads only what the gateway needs (three kinds cluster-wide, Secrets of its own namespace)."""
+that reads only what the gateway needs (three kinds cluster-wide, Secrets of its own namespace)
+and writes only its own ModelDemand."""
 
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ def _docs(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def _one(path: Path, kind: str) -> dict[str, Any]:
-    (doc,) = [d for d in _docs(path) if d["kind"] == kind]
+def _one(path: Path, kind: str, name: str | None = None) -> dict[str, Any]:
+    (doc,) = [
+        d
+        for d in _docs(path)
+        if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
     return doc
 
 
@@ -54,8 +59,8 @@ def test_two_hardened_replicas_with_probes_and_no_anonymous_access() -> None:
     assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
 
 
-def _grants(kind: str) -> set[tuple[str, str, str]]:
-    rules = _one(REPO / "manifests" / "base" / "gateway-rbac.yaml", kind)["rules"]
+def _grants(kind: str, name: str | None = None) -> set[tuple[str, str, str]]:
+    rules = _one(REPO / "manifests" / "base" / "gateway-rbac.yaml", kind, name)["rules"]
     return {
         (g, r, v)
         for rule in rules
@@ -66,14 +71,34 @@ def _grants(kind: str) -> set[tuple[str, str, str]]:
 
 
 def test_rbac_is_read_only_and_least_privilege() -> None:
+    """Reads three kinds cluster-wide and the Secrets of its namespace; its one write is its own
+    ModelDemand in its namespace (requests held for sleeping deployments), by name only."""
     assert _grants("ClusterRole") == {
         ("mlxfleet.io", r, v)
         for r in ("modeldeployments", "modelroutes", "inferencenodes")  # which are approved
         for v in ("get", "list", "watch")
     }
-    assert _grants("Role") == {("", "secrets", v) for v in ("get", "list", "watch")}
-    role = _one(REPO / "manifests" / "base" / "gateway-rbac.yaml", "Role")
-    assert role["metadata"]["namespace"] == resources.OPERATOR_NAMESPACE
+    rbac = REPO / "manifests" / "base" / "gateway-rbac.yaml"
+    names = sorted(d["metadata"]["name"] for d in _docs(rbac) if d["kind"] == "Role")
+    assert names == ["mlxfleet-gateway-demand", "mlxfleet-gateway-keys"]
+    keys = "mlxfleet-gateway-keys"
+    assert _grants("Role", keys) == {("", "secrets", v) for v in ("get", "list", "watch")}
+    demand = "mlxfleet-gateway-demand"
+    assert _grants("Role", demand) == {
+        ("mlxfleet.io", "modeldemands", v) for v in ("get", "create", "patch", "delete")
+    }
+    for name in names:
+        role = _one(rbac, "Role", name)
+        assert role["metadata"]["namespace"] == resources.OPERATOR_NAMESPACE
+        binding = _one(rbac, "RoleBinding", name)
+        assert binding["roleRef"]["name"] == name
+        assert binding["subjects"] == [
+            {
+                "kind": "ServiceAccount",
+                "name": resources.GATEWAY_SERVICE_ACCOUNT,
+                "namespace": resources.OPERATOR_NAMESPACE,
+            }
+        ]
 
 
 def test_examples_parse() -> None:

@@ -25,6 +25,7 @@ def test_every_handler_is_registered_once_with_one_index_per_question() -> None:
         "deployment_slots",
         "deployment_tenants",
         "inference_nodes",
+        "model_demand",
         "swap_plans",
     ]
     activities = [h.id for h in registry._activities.get_all_handlers()]

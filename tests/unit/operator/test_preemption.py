@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.core import naming, placement
-from mlxfleet_operator.core.deployment import intent
+from mlxfleet_operator.core.deployment import autoscale, intent
 from mlxfleet_operator.core.deployment import preemption as pre
 from mlxfleet_operator.handlers import indexes
 from tests.unit.operator.builders import GIB, NOW, A, fact, md, state
@@ -80,6 +80,26 @@ def test_never_an_equal_or_higher_priority(priority: int) -> None:
 
 def test_never_below_the_floor() -> None:
     assert choose(site("mac-1", 2, occ("low", 4)), spare={"ns/low": 0}) == ()
+
+
+@pytest.mark.parametrize(
+    ("spec", "floor"),
+    [
+        pytest.param({"replicas": 2}, 2, id="no minReplicas: what it asks for"),
+        pytest.param({"replicas": 2, "minReplicas": 1}, 1, id="minReplicas"),
+        pytest.param({"replicas": 1, "minReplicas": 1, "maxReplicas": 3}, 1, id="scaled out"),
+        pytest.param({"replicas": 1, "maxReplicas": 3}, 1, id="maxReplicas only: replicas"),
+        pytest.param({"replicas": 1, "minReplicas": 0, "idleTimeout": "1h"}, 0, id="may sleep"),
+        pytest.param({"replicas": 0, "minReplicas": 2}, 2, id="off"),
+    ],
+)
+def test_the_floor_is_the_autoscalers_lower_bound(spec: dict[str, object], floor: int) -> None:
+    """Preemption never takes a deployment below the count the autoscaler never goes below on
+    its own: spec.minReplicas, else spec.replicas (one number, read once)."""
+    found = md(placements=None, **spec)
+    assert pre.floor(found.spec) == floor
+    assert pre.tenant(found).floor == floor
+    assert autoscale.Bounds.of(found.spec).low == floor
 
 
 def test_the_floor_counts_what_others_already_evict() -> None:
@@ -436,7 +456,7 @@ def test_an_evicted_replica_moves_make_before_break_where_memory_allows() -> Non
         name=slot, served_name="chat", source=A, phase="Ready", ready=True,
         estimated_memory_bytes=4 * GIB,
     )  # fmt: skip
-    victim = md(replicas=1, minReplicas=0, placements=[
+    victim = md(replicas=1, minReplicas=0, idleTimeout="1h", placements=[
         {"node": "mac-1", "phase": "Ready", "ready": True, "source": A},
     ])  # fmt: skip
     me = pre.tenant(victim)

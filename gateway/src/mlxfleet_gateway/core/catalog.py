@@ -48,6 +48,10 @@ class Deployment:
     slot: str | None = None  # the agent slot (status.placements[].slot): sent as x-mlxfleet-slot
     max_tokens: int | None = None  # spec.server.maxTokens
     context_length: int = 8192  # spec.contextLength
+    # spec.minReplicas 0 and not off: without a ready replica its requests wait (the activator)
+    wakeable: bool = False
+    # placed replicas whose agent has the slot and loads it: its gate holds requests until ready
+    starting: tuple[Replica, ...] = ()
 
     @property
     def ready(self) -> bool:
@@ -166,27 +170,48 @@ class Catalog:
             for name, route in sorted(self.routes.get(ns, {}).items()):
                 seen.setdefault(name, Resolved(ns, name, route=route))
             for name, dep in sorted(self.served.get(ns, {}).items()):
-                if dep.ready:
+                if dep.ready or dep.wakeable:  # a sleeping model is there: a request wakes it
                     seen.setdefault(name, Resolved(ns, name, deployment=dep))
         return list(seen.values())
 
 
+_STARTING = frozenset({mdep.PlacementPhase.PENDING, mdep.PlacementPhase.LOADING})
+
+
 def deployment(md: mdep.ModelDeployment, nodes: Mapping[str, bytes]) -> Deployment:
     """A ModelDeployment's ready replicas (ready placements with an endpoint) on the approved
-    `nodes` (name -> the Authorization value its data plane accepts); none elsewhere."""
+    `nodes` (name -> the Authorization value its data plane accepts); none elsewhere. For one
+    that may sleep (spec.minReplicas 0), the replicas it is bringing up on approved nodes too:
+    placed (the operator's PUT reached the agent: an error would be the placement's message),
+    not yet ready."""
     namespace, name = md.metadata.namespace or "", md.metadata.name or ""
-    replicas = tuple(
-        Replica(
+    placed = sorted(
+        (p for p in md.status.placements if p.endpoint and p.node in nodes), key=lambda p: p.node
+    )
+
+    def replica(p: mdep.PlacementStatus) -> Replica:
+        assert p.endpoint is not None
+        return Replica(
             id=f"{namespace}/{name}@{p.node}",
             node=p.node,
             url=p.endpoint.rstrip("/"),
             auth=nodes[p.node],
         )
-        for p in sorted(md.status.placements, key=lambda p: p.node)
-        if p.ready and p.endpoint and p.node in nodes
-    )
+
+    replicas = tuple(replica(p) for p in placed if p.ready)
     served = md.status.served_name or md.served_name()
     slot = next((p.slot for p in md.status.placements if p.slot), None)
+    wakeable = md.spec.min_replicas == 0 and md.spec.replicas > 0
+    starting = tuple(
+        replica(p)
+        for p in placed
+        if wakeable
+        and not p.ready
+        and p.endpoint
+        and p.slot
+        and p.phase in _STARTING
+        and (p.phase == mdep.PlacementPhase.LOADING or p.message is None)
+    )
     return Deployment(
         namespace,
         name,
@@ -196,6 +221,8 @@ def deployment(md: mdep.ModelDeployment, nodes: Mapping[str, bytes]) -> Deployme
         slot=slot,
         max_tokens=md.spec.server.max_tokens,
         context_length=md.spec.context_length,
+        wakeable=wakeable,
+        starting=starting,
     )
 
 

@@ -195,6 +195,13 @@ class SlotStatus(Wire):
     backend_port: int | None = None
     in_flight: int = 0
     queued: int = 0
+    idle_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="seconds since a request last arrived or finished, or since the backend "
+        "became ready (0 while requests are in flight or queued; absent while none serves): "
+        "what spec.idleTimeout is measured against",
+    )
     restarts: int = 0
     last_error: str | None = None
     busy: str | None = Field(

@@ -45,6 +45,7 @@ BACKEND_PATHS = {
 }
 WHOLE_ONLY = frozenset({"embeddings", "rerank"})  # answered whole; no tokens generated
 BACKEND_HEADER = b"x-mlxfleet-backend"
+QUEUE_HEADER = b"x-mlxfleet-queue-ms"  # how long the request waited in the slot's queue
 ERROR_BODY_LIMIT = 64 * 1024  # of a backend's error body, what the client is shown
 
 
@@ -169,7 +170,9 @@ async def forward(
     connection, which stops mlx_lm at its next write (so whole answers are asked for as a
     stream and assembled here: see `answers`); one mlx_lm cannot stop that way is kept on
     `Hold` (`hold_s`). `prompt_tokens`: the prompt as counted for the KV budget (a request
-    without max_tokens gets the room it leaves)."""
+    without max_tokens gets the room it leaves). A request that waited in the slot's queue
+    (`held.waited_s`: a cold start, a hold swap, a full slot) says how long in
+    `x-mlxfleet-queue-ms` (the gateway adds it to its own wait in `x-mlxfleet-cold-start-ms`)."""
     backend = held.upstream
     body = routed.body
     whole_only = endpoint in WHOLE_ONLY
@@ -193,6 +196,8 @@ async def forward(
         pinned=backend.pinned, served=served, original_fingerprint=backend.fingerprint
     )
     headers = [(BACKEND_HEADER, f"{backend.port}".encode())]
+    if held.waited_s >= 0.001:
+        headers.append((QUEUE_HEADER, f"{held.waited_s * 1000:.0f}".encode()))
     hold = None
     if not whole_only and not routing.interruptible(
         body, backend.spec, streamed=routed.stream or assemble

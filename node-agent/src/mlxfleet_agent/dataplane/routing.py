@@ -48,13 +48,21 @@ def parse(raw: bytes) -> dict[str, Any]:
 def resolve(routes: lease_.Routes, body: dict[str, Any], *, slot: str | None = None) -> Routed:
     """Which route serves this body: the slot named `slot` when given (the caller holds the
     fleet credential: the gateway names the slot, so two tenants' equal names never mix), else
-    by its `model`; RouteError 400/404 otherwise."""
+    by its `model`; RouteError 400/404 otherwise, and 503 (Retry-After) for a named slot this
+    agent does not have: the gateway's view is behind the slot's removal (a scale-down, a
+    deployment gone to sleep), so the gateway tries elsewhere or holds the request."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise RouteError(400, "`model` is required and must be a string", param="model")
     route = routes.slot_route(slot) if slot is not None else routes.route(model)
     if route is None and slot is not None:  # the gateway's view is behind a slot's removal
-        raise RouteError(404, f"no slot {slot!r} on this agent", code="slot_not_found")
+        raise RouteError(
+            503,
+            f"no slot {slot!r} on this agent",
+            type_="server_error",
+            code="slot_not_found",
+            headers=RETRY_AFTER,
+        )
     if route is None:
         raise RouteError(
             404,

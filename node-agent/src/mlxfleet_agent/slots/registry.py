@@ -120,7 +120,7 @@ class Registry:
         existing = self.slots.get(name)
         if existing is not None and existing.deleted:
             raise refusals.Rejected(
-                409, f"slot {name} is being deleted; retry when it is gone", field="name"
+                503, f"slot {name} is being deleted; retry when it is gone", field="name"
             )
         for other in self.slots.values():
             if (

@@ -102,6 +102,7 @@ class Slot:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping: asyncio.Task[None] | None = None  # an abandoned rank being stopped
+        self._active_at = time.monotonic()  # the last request's arrival or end, or readiness
 
     # ---- what it serves -----------------------------------------------------------------------
 
@@ -137,6 +138,7 @@ class Slot:
         """Lease the active backend: at once while the gate is open and it has a free place,
         else in the bounded FIFO queue (see `gate`)."""
         handle = self._backends.active
+        self._active_at = time.monotonic()
         if self._gate.admit_now(handle):
             assert handle is not None
             return SlotLease(self, handle, 0.0, self._swap)
@@ -158,6 +160,7 @@ class Slot:
         the one running now (requests in flight on A while a swap drains it).
         """
         held.upstream.release()
+        self._active_at = time.monotonic()
         self._count_wait(self._gate.dispatch(self._backends.active))
         swap = held.swap or self._swap
         if swap is not None:
@@ -167,6 +170,16 @@ class Slot:
                 swap.requests_failed += 1
 
     # ---- status -------------------------------------------------------------------------------
+
+    def idle_seconds(self) -> float | None:
+        """Seconds since a request last arrived at or left the slot, or since its backend became
+        ready (0 while requests are in flight or queued; None while no backend serves): the idle
+        clock spec.idleTimeout is measured on, on the agent's own monotonic clock."""
+        if self._backends.active is None:
+            return None
+        if self.queued or any(h.in_flight for h in self._backends.all()):
+            return 0.0
+        return round(max(0.0, time.monotonic() - self._active_at), 3)
 
     def busy(self) -> str | None:
         """Why the active backend counts as busy: a request has waited longer than the busy
@@ -198,6 +211,7 @@ class Slot:
             backend_port=handle.backend.port if handle is not None else None,
             in_flight=sum(h.in_flight for h in self._backends.all()),
             queued=self.queued,
+            idle_seconds=self.idle_seconds(),
             restarts=self.restarts,
             last_error=self.last_error,
             estimated_memory_bytes=self.estimate(),
@@ -386,6 +400,7 @@ class Slot:
         old = self._backends.promote(handle)
         self.failed = False
         self.phase = Phase.READY
+        self._active_at = time.monotonic()  # the idle clock starts when it can serve
         self._count_wait(self._gate.open(handle))
         self.deps.telemetry.observe_slot(
             self.name, model=handle.spec.served_name, source=handle.spec.source

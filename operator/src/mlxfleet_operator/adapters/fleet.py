@@ -39,7 +39,14 @@ from mlxfleet_operator.adapters import agent, credentials, kube
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import nodes, placement
-from mlxfleet_operator.core.deployment import candidates, facts, placing, preemption, slots
+from mlxfleet_operator.core.deployment import (
+    autoscale,
+    candidates,
+    facts,
+    placing,
+    preemption,
+    slots,
+)
 from mlxfleet_operator.core.swapplan import state as plan_state
 
 
@@ -265,6 +272,19 @@ class Fleet:
         names = set(self._hosts.get(slot, ()))
         names.update(n for n, held in self._reserved.items() if slot in held)
         return {n: self._versions.get(n, 0) for n in sorted(names)}
+
+    def observed(self, slot: str) -> list[autoscale.Observed]:
+        """The slot on every node whose agent answered with it (its load and idle clock as of
+        that answer): what the autoscaler reads."""
+        out = []
+        for name in sorted(self._hosts.get(slot, ())):
+            entry = self.entries.get(name)
+            if entry is None or entry.state is None or entry.polled_at is None:
+                continue
+            found = next((s for s in entry.state.slots if s.name == slot), None)
+            if found is not None and entry.answering:
+                out.append(autoscale.Observed(found, entry.polled_at))
+        return out
 
     def get(self, name: str) -> Entry | None:
         return self.entries.get(name)
@@ -507,7 +527,8 @@ def _live(state: contract.AgentState | None) -> set[str]:
 
 def decisive(state: contract.AgentState) -> object:
     """The part of an agent's answer that deployment decisions and statuses read: everything
-    but request counters, free memory and disk, when a cached model was last used, and the
+    but request counters (in flight, queued, idle time: the autoscaler reads them on its own
+    clock, `handlers.deployments`), free memory and disk, when a cached model was last used, and the
     agent's clock (`now`: new in every answer, so keeping it made every poll a change and
     reconciled every deployment on every node at every tick)."""
     return state.model_dump(
@@ -517,7 +538,7 @@ def decisive(state: contract.AgentState) -> object:
             "started_at": True,
             "now": True,
             "memory": {"available_bytes", "pressure", "pressure_reason"},
-            "slots": {"__all__": {"in_flight", "queued"}},
+            "slots": {"__all__": {"in_flight", "queued", "idle_seconds"}},
             "cached_models": {"__all__": {"last_used", "in_use"}},
         }
     )

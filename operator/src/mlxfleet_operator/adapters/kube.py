@@ -38,6 +38,7 @@ object's metadata only, never a Secret's data."""
 FIELD_MANAGER = "mlxfleet-operator"
 APPLY = "application/apply-patch+yaml"
 JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
 JsonDict = dict[str, Any]
 
 
@@ -202,6 +203,30 @@ class Kube:
                 f"get {resource.kind} {namespace}/{name}: {exc.status} {exc.reason}"
             ) from exc
         return cast(JsonDict, found)
+
+    async def annotate_deployment(
+        self, namespace: str, name: str, annotations: Mapping[str, str]
+    ) -> None:
+        """Set annotations on a ModelDeployment (a merge patch of its metadata only: the one
+        write the operator makes to an object people own, besides kopf's own annotations and
+        finalizer); a deployment gone meanwhile is fine."""
+        body = {"metadata": {"annotations": dict(annotations)}}
+        try:
+            await asyncio.to_thread(
+                self.custom.patch_namespaced_custom_object,
+                resources.GROUP,
+                resources.VERSION,
+                namespace,
+                resources.MODEL_DEPLOYMENT.plural,
+                name,
+                body,
+                _content_type=MERGE_PATCH,
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise KubeError(
+                    f"annotate ModelDeployment {namespace}/{name}: {exc.status} {exc.reason}"
+                ) from exc
 
     async def create_swap_plan(self, namespace: str, body: JsonDict) -> bool:
         """Create; False when it already exists (the name is deterministic, 409 = done before)."""

@@ -3,7 +3,7 @@ fleet view, the Service + EndpointSlice publisher and per-object locks. Lives in
 (`memo["runtime"]`).
 
 May import: the standard library, kubernetes (its config errors), sibling adapters, `api`,
-`mlxfleet_operator.settings`.
+`mlxfleet_operator.settings`, `core.deployment.autoscale` (the decisions it keeps).
 Called by: `main` (builds it with `start(config)` before kopf runs) and handlers (every one
 reads it with `of(memo)`; `lifecycle` closes it).
 """
@@ -21,6 +21,7 @@ import kubernetes
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import fleet, kube, leader, metrics, publishing
 from mlxfleet_operator.api import swapplan as swp
+from mlxfleet_operator.core.deployment import autoscale
 
 KEY = "runtime"
 
@@ -85,6 +86,10 @@ class Runtime:
     withdrawn: dict[str, set[str]] = field(default_factory=dict)  # group ids a watch withdrew
     nodes: NodeView = field(default_factory=NodeView)
     waiting: dict[str, int] = field(default_factory=dict)  # uid -> footprint waiting for room
+    # uid -> the autoscaler's last decision (its windows' recommendations are memory only)
+    scales: dict[str, autoscale.Scale] = field(default_factory=dict)
+    scale_told: dict[str, object] = field(default_factory=dict)  # uid -> decision announced
+    woken: dict[tuple[str, str], object] = field(default_factory=dict)  # deployment -> demand
 
     def watch(self, uid: str, task: asyncio.Task[None] | None) -> None:
         """Keep one background watch per object (a sharded deployment's ready groups): the

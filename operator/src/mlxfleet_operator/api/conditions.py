@@ -73,6 +73,8 @@ class Reason(StrEnum):
     LOADING = "Loading"
     PARTIALLY_READY = "PartiallyReady"
     SCALED_TO_ZERO = "ScaledToZero"
+    SLEEPING = "Sleeping"  # no requests for spec.idleTimeout: no replica until the next request
+    WAKING = "Waking"  # a request woke a sleeping deployment: its replicas load (cold start)
     SWAP_IN_PROGRESS = "SwapInProgress"
     AWAITING_APPROVAL = "AwaitingApproval"
     BACKEND_FAILED = "BackendFailed"

@@ -22,6 +22,7 @@ from mlxfleet_operator.api import (
     base,
     deploymentspec,
     inferencenode,
+    modeldemand,
     modeldeployment,
     modelroute,
     resources,
@@ -43,7 +44,7 @@ class Kind:
     resource: resources.Resource
     model: type[BaseModel]
     spec: type[BaseModel]
-    status: type[BaseModel]
+    status: type[BaseModel] | None  # None: a kind without status (no status subresource)
     columns: list[base.JsonDict]
     scale: base.JsonDict | None = None  # the scale subresource (kubectl scale, HPA, KEDA)
 
@@ -88,6 +89,13 @@ KINDS: tuple[Kind, ...] = (
         modelroute.ModelRouteStatus,
         modelroute.PRINTER_COLUMNS,
     ),
+    Kind(
+        resources.MODEL_DEMAND,
+        modeldemand.ModelDemand,
+        modeldemand.ModelDemandSpec,
+        None,
+        modeldemand.PRINTER_COLUMNS,
+    ),
 )
 
 
@@ -98,7 +106,11 @@ def _doc(model: type[BaseModel]) -> str:
 def object_schema(kind: Kind) -> base.JsonDict:
     """The CRD's `openAPIV3Schema` for one kind."""
     spec = schema.structural(kind.spec.model_json_schema(by_alias=True, mode="validation"))
-    status = schema.structural(kind.status.model_json_schema(by_alias=True, mode="validation"))
+    parts: base.JsonDict = {"spec": spec}
+    if kind.status is not None:
+        parts["status"] = schema.structural(
+            kind.status.model_json_schema(by_alias=True, mode="validation")
+        )
     return {
         "type": "object",
         "description": _doc(kind.model),
@@ -110,8 +122,7 @@ def object_schema(kind: Kind) -> base.JsonDict:
             },
             "kind": {"type": "string", "description": f"{kind.resource.kind}."},
             "metadata": {"type": "object"},
-            "spec": spec,
-            "status": status,
+            **parts,
         },
     }
 
@@ -130,7 +141,10 @@ def crd(kind: Kind) -> base.JsonDict:
         "name": resources.VERSION,
         "served": True,
         "storage": True,
-        "subresources": {"status": {}, **({"scale": kind.scale} if kind.scale else {})},
+        "subresources": {
+            **({"status": {}} if kind.status is not None else {}),
+            **({"scale": kind.scale} if kind.scale else {}),
+        },
         "additionalPrinterColumns": kind.columns,
         "schema": {"openAPIV3Schema": object_schema(kind)},
     }

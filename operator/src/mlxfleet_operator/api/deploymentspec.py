@@ -1,6 +1,7 @@
 """ModelDeployment `spec` (`ModelDeploymentSpec`) and its parts, with their bounds and CEL rules.
 
-The model source and revision, replicas, the KV-cache budget (context length x concurrency), an
+The model source and revision, replicas (with the autoscaler's bounds: minReplicas, maxReplicas,
+idleTimeout), the KV-cache budget (context length x concurrency), an
 optional memory override, placement constraints, the priority (preemption), mlx-lm server
 options, the engine (the agent
 contract's EngineSpec: mlx-lm, mlx-embed, mlx-rerank, vllm, command, with its options; its CEL
@@ -241,11 +242,46 @@ _SHARD_ENGINE_RULE = base.rule(
     "spec.sharding is supported only with engine mlx-lm (mlx_lm.server's distributed serving)",
     field_path=".sharding",
 )
-_MIN_REPLICAS_RULE = base.rule(
-    "!has(self.minReplicas) || !has(self.replicas) || self.replicas == 0 || "
-    "self.replicas >= self.minReplicas",
-    "spec.replicas must be 0 (off) or at least spec.minReplicas",
-    field_path=".replicas",
+_SCALING_RULES = (
+    base.rule(
+        "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
+        "spec.minReplicas must not exceed spec.maxReplicas",
+        field_path=".minReplicas",
+    ),
+    base.rule(
+        "!has(self.maxReplicas) || (has(self.replicas) ? self.replicas : 1) <= self.maxReplicas",
+        "spec.replicas must not exceed spec.maxReplicas",
+        field_path=".replicas",
+    ),
+    base.rule(
+        "!has(self.minReplicas) || !has(self.replicas) || self.replicas == 0 || "
+        "self.replicas >= self.minReplicas",
+        "spec.replicas must be 0 (off) or at least spec.minReplicas",
+        field_path=".replicas",
+    ),
+    base.rule(
+        "!has(self.idleTimeout) || has(self.minReplicas)",
+        "spec.idleTimeout needs spec.minReplicas (the count an idle deployment goes to)",
+        field_path=".idleTimeout",
+    ),
+    base.rule(
+        "!has(self.minReplicas) || self.minReplicas > 0 || has(self.idleTimeout)",
+        "spec.minReplicas 0 needs spec.idleTimeout (how long without requests before it sleeps)",
+        field_path=".minReplicas",
+    ),
+    base.rule(
+        "!has(self.sharding) || (!has(self.minReplicas) && !has(self.maxReplicas) && "
+        "!has(self.idleTimeout))",
+        "spec.minReplicas, spec.maxReplicas and spec.idleTimeout are not supported with "
+        "spec.sharding",
+        field_path=".sharding",
+    ),
+    base.rule(
+        "!has(self.maxReplicas) || !has(self.placement) || !has(self.placement.nodes) || "
+        "size(self.placement.nodes) >= self.maxReplicas",
+        "spec.placement.nodes must list at least spec.maxReplicas nodes",
+        field_path=".placement.nodes",
+    ),
 )
 _MAX_TOKENS_RULE = base.rule(
     "!has(self.server) || !has(self.server.maxTokens) || "
@@ -260,7 +296,7 @@ class ModelDeploymentSpec(base.ApiModel):
 
     model_config = ConfigDict(
         json_schema_extra=base.crd(
-            _NODES_RULE, _SHARD_NODES_RULE, _SHARD_ENGINE_RULE, _MAX_TOKENS_RULE, _MIN_REPLICAS_RULE
+            _NODES_RULE, _SHARD_NODES_RULE, _SHARD_ENGINE_RULE, _MAX_TOKENS_RULE, *_SCALING_RULES
         )
     )
 
@@ -269,15 +305,34 @@ class ModelDeploymentSpec(base.ApiModel):
         default=1,
         ge=0,
         le=REPLICAS_MAX,
-        description="Number of nodes serving the model (0-64); each replica is on a distinct node.",
+        description="Number of nodes serving the model (0-64); each replica is on a distinct node. "
+        "0 turns the deployment off. With spec.minReplicas or spec.maxReplicas set, the count a "
+        "new or woken deployment starts from; the operator's autoscaler then moves the count "
+        "between them (status.desiredReplicas).",
     )
     min_replicas: int | None = Field(
         default=None,
         ge=0,
         le=REPLICAS_MAX,
-        description="Fewest replicas (0-64) the deployment keeps when a deployment of higher "
-        "spec.priority needs its memory: preemption never takes it below this. Unset: "
+        description="Fewest replicas the autoscaler keeps (0-64). 0 lets the deployment sleep "
+        "after spec.idleTimeout without requests: its backends stop, the weights stay on disk, "
+        "and the next request through the gateway wakes it (a cold start). Preemption by a "
+        "deployment of higher spec.priority never takes it below this either. Unset: "
         "spec.replicas (never preempted below what it asks for).",
+        json_schema_extra=base.crd(nullable=False),
+    )
+    max_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=REPLICAS_MAX,
+        description="Most replicas the autoscaler places (1-64) when requests in flight and "
+        "queued exceed spec.maxConcurrency per replica. Unset: spec.replicas.",
+        json_schema_extra=base.crd(nullable=False),
+    )
+    idle_timeout: fields.IdleTimeout | None = Field(
+        default=None,
+        description="After this long without requests (a duration such as 20s, 10m or 1h30m) "
+        "the deployment scales to spec.minReplicas. Requires spec.minReplicas.",
         json_schema_extra=base.crd(nullable=False),
     )
     context_length: int = Field(
@@ -358,16 +413,58 @@ class ModelDeploymentSpec(base.ApiModel):
             )
         if nodes is not None and len(set(nodes)) != len(nodes):
             raise ValueError("spec.placement.nodes must not repeat a node")
-        low = self.min_replicas
+        self._check_scaling()
+        max_tokens = self.server.max_tokens
+        if max_tokens is not None and max_tokens > self.context_length:
+            raise ValueError("spec.server.maxTokens must not exceed spec.contextLength")
+        return self
+
+    def _check_scaling(self) -> None:
+        """The bounds of spec.minReplicas, spec.maxReplicas and spec.idleTimeout together (the
+        same as the CRD's rules)."""
+        low, high, idle = self.min_replicas, self.max_replicas, self.idle_timeout
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"spec.minReplicas ({low}) must not exceed spec.maxReplicas ({high})")
+        if high is not None and self.replicas > high:
+            raise ValueError(
+                f"spec.replicas ({self.replicas}) must not exceed spec.maxReplicas ({high})"
+            )
         if low is not None and 0 < self.replicas < low:
             raise ValueError(
                 f"spec.replicas ({self.replicas}) must be 0 (off) or at least spec.minReplicas "
                 f"({low})"
             )
-        max_tokens = self.server.max_tokens
-        if max_tokens is not None and max_tokens > self.context_length:
-            raise ValueError("spec.server.maxTokens must not exceed spec.contextLength")
-        return self
+        if idle is not None and low is None:
+            raise ValueError(
+                "spec.idleTimeout needs spec.minReplicas (the count an idle deployment goes to)"
+            )
+        if low == 0 and idle is None:
+            raise ValueError(
+                "spec.minReplicas 0 needs spec.idleTimeout (how long without requests before it "
+                "sleeps)"
+            )
+        if self.sharding is not None and (low, high, idle) != (None, None, None):
+            raise ValueError(
+                "spec.minReplicas, spec.maxReplicas and spec.idleTimeout are not supported with "
+                "spec.sharding"
+            )
+        nodes = self.placement.nodes
+        if high is not None and nodes is not None and len(nodes) < high:
+            raise ValueError(
+                f"spec.placement.nodes lists {len(nodes)} nodes, fewer than spec.maxReplicas "
+                f"({high})"
+            )
+
+    @property
+    def fewest_replicas(self) -> int:
+        """spec.minReplicas, or spec.replicas where unset: the fewest the autoscaler keeps awake
+        or asleep, and the floor preemption never goes below (one number for both)."""
+        return self.min_replicas if self.min_replicas is not None else self.replicas
+
+    @property
+    def autoscaled(self) -> bool:
+        """The operator's autoscaler owns the count (spec.minReplicas or spec.maxReplicas set)."""
+        return self.min_replicas is not None or self.max_replicas is not None
 
     def memory_bytes(self) -> int | None:
         """spec.resources.memory in bytes, if set."""

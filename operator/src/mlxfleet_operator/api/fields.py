@@ -4,7 +4,7 @@ download progress.
 Each type carries its pydantic validation and the matching CRD rule (OpenAPI bounds or CEL), so
 the API server and the operator refuse the same input. Regular expressions are written in the
 subset that Python's `re` and RE2 (CEL `matches`) read alike.
-May import: pydantic, the standard library, `base`, `quantity`, `resources` and
+May import: pydantic, the standard library, `base`, `duration`, `quantity`, `resources` and
 `mlxfleet_agent.contract`. Called by: the kind modules, core and adapters.
 """
 
@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field, StrictInt
 
 from mlxfleet_agent import contract
-from mlxfleet_operator.api import base, quantity, resources
+from mlxfleet_operator.api import base, duration, quantity, resources
 
 # ---------------------------------------------------------------------------------------------
 # Model sources
@@ -184,6 +184,42 @@ NonNegativeQuantity = Annotated[
     AfterValidator(_non_negative_bytes),
 ]
 """A byte quantity that may be `0` (reservations)."""
+
+# ---------------------------------------------------------------------------------------------
+# Durations
+# ---------------------------------------------------------------------------------------------
+
+IDLE_TIMEOUT_MIN = "1s"
+IDLE_TIMEOUT_MAX = "720h"
+_DURATION_CEL = base.cel_string("^" + duration.PATTERN + "$")
+
+
+def _idle_timeout(value: str) -> str:
+    parsed = duration.parse(value)
+    low, high = duration.parse(IDLE_TIMEOUT_MIN), duration.parse(IDLE_TIMEOUT_MAX)
+    if not low <= parsed <= high:
+        raise ValueError(f"{value!r} must be from {IDLE_TIMEOUT_MIN} to {IDLE_TIMEOUT_MAX}")
+    return value
+
+
+IdleTimeout = Annotated[
+    str,
+    Field(
+        min_length=2,
+        max_length=duration.MAX_LENGTH,
+        json_schema_extra=base.crd(
+            base.rule(
+                f"self.matches({_DURATION_CEL}) && duration(self) >= "
+                f"duration('{IDLE_TIMEOUT_MIN}') && duration(self) <= "
+                f"duration('{IDLE_TIMEOUT_MAX}')",
+                f"spec.idleTimeout must be {duration.ALLOWED}, from {IDLE_TIMEOUT_MIN} to "
+                f"{IDLE_TIMEOUT_MAX}",
+            ),
+        ),
+    ),
+    AfterValidator(_idle_timeout),
+]
+"""How long a deployment may go without requests before it scales to spec.minReplicas."""
 
 # ---------------------------------------------------------------------------------------------
 # URLs

@@ -83,6 +83,30 @@ class GroupStatus(base.ApiModel):
     ranks: list[RankStatus] = Field(default_factory=list, description="Ranks by number.")
 
 
+class ScaleReason(StrEnum):
+    """Why the autoscaler chose status.desiredReplicas."""
+
+    START = "Start"  # spec.replicas: a new deployment, or spec.replicas changed
+    LOAD = "Load"  # requests in flight and queued per replica
+    IDLE = "Idle"  # no requests for spec.idleTimeout: down to spec.minReplicas (0: sleeping)
+    DEMAND = "Demand"  # a request waits at a gateway for a sleeping deployment: woken
+
+
+class AutoscalingStatus(base.ApiModel):
+    """The operator's autoscaler (spec.minReplicas / spec.maxReplicas set): its last decision."""
+
+    reason: ScaleReason = Field(description="Why status.desiredReplicas is what it is.")
+    message: str | None = Field(default=None, description="The figures behind the decision.")
+    last_scale_time: datetime | None = Field(
+        default=None, description="When status.desiredReplicas last changed."
+    )
+    from_replicas: int = Field(
+        ge=0,
+        description="The spec.replicas the decision started from: a new value starts again "
+        "from it.",
+    )
+
+
 class PreemptionStatus(base.ApiModel):
     """One replica evicted from a node for a deployment of higher priority."""
 
@@ -115,6 +139,17 @@ class ModelDeploymentStatus(base.ApiModel):
         default=None, description="The `model` value clients send (spec or metadata.name)."
     )
     replicas: int | None = Field(default=None, ge=0, description="Replicas placed on nodes.")
+    desired_replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="Replicas the operator places now: spec.replicas, or with spec.minReplicas "
+        "/ spec.maxReplicas the autoscaler's decision between them (0: sleeping).",
+    )
+    autoscaling: AutoscalingStatus | None = Field(
+        default=None,
+        description="The autoscaler's last decision (spec.minReplicas or spec.maxReplicas set).",
+        json_schema_extra=base.crd(nullable=False),
+    )
     ready_replicas: int | None = Field(default=None, ge=0, description="Replicas serving.")
     placements: list[PlacementStatus] = Field(
         default_factory=list, description="One entry per placed replica."
@@ -190,6 +225,12 @@ PRINTER_COLUMNS: list[base.JsonDict] = [
         "description": "Desired replicas.",
     },
     {
+        "name": "Desired",
+        "type": "integer",
+        "jsonPath": ".status.desiredReplicas",
+        "description": "Replicas placed now (the autoscaler's decision; 0: sleeping).",
+    },
+    {
         "name": "Ready",
         "type": "integer",
         "jsonPath": ".status.readyReplicas",
@@ -206,6 +247,27 @@ PRINTER_COLUMNS: list[base.JsonDict] = [
         "type": "integer",
         "jsonPath": ".spec.priority",
         "description": "spec.priority: higher may evict lower when memory is short.",
+    },
+    {
+        "name": "Min",
+        "type": "integer",
+        "jsonPath": ".spec.minReplicas",
+        "description": "Fewest replicas the autoscaler keeps (0: may sleep).",
+        "priority": 1,
+    },
+    {
+        "name": "Max",
+        "type": "integer",
+        "jsonPath": ".spec.maxReplicas",
+        "description": "Most replicas the autoscaler places.",
+        "priority": 1,
+    },
+    {
+        "name": "Idle",
+        "type": "string",
+        "jsonPath": ".spec.idleTimeout",
+        "description": "Time without requests before scaling to the minimum.",
+        "priority": 1,
     },
     {
         "name": "Source",

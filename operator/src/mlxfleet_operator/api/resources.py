@@ -98,4 +98,26 @@ MODEL_ROUTE = Resource(
     scope=Scope.NAMESPACED,
 )
 
-ALL: tuple[Resource, ...] = (MODEL_DEPLOYMENT, INFERENCE_NODE, SWAP_PLAN, MODEL_ROUTE)
+MODEL_DEMAND = Resource(
+    kind="ModelDemand",
+    plural="modeldemands",
+    singular="modeldemand",
+    short_names=("mdemand",),
+    scope=Scope.NAMESPACED,
+)
+"""One per gateway replica, in the gateway's namespace: the sleeping ModelDeployments it holds
+requests for (the gateway writes it; the operator wakes them)."""
+
+ALL: tuple[Resource, ...] = (
+    MODEL_DEPLOYMENT,
+    INFERENCE_NODE,
+    SWAP_PLAN,
+    MODEL_ROUTE,
+    MODEL_DEMAND,
+)
+WAKE_ANNOTATION = f"autoscaling.{GROUP}/wake-requested"
+"""On a sleeping ModelDeployment, set by the operator when a gateway holds a request for it: the
+time of the oldest held request. Writing it runs the deployment's update handler at once (a
+watch event) instead of its next timer tick. Not under `mlxfleet.io/`: kopf leaves every
+annotation of its own prefix (ANNOTATION_PREFIX) out of what it compares, so a change there
+would run no handler."""

@@ -8,7 +8,8 @@ from the runtime (`run.rt.config`).
 Modules: `guard` (the one wrapper every resource handler runs in: per-object lock, adapter
 errors -> kopf retries, metrics), `indexes` (the kopf indexes and their typed view),
 `lifecycle` (kopf settings, cleanup, liveness probe), `nodes` (InferenceNode heartbeat),
-`deployments` (ModelDeployment reconcile, endpoints, failover, teardown), `swapplans`
+`deployments` (ModelDeployment reconcile, endpoints, failover, teardown, the autoscaler's count),
+`demand` (wakes sleeping deployments a gateway holds requests for), `swapplans`
 (SwapPlan execution), `modelroutes` (ModelRoute status). Handler modules never import each
 other: they share only `guard` and `indexes` (an import-linter contract); each one has a
 `register(registry, ...)`.
@@ -22,6 +23,7 @@ import kopf
 
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.handlers import (
+    demand,
     deployments,
     indexes,
     lifecycle,
@@ -38,6 +40,7 @@ def registry(config: opsettings.OperatorSettings) -> kopf.OperatorRegistry:
     indexes.register(out)
     nodes.register(out, config)
     deployments.register(out, config)
+    demand.register(out)
     swapplans.register(out, config)
     modelroutes.register(out, config)
     return out

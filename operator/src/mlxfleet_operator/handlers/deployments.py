@@ -1,4 +1,5 @@
-"""ModelDeployment reconcile: size the model, decide (core), create a SwapPlan for a model change,
+"""ModelDeployment reconcile: size the model, decide the count (the autoscaler, for deployments
+with spec.minReplicas / spec.maxReplicas), decide (core), create a SwapPlan for a model change,
 PUT and DELETE agent slots, publish the Service + EndpointSlices, write status. Runs on
 create/update/resume and every --poll-seconds (convergence, failover after --failover-delay);
 on delete, drops the slot everywhere and unpublishes.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,7 +26,15 @@ from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.core import conditions, naming, placement
-from mlxfleet_operator.core.deployment import facts, footprint, intent, placing, preemption, slots
+from mlxfleet_operator.core.deployment import (
+    autoscale,
+    facts,
+    footprint,
+    intent,
+    placing,
+    preemption,
+    slots,
+)
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.swapplan import prefetch
@@ -55,6 +65,7 @@ async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs
     if body.metadata.get("deletionTimestamp"):
         return  # being deleted: `teardown` owns it now; never re-create what it removes
     rt, uid, idx = runtime.of(memo), str(body.metadata.uid), indexes.Indexes.of(kwargs)
+    _autoscale(rt, body, idx)
     if _unchanged(rt, body, idx) is None:
         return
     async with guard.guarded(KIND, body, memo) as run:
@@ -71,6 +82,41 @@ async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs
         else:
             await reconcile(run.rt, md, body, patch, idx)
         rt.settle(uid, seen.inputs, at=time.monotonic())
+
+
+def _autoscale(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> None:
+    """The autoscaler's decision for a deployment whose count it owns (spec.minReplicas or
+    spec.maxReplicas set), from the load its agents and the gateways report now, kept in
+    `Runtime.scales`: taken on every run and timer tick (its windows sample the load), before
+    the skip check, which reads the count it decided."""
+    uid, spec = str(body.metadata.uid), body.get("spec") or {}
+    if spec.get("minReplicas") is None and spec.get("maxReplicas") is None:
+        rt.scales.pop(uid, None)
+        return
+    try:
+        md = mdep.ModelDeployment.model_validate(dict(body))
+    except pydantic.ValidationError:
+        return  # the reconcile says why (Stalled)
+    namespace, name = md.metadata.namespace or "", md.metadata.name or ""
+    now, config = runtime.now(), rt.config
+    load = autoscale.load_of(
+        rt.fleet.observed(naming.slot_name(namespace, name)),
+        idx.demand_of(namespace, name),
+        now=now,
+    )
+    windows = autoscale.Windows(
+        up=timedelta(seconds=config.scale_up_window),
+        down=timedelta(seconds=config.scale_down_window),
+    )
+    last = rt.scales.get(uid) or autoscale.resume(md.status)
+    bounds = autoscale.Bounds.of(md.spec)
+    rt.scales[uid] = autoscale.decide(bounds, load, last, now=now, windows=windows)
+
+
+def _wanted(rt: runtime.Runtime, uid: str, spec: Mapping[str, Any]) -> int:
+    """The count a reconcile places: the autoscaler's, else spec.replicas."""
+    scale = rt.scales.get(uid)
+    return scale.desired if scale is not None else int(spec.get("replicas", 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,15 +160,17 @@ def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> objec
     view = rt.nodes  # kept by the node index: no scan of every node per deployment per tick
     meta, spec = body.metadata, body.get("spec") or {}
     plans = idx.plans_of(meta.namespace or "", meta.name or "")
+    want = _wanted(rt, str(meta.uid), spec)
     own = (
         meta.get("resourceVersion"),
         tuple((p.metadata.name, p.metadata.resource_version) for p in plans),
+        want,
     )
     placed = rt.fleet.placed(naming.slot_name(meta.namespace or "", meta.name or ""))
     settled = (
         spec.get("sharding") is None
         and all(p.status.phase is not None and p.status.phase.terminal for p in plans)
-        and len(placed) >= int(spec.get("replicas") or 1)
+        and len(placed) >= (want if str(meta.uid) in rt.scales else int(spec.get("replicas") or 1))
     )
     status = body.get("status") or {}
     listed = [p.get("node") for p in status.get("placements") or []]
@@ -164,6 +212,7 @@ async def reconcile(
     idx: indexes.Indexes,
 ) -> None:
     namespace, name = md.metadata.namespace or "", md.metadata.name or ""
+    md = _scaled(rt, md, body)
     rt.waiting.pop(md.metadata.uid or "", None)  # set again below if it still finds no room
     clash = idx.slot_conflict(namespace, name, md.metadata.uid or "")
     if clash is not None:  # another deployment's slot: never PUT, DELETE or publish for it
@@ -268,8 +317,22 @@ async def reconcile(
         name,
         ready=cond.is_true(result.status.conditions, cond.ConditionType.READY),
         ready_replicas=result.status.ready_replicas or 0,
-        replicas=md.spec.replicas,
+        replicas=autoscale.wanted(md),
     )
+
+
+def _scaled(rt: runtime.Runtime, md: mdep.ModelDeployment, body: kopf.Body) -> mdep.ModelDeployment:
+    """`md` with the autoscaler's decision in its status (what placement and the new status
+    read), and the Event of a changed count, posted once."""
+    uid = md.metadata.uid or ""
+    scale = rt.scales.get(uid)
+    before = md.status.desired_replicas
+    scaled = autoscale.attach(md, scale)
+    told = autoscale.scaled_event(before, scale) if scale is not None else None
+    if told is not None and scale is not None and rt.scale_told.get(uid) != scale.changed_at:
+        rt.scale_told[uid] = scale.changed_at
+        events.post(body, told)
+    return scaled
 
 
 def _nominate(
@@ -394,6 +457,9 @@ async def teardown(
         for key in [k for k in rt.announced if k == uid or k.startswith(f"{uid}/")]:
             rt.announced.pop(key, None)
         rt.waiting.pop(uid, None)
+        rt.scales.pop(uid, None)
+        rt.scale_told.pop(uid, None)
+        rt.woken.pop((namespace, name), None)
         rt.settle(uid, None, at=0)
         rt.watch(uid, None)
         rt.fleet.nominate(slot, ())  # the nodes it waited for are promised no more

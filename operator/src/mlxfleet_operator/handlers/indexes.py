@@ -8,6 +8,8 @@ handler module imports another. One index per question:
 - `deployment_slots`: every ModelDeployment by its agent slot name (two may share one).
 - `swap_plans`: every SwapPlan by (namespace, deployment) (people may write them too).
 - `deployment_ready`: every ModelDeployment's ready replicas by (namespace, name) (ModelRoutes).
+- `model_demand`: requests gateways hold for sleeping ModelDeployments, by (namespace, name)
+  (ModelDemands in the demand namespace: the autoscaler wakes on them).
 - `deployment_tenants`: every whole-replica ModelDeployment as preemption sees it (priority,
   floor) by its agent slot name (a preemptor looks up the replicas on a node).
 
@@ -22,6 +24,7 @@ May import: kopf, api, core (claims, facts, preemption), adapters.runtime. Calle
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,16 +34,18 @@ import pydantic
 
 from mlxfleet_operator.adapters import runtime
 from mlxfleet_operator.api import inferencenode as inode
+from mlxfleet_operator.api import modeldemand as mdemand
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.deployment import autoscale, facts, preemption
 from mlxfleet_operator.core.deployment import claims as slot_claims
-from mlxfleet_operator.core.deployment import facts, preemption
 
 NODES = (resources.GROUP, resources.VERSION, resources.INFERENCE_NODE.plural)
 DEPLOYMENTS = (resources.GROUP, resources.VERSION, resources.MODEL_DEPLOYMENT.plural)
 PLANS = (resources.GROUP, resources.VERSION, resources.SWAP_PLAN.plural)
+DEMANDS = (resources.GROUP, resources.VERSION, resources.MODEL_DEMAND.plural)
 
 
 def inference_nodes(
@@ -90,11 +95,23 @@ def deployment_ready(
     return {(namespace or "", name): int((body.get("status") or {}).get("readyReplicas") or 0)}
 
 
+def model_demand(
+    namespace: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> dict[tuple[str, str], autoscale.Want]:
+    """A gateway's held requests, by the deployment they wait for (only ModelDemands in the
+    demand namespace count: only the gateway's identity may write there)."""
+    if namespace != runtime.of(memo).config.demand_namespace:
+        return {}
+    demand = mdemand.ModelDemand.model_validate(copy.deepcopy(dict(body)))
+    return autoscale.wants_of(demand)
+
+
 def register(registry: kopf.OperatorRegistry) -> None:
     kopf.index(*NODES, id="inference_nodes", registry=registry)(inference_nodes)
     kopf.index(*DEPLOYMENTS, id="deployment_slots", registry=registry)(deployment_slots)
     kopf.index(*PLANS, id="swap_plans", registry=registry)(swap_plans)
     kopf.index(*DEPLOYMENTS, id="deployment_ready", registry=registry)(deployment_ready)
+    kopf.index(*DEMANDS, id="model_demand", registry=registry)(model_demand)
     kopf.index(*DEPLOYMENTS, id="deployment_tenants", registry=registry)(deployment_tenants)
 
 
@@ -107,6 +124,10 @@ class Indexes:
     plans: kopf.Index[tuple[str, str], swp.SwapPlan]
     ready: kopf.Index[tuple[str, str], int]
     tenants: kopf.Index[str, preemption.Tenant]
+    # what gateways hold per deployment (absent where no ModelDemand was indexed: unit tests)
+    demand: Mapping[tuple[str, str], Iterable[autoscale.Want]] = dataclasses.field(
+        default_factory=dict
+    )
 
     @classmethod
     def of(cls, kwargs: Mapping[str, Any]) -> Indexes:
@@ -116,6 +137,7 @@ class Indexes:
             plans=kwargs["swap_plans"],
             ready=kwargs["deployment_ready"],
             tenants=kwargs["deployment_tenants"],
+            demand=kwargs.get("model_demand", {}),
         )
 
     def evictable(self, slots: Iterable[str], *, below: int) -> dict[str, preemption.Tenant]:
@@ -152,3 +174,7 @@ class Indexes:
             for ns, name in self.ready
             if ns == namespace and self.ready[(ns, name)]
         }
+
+    def demand_of(self, namespace: str, name: str) -> list[autoscale.Want]:
+        """What gateways hold for one ModelDeployment (fresh or not: core decides)."""
+        return list(self.demand.get((namespace, name), []))

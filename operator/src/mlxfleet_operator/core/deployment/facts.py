@@ -192,9 +192,10 @@ def unpolled(facts: list[NodeFacts]) -> list[str]:
 
 
 # Agent answers that no retry can change (a person must edit the spec): malformed (400),
-# outside the allowed roots (403), no such model (404), taken or being deleted (409), invalid
-# field (422). Everything else (507: no room now; 502/503: the source could not be fetched now;
-# no answer at all) is worth retrying.
+# outside the allowed roots (403), no such model (404), taken (409), invalid
+# field (422). Everything else (507: no room now; 502/503: the source could not be fetched now,
+# or the slot is still being deleted, as after a deployment went to sleep; no answer at all) is
+# worth retrying.
 PERMANENT_STATUSES = frozenset({400, 403, 404, 409, 422})
 SOURCE_FIELDS = frozenset({"source", "revision"})
 

@@ -4,7 +4,8 @@ the deployment's request (with the nodes it must leave: preemption), where its r
 (a SwapPlan's moves applied), and the nodes that may fetch and size a model nobody knows yet.
 
 May import: the standard library, the agent `contract`, `api`, `core.naming`, `core.placement`,
-`core.events`, `core.thermal` (how warm a node is), `candidates`, `facts`.
+`core.events`, `core.thermal` (how warm a node is), `autoscale` (the count to place),
+`candidates`, `facts`.
 Called by: the ModelDeployment handler (`place`, `sizing_nodes`, `rescheduled`), the fleet
 adapter (`prepare`, `views_for`: each node's view kept between reconciles).
 """
@@ -22,7 +23,7 @@ from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import events, naming, placement, thermal
-from mlxfleet_operator.core.deployment import candidates
+from mlxfleet_operator.core.deployment import autoscale, candidates
 from mlxfleet_operator.core.deployment import facts as f
 
 # InferenceNode conditions that keep new replicas off a node while they are True, each with
@@ -113,7 +114,7 @@ def request(
     """`leave`: nodes the replicas leave and avoid, with why (`preemption.leave`)."""
     nodes = md.spec.placement.nodes
     return placement.Request(
-        replicas=md.spec.replicas,
+        replicas=autoscale.wanted(md),
         footprint_bytes=footprint_bytes,
         model=md.model_ref(),
         strategy=placement.Strategy(md.spec.placement.strategy.value),

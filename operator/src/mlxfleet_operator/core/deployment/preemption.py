@@ -44,8 +44,9 @@ RECORDS_MAX = 8  # evictions a victim's status keeps (the newest)
 
 def floor(spec: deploymentspec.ModelDeploymentSpec) -> int:
     """Replicas a deployment never goes below through preemption: spec.minReplicas, or
-    spec.replicas for a deployment that does not set it (never preempted below what it asks)."""
-    return spec.min_replicas if spec.min_replicas is not None else spec.replicas
+    spec.replicas for a deployment that does not set it (never preempted below what it asks);
+    the autoscaler's own lower bound (`autoscale.Bounds.low`), the same number."""
+    return spec.fewest_replicas
 
 
 @dataclass(frozen=True)

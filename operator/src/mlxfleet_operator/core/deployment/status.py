@@ -5,7 +5,7 @@ reason; while loading its message carries that progress), and the whole status o
 Every reason is decided from typed facts (node readiness, slot phases, the agents' HTTP
 statuses, the plan's phase), never from the text of a message written earlier.
 May import: the standard library, `api`, the agent `contract`, `core.conditions`,
-`core.naming`, `core.placement`, `facts`, `plan`, `preemption`, `slots`.
+`core.naming`, `core.placement`, `autoscale`, `facts`, `plan`, `preemption`, `slots`.
 Called by: the ModelDeployment handler after placement and the slot requests.
 """
 
@@ -22,8 +22,8 @@ from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import conditions, naming, placement
+from mlxfleet_operator.core.deployment import autoscale, preemption, slots
 from mlxfleet_operator.core.deployment import facts as f
-from mlxfleet_operator.core.deployment import preemption, slots
 from mlxfleet_operator.core.deployment.plan import PlanInfo
 
 _PHASES = {
@@ -197,7 +197,7 @@ def verdict(
     GitOps tools and `kubectl wait --for=condition=Stalled` stop waiting; it is placed (and
     Stalled clears) as soon as a node can take it."""
     R = cond.Reason
-    want = md.spec.replicas
+    want = autoscale.wanted(md)
     ready = sum(1 for p in placed if p.ready)
     if conflict is not None:
         return conditions.Verdict(False, R.SERVICE_CONFLICT, conflict, stalled=True)
@@ -210,7 +210,7 @@ def verdict(
         reason = R.SOURCE_INVALID if any(o.source_problem for o in refused) else R.SPEC_REJECTED
         return conditions.Verdict(False, reason, text, stalled=True)
     if want == 0:
-        return conditions.Verdict(True, R.SCALED_TO_ZERO, "spec.replicas is 0")
+        return _zero(md)
     if plan is not None and plan.active and awaiting_approval(plan):
         # Nothing runs until a person approves: serving what it serves now is all the spec allows,
         # so kstatus says Current and Argo CD Healthy and no GitOps sync waits on the approval.
@@ -271,9 +271,27 @@ def verdict(
     if failed:
         text = "; ".join(f"{p.node}: {p.message or 'backend failed'}" for p in failed)
         return conditions.Verdict(False, R.BACKEND_FAILED, text, reconciling=True)
-    reason = R.PARTIALLY_READY if ready else R.LOADING
+    reason = R.PARTIALLY_READY if ready else R.WAKING if _waking(md) else R.LOADING
     text = f"{ready}/{want} replicas ready{progress_text(placed)}"
     return conditions.Verdict(False, reason, text, reconciling=True)
+
+
+def _zero(md: mdep.ModelDeployment) -> conditions.Verdict:
+    """No replica wanted: off (spec.replicas 0), or asleep (the autoscaler's decision after
+    spec.idleTimeout). Both are what the spec asks for: Ready, so kstatus says Current and Argo
+    CD Healthy, and a GitOps sync never waits for a request to wake it."""
+    found = md.status.autoscaling
+    if md.spec.replicas > 0 and found is not None:
+        why = found.message or "no requests for spec.idleTimeout"
+        text = f"{why}; the next request through the gateway wakes it"
+        return conditions.Verdict(True, cond.Reason.SLEEPING, text)
+    return conditions.Verdict(True, cond.Reason.SCALED_TO_ZERO, "spec.replicas is 0")
+
+
+def _waking(md: mdep.ModelDeployment) -> bool:
+    """A request woke it and no replica serves yet (a cold start)."""
+    found = md.status.autoscaling
+    return found is not None and found.reason == mdep.ScaleReason.DEMAND
 
 
 def status(
@@ -318,6 +336,8 @@ def status(
         ),
         served_name=md.served_name(),
         replicas=len(placed),
+        desired_replicas=autoscale.wanted(md),
+        autoscaling=md.status.autoscaling if md.spec.autoscaled else None,
         ready_replicas=sum(1 for p in placed if p.ready),
         placements=[*placed, *going],
         swap_plan=plan.name if plan is not None else md.status.swap_plan,

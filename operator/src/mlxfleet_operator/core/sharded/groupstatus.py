@@ -96,6 +96,7 @@ def status(
         ),
         served_name=md.served_name(),
         replicas=len(groups),
+        desired_replicas=md.spec.replicas,  # groups (a sharded deployment has no autoscaler)
         ready_replicas=ready_groups,
         placements=placements,
         groups=groups,
