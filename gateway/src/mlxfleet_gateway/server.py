@@ -1,7 +1,9 @@
 """Composition root of the gateway: build the parts, serve, shut down in order.
 
 `serve(settings)` starts the Kubernetes watches (threads), the view, the balancer, the upstream
-pool, the health prober, the idle sweeper, the usage shipper, the data port (uvicorn with
+pool, the health prober, the idle sweeper, the usage shipper, the month's ledger and budget gate
+(`months`), with `--console` the console and admin API (served for the paths the proxy does not
+serve), the data port (uvicorn with
 httptools, raw ASGI `proxy.Proxy`, the agent's connection limits: `mlxfleet_agent.connlimits`)
 and the metrics port (`/metrics`, `/healthz`; bounded heads, a head timeout and a connection cap
 of its own), logs one JSON
@@ -30,9 +32,9 @@ import uvicorn
 
 from mlxfleet_agent import connlimits
 from mlxfleet_agent import httpclient as upstream
-from mlxfleet_gateway import health, metering, metrics, proxy, shipper, view, watch
+from mlxfleet_gateway import health, metering, metrics, months, proxy, shipper, view, watch
 from mlxfleet_gateway import settings as settings_mod
-from mlxfleet_gateway.core import balancer, budget, limits
+from mlxfleet_gateway.core import balancer, budget, budgets, limits
 
 log = logging.getLogger("mlxfleet_gateway")
 METRICS_MAX_CONNECTIONS = 64  # scrapers and probes; more are closed unanswered
@@ -177,6 +179,28 @@ async def serve(
         ),
         gauges,
     )
+    gate = budgets.Gate()
+    ledger = months.MonthLedger(
+        usage=usage,
+        state=state,
+        gate=gate,
+        prefix=cfg.telemetry_prefix,
+        peer_interval_s=cfg.telemetry_interval_s,
+    )
+    api = watch.client_from(cfg.kubeconfig)
+    console = None
+    if cfg.console:  # off the data path: the proxy hands it only the paths it does not serve
+        from mlxfleet_gateway.console import app as console_app
+
+        console = console_app.build(
+            state=state,
+            api_client=api,
+            ledger=ledger,
+            gate=gate,
+            gauges=gauges,
+            namespace=cfg.namespace,
+            fleet_key=cfg.fleet_key,
+        )
     app = proxy.Proxy(
         state=state,
         pool=pool,
@@ -184,6 +208,8 @@ async def serve(
         usage=usage,
         rate_limits=limits.Limits(share=cfg.peers),
         retry_budget=budget.RetryBudget(now=loop.time()),
+        spend_gate=gate,
+        mounted=console,
         config=proxy.ProxyConfig(
             allow_anonymous=cfg.allow_anonymous,
             max_body_bytes=cfg.max_body_bytes,
@@ -208,13 +234,20 @@ async def serve(
     )
 
     def on_snapshot(kind: str, objects: dict[str, Any]) -> None:
-        state.replace(kind, objects)
+        if kind in view.KINDS:
+            state.replace(kind, objects)
         gauges.catalog.labels(kind).set(len(objects))
+        if console is not None:
+            console.p.observe(kind, objects)
 
-    api = watch.client_from(cfg.kubeconfig)
     watches = watch.Watches(
         api,
-        watch.sources(api, namespace=cfg.namespace, watch_namespaces=cfg.watch_namespaces),
+        watch.sources(
+            api,
+            namespace=cfg.namespace,
+            watch_namespaces=cfg.watch_namespaces,
+            swapplans=cfg.console,
+        ),
         on_snapshot,
         loop,
     )
@@ -237,6 +270,9 @@ async def serve(
     )
     prober.start()
     usage.start()
+    ledger.start()
+    if console is not None:
+        console.start()
     sweeper = loop.create_task(app.origins.sweep())
     while not data_srv.started and not tasks[0].done():  # noqa: ASYNC110 - uvicorn has no event
         await asyncio.sleep(0.02)
@@ -249,6 +285,7 @@ async def serve(
             "metrics_port": mport,
             "namespace": cfg.namespace,
             "anonymous": cfg.allow_anonymous,
+            "console": cfg.console,
         },
     )
     if on_ready is not None:
@@ -264,6 +301,9 @@ async def serve(
     sweeper.cancel()
     await prober.stop()
     await usage.stop()
+    await ledger.stop()  # after the shipper closed its interval: the month's last write
+    if console is not None:
+        await console.stop()
     watches.close()
     await pool.aclose()
     for sig in (signal.SIGINT, signal.SIGTERM):
