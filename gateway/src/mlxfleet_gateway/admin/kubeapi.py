@@ -62,7 +62,8 @@ class KubeApi:
         # a caller's requests carry their token and nothing of the gateway (no client certificate,
         # which the API server would authenticate first)
         self._caller = httpx.AsyncClient(verify=self._context(cfg), timeout=TIMEOUT)
-        self._refreshed = 0.0
+        self._refreshed = -REFRESH_S
+        self._authorization: str | None = None
 
     @staticmethod
     def _context(cfg: Any) -> ssl.SSLContext:
@@ -73,16 +74,13 @@ class KubeApi:
         return ctx
 
     def _own_authorization(self) -> str | None:
-        cfg = self._cfg
-        hook = getattr(cfg, "refresh_api_key_hook", None)
-        if hook is not None and time.monotonic() - self._refreshed > REFRESH_S:
-            hook(cfg)  # in-cluster: re-reads the projected ServiceAccount token
+        """The gateway's own `Authorization` value (None: a client certificate), re-read from
+        the client's configuration once a minute (its hook reloads a rotated token)."""
+        if time.monotonic() - self._refreshed > REFRESH_S:
+            found = self._cfg.auth_settings().get("BearerToken")
+            self._authorization = str(found["value"]) if found and found.get("value") else None
             self._refreshed = time.monotonic()
-        token = (cfg.api_key or {}).get("authorization")
-        if not token:
-            return None
-        prefix = (cfg.api_key_prefix or {}).get("authorization")
-        return f"{prefix} {token}" if prefix else str(token)
+        return self._authorization
 
     async def call(
         self,
