@@ -53,21 +53,27 @@ def _num(value: float | int | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
+def environment() -> jinja2.Environment:
+    """The templates, autoescaped, strict about names they do not get."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["bytes"] = fleetview.gib
+    env.filters["money"] = _money
+    env.filters["num"] = _num
+    env.filters["month"] = month_label
+    return env
+
+
 class Pages:
     def __init__(self, p: parts.Parts, admin: api.AdminApi) -> None:
         self.p = p
         self.api = admin
-        self.env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(TEMPLATES),
-            autoescape=True,
-            undefined=jinja2.StrictUndefined,
-            trim_blocks=True,
-            lstrip_blocks=True,
-        )
-        self.env.filters["bytes"] = fleetview.gib
-        self.env.filters["money"] = _money
-        self.env.filters["num"] = _num
-        self.env.filters["month"] = month_label
+        self.env = environment()
 
     def render(self, template: str, status: int = 200, **ctx: Any) -> web.Response:
         ctx.setdefault("version", __version__)
