@@ -70,6 +70,7 @@ def configure_logging(level: str, *, access_log: bool = True) -> None:
         logging.getLogger(metering.ACCESS).setLevel(logging.WARNING)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the console's API-server calls
     logging.getLogger("botocore").setLevel(logging.WARNING)
 
 

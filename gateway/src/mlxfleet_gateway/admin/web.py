@@ -3,7 +3,8 @@ body, cookies, query), a response with the security headers every answer carries
 that name what is wrong.
 
 Every answer: `Cache-Control: no-store`, `X-Content-Type-Options: nosniff`, `Referrer-Policy:
-no-referrer`, `X-Frame-Options: DENY` and a Content-Security-Policy that lets a page load only the
+same-origin` (nothing leaves for other sites; the browser still names this origin in `Origin`,
+which the CSRF check reads: `no-referrer` would make it `null`), `X-Frame-Options: DENY` and a Content-Security-Policy that lets a page load only the
 gateway's own script and style (no inline script, nothing from elsewhere).
 May import: the standard library, mlxfleet_agent.openai_proxy (ASGI types, body reading).
 Called by: admin.api, console.
@@ -29,7 +30,7 @@ CSP = (
 SECURITY = (
     (b"cache-control", b"no-store"),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
     (b"content-security-policy", CSP),
 )
