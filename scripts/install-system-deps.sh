@@ -7,7 +7,9 @@
 #   - bubblewrap (the image tests run each image's root file system in a sandbox),
 #   - ruby (the Homebrew formula's syntax is checked with `ruby -c`),
 #   - prometheus-pushgateway (the report job pushes its delivery outcome there; the Go module
-#     proxy does not serve it, Debian does).
+#     proxy does not serve it, Debian does),
+#   - chromium (the console's browser test drives Debian's Chromium headless with Playwright;
+#     Playwright's own browser download is never used).
 # Needs root (or passwordless sudo) and Debian/Ubuntu apt; elsewhere it says what to install.
 set -euo pipefail
 missing=()
@@ -19,6 +21,7 @@ command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v ruby >/dev/null || missing+=(ruby)
 command -v prometheus-pushgateway >/dev/null || missing+=(prometheus-pushgateway)
+command -v chromium >/dev/null || missing+=(chromium)
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 if [[ "$(uname)" == "Darwin" ]]; then
   echo "install with Homebrew: brew install pango poppler libfaketime" >&2; exit 0

@@ -13,6 +13,7 @@
 #                                                -> manifests/base/gateway-rbac.yaml (its identity)
 #                                                -> manifests/gateway/{deployment,service,pdb}.yaml
 #                                                -> manifests/gateway/egress/networkpolicy.yaml (off by default)
+#                                                -> manifests/console/rbac.yaml (off by default)
 #                                                -> manifests/monitoring/{prometheusrule,servicemonitors,operator-metrics-service}.yaml
 # The rendered files drop the two Helm-only labels (helm.sh/chart, managed-by: Helm).
 set -euo pipefail
@@ -58,6 +59,8 @@ for name in deployment service pdb; do
 done
 render templates/gateway/networkpolicy.yaml manifests/gateway/egress/networkpolicy.yaml \
   --values manifests/gateway/egress/chart-values.yaml
+render templates/gateway/console-rbac.yaml manifests/console/rbac.yaml "${GATEWAY[@]}" \
+  --set gateway.console.enabled=true
 REPORTS=(--values manifests/cronjobs/chart-values.yaml)
 render templates/reports/rbac.yaml manifests/cronjobs/rbac.yaml "${REPORTS[@]}"
 render templates/reports/configmap.yaml manifests/cronjobs/report-config.yaml "${REPORTS[@]}"

@@ -3,7 +3,7 @@
     mlxfleet-gateway --kubeconfig PATH --listen HOST:PORT [--allow-anonymous] [flags]
     mlxfleet-gateway new-key --name NAME --namespaces NS[,NS] [--team T] [--owner O]
                              [--models M[,M]] [--requests-per-minute N] [--tokens-per-minute N]
-                             [--expires-at RFC3339]
+                             [--expires-at RFC3339] [--monthly-budget X] [--scopes admin]
 
 Without `--allow-anonymous` every request needs a valid API key (secure by default). Without a
 fleet key (`--fleet-key-file`) it refuses to start unless `--allow-open-data-plane` says the
@@ -157,6 +157,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--telemetry-endpoint-url", help="S3-compatible endpoint (R2, MinIO, ...)")
     p.add_argument("--telemetry-region")
     p.add_argument("--telemetry-interval-s", type=float, default=60.0)
+    p.add_argument(
+        "--console",
+        action="store_true",
+        help="serve the console at /console/ and the admin API at /admin/v1/ on the same port: "
+        "Kubernetes tokens (TokenReview, SubjectAccessReview) or admin-scoped API keys only; "
+        "needs the console RBAC (docs/console.md)",
+    )
     p.add_argument("--log-level", default="info", help="debug, info, warning, error")
     p.add_argument(
         "--no-access-log",
@@ -218,6 +225,7 @@ def parse(argv: list[str]) -> settings_mod.Settings:
             "telemetry_endpoint_url": ns.telemetry_endpoint_url,
             "telemetry_region": ns.telemetry_region,
             "telemetry_interval_s": ns.telemetry_interval_s,
+            "console": ns.console,
             "log_level": ns.log_level,
             "access_log": ns.access_log,
         }
@@ -256,6 +264,14 @@ def new_key(argv: list[str]) -> int:
     p.add_argument("--requests-per-minute", type=int)
     p.add_argument("--tokens-per-minute", type=int)
     p.add_argument("--expires-at", help="RFC 3339, such as 2027-01-31T00:00:00Z")
+    p.add_argument(
+        "--monthly-budget",
+        type=float,
+        help="spend per UTC month at the budgets' prices (docs/console.md, Budgets)",
+    )
+    p.add_argument(
+        "--scopes", help="comma-separated; admin: the console and the admin API (docs/console.md)"
+    )
     ns = p.parse_args(argv)
     key = keys.new_key()
     data = {
@@ -267,6 +283,8 @@ def new_key(argv: list[str]) -> int:
         "requestsPerMinute": ns.requests_per_minute,
         "tokensPerMinute": ns.tokens_per_minute,
         "expiresAt": ns.expires_at,
+        "monthlyBudget": ns.monthly_budget,
+        "scopes": ns.scopes,
     }
     string_data = {k: str(v) for k, v in data.items() if v is not None}
     try:

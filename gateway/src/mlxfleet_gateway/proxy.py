@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 from mlxfleet_agent import httpclient as upstream
 from mlxfleet_agent import openai_proxy as asgi
@@ -41,7 +42,7 @@ from mlxfleet_gateway import (
     shipper,
     view,
 )
-from mlxfleet_gateway.core import balancer, budget, catalog, errors, keys, limits, plan
+from mlxfleet_gateway.core import balancer, budget, budgets, catalog, errors, keys, limits, plan
 from mlxfleet_gateway.core import traits as traits_mod
 
 Scope = asgi.Scope
@@ -61,6 +62,15 @@ ENDPOINTS = {
     "/v2/rerank": "rerank",
 }
 SLOT_HEADER = b"x-mlxfleet-slot"  # names the agent slot (with the node's own key only)
+
+
+class Mounted(Protocol):
+    """An ASGI app for the paths under `prefixes` (the console), asked only for paths the data
+    path does not serve: nothing is added to a `/v1` request."""
+
+    prefixes: tuple[str, ...]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None: ...
 
 
 METERED = "mlxfleet.metered"  # scope key: the request became a call (its access line is its own)
@@ -96,6 +106,8 @@ class Proxy:
         usage: shipper.Shipper | None = None,
         rate_limits: limits.Limits | None = None,
         retry_budget: budget.RetryBudget | None = None,
+        spend_gate: budgets.Gate | None = None,
+        mounted: Mounted | None = None,
         rng: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
         holder: activator.Activator | None = None,
@@ -106,6 +118,8 @@ class Proxy:
         self.config = config
         self.limits = rate_limits or limits.Limits()
         self.budget = retry_budget or budget.RetryBudget(now=clock())
+        self.spend_gate = spend_gate or budgets.Gate()
+        self.mounted = mounted  # the console and admin API (`--console`): paths nothing else serves
         self.rng = rng
         self.clock = clock
         self.relay = relay.Relay(
@@ -168,6 +182,8 @@ class Proxy:
                     raise errors.GatewayError(405, f"method {method} not allowed on {path}")
                 key = self._authenticate(scope)
                 await listing.answer(send, path, key=key, names=self.view.catalog)
+            elif self.mounted is not None and path.startswith(self.mounted.prefixes):
+                await self.mounted(scope, receive, send)
             else:
                 raise errors.GatewayError(404, f"no route {path}", code="not_found")
         except errors.GatewayError as exc:
@@ -198,6 +214,11 @@ class Proxy:
     async def _complete(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
         t0 = self.clock()
         key = self._authenticate(scope)
+        if self.spend_gate.refusals:  # a monthly budget is spent (months.MonthLedger)
+            refusal = self.spend_gate.refusals.get(key.name)
+            if refusal is not None:
+                self.metrics.rejected.labels(key.name, "over_budget").inc()
+                raise refusal
         try:
             raw = await asgi.read_body(scope, receive, limit=self.config.max_body_bytes)
         except asgi.BodyTooLarge:

@@ -2,7 +2,9 @@
 
 `serve(settings)` starts the Kubernetes watches (threads), the view, the balancer, the upstream
 pool, the health prober, the idle sweeper, the usage shipper, the activator and its ModelDemand
-writer (requests for sleeping deployments), the data port (uvicorn with
+writer (requests for sleeping deployments), the month's ledger and budget gate (`months`), with
+`--console` the console and admin API (served for the paths the proxy does not serve), the data
+port (uvicorn with
 httptools, raw ASGI `proxy.Proxy`, the agent's connection limits: `mlxfleet_agent.connlimits`)
 and the metrics port (`/metrics`, `/healthz`; bounded heads, a head timeout and a connection cap
 of its own), logs one JSON
@@ -37,13 +39,14 @@ from mlxfleet_gateway import (
     health,
     metering,
     metrics,
+    months,
     proxy,
     shipper,
     view,
     watch,
 )
 from mlxfleet_gateway import settings as settings_mod
-from mlxfleet_gateway.core import balancer, budget, limits
+from mlxfleet_gateway.core import balancer, budget, budgets, limits
 
 log = logging.getLogger("mlxfleet_gateway")
 METRICS_MAX_CONNECTIONS = 64  # scrapers and probes; more are closed unanswered
@@ -79,6 +82,7 @@ def configure_logging(level: str, *, access_log: bool = True) -> None:
         logging.getLogger(metering.ACCESS).setLevel(logging.WARNING)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the console's API-server calls
     logging.getLogger("botocore").setLevel(logging.WARNING)
 
 
@@ -197,6 +201,27 @@ async def serve(
         limit=cfg.cold_start_queue,
         timeout_s=cfg.cold_start_timeout_s,
     )
+    gate = budgets.Gate()
+    ledger = months.MonthLedger(
+        usage=usage,
+        state=state,
+        gate=gate,
+        prefix=cfg.telemetry_prefix,
+        peer_interval_s=cfg.telemetry_interval_s,
+    )
+    console = None
+    if cfg.console:  # off the data path: the proxy hands it only the paths it does not serve
+        from mlxfleet_gateway.console import app as console_app
+
+        console = console_app.build(
+            state=state,
+            api_client=api,
+            ledger=ledger,
+            gate=gate,
+            gauges=gauges,
+            namespace=cfg.namespace,
+            fleet_key=cfg.fleet_key,
+        )
     app = proxy.Proxy(
         holder=holder,
         state=state,
@@ -205,6 +230,8 @@ async def serve(
         usage=usage,
         rate_limits=limits.Limits(share=cfg.peers),
         retry_budget=budget.RetryBudget(now=loop.time()),
+        spend_gate=gate,
+        mounted=console,
         config=proxy.ProxyConfig(
             allow_anonymous=cfg.allow_anonymous,
             max_body_bytes=cfg.max_body_bytes,
@@ -229,12 +256,20 @@ async def serve(
     )
 
     def on_snapshot(kind: str, objects: dict[str, Any]) -> None:
-        state.replace(kind, objects)
+        if kind in view.KINDS:
+            state.replace(kind, objects)
         gauges.catalog.labels(kind).set(len(objects))
+        if console is not None:
+            console.p.observe(kind, objects)
 
     watches = watch.Watches(
         api,
-        watch.sources(api, namespace=cfg.namespace, watch_namespaces=cfg.watch_namespaces),
+        watch.sources(
+            api,
+            namespace=cfg.namespace,
+            watch_namespaces=cfg.watch_namespaces,
+            swapplans=cfg.console,
+        ),
         on_snapshot,
         loop,
     )
@@ -258,6 +293,9 @@ async def serve(
     prober.start()
     usage.start()
     demands.start()
+    ledger.start()
+    if console is not None:
+        console.start()
     sweeper = loop.create_task(app.origins.sweep())
     while not data_srv.started and not tasks[0].done():  # noqa: ASYNC110 - uvicorn has no event
         await asyncio.sleep(0.02)
@@ -270,6 +308,7 @@ async def serve(
             "metrics_port": mport,
             "namespace": cfg.namespace,
             "anonymous": cfg.allow_anonymous,
+            "console": cfg.console,
         },
     )
     if on_ready is not None:
@@ -286,6 +325,9 @@ async def serve(
     await prober.stop()
     await usage.stop()
     await demands.aclose()
+    await ledger.stop()  # after the shipper closed its interval: the month's last write
+    if console is not None:
+        await console.stop()
     watches.close()
     await pool.aclose()
     for sig in (signal.SIGINT, signal.SIGTERM):

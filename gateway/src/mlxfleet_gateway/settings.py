@@ -75,6 +75,7 @@ class Settings(BaseModel):
     telemetry_endpoint_url: str | None = None
     telemetry_region: str | None = None
     telemetry_interval_s: float = Field(default=60.0, gt=0, le=3600)
+    console: bool = False  # /console/ and /admin/v1/ on the same port (docs/console.md)
     log_level: str = "info"
     access_log: bool = True  # one line per request (never its text): metering.ACCESS
 

@@ -3,10 +3,13 @@
 Every `interval_s` (60 by default) the open `usage.UsageBook` is closed into one
 `TelemetryInterval` line (component `gateway`, node `<gateway name>`, a `keys` section) and
 uploaded under the same key layout as the agents' (`contract.telemetry_key`), so the reports read
-both with one listing. The gateway is stateless: closed intervals wait in memory (at most
+both with one listing. Every closed interval is also summed into `months` (this replica's month
+so far, `core.ledger`), which `months.MonthLedger` adds to the other replicas' for the console,
+the admin API and the budgets. The gateway is stateless: closed intervals wait in memory (at most
 `max_buffered`; the oldest are dropped and counted) while the store is unreachable, and the open
 interval is closed and flushed on shutdown. Nothing is shipped without a bucket.
-May import: boto3 (lazily), the standard library, mlxfleet_agent.contract, core.usage, metrics.
+May import: boto3 (lazily), the standard library, mlxfleet_agent.contract, core.usage,
+core.ledger, metrics.
 Called by: server (start/stop) and metering (record).
 """
 
@@ -23,7 +26,7 @@ from typing import Any, Protocol
 
 from mlxfleet_agent import contract
 from mlxfleet_gateway import metrics
-from mlxfleet_gateway.core import usage
+from mlxfleet_gateway.core import ledger, usage
 
 log = logging.getLogger("mlxfleet_gateway.shipper")
 
@@ -43,6 +46,12 @@ class ShipperConfig:
 
 class Uploader(Protocol):
     def put(self, key: str, body: bytes) -> None: ...
+
+    def list(self, prefix: str) -> list[tuple[str, str]]:
+        """(key, ETag) of every object under `prefix`."""
+        ...
+
+    def get(self, key: str) -> bytes: ...
 
 
 class S3Uploader:
@@ -68,9 +77,19 @@ class S3Uploader:
         )
 
     def put(self, key: str, body: bytes) -> None:
-        self._client.put_object(
-            Bucket=self._bucket, Key=key, Body=body, ContentType="application/x-ndjson"
-        )
+        kind = "application/json" if key.endswith(".json") else "application/x-ndjson"
+        self._client.put_object(Bucket=self._bucket, Key=key, Body=body, ContentType=kind)
+
+    def list(self, prefix: str) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        pages = self._client.get_paginator("list_objects_v2")
+        for page in pages.paginate(Bucket=self._bucket, Prefix=prefix):
+            out.extend((o["Key"], str(o.get("ETag", ""))) for o in page.get("Contents") or [])
+        return out
+
+    def get(self, key: str) -> bytes:
+        body: bytes = self._client.get_object(Bucket=self._bucket, Key=key)["Body"].read()
+        return body
 
 
 class Shipper:
@@ -89,12 +108,25 @@ class Shipper:
             node=config.node, interval_s=config.interval_s, now=clock()
         )
         self._queue: collections.deque[contract.TelemetryInterval] = collections.deque()
+        self.months = ledger.Months()  # closed intervals summed per UTC month
         self._uploader = uploader
         if uploader is None and config.bucket:
             self._uploader = S3Uploader(config)
         self._task: asyncio.Task[None] | None = None
         self._failing = False
         self.uploaded: list[str] = []
+
+    @property
+    def store(self) -> Uploader | None:
+        """The bucket (None without one)."""
+        return self._uploader
+
+    def month_rows(self, month: str) -> list[contract.KeyTelemetry]:
+        """This replica's rows of `month` so far: closed intervals and the open one."""
+        rows = self.months.rows(month)
+        if ledger.month_of(self.book.start) == month and self.book.rows:
+            return ledger.total(rows, self.book.rows.values())
+        return rows
 
     def record(self, use: usage.Use) -> None:
         self._roll()
@@ -111,6 +143,7 @@ class Shipper:
             self.book, closed = self.book.roll(now)
         if closed is None:
             return
+        self.months.add(closed)
         self.metrics.telemetry.labels("closed").inc()
         if self._uploader is None or not closed.keys:
             return

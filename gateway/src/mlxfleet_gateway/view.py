@@ -22,14 +22,14 @@ from typing import Any
 
 import pydantic
 
-from mlxfleet_gateway.core import balancer, catalog, keys, trust
+from mlxfleet_gateway.core import balancer, budgets, catalog, keys, trust
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import modelroute as mroute
 from mlxfleet_operator.api import providerkeys as providers
 
 log = logging.getLogger("mlxfleet_gateway.view")
 JsonDict = dict[str, Any]
-KINDS = ("deployments", "routes", "api-keys", "provider-keys", "nodes")
+KINDS = ("deployments", "routes", "api-keys", "provider-keys", "budgets", "nodes")
 
 
 def secret_data(raw: Mapping[str, Any]) -> dict[str, str]:
@@ -68,6 +68,7 @@ class View:
         self.synced: set[str] = set()
         self.catalog = catalog.Catalog()
         self.keys = keys.KeyRing()
+        self.budgets = budgets.NONE  # prices and team budgets (the mlxfleet-budgets Secret)
         self.problems: dict[str, str] = {}  # object -> why it is ignored
         self.unrouted: dict[str, str] = {}  # replica id -> why it gets no requests (not ready)
         self.version = 0
@@ -129,6 +130,7 @@ class View:
                 ring.append(keys.from_secret(secret, secret_data(raw)))
             except keys.InvalidKey as exc:
                 found[f"api-keys/{name}"] = str(exc)
+        self.budgets = self._budgets(found)
         self._note_unrouted(unrouted(deployments))
         self.catalog = catalog.build(deployments, routes, provider_keys, nodes=self.nodes.headers)
         for ext in self.catalog.externals():
@@ -155,6 +157,21 @@ class View:
         finally:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
+
+    def _budgets(self, found: dict[str, str]) -> budgets.Budgets:
+        out = budgets.NONE
+        for name, raw in sorted(self.raw["budgets"].items()):
+            secret = (raw.get("metadata") or {}).get("name", name)
+            if secret != budgets.SECRET_NAME:
+                found[f"budgets/{name}"] = (
+                    f"only the Secret named {budgets.SECRET_NAME} holds the budgets"
+                )
+                continue
+            try:
+                out = budgets.from_secret(secret, secret_data(raw))
+            except budgets.InvalidBudgets as exc:
+                found[f"budgets/{name}"] = str(exc)  # logged; no prices, no team budgets
+        return out
 
     def _note_unrouted(self, now: dict[str, str]) -> None:
         """Log each replica leaving routing (with the operator's reason: busy, loading, ...)

@@ -1,13 +1,13 @@
 """Kubernetes watches: ModelDeployments and ModelRoutes (all namespaces, or the ones given),
-InferenceNodes (which are approved), and the gateway's own API-key and provider-key Secrets (by
-Secret type, in its namespace).
+InferenceNodes (which are approved), the gateway's own API-key, provider-key and budgets Secrets
+(by Secret type, in its namespace), and with the console SwapPlans.
 
 Each kind runs list-then-watch in a thread with the synchronous `kubernetes` client (the event
 loop never blocks); every change hands the kind's whole current set to the loop
 (`call_soon_threadsafe`). A watch that ends, errs or gets 410 Gone lists again (backoff 0.2 s to
 5 s); a bookmark keeps the resourceVersion fresh. The identity is the gateway's own
 ServiceAccount (least privilege: list/watch of the three kinds, Secrets in its namespace only).
-May import: kubernetes, the standard library, mlxfleet_operator.api.resources.
+May import: kubernetes, the standard library, mlxfleet_operator.api, core.budgets.
 Called by: server.
 """
 
@@ -23,6 +23,7 @@ from typing import Any, cast
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
+from mlxfleet_gateway.core import budgets
 from mlxfleet_operator.api import modelroute as mroute
 from mlxfleet_operator.api import resources
 
@@ -52,8 +53,13 @@ class Source:
 
 
 def sources(
-    api: kubernetes.client.ApiClient, *, namespace: str, watch_namespaces: tuple[str, ...]
+    api: kubernetes.client.ApiClient,
+    *,
+    namespace: str,
+    watch_namespaces: tuple[str, ...],
+    swapplans: bool = False,
 ) -> list[Source]:
+    """What the gateway watches; `swapplans` (the console) adds SwapPlans, cluster-wide."""
     custom = kubernetes.client.CustomObjectsApi(api)
     core = kubernetes.client.CoreV1Api(api)
     out: list[Source] = []
@@ -79,6 +85,7 @@ def sources(
     for kind, secret_type in (
         ("api-keys", API_KEY_TYPE),
         ("provider-keys", mroute.PROVIDER_KEY_TYPE),
+        ("budgets", budgets.SECRET_TYPE),
     ):
         out.append(
             Source(
@@ -88,6 +95,9 @@ def sources(
                 {"field_selector": f"type={secret_type}"},
             )
         )
+    if swapplans:
+        plan = resources.SWAP_PLAN
+        out.append(Source("swapplans", custom.list_cluster_custom_object, (g, v, plan.plural), {}))
     return out
 
 

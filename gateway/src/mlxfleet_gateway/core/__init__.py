@@ -5,7 +5,8 @@ Modules: `errors` (OpenAI-shaped errors), `traits` (what routing reads from a re
 `catalog` (names -> deployments and routes, per caller scope), `plan` (route rules, weights,
 fallback), `balancer` (least outstanding requests, power of two choices, prefix affinity, passive
 health), `budget` (retry budget), `keys` (API keys from Secrets), `limits` (requests and tokens
-per minute), `usage` (per-key aggregates). Token counting of answers is shared with the agent
+per minute), `usage` (per-key aggregates), `budgets` (money: prices, spend, who is refused),
+`ledger` (the month's usage rows). Token counting of answers is shared with the agent
 (`mlxfleet_agent.openai_proxy`).
 May import: the standard library, pydantic, mlxfleet_operator.api, mlxfleet_agent.contract,
 mlxfleet_agent.openai_proxy (the error shape).

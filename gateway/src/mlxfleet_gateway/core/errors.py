@@ -59,3 +59,16 @@ def unavailable(message: str, *, code: str = "no_backend") -> GatewayError:
 
 def upstream_failed(message: str) -> GatewayError:
     return GatewayError(502, message, type_="server_error", code="upstream_failed")
+
+
+def budget_exceeded(message: str) -> GatewayError:
+    """429 for a key whose (or whose team's) monthly budget is spent: OpenAI's quota error type;
+    `x-should-retry: false` tells the OpenAI SDKs not to retry it (it holds until the month ends
+    or the budget is raised)."""
+    return GatewayError(
+        429,
+        message,
+        type_="insufficient_quota",
+        code="budget_exceeded",
+        headers=((b"x-should-retry", b"false"),),
+    )

@@ -13,6 +13,8 @@ may use, its limits and an optional expiry:
       requestsPerMinute: "600"                  # optional
       tokensPerMinute: "200000"                 # optional
       expiresAt: "2027-01-31T00:00:00Z"         # optional (RFC 3339)
+      monthlyBudget: "50"                       # optional; spend per UTC month (core.budgets)
+      scopes: admin                             # optional; `admin`: the console and admin API
 
 `from_secret` validates one Secret (errors name the field); `minted` adds what only a key being
 minted must satisfy (the API server takes its Secret, it can be used at all);
@@ -30,6 +32,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
@@ -41,6 +44,7 @@ SECRET_TYPE = "mlxfleet.io/api-key"  # noqa: S105 - a Secret type, not a secret
 KEY_PREFIX = "mfk-"
 HASH_PATTERN = r"^[0-9a-f]{64}$"
 ANONYMOUS = "anonymous"
+ADMIN_SCOPE = "admin"  # the console and the admin API (`/console/`, `/admin/v1/`)
 
 
 def hash_key(key: str) -> str:
@@ -73,8 +77,10 @@ class KeySpec(BaseModel):
     requests_per_minute: int | None = Field(default=None, ge=1, le=10_000_000)
     tokens_per_minute: int | None = Field(default=None, ge=1, le=10_000_000_000)
     expires_at: datetime | None = None
+    monthly_budget: float | None = Field(default=None, ge=0, le=1e12, allow_inf_nan=False)
+    scopes: tuple[Literal["admin"], ...] = ()
 
-    _split = field_validator("namespaces", "models", mode="before")(_csv)
+    _split = field_validator("namespaces", "models", "scopes", mode="before")(_csv)
 
     @field_validator("key_hash", mode="before")
     @classmethod
@@ -106,6 +112,11 @@ class ApiKey:
 
     def expired(self, now_utc: datetime) -> bool:
         return self.spec.expires_at is not None and now_utc >= self.spec.expires_at
+
+    @property
+    def admin(self) -> bool:
+        """May use the console and the admin API (its Secret's `scopes` has `admin`)."""
+        return ADMIN_SCOPE in self.spec.scopes
 
 
 ANONYMOUS_KEY = ApiKey(
