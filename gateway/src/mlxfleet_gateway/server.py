@@ -32,7 +32,7 @@ from mlxfleet_agent import connlimits
 from mlxfleet_agent import httpclient as upstream
 from mlxfleet_gateway import health, metering, metrics, proxy, shipper, view, watch
 from mlxfleet_gateway import settings as settings_mod
-from mlxfleet_gateway.core import balancer, budget, limits
+from mlxfleet_gateway.core import balancer, budget, conversations, limits
 
 log = logging.getLogger("mlxfleet_gateway")
 METRICS_MAX_CONNECTIONS = 64  # scrapers and probes; more are closed unanswered
@@ -184,6 +184,11 @@ async def serve(
         usage=usage,
         rate_limits=limits.Limits(share=cfg.peers),
         retry_budget=budget.RetryBudget(now=loop.time()),
+        stored=conversations.Conversations(
+            max_turns=cfg.responses_max_stored,
+            max_bytes=cfg.responses_max_bytes,
+            ttl_s=cfg.responses_ttl_s,
+        ),
         config=proxy.ProxyConfig(
             allow_anonymous=cfg.allow_anonymous,
             max_body_bytes=cfg.max_body_bytes,
