@@ -15,7 +15,8 @@ place of the client's ASGI `send`, and translates what the chat path writes:
   last. Keep-alive comments are dropped.
 
 Subclasses write the events of their API; nothing here runs for a chat-completions request.
-May import: the standard library, core.errors, core.keys, mlxfleet_agent.openai_proxy.
+May import: the standard library, pydantic_core (JSON parsing), core (errors, keys,
+conversations), mlxfleet_agent.openai_proxy.
 Called by: dialects.responses, dialects.messages, the proxy (through `dialects`).
 """
 
@@ -27,13 +28,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_core import from_json
+
 from mlxfleet_agent import openai_proxy as asgi
 from mlxfleet_gateway.core import conversations as conv
 from mlxfleet_gateway.core import errors, keys
 
 JSON = b"application/json"
+quoted = json.encoder.encode_basestring_ascii  # C: a string as JSON (json.dumps, less)
 EVENT_STREAM = b"text/event-stream"
-UNSUPPORTED = "unsupported_parameter"
 CHAT_STREAM_OPTIONS = {"include_usage": True}  # the translation needs the usage event
 
 
@@ -48,7 +51,7 @@ class Context:
 
 def unsupported(param: str, message: str) -> errors.GatewayError:
     """400 for a parameter the gateway does not serve (never accepted and ignored)."""
-    return errors.GatewayError(400, message, param=param, code=UNSUPPORTED)
+    return errors.GatewayError(400, message, param=param, code="unsupported_parameter")
 
 
 def invalid(param: str, message: str) -> errors.GatewayError:
@@ -239,47 +242,50 @@ class Translation:
         return status, json.dumps(self.answer(parsed)).encode()
 
     def events(self, chunk: bytes) -> bytes:
-        """The API's events for whole chat SSE events."""
+        """The API's events for whole chat SSE events (the translated stream's per-event work:
+        one parse, a few lookups, the API's event written)."""
         out: list[bytes] = []
         if not self._opened:
             self._opened = True
             out.append(self.opening())
         for event in chunk.split(b"\n\n"):
-            data = _data(event)
-            if not data or data == b"[DONE]":
-                continue
+            if event.startswith(b"data: {") and b"\n" not in event:  # one event, one line
+                data = event[6:]
+            else:
+                found = _data(event) if event else None
+                if not found or found[:1] != b"{":
+                    continue  # comments, [DONE]
+                data = found
             try:
-                item = json.loads(data)
-            except ValueError:
-                continue
-            if not isinstance(item, dict):
-                continue
-            err = item.get("error")
-            if err is not None and self.failure is None:
-                self.failure = err if isinstance(err, dict) else {"message": str(err)}
-                out.append(self.failed(self.failure))
-                continue
-            usage = item.get("usage")
-            if isinstance(usage, dict):
-                self.usage = usage
-            choices = item.get("choices")
-            if not choices or not isinstance(choices[0], dict):
-                continue
+                item = from_json(data)  # pydantic's (Rust) parser: a third of json.loads' time
+                self._chat_event(item, out)
+            except (ValueError, AttributeError, TypeError, IndexError, KeyError):
+                continue  # not a chat chunk: nothing a client could be given
+        return b"".join(out)
+
+    def _chat_event(self, item: dict[str, Any], out: list[bytes]) -> None:
+        choices = item.get("choices")
+        if choices:
             choice = choices[0]
             delta = choice.get("delta")
-            if isinstance(delta, dict):
+            if delta:
                 content = delta.get("content")
-                if content and isinstance(content, str):
+                if content and type(content) is str:
                     out.append(self.text(content))
                 calls = delta.get("tool_calls")
-                if isinstance(calls, list):
+                if calls:
                     out.extend(self.tool_call(c) for c in calls if isinstance(c, dict))
             reason = choice.get("finish_reason")
             if reason is not None:
                 self.finish_reason = str(reason)
                 stop = choice.get("stop_reason")
                 self.stop_reason = stop if isinstance(stop, str) else None
-        return b"".join(out)
+        if "usage" in item and isinstance(item["usage"], dict):
+            self.usage = item["usage"]
+        elif "error" in item and self.failure is None:
+            err = item["error"]
+            self.failure = err if isinstance(err, dict) else {"message": str(err)}
+            out.append(self.failed(self.failure))
 
 
 def chat_tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:

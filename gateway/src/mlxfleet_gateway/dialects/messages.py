@@ -4,10 +4,10 @@ In: `messages` (user and assistant turns; content a string or text, `tool_use` a
 `tool_result` blocks), `system` (a string or text blocks), `max_tokens` (required, as Anthropic
 requires it), `stop_sequences`, `temperature`, `top_p`, `top_k`, custom `tools` (name,
 description, input_schema), `tool_choice` (auto, any, tool, none; `disable_parallel_tool_use`),
-`stream`, `metadata` (accepted; its `user_id` is an identifier, not sent on). `cache_control` on
-blocks is accepted: prompt caching is the engine's own (prefix affinity sends a conversation to
-the replica that holds its prefix). Anything else (images, documents, thinking, server tools,
-`container`, `mcp_servers`...) is refused with 400 naming it.
+`stream`, `metadata` (accepted; its `user_id` is an identifier, not sent on). `cache_control` (on
+the request or its blocks) is accepted: prompt caching is the engine's own (prefix affinity sends
+a conversation to the replica that holds its prefix). Anything else (images, documents,
+thinking, server tools, `container`, `mcp_servers`...) is refused with 400 naming it.
 
 Out: a `message` (text and `tool_use` blocks, `stop_reason` end_turn / max_tokens /
 stop_sequence / tool_use, usage input/output tokens), or its stream: `message_start`, `ping`,
@@ -46,6 +46,7 @@ SERVED = frozenset(
         "tools",
         "tool_choice",
         "metadata",
+        "cache_control",
     }
 )
 NEUTRAL: dict[str, Callable[[Any], bool]] = {
@@ -192,7 +193,7 @@ class Messages(base.Translation):
                 b'"delta":{"type":"text_delta","text":' % at
             )
             out += self._last_start
-        return b"%s%s%s}}\n\n" % (out, self._text_head, json.dumps(text).encode())
+        return b"%s%s%s}}\n\n" % (out, self._text_head, base.quoted(text).encode())
 
     def tool_call(self, call: dict[str, Any]) -> bytes:
         fn = call.get("function")

@@ -73,7 +73,6 @@ NEUTRAL: dict[str, Callable[[Any], bool]] = {
 }
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
-NOT_FOUND = "previous_response_not_found"
 # chat fields named in an error (the agent's, an engine's) -> the Responses field the client sent
 CHAT_PARAMS = {
     "max_tokens": "max_output_tokens",
@@ -129,7 +128,7 @@ class Responses(base.Translation):
                 )
             except conv.NotKept as exc:
                 raise errors.GatewayError(
-                    400, str(exc), param="previous_response_id", code=NOT_FOUND
+                    400, str(exc), param="previous_response_id", code="previous_response_not_found"
                 ) from None
             messages.extend(history)
         self.turn = input_messages(body.get("input"))
@@ -237,7 +236,7 @@ class Responses(base.Translation):
         self.seq += 1
         return b'%s%s,"logprobs":[],"sequence_number":%d}\n\n' % (
             out + self._delta_head,
-            json.dumps(text).encode(),
+            base.quoted(text).encode(),
             seq,
         )
 
