@@ -105,6 +105,11 @@ def array(value: Any, param: str) -> list[Any]:
     return value
 
 
+def each(value: Any, param: str, convert: Callable[[Any, str], Any]) -> list[Any]:
+    """`convert(entry, "param[i]")` for each entry of the list `value`."""
+    return [convert(entry, f"{param}[{i}]") for i, entry in enumerate(array(value, param))]
+
+
 def sse(name: str, payload: dict[str, Any]) -> bytes:
     """One server-sent event with its `event:` line (the Anthropic SDK reads only those)."""
     return b"event: %s\ndata: %s\n\n" % (name.encode(), json.dumps(payload).encode())
@@ -138,6 +143,7 @@ class Translation:
         self.usage: dict[str, Any] | None = None
         self.failure: dict[str, Any] | None = None
         self._start: asgi.Message | None = None
+        self._calls: dict[Any, int] = {}  # a stream's tool calls: upstream index -> position
         self._parts: list[bytes] = []
         self._streaming = False
         self._opened = False
@@ -162,7 +168,12 @@ class Translation:
     def text(self, text: str) -> bytes:
         raise NotImplementedError
 
-    def tool_call(self, call: dict[str, Any]) -> bytes:
+    def call_started(self, call_id: str | None, name: str) -> tuple[int, bytes]:
+        """A new tool call in a stream: (its position in the API's answer, the events)."""
+        raise NotImplementedError
+
+    def call_arguments(self, at: int, arguments: str) -> bytes:
+        """More of the arguments of the call at `at`."""
         raise NotImplementedError
 
     def failed(self, err: dict[str, Any]) -> bytes:
@@ -190,6 +201,43 @@ class Translation:
         return chat
 
     # ---- the answer --------------------------------------------------------------------------
+
+    def tool_call(self, call: dict[str, Any]) -> bytes:
+        """One of OpenAI's incremental `tool_calls` deltas: the first of a call (by its `index`)
+        names it, the others add to its arguments."""
+        fn = call.get("function")
+        fn = fn if isinstance(fn, dict) else {}
+        index = call.get("index")
+        if not isinstance(index, int):
+            index = call.get("id") or len(self._calls)
+        out = b""
+        at = self._calls.get(index)
+        if at is None:
+            call_id, name = call.get("id"), fn.get("name")
+            at, out = self.call_started(
+                call_id if isinstance(call_id, str) else None,
+                name if isinstance(name, str) else "",
+            )
+            self._calls[index] = at
+        args = fn.get("arguments")
+        if isinstance(args, str) and args:
+            out += self.call_arguments(at, args)
+        return out
+
+    def whole_message(self, chat: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+        """(text, tool calls) of a whole chat completion; its finish reason, stop string and
+        usage are kept as a stream's are."""
+        choices = chat["choices"]
+        choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+        message = choice.get("message")
+        message = message if isinstance(message, dict) else {}
+        self.finish_reason = choice.get("finish_reason")
+        stop = choice.get("stop_reason")
+        self.stop_reason = stop if isinstance(stop, str) else None
+        usage = chat.get("usage")
+        self.usage = usage if isinstance(usage, dict) else None
+        content = message.get("content")
+        return (content if isinstance(content, str) else ""), chat_tool_calls(message)
 
     async def send(self, message: asgi.Message) -> None:
         if message["type"] == "http.response.start":

@@ -83,7 +83,6 @@ class Messages(base.Translation):
         self._block: int | None = None  # index of the open content block
         self._kind = ""  # its type: text or tool_use
         self._blocks = 0
-        self._calls: dict[Any, int] = {}
         self._text_head = b""
         self._last_start = b""
 
@@ -121,7 +120,7 @@ class Messages(base.Translation):
                 chat[name] = body[name]
         tools = body.get("tools")
         if tools is not None:
-            chat_tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(base.array(tools, "tools"))]
+            chat_tools = base.each(tools, "tools", _tool)
             if chat_tools:
                 chat["tools"] = chat_tools
         if body.get("tool_choice") is not None:
@@ -133,20 +132,9 @@ class Messages(base.Translation):
     # ---- whole answers -----------------------------------------------------------------------
 
     def answer(self, chat: dict[str, Any]) -> dict[str, Any]:
-        choices = chat["choices"]
-        choice = choices[0] if choices and isinstance(choices[0], dict) else {}
-        message = choice.get("message")
-        message = message if isinstance(message, dict) else {}
-        self.finish_reason = choice.get("finish_reason")
-        stop = choice.get("stop_reason")
-        self.stop_reason = stop if isinstance(stop, str) else None
-        usage = chat.get("usage")
-        self.usage = usage if isinstance(usage, dict) else None
-        content: list[dict[str, Any]] = []
-        text = message.get("content")
-        if isinstance(text, str) and text:
-            content.append({"type": "text", "text": text})
-        for call in base.chat_tool_calls(message):
+        text, calls = self.whole_message(chat)
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        for call in calls:
             tool_id = call["id"] or _id("toolu_")
             block = {"type": "tool_use", "id": tool_id, "name": call["name"]}
             content.append({**block, "input": _input(call["arguments"])})
@@ -195,31 +183,20 @@ class Messages(base.Translation):
             out += self._last_start
         return b"%s%s%s}}\n\n" % (out, self._text_head, base.quoted(text).encode())
 
-    def tool_call(self, call: dict[str, Any]) -> bytes:
-        fn = call.get("function")
-        fn = fn if isinstance(fn, dict) else {}
-        index = call.get("index")
-        if not isinstance(index, int):
-            index = call.get("id") or len(self._calls)
-        out = b""
-        at = self._calls.get(index)
-        if at is None:
-            out = self._stop_block()
-            tool_id = call.get("id") if isinstance(call.get("id"), str) else _id("toolu_")
-            name = fn.get("name") if isinstance(fn.get("name"), str) else ""
-            block: dict[str, Any] = {"type": "tool_use", "id": tool_id, "name": name, "input": {}}
-            at = self._calls[index] = self._start_block(block)
-            self._kind = "tool_use"
-            out += self._last_start
-        args = fn.get("arguments")
-        if isinstance(args, str) and args:
-            delta = {
-                "type": "content_block_delta",
-                "index": at,
-                "delta": {"type": "input_json_delta", "partial_json": args},
-            }
-            out += base.sse("content_block_delta", delta)
-        return out
+    def call_started(self, call_id: str | None, name: str) -> tuple[int, bytes]:
+        out = self._stop_block()
+        block = {"type": "tool_use", "id": call_id or _id("toolu_"), "name": name, "input": {}}
+        at = self._start_block(block)
+        self._kind = "tool_use"
+        return at, out + self._last_start
+
+    def call_arguments(self, at: int, arguments: str) -> bytes:
+        delta = {
+            "type": "content_block_delta",
+            "index": at,
+            "delta": {"type": "input_json_delta", "partial_json": arguments},
+        }
+        return base.sse("content_block_delta", delta)
 
     def failed(self, err: dict[str, Any]) -> bytes:
         return base.sse("error", _error(500, err))

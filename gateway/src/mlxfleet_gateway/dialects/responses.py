@@ -103,7 +103,6 @@ class Responses(base.Translation):
         self._open: int | None = None  # the output item being streamed
         self._text: list[str] = []  # of the open message
         self._delta_head = b""
-        self._calls: dict[Any, int] = {}  # upstream tool call index -> output index
         self._args: dict[int, list[str]] = {}
 
     # ---- the request -------------------------------------------------------------------------
@@ -138,7 +137,7 @@ class Responses(base.Translation):
         chat["messages"] = messages
         tools = body.get("tools")
         if tools is not None:
-            chat_tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(base.array(tools, "tools"))]
+            chat_tools = base.each(tools, "tools", _tool)
             if chat_tools:
                 chat["tools"] = chat_tools
         if body.get("tool_choice") is not None:
@@ -187,18 +186,10 @@ class Responses(base.Translation):
     # ---- whole answers -----------------------------------------------------------------------
 
     def answer(self, chat: dict[str, Any]) -> dict[str, Any]:
-        choices = chat["choices"]
-        choice = choices[0] if choices and isinstance(choices[0], dict) else {}
-        message = choice.get("message")
-        message = message if isinstance(message, dict) else {}
-        self.finish_reason = choice.get("finish_reason")
-        usage = chat.get("usage")
-        self.usage = usage if isinstance(usage, dict) else None
-        content = message.get("content")
-        text = content if isinstance(content, str) else ""
-        if text or not base.chat_tool_calls(message):
+        text, calls = self.whole_message(chat)
+        if text or not calls:
             self.items.append(_message_item(_output_id("msg"), text))
-        for call in base.chat_tool_calls(message):
+        for call in calls:
             item = _call_item(call.get("id") or "call_" + _token(), call["name"])
             item["arguments"], item["status"] = call["arguments"], "completed"
             self.items.append(item)
@@ -240,29 +231,18 @@ class Responses(base.Translation):
             seq,
         )
 
-    def tool_call(self, call: dict[str, Any]) -> bytes:
-        fn = call.get("function")
-        fn = fn if isinstance(fn, dict) else {}
-        index = call.get("index")
-        if not isinstance(index, int):
-            index = call.get("id") or len(self._calls)
-        out = b""
-        at = self._calls.get(index)
-        if at is None:
-            out = self._close_item()
-            call_id, name = call.get("id"), fn.get("name")
-            call_id = call_id if isinstance(call_id, str) else "call_" + _token()
-            self.items.append(_call_item(call_id, name if isinstance(name, str) else ""))
-            at = self._open = self._calls[index] = len(self.items) - 1
-            self._args[at] = []
-            added = {"output_index": at, "item": self.items[at]}
-            out += self._event("response.output_item.added", added)
-        args = fn.get("arguments")
-        if isinstance(args, str) and args:
-            self._args[at].append(args)
-            delta = {"item_id": self.items[at]["id"], "output_index": at, "delta": args}
-            out += self._event("response.function_call_arguments.delta", delta)
-        return out
+    def call_started(self, call_id: str | None, name: str) -> tuple[int, bytes]:
+        out = self._close_item()
+        self.items.append(_call_item(call_id or "call_" + _token(), name))
+        at = self._open = len(self.items) - 1
+        self._args[at] = []
+        added = {"output_index": at, "item": self.items[at]}
+        return at, out + self._event("response.output_item.added", added)
+
+    def call_arguments(self, at: int, arguments: str) -> bytes:
+        self._args[at].append(arguments)
+        delta = {"item_id": self.items[at]["id"], "output_index": at, "delta": arguments}
+        return self._event("response.function_call_arguments.delta", delta)
 
     def failed(self, err: dict[str, Any]) -> bytes:
         out = self._close_item()
