@@ -107,9 +107,10 @@ demo: $(STAMP) control-plane  ## the one-command local demo
 demo-down: $(STAMP)
 	$(BIN)/mlxfleet dev demo-down
 
-bench: $(STAMP) control-plane  ## data-plane, swap, gateway, peer-copy, SwapPlan-prefetch, cold-start and preemption benchmarks (each against its baseline)
+bench: $(STAMP) control-plane  ## data-plane, swap, gateway (and its translated APIs), peer-copy, SwapPlan-prefetch, cold-start and preemption benchmarks (each against its baseline)
 	$(BIN)/python -m benchmarks.agent_bench
 	$(BIN)/python -m benchmarks.gateway_bench
+	$(BIN)/python -m benchmarks.dialects_bench
 	$(BIN)/python -m benchmarks.peer_bench
 	$(BIN)/python -m benchmarks.prefetch_bench
 	$(BIN)/python -m benchmarks.coldstart_bench

@@ -68,6 +68,14 @@ class Gateway:
         assert self.metrics_url is not None
         return httpx.get(self.metrics_url + "/metrics", timeout=10).text
 
+    def counter(self, family: str, *, key: str) -> float:
+        """The sum of `mlxfleet_gateway_<family>` over the series of API key `key`."""
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if line.startswith(f"mlxfleet_gateway_{family}{{") and f'key="{key}"' in line:
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 

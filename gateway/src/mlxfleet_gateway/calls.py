@@ -57,6 +57,7 @@ class Call:
     plan: plan.Plan
     send: asgi.Send
     t0: float
+    api: str | None = None  # the API the client spoke when not the endpoint's own (responses)
     gone: bool = False
     exchange: Exchange | None = None
     served_by: str | None = None  # replica or external id

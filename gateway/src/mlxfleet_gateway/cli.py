@@ -164,6 +164,26 @@ def _parser() -> argparse.ArgumentParser:
         "Kubernetes tokens (TokenReview, SubjectAccessReview) or admin-scoped API keys only; "
         "needs the console RBAC (docs/console.md)",
     )
+    p.add_argument(
+        "--responses-max-stored",
+        type=int,
+        default=10_000,
+        help="responses kept for previous_response_id (/v1/responses), in this replica's memory "
+        "(default 10000)",
+    )
+    p.add_argument(
+        "--responses-max-bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        help="bytes of those responses (default 64 MiB); when full, the API key holding the "
+        "most loses its oldest first",
+    )
+    p.add_argument(
+        "--responses-ttl-s",
+        type=float,
+        default=3600.0,
+        help="how long a stored response can be continued (default 3600)",
+    )
     p.add_argument("--log-level", default="info", help="debug, info, warning, error")
     p.add_argument(
         "--no-access-log",
@@ -226,6 +246,9 @@ def parse(argv: list[str]) -> settings_mod.Settings:
             "telemetry_region": ns.telemetry_region,
             "telemetry_interval_s": ns.telemetry_interval_s,
             "console": ns.console,
+            "responses_max_stored": ns.responses_max_stored,
+            "responses_max_bytes": ns.responses_max_bytes,
+            "responses_ttl_s": ns.responses_ttl_s,
             "log_level": ns.log_level,
             "access_log": ns.access_log,
         }

@@ -62,7 +62,7 @@ class Meter:
                 extra={
                     "key": key.name,
                     "team": key.spec.team,
-                    "endpoint": call.endpoint,
+                    "endpoint": call.api or call.endpoint,
                     "model": req.model,
                     "stream": req.stream,
                     "status": status,

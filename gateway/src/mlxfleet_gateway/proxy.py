@@ -12,16 +12,19 @@ attempts -> failover) behind the ASGI entry; its parts: `calls` (the request's s
 sends), `relay` (one attempt upstream, its answer to the client: whole, streamed, errors),
 `liveness` (attempts in flight per origin, moved or cut when their agent goes silent), `metering`
 (metrics, per-key usage), `listing` (`/v1/models`) and `activator` (requests for a sleeping
-deployment wait there while it loads). The OpenAI error shape and the ASGI
-plumbing are the agent data plane's (`mlxfleet_agent.openai_proxy`), as is the HTTP client.
+deployment wait there while it loads). `/v1/responses` and `/v1/messages` are chat completions
+in other shapes: `dialects` translates the body on its way in and wraps the client's `send`, and
+the request goes through this same path. The OpenAI error shape and the ASGI plumbing are the
+agent data plane's (`mlxfleet_agent.openai_proxy`), as is the HTTP client.
 May import: the standard library, core, mlxfleet_agent (httpclient, openai_proxy), calls, relay,
-liveness, metering, listing, activator, view, shipper, metrics.
+liveness, metering, listing, activator, view, shipper, metrics, dialects.
 Called by: server (mounts it under uvicorn; wires `origins` to the health prober and the sweep).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Callable
@@ -34,6 +37,7 @@ from mlxfleet_agent import openai_proxy as asgi
 from mlxfleet_gateway import (
     activator,
     calls,
+    dialects,
     listing,
     liveness,
     metering,
@@ -42,7 +46,17 @@ from mlxfleet_gateway import (
     shipper,
     view,
 )
-from mlxfleet_gateway.core import balancer, budget, budgets, catalog, errors, keys, limits, plan
+from mlxfleet_gateway.core import (
+    balancer,
+    budget,
+    budgets,
+    catalog,
+    conversations,
+    errors,
+    keys,
+    limits,
+    plan,
+)
 from mlxfleet_gateway.core import traits as traits_mod
 
 Scope = asgi.Scope
@@ -111,6 +125,7 @@ class Proxy:
         rng: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
         holder: activator.Activator | None = None,
+        stored: conversations.Conversations | None = None,
     ) -> None:
         self.view = state
         self.balancer = state.balancer
@@ -137,6 +152,9 @@ class Proxy:
         )
         self.meter = metering.Meter(gauges=gauges, usage=usage, clock=clock)
         self.activator = holder
+        self.dialect_context = dialects.base.Context(
+            conversations=stored or conversations.Conversations(), clock=clock
+        )
         self._origins: dict[str, tuple[upstream.Origin, str]] = {}
 
     def key_facts(self) -> list[metrics.KeyFacts]:
@@ -160,7 +178,12 @@ class Proxy:
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
+        translation = None
         try:
+            dialect = dialects.PATHS.get(path)
+            if dialect is not None:  # errors too go out in its shape
+                translation = dialect(send, self.dialect_context)
+                send = translation.send
             if path == "/healthz":
                 await asgi.send_json(send, 200, b'{"status":"ok"}')
             elif path == "/readyz":
@@ -173,10 +196,11 @@ class Proxy:
                 ok = self.view.ready
                 answer = b'{"status":"ok"}' if ok else b'{"status":"unavailable"}'
                 await asgi.send_json(send, 200 if ok else 503, answer)
-            elif path in ENDPOINTS:
+            elif path in ENDPOINTS or translation is not None:
                 if method != "POST":
                     raise errors.GatewayError(405, f"method {method} not allowed on {path}")
-                await self._complete(scope, receive, send, ENDPOINTS[path])
+                endpoint = ENDPOINTS.get(path, "chat/completions")
+                await self._complete(scope, receive, send, endpoint, translation)
             elif path in ("/v1/models", "/models") or path.startswith(("/v1/models/", "/models/")):
                 if method != "GET":
                     raise errors.GatewayError(405, f"method {method} not allowed on {path}")
@@ -195,12 +219,26 @@ class Proxy:
 
     # ---- who is calling ------------------------------------------------------------------------
 
-    def _authenticate(self, scope: Scope) -> keys.ApiKey:
+    def _authenticate(self, scope: Scope, *, api_key_header: bool = False) -> keys.ApiKey:
         token = None
+        given: set[str] = set()  # `x-api-key` (Anthropic's SDK) where the endpoint takes it
         for name, value in scope["headers"]:
             if name == b"authorization":
                 scheme, _, rest = value.decode("latin-1").partition(" ")
                 token = rest.strip() if scheme.lower() == "bearer" else ""
+            elif name == b"x-api-key" and api_key_header:
+                given.add(value.decode("latin-1").strip())
+        if given:
+            if token is not None:
+                given.add(token)
+            if len(given) > 1:
+                raise errors.GatewayError(
+                    400,
+                    "x-api-key and Authorization name different keys: none is chosen",
+                    param="x-api-key",
+                    code="ambiguous_credentials",
+                )
+            token = given.pop()
         try:
             return self.view.keys.authenticate(token, now_utc=datetime.now(UTC))
         except errors.GatewayError as exc:
@@ -211,9 +249,18 @@ class Proxy:
 
     # ---- one request -------------------------------------------------------------------------
 
-    async def _complete(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
+    async def _complete(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        endpoint: str,
+        translation: dialects.Translation | None = None,
+    ) -> None:
         t0 = self.clock()
-        key = self._authenticate(scope)
+        key = self._authenticate(
+            scope, api_key_header=translation is not None and translation.api_key_header
+        )
         if self.spend_gate.refusals:  # a monthly budget is spent (months.MonthLedger)
             refusal = self.spend_gate.refusals.get(key.name)
             if refusal is not None:
@@ -229,10 +276,13 @@ class Proxy:
                 code="body_too_large",
             ) from None
         body = traits_mod.parse_body(raw)
+        if translation is not None:  # another API's body, as a chat completion
+            body = translation.request(body, key=key)
+            raw = json.dumps(body).encode()
         headers = {
             k.decode("latin-1"): v.decode("latin-1")
             for k, v in scope["headers"]
-            if k.startswith(b"x-")
+            if k.startswith(b"x-") and k != b"x-api-key"
         }
         req = traits_mod.traits(
             body, headers, endpoint=endpoint, min_affinity_chars=self.config.min_affinity_chars
@@ -265,6 +315,7 @@ class Proxy:
             plan=chosen,
             send=send,
             t0=t0,
+            api=translation.api if translation is not None else None,
         )
         self.budget.deposit(now=t0)
         scope[METERED] = True

@@ -46,7 +46,7 @@ from mlxfleet_gateway import (
     watch,
 )
 from mlxfleet_gateway import settings as settings_mod
-from mlxfleet_gateway.core import balancer, budget, budgets, limits
+from mlxfleet_gateway.core import balancer, budget, budgets, conversations, limits
 
 log = logging.getLogger("mlxfleet_gateway")
 METRICS_MAX_CONNECTIONS = 64  # scrapers and probes; more are closed unanswered
@@ -232,6 +232,11 @@ async def serve(
         retry_budget=budget.RetryBudget(now=loop.time()),
         spend_gate=gate,
         mounted=console,
+        stored=conversations.Conversations(
+            max_turns=cfg.responses_max_stored,
+            max_bytes=cfg.responses_max_bytes,
+            ttl_s=cfg.responses_ttl_s,
+        ),
         config=proxy.ProxyConfig(
             allow_anonymous=cfg.allow_anonymous,
             max_body_bytes=cfg.max_body_bytes,

@@ -76,6 +76,10 @@ class Settings(BaseModel):
     telemetry_region: str | None = None
     telemetry_interval_s: float = Field(default=60.0, gt=0, le=3600)
     console: bool = False  # /console/ and /admin/v1/ on the same port (docs/console.md)
+    # /v1/responses conversations (previous_response_id), in this replica's memory
+    responses_max_stored: int = Field(default=10_000, ge=0, le=10_000_000)
+    responses_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    responses_ttl_s: float = Field(default=3600.0, gt=0)
     log_level: str = "info"
     access_log: bool = True  # one line per request (never its text): metering.ACCESS
 

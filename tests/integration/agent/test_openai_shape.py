@@ -23,9 +23,10 @@ pytestmark = pytest.mark.mlx
 ASK = [{"role": "user", "content": "Tell me a story"}]
 
 
-def _pieces(client: openai.OpenAI, **kwargs: Any) -> tuple[list[str], Any, Any]:
-    """(content of each event, the last finish_reason, the usage chunk)."""
-    pieces, finish, usage = [], None, None
+def _pieces(client: openai.OpenAI, **kwargs: Any) -> tuple[list[str], Any, Any, Any]:
+    """(content of each event, the last finish_reason, the usage chunk, the last stop_reason:
+    the stop string that ended it, vLLM's field)."""
+    pieces, finish, usage, stop_reason = [], None, None, None
     for chunk in client.chat.completions.create(
         model="tiny-a", messages=ASK, stream=True, temperature=0, **kwargs
     ):
@@ -34,12 +35,13 @@ def _pieces(client: openai.OpenAI, **kwargs: Any) -> tuple[list[str], Any, Any]:
         for choice in chunk.choices:
             pieces.append(choice.delta.content or "")
             finish = choice.finish_reason or finish
-    return pieces, finish, usage
+            stop_reason = getattr(choice, "stop_reason", None) or stop_reason
+    return pieces, finish, usage, stop_reason
 
 
 def test_the_usage_event_of_a_stream_is_a_chunk(serving_agent: Agent) -> None:
     client = serving_agent.openai()
-    _, _, usage = _pieces(client, max_tokens=8, stream_options={"include_usage": True})
+    _, _, usage, _ = _pieces(client, max_tokens=8, stream_options={"include_usage": True})
     assert usage is not None
     assert usage.object == "chat.completion.chunk"
     assert usage.usage.completion_tokens == 8
@@ -54,7 +56,9 @@ def test_the_usage_event_of_a_stream_is_a_chunk(serving_agent: Agent) -> None:
 
 def test_a_stop_string_stops_generation_as_openai_does(serving_agent: Agent) -> None:
     client = serving_agent.openai()
-    pieces, finish, usage = _pieces(client, max_tokens=40, stream_options={"include_usage": True})
+    pieces, finish, usage, _ = _pieces(
+        client, max_tokens=40, stream_options={"include_usage": True}
+    )
     assert finish == "length"
     assert usage is not None
     full = "".join(pieces)
@@ -72,12 +76,13 @@ def test_a_stop_string_stops_generation_as_openai_does(serving_agent: Agent) -> 
     assert direct["finish_reason"] == "length", "mlx_lm no longer blanks: the quirk is gone"
     assert stop not in direct["message"]["content"]  # cut out, generation went on
 
-    s_pieces, s_finish, s_usage = _pieces(
+    s_pieces, s_finish, s_usage, s_stop = _pieces(
         client, max_tokens=40, stop=[stop, "never-generated"],
         stream_options={"include_usage": True},
     )  # fmt: skip
     assert "".join(s_pieces) == expected
     assert s_finish == "stop"
+    assert s_stop == stop  # which one (vLLM's field)
     assert s_usage is not None
     assert s_usage.object == "chat.completion.chunk"
     assert s_usage.usage.prompt_tokens == usage.usage.prompt_tokens
@@ -88,6 +93,7 @@ def test_a_stop_string_stops_generation_as_openai_does(serving_agent: Agent) -> 
     )
     assert whole.choices[0].message.content == (expected or None)
     assert whole.choices[0].finish_reason == "stop"
+    assert getattr(whole.choices[0], "stop_reason", None) == stop
     assert whole.usage is not None
     assert whole.usage.prompt_tokens == usage.usage.prompt_tokens
 
@@ -98,7 +104,7 @@ def test_a_stop_string_stops_generation_as_openai_does(serving_agent: Agent) -> 
     assert logprobs.choices[0].finish_reason == "stop"
 
     # the agent still serves afterwards (the cut-off generation left nothing behind)
-    again, again_finish, _ = _pieces(client, max_tokens=40)
+    again, again_finish, _, _ = _pieces(client, max_tokens=40)
     assert "".join(again) == full
     assert again_finish == "length"
 

@@ -141,6 +141,7 @@ class Assembler:
         self._reasoning: list[str] = []
         self._tool_calls: list[Any] = []
         self._finish: Any = None
+        self._stop_reason: Any = None  # the stop string that ended it (the Stopper's)
         self._usage: dict[str, Any] | None = None
 
     def feed(self, raw: bytes) -> None:
@@ -190,6 +191,7 @@ class Assembler:
         self.events += 1
         if choice.get("finish_reason") is not None:
             self._finish = choice["finish_reason"]
+            self._stop_reason = choice.get("stop_reason")
         if not self.chat:
             _append(self._text, choice.get("text"))
             return
@@ -206,6 +208,8 @@ class Assembler:
 
     def result(self, *, served: str, fingerprint: str) -> bytes:
         choice: dict[str, Any] = {"index": 0, "finish_reason": self._finish}
+        if self._stop_reason is not None:
+            choice["stop_reason"] = self._stop_reason
         if self.chat:
             message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) or None}
             if self._reasoning:
@@ -263,7 +267,9 @@ class Stopper:
     """Ends a stream at the first stop string, as OpenAI's API does: text before it is passed
     on, the stop string and everything after it never are, and the last event says
     `finish_reason: "stop"`. Text that may be the start of a stop string is held back until the
-    next event tells. Fed whole SSE events (what `StreamScanner.feed` returns); events without
+    next event tells; that last event names the stop string in `stop_reason` (vLLM's field, which
+    the gateway's Anthropic translation reports as `stop_sequence`). Fed whole SSE events (what
+    `StreamScanner.feed` returns); events without
     text (role, usage, [DONE], keep-alive comments) pass as they are. Only requests with `stop`
     pay for it (one JSON parse per event)."""
 
@@ -292,11 +298,12 @@ class Stopper:
             self._last = obj
             text = self._held + (_text(choice, chat=self.chat) or "")
             self._held = ""
-            cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
+            cut, stop = _first_stop(text, self.stops)
             if cut >= 0:
                 self.stopped = True
                 _set_text(choice, text[:cut], chat=self.chat)
                 choice["finish_reason"] = "stop"
+                choice["stop_reason"] = stop
                 out.append(_event(obj))
                 break
             if choice.get("finish_reason") is None:
@@ -329,12 +336,19 @@ def stop_whole(body: bytes, stops: tuple[str, ...], *, chat: bool) -> bytes:
     text = _text(choice, chat=chat) if choice is not None else None
     if choice is None or text is None:
         return body
-    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    cut, stop = _first_stop(text, stops)
     if cut < 0:
         return body
     _set_text(choice, text[:cut], chat=chat)
     choice["finish_reason"] = "stop"
+    choice["stop_reason"] = stop
     return json.dumps(obj).encode()
+
+
+def _first_stop(text: str, stops: tuple[str, ...]) -> tuple[int, str]:
+    """(where the first stop string in `text` begins, which one), or (-1, "")."""
+    found = [(i, s) for s in stops if (i := text.find(s)) >= 0]
+    return min(found, key=lambda f: f[0]) if found else (-1, "")
 
 
 def _data(event: bytes) -> dict[str, Any] | None:
