@@ -52,6 +52,7 @@ def test_bad_objects_are_skipped_and_named() -> None:
         },
     )
     v.replace("provider-keys", {})
+    v.replace("budgets", {})
     assert not v.ready  # the nodes too
     v.replace("nodes", {"/n1": node("n1")})
     assert v.ready
