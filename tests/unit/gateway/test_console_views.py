@@ -3,6 +3,7 @@ rendered with them (strict: a name a template does not get fails), and the sessi
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -75,6 +76,16 @@ def test_a_mac_shows_weights_kv_free_and_the_rest_of_its_memory() -> None:
     assert n.slots[1].download.percent == 25
     assert n.models == ["chat", "big"]
     assert not n.thermal.known
+
+
+def test_a_small_model_on_a_big_mac_is_still_visible_in_the_bar() -> None:
+    bar = fleetview.MemoryBar(total=192 * GIB, weights=300_000, kv=0, free=150 * GIB, other=0)
+    bar = dataclasses.replace(bar, other=bar.total - bar.weights - bar.free)
+    widths = {cls: pct for cls, _, _, pct in bar.parts()}
+    assert widths["weights"] == fleetview.MIN_VISIBLE  # 0.0001 % of the bytes
+    assert widths["kv"] == 0  # nothing held: not drawn
+    assert sum(widths.values()) == pytest.approx(100, abs=0.05)  # each rounded to 0.01
+    assert widths["free"] == pytest.approx(100 * 150 / 192 - fleetview.MIN_VISIBLE, abs=0.02)
 
 
 def test_heat_and_gpu_show_when_the_agent_reports_them() -> None:

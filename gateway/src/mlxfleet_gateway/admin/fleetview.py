@@ -120,6 +120,9 @@ def _progress(value: Any) -> Progress | None:
     return Progress(done, total, _num(d.get("bytesPerSecond")))
 
 
+MIN_VISIBLE = 0.5  # percent: the narrowest a memory-bar part that holds anything is drawn
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryBar:
     """Bytes of the Mac's unified memory, by what holds them (they sum to `total`)."""
@@ -134,13 +137,21 @@ class MemoryBar:
         return round(100.0 * part / self.total, 2) if self.total else 0.0
 
     def parts(self) -> list[tuple[str, str, int, float]]:
-        """(css class, label, bytes, percent) left to right."""
-        return [
-            ("weights", "weights", self.weights, self.percent(self.weights)),
-            ("kv", "KV cache + runtime", self.kv, self.percent(self.kv)),
-            ("free", "free", self.free, self.percent(self.free)),
-            ("other", "macOS + reserve", self.other, self.percent(self.other)),
+        """(css class, label, bytes, percent of the bar's width) left to right. A part that holds
+        any bytes is at least `MIN_VISIBLE` percent wide (a small model's weights on a 192 GB
+        Mac would round to nothing), taken from the widest part."""
+        sizes = [
+            ("weights", "weights", self.weights),
+            ("kv", "KV cache + runtime", self.kv),
+            ("free", "free", self.free),
+            ("other", "macOS + reserve", self.other),
         ]
+        widths = [max(self.percent(b), MIN_VISIBLE) if b > 0 else 0.0 for _, _, b in sizes]
+        excess = sum(widths) - sum(self.percent(b) for _, _, b in sizes)
+        if excess > 0:
+            widest = max(range(len(widths)), key=widths.__getitem__)
+            widths[widest] = round(max(0.0, widths[widest] - excess), 2)
+        return [(cls, label, b, w) for (cls, label, b), w in zip(sizes, widths, strict=True)]
 
 
 @dataclass(frozen=True, slots=True)
