@@ -9,11 +9,13 @@ The chain that went through the old deny-list: an allowed Python program (here t
   (`backends.process`: the agent's own environment, then the slot's), runs code on this machine;
 - the agent refuses the slot (422 naming the variable and what is allowed) and no code runs;
 - a slot persisted with the chain (an older agent accepted it) is not restored, the others are;
-- a node narrows the list with `--allow-env`; an allowed variable still reaches the server.
+- a node narrows the list with `--allow-env`; an allowed variable still reaches the server;
+- the agent's own telemetry credentials in its environment never reach a backend.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -138,3 +140,44 @@ def test_a_persisted_slot_with_the_chain_is_not_restored(
     assert agent.api("GET", "/v1/slots/bad").status_code == 404
     assert "persisted slot no longer valid" in agent.log_path.read_text()
     assert not _appears(marker, 3.0)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc/PID/environ")
+def test_the_agents_own_credentials_never_reach_a_backend(
+    agent_factory: Callable[..., Agent], model_a: Path
+) -> None:
+    secret = "s3cr3t-telemetry-key"
+    agent = agent_factory(
+        extra=["--allow-command", SERVER],
+        env={
+            "MLXFLEET_TELEMETRY_SECRET_ACCESS_KEY": secret,
+            "AWS_SECRET_ACCESS_KEY": secret,
+            "MLXFLEET_UNRELATED_SETTING": "kept",
+        },
+    )
+    ok = agent.put_slot("env", slot_spec(model_a, "cmd", engine=_engine({"OMP_NUM_THREADS": "1"})))
+    assert ok.status_code in (200, 201, 202), ok.text
+    agent.wait_ready("env")
+    agent_env = (Path("/proc") / str(agent.proc.pid) / "environ").read_bytes()
+    assert secret.encode() in agent_env  # the control: the agent itself holds it
+    (backend,) = _children(agent.proc.pid)
+    env = dict(
+        item.split("=", 1)
+        for item in (Path("/proc") / str(backend) / "environ").read_bytes().decode().split("\0")
+        if "=" in item
+    )
+    assert env["OMP_NUM_THREADS"] == "1"  # the slot's allowed variable
+    assert env["MLXFLEET_UNRELATED_SETTING"] == "kept"  # the rest of the agent's environment
+    assert secret not in "".join(env.values())
+    assert not [n for n in env if n.startswith(("MLXFLEET_TELEMETRY_", "AWS_"))]

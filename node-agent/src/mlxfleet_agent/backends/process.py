@@ -28,6 +28,23 @@ from mlxfleet_agent.host import platform
 log = logging.getLogger(__name__)
 
 
+# The agent's own credentials in its environment (the telemetry upload's, MLXFLEET_TELEMETRY_* or
+# AWS_*): no backend needs them, and a `command` engine's program must not be able to read them.
+# A name a launch sets explicitly (an allowed engine variable) still reaches it. The Hugging Face
+# token stays reachable as join sets it up (HF_TOKEN_PATH): engines that download use it.
+AGENT_SECRET_PREFIXES = ("MLXFLEET_TELEMETRY_", "AWS_")
+
+
+def backend_env(launch_env: dict[str, str], parent: dict[str, str]) -> dict[str, str]:
+    """A backend's environment: the agent's, less its own credentials, plus the launch's."""
+    inherited = {
+        name: value
+        for name, value in parent.items()
+        if not name.startswith(AGENT_SECRET_PREFIXES)
+    }
+    return {**inherited, "PYTHONUNBUFFERED": "1", **launch_env}
+
+
 class BackendFailed(RuntimeError):
     """The backend could not start or become ready; the message carries the reason."""
 
@@ -84,7 +101,7 @@ class Backend:
     async def start(self) -> None:
         """Spawn the process (from the event loop's thread: PDEATHSIG is per forking thread)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.launch.env}
+        env = backend_env(dict(self.launch.env), dict(os.environ))
         self.log_path.write_bytes(b"")  # a new start, a new log
         with self.log_path.open("ab") as out:  # appending: `logrotate` may truncate it
             self.proc = await asyncio.create_subprocess_exec(
