@@ -48,6 +48,7 @@ class Fleet:
     ws: E2E
     nodes: dict[str, Agent] = field(default_factory=dict)  # InferenceNode name -> agent
     gateway: gws.Gateway | None = None
+    keys: list[tuple[str, str]] = field(default_factory=list)  # API key Secrets (namespace, name)
 
     def node(self, short: str) -> str:
         return f"{self.ws.label}-{short}"
@@ -74,6 +75,7 @@ class Fleet:
 
     def key(self, name: str, *, namespaces: str | None = None, **fields: Any) -> str:
         key, secret = gws.api_key_secret(name, namespaces=namespaces or self.ws.namespace, **fields)
+        self.keys.append((secret["metadata"]["namespace"], name))
         self.ws.apply(secret)
         return key
 
@@ -148,6 +150,10 @@ def fleet(
             cluster.kubectl("-n", AGENT_SECRETS, "delete", "secret", f"agent-{node}", check=False)
         for secret in ws.secrets:
             cluster.kubectl("-n", AGENT_SECRETS, "delete", "secret", secret, check=False)
+        # the keys live in the gateway's namespace, shared by every test's gateway: a key left
+        # there (an expired one, one near its limit) shows in the next module's gateway metrics
+        for namespace, name in fl.keys:
+            cluster.kubectl("-n", namespace, "delete", "secret", name, check=False)
 
 
 # ---------------------------------------------------------------------------------- load

@@ -415,7 +415,10 @@ def test_join_registers_rejoin_is_idempotent_and_leave_drains(
                 "--unit-dir", str(root / "units"), "--timeout", "150",
                 env={"KUBECONFIG": str(cluster.kubeconfig)})  # fmt: skip
     assert leave.returncode == 0, leave.stderr
-    assert "waiting for 1 replica(s) to move" in leave.stderr
+    # it says what is still there and why, as `kubectl mlxfleet drain` does, then that it drained
+    assert f"1 replica(s) still on {node}: {e2e.namespace}/chat" in leave.stderr
+    assert f"       {e2e.namespace}/chat: " in leave.stderr  # with its Ready reason
+    assert f"drained {node} (" in leave.stderr
     md = e2e.get("mdep", "chat")
     assert [p["node"] for p in md["status"]["placements"]] == [f"{e2e.label}-second"]
     assert md["status"]["readyReplicas"] == 1

@@ -3,7 +3,8 @@
 A block is marked in the Markdown by an HTML comment on the line before its fence:
 `<!-- test: NAME -->`. `run_block` runs one with bash (-euo pipefail) after plain text
 substitutions (real names -> loopback ones). `anchors` lists a page's heading anchors as GitHub
-makes them (link checks, runbook links).
+makes them (link checks, runbook links). `table` reads the Markdown table under a heading (the
+reports' tables) by column name.
 May import: the standard library. Called by: tests.
 """
 
@@ -60,3 +61,18 @@ def anchors(page: Path) -> set[str]:
     """The anchors of every heading of a Markdown page (not those inside code blocks)."""
     text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
     return {slug(m) for m in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
+
+
+def table(markdown: str, heading: str) -> list[dict[str, str]]:
+    """The rows of the first table under the heading `heading` (any level), each by its column
+    names: a cell is found by name, whatever other tables hold the same first column."""
+    found = re.search(rf"^#{{1,6}} {re.escape(heading)}\n(.*?)(?=^#{{1,6}} |\Z)", markdown,
+                      flags=re.S | re.M)  # fmt: skip
+    if found is None:
+        raise AssertionError(f"no heading {heading!r}")
+    lines = [line for line in found.group(1).splitlines() if line.startswith("|")]
+    if len(lines) < 2:
+        raise AssertionError(f"no table under {heading!r}")
+    cells = [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in lines]
+    names = cells[0]
+    return [dict(zip(names, row, strict=True)) for row in cells[2:]]

@@ -41,6 +41,7 @@ class Agent:
     data_url: str
     token: str
     args: list[str] = field(default_factory=list)
+    clients: list[openai.OpenAI] = field(default_factory=list, repr=False)  # closed by cleanup
 
     @property
     def auth(self) -> dict[str, str]:
@@ -101,9 +102,14 @@ class Agent:
         raise AssertionError(f"swap {swap_count} of {name} never finished:\n{self.log_tail()}")
 
     def openai(self, **kwargs: Any) -> openai.OpenAI:
-        return openai.OpenAI(
+        """A client of the data plane, closed when the agent is cleaned up: a test that fails
+        mid-request leaves its client in the traceback, and its socket, collected later, failed
+        another test as an unraisable ResourceWarning."""
+        client = openai.OpenAI(
             base_url=self.data_url + "/v1", api_key="unused", max_retries=0, **kwargs
         )
+        self.clients.append(client)
+        return client
 
     def backends(self) -> list[psutil.Process]:
         try:
@@ -213,7 +219,9 @@ def start_agent(
 
 
 def cleanup(agent: Agent) -> None:
-    """Stop the agent; kill (and report) anything it left behind."""
+    """Close its clients, stop the agent; kill (and report) anything it left behind."""
+    for client in agent.clients:
+        client.close()
     backends = agent.backends()
     agent.stop()
     for proc in backends + backend_processes_using(agent.state_dir):

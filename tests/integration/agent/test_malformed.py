@@ -8,10 +8,12 @@ from typing import Any
 
 import httpx
 import openai
+import pydantic
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 
+from mlxfleet_agent import contract
 from tests.integration.agent.conftest import Agent, slot_spec
 
 pytestmark = [pytest.mark.mlx, pytest.mark.timeout(300)]
@@ -257,6 +259,21 @@ def test_client_fields_that_load_other_weights_are_dropped(serving_agent: Agent)
 
 # ---- schema-driven fuzzing of the control API ---------------------------------------------------
 
+CREDENTIALS = ("PUT", "/v1/credentials")
+
+
+def _gives_keys(case: Any) -> bool:
+    """A valid PUT /v1/credentials: the agent would hold keys of its own, and its data plane
+    (open on loopback while it has none) would refuse this module's keyless requests from then
+    on, as it should. It changes the serving agent as a PUT of slot `a` would."""
+    if (case.method.upper(), case.path) != CREDENTIALS:
+        return False
+    try:
+        contract.NodeCredentials.model_validate(case.body)
+    except pydantic.ValidationError:
+        return False
+    return True
+
 
 def test_control_api_fuzz_never_5xx(serving_agent: Agent) -> None:
     """Every operation of /openapi.json, with generated (valid and invalid) inputs."""
@@ -264,12 +281,17 @@ def test_control_api_fuzz_never_5xx(serving_agent: Agent) -> None:
     schema = schemathesis.openapi.from_dict(raw)
     headers = {"Authorization": f"Bearer {serving_agent.token}"}
     seen: list[int] = []
+    refused: list[int] = []  # PUT /v1/credentials, with invalid keys
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 8
 
     for operation in operations:
+        # valid keys would close the serving agent's data plane (`_gives_keys`): invalid ones only
+        gives_keys = (operation.method.upper(), operation.path) == CREDENTIALS
+        modes = schemathesis.GenerationMode
+        mode = modes.NEGATIVE if gives_keys else modes.POSITIVE
 
-        @given(case=operation.as_strategy())
+        @given(case=operation.as_strategy(mode))
         @settings(
             max_examples=25,
             deadline=None,
@@ -280,14 +302,19 @@ def test_control_api_fuzz_never_5xx(serving_agent: Agent) -> None:
         def run(case: Any) -> None:
             if case.path_parameters and case.path_parameters.get("name") == "a":
                 case.path_parameters["name"] = "not-a"  # the serving slot must stay as it is
+            assume(not _gives_keys(case))  # ... and its data plane open, as it is
             resp = case.call(base_url=serving_agent.control_url, headers=headers)
             seen.append(resp.status_code)
             assert resp.status_code < 500, (case.method, case.formatted_path, resp.text)
+            if (case.method.upper(), case.path) == CREDENTIALS:
+                refused.append(resp.status_code)
+                assert resp.status_code >= 400, ("the agent took these keys", case.body)
             if resp.status_code >= 400:
                 assert resp.json()["error"]["message"]
 
         run()
     assert len(seen) > 100
+    assert refused, "PUT /v1/credentials was not fuzzed"
     assert any(code >= 400 for code in seen)
 
 
@@ -295,6 +322,7 @@ def test_state_unchanged_after_everything(
     serving_agent: Agent, before: list[dict[str, Any]]
 ) -> None:
     assert serving_agent.proc.poll() is None, "the agent crashed"
+    assert serving_agent.state()["credentials"] is None  # no keys: the data plane is still open
     after = _snapshot(serving_agent)
     assert [s for s in after if s["name"] == "a"] == before
     reply = serving_agent.openai(timeout=30.0).completions.create(

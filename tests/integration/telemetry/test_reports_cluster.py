@@ -21,6 +21,7 @@ from mlxfleet_operator.adapters import objectstore
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.dev import controlplane
 from mlxfleet_operator.reports import cli, fixture
+from tests.support import docs
 from tests.support import s3 as s3support
 
 pytestmark = [pytest.mark.cluster, pytest.mark.s3]
@@ -196,8 +197,10 @@ def test_report_yaml_overrides_one_field_of_an_inference_node(
     assert rc == 0
     md = (out / "weekly-2026-W41.md").read_text()
     assert "spec.cost is not set" not in md
-    rows = {line.split(" | ")[0].strip("| "): line for line in md.splitlines()}
-    assert rows[names["mini-2"]].split(" | ")[8] == rows[names["mini-1"]].split(" | ")[8]  # cost
+    # the nodes' table (the hot spots' table below it has rows for the same nodes)
+    rows = {row["node"]: row for row in docs.table(md, "Nodes: memory headroom and cost")}
+    assert rows[names["mini-2"]]["cost"] == rows[names["mini-1"]]["cost"]  # priced from the YAML
+    assert rows[names["mini-2"]]["cost"].startswith("$")
 
 
 def test_an_identity_without_rights_is_a_clear_error(
