@@ -38,9 +38,7 @@ AGENT_SECRET_PREFIXES = ("MLXFLEET_TELEMETRY_", "AWS_")
 def backend_env(launch_env: dict[str, str], parent: dict[str, str]) -> dict[str, str]:
     """A backend's environment: the agent's, less its own credentials, plus the launch's."""
     inherited = {
-        name: value
-        for name, value in parent.items()
-        if not name.startswith(AGENT_SECRET_PREFIXES)
+        name: value for name, value in parent.items() if not name.startswith(AGENT_SECRET_PREFIXES)
     }
     return {**inherited, "PYTHONUNBUFFERED": "1", **launch_env}
 
