@@ -105,7 +105,7 @@ def _backends(pid: int) -> int:
     return count
 
 
-def direct_cold(client: httpx.Client, agent: Any, model: Path) -> float:
+def direct_cold(client: httpx.Client, agent: Any, node: str, model: Path) -> float:
     """PUT the slot on the agent, stream at once (the gate holds it): load + warm-up + 1st token."""
     control = {"Authorization": f"Bearer {agent.token}"}
     spec = {
@@ -115,7 +115,7 @@ def direct_cold(client: httpx.Client, agent: Any, model: Path) -> float:
         "maxConcurrency": 4,
     }
     body = {"model": DIRECT_SLOT, "messages": PROMPT, "max_tokens": 4, "stream": True}
-    data = {"Authorization": f"Bearer {gws.FLEET_KEY}", "x-mlxfleet-slot": DIRECT_SLOT}
+    data = {"Authorization": f"Bearer {gws.node_key(node)}", "x-mlxfleet-slot": DIRECT_SLOT}
     t0 = time.perf_counter()
     put = client.put(f"{agent.url}/v1/slots/{DIRECT_SLOT}", json=spec, headers=control)
     put.raise_for_status()
@@ -166,14 +166,15 @@ def _sleeping(fl: gwfleet.Fleet, agent: Any) -> bool:
 def measure(fl: gwfleet.Fleet, gw: gws.Gateway, model: Path, args: argparse.Namespace) -> Results:
     """Each round both at the same moment (two threads, a barrier): the machine's load, which
     moves a load time by seconds here, is the same for both."""
-    sleepy, direct = fl.nodes[fl.node("n1")], fl.nodes[fl.node("n2")]
+    direct_node = fl.node("n2")
+    sleepy, direct = fl.nodes[fl.node("n1")], fl.nodes[direct_node]
     slot = naming.slot_name(fl.ws.namespace, "cold")
     out = Results(idle_s=args.idle_s)
     body = {"model": "cold", "messages": PROMPT, "max_tokens": 4, "stream": True}
     url = gw.url + "/v1/chat/completions"
     with httpx.Client() as client:
         first_token(client, url, body, {})  # the first load fetches and sizes the weights
-        direct_cold(client, direct, model)  # and the direct one's copy of the weights
+        direct_cold(client, direct, direct_node, model)  # and the direct one's copy of the weights
         for i in range(args.rounds):
             gwfleet.wait_for(
                 "cold asleep", lambda: _sleeping(fl, sleepy), timeout=120, interval=0.2
@@ -206,7 +207,7 @@ def measure(fl: gwfleet.Fleet, gw: gws.Gateway, model: Path, args: argparse.Name
             def straight(barrier: threading.Barrier = barrier, got: dict[str, Any] = got) -> None:
                 with httpx.Client() as own:
                     barrier.wait()
-                    got["direct"] = direct_cold(own, direct, model)
+                    got["direct"] = direct_cold(own, direct, direct_node, model)
 
             threads = [threading.Thread(target=f) for f in (via_gateway, straight)]
             for t in threads:

@@ -126,6 +126,8 @@ async def stream(side: Side, *, max_tokens: int, messages: Any = PROMPT) -> Stre
             tail = (tail + chunk)[-64:]
     out.seconds = time.perf_counter() - t0
     out.ok = r.status_code == 200 and b"[DONE]" in tail
+    if not out.ok:
+        print(f"{side.name} {side.model}: {r.status_code} after {out.events} events: {tail!r}")
     return out
 
 
@@ -298,7 +300,7 @@ async def measure(
 ) -> dict[str, Any]:
     n1 = fl.nodes[fl.node("n1")]
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    auth = {"Authorization": f"Bearer {gws.FLEET_KEY}"}
+    auth = {"Authorization": f"Bearer {gws.node_key(fl.node('n1'))}"}  # n1's own data-plane key
     async with (
         httpx.AsyncClient(timeout=120, limits=limits, trust_env=False, headers=auth) as dc,
         httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as gc,
@@ -580,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         (port,) = processes.free_ports(1)
         n1_data = fl.nodes[n1].data_url
         floor = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.floor_proxy", str(port), n1_data, gws.FLEET_KEY]
+            [sys.executable, "-m", "benchmarks.floor_proxy", str(port), n1_data, gws.node_key(n1)]
         )
         gwfleet.wait_for("the floor proxy listens", lambda: _listening(port), timeout=60)
         try:
