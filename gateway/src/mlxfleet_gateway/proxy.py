@@ -16,8 +16,8 @@ deployment wait there while it loads). `/v1/responses` and `/v1/messages` are ch
 in other shapes: `dialects` translates the body on its way in and wraps the client's `send`, and
 the request goes through this same path. The OpenAI error shape and the ASGI plumbing are the
 agent data plane's (`mlxfleet_agent.openai_proxy`), as is the HTTP client.
-May import: the standard library, core, mlxfleet_agent (httpclient, openai_proxy), calls, relay,
-liveness, metering, listing, activator, view, shipper, metrics, dialects.
+May import: the standard library, core, mlxfleet_agent (contract, httpclient, openai_proxy),
+calls, relay, liveness, metering, listing, activator, view, shipper, metrics, dialects.
 Called by: server (mounts it under uvicorn; wires `origins` to the health prober and the sweep).
 """
 
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
+from mlxfleet_agent import contract
 from mlxfleet_agent import httpclient as upstream
 from mlxfleet_agent import openai_proxy as asgi
 from mlxfleet_gateway import (
@@ -64,18 +65,15 @@ Receive = asgi.Receive
 Send = asgi.Send
 When = calls.When
 
-ENDPOINTS = {
-    "/v1/chat/completions": "chat/completions",
-    "/chat/completions": "chat/completions",
-    "/v1/completions": "completions",
-    "/completions": "completions",
-    "/v1/embeddings": "embeddings",
-    "/embeddings": "embeddings",
-    "/v1/rerank": "rerank",  # the shape Jina/Cohere/vLLM clients use (engine mlx-rerank)
-    "/rerank": "rerank",
-    "/v2/rerank": "rerank",
+# the gateway's name of each endpoint is the path it sends upstream after its prefix, `/v1/`
+# to an agent (its metrics and access log say these: `chat/completions`)
+NAMES = {
+    capability: path.removeprefix("/v1/")
+    for path, capability in contract.ENDPOINTS.items()
+    if path.startswith("/v1/")
 }
-SLOT_HEADER = b"x-mlxfleet-slot"  # names the agent slot (with the node's own key only)
+ENDPOINTS = {path: NAMES[capability] for path, capability in contract.ENDPOINTS.items()}
+SLOT_HEADER = contract.SLOT_HEADER  # names the agent slot (with the node's own key only)
 
 
 class Mounted(Protocol):

@@ -17,6 +17,7 @@ import httpx
 import openai
 import pytest
 
+from mlxfleet_agent import contract
 from tests.integration.agent.conftest import Agent
 
 pytestmark = pytest.mark.mlx
@@ -52,6 +53,18 @@ def test_the_usage_event_of_a_stream_is_a_chunk(serving_agent: Agent) -> None:
     last = list(text)[-1]
     assert last.usage is not None
     assert last.object == "text_completion"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p, c in contract.ENDPOINTS.items() if c in (contract.Capability.CHAT, "completions")],
+)
+def test_every_generating_path_of_the_contract_is_served(serving_agent: Agent, path: str) -> None:
+    """Issue 27: the data plane's paths are the contract's table (it had no `/completions`)."""
+    body: dict[str, Any] = {"model": "tiny-a", "max_tokens": 2}
+    body |= {"messages": ASK} if "chat" in path else {"prompt": "Once"}
+    answer = httpx.post(serving_agent.data_url + path, json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
 
 
 def test_a_stop_string_stops_generation_as_openai_does(serving_agent: Agent) -> None:

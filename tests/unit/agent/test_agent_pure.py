@@ -16,6 +16,7 @@ from mlxfleet_agent import contract, service_units
 from mlxfleet_agent.backends import mlxlm, ranks, readiness
 from mlxfleet_agent.dataplane import errors, routing
 from mlxfleet_agent.host import files
+from mlxfleet_agent.join import files as join_files
 from mlxfleet_agent.runtime import settings
 from mlxfleet_agent.slots import statefile, swap
 
@@ -300,6 +301,30 @@ def test_write_atomic_replaces_whole_file(tmp_path: Path) -> None:
     files.write_atomic(target, b"two")
     assert target.read_bytes() == b"two"
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
+
+
+def test_write_atomic_gives_the_file_its_mode_private_by_default(tmp_path: Path) -> None:
+    files.write_atomic(tmp_path / "state.json", b"{}")
+    files.write_atomic(tmp_path / "agent.yaml", b"a: 1\n", mode=0o644)
+    assert (tmp_path / "state.json").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "agent.yaml").stat().st_mode & 0o777 == 0o644
+
+
+def test_join_writes_through_the_one_atomic_writer(tmp_path: Path) -> None:
+    """join's `Writer` (issue 27: it had an atomic writer of its own): the mode it is given, the
+    content only when it changes, nothing in a dry run, no temporary file left."""
+    said: list[str] = []
+    target = tmp_path / "etc" / "agent.yaml"
+    assert join_files.Writer(dry_run=True, say=said.append).write(target, "a: 1\n")
+    assert said == [f"would write {target}"]
+    assert not target.parent.exists()
+    writer = join_files.Writer(dry_run=False, say=said.append)
+    assert writer.write(target, "a: 1\n", mode=0o640)
+    assert target.read_text() == "a: 1\n"
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert not writer.write(target, "a: 1\n", mode=0o600)  # same content: only the mode
+    assert target.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in target.parent.iterdir()] == ["agent.yaml"]
 
 
 def test_shipped_service_examples_are_current() -> None:

@@ -5,14 +5,15 @@ the gateway and hollow agents import. Field names on the wire are camelCase, Pyt
 snake_case. Every public name of the submodules is re-exported here, so callers write
 `from mlxfleet_agent import contract` and `contract.SlotSpec`.
 
-- `base`: `Wire`/`StrictWire`, `API_PREFIX`, `DNS_LABEL`;
+- `base`: `Wire`/`StrictWire`, `API_PREFIX`, `DNS_LABEL`, `SLOT_HEADER` (the slot a request is for);
 - `sources`: the source string check (`check_source`, `ModelSource`);
 - `slots`: `SlotSpec`, `SlotStatus`, swap policy, `SwapRecord`;
 - `shards`: `RankSpec` (one rank of a sharded group), its backend and mode;
 - `models`: the model store (`CachedModel`, `ModelShape`, `PrefetchRequest`, `DownloadProgress`,
   `Transfer`);
 - `state`: GET /v1/state (`AgentState`);
-- `engines`: `EngineSpec` (a slot's engine and its options), `Capability`, `EngineInfo`;
+- `engines`: `EngineSpec` (a slot's engine and its options), `Capability`, `EngineInfo`,
+  `ENDPOINTS` (each OpenAI-style path the data planes serve -> its `Capability`);
 - `errors`: error bodies (`ErrorBody`, `InsufficientMemory`);
 - `telemetry`: `TelemetryInterval` and its object key;
 - `credentials`: per-node keys (`NodeCredentials`, `CredentialsStatus`) and their derivation from
@@ -23,7 +24,7 @@ operator (api, core, adapters, reports), the gateway.
 """
 
 from mlxfleet_agent.contract import credentials
-from mlxfleet_agent.contract.base import API_PREFIX, DNS_LABEL, StrictWire, Wire
+from mlxfleet_agent.contract.base import API_PREFIX, DNS_LABEL, SLOT_HEADER, StrictWire, Wire
 from mlxfleet_agent.contract.credentials import CredentialsStatus, NodeCredentials
 from mlxfleet_agent.contract.engines import (
     COMMAND_ENV_NAMES,
@@ -132,6 +133,7 @@ __all__ = [
     "S3_BUCKET",
     "SHARD_SIZE_MAX",
     "SHARD_SIZE_MIN",
+    "SLOT_HEADER",
     "SOURCE_SCHEMES",
     "TELEMETRY_KEY_LAYOUT",
     "TELEMETRY_NODE",

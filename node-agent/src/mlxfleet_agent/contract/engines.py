@@ -42,11 +42,19 @@ class Capability(enum.StrEnum):
     RERANK = "rerank"  # POST /v1/rerank
 
 
-ENDPOINTS: Mapping[Capability, tuple[str, ...]] = {
-    Capability.CHAT: ("/v1/chat/completions", "/chat/completions"),
-    Capability.COMPLETIONS: ("/v1/completions", "/completions"),
-    Capability.EMBEDDINGS: ("/v1/embeddings", "/embeddings"),
-    Capability.RERANK: ("/v1/rerank", "/rerank", "/v2/rerank"),
+# The OpenAI-style paths the agent's data plane and the gateway serve, and which endpoint each
+# is: the one table both derive theirs from (each keeps its own spelling of the name in its
+# metrics and logs: the agent `chat.completions`, the gateway `chat/completions`).
+ENDPOINTS: Mapping[str, Capability] = {
+    "/v1/chat/completions": Capability.CHAT,
+    "/chat/completions": Capability.CHAT,
+    "/v1/completions": Capability.COMPLETIONS,
+    "/completions": Capability.COMPLETIONS,
+    "/v1/embeddings": Capability.EMBEDDINGS,
+    "/embeddings": Capability.EMBEDDINGS,
+    "/v1/rerank": Capability.RERANK,  # the shape Jina/Cohere/vLLM clients use (engine mlx-rerank)
+    "/rerank": Capability.RERANK,
+    "/v2/rerank": Capability.RERANK,
 }
 
 

@@ -13,7 +13,7 @@ the route's backend (queueing while it is not ready) and hand it to `relay`, whi
 request and passes the answer back as it arrives. The lease is held until the last byte, so a
 swap never cuts a request. Every refusal is an OpenAI-shaped `errors.RouteError`. Raw ASGI and
 raw sockets rather than a framework and an HTTP client keep the added latency per request small.
-May import: the standard library, openai_proxy (ASGI plumbing), slots.lease,
+May import: the standard library, contract, openai_proxy (ASGI plumbing), slots.lease,
 telemetry.recorder, dataplane (budget, errors, relay, routing). Never the control API.
 Called by: runtime (serves it on the data port).
 """
@@ -25,34 +25,28 @@ import json
 import time
 from typing import Any, Protocol
 
+from mlxfleet_agent import contract
 from mlxfleet_agent import openai_proxy as asgi
 from mlxfleet_agent.dataplane import budget, relay, routing
 from mlxfleet_agent.dataplane.errors import RouteError
 from mlxfleet_agent.slots import lease
 from mlxfleet_agent.telemetry import recorder
 
-SLOT_HEADER = b"x-mlxfleet-slot"  # honoured only from a caller holding a data-plane key
+SLOT_HEADER = contract.SLOT_HEADER  # honoured only from a caller holding a data-plane key
 NO_KEY = (
     "missing or invalid API key (this node's data plane has no key yet: the operator sends the "
     "node its own once a person approved it)"
 )
-ENDPOINTS = {
-    "/v1/chat/completions": "chat.completions",
-    "/chat/completions": "chat.completions",
-    "/v1/completions": "completions",
-    "/v1/embeddings": "embeddings",
-    "/embeddings": "embeddings",
-    "/v1/rerank": "rerank",
-    "/rerank": "rerank",
-    "/v2/rerank": "rerank",
+# the data plane's name of each endpoint (its metrics, logs and telemetry say these)
+NAMES = {
+    contract.Capability.CHAT: "chat.completions",
+    contract.Capability.COMPLETIONS: "completions",
+    contract.Capability.EMBEDDINGS: "embeddings",
+    contract.Capability.RERANK: "rerank",
 }
+ENDPOINTS = {path: NAMES[capability] for path, capability in contract.ENDPOINTS.items()}
 # what a slot's engine must serve to receive an endpoint (contract.Capability values)
-CAPABILITY = {
-    "chat.completions": "chat",
-    "completions": "completions",
-    "embeddings": "embeddings",
-    "rerank": "rerank",
-}
+CAPABILITY = {name: capability.value for capability, name in NAMES.items()}
 
 
 class Keys(Protocol):

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["ENDPOINTS", "Capability", "EngineOptions"]
+__all__ = ["Capability", "EngineOptions"]
 
-from mlxfleet_agent.contract.engines import ENDPOINTS, Capability, EngineOptions
+from mlxfleet_agent.contract.engines import Capability, EngineOptions
 
 
 @dataclass(frozen=True, slots=True)

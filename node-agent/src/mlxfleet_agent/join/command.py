@@ -14,7 +14,7 @@ leave: with a kubeconfig allowed to patch and delete InferenceNodes and the Secr
 the bootstrap token can do neither): cordon and drain the node, wait until no replica is left on
 it (reporting what is still there and why, as `kubectl mlxfleet drain` does), stop the
 service, delete the InferenceNode and the Secret, remove the unit and the files.
-May import: the standard library, join modules, `service_units`, `drainreport`.
+May import: the standard library, join modules, `service_units`, `drainreport`, `host.files`.
 Called by: mlxfleet_agent.cli.
 """
 
@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from mlxfleet_agent import drainreport
+from mlxfleet_agent.host import files as host_files
 from mlxfleet_agent.join import (
     account,
     configmerge,
@@ -158,7 +159,7 @@ def join(args: argparse.Namespace) -> int:
               "caFile": str(args.ca_file.resolve()) if args.ca_file else None,
               "secretsNamespace": secrets_namespace, "user": local.user,
               "agentConfig": local.agent_config}  # fmt: skip
-    files.write_private(record_path, json.dumps(record, indent=2))
+    host_files.write_atomic(record_path, json.dumps(record, indent=2).encode())
     objects = [
         ("secret", kubeapi.secrets_path(secrets_namespace),
          plan.secret(node, namespace=secrets_namespace, token=agent_token, ca_pem=cert_pem)),
@@ -174,7 +175,7 @@ def join(args: argparse.Namespace) -> int:
             raise _refused(exc, kind, name) from None
         if fresh:
             created.append(kind)
-            files.write_private(record_path, json.dumps(record, indent=2))
+            host_files.write_atomic(record_path, json.dumps(record, indent=2).encode())
             say(f"created {kind}/{name}")
         elif kind in created:
             say(f"{kind}/{name} exists (registered by an earlier join)")
@@ -188,7 +189,7 @@ def join(args: argparse.Namespace) -> int:
     if start:
         machine.service("start", unit)
         record["started"] = True
-        files.write_private(record_path, json.dumps(record, indent=2))
+        host_files.write_atomic(record_path, json.dumps(record, indent=2).encode())
         say(f"started {unit.name}")
     else:
         say(f"not started: run `mlxfleet-agent serve --config {layout.config}` or install {unit}")

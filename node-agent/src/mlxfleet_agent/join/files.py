@@ -1,37 +1,20 @@
-"""Private files written atomically: a temporary file (0600 from its creation) in the same
-directory, fsynced, then renamed over the target; a crash leaves the old file or the new one.
-`Writer` is how join writes (owner and mode after the rename; a dry run writes nothing).
-May import: the standard library, join.account. Called by: join.command.
+"""How join writes files: `Writer` writes each one atomically and privately (the agent's one
+writer, `host.files.write_atomic`), then sets its owner; a dry run writes nothing and says what
+it would write. `remove` deletes a file that may be gone already.
+May import: the standard library, host.files, join.account. Called by: join.command.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlxfleet_agent.host import files
 from mlxfleet_agent.join import account
 
 Owner = tuple[int, int, int] | None
-
-
-def write_private(path: Path, data: str | bytes, *, mode: int = 0o600) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # 0600 from the start
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data.encode() if isinstance(data, str) else data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def remove(path: Path) -> bool:
@@ -61,7 +44,7 @@ class Writer:
                 self.say(f"would write {path}")
             return changed
         if changed:
-            write_private(path, data, mode=mode)
+            files.write_atomic(path, data.encode(), mode=mode)
         else:
             os.chmod(path, mode)
         account.apply(path, owner)
