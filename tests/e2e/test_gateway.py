@@ -518,7 +518,12 @@ def test_usage_per_key_matches_what_clients_received_and_no_text_leaves(setup: S
     assert {r.team for r in rows} == {"search"}
     assert {r.namespace for r in rows} == {setup.ns_a}
     objects = _bucket_objects(setup.s3, setup.bucket)
-    assert all(k.startswith(f"{PREFIX}/v1/date=") and "/node=gateway-e2e-" in k for k in objects)
+    # the intervals, and each replica's month so far (the console's usage and budgets read it)
+    assert all(
+        (k.startswith(f"{PREFIX}/v1/date=") and "/node=gateway-e2e-" in k)
+        or (k.startswith(f"{PREFIX}/v1/month-to-date/month=") and k.endswith(".json"))
+        for k in objects
+    ), sorted(objects)
     everything = "\n".join(
         [*objects, *objects.values(), setup.gateway.metrics(), setup.gateway.log()]
     )
@@ -533,9 +538,9 @@ def test_usage_per_key_matches_what_clients_received_and_no_text_leaves(setup: S
     assert sum(line["prompt_tokens"] for line in mine) == prompt
     assert sum(line["completion_tokens"] for line in mine) == completion
     assert {line["status"] for line in mine} == {200}
-    assert {line["outcome"] for line in mine} == {"ok"}
+    assert {line["outcome"] for line in mine} == {"ok"}, json.dumps([x for x in mine if x["outcome"] != "ok"])
     assert {line["stream"] for line in mine} == {True, False}
-    assert all(line["duration_ms"] >= line["ttfb_ms"] > 0 for line in mine)
+    assert all(line["duration_ms"] >= line["ttfb_ms"] > 0 for line in mine), mine
     assert {line["model"] for line in mine} == {"chat", "chat-a", "chat-b"}
 
 

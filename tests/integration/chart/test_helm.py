@@ -181,7 +181,10 @@ def uninstall_release(
     storage is (re)initializing") when it was deleted before anything had listed its objects:
     the CRD finalizer then builds the kind's watch cache itself. Listing first avoids that path.
     """
-    kinds = "inferencenodes.mlxfleet.io,modeldeployments.mlxfleet.io,swapplans.mlxfleet.io"
+    kinds = (
+        "inferencenodes.mlxfleet.io,modeldeployments.mlxfleet.io,swapplans.mlxfleet.io,"
+        "modeldemands.mlxfleet.io"
+    )
     wait_for(
         "our kinds listable",
         lambda: plane.kubectl("get", kinds, "-A", check=False).returncode == 0,
@@ -229,7 +232,7 @@ def test_install_run_upgrade_uninstall(
         installed = release_objects(helm)
         assert [k for k, _, _ in installed if k == "CustomResourceDefinition"] == [
             "CustomResourceDefinition"
-        ] * 4
+        ] * 5  # ModelDeployment, InferenceNode, SwapPlan, ModelRoute, ModelDemand
         assert not {"ServiceMonitor", "PodMonitor"} & {k for k, _, _ in installed}
         for kind, namespace, name in installed:
             assert exists(plane, kind, namespace, name), (kind, namespace, name)
@@ -360,7 +363,7 @@ def test_install_run_upgrade_uninstall(
         assert exists(plane, kind, namespace, name) == (kind == "CustomResourceDefinition"), name
     assert labelled_leftovers(plane) == [
         f"customresourcedefinition.apiextensions.k8s.io/{p}.mlxfleet.io"
-        for p in ("inferencenodes", "modeldeployments", "modelroutes", "swapplans")
+        for p in ("inferencenodes", "modeldemands", "modeldeployments", "modelroutes", "swapplans")
     ]
     assert plane.kubectl("-n", NAMESPACE, "get", "secrets", "-l", "owner=helm", "-o",
                          "name").stdout.strip() == ""  # fmt: skip

@@ -63,6 +63,7 @@ def test_defaults_render_the_operator_crds_and_dashboard(helm_cli: Helm) -> None
         "CustomResourceDefinition",
         "CustomResourceDefinition",
         "CustomResourceDefinition",
+        "CustomResourceDefinition",  # ModelDemand (the gateway's requests for sleeping models)
         "Deployment",
         "PodDisruptionBudget",
         "Role",  # the operator's Lease, by name
