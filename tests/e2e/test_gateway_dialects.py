@@ -11,6 +11,7 @@ tries a backend nobody listens to, then falls back to `chat`.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -793,3 +794,27 @@ def test_usage_per_key_equals_what_the_sdks_reported_and_no_text_is_logged(setup
     everything = setup.gateway.log() + setup.gateway.metrics()
     for canary in canaries:
         assert canary[len("CANARY-") :] not in everything
+
+
+def test_a_stream_the_sdk_closes_at_done_is_ok_not_client_gone(setup: Setup) -> None:
+    """The openai SDK closes the response as soon as it reads `data: [DONE]`; a backend that ends
+    its chunked body a moment later (here 1 s) must not make a delivered stream an error."""
+    name = setup.key_name("a")
+    setup.provider.server.done_hold_s = 1.0
+    try:
+        chunks = list(
+            setup.openai("a").chat.completions.create(
+                model="tooly", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+        )
+        assert chunks
+        time.sleep(1.5)  # the gateway finishes the exchange after the held end
+    finally:
+        setup.provider.server.done_hold_s = 0.0
+    lines = [
+        json.loads(line)
+        for line in setup.gateway.log().splitlines()
+        if '"logger": "mlxfleet_gateway.access"' in line
+    ]
+    last = [line for line in lines if line.get("key") == name and line.get("model") == "tooly"][-1]
+    assert (last["outcome"], last["error"]) == ("ok", None), last

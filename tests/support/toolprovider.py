@@ -6,7 +6,8 @@ given `tools`, it answers "Let me check." and a call of the first tool with `ARG
 (streamed as OpenAI streams it: the call's id and name first, the arguments in two pieces,
 `finish_reason: tool_calls`); without tools, "ok". Usage is `PROMPT_TOKENS` / `COMPLETION_TOKENS`
 (a usage event when `stream_options.include_usage`). Every request body is kept in `bodies`, so a
-test can read what the gateway sent. Stop it with `close()`.
+test can read what the gateway sent. `server.done_hold_s` holds a stream's end that long after
+its `data: [DONE]`. Stop it with `close()`.
 May import: the standard library. Called by: tests/e2e/test_gateway_dialects.py.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import time
 from typing import Any
 
 ARGUMENTS = '{"city": "Paris", "days": 3}'
@@ -94,6 +96,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if (body.get("stream_options") or {}).get("include_usage"):
             self._event({**head, "choices": [], "usage": _usage()})
         self._chunk(b"data: [DONE]\n\n")
+        time.sleep(self.server.done_hold_s)  # a backend that ends its body a moment after [DONE]
         self._chunk(b"")
 
     def _event(self, payload: dict[str, Any]) -> None:
@@ -115,6 +118,7 @@ def _usage() -> dict[str, int]:
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     bodies: list[dict[str, Any]]
+    done_hold_s = 0.0
 
 
 class ToolProvider:

@@ -218,10 +218,12 @@ class Relay:
         rest = scanner.flush()
         if rest and call.error is None and not call.gone:
             await send({"type": "http.response.body", "body": rest, "more_body": True})
-        if call.gone:
+        if call.gone and not scanner.done:
             call.error = "client_gone"
         elif call.error is None and not scanner.done:
             call.error = "cut"
+        # a client gone after `data: [DONE]` went out had the whole stream: the openai SDK closes
+        # the response at [DONE], often before the chunked body's end arrives (not an error)
         if call.error == "cut":
             err = errors.upstream_failed(f"{name} stopped in the middle of this stream")
             await send({"type": "http.response.body", "body": err.event(), "more_body": True})
