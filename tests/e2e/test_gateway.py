@@ -419,6 +419,7 @@ def test_a_prompt_over_the_context_is_refused_at_once_never_retried_nor_ejected(
     no other replica is tried, none is ejected, and the next request is served."""
     gw = setup.gateway
     before = gw.metrics()
+    refused_before = len(refused_lines(gw, f"{setup.fleet.ws.label}-a"))
     client = setup.client("a")
     cases = [(SENTENCE * 17_000, 16), (SENTENCE * 80, 128)]  # 200k; 960 + 128 > 1024
     for text, max_tokens in cases:
@@ -459,6 +460,16 @@ def test_a_prompt_over_the_context_is_refused_at_once_never_retried_nor_ejected(
         assert _metric_sum(after, name) == _metric_sum(before, name), name
     served = ask(client, "chat-b")
     assert served.status_code == 200
+    # the access log says what the client was told: 400, not the 200 of a started answer
+    assert len(refused_lines(gw, f"{setup.fleet.ws.label}-a")) - refused_before == 4 + 7
+
+
+def refused_lines(gateway: gws.Gateway, key: str) -> list[dict[str, Any]]:
+    return [
+        line
+        for line in access_lines(gateway)
+        if line.get("key") == key and line["status"] == 400 and line["error"] == "http_400"
+    ]
 
 
 def test_usage_per_key_matches_what_clients_received_and_no_text_leaves(setup: Setup) -> None:

@@ -67,6 +67,7 @@ class Call:
     fallback: When | None = None
     tried: list[str] = field(default_factory=list)
     started: bool = False
+    status: int = 200  # what the client was answered, once started (an upstream 4xx passed on)
     ttfb: float | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0

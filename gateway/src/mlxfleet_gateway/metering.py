@@ -54,9 +54,10 @@ class Meter:
             m.child(m.ttft, req.model).observe(call.ttfb)
         m.child(m.duration, req.model).observe(took)
         if access.isEnabledFor(logging.INFO):
-            status = (
-                call.last_error.status if call.last_error is not None and not call.started else 200
-            )
+            if call.started:
+                status = call.status
+            else:
+                status = call.last_error.status if call.last_error is not None else 200
             access.info(
                 "request",
                 extra={

@@ -157,6 +157,7 @@ class Relay:
                 call.prompt_tokens = call.req.prompt_tokens_estimate
         else:
             call.error = f"http_{resp.status}"
+        call.status = resp.status
         headers = [
             *answer_headers(call, resp, name),
             (b"content-length", str(len(body)).encode()),
