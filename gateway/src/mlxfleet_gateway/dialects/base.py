@@ -110,6 +110,17 @@ def each(value: Any, param: str, convert: Callable[[Any, str], Any]) -> list[Any
     return [convert(entry, f"{param}[{i}]") for i, entry in enumerate(array(value, param))]
 
 
+def chat_function(tool: dict[str, Any], where: str, *, schema: str) -> dict[str, Any]:
+    """A chat completion's `function` of a client-run tool: its name, description and the JSON
+    schema of its arguments, read from the field `schema`."""
+    fn: dict[str, Any] = {"name": string(tool.get("name"), f"{where}.name", required=True)}
+    if tool.get("description") is not None:
+        fn["description"] = string(tool["description"], f"{where}.description")
+    if tool.get(schema) is not None:
+        fn["parameters"] = obj(tool[schema], f"{where}.{schema}")
+    return fn
+
+
 def sse(name: str, payload: dict[str, Any]) -> bytes:
     """One server-sent event with its `event:` line (the Anthropic SDK reads only those)."""
     return b"event: %s\ndata: %s\n\n" % (name.encode(), json.dumps(payload).encode())

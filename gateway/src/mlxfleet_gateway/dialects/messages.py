@@ -326,14 +326,9 @@ def _tool(tool: Any, where: str) -> dict[str, Any]:
             f"`{where}.type` {kind!r} is a server tool the gateway does not run: only custom "
             "tools (name, description, input_schema), which the client runs itself",
         )
-    name = base.string(tool.get("name"), f"{where}.name", required=True)
-    fn: dict[str, Any] = {"name": name}
-    if tool.get("description") is not None:
-        fn["description"] = base.string(tool["description"], f"{where}.description")
-    schema = tool.get("input_schema")
-    if schema is None:
+    fn = base.chat_function(tool, where, schema="input_schema")
+    if "parameters" not in fn:
         raise base.invalid(f"{where}.input_schema", f"{where}.input_schema: Field required")
-    fn["parameters"] = base.obj(schema, f"{where}.input_schema")
     return {"type": "function", "function": fn}
 
 

@@ -473,12 +473,7 @@ def _tool(tool: Any, where: str) -> dict[str, Any]:
             f"`{where}.type` {kind!r} is a tool the gateway does not run: only function tools "
             "(type function), which the client runs itself",
         )
-    name = base.string(tool.get("name"), f"{where}.name", required=True)
-    fn: dict[str, Any] = {"name": name}
-    if tool.get("description") is not None:
-        fn["description"] = base.string(tool["description"], f"{where}.description")
-    if tool.get("parameters") is not None:
-        fn["parameters"] = base.obj(tool["parameters"], f"{where}.parameters")
+    fn = base.chat_function(tool, where, schema="parameters")
     if tool.get("strict") is not None:
         fn["strict"] = tool["strict"]
     return {"type": "function", "function": fn}

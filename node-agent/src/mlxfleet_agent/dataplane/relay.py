@@ -388,6 +388,35 @@ async def _whole(
     await asgi.send_whole(send, 200, body, headers, content_type=resp.content_type or asgi.JSON)
 
 
+async def _end_stream(
+    send: asgi.Send,
+    scanner: asgi.StreamScanner,
+    outcome: Outcome,
+    gone: Gone,
+    rewrite: answers.Rewrite,
+) -> None:
+    """A passed-through stream's end: its tokens, what the scanner held back, and an error event
+    when the backend died before `[DONE]` (a client that leaves after [DONE] got it all)."""
+    outcome.prompt_tokens = scanner.prompt_tokens
+    outcome.completion_tokens = scanner.completion_tokens
+    rest = scanner.flush()
+    if not (scanner.done or asgi.DONE in rest):
+        outcome.error = "client_gone" if gone.is_set else "backend_died"
+    if outcome.error == "client_gone":
+        return
+    if rest and outcome.error is None:
+        await send({"type": "http.response.body", "body": rewrite(rest), "more_body": True})
+    if outcome.error == "backend_died":
+        err = RouteError(
+            502,
+            "the backend stopped in the middle of this stream",
+            type_="server_error",
+            code="backend_died",
+        )
+        await send({"type": "http.response.body", "body": err.event(), "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 async def _stream(
     resp: upstream.BackendReply,
     send: asgi.Send,
@@ -430,24 +459,7 @@ async def _stream(
     except upstream.BackendError as exc:
         if not gone.is_set and not scanner.done:
             log.warning("backend stream broke", extra={"error": str(exc)})
-    outcome.prompt_tokens = scanner.prompt_tokens
-    outcome.completion_tokens = scanner.completion_tokens
-    rest = scanner.flush()
-    if not (scanner.done or asgi.DONE in rest):  # a client that leaves after [DONE] got all
-        outcome.error = "client_gone" if gone.is_set else "backend_died"
-    if outcome.error == "client_gone":
-        return
-    if rest and outcome.error is None:
-        await send({"type": "http.response.body", "body": rewrite(rest), "more_body": True})
-    if outcome.error == "backend_died":
-        err = RouteError(
-            502,
-            "the backend stopped in the middle of this stream",
-            type_="server_error",
-            code="backend_died",
-        )
-        await send({"type": "http.response.body", "body": err.event(), "more_body": True})
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    await _end_stream(send, scanner, outcome, gone, rewrite)
 
 
 class _PromptCount:
@@ -530,21 +542,4 @@ async def _stream_to_stop(
         await send({"type": "http.response.body", "body": rewrite(tail), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return
-    outcome.prompt_tokens = scanner.prompt_tokens
-    outcome.completion_tokens = scanner.completion_tokens
-    rest = scanner.flush()
-    if not (scanner.done or asgi.DONE in rest):
-        outcome.error = "client_gone" if gone.is_set else "backend_died"
-    if outcome.error == "client_gone":
-        return
-    if rest and outcome.error is None:
-        await send({"type": "http.response.body", "body": rewrite(rest), "more_body": True})
-    if outcome.error == "backend_died":
-        err = RouteError(
-            502,
-            "the backend stopped in the middle of this stream",
-            type_="server_error",
-            code="backend_died",
-        )
-        await send({"type": "http.response.body", "body": err.event(), "more_body": True})
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    await _end_stream(send, scanner, outcome, gone, rewrite)
