@@ -45,6 +45,7 @@ PACKAGES = {
     "mlxfleet_agent": REPO / "node-agent/src/mlxfleet_agent",
     "mlxfleet_operator": REPO / "operator/src/mlxfleet_operator",
     "mlxfleet_gateway": REPO / "gateway/src/mlxfleet_gateway",
+    "mlxfleet_common": REPO / "common/src/mlxfleet_common",
 }
 # program as a reader types it -> "module:function" of its main(argv)
 PROGRAMS = {
@@ -535,6 +536,7 @@ def _roots(first: str) -> list[Path]:
             REPO / "node-agent/src",
             REPO / "operator/src",
             REPO / "gateway/src",
+            REPO / "common/src",
             *PACKAGES.values(),
         ]
     return []
