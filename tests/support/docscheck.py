@@ -14,7 +14,8 @@ not ours to check. Each finding says which doc line names what, and the nearest 
 
     python -m tests.support.docscheck        # exit 1 and one line per finding
 
-The maps of the code in docs/development.md are checked by tests/support/docmaps.py (run here).
+The maps of the code in docs/development.md are checked by tests/support/docmaps.py, its list of
+modules over 450 lines by tests/support/bigmodules.py (both run here).
 
 May import: the standard library and the project's command-line modules. Called by: the
 Makefile (`make docs-check`, part of `make check`), tests/unit/test_docs_names.py.
@@ -543,9 +544,9 @@ def _roots(first: str) -> list[Path]:
 
 
 def main() -> int:
-    from tests.support import docmaps  # it reads the docs with this module's parts
+    from tests.support import bigmodules, docmaps  # it reads the docs with this module's parts
 
-    findings = check() + docmaps.check()
+    findings = check() + docmaps.check() + bigmodules.check()
     for finding in findings:
         print(finding)
     if findings:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support import docmaps
+from tests.support import bigmodules, docmaps
 
 
 def _program(root: Path, files: list[str]) -> Path:
@@ -81,4 +81,40 @@ def test_a_program_without_a_map_is_a_finding(tmp_path: Path) -> None:
     doc.write_text("# Developing\n\nNo map here.\n")
     assert [str(f) for f in docmaps.check(doc, packages={"mlxfleet_x": root})] == [
         f"{doc}: has no map of `mlxfleet_x`"
+    ]
+
+
+def test_every_module_over_the_limit_is_named_with_its_concept() -> None:
+    assert [str(f) for f in bigmodules.check()] == []
+
+
+def test_a_big_module_left_out_and_a_stale_row_are_both_found(tmp_path: Path) -> None:
+    root = tmp_path / "agent/src/mlxfleet_a"
+    root.mkdir(parents=True)
+    (root / "__init__.py").write_text('"""A package."""\n')
+    (root / "big.py").write_text("x = 1\n" * (bigmodules.LIMIT + 1))
+    (root / "named.py").write_text("x = 1\n" * (bigmodules.LIMIT + 5))
+    (root / "small.py").write_text("x = 1\n" * bigmodules.LIMIT)
+    doc = tmp_path / "development.md"
+    doc.write_text(
+        "# Developing\n"
+        "\n"
+        "## Modules over 450 lines\n"
+        "\n"
+        "| module | the one concept it holds |\n"
+        "| --- | --- |\n"
+        "| `agent/src/mlxfleet_a/named.py` | one concept |\n"
+        "| `agent/src/mlxfleet_a/small.py` | it was big once |\n"
+        "| `agent/src/mlxfleet_a/gone.py` | deleted since |\n"
+        "\n"
+        "## Tests\n"
+    )
+    found = [str(f) for f in bigmodules.check(doc, packages={"mlxfleet_a": root}, repo=tmp_path)]
+    assert found == [
+        f"development.md: `agent/src/mlxfleet_a/big.py` has {bigmodules.LIMIT + 1} lines (over "
+        f'{bigmodules.LIMIT}) and is not in "Modules over 450 lines": split it, or name the one '
+        "concept it holds there",
+        f"development.md:8: `agent/src/mlxfleet_a/small.py` has {bigmodules.LIMIT} lines: "
+        "drop its row",
+        "development.md:9: `agent/src/mlxfleet_a/gone.py` does not exist: drop its row",
     ]
