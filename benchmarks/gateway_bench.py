@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -58,6 +59,7 @@ import psutil
 from tests.e2e import gwfleet
 from tests.support import gateway as gws
 
+from benchmarks import request_cpu
 from benchmarks.agent_bench import PROMPT, pct
 from mlxfleet_agent import devmodels
 from mlxfleet_operator.dev import controlplane, processes
@@ -297,7 +299,9 @@ async def measure(
     plain: gws.Gateway,
     floor_pid: int,
     floor_url: str,
+    source: tuple[str, str, int],
 ) -> dict[str, Any]:
+    """`source`: the standalone paced source's URL, and its floor proxy's URL and process id."""
     n1 = fl.nodes[fl.node("n1")]
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     auth = {"Authorization": f"Bearer {gws.node_key(fl.node('n1'))}"}  # n1's own data-plane key
@@ -327,6 +331,15 @@ async def measure(
         await asyncio.sleep(10.0)
         out["idle"] = (cpu(gw.proc.pid) - idle0[0]) / 10.0
         out["agent_idle"] = (cpu(agent_pid) - idle0[1]) / 10.0
+        source_url, source_floor_url, source_floor_pid = source
+        hops = [
+            request_cpu.Hop("gateway", gw.url, PACED, gc, gw.proc.pid),
+            request_cpu.Hop("gateway_floor", floor_url, PACED, gc, floor_pid),
+            request_cpu.Hop("agent", n1.data_url, PACED, dc, agent_pid),
+            request_cpu.Hop("agent_floor", source_floor_url, PACED, gc, source_floor_pid),
+            request_cpu.Hop("source", source_url, PACED, gc, None),
+        ]
+        out["whole"] = await request_cpu.rounds(hops, cpu, requests=200, rounds=args.rounds)
         if args.cpu_only:
             return out
         out["ttft"] = await ttft_rounds(direct, gateway, floor, args.rounds * 25)
@@ -376,6 +389,8 @@ def cpu_rows(results: dict[str, Any]) -> list[str]:
             f"(gateway / floor {per / max(1e-9, floor):.2f}x); gateway busy {busy:.1f}% of one "
             "core |"
         )
+    if "whole" in results:
+        rows += request_cpu.rows(results["whole"])
     return rows
 
 
@@ -523,6 +538,11 @@ def write_section(path: Path, text: str) -> None:
     path.write_text(new)
 
 
+def _module(name: str, *args: str) -> subprocess.Popen[bytes]:
+    """`python -m name args...` with this interpreter."""
+    return subprocess.Popen([sys.executable, "-m", name, *args])
+
+
 def _listening(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -579,20 +599,36 @@ def main(argv: list[str] | None = None) -> int:
         plain = gws.start_gateway(
             kubeconfig, root / "gw-plain", anonymous=True, extra=["--no-affinity"]
         )
-        (port,) = processes.free_ports(1)
+        port, source_port, source_floor_port = processes.free_ports(3)
         n1_data = fl.nodes[n1].data_url
-        floor = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.floor_proxy", str(port), n1_data, gws.node_key(n1)]
-        )
-        gwfleet.wait_for("the floor proxy listens", lambda: _listening(port), timeout=60)
+        source_url = f"http://127.0.0.1:{source_port}"
+        node_key = gws.node_key(n1)
+        helpers = [
+            _module("benchmarks.floor_proxy", str(port), n1_data, node_key),
+            # the agent hop's baseline: the paced source on its own, and a floor proxy over it
+            _module("benchmarks.paced_server", "--port", str(source_port), "--model", PACED),
+            _module("benchmarks.floor_proxy", str(source_floor_port), source_url, "none"),
+        ]
+        floor, _, source_floor = helpers
+        for each in (port, source_port, source_floor_port):
+            gwfleet.wait_for("the helpers listen", functools.partial(_listening, each), timeout=60)
         try:
             results = asyncio.run(
-                measure(args, fl, fl.gateway, plain, floor.pid, f"http://127.0.0.1:{port}")
+                measure(
+                    args,
+                    fl,
+                    fl.gateway,
+                    plain,
+                    floor.pid,
+                    f"http://127.0.0.1:{port}",
+                    (source_url, f"http://127.0.0.1:{source_floor_port}", source_floor.pid),
+                )
             )
         finally:
             plain.stop()
-            floor.send_signal(signal.SIGTERM)
-            floor.wait(timeout=30)
+            for proc in helpers:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=30)
         if not args.cpu_only:
             victim = fl.node("n2")
             results["kill"] = failover(fl, fl.gateway, victim, freeze=False)

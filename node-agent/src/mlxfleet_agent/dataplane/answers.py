@@ -37,8 +37,10 @@ MAX_ERROR_MESSAGE = 2000
 # ---- system_fingerprint ---------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=64)
 def fingerprint(original: str) -> str:
-    """An opaque value for a backend's fingerprint: equal for equal inputs, reveals nothing."""
+    """An opaque value for a backend's fingerprint: equal for equal inputs, reveals nothing
+    (one HMAC per backend's value, not per request: cached)."""
     digest = hmac.new(_FINGERPRINT_KEY, original.encode(), hashlib.sha256).hexdigest()
     return f"fp_{digest[:16]}"
 
@@ -55,7 +57,7 @@ def fingerprint_swap(original: str) -> tuple[bytes, bytes]:
 
 def scrub_fingerprint(data: bytes) -> bytes:
     """Replace any system_fingerprint value (for a backend whose own value is not known)."""
-    return _FINGERPRINT_FIELD.sub(_field(fingerprint("")), data)
+    return _FINGERPRINT_FIELD.sub(fingerprint_swap("")[1], data)
 
 
 Rewrite = Callable[[bytes], bytes]

@@ -467,16 +467,17 @@ class _PromptCount:
     usage event never comes then): a one-token whole request with the same body, which mlx_lm
     answers from its prompt cache, asked only when a stop string matched."""
 
+    __slots__ = ("backend", "body", "endpoint")
+
     def __init__(self, backend: lease.Upstream, endpoint: str, body: dict[str, Any]) -> None:
-        self.port = backend.port
-        self.path = BACKEND_PATHS[endpoint]
-        self.body = {**body, "stream": False, "max_tokens": 1}
-        self.body.pop("stream_options", None)
+        self.backend, self.endpoint, self.body = backend, endpoint, body  # read only in count
 
     async def count(self) -> int:
+        body = {**self.body, "stream": False, "max_tokens": 1}
+        body.pop("stream_options", None)
         try:
             reply = await upstream.call_backend(
-                self.port, self.path, json.dumps(self.body).encode()
+                self.backend.port, BACKEND_PATHS[self.endpoint], json.dumps(body).encode()
             )
             try:
                 raw = await reply.read_all(limit=ERROR_BODY_LIMIT)
