@@ -23,6 +23,9 @@ measures, alternating the order every round:
   (`benchmarks/paced_server.py` as a `command` engine slot `paced` on n1: one token event every
   1 ms, no decoding, so the figure is the proxies' own cost: the goal's measurement), and over
   the tiny model (tokens paced by decoding on the same 2 cores);
+- CPU per request on both hops (`benchmarks/request_cpu.py`): one-token whole answers through
+  the gateway against the floor proxy over the same agent, and through the agent against a floor
+  proxy over a paced source of its own, with the time to the whole answer of each path;
 - prefix affinity: 12 conversations with long system prompts over 2 replicas, with affinity and
   without (a second gateway with `--no-affinity`), each with its own prompts: TTFT and the share
   of prompt tokens mlx-lm served from its prompt cache (`usage.prompt_tokens_details`);
