@@ -43,11 +43,12 @@ class Opt:
 
     help: str | None = None  # None: no flag
     flag: str | None = None  # default: "--" + the field name with dashes
-    action: str | None = None  # argparse action: "append", "store_true", "store_false"
+    action: Any = None  # argparse action: "append", "store_true", BooleanOptionalAction...
     env: str | None = None
     file: bool = True
     short: str | None = None  # another option string, such as "-n"
     group: str | None = None  # the argparse group the flag is listed under in --help
+    exclusive: str | None = None  # flags of one such name exclude each other (argparse)
     metavar: str | None = None
 
 
@@ -60,6 +61,7 @@ class Flag:
     kwargs: dict[str, Any]
     short: str | None = None
     group: str | None = None
+    exclusive: str | None = None
 
 
 def opt(model: type[BaseModel], name: str) -> Opt:
@@ -101,19 +103,24 @@ def flags(model: type[BaseModel]) -> list[Flag]:
         plain = o.action not in ("store_true", "store_false", argparse.BooleanOptionalAction)
         if (kind := _flag_type(info.annotation)) is not None and plain:
             kwargs["type"] = kind
-        out.append(Flag(flag, name, kwargs, o.short, o.group))
+        out.append(Flag(flag, name, kwargs, o.short, o.group, o.exclusive))
     return out
 
 
 def add_flags(parser: argparse.ArgumentParser, model: type[BaseModel]) -> None:
     """Add `model`'s flags to `parser` (in their groups, each group once)."""
-    groups: dict[str, argparse._ArgumentGroup] = {}
+    groups: dict[str, Any] = {}
     for flag in flags(model):
         target: Any = parser
         if flag.group is not None:
             if flag.group not in groups:
                 groups[flag.group] = parser.add_argument_group(flag.group)
             target = groups[flag.group]
+        if flag.exclusive is not None:
+            key = f"exclusive: {flag.exclusive}"
+            if key not in groups:
+                groups[key] = target.add_mutually_exclusive_group()
+            target = groups[key]
         names = [flag.short, flag.option] if flag.short else [flag.option]
         target.add_argument(*names, dest=flag.dest, **flag.kwargs)
 
@@ -190,8 +197,10 @@ def _explain(model: type[BaseModel], exc: ValidationError, origin: Mapping[str, 
     for error in exc.errors():
         msg = str(error["msg"]).removeprefix("Value error, ")
         loc = error["loc"]
-        if not loc:
-            lines.append(msg)
+        if not loc:  # a check across fields: it names its field first ("renew_deadline: ...")
+            head = msg.split(":")[0].split(" ")[0]
+            named = origin.get(head) or option(model, head) if head in model.model_fields else None
+            lines.append(f"{named}: {msg}" if named else msg)
             continue
         name = by_alias.get(str(loc[0]), str(loc[0]))
         if name in origin:

@@ -211,12 +211,16 @@ class Settings(BaseModel):
     telemetry_bucket: Annotated[
         str | None, Opt("S3/R2 bucket for per-key usage (default: off)")
     ] = None
-    telemetry_prefix: Annotated[str, Opt("")] = "mlxfleet-telemetry"
+    telemetry_prefix: Annotated[
+        str, Opt("object key prefix in that bucket (default mlxfleet-telemetry)")
+    ] = "mlxfleet-telemetry"
     telemetry_endpoint_url: Annotated[
         str | None, Opt("S3-compatible endpoint (R2, MinIO, ...)")
     ] = None
-    telemetry_region: Annotated[str | None, Opt("")] = None
-    telemetry_interval_s: Annotated[float, Field(gt=0, le=3600), Opt("")] = 60.0
+    telemetry_region: Annotated[str | None, Opt("the bucket's region")] = None
+    telemetry_interval_s: Annotated[
+        float, Field(gt=0, le=3600), Opt("seconds between uploads of usage (default 60)")
+    ] = 60.0
     telemetry_access_key_id: Annotated[
         str | None, Opt(env=TELEMETRY + "ACCESS_KEY_ID", file=False), Field(repr=False)
     ] = None
