@@ -102,6 +102,7 @@ class Settings(BaseModel):
             "default: all)",
             flag="--watch-namespace",
             action="append",
+            metavar="WATCH_NAMESPACE",
         ),
     ] = ()
     fleet_key_file: Annotated[

@@ -42,6 +42,7 @@ class OperatorSettings(BaseModel):
             flag="--namespace",
             short="-n",
             action="append",
+            metavar="NAMESPACE",
             exclusive="scope",
         ),
     ] = ()

@@ -85,6 +85,7 @@ class ElectionSettings(BaseModel):
             "namespace of the Lease (default: $POD_NAMESPACE, the ServiceAccount's namespace "
             "in a pod, else mlxfleet-system)",
             flag="--leader-election-namespace",
+            metavar="LEADER_ELECTION_NAMESPACE",
             group=ELECTION,
         ),
     ]
