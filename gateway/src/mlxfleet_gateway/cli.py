@@ -1,18 +1,21 @@
 """`mlxfleet-gateway`: run the gateway, or mint an API key.
 
     mlxfleet-gateway --kubeconfig PATH --listen HOST:PORT [--allow-anonymous] [flags]
+    mlxfleet-gateway --config gateway.yaml [flags]
     mlxfleet-gateway new-key --name NAME --namespaces NS[,NS] [--team T] [--owner O]
                              [--models M[,M]] [--requests-per-minute N] [--tokens-per-minute N]
                              [--expires-at RFC3339] [--monthly-budget X] [--scopes admin]
 
 Without `--allow-anonymous` every request needs a valid API key (secure by default). Without a
 fleet key (`--fleet-key-file`) it refuses to start unless `--allow-open-data-plane` says the
-agents' data planes take requests without a credential (development only). A bad flag
-exits 2 naming it. `new-key` prints a fresh key once (to stderr) and the Secret that holds only
-its hash (to stdout, for `kubectl apply -f -`), after checking every option (`keys.minted`:
-Kubernetes names, an expiry in the future), so it prints nothing for a key that cannot be used.
-May import: settings, server (lazily), core.keys, the standard library. Called by: the console
-script.
+agents' data planes take requests without a credential (development only). The flags, the
+`--config` keys and the environment variables come from `settings.Settings`'s declarations
+(mlxfleet_common.settings); a bad flag, key or variable exits 2 naming it. `new-key` prints a
+fresh key once (to stderr) and the Secret that holds only its hash (to stdout, for
+`kubectl apply -f -`), after checking every option (`keys.minted`: Kubernetes names, an expiry
+in the future), so it prints nothing for a key that cannot be used.
+May import: settings, mlxfleet_common.settings, server (lazily), core.keys, the standard
+library. Called by: the console script.
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ import json
 import os
 import re
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pydantic
-
+from mlxfleet_common import settings as mechanism
 from mlxfleet_gateway import __version__
 from mlxfleet_gateway import settings as settings_mod
 from mlxfleet_gateway.core import keys
@@ -40,232 +43,40 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=__version__)
     p.add_argument(
-        "--kubeconfig", help="kubeconfig file (default: in-cluster ServiceAccount, or $KUBECONFIG)"
-    )
-    p.add_argument("--listen", required=True, help="HOST:PORT of the OpenAI API (port 0: any)")
-    p.add_argument(
-        "--allow-anonymous",
-        action="store_true",
-        help="serve requests without a valid API key (all namespaces, no limits): local demos "
-        "and tests only",
-    )
-    p.add_argument("--metrics-listen", help="HOST:PORT of /metrics and /healthz (default: off)")
-    p.add_argument(
-        "--namespace",
-        help="the gateway's namespace: API-key and provider-key Secrets live here (default: "
-        "the pod's, else mlxfleet-system)",
-    )
-    p.add_argument(
-        "--watch-namespace",
-        action="append",
-        default=[],
-        help="route only to ModelDeployments/ModelRoutes of this namespace (repeatable; "
-        "default: all)",
-    )
-    p.add_argument(
-        "--fleet-key-file",
+        "--config",
         type=Path,
-        help="the fleet key (one a line, the current first; also $MLXFLEET_GATEWAY_FLEET_KEY): "
-        "never sent; each node's data plane gets its own key derived from it (docs/gateway.md)",
+        help="YAML or JSON file with the same keys as the flags (camelCase or snake_case)",
     )
-    p.add_argument(
-        "--allow-open-data-plane",
-        action="store_true",
-        help="run without a fleet key: agents get requests with no credential, so their data "
-        "planes must be open (development only)",
-    )
-    p.add_argument("--connect-timeout-s", type=float, default=0.5, help="to agents (default 0.5)")
-    p.add_argument(
-        "--probe-interval-s", type=float, default=0.2, help="agent liveness probes (default 0.2)"
-    )
-    p.add_argument(
-        "--probe-timeout-s", type=float, default=0.5, help="a probe slower than this fails"
-    )
-    p.add_argument(
-        "--max-attempts", type=int, default=3, help="replicas tried per backend (default 3)"
-    )
-    p.add_argument(
-        "--move-after-s",
-        type=float,
-        default=1.0,
-        help="move requests waiting for their first byte off an agent unresponsive this long "
-        "(default 1)",
-    )
-    p.add_argument(
-        "--stream-cut-after-s",
-        type=float,
-        default=10.0,
-        help="cut streams of an agent unresponsive this long (default 10)",
-    )
-    p.add_argument(
-        "--read-timeout-s", type=float, default=600.0, help="longest upstream silence (600)"
-    )
-    p.add_argument(
-        "--no-affinity", action="store_true", help="no prefix affinity (plain least-loaded)"
-    )
-    p.add_argument(
-        "--peers",
-        type=int,
-        default=1,
-        help="gateway replicas behind the Service: each enforces limit / peers (default 1)",
-    )
-    p.add_argument(
-        "--max-header-bytes",
-        type=int,
-        default=32 * 1024,
-        help="largest request head (default 32 KiB): 431",
-    )
-    p.add_argument(
-        "--header-timeout-s",
-        type=float,
-        default=10.0,
-        help="time to send a whole request head (default 10): 408",
-    )
-    p.add_argument(
-        "--body-timeout-s",
-        type=float,
-        default=60.0,
-        help="time to send a whole request body after its head (default 60): 408",
-    )
-    p.add_argument(
-        "--max-connections",
-        type=int,
-        default=4096,
-        help="open client connections; beyond them 503 + Retry-After (default 4096)",
-    )
-    p.add_argument(
-        "--cold-start-queue",
-        type=int,
-        default=256,
-        help="requests held per sleeping deployment while it loads; beyond them 503 + "
-        "Retry-After (default 256)",
-    )
-    p.add_argument(
-        "--cold-start-timeout-s",
-        type=float,
-        default=120.0,
-        help="longest wait of a held request for a sleeping deployment's replica; then 503 + "
-        "Retry-After (default 120)",
-    )
-    p.add_argument(
-        "--name",
-        help="this replica's name in telemetry and its ModelDemand (default: host name, the "
-        "pod's name; unique per replica)",
-    )
-    p.add_argument("--telemetry-bucket", help="S3/R2 bucket for per-key usage (default: off)")
-    p.add_argument("--telemetry-prefix", default="mlxfleet-telemetry")
-    p.add_argument("--telemetry-endpoint-url", help="S3-compatible endpoint (R2, MinIO, ...)")
-    p.add_argument("--telemetry-region")
-    p.add_argument("--telemetry-interval-s", type=float, default=60.0)
-    p.add_argument(
-        "--console",
-        action="store_true",
-        help="serve the console at /console/ and the admin API at /admin/v1/ on the same port: "
-        "Kubernetes tokens (TokenReview, SubjectAccessReview) or admin-scoped API keys only; "
-        "needs the console RBAC (docs/console.md)",
-    )
-    p.add_argument(
-        "--responses-max-stored",
-        type=int,
-        default=10_000,
-        help="responses kept for previous_response_id (/v1/responses), in this replica's memory "
-        "(default 10000)",
-    )
-    p.add_argument(
-        "--responses-max-bytes",
-        type=int,
-        default=64 * 1024 * 1024,
-        help="bytes of those responses (default 64 MiB); when full, the API key holding the "
-        "most loses its oldest first",
-    )
-    p.add_argument(
-        "--responses-ttl-s",
-        type=float,
-        default=3600.0,
-        help="how long a stored response can be continued (default 3600)",
-    )
-    p.add_argument("--log-level", default="info", help="debug, info, warning, error")
-    p.add_argument(
-        "--no-access-log",
-        dest="access_log",
-        action="store_false",
-        help="no line per request (the access log: who, which model, where, how long, tokens; "
-        "never the prompt or the answer)",
-    )
+    mechanism.add_flags(p, settings_mod.Settings)
     return p
 
 
-def parse(argv: list[str]) -> settings_mod.Settings:
+def parse(argv: list[str], environ: Mapping[str, str] | None = None) -> settings_mod.Settings:
+    """The settings from `argv`, the `--config` file and the environment (flags win, then the
+    file, then the environment); exits 2 naming a bad flag, file key or variable."""
     p = _parser()
     ns = p.parse_args(argv)
-    kubeconfig = ns.kubeconfig or os.environ.get("KUBECONFIG") or None
-    if kubeconfig and not os.access(kubeconfig, os.R_OK):
-        p.error(f"--kubeconfig {kubeconfig}: no such readable file")
     try:
-        listen = settings_mod.host_port(ns.listen, flag="--listen")
-        metrics = (
-            settings_mod.host_port(ns.metrics_listen, flag="--metrics-listen")
-            if ns.metrics_listen
-            else None
+        file_values = mechanism.read_config_file(ns.config) if ns.config else {}
+        cfg = mechanism.build(
+            settings_mod.Settings,
+            file_values=file_values,
+            flag_values=mechanism.flag_values(settings_mod.Settings, ns),
+            environ=environ,
         )
-        fleet_key = settings_mod.fleet_key(
-            ns.fleet_key_file, os.environ.get("MLXFLEET_GATEWAY_FLEET_KEY") or None
-        )
-        if fleet_key is None and not ns.allow_open_data_plane:
+        if cfg.kubeconfig and not os.access(cfg.kubeconfig, os.R_OK):
+            why = f"--kubeconfig {cfg.kubeconfig}: no such readable file"
+            raise settings_mod.SettingsError(why)
+        key = settings_mod.fleet_key(cfg.fleet_key_file, cfg.fleet_key)
+        if key is None and not cfg.allow_open_data_plane:
             raise settings_mod.SettingsError(
                 "--fleet-key-file: required (the fleet key each node's data-plane key is "
                 "derived from); --allow-open-data-plane runs without one against agents whose "
                 "data planes take requests without a credential (development only)"
             )
-        values = {
-            "kubeconfig": kubeconfig,
-            "listen": listen,
-            "metrics_listen": metrics,
-            "allow_anonymous": ns.allow_anonymous,
-            "namespace": ns.namespace or settings_mod.own_namespace(),
-            "watch_namespaces": tuple(ns.watch_namespace),
-            "fleet_key": fleet_key,
-            "connect_timeout_s": ns.connect_timeout_s,
-            "probe_interval_s": ns.probe_interval_s,
-            "probe_timeout_s": ns.probe_timeout_s,
-            "max_attempts": ns.max_attempts,
-            "move_after_s": ns.move_after_s,
-            "stream_cut_after_s": ns.stream_cut_after_s,
-            "read_timeout_s": ns.read_timeout_s,
-            "affinity": not ns.no_affinity,
-            "peers": ns.peers,
-            "max_header_bytes": ns.max_header_bytes,
-            "header_timeout_s": ns.header_timeout_s,
-            "body_timeout_s": ns.body_timeout_s,
-            "max_connections": ns.max_connections,
-            "cold_start_queue": ns.cold_start_queue,
-            "cold_start_timeout_s": ns.cold_start_timeout_s,
-            "telemetry_bucket": ns.telemetry_bucket,
-            "telemetry_prefix": ns.telemetry_prefix,
-            "telemetry_endpoint_url": ns.telemetry_endpoint_url,
-            "telemetry_region": ns.telemetry_region,
-            "telemetry_interval_s": ns.telemetry_interval_s,
-            "console": ns.console,
-            "responses_max_stored": ns.responses_max_stored,
-            "responses_max_bytes": ns.responses_max_bytes,
-            "responses_ttl_s": ns.responses_ttl_s,
-            "log_level": ns.log_level,
-            "access_log": ns.access_log,
-        }
-        if ns.name:
-            values["name"] = ns.name
-        return settings_mod.Settings.model_validate(values)
+        return cfg.model_copy(update={"fleet_key": key})
     except settings_mod.SettingsError as exc:
         p.error(str(exc))
-    except pydantic.ValidationError as exc:  # name the flag
-        errors = exc.errors()
-        p.error(
-            "; ".join(
-                f"--{'-'.join(str(x) for x in e['loc']).replace('_', '-')}: {e['msg']}"
-                for e in errors
-            )
-            or str(exc)
-        )
 
 
 def _flag(field: str) -> str:

@@ -178,7 +178,7 @@ async def serve(
     balance = balancer.Balancer(eject_min_s=cfg.eject_min_s)
     state = view.View(balance, fleet_key=cfg.fleet_key)
     pool = upstream.Pool(connect_timeout_s=cfg.connect_timeout_s)
-    access, secret = settings_mod.s3_credentials()
+    secret = cfg.telemetry_secret_access_key
     usage = shipper.Shipper(
         shipper.ShipperConfig(
             node=f"gateway-{cfg.name}-{secrets.token_hex(3)}"[-200:],
@@ -186,8 +186,8 @@ async def serve(
             prefix=cfg.telemetry_prefix,
             endpoint_url=cfg.telemetry_endpoint_url,
             region=cfg.telemetry_region,
-            access_key_id=access,
-            secret_access_key=secret,
+            access_key_id=cfg.telemetry_access_key_id,
+            secret_access_key=secret.get_secret_value() if secret is not None else None,
             interval_s=cfg.telemetry_interval_s,
         ),
         gauges,

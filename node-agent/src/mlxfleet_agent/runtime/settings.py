@@ -8,42 +8,29 @@ camelCase (`state_dir` or `stateDir`), values as on the command line; secrets ar
 file: it names the files that hold them (`token_file`, `data_api_keys_file`), and the telemetry
 keys come from the environment only. Precedence: flags, then the file, then the environment,
 then the defaults. `cli` builds the `serve` flags from `flags()`.
-May import: pydantic, yaml, the agent's contract and the standard library. Called by: cli (builds
-it), runtime (compose, serve read it).
+The mechanism (Opt, flags, precedence, errors naming the source) is the shared
+`mlxfleet_common.settings`; this module holds the agent's declarations.
+May import: pydantic, mlxfleet_common.settings, the agent's contract and the standard library.
+Called by: cli (builds it), runtime (compose, serve read it).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import secrets
-import types
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic.alias_generators import to_camel
 
 from mlxfleet_agent import contract
+from mlxfleet_common import settings as mechanism
+from mlxfleet_common.settings import Flag, Opt, SettingsError, reason
 
-
-class SettingsError(ValueError):
-    """A config file or flag combination that cannot run (missing token file, bad YAML...)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Opt:
-    """How a setting is given besides its config-file key (see the module docstring)."""
-
-    help: str | None = None  # None: no flag
-    flag: str | None = None  # default: "--" + the field name with dashes
-    action: str | None = None  # argparse action: "append", "store_false"
-    env: str | None = None
-    file: bool = True
+__all__ = ["Flag", "Opt", "Settings", "SettingsError", "build", "flags", "reason"]
 
 
 TELEMETRY_ENV = "MLXFLEET_TELEMETRY_"
@@ -464,51 +451,17 @@ class Settings(BaseModel):
         self.read_data_keys()
 
 
-# ---- the declarations, read back -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Flag:
-    """One `serve` flag: its option string, the setting it sets, argparse's other arguments."""
-
-    option: str
-    dest: str
-    kwargs: dict[str, Any]
-
-
-def _opt(name: str) -> Opt:
-    found = [m for m in Settings.model_fields[name].metadata if isinstance(m, Opt)]
-    return found[0] if found else Opt()
-
-
-def _flag_type(annotation: Any) -> Any:
-    """What argparse converts a flag's text with (None: keep the text)."""
-    if get_origin(annotation) in (Union, types.UnionType):
-        annotation = next(a for a in get_args(annotation) if a is not type(None))
-    if get_origin(annotation) is list:
-        (annotation,) = get_args(annotation)
-    return annotation if annotation in (Path, int, float) else None
+# ---- the declarations, read back (the shared mechanism, mlxfleet_common.settings) -----------
 
 
 def flags() -> list[Flag]:
     """Every `serve` flag, in declaration order."""
-    out = []
-    for name, info in Settings.model_fields.items():
-        opt = _opt(name)
-        if opt.help is None:
-            continue
-        kwargs: dict[str, Any] = {"help": opt.help, "default": None}
-        if opt.action is not None:
-            kwargs["action"] = opt.action
-        if (kind := _flag_type(info.annotation)) is not None and opt.action != "store_false":
-            kwargs["type"] = kind
-        out.append(Flag(opt.flag or "--" + name.replace("_", "-"), name, kwargs))
-    return out
+    return mechanism.flags(Settings)
 
 
 def environment() -> dict[str, str]:
     """Setting name -> the environment variable it is read from."""
-    return {n: opt.env for n in Settings.model_fields if (opt := _opt(n)).env is not None}
+    return mechanism.environment(Settings)
 
 
 def build(
@@ -519,55 +472,13 @@ def build(
 ) -> Settings:
     """Merge the environment, the config file and the flags (in that order, the last wins; a
     flag left unset is None and does not count, nor does an empty environment variable)."""
-    env = os.environ if environ is None else environ
-    merged: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    for name, var in environment().items():
-        if env.get(var):
-            merged[to_camel(name)] = env[var]
-            origin[to_camel(name)] = f"environment variable {var}"
-    for key, value in file_values.items():
-        name = _snake(key)
-        if name in Settings.model_fields and not _opt(name).file:
-            raise SettingsError(
-                f"config file key {key}: not read from the file (a secret); set "
-                f"{_opt(name).env} in the agent's environment instead"
-            )
-        camel = to_camel(key) if "_" in key else key
-        merged[camel] = value
-        origin.pop(camel, None)
-    for key, value in flag_values.items():
-        if value is not None and value != []:
-            merged.pop(key, None)
-            merged[to_camel(key)] = value
-            origin.pop(to_camel(key), None)
-    try:
-        return Settings.model_validate(merged)
-    except ValidationError as exc:
-        fields = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
-        where = "; ".join(f"{k} is from the {origin[k]}" for k in sorted(fields & set(origin)))
-        raise SettingsError(f"{exc}\n({where})" if where else str(exc)) from exc
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from exc
-
-
-def _snake(key: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
-
-
-def reason(exc: OSError) -> str:
-    """An OSError as words, without its errno prefix (the caller names the path and the flag)."""
-    return (exc.strerror or type(exc).__name__).lower()
+    return mechanism.build(
+        Settings, file_values=file_values, flag_values=flag_values, environ=environ
+    )
 
 
 def _read_text(path: Path, *, flag: str, what: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = reason(exc) if isinstance(exc, OSError) else "not UTF-8 text"
-        raise SettingsError(
-            f"{flag} {path}: not a readable file ({why}); it should hold {what} as text"
-        ) from None
+    return mechanism.read_text(path, flag=flag, what=what)
 
 
 def _create_private(path: Path, text: str) -> None:
@@ -582,13 +493,4 @@ def _create_private(path: Path, text: str) -> None:
 
 def read_config_file(path: Path) -> dict[str, Any]:
     """Parse a YAML or JSON config file into a mapping (JSON is YAML, but report JSON errors)."""
-    text = _read_text(path, flag="--config", what="the agent settings (YAML or JSON)")
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise SettingsError(f"config file {path}: {exc}") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise SettingsError(f"config file {path} must hold a mapping")
-    return data
+    return mechanism.read_config_file(path, what="the agent settings (YAML or JSON)")

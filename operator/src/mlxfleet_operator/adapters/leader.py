@@ -14,7 +14,8 @@ timeout (a leader cut off from the API server hangs in a renew and never reaches
 no fencing), measures time on the wall clock, never releases on shutdown, and runs the leader's
 work in a daemon thread.
 
-May import: `adapters.lease`, `core.leadership`, `api.resources`, pydantic, the standard library.
+May import: `adapters.lease`, `core.leadership`, `api.resources`, pydantic,
+mlxfleet_common.settings (the flags), the standard library.
 Called by: `adapters.election` (and the election tests' driver).
 """
 
@@ -31,10 +32,11 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mlxfleet_common.settings import Opt
 from mlxfleet_operator.adapters import lease
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.core import leadership
@@ -42,6 +44,7 @@ from mlxfleet_operator.core import leadership
 log = logging.getLogger("mlxfleet.leader")
 
 DEFAULT_LEASE_NAME = "mlxfleet-operator"
+ELECTION = "leader election (ignored with --standalone)"
 # Exit status of a leader that lost its lease: not an error of the program, a restart makes it
 # a standby (EX_TEMPFAIL).
 EXIT_LOST_LEASE = 75
@@ -75,12 +78,51 @@ class ElectionSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    namespace: str = Field(min_length=1, max_length=63)
-    lease_name: str = Field(default=DEFAULT_LEASE_NAME, min_length=1, max_length=253)
-    identity: str = Field(min_length=1, max_length=253)
-    lease_duration: int = Field(default=leadership.Timing.lease_duration, ge=1, le=3600)
-    renew_deadline: float = Field(default=leadership.Timing.renew_deadline, gt=0, le=3600)
-    retry_period: float = Field(default=leadership.Timing.retry_period, gt=0, le=3600)
+    namespace: Annotated[
+        str,
+        Field(min_length=1, max_length=63),
+        Opt(
+            "namespace of the Lease (default: $POD_NAMESPACE, the ServiceAccount's namespace "
+            "in a pod, else mlxfleet-system)",
+            flag="--leader-election-namespace",
+            metavar="LEADER_ELECTION_NAMESPACE",
+            group=ELECTION,
+        ),
+    ]
+    lease_name: Annotated[
+        str, Field(min_length=1, max_length=253), Opt("name of the Lease", group=ELECTION)
+    ] = DEFAULT_LEASE_NAME
+    identity: Annotated[
+        str,
+        Field(min_length=1, max_length=253),
+        Opt(
+            "this replica's name in the Lease (default: $POD_NAME or the host name, plus a "
+            "random suffix)",
+            group=ELECTION,
+        ),
+    ]
+    lease_duration: Annotated[
+        int,
+        Field(ge=1, le=3600),
+        Opt(
+            "seconds a standby waits for an unrenewed lease before taking over (default 3)",
+            group=ELECTION,
+        ),
+    ] = leadership.Timing.lease_duration
+    renew_deadline: Annotated[
+        float,
+        Field(gt=0, le=3600),
+        Opt(
+            "seconds a leader may go without renewing before it stops (default 2; less than "
+            "--lease-duration)",
+            group=ELECTION,
+        ),
+    ] = leadership.Timing.renew_deadline
+    retry_period: Annotated[
+        float,
+        Field(gt=0, le=3600),
+        Opt("seconds between renews and between a standby's tries (default 0.5)", group=ELECTION),
+    ] = leadership.Timing.retry_period
 
     @model_validator(mode="after")
     def _ordered(self) -> ElectionSettings:
