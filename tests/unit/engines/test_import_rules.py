@@ -27,6 +27,8 @@ AGENT_SIDE = [
     "vectors",
     "modelinfo",
     "embed_server",
+    "mlxlm",
+    "registry",
     "testmodels",
 ]
 PROBE = """

@@ -1,4 +1,5 @@
-"""The `mlx-embed` / `mlx-rerank` engines as plug-in values: argv, readiness, memory (pure).
+"""The `mlx-embed` / `mlx-rerank` engines (`plugin.Engine`: `EMBED`, `RERANK`): argv, readiness,
+memory (pure).
 
 The process is `python -m mlxfleet_agent.engines.embed_server` with the slot's model, port and
 served name, and the options below (the server's flags). It listens only once the model is
@@ -6,19 +7,21 @@ loaded and warmed, so readiness is one real request of its task. It stops on SIG
 Memory: the weights, plus the activations of one forward pass (`batchTokens` padded tokens
 through one layer at a time, float32 worst case), plus the attention scores where the backend
 materialises them (mlx on CPU; Metal's fused attention does not), plus a flat runtime reserve.
-May import: pydantic, engines.plugin and the standard library. Called by: the agent's engine
-registry (part 2), tests.
+May import: contract, engines.plugin and the standard library. Called by: engines.registry,
+models.catalog (memory), tests.
 """
 
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from typing import Literal
 
+from mlxfleet_agent import contract
 from mlxfleet_agent.contract.engines import EmbedOptions
 from mlxfleet_agent.engines import plugin
 
-__all__ = ["EmbedOptions", "Task", "command", "launch", "memory", "probe"]
+__all__ = ["EMBED", "RERANK", "EmbedOptions", "Task", "command", "launch", "memory", "probe"]
 
 MODULE = "mlxfleet_agent.engines.embed_server"
 RUNTIME_BYTES = 512 << 20  # interpreter, mlx, tokenizer, HTTP server
@@ -61,6 +64,31 @@ def launch(
 def probe(task: Task, *, served_model_name: str) -> plugin.Probe:
     cap = plugin.Capability.EMBEDDINGS if task == "embed" else plugin.Capability.RERANK
     return plugin.probe_for(cap, model=served_model_name)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedEngine:
+    """mlx-embed (`task` embed) or mlx-rerank (`task` rerank) as a `plugin.Engine`: the agent's
+    own server from its interpreter, ready once one real request of its task answers."""
+
+    task: Task
+    swept_mark: str | None = MODULE
+
+    def admit(self, spec: contract.EngineSpec, host: plugin.Host) -> None:
+        return None  # nothing beyond being runnable
+
+    def launch(
+        self, spec: contract.SlotSpec, target: plugin.Target, host: plugin.Host
+    ) -> plugin.Launch:
+        options = spec.engine.embed or contract.EmbedOptions()
+        return launch(target, options, python=host.python, task=self.task)
+
+    def probes(self, spec: contract.SlotSpec, *, upstream_model: str) -> list[plugin.Probe]:
+        return [probe(self.task, served_model_name=upstream_model)]
+
+
+EMBED = EmbedEngine("embed")
+RERANK = EmbedEngine("rerank")
 
 
 def memory(
