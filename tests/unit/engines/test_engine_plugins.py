@@ -15,7 +15,7 @@ from typing import Any
 import pydantic
 import pytest
 
-from mlxfleet_agent import contract
+from mlxfleet_agent import contract, sizing
 from mlxfleet_agent.engines import (
     command,
     discovery,
@@ -585,3 +585,57 @@ def test_the_registry_refuses_an_engine_the_node_cannot_run() -> None:
     ):
         registry.check(contract.EngineSpec(name=contract.EngineName.VLLM), host)
     registry.check(contract.EngineSpec(), host)  # mlx-lm: runnable by default
+
+
+class _Weights:
+    """A model directory that counts its reads (an engine reads it only when it needs to)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._config = config
+        self.reads = 0
+
+    def inspect(self) -> tuple[int, contract.ModelShape]:
+        self.reads += 1
+        shape = sizing.shape_from_config(self._config)
+        return 100 << 20, shape
+
+    def config(self) -> dict[str, Any]:
+        self.reads += 1
+        return self._config
+
+
+QWEN = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_the_registry_sizes_each_engine_from_what_it_needs() -> None:
+    weights = _Weights(QWEN)
+    mlx = _slot({"name": "mlx-lm"})
+    size, shape = weights.inspect()
+    expected = sizing.estimate(
+        weights_bytes=size,
+        shape=shape,
+        context_length=mlx.context_length,
+        max_concurrency=3,
+        kv_bits=None,
+    ).total_bytes
+    assert registry.memory(mlx, weights) == expected
+    embed = _slot({"name": "mlx-embed"})
+    assert registry.memory(embed, weights) == embed_engine.slot_memory(embed, 100 << 20, QWEN)
+    weights.reads = 0
+    assert registry.memory(_slot({"name": "vllm"}), weights) == 2 << 30  # its process
+    declared = {"argv": LLAMA, "capabilities": ["chat"], "memoryBytes": 3 << 30}
+    assert registry.memory(_slot({"name": "command", "command": declared}), weights) == 3 << 30
+    assert weights.reads == 0  # neither reads the model directory
+
+
+def test_an_embedding_model_without_its_sizes_is_refused() -> None:
+    with pytest.raises(sizing.UnknownModelSize, match="intermediate_size"):
+        registry.memory(_slot({"name": "mlx-rerank"}), _Weights({**QWEN, "intermediate_size": 0}))

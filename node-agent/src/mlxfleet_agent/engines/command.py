@@ -14,7 +14,7 @@ whoever may create a ModelDeployment could otherwise run anything on the node. A
 pass `{port}` and `{host}`, so the server binds where the agent proxies and nowhere else. It must
 declare what it serves and how much memory it needs, because the agent cannot know either.
 May import: contract, engines.plugin, the standard library. Called by: engines.registry
-(`ENGINE`, the `plugin.Engine`), models.catalog (memory), tests.
+(`ENGINE`, the `plugin.Engine`), tests.
 """
 
 from __future__ import annotations
@@ -139,6 +139,11 @@ class Command:
         caps = spec.engine.command.capabilities
         main = next(c for c in plugin.Capability if c in caps)  # chat first, as mlx_lm
         return [plugin.probe_for(main, model=upstream_model)]
+
+    def memory(self, spec: contract.SlotSpec, weights: plugin.Weights) -> int:
+        """The agent cannot know: the deployment declares it."""
+        assert spec.engine.command is not None
+        return memory(spec.engine.command).host_bytes
 
 
 ENGINE = Command()

@@ -7,17 +7,18 @@ loaded and warmed, so readiness is one real request of its task. It stops on SIG
 Memory: the weights, plus the activations of one forward pass (`batchTokens` padded tokens
 through one layer at a time, float32 worst case), plus the attention scores where the backend
 materialises them (mlx on CPU; Metal's fused attention does not), plus a flat runtime reserve.
-May import: contract, engines.plugin and the standard library. Called by: engines.registry,
-models.catalog (memory), tests.
+May import: contract, sizing, engines.plugin and the standard library. Called by: engines.registry,
+tests.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from mlxfleet_agent import contract
+from mlxfleet_agent import contract, sizing
 from mlxfleet_agent.contract.engines import EmbedOptions
 from mlxfleet_agent.engines import plugin
 
@@ -86,9 +87,35 @@ class EmbedEngine:
     def probes(self, spec: contract.SlotSpec, *, upstream_model: str) -> list[plugin.Probe]:
         return [probe(self.task, served_model_name=upstream_model)]
 
+    def memory(self, spec: contract.SlotSpec, weights: plugin.Weights) -> int:
+        size, _ = weights.inspect()
+        return slot_memory(spec, size, weights.config())
+
 
 EMBED = EmbedEngine("embed")
 RERANK = EmbedEngine("rerank")
+
+
+def slot_memory(spec: contract.SlotSpec, weights_bytes: int, config: dict[str, Any]) -> int:
+    """An embeddings/rerank slot: weights + one batch's activations (no KV cache)."""
+    cfg = sizing.text_config(config)
+    options = spec.engine.embed or contract.EmbedOptions()
+
+    def need(key: str) -> int:
+        value = cfg.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise sizing.UnknownModelSize(f"config.json has no positive integer {key}")
+        return value
+
+    return memory(
+        weights_bytes=weights_bytes,
+        hidden_size=need("hidden_size"),
+        intermediate_size=need("intermediate_size"),
+        heads=need("num_attention_heads"),
+        max_input_tokens=options.max_input_tokens or min(8192, spec.context_length),
+        options=options,
+        attention_materialized=sys.platform != "darwin",  # mlx on CPU materialises scores
+    ).host_bytes
 
 
 def memory(

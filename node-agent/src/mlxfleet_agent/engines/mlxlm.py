@@ -13,7 +13,7 @@ stop on Linux; ml-explore/mlx#3126): no signal and no wait avoids it, so ENTRY l
 the agent's own `GET /health` probes (every `--health-interval-s`; only the agent reaches a
 backend on loopback) out of the backend's log, through the standard library's
 `BaseHTTPRequestHandler.log_request` that mlx_lm's handler inherits (43k lines a day otherwise).
-May import: contract, engines.plugin and the standard library. Called by: engines.registry,
+May import: contract, sizing, engines.plugin and the standard library. Called by: engines.registry,
 slots.handles (vocab_size), tests.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlxfleet_agent import contract
+from mlxfleet_agent import contract, sizing
 from mlxfleet_agent.engines import plugin
 
 STOP_SIGNAL = signal.SIGINT
@@ -155,6 +155,17 @@ class MlxLm:
 
     def probes(self, spec: contract.SlotSpec, *, upstream_model: str) -> list[plugin.Probe]:
         return [plugin.Probe("POST", WARMUP_PATH, dict(WARMUP_BODY), plugin.Capability.COMPLETIONS)]
+
+    def memory(self, spec: contract.SlotSpec, weights: plugin.Weights) -> int:
+        """Weights + KV cache at the slot's context length and concurrency + overhead."""
+        size, shape = weights.inspect()
+        return sizing.estimate(
+            weights_bytes=size,
+            shape=shape,
+            context_length=spec.context_length,
+            max_concurrency=spec.max_concurrency,
+            kv_bits=spec.server.kv_bits,
+        ).total_bytes
 
 
 ENGINE = MlxLm()

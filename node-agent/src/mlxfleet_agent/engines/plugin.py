@@ -5,7 +5,9 @@ An engine tells the agent, for one slot: whether this node may run the spec beyo
 being runnable (`Engine.admit`), how to start it (`Engine.launch` -> `Launch`: argv, extra
 environment, how to stop it), how to know it is ready (`Engine.probes` -> `Probe`: a real request
 and what a good answer looks like), which of its processes a restarted agent may kill
-(`Engine.swept_mark`); what it serves is `Capability`, how much memory to reserve `Memory`.
+(`Engine.swept_mark`), and how much host memory the slot reserves once loaded (`Engine.memory`,
+from its model directory through `Weights`, read only when the engine needs it); what it serves
+is `Capability`, the sizing of an engine `Memory`.
 One module per engine implements it (`mlxlm`, `embed_engine` for mlx-embed and mlx-rerank,
 `vllm`, `command`); `registry` maps each `contract.EngineName` to its engine. Everything here
 is data computed from a spec and host facts (`Host`), so it is unit-tested without processes;
@@ -129,6 +131,19 @@ def accepts(probe: Probe, status: int, answer: object) -> bool:
     return isinstance(choices, list) and len(choices) > 0
 
 
+class Weights(Protocol):
+    """A slot's model directory as an engine's memory needs it, read only when asked
+    (models.catalog gives one over models.modeldir; errors are modeldir's and sizing's)."""
+
+    def inspect(self) -> tuple[int, contract.ModelShape]:
+        """The weights' bytes and the model's shape (sizing.UnknownModelSize when unknown)."""
+        ...
+
+    def config(self) -> dict[str, Any]:
+        """The model's config.json."""
+        ...
+
+
 class Engine(Protocol):
     """One engine as the agent runs it (see the module docstring); `registry.ENGINES` holds one
     per `contract.EngineName`. Pure: every answer is computed from its arguments."""
@@ -151,4 +166,8 @@ class Engine(Protocol):
     def probes(self, spec: contract.SlotSpec, *, upstream_model: str) -> Sequence[Probe]:
         """Readiness, in order: each must be accepted before the slot serves (`upstream_model`:
         the `model` value the engine answers to, `Launch.upstream_model`)."""
+        ...
+
+    def memory(self, spec: contract.SlotSpec, weights: Weights) -> int:
+        """Host bytes the slot reserves once loaded (sizing.UnknownModelSize: refuse it)."""
         ...

@@ -4,11 +4,12 @@ agent asks of a slot's engine (pure; no I/O: the launcher calls it with what it 
 `ENGINES` is the one place a name becomes an engine: `mlx-lm` is `mlxlm`, `mlx-embed` /
 `mlx-rerank` the agent's embeddings/rerank server (`embed_engine`), `vllm` `vllm serve`,
 `command` the deployment's allow-listed template. `check` refuses a slot whose engine this node
-cannot run (discovery's verdict, then the engine's own `admit`); `launch` and `probes` ask the
-slot's engine; `swept_marks` is what the orphan sweep kills. A new engine is a module
-implementing `plugin.Engine` and one entry here (a unit test checks every name has one).
+cannot run (discovery's verdict, then the engine's own `admit`); `launch`, `probes` and
+`memory` ask the slot's engine; `swept_marks` is what the orphan sweep kills. A new engine is
+a module implementing `plugin.Engine` and one entry here (a unit test checks every name has
+one).
 May import: contract, engines (plugin, mlxlm, embed_engine, vllm, command), the standard
-library. Called by: backends.launcher, backends.orphans, tests.
+library. Called by: backends.launcher, backends.orphans, models.catalog (memory), tests.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ def probes(spec: contract.SlotSpec, *, upstream_model: str) -> Sequence[plugin.P
     """Readiness, in order: each must be accepted before the slot serves (`upstream_model`:
     the `model` value the engine answers to, `Launch.upstream_model`)."""
     return ENGINES[spec.engine.name].probes(spec, upstream_model=upstream_model)
+
+
+def memory(spec: contract.SlotSpec, weights: plugin.Weights) -> int:
+    """Host bytes the slot reserves once loaded from `weights` (sizing.UnknownModelSize)."""
+    return ENGINES[spec.engine.name].memory(spec, weights)
 
 
 def swept_marks() -> tuple[str, ...]:

@@ -15,7 +15,7 @@ port, model and served name, so `extraArgs` may not set them. The server never r
 Not run against real vLLM here (no GPU on this machine); tests check the builders and a
 stand-in server.
 May import: contract, engines.plugin, the standard library. Called by: engines.registry
-(`ENGINE`, the `plugin.Engine`), models.catalog (memory), tests.
+(`ENGINE`, the `plugin.Engine`), tests.
 """
 
 from __future__ import annotations
@@ -142,6 +142,10 @@ class Vllm:
 
     def probes(self, spec: contract.SlotSpec, *, upstream_model: str) -> list[plugin.Probe]:
         return probes(spec.engine.vllm or VllmOptions(), served_model_name=upstream_model)
+
+    def memory(self, spec: contract.SlotSpec, weights: plugin.Weights) -> int:
+        """Host memory is the server process (GPU memory is vLLM's own share)."""
+        return memory(spec.engine.vllm or VllmOptions(), gpu_total_bytes=0).host_bytes
 
 
 ENGINE = Vllm()
