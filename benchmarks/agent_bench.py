@@ -37,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from mlxfleet_agent import devmodels
+from mlxfleet_agent.dev import devmodels
 
 SECTION = "## Agent data plane"
 NOTE = (

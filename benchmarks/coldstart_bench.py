@@ -42,7 +42,7 @@ from tests.e2e import gwfleet
 from tests.support import gateway as gws
 
 from benchmarks.agent_bench import PROMPT, pct, write_section
-from mlxfleet_agent import devmodels
+from mlxfleet_agent.dev import devmodels
 from mlxfleet_operator.core import naming
 from mlxfleet_operator.dev import controlplane
 

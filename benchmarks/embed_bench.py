@@ -21,7 +21,8 @@ from pathlib import Path
 import httpx
 
 from benchmarks.agent_bench import start_agent, write_section
-from mlxfleet_agent.engines import bench, testmodels
+from mlxfleet_agent.dev import testmodels
+from mlxfleet_agent.engines import bench
 
 SECTION = "## Embeddings through the agent"
 

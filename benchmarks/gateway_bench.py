@@ -64,7 +64,7 @@ from tests.support import gateway as gws
 
 from benchmarks import request_cpu
 from benchmarks.agent_bench import PROMPT, pct
-from mlxfleet_agent import devmodels
+from mlxfleet_agent.dev import devmodels
 from mlxfleet_operator.dev import controlplane, processes
 
 SECTION = "## Gateway"

@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 from tests.e2e.conftest import E2E, Agent, Agents, Operator, is_true
 
-from mlxfleet_agent import devmodels
+from mlxfleet_agent.dev import devmodels
 from mlxfleet_operator.core import naming
 from mlxfleet_operator.dev import controlplane
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from tests.e2e.conftest import E2E, POLL, Agent, Agents, Operator, is_true, wait_for
 
-from mlxfleet_agent import devmodels
+from mlxfleet_agent.dev import devmodels
 from mlxfleet_operator.core import naming
 from mlxfleet_operator.dev import controlplane
 

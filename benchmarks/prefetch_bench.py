@@ -34,7 +34,7 @@ import httpx
 from tests.e2e.conftest import E2E, Agent, Agents, Operator, is_true, wait_for
 from tests.support import s3 as s3_support
 
-from mlxfleet_agent import devmodels
+from mlxfleet_agent.dev import devmodels
 from mlxfleet_operator.dev import controlplane
 
 TOKEN = "benchmark-fleet-peer-token"  # noqa: S105 (a throwaway test secret)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_agent import devmodels
+from mlxfleet_agent.dev import devmodels
 from tests.e2e.conftest import E2E, Agents, Operator, condition, is_true, wait_for
 from tests.support.s3 import S3Server
 

@@ -14,7 +14,7 @@ import numpy as np
 import openai
 import pytest
 
-from mlxfleet_agent.engines import testmodels
+from mlxfleet_agent.dev import testmodels
 from tests.e2e.conftest import E2E, Agents, Operator, condition, is_true, wait_for
 from tests.support import gateway as gws
 

@@ -1,11 +1,11 @@
-"""Fixtures: tiny llama models generated locally (mlxfleet_agent.devmodels), once per session.
+"""Fixtures: tiny llama models generated locally (mlxfleet_agent.dev.devmodels), once per session.
 
 `model_a` and `model_b` load in mlx_lm and differ in their weights (seeds 1 and 2), so a test can
 tell which one answered; `broken_model` looks like a model but fails to load (rollback tests);
 `model_tri` has 6 heads / 3 KV heads (hidden 96), so tensor sharding splits it over 3 ranks.
 `embedding_model` (and `embedding_model_b`, other weights) / `reranker_model`: tiny Qwen3
-checkpoints of the mlx-embed / mlx-rerank engines (mlxfleet_agent.engines.testmodels).
-May import: pytest, mlxfleet_agent.devmodels, mlxfleet_agent.engines.testmodels (lazily).
+checkpoints of the mlx-embed / mlx-rerank engines (mlxfleet_agent.dev.testmodels).
+May import: pytest, mlxfleet_agent.dev.devmodels, mlxfleet_agent.dev.testmodels (lazily).
 Called by: any test (loaded via tests/conftest.py).
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxfleet_agent import devmodels
+from mlxfleet_agent.dev import devmodels
 
 SEED_A = 1
 SEED_B = 2
@@ -57,7 +57,7 @@ def broken_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def embedding_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from mlxfleet_agent.engines import testmodels
+    from mlxfleet_agent.dev import testmodels
 
     return testmodels.generate_embedding_model(
         models_root(tmp_path_factory) / "qwen3-embedding", seed=3
@@ -66,7 +66,7 @@ def embedding_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def embedding_model_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from mlxfleet_agent.engines import testmodels
+    from mlxfleet_agent.dev import testmodels
 
     return testmodels.generate_embedding_model(
         models_root(tmp_path_factory) / "qwen3-embedding-b", seed=4
@@ -75,7 +75,7 @@ def embedding_model_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def reranker_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from mlxfleet_agent.engines import testmodels
+    from mlxfleet_agent.dev import testmodels
 
     return testmodels.generate_reranker_model(models_root(tmp_path_factory) / "qwen3-reranker")
 

@@ -4,8 +4,8 @@ One folder per role (docs/development.md has the map): `contract/` (wire types) 
 (pure memory estimate) are what the operator and the gateway import; `slots/` (slots, swaps,
 registry), `models/` (sources, store), `backends/` (engine processes), `dataplane/`,
 `controlapi/`, `telemetry/`, `host/` (machine facts, atomic files, S3 client), `runtime/`
-(settings, composition root, serve); `refusals` (domain errors), `cli`, `service_units`,
-`devmodels` at the top.
+(settings, composition root, serve); `refusals` (domain errors), `cli`, `service_units`
+at the top; `dev/` is development tooling (tiny models), not the running agent.
 May import: nothing from mlxfleet_operator or a gateway. Called by: the `mlxfleet-agent` console
 script.
 """

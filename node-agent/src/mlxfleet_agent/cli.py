@@ -7,7 +7,8 @@
     mlxfleet-agent join --server URL --token BOOTSTRAP [--labels k=v] [flags]
     mlxfleet-agent leave [--kubeconfig F]
 
-May import: runtime (settings, serve, logs), service_units, devmodels, uvloop, stdlib.
+May import: runtime (settings, serve, logs), service_units, dev (make-model), join.command,
+uvloop, stdlib.
 Called by: the console script, `python -m mlxfleet_agent.cli`.
 """
 
@@ -68,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
             unit.add_argument("--log-dir", default="/var/log/mlxfleet")
             unit.add_argument("--label", default=service_units.LABEL)
         unit.add_argument("serve_args", nargs=argparse.REMAINDER, help="-- then the serve flags")
-    sub.add_parser("make-model", help="write a tiny dev model (see devmodels)", add_help=False)
+    sub.add_parser("make-model", help="write a tiny dev model (see dev.devmodels)", add_help=False)
     sub.add_parser("join", help="join this Mac to a cluster (bootstrap token)", add_help=False)
     sub.add_parser("leave", help="drain this Mac and remove it from the cluster", add_help=False)
     return parser
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return command.main(argv[0], argv[1:])
     if argv[:1] == ["make-model"]:
-        from mlxfleet_agent import devmodels
+        from mlxfleet_agent.dev import devmodels  # development tooling, loaded only here
 
         return devmodels.main(argv[1:])
     args = _parser().parse_args(argv)

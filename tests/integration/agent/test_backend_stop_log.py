@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from mlxfleet_agent import contract
-from mlxfleet_agent.backends import mlxlm, process
-from mlxfleet_agent.engines import plugin
+from mlxfleet_agent.backends import process
+from mlxfleet_agent.engines import mlxlm, plugin
 
 pytestmark = pytest.mark.timeout(120)
 LOGGER = process.__name__

@@ -3,7 +3,7 @@ by the data plane with the `openai` client and httpx, counted in telemetry; zero
 embeddings slot under load; the generic `command` engine running a real `mlx_lm.server` (Ready,
 answering, swapping under load); refusals of engines the node cannot run.
 
-Models: tiny generated qwen3 embedder/reranker (engines.testmodels) and the chat dev models.
+Models: tiny generated qwen3 embedder/reranker (dev.testmodels) and the chat dev models.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
-from mlxfleet_agent.engines import testmodels
+from mlxfleet_agent.dev import testmodels
 from tests.integration.agent.conftest import Agent, slot_spec
 
 pytestmark = [pytest.mark.mlx, pytest.mark.slow, pytest.mark.timeout(600)]

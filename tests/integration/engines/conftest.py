@@ -1,6 +1,6 @@
 """Real embeddings/rerank engine processes on loopback, serving locally generated tiny models.
 
-`embedding_model` / `reranker_model`: tiny Qwen3 checkpoints (mlxfleet_agent.engines.testmodels),
+`embedding_model` / `reranker_model`: tiny Qwen3 checkpoints (mlxfleet_agent.dev.testmodels),
 generated once per session. `embed_engine` / `rerank_engine`: one `embed_server` process each
 for the session, with small limits (so limit tests need no process of their own) and small
 batches (so a request of a few dozen inputs spans several forward passes). `start_engine`

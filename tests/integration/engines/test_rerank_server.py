@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mlxfleet_agent.engines import testmodels
+from mlxfleet_agent.dev import testmodels
 from tests.integration.engines.conftest import Engine
 
 pytestmark = [pytest.mark.mlx, pytest.mark.timeout(300)]

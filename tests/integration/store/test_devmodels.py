@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxfleet_agent import devmodels
+from mlxfleet_agent.dev import devmodels
 
 pytestmark = pytest.mark.mlx
 

@@ -13,8 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mlxfleet_agent import contract, service_units
-from mlxfleet_agent.backends import mlxlm, ranks, readiness
+from mlxfleet_agent.backends import ranks, readiness
 from mlxfleet_agent.dataplane import errors, routing
+from mlxfleet_agent.engines import mlxlm
 from mlxfleet_agent.host import files
 from mlxfleet_agent.join import files as join_files
 from mlxfleet_agent.runtime import settings

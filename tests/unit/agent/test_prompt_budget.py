@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import tokenizers
 
-from mlxfleet_agent import contract, devmodels
+from mlxfleet_agent import contract
 from mlxfleet_agent.dataplane import budget, routing
 from mlxfleet_agent.dataplane.errors import RouteError
+from mlxfleet_agent.dev import devmodels
 from mlxfleet_agent.engines import tokencount
 from mlxfleet_agent.slots import lease
 

@@ -9,14 +9,22 @@ from __future__ import annotations
 import itertools
 import json
 import signal
+from pathlib import Path
 from typing import Any
 
 import pydantic
 import pytest
 
-from mlxfleet_agent import contract
-from mlxfleet_agent.backends import recipes
-from mlxfleet_agent.engines import command, discovery, embed_engine, embed_server, plugin, vllm
+from mlxfleet_agent import contract, sizing
+from mlxfleet_agent.engines import (
+    command,
+    discovery,
+    embed_engine,
+    embed_server,
+    plugin,
+    registry,
+    vllm,
+)
 
 # ---- vllm ------------------------------------------------------------------------------------
 
@@ -246,15 +254,15 @@ def test_an_agent_may_narrow_the_env_allow_list() -> None:
             allowed_programs=["llama-server"],
             allowed_env=frozenset({"OMP_NUM_THREADS"}),
         )
-    host = recipes.Host(
+    host = plugin.Host(
         python="/py",
         command_programs=("llama-server",),
         command_env=frozenset({"OMP_NUM_THREADS"}),
         runnable=frozenset({"command"}),
     )
     spec = contract.EngineSpec(name=contract.EngineName.COMMAND, command=options)
-    with pytest.raises(recipes.EngineRefused, match="HF_HUB_OFFLINE"):
-        recipes.check(spec, host)
+    with pytest.raises(plugin.EngineRefused, match="HF_HUB_OFFLINE"):
+        registry.check(spec, host)
 
 
 def test_command_needs_capabilities_and_memory() -> None:
@@ -439,3 +447,195 @@ def test_parse_nvidia_smi() -> None:
         discovery.Gpu("NVIDIA H100 80GB HBM3", 81559 << 20),
         discovery.Gpu("NVIDIA A10G", 23028 << 20),
     )
+
+
+# ---- the registry: one engine per name ---------------------------------------------------------
+
+
+def test_every_engine_name_has_one_engine() -> None:
+    assert set(registry.ENGINES) == set(contract.EngineName)
+
+
+def test_the_orphan_sweep_kills_mlx_lm_and_the_embed_server_only() -> None:
+    assert registry.swept_marks() == ("mlx_lm", "mlxfleet_agent.engines.embed_server")
+
+
+def _slot(engine: dict[str, Any]) -> contract.SlotSpec:
+    return contract.SlotSpec.model_validate(
+        {"source": "file:///m/a", "servedName": "a", "maxConcurrency": 3, "engine": engine}
+    )
+
+
+HOST = plugin.Host(python="/py", command_programs=("llama-server",))
+COMPLETION = {"prompt": "ping", "max_tokens": 1, "temperature": 0.0, "stream": False}
+
+
+@pytest.mark.parametrize(
+    ("engine", "argv_head", "stop", "grace", "upstream", "health", "probes"),
+    [
+        pytest.param(
+            {"name": "mlx-lm"},
+            ("/py", "-c"),
+            signal.SIGINT,
+            0.0,
+            "/m/a",
+            "/health",
+            [("POST", "/v1/completions", COMPLETION, plugin.Capability.COMPLETIONS)],
+            id="mlx-lm",
+        ),
+        pytest.param(
+            {"name": "mlx-embed"},
+            ("/py", "-m", "mlxfleet_agent.engines.embed_server"),
+            signal.SIGTERM,
+            10.0,
+            "a",
+            None,
+            [("POST", "/v1/embeddings", {"model": "a", "input": "ping"}, "embeddings")],
+            id="mlx-embed",
+        ),
+        pytest.param(
+            {"name": "mlx-rerank"},
+            ("/py", "-m", "mlxfleet_agent.engines.embed_server"),
+            signal.SIGTERM,
+            10.0,
+            "a",
+            None,
+            [
+                (
+                    "POST",
+                    "/v1/rerank",
+                    {"model": "a", "query": "ping", "documents": ["ping"]},
+                    "rerank",
+                )
+            ],
+            id="mlx-rerank",
+        ),
+        pytest.param(
+            {"name": "vllm"},
+            ("vllm", "serve", "/m/a"),
+            signal.SIGTERM,
+            30.0,
+            "a",
+            None,
+            [
+                ("GET", "/v1/models", None, "models"),
+                (
+                    "POST",
+                    "/v1/completions",
+                    {"model": "a", "prompt": "ping", "max_tokens": 1, "temperature": 0.0},
+                    "completions",
+                ),
+            ],
+            id="vllm",
+        ),
+        pytest.param(
+            {
+                "name": "command",
+                "command": {
+                    "argv": LLAMA,
+                    "capabilities": ["embeddings", "chat"],
+                    "memoryBytes": 1 << 30,
+                },
+            },
+            ("llama-server", "-m", "/m/a"),
+            signal.SIGTERM,
+            10.0,
+            "a",
+            None,
+            [
+                (
+                    "POST",
+                    "/v1/chat/completions",
+                    {
+                        "model": "a",
+                        "messages": [{"role": "user", "content": "ping"}],
+                        "max_tokens": 1,
+                        "temperature": 0.0,
+                    },
+                    "chat",
+                )
+            ],
+            id="command",
+        ),
+    ],
+)
+def test_the_registry_launches_and_probes_each_engine(
+    engine: dict[str, Any],
+    argv_head: tuple[str, ...],
+    stop: signal.Signals,
+    grace: float,
+    upstream: str,
+    health: str | None,
+    probes: list[tuple[str, str, Any, str]],
+) -> None:
+    spec = _slot(engine)
+    made = registry.launch(spec, Path("/m/a"), 8123, HOST)
+    assert made.argv[: len(argv_head)] == argv_head
+    assert "8123" in made.argv
+    assert (made.stop_signal, made.stop_grace_s) == (stop, grace)
+    assert (made.upstream_model, made.health_path) == (upstream, health)
+    got = registry.probes(spec, upstream_model=made.upstream_model)
+    assert [(p.method, p.path, p.body, p.expect) for p in got] == probes
+
+
+def test_the_registry_refuses_an_engine_the_node_cannot_run() -> None:
+    host = plugin.Host(python="/py", reasons=(("vllm", "no NVIDIA GPU found"),))
+    with pytest.raises(
+        plugin.EngineRefused, match="engine vllm cannot run on this node: no NVIDIA"
+    ):
+        registry.check(contract.EngineSpec(name=contract.EngineName.VLLM), host)
+    registry.check(contract.EngineSpec(), host)  # mlx-lm: runnable by default
+
+
+class _Weights:
+    """A model directory that counts its reads (an engine reads it only when it needs to)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._config = config
+        self.reads = 0
+
+    def inspect(self) -> tuple[int, contract.ModelShape]:
+        self.reads += 1
+        shape = sizing.shape_from_config(self._config)
+        return 100 << 20, shape
+
+    def config(self) -> dict[str, Any]:
+        self.reads += 1
+        return self._config
+
+
+QWEN = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_the_registry_sizes_each_engine_from_what_it_needs() -> None:
+    weights = _Weights(QWEN)
+    mlx = _slot({"name": "mlx-lm"})
+    size, shape = weights.inspect()
+    expected = sizing.estimate(
+        weights_bytes=size,
+        shape=shape,
+        context_length=mlx.context_length,
+        max_concurrency=3,
+        kv_bits=None,
+    ).total_bytes
+    assert registry.memory(mlx, weights) == expected
+    embed = _slot({"name": "mlx-embed"})
+    assert registry.memory(embed, weights) == embed_engine.slot_memory(embed, 100 << 20, QWEN)
+    weights.reads = 0
+    assert registry.memory(_slot({"name": "vllm"}), weights) == 2 << 30  # its process
+    declared = {"argv": LLAMA, "capabilities": ["chat"], "memoryBytes": 3 << 30}
+    assert registry.memory(_slot({"name": "command", "command": declared}), weights) == 3 << 30
+    assert weights.reads == 0  # neither reads the model directory
+
+
+def test_an_embedding_model_without_its_sizes_is_refused() -> None:
+    with pytest.raises(sizing.UnknownModelSize, match="intermediate_size"):
+        registry.memory(_slot({"name": "mlx-rerank"}), _Weights({**QWEN, "intermediate_size": 0}))

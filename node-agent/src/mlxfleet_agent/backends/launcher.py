@@ -6,11 +6,11 @@ ask it for backends.
 `warm_up(...)` waits until it answers its engine's probes (`readiness`), `watch(...)` returns
 once a serving one stops serving (exit, or its health endpoint says no), `stop(...)` stops it
 within the grace period (the engine's own grace when longer, vLLM's 30 s). The engine
-specifics come from `recipes`; `check` refuses an engine this node cannot run; `engines` is
+specifics come from `engines.registry`; `check` refuses an engine this node cannot run; `engines` is
 what discovery found at start (GET /v1/state).
 A rank of a sharded group gets mlx.distributed's environment (`ranks`) on top of its engine's.
-May import: httpx, the standard library, contract, engines, backends (ranks, recipes,
-process, readiness).
+May import: httpx, the standard library, contract, engines (plugin, registry), backends
+(ranks, process, readiness).
 Called by: slots (the slot's primitives), runtime (builds and closes it).
 """
 
@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 
 from mlxfleet_agent import contract
-from mlxfleet_agent.backends import process, ranks, readiness, recipes
-from mlxfleet_agent.engines import plugin
+from mlxfleet_agent.backends import process, ranks, readiness
+from mlxfleet_agent.engines import plugin, registry
 
 
 class Launcher:
@@ -51,7 +51,7 @@ class Launcher:
         self.python = python or sys.executable
         # without discovery (tests, embedders of the launcher): the MLX engines, as before
         self.engines = list(engines) if engines is not None else _mlx_only()
-        self.host = recipes.Host(
+        self.host = plugin.Host(
             python=self.python,
             command_programs=tuple(command_programs),
             command_env=command_env,
@@ -68,8 +68,8 @@ class Launcher:
         )
 
     def check(self, engine: contract.EngineSpec) -> None:
-        """recipes.EngineRefused unless this node can run `engine`."""
-        recipes.check(engine, self.host)
+        """plugin.EngineRefused unless this node can run `engine`."""
+        registry.check(engine, self.host)
 
     def rank_refused(self, shard: contract.RankSpec | None) -> str | None:
         """Why this agent may not run the rank (None: it may, or the slot is no rank)."""
@@ -98,7 +98,7 @@ class Launcher:
         )
 
         def launch(port: int) -> plugin.Launch:
-            made = recipes.launch(spec, model_dir, port, self.host)
+            made = registry.launch(spec, model_dir, port, self.host)
             if shard_env is None:
                 return made
             return dataclasses.replace(made, env={**made.env, **shard_env})
@@ -108,7 +108,7 @@ class Launcher:
             label=label,
             log_dir=self.log_dir,
         )
-        return backend, recipes.probes(spec, upstream_model=backend.launch.upstream_model)
+        return backend, registry.probes(spec, upstream_model=backend.launch.upstream_model)
 
     async def warm_up(
         self, backend: process.Backend, probes: Sequence[plugin.Probe]

@@ -5,7 +5,7 @@ tell a reused pid apart) whenever the set of live backends changes; `sweep`, at 
 (process group and
 all) the recorded backends of a previous agent that still run: the macOS path after a SIGKILL,
 where PR_SET_PDEATHSIG does not exist.
-May import: psutil, the standard library, host.files, backends.mlxlm. Called by: slots.registry
+May import: psutil, the standard library, host.files, engines.registry. Called by: slots.registry
 (record), runtime (sweep at start-up).
 """
 
@@ -18,15 +18,16 @@ from pathlib import Path
 
 import psutil
 
-from mlxfleet_agent.backends import mlxlm
+from mlxfleet_agent.engines import registry
 from mlxfleet_agent.host import files
 
 BACKENDS_FILE = "backends.json"
 CMDLINE_CHARS = 2048
-# what a backend's command line must contain to be killed: mlx_lm and the embeddings/rerank
-# server. vllm and command engines are not swept (their command lines are arbitrary; on Linux
-# PR_SET_PDEATHSIG stops them with the agent, on macOS a SIGKILLed agent leaves them running)
-SWEPT = (mlxlm.MARK, "mlxfleet_agent.engines.embed_server")
+# what a backend's command line must contain to be killed (each engine's `swept_mark`): mlx_lm
+# and the embeddings/rerank server. vllm and command engines are not swept (their command lines
+# are arbitrary; on Linux PR_SET_PDEATHSIG stops them with the agent, on macOS a SIGKILLed agent
+# leaves them running)
+SWEPT = registry.swept_marks()
 
 
 def record(state_dir: Path, pids: list[int]) -> None:

@@ -1,12 +1,11 @@
 """One backend process: spawn, watch, stop. No policy and no engine specifics here.
 
-A backend runs its engine's launch (`recipes.launch`: argv, extra environment, stop signal) in
-its own process group (so a terminal's
-Ctrl+C reaches the agent only, which stops backends in order) and, on Linux, dies with the agent
-(PR_SET_PDEATHSIG). Stop is the engine's stop signal, then SIGKILL after a grace period. Output
-goes to `<state-dir>/logs/<label>.log` (opened for appending, so `logrotate` can truncate it under
-the running backend); its tail becomes the slot's lastError when the backend
-fails.
+A backend runs its engine's launch (`engines.registry.launch`: argv, extra environment, stop
+signal) in its own process group (so a terminal's Ctrl+C reaches the agent only, which stops
+backends in order) and, on Linux, dies with the agent (PR_SET_PDEATHSIG). Stop is the engine's
+stop signal, then SIGKILL after a grace period. Output goes to `<state-dir>/logs/<label>.log`
+(opened for appending, so `logrotate` can truncate it under the running backend); its tail
+becomes the slot's lastError when the backend fails.
 May import: host.platform, engines.plugin and the standard library. Called by: backends.launcher,
 slots.
 """

@@ -1,13 +1,12 @@
 """When is a backend ready? When a real request of its engine succeeds (mlx_lm's /health lies
 early): a one-token completion for mlx-lm, one embedding or rerank for those engines.
 
-`warm_up` polls each of the engine's probes (`recipes.probes`) in turn until it answers 200 with
-the shape `plugin.accepts` expects, the process dies, the server keeps answering with an error (a
-model that fails to load leaves mlx_lm up, answering 404), or the deadline passes. `next_backoff` is
-the pure restart
-schedule of a crashed backend. `watch_health` is the other half of readiness: once serving, a
-backend whose health endpoint stops answering 200 is out of service (mlx_lm whose generation
-thread died; rank 0 of a group that lost a peer).
+`warm_up` polls each of the engine's probes (`engines.registry.probes`) in turn until it answers
+200 with the shape `plugin.accepts` expects, the process dies, the server keeps answering with
+an error (a model that fails to load leaves mlx_lm up, answering 404), or the deadline passes.
+`next_backoff` is the pure restart schedule of a crashed backend. `watch_health` is the other
+half of readiness: once serving, a backend whose health endpoint stops answering 200 is out of
+service (mlx_lm whose generation thread died; rank 0 of a group that lost a peer).
 May import: httpx, engines.plugin and the standard library. Called by: backends.launcher, slots
 (backoff).
 """

@@ -13,8 +13,8 @@ only programs its operator allow-listed (`allowed_programs`; empty means the eng
 whoever may create a ModelDeployment could otherwise run anything on the node. A template must
 pass `{port}` and `{host}`, so the server binds where the agent proxies and nowhere else. It must
 declare what it serves and how much memory it needs, because the agent cannot know either.
-May import: pydantic, engines.plugin, the standard library. Called by: the agent's engine
-registry (part 2), tests.
+May import: contract, engines.plugin, the standard library. Called by: engines.registry
+(`ENGINE`, the `plugin.Engine`), tests.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from __future__ import annotations
 import re
 import signal
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
+from mlxfleet_agent import contract
 from mlxfleet_agent.contract.engines import (
     COMMAND_ENV_NAMES,
     PLACEHOLDERS,
@@ -39,6 +41,7 @@ from mlxfleet_agent.engines import plugin
 # the options and template checks live in the contract (admission uses them too)
 __all__ = [
     "COMMAND_ENV_NAMES",
+    "ENGINE",
     "PLACEHOLDERS",
     "SHELLS",
     "CommandOptions",
@@ -101,3 +104,46 @@ def launch(
 
 def memory(options: CommandOptions) -> plugin.Memory:
     return plugin.Memory(host_bytes=options.memory_bytes, basis="declared in the deployment")
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """The command engine as a `plugin.Engine`: the deployment's template within this node's
+    allow-lists, ready once one real request of its first declared capability answers (chat
+    first, as mlx_lm); not swept (its command line is arbitrary)."""
+
+    swept_mark: str | None = None
+
+    def admit(self, spec: contract.EngineSpec, host: plugin.Host) -> None:
+        if spec.command is None:
+            return
+        try:
+            check_allowed(spec.command.argv[0], host.command_programs)
+            check_env(spec.command.env, host.command_env)
+        except TemplateError as exc:
+            raise plugin.EngineRefused(f"engine command: {exc}") from exc
+
+    def launch(
+        self, spec: contract.SlotSpec, target: plugin.Target, host: plugin.Host
+    ) -> plugin.Launch:
+        assert spec.engine.command is not None  # EngineSpec requires it for engine command
+        return launch(
+            spec.engine.command,
+            target,
+            allowed_programs=host.command_programs,
+            allowed_env=host.command_env,
+        )
+
+    def probes(self, spec: contract.SlotSpec, *, upstream_model: str) -> list[plugin.Probe]:
+        assert spec.engine.command is not None
+        caps = spec.engine.command.capabilities
+        main = next(c for c in plugin.Capability if c in caps)  # chat first, as mlx_lm
+        return [plugin.probe_for(main, model=upstream_model)]
+
+    def memory(self, spec: contract.SlotSpec, weights: plugin.Weights) -> int:
+        """The agent cannot know: the deployment declares it."""
+        assert spec.engine.command is not None
+        return memory(spec.engine.command).host_bytes
+
+
+ENGINE = Command()

@@ -6,7 +6,7 @@ Engine names (the values `spec.engine` takes): `mlx-lm` (chat, completions), `ml
 `command` (whatever the deployment declares; needs an allow-listed program). The result goes
 into InferenceNode status so placement only picks nodes whose agent can run the engine, and a
 refusal names the reason given here.
-May import: engines.plugin and the standard library. Called by: the agent at start (part 2),
+May import: engines.plugin and the standard library. Called by: engines.facts, the agent at start,
 tests.
 """
 

@@ -1,26 +1,51 @@
-"""The engine plug-in interface proposed for the agent (pure values; part 2 of issue 11 wires it).
+"""The engine plug-in interface: the `Engine` protocol every engine module implements, and the
+values it deals in (pure).
 
-An engine tells the agent, for one slot: how to start it (`Launch`: argv, extra environment,
-how to stop it), how to know it is ready (`Probe`: a real request and what a good answer looks
-like), what it serves (`Capability`), and how much memory to reserve (`Memory`). Everything here
-is data computed from a spec and host facts, so it is unit-tested without processes; the
-agent's supervisor stays the only code that spawns, probes and signals.
+An engine tells the agent, for one slot: whether this node may run the spec beyond the engine
+being runnable (`Engine.admit`), how to start it (`Engine.launch` -> `Launch`: argv, extra
+environment, how to stop it), how to know it is ready (`Engine.probes` -> `Probe`: a real request
+and what a good answer looks like), which of its processes a restarted agent may kill
+(`Engine.swept_mark`), and how much host memory the slot reserves once loaded (`Engine.memory`,
+from its model directory through `Weights`, read only when the engine needs it); what it serves
+is `Capability`, the sizing of an engine `Memory`.
+One module per engine implements it (`mlxlm`, `embed_engine` for mlx-embed and mlx-rerank,
+`vllm`, `command`); `registry` maps each `contract.EngineName` to its engine. Everything here
+is data computed from a spec and host facts (`Host`), so it is unit-tested without processes;
+the agent's supervisor (backends) stays the only code that spawns, probes and signals.
 Engine options are pydantic models (`EngineOptions`: camelCase, unknown keys refused) so the
 same classes can validate a ModelDeployment's `spec.engine` at admission.
-May import: pydantic and the standard library. Called by: engines.{vllm,command,embed_engine,
-discovery}, tests.
+May import: contract, pydantic and the standard library. Called by: engines.{registry,mlxlm,
+vllm,command,embed_engine,discovery}, backends, tests.
 """
 
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 __all__ = ["Capability", "EngineOptions"]
 
+from mlxfleet_agent import contract
 from mlxfleet_agent.contract.engines import Capability, EngineOptions
+
+
+class EngineRefused(ValueError):
+    """This node cannot run the slot's engine (the message names the engine and why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """What a launch needs from the agent: its interpreter, the command engine's allow-lists
+    (programs, environment names), and the engines discovery found runnable (with why not, for
+    the others)."""
+
+    python: str
+    command_programs: tuple[str, ...] = ()
+    command_env: frozenset[str] = contract.COMMAND_ENV_NAMES  # names a command slot may set
+    runnable: frozenset[str] = frozenset({contract.EngineName.MLX_LM.value})
+    reasons: tuple[tuple[str, str], ...] = ()  # engine -> why not, for refusals
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,3 +129,45 @@ def accepts(probe: Probe, status: int, answer: object) -> bool:
         return isinstance(results, list) and len(results) > 0
     choices = answer.get("choices")
     return isinstance(choices, list) and len(choices) > 0
+
+
+class Weights(Protocol):
+    """A slot's model directory as an engine's memory needs it, read only when asked
+    (models.catalog gives one over models.modeldir; errors are modeldir's and sizing's)."""
+
+    def inspect(self) -> tuple[int, contract.ModelShape]:
+        """The weights' bytes and the model's shape (sizing.UnknownModelSize when unknown)."""
+        ...
+
+    def config(self) -> dict[str, Any]:
+        """The model's config.json."""
+        ...
+
+
+class Engine(Protocol):
+    """One engine as the agent runs it (see the module docstring); `registry.ENGINES` holds one
+    per `contract.EngineName`. Pure: every answer is computed from its arguments."""
+
+    @property
+    def swept_mark(self) -> str | None:
+        """What the command line of this engine's processes contains, so the orphan sweep of a
+        restarted agent kills them (None: not swept, the command line is arbitrary)."""
+        ...
+
+    def admit(self, spec: contract.EngineSpec, host: Host) -> None:
+        """EngineRefused when this node may not run `spec` for a reason of the engine's own
+        (the registry has already checked that the engine is runnable here)."""
+        ...
+
+    def launch(self, spec: contract.SlotSpec, target: Target, host: Host) -> Launch:
+        """How to start the slot's engine for `target` (its model path, port, served name)."""
+        ...
+
+    def probes(self, spec: contract.SlotSpec, *, upstream_model: str) -> Sequence[Probe]:
+        """Readiness, in order: each must be accepted before the slot serves (`upstream_model`:
+        the `model` value the engine answers to, `Launch.upstream_model`)."""
+        ...
+
+    def memory(self, spec: contract.SlotSpec, weights: Weights) -> int:
+        """Host bytes the slot reserves once loaded (sizing.UnknownModelSize: refuse it)."""
+        ...

@@ -9,7 +9,7 @@ special tokens and the ids are concatenated, as the reference code does.
 Qwen3-Embedding pools the hidden state of the last token, which must be `<|endoftext|>`: the
 model's own tokenizer appends it (its post-processor); `needs_end_token` tells whether an
 encoding still lacks it, so a tokenizer that does not append it gives the same vectors.
-May import: the standard library. Called by: mlx_encoder, testmodels, tests.
+May import: the standard library. Called by: mlx_encoder, dev.testmodels, tests.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ port, model and served name, so `extraArgs` may not set them. The server never r
 `gpu_memory_utilization` of each GPU it uses at start, whatever the model's size.
 Not run against real vLLM here (no GPU on this machine); tests check the builders and a
 stand-in server.
-May import: pydantic, engines.plugin, the standard library. Called by: the agent's engine
-registry (part 2), tests.
+May import: contract, engines.plugin, the standard library. Called by: engines.registry
+(`ENGINE`, the `plugin.Engine`), tests.
 """
 
 from __future__ import annotations
@@ -23,11 +23,14 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from mlxfleet_agent import contract
 from mlxfleet_agent.contract.engines import RESERVED_FLAGS, VllmOptions
 from mlxfleet_agent.engines import plugin
 
 __all__ = [
+    "ENGINE",
     "RESERVED_FLAGS",
     "VllmOptions",
     "capabilities",
@@ -121,6 +124,31 @@ def probes(options: VllmOptions, *, served_model_name: str) -> list[plugin.Probe
         "rerank": plugin.Capability.RERANK,
     }[options.task]
     return [listed, plugin.probe_for(main, model=served_model_name)]
+
+
+@dataclass(frozen=True, slots=True)
+class Vllm:
+    """vLLM as a `plugin.Engine` (`vllm serve`; not swept: its command line is arbitrary)."""
+
+    swept_mark: str | None = None
+
+    def admit(self, spec: contract.EngineSpec, host: plugin.Host) -> None:
+        return None  # nothing beyond being runnable (a GPU and `vllm` on PATH: discovery)
+
+    def launch(
+        self, spec: contract.SlotSpec, target: plugin.Target, host: plugin.Host
+    ) -> plugin.Launch:
+        return launch(target, spec.engine.vllm or VllmOptions())
+
+    def probes(self, spec: contract.SlotSpec, *, upstream_model: str) -> list[plugin.Probe]:
+        return probes(spec.engine.vllm or VllmOptions(), served_model_name=upstream_model)
+
+    def memory(self, spec: contract.SlotSpec, weights: plugin.Weights) -> int:
+        """Host memory is the server process (GPU memory is vLLM's own share)."""
+        return memory(spec.engine.vllm or VllmOptions(), gpu_total_bytes=0).host_bytes
+
+
+ENGINE = Vllm()
 
 
 def memory(

@@ -7,7 +7,7 @@ and the parsed `Source` is what every later call takes. Store errors become
 `refusals.Rejected` here (the HTTP status chosen by the store's error class), so the control API
 maps one kind of refusal. A prefetch still fetching answers with its `download` progress (one
 meter per model while any prefetch of it runs).
-May import: the standard library, contract, sizing, refusals, engines (their memory), models
+May import: the standard library, contract, sizing, refusals, engines.registry (memory), models
 (errors, source, local, modeldir, progress, store). Called by: slots (registry: admission; slot:
 ensure/estimate/release),
 controlapi (models routes), runtime (builds and closes it).
@@ -18,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mlxfleet_agent import contract, refusals, sizing
-from mlxfleet_agent.engines import command, embed_engine, vllm
+from mlxfleet_agent.engines import registry
 from mlxfleet_agent.models import errors, local, modeldir, progress, source, store
 
 log = logging.getLogger(__name__)
@@ -83,22 +83,9 @@ class Catalog:
         self.store.release(holder)
 
     def estimate(self, spec: contract.SlotSpec, model_dir: Path) -> int:
-        """Bytes `spec` needs once loaded from `model_dir` (UnknownModelSize: refuse it)."""
-        engine = spec.engine
-        if engine.command is not None:  # the agent cannot know: the deployment declares it
-            return command.memory(engine.command).host_bytes
-        if engine.name is contract.EngineName.VLLM:  # GPU memory is vLLM's; host: its process
-            return vllm.memory(engine.vllm or contract.VllmOptions(), gpu_total_bytes=0).host_bytes
-        size, shape = modeldir.inspect(model_dir)
-        if engine.name in (contract.EngineName.MLX_EMBED, contract.EngineName.MLX_RERANK):
-            return embed_memory(spec, size, modeldir.read_config(model_dir))
-        return sizing.estimate(
-            weights_bytes=size,
-            shape=shape,
-            context_length=spec.context_length,
-            max_concurrency=spec.max_concurrency,
-            kv_bits=spec.server.kv_bits,
-        ).total_bytes
+        """Bytes `spec` needs once loaded from `model_dir` (UnknownModelSize: refuse it): the
+        slot's engine decides, reading the directory only if it needs to."""
+        return registry.memory(spec, _ModelDir(model_dir))
 
     # ---- the store routes of the control API ---------------------------------------------
 
@@ -162,23 +149,14 @@ def _mapped() -> Iterator[None]:
         ) from exc
 
 
-def embed_memory(spec: contract.SlotSpec, weights_bytes: int, config: dict[str, Any]) -> int:
-    """An embeddings/rerank slot: weights + one batch's activations (no KV cache)."""
-    cfg = sizing.text_config(config)
-    options = spec.engine.embed or contract.EmbedOptions()
+@dataclass(frozen=True, slots=True)
+class _ModelDir:
+    """A model directory as `plugin.Weights`: read when an engine's memory asks."""
 
-    def need(key: str) -> int:
-        value = cfg.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise sizing.UnknownModelSize(f"config.json has no positive integer {key}")
-        return value
+    path: Path
 
-    return embed_engine.memory(
-        weights_bytes=weights_bytes,
-        hidden_size=need("hidden_size"),
-        intermediate_size=need("intermediate_size"),
-        heads=need("num_attention_heads"),
-        max_input_tokens=options.max_input_tokens or min(8192, spec.context_length),
-        options=options,
-        attention_materialized=sys.platform != "darwin",  # mlx on CPU materialises scores
-    ).host_bytes
+    def inspect(self) -> tuple[int, contract.ModelShape]:
+        return modeldir.inspect(self.path)
+
+    def config(self) -> dict[str, Any]:
+        return modeldir.read_config(self.path)

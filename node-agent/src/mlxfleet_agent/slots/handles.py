@@ -6,8 +6,8 @@ brings a backend up on prepared weights (`create`, `start`, `warm`, or `discard`
 moves handles between those places (`promote`, `take_off`) and drains and stops them, unpinning
 their weights and telling the owner. It knows nothing of the gate, the phase or swaps: the slot
 (`slot.Slot`) decides when, and keeps its own state.
-May import: the standard library, contract, backends (mlxlm, process, ranks), engines.plugin,
-slots (deps, handle). Called by: slots.slot.
+May import: the standard library, contract, backends (process, ranks), engines (plugin,
+mlxlm), slots (deps, handle). Called by: slots.slot.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from mlxfleet_agent.backends import mlxlm, process, ranks
-from mlxfleet_agent.engines import plugin
+from mlxfleet_agent.backends import process, ranks
+from mlxfleet_agent.engines import mlxlm, plugin
 from mlxfleet_agent.slots import deps as deps_
 from mlxfleet_agent.slots.handle import Handle, Prepared
 

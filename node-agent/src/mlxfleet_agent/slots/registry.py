@@ -8,8 +8,9 @@ idempotent). Refusals are `refusals.Rejected` / `refusals.NoFit`, mapped to HTTP
 API. The registry is the slots' `Owner` (memory budget, backend records, persistence) and the
 data plane's `lease.Routes`.
 May import: the standard library, contract, sizing, refusals, host.platform, backends
-(launcher, orphans), models (catalog, errors, source), telemetry.recorder, slots (deps, slot,
-convergence, statefile). Called by: runtime (builds it), controlapi (slot routes, state).
+(launcher, orphans), engines.plugin (EngineRefused), models (catalog, errors, source),
+telemetry.recorder, slots (deps, slot, convergence, statefile). Called by: runtime (builds it),
+controlapi (slot routes, state).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import logging
 from pathlib import Path
 
 from mlxfleet_agent import contract, refusals, sizing
-from mlxfleet_agent.backends import launcher, orphans, recipes
+from mlxfleet_agent.backends import launcher, orphans
+from mlxfleet_agent.engines import plugin
 from mlxfleet_agent.host import platform
 from mlxfleet_agent.models import catalog, errors, source
 from mlxfleet_agent.slots import convergence, deps, statefile
@@ -140,7 +142,7 @@ class Registry:
             return existing.status(), False
         try:
             self._deps.launcher.check(spec.engine)
-        except recipes.EngineRefused as exc:
+        except plugin.EngineRefused as exc:
             raise refusals.Rejected(422, str(exc), field="engine") from exc
         refused = self._deps.launcher.rank_refused(spec.shard)
         if refused is not None:

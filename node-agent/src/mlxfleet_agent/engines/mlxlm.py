@@ -1,5 +1,5 @@
-"""Everything specific to mlx-lm as an engine: its launch command, its warm-up request, how it
-stops and how its processes are recognised. The one module to swap for another engine.
+"""The mlx-lm engine (`plugin.Engine`, `ENGINE`): its launch command, its warm-up request, how it
+stops, how its processes are recognised and the vocabulary its logits have (pure).
 
 `python -c ENTRY server --model DIR --host 127.0.0.1 --port P ...` (ENTRY: what `python -m mlx_lm`
 runs, then `os._exit(0)`): decode concurrency follows the slot's maxConcurrency (what the
@@ -13,8 +13,8 @@ stop on Linux; ml-explore/mlx#3126): no signal and no wait avoids it, so ENTRY l
 the agent's own `GET /health` probes (every `--health-interval-s`; only the agent reaches a
 backend on loopback) out of the backend's log, through the standard library's
 `BaseHTTPRequestHandler.log_request` that mlx_lm's handler inherits (43k lines a day otherwise).
-May import: contract and the standard library. Called by: backends.launcher, backends.orphans,
-tests.
+May import: contract, sizing, engines.plugin and the standard library. Called by: engines.registry,
+slots.handles (vocab_size), tests.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlxfleet_agent import contract
+from mlxfleet_agent import contract, sizing
+from mlxfleet_agent.engines import plugin
 
 STOP_SIGNAL = signal.SIGINT
 ENTRY = (
@@ -118,3 +119,53 @@ MARK = "mlx_lm"
 def is_backend(cmdline: str) -> bool:
     """Whether a process command line is an mlx-lm backend (the orphan sweep kills only those)."""
     return MARK in cmdline
+
+
+@dataclass(frozen=True, slots=True)
+class MlxLm:
+    """mlx-lm as a `plugin.Engine`: `command` with the slot's server options, stopped with
+    SIGINT, ready once a one-token completion answers, watched through `/health`."""
+
+    swept_mark: str | None = MARK
+
+    def admit(self, spec: contract.EngineSpec, host: plugin.Host) -> None:
+        return None  # nothing beyond being runnable
+
+    def launch(
+        self, spec: contract.SlotSpec, target: plugin.Target, host: plugin.Host
+    ) -> plugin.Launch:
+        model_dir = Path(target.model)
+        argv = command(
+            LaunchSpec(
+                model_dir=model_dir,
+                options=spec.server,
+                max_concurrency=spec.max_concurrency,
+                python=host.python,
+                shard=spec.shard,
+            ),
+            port=target.port,
+        )
+        return plugin.Launch(
+            argv=tuple(argv),
+            stop_signal=STOP_SIGNAL,
+            stop_grace_s=0.0,  # the agent's --stop-grace-s, as always
+            upstream_model=str(model_dir),  # pinned: mlx_lm never loads other weights
+            health_path=HEALTH_PATH,
+        )
+
+    def probes(self, spec: contract.SlotSpec, *, upstream_model: str) -> list[plugin.Probe]:
+        return [plugin.Probe("POST", WARMUP_PATH, dict(WARMUP_BODY), plugin.Capability.COMPLETIONS)]
+
+    def memory(self, spec: contract.SlotSpec, weights: plugin.Weights) -> int:
+        """Weights + KV cache at the slot's context length and concurrency + overhead."""
+        size, shape = weights.inspect()
+        return sizing.estimate(
+            weights_bytes=size,
+            shape=shape,
+            context_length=spec.context_length,
+            max_concurrency=spec.max_concurrency,
+            kv_bits=spec.server.kv_bits,
+        ).total_bytes
+
+
+ENGINE = MlxLm()

@@ -11,7 +11,7 @@ token that does not decode to printable ASCII a large negative weight on that co
 model never stops early and its text is readable (gibberish, but ASCII).
 
 May import: mlx, mlx_lm, tokenizers and the standard library (heavy imports happen inside the
-functions so `import mlxfleet_agent.devmodels` stays cheap). Called by: tests/support/models.py,
+functions so `import mlxfleet_agent.dev.devmodels` stays cheap). Called by: tests/support/models.py,
 the agent CLI (`mlxfleet-agent make-model`), demo and benchmark scripts.
 """
 
@@ -259,7 +259,7 @@ def generate_broken_model(out_dir: Path, *, seed: int = 0) -> Path:
 def main(argv: list[str]) -> int:
     """CLI: `--out DIR --seed N [--broken] [--kind chat|embedding|reranker]`; prints the model
     directory. `embedding` / `reranker`: the tiny qwen3 models of the mlx-embed / mlx-rerank
-    engines (engines.testmodels)."""
+    engines (dev.testmodels)."""
     parser = argparse.ArgumentParser(
         prog="mlxfleet-agent make-model", description=__doc__.split("\n")[0]
     )
@@ -276,7 +276,7 @@ def main(argv: list[str]) -> int:
     if args.kind != "chat":
         if args.broken:
             parser.error("--broken makes chat models only")
-        from mlxfleet_agent.engines import testmodels  # numpy, mlx: only when asked
+        from mlxfleet_agent.dev import testmodels  # numpy, mlx: only when asked
 
         if args.kind == "embedding":
             path = testmodels.generate_embedding_model(args.out, seed=args.seed)

@@ -18,7 +18,7 @@ byte-level BPE tokenizer trained here, bfloat16 safetensors), laid out like the 
 The config records what each model is (`mlxfleet_devmodel.kind`). Directories are written
 atomically (temp dir + rename); the same arguments give the same bytes.
 May import: mlx, mlx_lm, tokenizers, numpy, engines.prompts. Called by: tests, benchmarks,
-the CLI below (to be wired into `mlxfleet-agent make-model` in part 2 of issue 11).
+`mlxfleet-agent make-model --kind embedding|reranker` (dev.devmodels), the CLI below.
 """
 
 from __future__ import annotations
@@ -396,7 +396,7 @@ def generate_reranker_model(out_dir: Path) -> Path:
 def main(argv: list[str]) -> int:
     """CLI: `--kind embedding|reranker --out DIR [--seed N]`; prints the model directory."""
     parser = argparse.ArgumentParser(
-        prog="python -m mlxfleet_agent.engines.testmodels", description=__doc__.split("\n")[0]
+        prog="python -m mlxfleet_agent.dev.testmodels", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--kind", choices=("embedding", "reranker"), required=True)
     parser.add_argument("--out", type=Path, required=True, help="model directory to create")
