@@ -25,19 +25,19 @@ from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
-from mlxfleet_operator.core import conditions, naming, placement
+from mlxfleet_operator.core import conditions, naming
 from mlxfleet_operator.core.deployment import (
     autoscale,
-    facts,
     footprint,
     intent,
-    placing,
     preemption,
+    replicas,
     slots,
 )
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.deployment import status as mdstatus
-from mlxfleet_operator.core.swapplan import prefetch
+from mlxfleet_operator.core.fleet import facts, placement
+from mlxfleet_operator.core.swapplan import effects, prefetch
 from mlxfleet_operator.handlers import guard, indexes, sharded
 
 KIND = resources.MODEL_DEPLOYMENT
@@ -154,7 +154,8 @@ def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> objec
     whose last decision found no room for a replica (`Runtime.waiting`: its footprint) reads
     those nodes and whatever could give it room: a node that may now take its footprint
     (`Fleet.room_version`) or a node added, back Ready, relabelled, uncordoned
-    (`NodeView.shape`). Any other one may place on any node, so any change in the fleet counts.
+    (`runtime.NodeChanges.shape`). Any other one may place on any node, so any change in the
+    fleet counts.
     A NotReady node counts only where the deployment is (or its status says it is): failover
     is timed there, and nothing can be placed on it."""
     view = rt.nodes  # kept by the node index: no scan of every node per deployment per tick
@@ -406,7 +407,7 @@ async def _plan(
     if named and all(p.metadata.name != named for p in found):  # created, not yet indexed
         raw = await rt.kube.get_swap_plan(namespace, named)
         found += [swp.SwapPlan.model_validate(raw)] if raw else []
-    return plans.governing(found, named=named)
+    return effects.governing(found, named=named)
 
 
 async def _size(
@@ -417,7 +418,7 @@ async def _size(
     known = footprint.known(md, found)
     if known is not None:
         return known
-    candidates, probe = placing.sizing_nodes(md, found, now=runtime.now())
+    candidates, probe = replicas.sizing_nodes(md, found, now=runtime.now())
     answers: list[facts.Prefetch] = []
     states, urls = rt.fleet.states(), rt.fleet.control_urls()
     for node in () if probe.fits_nowhere else candidates:
