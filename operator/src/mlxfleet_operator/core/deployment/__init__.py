@@ -10,6 +10,7 @@
 - `status`: placements as the agents report them, the kstatus verdict, the whole status.
 - `autoscale`, `preemption`, `candidates`, `intent`: the count, who evicts whom, the prefilter's
   node index, what one reconcile does.
+- `skip`: whether a converge tick may be skipped, and what it depends on (`reads`).
 
 May import: the standard library, `api`, the agent `contract` and `sizing`, `core.fleet` (node
 facts, placement), the core kit (`naming`, `conditions`, `events`); never `sharded` or
