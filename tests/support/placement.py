@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mlxfleet_operator.core import placement
+from mlxfleet_operator.core.fleet import placement
 
 
 def kept(nodes: tuple[str, ...], *, fits_nowhere: bool = False) -> placement.Decision:

@@ -48,7 +48,7 @@ def test_each_kind_of_mistake_is_found_with_its_line(
         "helm install x charts/mlxfleet --set whatever=1   # another tool: not checked\n"
         "```\n"
         "Fine: `--data-port`, `make check`, `kubectl mlxfleet drain NODE --timeout 60`, reason "
-        "`Ready`, `mlxfleet_agent.dataplane.answers.Stopper`, `core/placement.py`.\n"
+        "`Ready`, `mlxfleet_agent.dataplane.answers.Stopper`, `core/fleet/placement.py`.\n"
     )
     found = [str(f) for f in docscheck.check([doc], known=known)]
     where = f"{doc}:"

@@ -10,7 +10,7 @@ from typing import Any
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import modeldeployment as mdep
-from mlxfleet_operator.core.deployment import facts as dfacts
+from mlxfleet_operator.core.fleet import facts as dfacts
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 GIB = 2**30

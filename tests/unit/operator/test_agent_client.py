@@ -15,7 +15,7 @@ import pytest
 
 from mlxfleet_operator.adapters import agent, fleet, leader, metrics
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core.deployment import facts
+from mlxfleet_operator.core.fleet import facts
 
 T = TypeVar("T")
 CREDS = agent.Credentials(url="http://agent.test:8470", token="t")

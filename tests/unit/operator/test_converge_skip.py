@@ -15,8 +15,7 @@ from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import agent, fleet, kube, runtime
 from mlxfleet_operator.core import naming
-from mlxfleet_operator.core.deployment import facts as dfacts
-from mlxfleet_operator.core.deployment import slots as dslots
+from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.handlers import deployments, indexes
 from tests.unit.operator.builders import GIB, NOW, node, state
 
@@ -159,7 +158,7 @@ def test_a_decided_slot_counts_on_its_node_until_a_poll_lists_it() -> None:
     f.record("n1", state(), now=NOW)
     spec = contract.SlotSpec.model_validate({"source": "file:///m", "servedName": "m"})
     before = f.version
-    f.reserve("ns-a", dslots.SlotRequest("n1", spec), 6 * GIB)
+    f.reserve("ns-a", dfacts.SlotRequest("n1", spec), 6 * GIB)
     assert f.version == before + 1  # a reconcile that waited rebuilds its view
     (seen,) = f.node_facts([node("n1")])
     assert dfacts.used_by_others(seen, "ns-b") == 6 * GIB  # the next decision sees it
@@ -173,10 +172,10 @@ def test_a_decided_slot_counts_on_its_node_until_a_poll_lists_it() -> None:
     assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 6 * GIB
     f.record("n1", state(), now=NOW)
     assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 0
-    f.reserve("ns-c", dslots.SlotRequest("n1", spec), 4 * GIB)
+    f.reserve("ns-c", dfacts.SlotRequest("n1", spec), 4 * GIB)
     f.release("n1", "ns-c")  # the PUT was refused
     assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 0
-    f.reserve("ns-d", dslots.SlotRequest("n1", spec), 4 * GIB)
+    f.reserve("ns-d", dfacts.SlotRequest("n1", spec), 4 * GIB)
     clock[0] = fleet.RESERVATION_S + 1
     f.record("n1", state(), now=NOW)  # never listed: stops counting
     assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 0
@@ -243,7 +242,7 @@ def test_a_placed_deployment_reads_only_its_nodes_and_an_unplaced_one_every_node
     assert deployments._inputs(rt, body(1), idx) != everyone
     # a reservation counts as placed; a deleted node holds nothing
     spec = contract.SlotSpec.model_validate({"source": "file:///m", "servedName": "m"})
-    f.reserve(slot, dslots.SlotRequest("n2", spec), GIB)
+    f.reserve(slot, dfacts.SlotRequest("n2", spec), GIB)
     assert list(f.placed(slot)) == ["n2"]
     f.record("n1", state(slots=[ready]), now=NOW + timedelta(seconds=25))
     assert list(f.placed(slot)) == ["n1", "n2"]

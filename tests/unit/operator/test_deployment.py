@@ -11,12 +11,14 @@ from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import heartbeat, naming, nodes, placement
-from mlxfleet_operator.core.deployment import facts as dfacts
-from mlxfleet_operator.core.deployment import footprint, placing
+from mlxfleet_operator.core import heartbeat, naming, nodes
+from mlxfleet_operator.core.deployment import footprint, replicas
 from mlxfleet_operator.core.deployment import plan as dplan
 from mlxfleet_operator.core.deployment import slots as dslots
 from mlxfleet_operator.core.deployment import status as mdstatus
+from mlxfleet_operator.core.fleet import facts as dfacts
+from mlxfleet_operator.core.fleet import placement
+from mlxfleet_operator.core.swapplan import effects
 from mlxfleet_operator.kubectl_plugin import render
 from tests.unit.operator.builders import GIB, NOW, SHAPE, A, B, T, fact, md, node, state
 
@@ -166,7 +168,7 @@ def test_plan_rolled_back_everywhere_leaves_every_replica_on_the_old_model() -> 
             },
         }
     )
-    info = dplan.PlanInfo.from_plan(plan)
+    info = effects.plan_info(plan)
     d = md(
         B,
         placements=[
@@ -302,10 +304,10 @@ def test_governing_plan_prefers_running_then_named() -> None:
     done = plan_obj("mine", "Completed", "2026-01-01T00:00:00Z")
     person = plan_obj("person", "Progressing", "2026-01-02T00:00:00Z")
     fresh = plan_obj("fresh", None, "2026-01-03T00:00:00Z")
-    assert dplan.governing([done], named="mine").name == "mine"  # type: ignore[union-attr]
-    assert dplan.governing([done, fresh, person], named="mine").name == "person"  # type: ignore[union-attr]
-    assert dplan.governing([done], named=None) is None
-    assert dplan.governing([], named="gone") is None
+    assert effects.governing([done], named="mine").name == "mine"  # type: ignore[union-attr]
+    assert effects.governing([done, fresh, person], named="mine").name == "person"  # type: ignore[union-attr]
+    assert effects.governing([done], named=None) is None
+    assert effects.governing([], named="gone") is None
 
 
 def test_agent_memory_refusal_is_waiting_for_capacity() -> None:
@@ -427,13 +429,13 @@ def test_a_plans_move_places_the_replica_on_the_new_node_and_keeps_the_old_until
 ):
     ready = {"phase": "Ready", "ready": True, "source": A}
     d = md(A, placements=[{"node": "n1", **ready}, {"node": "n2", **ready}])
-    assert placing.current_nodes(d, {"n2": "n3"}) == ["n1", "n3", "n2"]
+    assert replicas.current_nodes(d, {"n2": "n3"}) == ["n1", "n3", "n2"]
     facts = {
         "n1": serving_fact("n1"),
         "n2": serving_fact("n2"),
         "n3": serving_fact("n3", ready=False),
     }
-    chosen = placing.place(
+    chosen = replicas.place(
         d,
         list(facts.values()),
         footprint_bytes=GIB,
@@ -476,7 +478,7 @@ def test_serves_requires_the_wanted_model_or_a_running_plans_target(
     slot = contract.SlotStatus(
         name=SLOT, served_name="chat", source=serving, phase="Ready", ready=True
     )
-    plan = dplan.PlanInfo.from_plan(plan_obj("p", plan_phase, T)) if plan_phase else None
+    plan = effects.plan_info(plan_obj("p", plan_phase, T)) if plan_phase else None
     assert dslots.serves(fact("n1", state(slots=[slot])), SLOT, ModelRef(A), plan) is ready
 
 
@@ -675,7 +677,7 @@ def test_a_name_served_by_another_tenant_on_the_one_node_is_a_filter_with_its_ow
     )
     d = md(replicas=1)
     facts = [fact("n1", state(slots=[other]))]
-    decision = placing.place(
+    decision = replicas.place(
         d, facts, footprint_bytes=GIB, now=NOW, failover_delay=timedelta(seconds=15)
     )
     assert decision.nodes == ()
@@ -691,7 +693,7 @@ def test_a_name_served_by_another_tenant_on_the_one_node_is_a_filter_with_its_ow
     mine = contract.SlotStatus(
         name=naming.slot_name("ns", "chat"), served_name="chat", source=A, phase="Ready", ready=True
     )
-    kept = placing.place(
+    kept = replicas.place(
         d,
         [fact("n1", state(slots=[mine]))],
         footprint_bytes=GIB,

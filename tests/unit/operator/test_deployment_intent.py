@@ -12,12 +12,13 @@ import pytest
 from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import heartbeat, naming, nodes, placement
-from mlxfleet_operator.core.deployment import facts as dfacts
-from mlxfleet_operator.core.deployment import footprint, intent, placing
+from mlxfleet_operator.core import heartbeat, naming, nodes
+from mlxfleet_operator.core.deployment import footprint, intent, replicas
 from mlxfleet_operator.core.deployment import plan as dplan
 from mlxfleet_operator.core.deployment import slots as dslots
 from mlxfleet_operator.core.deployment import status as mdstatus
+from mlxfleet_operator.core.fleet import facts as dfacts
+from mlxfleet_operator.core.fleet import placement
 from tests.unit.operator.builders import GIB, NOW, SHAPE, A, B, fact, md, state
 from tests.unit.operator.test_placement_views import _fleet
 
@@ -152,7 +153,7 @@ def test_a_move_is_announced_with_where_from_and_where_to() -> None:
 def test_node_lost_comes_from_node_readiness_not_from_a_message() -> None:
     """An agent error that happens to contain 'not Ready' is a loading replica on a Ready
     node, not a lost node; a NotReady node is lost whatever its slot says."""
-    chosen = placing.place(one(), [on("n1")], footprint_bytes=GIB, now=NOW,
+    chosen = replicas.place(one(), [on("n1")], footprint_bytes=GIB, now=NOW,
                            failover_delay=timedelta(seconds=15))  # fmt: skip
 
     def judged(fact: dfacts.NodeFacts) -> mdstatus.Result:
@@ -231,7 +232,7 @@ def test_an_engine_no_node_can_run_is_ready_false_naming_it() -> None:
     )
     fleet = [fact("mac-1", no_embed), fact("mac-2")]
     d = one(engine={"name": "mlx-embed"})
-    decision = placing.place(d, fleet, footprint_bytes=GIB, now=NOW, failover_delay=timedelta(0))
+    decision = replicas.place(d, fleet, footprint_bytes=GIB, now=NOW, failover_delay=timedelta(0))
     assert decision.fits_nowhere
     verdict = mdstatus.verdict(d, decision, [], {}, None)
     assert (verdict.ready, verdict.reason, verdict.stalled) == (False, "EngineUnavailable", True)
@@ -240,7 +241,7 @@ def test_an_engine_no_node_can_run_is_ready_false_naming_it() -> None:
     sized = footprint.sized(d, fleet, probe=decision, answers=[])
     assert not isinstance(sized, int)
     assert sized.reason == "EngineUnavailable"
-    chat = placing.place(one(), fleet, footprint_bytes=GIB, now=NOW, failover_delay=timedelta(0))
+    chat = replicas.place(one(), fleet, footprint_bytes=GIB, now=NOW, failover_delay=timedelta(0))
     assert chat.nodes  # the same fleet still takes mlx-lm
     slot = dslots.slot_spec(d, d.model_ref())
     assert slot.engine.name is contract.EngineName.MLX_EMBED
@@ -308,7 +309,7 @@ def _reserving(
     f = _fleet(list(answers))
     for n, st in answers.items():
         f.record(n, st, now=NOW)
-    put = dslots.SlotRequest("n1", dslots.slot_spec(d, d.model_ref()))
+    put = dfacts.SlotRequest("n1", dslots.slot_spec(d, d.model_ref()))
     f.reserve(reserved, put, GIB)
     found = f.node_facts(objects or [fact(n).node for n in answers], slot=SLOT)
     kw: dict[str, Any] = {"index": f.placement_index(found)} if indexed else {}

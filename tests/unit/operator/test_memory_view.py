@@ -14,10 +14,11 @@ import pytest
 from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.adapters import agent, fleet, kube
 from mlxfleet_operator.api import conditions as cond
-from mlxfleet_operator.core import heartbeat, nodes, placement
-from mlxfleet_operator.core.deployment import facts as dfacts
-from mlxfleet_operator.core.deployment import placing, preemption
+from mlxfleet_operator.core import heartbeat, nodes
+from mlxfleet_operator.core.deployment import preemption, replicas
 from mlxfleet_operator.core.deployment import status as mdstatus
+from mlxfleet_operator.core.fleet import facts as dfacts
+from mlxfleet_operator.core.fleet import nodeviews, placement
 from mlxfleet_operator.kubectl_plugin import render
 from tests.unit.operator.builders import GIB, NOW, SHAPE, A, fact, md, node, state
 
@@ -140,7 +141,7 @@ def _pressured_fact(name: str) -> dfacts.NodeFacts:
 def test_a_node_under_memory_pressure_takes_no_new_replica_and_keeps_its_own() -> None:
     d = md(replicas=1)
     facts = [_pressured_fact("n1")]
-    decision = placing.place(
+    decision = replicas.place(
         d, facts, footprint_bytes=GIB, now=NOW, failover_delay=timedelta(seconds=15)
     )
     assert decision.missing == 1
@@ -148,7 +149,7 @@ def test_a_node_under_memory_pressure_takes_no_new_replica_and_keeps_its_own() -
     assert rejection.reason == placement.Reason.MEMORY_PRESSURE
     assert "2.0% of memory available" in rejection.message
     placed = md(replicas=1, placements=[{"node": "n1", "phase": "Ready", "ready": True}])
-    kept = placing.place(
+    kept = replicas.place(
         placed, facts, footprint_bytes=GIB, now=NOW, failover_delay=timedelta(seconds=15)
     )
     assert kept.kept == ("n1",)
@@ -158,7 +159,7 @@ def test_a_node_under_memory_pressure_takes_no_new_replica_and_keeps_its_own() -
 def test_every_pressure_of_the_table_is_a_reason_placement_gives() -> None:
     """Thermal pressure joins as one more (condition, reason) entry: each entry's reason is a
     placement reason that is not static (it clears by itself)."""
-    for kind, reason in placing.PRESSURES:
+    for kind, reason in nodeviews.PRESSURES:
         assert isinstance(kind, cond.ConditionType)
         assert reason not in placement.STATIC
 

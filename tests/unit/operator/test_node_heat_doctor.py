@@ -15,9 +15,10 @@ import pytest
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
-from mlxfleet_operator.core import doctor, heartbeat, nodes, placement
-from mlxfleet_operator.core.deployment import facts as dfacts
-from mlxfleet_operator.core.deployment import placing
+from mlxfleet_operator.core import doctor, heartbeat, nodes
+from mlxfleet_operator.core.deployment import replicas
+from mlxfleet_operator.core.fleet import facts as dfacts
+from mlxfleet_operator.core.fleet import placement
 from tests.unit.operator.builders import GIB, NOW, md, node, state
 
 T = cond.ConditionType
@@ -157,7 +158,7 @@ def hot_fact(name: str, level: str, **kw: Any) -> dfacts.NodeFacts:
 
 
 def place(*facts: dfacts.NodeFacts, **spec: Any) -> placement.Decision:
-    return placing.place(
+    return replicas.place(
         md(**spec), list(facts), footprint_bytes=GIB, now=NOW, failover_delay=timedelta(seconds=15)
     )
 
@@ -170,7 +171,7 @@ def test_a_node_under_thermal_pressure_takes_no_new_replica_and_says_why() -> No
     assert "agent reports thermal pressure serious" in rejection.message
     assert "no new replicas are placed here" in rejection.message
     placed = md(replicas=1, placements=[{"node": "n1", "phase": "Ready", "ready": True}])
-    kept = placing.place(
+    kept = replicas.place(
         placed,
         [hot_fact("n1", "critical")],
         footprint_bytes=GIB,

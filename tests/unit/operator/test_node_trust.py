@@ -16,8 +16,9 @@ from mlxfleet_agent import contract
 from mlxfleet_operator import main
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import nodes, placement, sharding
+from mlxfleet_operator.core import nodes
 from mlxfleet_operator.core.deployment import candidates
+from mlxfleet_operator.core.fleet import groupplacement, placement
 from mlxfleet_operator.kubectl_plugin import approval
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -47,12 +48,12 @@ def test_placement_never_picks_an_unapproved_node_and_says_why() -> None:
 
 
 def test_sharded_groups_never_use_an_unapproved_node() -> None:
-    request = sharding.GroupRequest(
-        groups=1, size=2, mode=sharding.Mode.TENSOR, weights_bytes=4 * GIB, kv_bytes=GIB,
+    request = groupplacement.GroupRequest(
+        groups=1, size=2, mode=groupplacement.Mode.TENSOR, weights_bytes=4 * GIB, kv_bytes=GIB,
         overhead_bytes=GIB, num_layers=8, num_kv_heads=8, model=ModelRef("hf://m"),
     )  # fmt: skip
     nodes_ = [view("a"), view("b", approved=False), view("c")]
-    decision = sharding.place_groups(request, nodes_, [], now=NOW, failover_delay=DELAY)
+    decision = groupplacement.place_groups(request, nodes_, [], now=NOW, failover_delay=DELAY)
     assert [sorted(g.nodes) for g in decision.groups] == [["a", "c"]]
     assert ("b", placement.Reason.UNAPPROVED) in {(r.node, r.reason) for r in decision.rejections}
 

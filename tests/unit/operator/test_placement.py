@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import placement
+from mlxfleet_operator.core.fleet import placement
 
 M = ModelRef("file:///m")
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

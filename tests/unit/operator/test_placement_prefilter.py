@@ -17,9 +17,9 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.adapters import agent, fleet
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
-from mlxfleet_operator.core import naming, placement
-from mlxfleet_operator.core.deployment import candidates, intent, placing, preemption
-from mlxfleet_operator.core.deployment import slots as dslots
+from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.deployment import candidates, intent, preemption, replicas
+from mlxfleet_operator.core.fleet import facts, placement
 from tests.unit.operator.builders import GIB, NOW, md, node, state
 from tests.unit.operator.test_placement_views import _fleet, _slot
 
@@ -136,7 +136,7 @@ def test_a_decision_on_the_prefilter_equals_one_on_every_node(seed: int) -> None
         for n in r.sample(sorted(objects), min(len(objects), r.randrange(0, 6))):
             f.record(n, _answer(r, n), now=NOW)
         for n in r.sample(sorted(objects), min(len(objects), 2)):
-            request = dslots.SlotRequest(n, SPEC)
+            request = facts.SlotRequest(n, SPEC)
             f.reserve(r.choice([SLOT, "someone"]), request, r.randrange(1, 4) * GIB)
         for n in r.sample(sorted(objects), min(len(objects), r.randrange(0, 3))):
             objects[n] = _object(r, n)
@@ -162,9 +162,9 @@ def test_a_decision_on_the_prefilter_equals_one_on_every_node(seed: int) -> None
                 "failover_delay": timedelta(seconds=r.choice([0, 60])),
                 "leave": dict.fromkeys(r.sample(sorted(objects), r.randrange(0, 3)), "evicted"),
             }
-            without = placing.place(d, found, **kw)
+            without = replicas.place(d, found, **kw)
             index = f.placement_index(found)
-            _same(placing.place(d, found, index=index, **kw), without)
+            _same(replicas.place(d, found, index=index, **kw), without)
             checked += 1
     assert checked == 30
 
@@ -198,11 +198,11 @@ def test_the_shortlist_of_a_large_fleet_is_small() -> None:
     kw: dict[str, Any] = {"footprint_bytes": 4 * GIB, "now": NOW, "failover_delay": timedelta(0)}
     for spec in ({}, {"nodeSelector": {"pool": "p2"}}, {"strategy": "BinPack"}):
         d = md(replicas=2, placement=spec)
-        without = placing.place(d, found, **kw)
+        without = replicas.place(d, found, **kw)
         seen.clear()
         placement.place = counting  # type: ignore[assignment]
         try:
-            with_index = placing.place(d, found, index=index, **kw)
+            with_index = replicas.place(d, found, index=index, **kw)
         finally:
             placement.place = real  # type: ignore[assignment]
         assert len(with_index.nodes) == 2
@@ -221,8 +221,8 @@ def test_a_decision_that_leaves_a_replica_unplaced_names_every_nodes_reason() ->
     found = f.node_facts(objects, slot=SLOT)
     kw: dict[str, Any] = {"footprint_bytes": 8 * GIB, "now": NOW, "failover_delay": timedelta(0)}
     d = md(replicas=1)
-    with_index = placing.place(d, found, index=f.placement_index(found), **kw)
-    assert with_index == placing.place(d, found, **kw)
+    with_index = replicas.place(d, found, index=f.placement_index(found), **kw)
+    assert with_index == replicas.place(d, found, **kw)
     assert with_index.missing == 1
     assert [r.node for r in with_index.rejections] == names
 

@@ -18,9 +18,9 @@ from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import agent, fleet, kube, runtime
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.core import naming
-from mlxfleet_operator.core.deployment import facts as dfacts
-from mlxfleet_operator.core.deployment import placing
-from mlxfleet_operator.core.deployment import slots as dslots
+from mlxfleet_operator.core.deployment import replicas
+from mlxfleet_operator.core.fleet import facts as dfacts
+from mlxfleet_operator.core.fleet import nodeviews
 from mlxfleet_operator.handlers import deployments, indexes
 from tests.unit.operator.builders import GIB, NOW, md, node, state
 
@@ -72,11 +72,11 @@ def test_a_decision_on_kept_views_equals_one_on_views_made_for_it(seed: int) -> 
             slots.append(_slot(f"clash-{n}", 1, served="chat"))
         f.record(n, state(slots=slots, budget=r.randrange(4, 24) * GIB), now=NOW)
     for n in r.sample(names, 2):
-        f.reserve(r.choice([slot, "someone"]), dslots.SlotRequest(n, SPEC), r.randrange(1, 4) * GIB)
+        f.reserve(r.choice([slot, "someone"]), dfacts.SlotRequest(n, SPEC), r.randrange(1, 4) * GIB)
     found = f.node_facts(objects, slot=slot)
     kw: dict[str, Any] = {"footprint_bytes": 2 * GIB, "now": NOW, "failover_delay": timedelta(0)}
-    plain = placing.place(d, found, **kw)
-    kept = placing.place(d, found, views=f.placement_views(objects, slot=slot), **kw)
+    plain = replicas.place(d, found, **kw)
+    kept = replicas.place(d, found, views=f.placement_views(objects, slot=slot), **kw)
     assert kept == plain
 
 
@@ -89,13 +89,13 @@ def test_views_and_facts_are_made_once_per_node_change(monkeypatch: pytest.Monke
         f.record(n, state(slots=[_slot(f"s-{n}", 1)]), now=NOW)
     objects = [node(n) for n in names]
     made: list[str] = []
-    real = placing.node_view
+    real = nodeviews.node_view
 
     def counting(fact: dfacts.NodeFacts, *, slot: str) -> Any:
         made.append(fact.name)
         return real(fact, slot=slot)
 
-    monkeypatch.setattr(placing, "node_view", counting)
+    monkeypatch.setattr(nodeviews, "node_view", counting)
     first = f.node_facts(objects, slot="a")
     assert len(f.placement_views(objects, slot="a")) == 20
     assert len(made) == 20
@@ -106,13 +106,13 @@ def test_views_and_facts_are_made_once_per_node_change(monkeypatch: pytest.Monke
     assert "n3" in views  # counts it
     assert "n3" not in f.placement_views(objects, slot="s-n3")
     f.record("n1", state(slots=[]), now=NOW)  # a decisive change
-    f.reserve("c", dslots.SlotRequest("n2", SPEC), GIB)
+    f.reserve("c", dfacts.SlotRequest("n2", SPEC), GIB)
     objects[3] = node("n3")  # a new object (a watch event)
     f.placement_views(objects, slot="b")
     assert sorted(made[20:]) == ["n1", "n2", "n3"]
     (own,) = f.node_facts([objects[2]], slot="c")
     assert own.slot("c") is None  # its own reservation: the agents' word only
-    assert own.reserved == {"c"}  # named as such (a replica placement keeps, `placing.reserving`)
+    assert own.reserved == {"c"}  # named as such (a replica placement keeps, `replicas.reserving`)
     (other,) = f.node_facts([objects[2]], slot="b")
     assert other.reserved == frozenset()
     assert other.slot("c") is not None  # another deployment's reservation: counted as used
@@ -127,7 +127,7 @@ def test_room_version_moves_only_for_room_that_fits_the_footprint() -> None:
     f.record("n2", state(budget=16 * GIB, slots=[_slot("b", 14)]), now=NOW)
     big, small = f.room_version(8 * GIB), f.room_version(2 * GIB)
     f.record("n1", state(budget=16 * GIB, slots=[_slot("a", 12), _slot("x", 2)]), now=NOW)
-    f.reserve("y", dslots.SlotRequest("n2", SPEC), GIB)  # less room: nobody wakes
+    f.reserve("y", dfacts.SlotRequest("n2", SPEC), GIB)  # less room: nobody wakes
     assert (f.room_version(8 * GIB), f.room_version(2 * GIB)) == (big, small)
     f.record("n1", state(budget=16 * GIB, slots=[_slot("a", 12)]), now=NOW)  # 4 GiB free
     assert f.room_version(8 * GIB) == big
@@ -141,7 +141,7 @@ def test_room_version_moves_only_for_room_that_fits_the_footprint() -> None:
     f.record("n2", state(budget=16 * GIB, slots=[_slot("b", 14)]), now=NOW)
     assert f.room_version(GIB) > small
     assert f.room_version(8 * GIB) == big
-    f.reserve("z", dslots.SlotRequest("n2", SPEC), GIB)
+    f.reserve("z", dfacts.SlotRequest("n2", SPEC), GIB)
     before = f.room_version(GIB)
     f.release("n2", "z")  # the PUT was refused: the room is back
     assert f.room_version(GIB) > before

@@ -14,9 +14,10 @@ from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import naming, sharded, sharding
-from mlxfleet_operator.core.deployment import facts as dep
+from mlxfleet_operator.core import naming, sharded
 from mlxfleet_operator.core.deployment import plan as plans
+from mlxfleet_operator.core.fleet import facts as dep
+from mlxfleet_operator.core.fleet import groupplacement
 from tests.unit.operator import builders
 from tests.unit.operator.builders import GIB, fact
 
@@ -74,10 +75,15 @@ def test_rank_health_from_the_agents_answer(
     assert (got.ready, got.failed, got.message) == health
 
 
-def on_a_and_b(*, kept: bool = False) -> sharding.GroupDecision:
-    ranks = (sharding.RankPlan(0, "a", 3 * GIB, 2), sharding.RankPlan(1, "b", 3 * GIB, 2))
-    return sharding.GroupDecision(
-        groups=(sharding.GroupPlan(index=0, ranks=ranks, kept=kept),), rejections=(), missing=0
+def on_a_and_b(*, kept: bool = False) -> groupplacement.GroupDecision:
+    ranks = (
+        groupplacement.RankPlan(0, "a", 3 * GIB, 2),
+        groupplacement.RankPlan(1, "b", 3 * GIB, 2),
+    )
+    return groupplacement.GroupDecision(
+        groups=(groupplacement.GroupPlan(index=0, ranks=ranks, kept=kept),),
+        rejections=(),
+        missing=0,
     )
 
 
@@ -85,7 +91,7 @@ def judge(
     md: mdep.ModelDeployment,
     found: dict[str, dep.NodeFacts],
     *,
-    decision: sharding.GroupDecision | None = None,
+    decision: groupplacement.GroupDecision | None = None,
     reforming: frozenset[int] = frozenset(),
     plan: plans.PlanInfo | None = None,
 ) -> sharded.Result:
@@ -139,7 +145,7 @@ def test_a_group_waiting_to_re_form_keeps_its_ranks_not_ready() -> None:
         {"rank": 1, "node": "b", "ready": True, "memoryBytes": 1},
     ]
     md = deployment(groups=[{"index": 0, "id": "g0-1", "ready": True, "ranks": ranks}])
-    nothing = sharding.GroupDecision(groups=(), rejections=(), missing=1)
+    nothing = groupplacement.GroupDecision(groups=(), rejections=(), missing=1)
     result = judge(md, {}, decision=nothing, reforming=frozenset({0}))
     (group,) = result.status.groups
     assert not group.ready

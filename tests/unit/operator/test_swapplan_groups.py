@@ -14,8 +14,9 @@ from mlxfleet_operator.api import fields
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import naming, sharded, sharding
+from mlxfleet_operator.core import naming, sharded
 from mlxfleet_operator.core.deployment import plan as plans
+from mlxfleet_operator.core.fleet import groupplacement
 from mlxfleet_operator.core.swapplan import effects, gate, groups, progress
 from mlxfleet_operator.core.swapplan import state as st
 from tests.unit.operator import builders
@@ -104,21 +105,29 @@ def test_hold_when_a_node_lacks_room_for_both_naming_it_and_the_numbers() -> Non
     ("requested", "mode", "expected", "why"),
     [
         pytest.param(
-            Strategy.AUTO, sharding.SwapMode.SURGE, Strategy.SURGE, "surge: room", id="auto-surge"
+            Strategy.AUTO,
+            groupplacement.SwapMode.SURGE,
+            Strategy.SURGE,
+            "surge: room",
+            id="auto-surge",
         ),
         pytest.param(
-            Strategy.AUTO, sharding.SwapMode.HOLD, Strategy.HOLD, "hold: a short", id="auto-hold"
+            Strategy.AUTO,
+            groupplacement.SwapMode.HOLD,
+            Strategy.HOLD,
+            "hold: a short",
+            id="auto-hold",
         ),
         pytest.param(
             Strategy.HOLD,
-            sharding.SwapMode.SURGE,
+            groupplacement.SwapMode.SURGE,
             Strategy.HOLD,
             "hold: the swap strategy asks for Hold",
             id="explicit-hold",
         ),
         pytest.param(
             Strategy.SURGE,
-            sharding.SwapMode.HOLD,
+            groupplacement.SwapMode.HOLD,
             Strategy.SURGE,
             "surge: the swap strategy asks for Surge (memory alone: hold: a short)",
             id="explicit-surge-says-what-memory-would-choose",
@@ -126,9 +135,9 @@ def test_hold_when_a_node_lacks_room_for_both_naming_it_and_the_numbers() -> Non
     ],
 )
 def test_an_explicit_strategy_wins_and_says_so(
-    requested: Strategy, mode: sharding.SwapMode, expected: Strategy, why: str
+    requested: Strategy, mode: groupplacement.SwapMode, expected: Strategy, why: str
 ) -> None:
-    text = "surge: room" if mode == sharding.SwapMode.SURGE else "hold: a short"
+    text = "surge: room" if mode == groupplacement.SwapMode.SURGE else "hold: a short"
     assert groups.choose(requested, (mode, text)) == (expected, why)
 
 
@@ -300,11 +309,16 @@ def test_a_failed_group_step_is_not_reverted_and_leaves_its_formation_broken() -
     assert effects.groups(failed.state.steps, TARGET) == {}
 
 
-def on_a_and_b(*, kept: bool) -> sharding.GroupDecision:
+def on_a_and_b(*, kept: bool) -> groupplacement.GroupDecision:
     """Placement's decision: group 0 on a (rank 0) and b."""
-    ranks = (sharding.RankPlan(0, "a", 3 * GIB, 2), sharding.RankPlan(1, "b", 3 * GIB, 2))
-    return sharding.GroupDecision(
-        groups=(sharding.GroupPlan(index=0, ranks=ranks, kept=kept),), rejections=(), missing=0
+    ranks = (
+        groupplacement.RankPlan(0, "a", 3 * GIB, 2),
+        groupplacement.RankPlan(1, "b", 3 * GIB, 2),
+    )
+    return groupplacement.GroupDecision(
+        groups=(groupplacement.GroupPlan(index=0, ranks=ranks, kept=kept),),
+        rejections=(),
+        missing=0,
     )
 
 

@@ -15,9 +15,10 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import naming, placement, sharding
-from mlxfleet_operator.core.deployment import placing
+from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.deployment import replicas
 from mlxfleet_operator.core.deployment import status as mdstatus
+from mlxfleet_operator.core.fleet import groupplacement, placement
 from tests.unit.operator.builders import GIB, NOW, fact, md, state
 from tests.unit.operator.test_placement import names, nodes_st, requests_st
 
@@ -44,14 +45,14 @@ def test_more_replicas_than_nodes_names_the_nodes_that_already_run_one() -> None
 
 
 def test_the_deployments_message_says_why_after_the_colon() -> None:
-    """Through the handler's path: facts from the agents, `placing.place`, the verdict."""
+    """Through the handler's path: facts from the agents, `replicas.place`, the verdict."""
     slot = naming.slot_name("ns", "chat")
     running = contract.SlotStatus(
         name=slot, served_name="chat", source="file:///models/a", phase="Ready", ready=True
     )
     facts = [fact(n, state(slots=[running])) for n in ("mac-mini-1", "mac-mini-2")]
     d = md(replicas=3)
-    decision = placing.place(d, facts, footprint_bytes=GIB, now=NOW, failover_delay=DELAY)
+    decision = replicas.place(d, facts, footprint_bytes=GIB, now=NOW, failover_delay=DELAY)
     verdict = mdstatus.verdict(d, decision, [], {}, None)
     assert verdict.reason == cond.Reason.WAITING_FOR_CAPACITY
     assert verdict.message.startswith("0/3 ready, 1 unplaced: mac-mini-1, mac-mini-2: already ")
@@ -118,12 +119,12 @@ def test_an_empty_fleet_says_there_is_no_node() -> None:
 
 
 def test_a_group_with_nowhere_to_go_names_the_nodes_other_groups_use() -> None:
-    req = sharding.GroupRequest(
-        groups=2, size=2, mode=sharding.Mode.TENSOR, weights_bytes=8 * GIB, kv_bytes=GIB,
+    req = groupplacement.GroupRequest(
+        groups=2, size=2, mode=groupplacement.Mode.TENSOR, weights_bytes=8 * GIB, kv_bytes=GIB,
         overhead_bytes=GIB, num_layers=8, num_kv_heads=8, model=M,
     )  # fmt: skip
     nodes = [placement.NodeView(name=n, budget_bytes=64 * GIB) for n in ("a", "b")]
-    d = sharding.place_groups(req, nodes, [], now=NOW, failover_delay=DELAY)
+    d = groupplacement.place_groups(req, nodes, [], now=NOW, failover_delay=DELAY)
     assert d.missing == 1
     assert d.rejection_summary() == "a, b: already runs a rank of this deployment (one per node)"
 

@@ -38,15 +38,9 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.adapters import agent, credentials, kube
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import nodes, placement
-from mlxfleet_operator.core.deployment import (
-    autoscale,
-    candidates,
-    facts,
-    placing,
-    preemption,
-    slots,
-)
+from mlxfleet_operator.core import nodes
+from mlxfleet_operator.core.deployment import autoscale, candidates, preemption
+from mlxfleet_operator.core.fleet import facts, nodeviews, placement
 from mlxfleet_operator.core.swapplan import state as plan_state
 
 
@@ -83,7 +77,7 @@ class _Kept:
     entry: Entry | None
     version: int
     fact: facts.NodeFacts
-    prepared: placing.Prepared
+    prepared: nodeviews.Prepared
 
 
 class Fleet:
@@ -132,7 +126,7 @@ class Fleet:
             await old.aclose()
         return self.entries[name].client
 
-    def reserve(self, slot: str, request: slots.SlotRequest, footprint_bytes: int) -> None:
+    def reserve(self, slot: str, request: facts.SlotRequest, footprint_bytes: int) -> None:
         """Count the slot's memory on its node from the decision on, so a decision taken before
         the agent's next answer does not promise the same memory again (the agent would 507).
         Kept until a poll lists the slot, the PUT fails, or RESERVATION_S passes."""
@@ -321,10 +315,10 @@ class Fleet:
         self, found: Iterable[inode.InferenceNode], *, slot: str
     ) -> dict[str, placement.NodeView]:
         """The nodes' placement views, kept like `node_facts`, for every node that does not
-        count `slot` (core.deployment.placing `views_for`): a deployment's reconcile reuses them
+        count `slot` (core.fleet.nodeviews `views_for`): a deployment's reconcile reuses them
         instead of building a view of every node."""
         kept = {node.metadata.name or "": self._keep(node).prepared for node in found}
-        return placing.views_for(kept, slot=slot)
+        return nodeviews.views_for(kept, slot=slot)
 
     def placement_index(self, found: Sequence[facts.NodeFacts]) -> candidates.NodeIndex:
         """The kept views indexed (core.deployment.candidates), so a reconcile decides on the
@@ -345,7 +339,7 @@ class Fleet:
             kept.node is not node or kept.entry is not entry
         ):
             fact = self._fact(node, leave_out=None)
-            kept = _Kept(node, entry, version, fact, placing.prepare(fact))
+            kept = _Kept(node, entry, version, fact, nodeviews.prepare(fact))
             self._kept[name] = kept
             self.index.put(kept.prepared.view, kept.prepared.slots)
         return kept
@@ -400,7 +394,7 @@ class Fleet:
             return nodes.Poll(None, nodes.PollError.UNREACHABLE, str(exc))
         return nodes.Poll(state)
 
-    async def put_slot(self, slot: str, request: slots.SlotRequest) -> facts.Outcome | None:
+    async def put_slot(self, slot: str, request: facts.SlotRequest) -> facts.Outcome | None:
         """PUT the slot on the request's node (None: no client for that node yet)."""
         entry = self.entries.get(request.node)
         if entry is None:

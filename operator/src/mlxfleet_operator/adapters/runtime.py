@@ -27,7 +27,7 @@ KEY = "runtime"
 
 
 @dataclass
-class NodeView:
+class NodeChanges:
     """What the converge-skip check needs of all InferenceNodes, kept as they change instead of
     scanned per deployment per tick: a version that moves when any node object changes, the
     nodes whose Ready condition is not True, and `shape`: a version that moves only when a node
@@ -84,7 +84,7 @@ class Runtime:
     settled: dict[str, tuple[object, float]] = field(default_factory=dict)
     watches: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # by object uid
     withdrawn: dict[str, set[str]] = field(default_factory=dict)  # group ids a watch withdrew
-    nodes: NodeView = field(default_factory=NodeView)
+    nodes: NodeChanges = field(default_factory=NodeChanges)
     waiting: dict[str, int] = field(default_factory=dict)  # uid -> footprint waiting for room
     # uid -> the autoscaler's last decision (its windows' recommendations are memory only)
     scales: dict[str, autoscale.Scale] = field(default_factory=dict)

@@ -20,8 +20,8 @@ condition. They are warnings: Ready, Reconciling and Stalled do not depend on th
 the Argo CD health check read those only), and placement ignores them. Every message names the
 fix and its docs/troubleshooting.md section; it is written when the reason changes and kept
 while it stays (free disk moves on every poll).
-May import: the standard library, `api`, the agent `contract`, `core.conditions`, `core.sharding`
-(the fabric label). Called by: `core.nodes.status`.
+May import: the standard library, `api`, the agent `contract`, `core.conditions`,
+`core.fleet.groupplacement` (the fabric label). Called by: `core.nodes.status`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from datetime import datetime
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
-from mlxfleet_operator.core import conditions, sharding
+from mlxfleet_operator.core import conditions
+from mlxfleet_operator.core.fleet import groupplacement
 
 T = cond.ConditionType
 R = cond.Reason
@@ -158,8 +159,8 @@ def wants_bridge(labels: Mapping[str, str]) -> bool:
     """A node labelled with a fabric (`topology.mlxfleet.io/fabric`: its Thunderbolt ring for
     sharded groups) needs its Thunderbolt Bridge, unless the fabric says it is Ethernet
     (`topology.mlxfleet.io/fabric-link: ethernet`)."""
-    return bool(labels.get(sharding.FABRIC_LABEL)) and (
-        labels.get(sharding.FABRIC_LINK_LABEL, "thunderbolt").lower() != "ethernet"
+    return bool(labels.get(groupplacement.FABRIC_LABEL)) and (
+        labels.get(groupplacement.FABRIC_LINK_LABEL, "thunderbolt").lower() != "ethernet"
     )
 
 
@@ -263,13 +264,13 @@ def _updates(report: contract.DoctorReport) -> Finding | None:
 def _bridge(report: contract.DoctorReport, labels: Mapping[str, str]) -> Finding | None:
     if report.thunderbolt_bridge is None:
         return None
-    fabric = labels.get(sharding.FABRIC_LABEL, "")
+    fabric = labels.get(groupplacement.FABRIC_LABEL, "")
     if not report.thunderbolt_bridge:
         reason = R.THUNDERBOLT_BRIDGE_ABSENT
         return Finding(
             True,
             reason,
-            f"the node is labelled {sharding.FABRIC_LABEL}={fabric} but the Mac has no "
+            f"the node is labelled {groupplacement.FABRIC_LABEL}={fabric} but the Mac has no "
             "Thunderbolt Bridge network service: ranks of a sharded group cannot reach it "
             f"over the ring; fix: add the Thunderbolt Bridge service back ({fix(reason)})",
         )

@@ -5,7 +5,7 @@ node's own credentials (`credentials`: derived from the fleet key, sent when the
 fingerprint differs).
 
 May import: the standard library, `api`, the agent `contract`, `core.conditions`, `core.events`,
-`core.heartbeat`, `core.thermal` and `core.doctor` (their conditions), `core.deployment.facts`
+`core.heartbeat`, `core.thermal` and `core.doctor` (their conditions), `core.fleet.facts`
 (the node's budget).
 Called by: the InferenceNode timer handler after each poll of `GET /v1/state`, and the fleet
 adapter (which turns a poll's errors into `PollError`s).
@@ -24,7 +24,7 @@ from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import fields, quantity
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.core import conditions, doctor, events, heartbeat, thermal
-from mlxfleet_operator.core.deployment import facts
+from mlxfleet_operator.core.fleet import facts
 
 
 class PollError(StrEnum):
@@ -251,7 +251,7 @@ def memory_pressure(
     now: datetime,
 ) -> list[cond.Condition]:
     """The MemoryPressure condition: True at warn or critical (placement then gives the node
-    no new replica, `core.deployment.placing.PRESSURES`), with the reading the agent names.
+    no new replica, `core.fleet.nodeviews.PRESSURES`), with the reading the agent names.
     The message is written when the level changes and kept while it stays (the reading moves
     on every poll: a node under pressure would otherwise rewrite its status on each)."""
     level = memory.pressure

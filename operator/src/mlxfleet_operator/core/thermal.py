@@ -2,12 +2,12 @@
 what the agent reports, and how warm placement sees the node.
 
 ThermalPressure is True at serious or critical (placement then gives the node no new replica,
-`core.deployment.placing.PRESSURES`; its replicas stay); fair is False but placement prefers
+`core.fleet.nodeviews.PRESSURES`; its replicas stay); fair is False but placement prefers
 cooler nodes (`warmth`). Like MemoryPressure, the message is written when the level changes and
 kept while it stays; the figures in `status.thermal` are refreshed with the heartbeat (or when
 the level changes), not on every poll.
 May import: the standard library, `api`, the agent `contract`, `core.conditions`.
-Called by: `core.nodes.status`, `core.deployment.placing` (`warmth`).
+Called by: `core.nodes.status`, `core.fleet.nodeviews` (`warmth`).
 """
 
 from __future__ import annotations

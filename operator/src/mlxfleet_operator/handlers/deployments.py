@@ -25,19 +25,20 @@ from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
-from mlxfleet_operator.core import conditions, naming, placement
+from mlxfleet_operator.core import conditions, naming
 from mlxfleet_operator.core.deployment import (
     autoscale,
-    facts,
     footprint,
     intent,
-    placing,
     preemption,
+    replicas,
+    skip,
     slots,
 )
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.deployment import status as mdstatus
-from mlxfleet_operator.core.swapplan import prefetch
+from mlxfleet_operator.core.fleet import facts, placement
+from mlxfleet_operator.core.swapplan import effects, prefetch
 from mlxfleet_operator.handlers import guard, indexes, sharded
 
 KIND = resources.MODEL_DEPLOYMENT
@@ -149,44 +150,46 @@ def _stall_due(body: kopf.Body, stall_seconds: float) -> bool:
 def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> object | None:
     """What a reconcile of `body` reads, as a comparable value (None: always reconcile).
 
-    A deployment whose replicas are all placed (as many nodes hold its slot as it wants, no
-    SwapPlan open, not sharded) reads only those nodes: their agents' answers and objects. One
-    whose last decision found no room for a replica (`Runtime.waiting`: its footprint) reads
-    those nodes and whatever could give it room: a node that may now take its footprint
-    (`Fleet.room_version`) or a node added, back Ready, relabelled, uncordoned
-    (`NodeView.shape`). Any other one may place on any node, so any change in the fleet counts.
-    A NotReady node counts only where the deployment is (or its status says it is): failover
-    is timed there, and nothing can be placed on it."""
+    Which inputs count is decided in core (`core.deployment.skip.reads`); here they are read:
+    a settled deployment's nodes (their agents' answers and objects); for one waiting for room
+    (`Runtime.waiting`: its footprint) also whatever could give it room: a node that may now
+    take its footprint (`Fleet.room_version`) or a node added, back Ready, relabelled,
+    uncordoned (`runtime.NodeChanges.shape`); else the whole fleet's versions."""
     view = rt.nodes  # kept by the node index: no scan of every node per deployment per tick
     meta, spec = body.metadata, body.get("spec") or {}
+    uid, slot = str(meta.uid), naming.slot_name(meta.namespace or "", meta.name or "")
     plans = idx.plans_of(meta.namespace or "", meta.name or "")
-    want = _wanted(rt, str(meta.uid), spec)
+    want = _wanted(rt, uid, spec)
     own = (
         meta.get("resourceVersion"),
         tuple((p.metadata.name, p.metadata.resource_version) for p in plans),
         want,
     )
-    placed = rt.fleet.placed(naming.slot_name(meta.namespace or "", meta.name or ""))
-    settled = (
-        spec.get("sharding") is None
-        and all(p.status.phase is not None and p.status.phase.terminal for p in plans)
-        and len(placed) >= (want if str(meta.uid) in rt.scales else int(spec.get("replicas") or 1))
-    )
+    placed = rt.fleet.placed(slot)
     status = body.get("status") or {}
     listed = [p.get("node") for p in status.get("placements") or []]
-    if any(name in view.not_ready and name in idx.nodes for name in (*placed, *listed)):
-        return None  # failover is timed: never skipped while a node it uses is not Ready
-    slot = naming.slot_name(meta.namespace or "", meta.name or "")
-    if rt.fleet.nominated(slot) or rt.fleet.evicting(slot):
-        return None  # a preemption under way: its nodes free on their agents' time
-    if not settled and (status.get("preempting") or status.get("preemptedBy")):
-        return None  # a nomination to resume after a restart, or a back-off that ends
-    if settled:
-        return (*own, tuple(placed.items()), view.versions(placed))
-    if spec.get("sharding") is not None and any(name in idx.nodes for name in view.not_ready):
+    need = rt.waiting.get(uid)
+    reads = skip.reads(
+        skip.Readings(
+            sharded=spec.get("sharding") is not None,
+            plans_finished=all(
+                p.status.phase is not None and p.status.phase.terminal for p in plans
+            ),
+            settles_at=want if uid in rt.scales else int(spec.get("replicas") or 1),
+            placed=placed,
+            listed=listed,
+            not_ready=view.not_ready,
+            known=idx.nodes,
+            preempting=bool(rt.fleet.nominated(slot) or rt.fleet.evicting(slot)),
+            preemption_in_status=bool(status.get("preempting") or status.get("preemptedBy")),
+            waiting=need is not None,
+        )
+    )
+    if reads is skip.Reads.ALWAYS:
         return None
-    need = rt.waiting.get(str(meta.uid))
-    if need is not None and spec.get("sharding") is None:
+    if reads is skip.Reads.PLACED:
+        return (*own, tuple(placed.items()), view.versions(placed))
+    if reads is skip.Reads.ROOM and need is not None:
         return (
             *own,
             tuple(placed.items()),
@@ -406,7 +409,7 @@ async def _plan(
     if named and all(p.metadata.name != named for p in found):  # created, not yet indexed
         raw = await rt.kube.get_swap_plan(namespace, named)
         found += [swp.SwapPlan.model_validate(raw)] if raw else []
-    return plans.governing(found, named=named)
+    return effects.governing(found, named=named)
 
 
 async def _size(
@@ -417,7 +420,7 @@ async def _size(
     known = footprint.known(md, found)
     if known is not None:
         return known
-    candidates, probe = placing.sizing_nodes(md, found, now=runtime.now())
+    candidates, probe = replicas.sizing_nodes(md, found, now=runtime.now())
     answers: list[facts.Prefetch] = []
     states, urls = rt.fleet.states(), rt.fleet.control_urls()
     for node in () if probe.fits_nowhere else candidates:

@@ -15,7 +15,7 @@ handler module imports another. One index per question:
 
 Bodies are parsed here, once per change: an object the operator's model refuses is left out
 (kopf logs the error) instead of breaking every handler that reads the index. Each node seen
-also updates the runtime's `NodeView` (its version and NotReady set: the converge-skip check
+also updates the runtime's `NodeChanges` (its version and NotReady set: the converge-skip check
 reads those instead of scanning every node per deployment per tick).
 May import: kopf, api, core (claims, facts, preemption), adapters.runtime. Called by: kopf
 (indexing), handler modules (the view).
@@ -39,8 +39,9 @@ from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.core import naming
-from mlxfleet_operator.core.deployment import autoscale, facts, preemption
+from mlxfleet_operator.core.deployment import autoscale, preemption
 from mlxfleet_operator.core.deployment import claims as slot_claims
+from mlxfleet_operator.core.fleet import facts
 
 NODES = (resources.GROUP, resources.VERSION, resources.INFERENCE_NODE.plural)
 DEPLOYMENTS = (resources.GROUP, resources.VERSION, resources.MODEL_DEPLOYMENT.plural)

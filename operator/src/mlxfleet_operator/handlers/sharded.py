@@ -1,6 +1,6 @@
-"""Sharded ModelDeployment reconcile: place groups (core.sharding), tell each chosen agent its
-rank (slot spec with rank, world size and the ring hostfile), stop the ranks of broken groups,
-publish rank 0 of each group (ready only when every rank is), write status with the groups.
+"""Sharded ModelDeployment reconcile: place groups (core.fleet.groupplacement), tell each chosen
+agent its rank (slot spec with rank, world size and the ring hostfile), stop the ranks of broken
+groups, publish rank 0 of each group (ready only when every rank is), write status with the groups.
 
 Between reconciles (every --poll-seconds) a watch asks the agents of every ready group's ranks
 for their state every WATCH_INTERVAL_S (0.15 s): a rank that is not ready any more (rank 0's
@@ -31,12 +31,12 @@ from mlxfleet_operator.adapters import agent, events, metrics, publishing, runti
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import conditions, naming, sharded, sharding
+from mlxfleet_operator.core import conditions, naming, sharded
 from mlxfleet_operator.core import events as core_events
-from mlxfleet_operator.core.deployment import facts as dep
 from mlxfleet_operator.core.deployment import plan as plans
-from mlxfleet_operator.core.deployment import slots
 from mlxfleet_operator.core.deployment import status as mdstatus
+from mlxfleet_operator.core.fleet import facts as dep
+from mlxfleet_operator.core.fleet import groupplacement
 from mlxfleet_operator.core.swapplan import prefetch
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ async def reconcile(
     broken = sharded.broken_groups(md, by_name, fresh, slot=slot, governed=governed)
     withdrawn = rt.withdrawn.pop(uid, set())  # lost between reconciles: broken too
     broken |= {g.index for g in md.status.groups if g.id in withdrawn} - governed.swapping
-    decision = sharding.place_groups(
+    decision = groupplacement.place_groups(
         request,
         views,
         sharded.current(md),
@@ -126,7 +126,7 @@ async def reconcile(
             observed = fact.slot(slot)
             if observed is not None and observed.spec == spec:
                 continue
-            put = slots.SlotRequest(rank.node, spec)
+            put = dep.SlotRequest(rank.node, spec)
             if (outcome := await rt.fleet.put_slot(slot, put)) is not None:
                 outcomes[rank.node] = outcome
     # survivors of broken groups not re-formed yet, and nodes no group wants: stop their ranks

@@ -22,7 +22,7 @@ a scale-down waits a whole window again, as HPA's does).
 `wanted(md)` is the count everything else places: the decision once `attach`ed to the status, else
 spec.replicas (a deployment without minReplicas / maxReplicas: HPA, KEDA or a person own it).
 May import: the standard library, `api`, the agent `contract`, `core.events`.
-Called by: the ModelDeployment handler, `placing`, `status`.
+Called by: the ModelDeployment handler, `replicas`, `status`.
 """
 
 from __future__ import annotations

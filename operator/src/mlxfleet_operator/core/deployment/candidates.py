@@ -9,10 +9,10 @@ reconcile walked all 500 in `placement.place`).
 replicas, nodes whose view counts the deployment's own slot), and, in placement's own score
 order, enough of the nodes that pass every filter to fill every replica. A decision on the
 shortlist equals the decision on every node whenever it places every replica (it differs only
-in listing fewer rejections; `placing.place` decides on every node when a replica is missing,
+in listing fewer rejections; `replicas.place` decides on every node when a replica is missing,
 since the status then names each node's reason).
 
-May import: the standard library, `api.modelref`, `core.placement`. Called by: `placing`
+May import: the standard library, `api.modelref`, `core.fleet.placement`. Called by: `replicas`
 (`shortlist`), the fleet adapter (`put`, `drop`).
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from typing import TypeVar
 
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import placement
+from mlxfleet_operator.core.fleet import placement
 
 _K = TypeVar("_K", bound=Hashable)
 
@@ -73,7 +73,7 @@ class NodeIndex:
 
     def counting(self, slot: str) -> frozenset[str]:
         """Nodes whose view counts `slot` (listed by the agent or reserved): not valid for that
-        slot's deployment, which must leave its own usage out (`placing.node_view`)."""
+        slot's deployment, which must leave its own usage out (`core.fleet.nodeviews.node_view`)."""
         return frozenset(self._counting.get(slot, ()))
 
     def put(self, view: placement.NodeView, slots: frozenset[str]) -> None:

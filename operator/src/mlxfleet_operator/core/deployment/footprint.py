@@ -6,7 +6,7 @@ the model, the handler asks eligible agents one after another to fetch and size 
 answers, stopping at the first `settled` one); `sized` turns those answers into the footprint or
 the verdict the deployment shows meanwhile (with the download's progress while it fetches).
 May import: the standard library, `api`, the agent `contract` and `sizing`, `core.conditions`,
-`core.placement`, `facts`. Called by: the ModelDeployment handler.
+`core.fleet` (`placement`, `facts`). Called by: the ModelDeployment handler.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import fields
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import conditions, placement
-from mlxfleet_operator.core.deployment import facts as f
+from mlxfleet_operator.core import conditions
+from mlxfleet_operator.core.fleet import facts as f
+from mlxfleet_operator.core.fleet import placement
 
 R = cond.Reason
 

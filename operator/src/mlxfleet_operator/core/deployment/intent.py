@@ -3,8 +3,8 @@ size is known: where the replicas go, what each serves, the SwapPlan to create f
 the slot PUTs and DELETEs to send, which dropped replicas hand over first, and the Event a move
 posts. The handler performs it (create, PUT, DELETE), then judges the status from the answers.
 
-May import: the standard library, `api`, `core.events`, `core.naming`, `core.placement`,
-`candidates`, `facts`, `placing`, `plan`, `slots`. Called by: the ModelDeployment handler.
+May import: the standard library, `api`, `core.events`, `core.naming`, `core.fleet` (`facts`,
+`placement`), `candidates`, `replicas`, `plan`, `slots`. Called by: the ModelDeployment handler.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from datetime import datetime, timedelta
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import events, naming, placement
-from mlxfleet_operator.core.deployment import candidates, placing, slots
-from mlxfleet_operator.core.deployment import facts as f
+from mlxfleet_operator.core import events, naming
+from mlxfleet_operator.core.deployment import candidates, replicas, slots
 from mlxfleet_operator.core.deployment import plan as plans
+from mlxfleet_operator.core.fleet import facts as f
+from mlxfleet_operator.core.fleet import placement
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Intent:
     plan: plans.PlanInfo | None  # the plan governing the replicas (after `create`, if any)
     create: swp.SwapPlan | None  # a SwapPlan to create for the spec's model change
     handover: slots.Handover
-    puts: tuple[slots.SlotRequest, ...]
+    puts: tuple[f.SlotRequest, ...]
     deletes: tuple[str, ...]  # nodes whose slot goes (no replica there, not held)
     rescheduled: events.Event | None  # replicas start moving to other nodes
 
@@ -46,12 +47,12 @@ def intent(
     index: candidates.NodeIndex | None = None,
     leave: Mapping[str, str] | None = None,
 ) -> Intent:
-    """`views`: placement views made ahead for this slot (`placing.views_for`), by node;
+    """`views`: placement views made ahead for this slot (`nodeviews.views_for`), by node;
     `index`: the fleet's kept views indexed, to decide on the nodes it shortlists; `leave`:
     nodes the replicas leave and avoid, with why (`preemption.leave`)."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     by_name = {fact.name: fact for fact in facts}
-    decision = placing.place(
+    decision = replicas.place(
         md,
         facts,
         footprint_bytes=footprint_bytes,
@@ -84,5 +85,5 @@ def intent(
             held=held,
             among=index.counting(slot) if index is not None else None,
         ),
-        rescheduled=placing.rescheduled(md, decision),
+        rescheduled=replicas.rescheduled(md, decision),
     )

@@ -3,9 +3,11 @@ moved and is bringing up), whether a new plan is due, and the plan to create.
 
 A model change of kept replicas is never written by the deployment's reconcile: it hands the
 change to a SwapPlan (one node at a time, zero-drop, rolled back on failure), and follows it.
-May import: the standard library, `api`, `core.events`, `core.naming`, `core.placement`,
-`core.swapplan.effects`. Called by: the ModelDeployment handler and the other
-`core.deployment` modules.
+`PlanInfo` is what the deployment needs of a plan; `core.swapplan.effects` (a layer above) reads
+a SwapPlan's steps into one (`plan_info`) and picks the plan that governs (`governing`).
+May import: the standard library, `api`, `core.events`, `core.naming`, `core.fleet.placement`.
+Called by: the ModelDeployment handler, the other `core.deployment` modules, `core.sharded`
+and `core.swapplan.effects`.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from mlxfleet_operator.api import base, deploymentspec, resources
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import events, naming, placement
-from mlxfleet_operator.core.swapplan import effects
+from mlxfleet_operator.core import events, naming
+from mlxfleet_operator.core.fleet import placement
 
 
 @dataclass(frozen=True)
@@ -50,52 +52,6 @@ class PlanInfo:
         """It ended without reaching its target, after a step changed something."""
         ended = self.phase in (swp.SwapPhase.ROLLED_BACK, swp.SwapPhase.FAILED)
         return ended and self.started
-
-    @classmethod
-    def from_plan(cls, plan: swp.SwapPlan) -> PlanInfo:
-        target = ModelRef.of(plan.spec.target)
-        # the failed step first (the cause), then a revert that failed too
-        failed = sorted(
-            (
-                s
-                for s in plan.status.steps
-                if s.phase in (swp.StepPhase.ROLLED_BACK, swp.StepPhase.FAILED)
-            ),
-            key=lambda s: s.phase != swp.StepPhase.ROLLED_BACK,
-        )
-        message = None
-        if failed:
-            whys = "; ".join(f"step on {s.node}: {s.message or s.phase}" for s in failed)
-            message = f"SwapPlan {plan.metadata.name} {whys}"
-        return cls(
-            name=plan.metadata.name or "",
-            target=target,
-            phase=plan.status.phase,
-            paused=plan.spec.paused,
-            serving=effects.serving(plan.status.steps, target),
-            moves=effects.moves(plan.status.steps),
-            holds=effects.moving_to(plan.status.steps),
-            message=message,
-            created=ts.isoformat() if (ts := plan.metadata.creation_timestamp) else None,
-            started=any(s.started_at is not None for s in plan.status.steps),
-            groups=effects.groups(plan.status.steps, target),
-            swapping=effects.swapping(plan.status.steps),
-            failed_groups=effects.failed_groups(plan.status.steps),
-        )
-
-
-def governing(plans: Sequence[swp.SwapPlan], *, named: str | None) -> PlanInfo | None:
-    """The SwapPlan that governs a deployment's replicas: a running one (the one in
-    status.swapPlan first, else the oldest, e.g. written by a person), else the one named in
-    status (finished: its completed steps say which replicas already moved)."""
-    infos = sorted(
-        (PlanInfo.from_plan(p) for p in plans),
-        key=lambda i: (i.name != named, i.created or "", i.name),
-    )
-    active = [i for i in infos if i.active]
-    if active:
-        return active[0]
-    return next((i for i in infos if i.name == named), None)
 
 
 def plan_due(

@@ -3,8 +3,8 @@ requests to send, which replicas count as serving, the make-before-break hand-ov
 placement dropped, and which slots go.
 
 May import: the standard library, `api`, the agent `contract`, `core.events`,
-`core.placement`, `facts`, `plan`. Called by: `intent`, `status`, `core.swapplan.requests`, the
-fleet adapter (`SlotRequest`) and the ModelDeployment handler.
+`core.fleet` (`facts`, `placement`), `plan`. Called by: `intent`, `status`,
+`core.swapplan.requests` (`slot_spec`) and the ModelDeployment handler.
 """
 
 from __future__ import annotations
@@ -15,18 +15,10 @@ from dataclasses import dataclass
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import events, placement
-from mlxfleet_operator.core.deployment import facts as f
+from mlxfleet_operator.core import events
 from mlxfleet_operator.core.deployment.plan import PlanInfo
-
-
-@dataclass(frozen=True)
-class SlotRequest:
-    """PUT this spec into the deployment's slot on `node` (idempotent: the agent converges)."""
-
-    node: str
-    spec: contract.SlotSpec
-    request_id: str | None = None  # a SwapPlan step's id for the swap (its record echoes it)
+from mlxfleet_operator.core.fleet import facts as f
+from mlxfleet_operator.core.fleet import placement
 
 
 def slot_spec(
@@ -86,7 +78,7 @@ def requests(
     facts: Mapping[str, f.NodeFacts],
     *,
     slot: str,
-) -> tuple[SlotRequest, ...]:
+) -> tuple[f.SlotRequest, ...]:
     """The slot PUTs to send: to each Ready node this reconcile writes (`nodes_to_put`) whose
     agent does not run exactly the desired spec already."""
     out = []
@@ -97,7 +89,7 @@ def requests(
         spec = slot_spec(md, desired[node])
         observed = fact.slot(slot)
         if observed is None or observed.spec != spec:
-            out.append(SlotRequest(node, spec))
+            out.append(f.SlotRequest(node, spec))
     return tuple(out)
 
 

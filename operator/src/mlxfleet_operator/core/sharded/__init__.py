@@ -18,7 +18,7 @@ This package's namespace is what callers use (`sharded.formations(...)`); each n
 once, in the module of its concern, and the modules import each other, never this namespace.
 
 May import: the standard library, `api`, the agent `contract` and `sizing`, sibling core modules
-(`conditions`, `naming`, `placement`, `sharding`, `deployment`). Called by: the sharded
+(`conditions`, `naming`, `fleet`, `deployment`). Called by: the sharded
 ModelDeployment handler (`handlers.sharded`) and `core.swapplan.groups`.
 """
 

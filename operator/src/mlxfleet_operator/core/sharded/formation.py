@@ -6,7 +6,7 @@ A kept group keeps its formation and its model: a model change goes through a Sw
 ranks; while a step runs, its group is the plan's (`Governed`): not re-formed and not PUT by the
 deployment. A broken group re-forms under the next id (`ring.next_id`) on the spec's model.
 
-May import: the standard library, `api`, `core.sharding`, `core.deployment`, `core.sharded.ring`.
+May import: the standard library, `api`, `core.fleet`, `core.deployment`, `core.sharded.ring`.
 Called by: the sharded ModelDeployment handler and `core.swapplan.groups` (through
 `core.sharded`), `core.sharded.ranks`, `health` and `groupstatus`.
 """
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import sharding
-from mlxfleet_operator.core.deployment import facts as dep
 from mlxfleet_operator.core.deployment import plan as plans
+from mlxfleet_operator.core.fleet import facts as dep
+from mlxfleet_operator.core.fleet import groupplacement
 from mlxfleet_operator.core.sharded import ring
 
 
@@ -29,7 +29,7 @@ from mlxfleet_operator.core.sharded import ring
 class Formation:
     index: int
     id: str
-    plan: sharding.GroupPlan
+    plan: groupplacement.GroupPlan
     hosts: tuple[str, ...]  # ring address per rank
     model: ModelRef  # what its ranks load
 
@@ -66,7 +66,7 @@ class Governed:
 
 def formations(
     md: mdep.ModelDeployment,
-    decision: sharding.GroupDecision,
+    decision: groupplacement.GroupDecision,
     facts: Mapping[str, dep.NodeFacts],
     broken: frozenset[int],
     *,

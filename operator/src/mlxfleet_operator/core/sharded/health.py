@@ -7,7 +7,7 @@ and it re-forms under a new id (on the same nodes when they are all healthy, els
 failover delay on healthy ones). A group whose SwapPlan step runs is never broken here: the plan
 follows it.
 
-May import: the standard library, the agent `contract`, `api`, `core.deployment.facts`,
+May import: the standard library, the agent `contract`, `api`, `core.fleet.facts`,
 `core.sharded.formation`. Called by: the sharded ModelDeployment handler (reconcile and group
 watch, through `core.sharded`) and `core.sharded.groupstatus`.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
-from mlxfleet_operator.core.deployment import facts as dep
+from mlxfleet_operator.core.fleet import facts as dep
 from mlxfleet_operator.core.sharded.formation import Governed
 
 

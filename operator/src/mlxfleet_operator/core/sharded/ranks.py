@@ -1,7 +1,7 @@
 """The slot spec of one rank of a sharded group (pure): the deployment's slot spec for the
 formation's model, with the rank, world size and ring hostfile, and the rank's share of memory.
 
-May import: the agent `contract`, `api`, `core.sharding`, `core.deployment.slots`,
+May import: the agent `contract`, `api`, `core.fleet`, `core.deployment.slots`,
 `core.sharded.formation`. Called by: the sharded ModelDeployment handler and
 `core.swapplan.groups` (a step's ranks), through `core.sharded`.
 """
@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
-from mlxfleet_operator.core import sharding
 from mlxfleet_operator.core.deployment import slots
+from mlxfleet_operator.core.fleet import groupplacement
 from mlxfleet_operator.core.sharded.formation import Formation
 
 
 def rank_spec(
     md: mdep.ModelDeployment,
     formation: Formation,
-    rank: sharding.RankPlan,
+    rank: groupplacement.RankPlan,
     *,
     strategy: contract.SwapStrategy | None = None,
     drain_timeout_seconds: int | None = None,

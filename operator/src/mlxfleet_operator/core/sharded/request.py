@@ -2,8 +2,8 @@
 shape, the group request sized from it, each node as placement sees it (a node whose last poll
 failed counts as not ready), and where each group's ranks are now.
 
-May import: the standard library, `api`, the agent `contract` and `sizing`, `core.placement`,
-`core.sharding`, `core.deployment`. Called by: the sharded ModelDeployment handler (through
+May import: the standard library, `api`, the agent `contract` and `sizing`, `core.fleet` (`facts`,
+`placement`, `nodeviews`, `groupplacement`). Called by: the sharded ModelDeployment handler (through
 `core.sharded`) and `core.swapplan.groups` (the request for a step's target).
 """
 
@@ -15,9 +15,8 @@ from datetime import datetime
 from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import placement, sharding
-from mlxfleet_operator.core.deployment import facts as dep
-from mlxfleet_operator.core.deployment import placing
+from mlxfleet_operator.core.fleet import facts as dep
+from mlxfleet_operator.core.fleet import groupplacement, nodeviews, placement
 
 
 def cached_model(
@@ -34,7 +33,7 @@ def cached_model(
 
 def group_request(
     md: mdep.ModelDeployment, cached: contract.CachedModel, model: ModelRef | None = None
-) -> sharding.GroupRequest:
+) -> groupplacement.GroupRequest:
     """The groups the spec asks for, sized for `model` (default: the spec's)."""
     sh, shape = md.spec.sharding, cached.shape
     if sh is None or shape is None:
@@ -51,10 +50,10 @@ def group_request(
     if override is not None:
         weights = max(override - est.kv_bytes - est.overhead_bytes * sh.size, 1)
     nodes = md.spec.placement.nodes
-    return sharding.GroupRequest(
+    return groupplacement.GroupRequest(
         groups=md.spec.replicas,
         size=sh.size,
-        mode=sharding.Mode(sh.mode.value),
+        mode=groupplacement.Mode(sh.mode.value),
         weights_bytes=weights,
         kv_bytes=est.kv_bytes,
         overhead_bytes=est.overhead_bytes,
@@ -70,7 +69,7 @@ def node_view(
     fact: dep.NodeFacts, *, slot: str, fresh: bool, last_seen: datetime | None
 ) -> placement.NodeView:
     """Placement's view; a node whose last poll failed counts as not ready from then on."""
-    view = placing.node_view(fact, slot=slot)
+    view = nodeviews.node_view(fact, slot=slot)
     if fresh or not view.ready:
         return view
     return placement.NodeView(

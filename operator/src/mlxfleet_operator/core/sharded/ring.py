@@ -7,7 +7,7 @@ control API) and a port derived from the deployment's uid, the slot, the formati
 rank: stable while the formation lives (every reconcile computes the same), unpredictable
 without the object (its uid is random) and different for the next formation.
 
-May import: the standard library, `core.deployment.facts`. Called by: `core.sharded.formation`
+May import: the standard library, `core.fleet.facts`. Called by: `core.sharded.formation`
 and `core.swapplan.groups` (through `core.sharded`).
 """
 
@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
-from mlxfleet_operator.core.deployment import facts as dep
+from mlxfleet_operator.core.fleet import facts as dep
 
 # Ring ports stay below every OS's ephemeral range (Linux 32768-60999, macOS 49152-65535): a
 # port there may be held by any outgoing connection (or its TIME_WAIT) and the rank's bind

@@ -14,12 +14,14 @@ Modules, by concern:
 - `steps`: the steps a plan starts with, and how an agent's swap record fills a step.
 - `progress`: `advance`, one step of the state machine (and the order of plans of a deployment).
 - `rollback`: reverting completed steps after a failure.
-- `effects`: what a plan's steps leave each node serving (read by the deployment's decisions).
+- `effects`: what a plan's steps leave each node serving, as the deployment's `PlanInfo`, and
+  which plan governs a deployment (`governing`).
 - `gate`: before advancing: must the plan wait, does its deployment exist, which nodes it covers.
 - `requests`: the agent slot each action asks for.
 - `status`: the SwapPlan status and conditions from a state, and the Event a phase change posts.
 
-May import: the standard library, `api`, the agent `contract`, `core.conditions` and (for the
-slot a step asks for) `core.deployment.slots`. Called by: the SwapPlan handler, and
-`core.deployment.plan` (`effects`).
+May import: the standard library, `api`, the agent `contract`, `core.conditions`, `core.fleet`,
+`core.sharded` (group steps) and `core.deployment` (the slot a step asks for, `PlanInfo`): the top
+layer of core. Called by: the SwapPlan handler, and the ModelDeployment handlers (`effects`,
+`prefetch`).
 """

@@ -1,10 +1,12 @@
 """What a SwapPlan's steps leave each node serving: the models they changed (or reverted), the
 replicas they moved, and the nodes where a move is bringing a replica up; for a sharded
 deployment, the formations its group steps made, which groups a step is swapping, and which
-formations a failed step left broken.
+formations a failed step left broken; all of it as the deployment's view of a plan
+(`core.deployment.plan.PlanInfo`, `plan_info`), and which plan governs a deployment (`governing`).
 
-May import: the standard library, `api`, `state`, `steps`. Called by: `core.deployment.plan`
-(a deployment's replicas follow the plan that governs them).
+May import: the standard library, `api`, `core.deployment.plan` (a layer below: the deployment
+says what it needs of a plan, this package fills it), `state`, `steps`. Called by: the
+ModelDeployment handler (`governing`: a deployment's replicas follow the plan that governs them).
 """
 
 from __future__ import annotations
@@ -13,12 +15,56 @@ from collections.abc import Sequence
 
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
+from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.swapplan import state as st
 from mlxfleet_operator.core.swapplan import steps as plan_steps
 
 StepPhase = swp.StepPhase
 _LEFT_ON_TARGET = (StepPhase.COMPLETED, StepPhase.FAILED)
 _GOING_BACK = (StepPhase.REVERTING, StepPhase.REVERTED)
+
+
+def plan_info(plan: swp.SwapPlan) -> plans.PlanInfo:
+    """The SwapPlan as far as its deployment cares: what its steps changed, moved and are
+    bringing up, and why it failed (the failed step first, the cause, then a failed revert)."""
+    target = ModelRef.of(plan.spec.target)
+    failed = sorted(
+        (s for s in plan.status.steps if s.phase in (StepPhase.ROLLED_BACK, StepPhase.FAILED)),
+        key=lambda s: s.phase != StepPhase.ROLLED_BACK,
+    )
+    message = None
+    if failed:
+        whys = "; ".join(f"step on {s.node}: {s.message or s.phase}" for s in failed)
+        message = f"SwapPlan {plan.metadata.name} {whys}"
+    return plans.PlanInfo(
+        name=plan.metadata.name or "",
+        target=target,
+        phase=plan.status.phase,
+        paused=plan.spec.paused,
+        serving=serving(plan.status.steps, target),
+        moves=moves(plan.status.steps),
+        holds=moving_to(plan.status.steps),
+        message=message,
+        created=ts.isoformat() if (ts := plan.metadata.creation_timestamp) else None,
+        started=any(s.started_at is not None for s in plan.status.steps),
+        groups=groups(plan.status.steps, target),
+        swapping=swapping(plan.status.steps),
+        failed_groups=failed_groups(plan.status.steps),
+    )
+
+
+def governing(found: Sequence[swp.SwapPlan], *, named: str | None) -> plans.PlanInfo | None:
+    """The SwapPlan that governs a deployment's replicas: a running one (the one in
+    status.swapPlan first, else the oldest, e.g. written by a person), else the one named in
+    status (finished: its completed steps say which replicas already moved)."""
+    infos = sorted(
+        (plan_info(p) for p in found),
+        key=lambda i: (i.name != named, i.created or "", i.name),
+    )
+    active = [i for i in infos if i.active]
+    if active:
+        return active[0]
+    return next((i for i in infos if i.name == named), None)
 
 
 def serving(steps: Sequence[swp.SwapStep], target: ModelRef) -> dict[str, ModelRef]:

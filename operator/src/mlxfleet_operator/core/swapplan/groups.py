@@ -1,17 +1,17 @@
 """A sharded deployment's SwapPlan: one step per group, the group swapped as a unit.
 
 A group step is named by its rank 0's node and lists the group's nodes by rank (`steps`). When
-it starts, `decide` chooses Surge or Hold for the whole group (`sharding.swap_mode`: Surge when
-every node of the group has room for its old rank and the new one at once, else Hold; an explicit
-Surge or Hold in the plan's or the deployment's strategy wins) and says why, and names the new
-formation (a new id, so new ring ports). `requests` are the new formation's rank slots, each
+it starts, `decide` chooses Surge or Hold for the whole group (`groupplacement.swap_mode`: Surge
+when every node of the group has room for its old rank and the new one at once, else Hold; an
+explicit Surge or Hold in the plan's or the deployment's strategy wins) and says why, and names the
+new formation (a new id, so new ring ports). `requests` are the new formation's rank slots, each
 carrying the plan's strategy and the step's request id: every rank's agent swaps its rank (the
 agent's swap protocol: Surge forms the new group beside the old one, rank 0 switches once the new
 group answers, then drains its old rank, whose followers end with it; Hold drains and stops the
 old group first, requests queue at rank 0). The step follows rank 0's swap record.
 
-May import: the standard library, `api`, the agent `contract`, `core.sharded`, `core.sharding`,
-`core.deployment` (`facts`, `placing`, `slots`), `state`. Called by: `progress` (steps, the
+May import: the standard library, `api`, the agent `contract`, `core.sharded`, `core.fleet`
+(`facts`, `nodeviews`, `groupplacement`), `state`. Called by: `progress` (steps, the
 decision when a step starts) and the SwapPlan handler (`planning`, `requests`).
 """
 
@@ -24,9 +24,9 @@ from mlxfleet_operator.api import fields
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import sharded, sharding
-from mlxfleet_operator.core.deployment import facts as dep
-from mlxfleet_operator.core.deployment import placing, slots
+from mlxfleet_operator.core import sharded
+from mlxfleet_operator.core.fleet import facts as dep
+from mlxfleet_operator.core.fleet import groupplacement, nodeviews
 from mlxfleet_operator.core.swapplan import state as st
 
 Strategy = fields.SwapStrategy
@@ -78,7 +78,7 @@ class Decision:
     strategy: Strategy
     reason: str
     group_id: str
-    requests: tuple[slots.SlotRequest, ...]  # without the step's request id
+    requests: tuple[dep.SlotRequest, ...]  # without the step's request id
 
 
 @dataclass(frozen=True)
@@ -107,11 +107,11 @@ def decide(
     if cached is None:
         return f"waiting for the size of {target} (its weights are being fetched)"
     request = sharded.group_request(md, cached, model=target)
-    views = {f.name: placing.node_view(f, slot=slot) for f in facts}
+    views = {f.name: nodeviews.node_view(f, slot=slot) for f in facts}
     if missing := [n for n in group.nodes if n not in views]:
         return f"waiting for node {', '.join(missing)} (no InferenceNode or no answer yet)"
-    ranks, short = sharding.plan_ranks(request, [views[n] for n in group.nodes])
-    plan = sharding.GroupPlan(index=group.index, ranks=ranks, kept=True)
+    ranks, short = groupplacement.plan_ranks(request, [views[n] for n in group.nodes])
+    plan = groupplacement.GroupPlan(index=group.index, ranks=ranks, kept=True)
     if step is not None and step.group_id and step.strategy and step.strategy_reason:
         chosen, why, gid = step.strategy, step.strategy_reason, step.group_id
     elif short:
@@ -119,7 +119,7 @@ def decide(
     else:
         chosen, why = choose(
             strategy or md.spec.swap.strategy,
-            sharding.swap_mode(request, list(views.values()), group.memory, plan),
+            groupplacement.swap_mode(request, list(views.values()), group.memory, plan),
         )
         gid = sharded.next_id(group.index, group.id)
     by_name = {f.name: f for f in facts}
@@ -134,7 +134,7 @@ def decide(
     )
     agent_strategy = fields.to_agent_strategy(chosen)
     specs = tuple(
-        slots.SlotRequest(
+        dep.SlotRequest(
             r.node,
             sharded.rank_spec(
                 md,
@@ -149,14 +149,15 @@ def decide(
     return Decision(strategy=chosen, reason=why, group_id=gid, requests=specs)
 
 
-def choose(requested: Strategy, mode: tuple[sharding.SwapMode, str]) -> tuple[Strategy, str]:
-    """Auto: what the group's memory allows (`sharding.swap_mode`, with its reason); an explicit
-    Surge or Hold is followed, saying so (and, for Surge, what memory would have chosen)."""
+def choose(requested: Strategy, mode: tuple[groupplacement.SwapMode, str]) -> tuple[Strategy, str]:
+    """Auto: what the group's memory allows (`groupplacement.swap_mode`, with its reason); an
+    explicit Surge or Hold is followed, saying so (and, for Surge, what memory would have
+    chosen)."""
     found, why = mode
     if requested == Strategy.HOLD:
         return Strategy.HOLD, "hold: the swap strategy asks for Hold"
     if requested == Strategy.SURGE:
-        suffix = "" if found == sharding.SwapMode.SURGE else f" (memory alone: {why})"
+        suffix = "" if found == groupplacement.SwapMode.SURGE else f" (memory alone: {why})"
         return Strategy.SURGE, "surge: the swap strategy asks for Surge" + suffix
     return Strategy(found.value), why
 
@@ -194,14 +195,14 @@ def planning(
     return Planning(groups=groups, decisions=decisions)
 
 
-def requests(planning_: Planning, actions: Sequence[st.Action]) -> tuple[slots.SlotRequest, ...]:
+def requests(planning_: Planning, actions: Sequence[st.Action]) -> tuple[dep.SlotRequest, ...]:
     """The rank slots each `PutGroup` asks for, with its request id."""
-    out: list[slots.SlotRequest] = []
+    out: list[dep.SlotRequest] = []
     for action in actions:
         if not isinstance(action, st.PutGroup):
             continue
         decision = planning_.decisions.get(action.group)
         if not isinstance(decision, Decision):
             continue
-        out.extend(slots.SlotRequest(r.node, r.spec, action.request_id) for r in decision.requests)
+        out.extend(dep.SlotRequest(r.node, r.spec, action.request_id) for r in decision.requests)
     return tuple(out)

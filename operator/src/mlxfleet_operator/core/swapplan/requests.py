@@ -14,13 +14,14 @@ from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core import events
-from mlxfleet_operator.core.deployment import facts, slots
+from mlxfleet_operator.core.deployment import slots
+from mlxfleet_operator.core.fleet import facts
 from mlxfleet_operator.core.swapplan import state as st
 
 
 def slot_requests(
     plan: swp.SwapPlan, md: mdep.ModelDeployment, actions: Sequence[st.Action]
-) -> tuple[slots.SlotRequest, ...]:
+) -> tuple[facts.SlotRequest, ...]:
     strategy = plan.spec.strategy
     out = []
     for action in actions:
@@ -33,7 +34,7 @@ def slot_requests(
             strategy=fields.to_agent_strategy(strategy) if strategy is not None else None,
             drain_timeout_seconds=plan.spec.drain_timeout_seconds,
         )
-        out.append(slots.SlotRequest(action.node, spec, action.request_id))
+        out.append(facts.SlotRequest(action.node, spec, action.request_id))
     return tuple(out)
 
 

@@ -1,6 +1,8 @@
-"""Placement of sharded replicas (pure): groups of N ranks on N distinct nodes.
+"""Group placement: where a sharded ModelDeployment's replicas go (pure), groups of N ranks on
+N distinct nodes (`core.sharded` is the sharded deployment's other decisions; `api.sharding`
+its `spec.sharding`).
 
-May import: the standard library and `core.placement` (node views, rejections).
+May import: the standard library and `core.fleet.placement` (node views, rejections).
 Called by: `core.sharded` (the group request, formations, rank specs), `core.swapplan.groups`,
 the sharded ModelDeployment handler, property tests.
 
@@ -26,7 +28,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import placement
+from mlxfleet_operator.core.fleet import placement
 
 FABRIC_LABEL = "topology.mlxfleet.io/fabric"
 # what the fabric is made of: `thunderbolt` (the default: its Macs need a Thunderbolt Bridge,

@@ -1,5 +1,6 @@
-"""Group placement (core.sharding): rank shares, fit on every node, fabric and cache preference,
-rejections naming nodes, failover delay, surge-or-hold; property-tested with hypothesis."""
+"""Group placement (core.fleet.groupplacement): rank shares, fit on every node, fabric and cache
+preference, rejections naming nodes, failover delay, surge-or-hold; property-tested with
+hypothesis."""
 
 from __future__ import annotations
 
@@ -14,19 +15,20 @@ from hypothesis import strategies as st
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import placement, sharded, sharding
-from mlxfleet_operator.core.deployment import facts as dep
+from mlxfleet_operator.core import sharded
+from mlxfleet_operator.core.fleet import facts as dep
+from mlxfleet_operator.core.fleet import groupplacement, placement
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 DELAY = timedelta(seconds=15)
 GIB = 2**30
 
 
-def request(**kw: object) -> sharding.GroupRequest:
+def request(**kw: object) -> groupplacement.GroupRequest:
     base: dict[str, object] = {
         "groups": 1,
         "size": 2,
-        "mode": sharding.Mode.TENSOR,
+        "mode": groupplacement.Mode.TENSOR,
         "weights_bytes": 40 * GIB,
         "kv_bytes": 8 * GIB,
         "overhead_bytes": GIB,
@@ -35,7 +37,7 @@ def request(**kw: object) -> sharding.GroupRequest:
         "model": ModelRef("hf://m"),
     }
     base.update(kw)
-    return sharding.GroupRequest(**base)  # type: ignore[arg-type]
+    return groupplacement.GroupRequest(**base)  # type: ignore[arg-type]
 
 
 def node(name: str, budget: int = 64 * GIB, **kw: object) -> placement.NodeView:
@@ -43,11 +45,11 @@ def node(name: str, budget: int = 64 * GIB, **kw: object) -> placement.NodeView:
 
 
 def place(
-    req: sharding.GroupRequest,
+    req: groupplacement.GroupRequest,
     nodes: list[placement.NodeView],
     current: list[list[str]] | None = None,
-) -> sharding.GroupDecision:
-    return sharding.place_groups(req, nodes, current or [], now=NOW, failover_delay=DELAY)
+) -> groupplacement.GroupDecision:
+    return groupplacement.place_groups(req, nodes, current or [], now=NOW, failover_delay=DELAY)
 
 
 def test_tensor_rank_holds_its_share_of_weights_and_kv() -> None:
@@ -68,7 +70,7 @@ def test_kv_heads_not_divisible_is_unsplittable() -> None:
 
 
 def test_pipeline_layers_follow_free_memory() -> None:
-    req = request(mode=sharding.Mode.PIPELINE, num_kv_heads=None)
+    req = request(mode=groupplacement.Mode.PIPELINE, num_kv_heads=None)
     d = place(req, [node("a", budget=96 * GIB), node("b", budget=32 * GIB)])
     (group,) = d.groups
     assert [r.layers for r in group.ranks] == [60, 20]
@@ -76,7 +78,7 @@ def test_pipeline_layers_follow_free_memory() -> None:
 
 
 def test_prefers_one_fabric_then_cached_weights() -> None:
-    ring = {sharding.FABRIC_LABEL: "tb5-ring-1"}
+    ring = {groupplacement.FABRIC_LABEL: "tb5-ring-1"}
     nodes = [
         node("a", budget=128 * GIB),
         node("b", budget=128 * GIB, cached=frozenset({ModelRef("hf://m")})),
@@ -124,17 +126,21 @@ def test_no_new_rank_on_a_node_under_pressure_and_a_kept_group_stays_there() -> 
 @pytest.mark.parametrize(
     ("room", "mode"),
     [
-        pytest.param(64 * GIB, sharding.SwapMode.SURGE, id="room-for-both"),
-        pytest.param(40 * GIB, sharding.SwapMode.HOLD, id="no-room"),
+        pytest.param(64 * GIB, groupplacement.SwapMode.SURGE, id="room-for-both"),
+        pytest.param(40 * GIB, groupplacement.SwapMode.HOLD, id="no-room"),
     ],
 )
-def test_swap_mode_surges_only_when_every_node_has_room(room: int, mode: sharding.SwapMode) -> None:
+def test_swap_mode_surges_only_when_every_node_has_room(
+    room: int, mode: groupplacement.SwapMode
+) -> None:
     req = request()
     nodes = [node("a", budget=room), node("b", budget=64 * GIB)]
-    group = sharding.GroupPlan(index=0, ranks=sharding.plan_ranks(req, nodes)[0], kept=False)
-    got, why = sharding.swap_mode(req, nodes, {"a": 25 * GIB, "b": 25 * GIB}, group)
+    group = groupplacement.GroupPlan(
+        index=0, ranks=groupplacement.plan_ranks(req, nodes)[0], kept=False
+    )
+    got, why = groupplacement.swap_mode(req, nodes, {"a": 25 * GIB, "b": 25 * GIB}, group)
     assert got == mode
-    if mode == sharding.SwapMode.HOLD:
+    if mode == groupplacement.SwapMode.HOLD:
         assert why.startswith("hold: a:")
 
 
@@ -145,7 +151,7 @@ nodes_st = st.lists(
             budget_bytes=budget * GIB,
             used_bytes=used * GIB,
             ready=ready,
-            labels={sharding.FABRIC_LABEL: fabric} if fabric else {},
+            labels={groupplacement.FABRIC_LABEL: fabric} if fabric else {},
             cached=frozenset({ModelRef("hf://m")}) if cached else frozenset(),
         ),
         st.integers(0, 10_000),
@@ -165,7 +171,7 @@ nodes_st = st.lists(
     nodes=nodes_st,
     groups=st.integers(0, 4),
     size=st.integers(2, 5),
-    mode=st.sampled_from(list(sharding.Mode)),
+    mode=st.sampled_from(list(groupplacement.Mode)),
     weights=st.integers(1, 300),
     layers=st.integers(1, 100),
 )
@@ -173,7 +179,7 @@ def test_properties(
     nodes: list[placement.NodeView],
     groups: int,
     size: int,
-    mode: sharding.Mode,
+    mode: groupplacement.Mode,
     weights: int,
     layers: int,
 ) -> None:
@@ -193,7 +199,7 @@ def test_properties(
     for g in d.groups:
         assert len(g.ranks) == size
         assert [r.rank for r in g.ranks] == list(range(size))
-        if mode == sharding.Mode.PIPELINE:
+        if mode == groupplacement.Mode.PIPELINE:
             assert sum(r.layers for r in g.ranks) == layers
             assert all(r.layers >= 1 for r in g.ranks)
         for r in g.ranks:

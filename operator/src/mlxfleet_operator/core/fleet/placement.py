@@ -1,7 +1,8 @@
-"""Placement: which InferenceNodes carry a ModelDeployment's replicas (pure).
+"""Replica placement: which InferenceNodes carry a ModelDeployment's replicas (pure).
 
-May import: the standard library and `api.modelref`. Called by: `core.deployment.placing`, which
-turns InferenceNode facts into `NodeView`s and the shared memory estimate into `footprint`.
+May import: the standard library and `api.modelref`. Called by: `core.deployment.replicas` (with
+the views `core.fleet.nodeviews` makes of InferenceNode facts, and the footprint from the shared
+memory estimate), `core.fleet.groupplacement` (node views, rejections).
 
 Filters (each rejection names the node and why): approval (a Mac that joined itself takes nothing
 until a person approves it), explicit nodes, label selector, the engine

@@ -1,13 +1,15 @@
-"""What a ModelDeployment's decisions know about the world, as typed facts: each InferenceNode
-with its agent's last answer (`NodeFacts`), and what an agent answered when asked for a slot
-(`Outcome`) or to fetch and size a model (`Prefetch`). Agent answers are classified by their
-HTTP status and the field their error body names, never by their text.
+"""What the operator's decisions know about the fleet, as typed facts: each InferenceNode with
+its agent's last answer (`NodeFacts`), a slot PUT to send to an agent (`SlotRequest`), and what
+an agent answered when asked for a slot (`Outcome`) or to fetch and size a model (`Prefetch`).
+Agent answers are classified by their HTTP status and the field their error body names, never by
+their text.
 
-Memory as the scheduler sees it (`held_bytes`, `used`, `free`): a slot on its way up counts
-its whole footprint, a slot that runs no backend counts nothing.
-May import: the standard library, `api`, the agent `contract` and `sizing`. Called by: the other
-`core.deployment` modules, `core.nodes` (the node's budget), and the adapters that turn agent
-answers into `Outcome`s and `Prefetch`es.
+Memory as the scheduler sees it (`held_bytes`, `used`, `free`): a slot on its way up counts its
+whole footprint, a slot that runs no backend counts nothing.
+May import: the standard library, `api`, the agent `contract` and `sizing`. Called by:
+`core.deployment`, `core.sharded`, `core.swapplan`, `core.fleet.nodeviews`, `core.nodes` (the
+node's budget), and the adapters that send `SlotRequest`s and turn agent answers into `Outcome`s
+and `Prefetch`es.
 """
 
 from __future__ import annotations
@@ -203,6 +205,15 @@ SOURCE_FIELDS = frozenset({"source", "revision"})
 def refusal_is_permanent(status: int | None) -> bool:
     """An agent answer (HTTP status; None: no answer) that retrying cannot change."""
     return status in PERMANENT_STATUSES
+
+
+@dataclass(frozen=True)
+class SlotRequest:
+    """PUT this spec into the deployment's slot on `node` (idempotent: the agent converges)."""
+
+    node: str
+    spec: contract.SlotSpec
+    request_id: str | None = None  # a SwapPlan step's id for the swap (its record echoes it)
 
 
 @dataclass(frozen=True)

@@ -1,111 +1,27 @@
-"""A ModelDeployment's placement inputs and decision: each node as placement sees it (its
-pressure readings from the InferenceNode's conditions, `PRESSURES`, and how warm it runs),
-the deployment's request (with the nodes it must leave: preemption), where its replicas are now
-(a SwapPlan's moves applied), and the nodes that may fetch and size a model nobody knows yet.
+"""Where a ModelDeployment's replicas go: the deployment's placement request (with the nodes it
+must leave: preemption), where its replicas are now (a SwapPlan's moves applied, then the nodes
+carrying or reserving its slot), the decision (`core.fleet.placement` over each node's view,
+`core.fleet.nodeviews`), the nodes that may fetch and size a model nobody knows yet, and the
+Event when replicas move.
 
-May import: the standard library, the agent `contract`, `api`, `core.naming`, `core.placement`,
-`core.events`, `core.thermal` (how warm a node is), `autoscale` (the count to place),
-`candidates`, `facts`.
-Called by: the ModelDeployment handler (`place`, `sizing_nodes`, `rescheduled`), the fleet
-adapter (`prepare`, `views_for`: each node's view kept between reconciles).
+May import: the standard library, the agent `contract`, `api`, `core.naming`, `core.events`,
+`core.fleet` (`facts`, `placement`, `nodeviews`), `autoscale` (the count to place),
+`candidates`. Called by: the ModelDeployment handler (`place`, `sizing_nodes`, `rescheduled`),
+`intent`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from mlxfleet_agent import contract
-from mlxfleet_operator.api import conditions as cond
-from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import modeldeployment as mdep
-from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import events, naming, placement, thermal
+from mlxfleet_operator.core import events, naming
 from mlxfleet_operator.core.deployment import autoscale, candidates
-from mlxfleet_operator.core.deployment import facts as f
-
-# InferenceNode conditions that keep new replicas off a node while they are True, each with
-# the placement reason it gives; the node's replicas stay.
-PRESSURES: tuple[tuple[cond.ConditionType, placement.Reason], ...] = (
-    (cond.ConditionType.MEMORY_PRESSURE, placement.Reason.MEMORY_PRESSURE),
-    (cond.ConditionType.THERMAL_PRESSURE, placement.Reason.THERMAL_PRESSURE),
-)
-
-
-def pressures(node: inode.InferenceNode) -> tuple[placement.Pressure, ...]:
-    """The node's pressure readings that are on (`PRESSURES`), each with its condition's words."""
-    out = []
-    for kind, reason in PRESSURES:
-        found = cond.find(node.status.conditions, kind)
-        if found is not None and found.status is cond.ConditionStatus.TRUE:
-            text = found.message or f"{kind} ({found.reason}): no new replicas until it clears"
-            out.append(placement.Pressure(reason=reason, message=text))
-    return tuple(out)
-
-
-def node_view(fact: f.NodeFacts, *, slot: str) -> placement.NodeView:
-    cached = frozenset(
-        ModelRef.of(c) for c in (fact.state.cached_models if fact.state is not None else ())
-    )
-    engines, reasons = engines_of(fact)
-    return placement.NodeView(
-        name=fact.name,
-        engines=engines,
-        engine_reasons=reasons,
-        labels=dict(fact.node.metadata.labels),
-        approved=fact.node.approved(),
-        unschedulable=fact.node.spec.unschedulable,
-        draining=fact.node.spec.drain,
-        ready=fact.ready and fact.state is not None,
-        not_ready_since=fact.not_ready_since,
-        budget_bytes=f.budget(fact),
-        used_bytes=f.used_by_others(fact, slot),
-        cached=cached,
-        served_names=frozenset(
-            s.served_name
-            for s in (fact.state.slots if fact.state is not None else ())
-            if s.name != slot
-        ),
-        pressures=pressures(fact.node),
-        # a node whose agent does not answer is out as NotReady, not for its fabric
-        fabric=fact.fabric_address if fact.state is not None else "",
-        warmth=thermal.warmth(fact.node.status.conditions),
-    )
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """One node's placement view, made once per change of the node (its object, its agent's
-    decisive answer, a reservation) instead of per deployment per reconcile: valid as is for
-    every deployment whose slot the node does not count (`slots`)."""
-
-    view: placement.NodeView  # every slot counted as another deployment's
-    slots: frozenset[str]  # the slots the view counts (listed by the agent or reserved)
-
-
-def prepare(fact: f.NodeFacts) -> Prepared:
-    """The node's view as any deployment not on it sees it."""
-    listed = fact.state.slots if fact.state is not None else ()
-    counted = frozenset(s.name for s in listed) | frozenset(fact.claims)
-    return Prepared(node_view(fact, slot=""), counted)
-
-
-def views_for(prepared: Mapping[str, Prepared], *, slot: str) -> dict[str, placement.NodeView]:
-    """The prepared views valid for `slot`'s deployment (by node; a node that counts the slot
-    is left out: its view must leave the deployment's own usage out, `node_view`)."""
-    return {name: p.view for name, p in prepared.items() if slot not in p.slots}
-
-
-def engines_of(fact: f.NodeFacts) -> tuple[frozenset[str], dict[str, str]]:
-    """What the node's agent can run, and why not the others (an agent that reports no
-    engines predates them: it runs mlx-lm only)."""
-    listed = fact.state.engines if fact.state is not None else []
-    if not listed:
-        return frozenset({contract.EngineName.MLX_LM.value}), {}
-    runnable = frozenset(e.name for e in listed if e.available)
-    return runnable, {e.name: e.reason for e in listed if not e.available}
+from mlxfleet_operator.core.fleet import facts as f
+from mlxfleet_operator.core.fleet import nodeviews, placement
 
 
 def request(
@@ -219,7 +135,7 @@ def _place(
             return decision
         views = {n: v for n in lookup if n not in own and (v := index.view(n)) is not None}
     made = views or {}
-    views_ = [made.get(fact.name) or node_view(fact, slot=slot) for fact in facts]
+    views_ = [made.get(fact.name) or nodeviews.node_view(fact, slot=slot) for fact in facts]
     return placement.place(want, views_, current, now=now, failover_delay=failover_delay)
 
 
@@ -232,7 +148,7 @@ def _view(
 ) -> placement.NodeView:
     """The node's kept view, or one made for `slot` (a node that counts it, or not indexed)."""
     kept = index.view(name) if name not in own else None
-    return kept if kept is not None else node_view(fact, slot=slot)
+    return kept if kept is not None else nodeviews.node_view(fact, slot=slot)
 
 
 def sizing_nodes(
