@@ -14,11 +14,12 @@ sends), `relay` (one attempt upstream, its answer to the client: whole, streamed
 (metrics, per-key usage), `listing` (`/v1/models`) and `activator` (requests for a sleeping
 deployment wait there while it loads). `/v1/responses` and `/v1/messages` are chat completions
 in other shapes: `dialects` translates the body on its way in and wraps the client's `send`, and
-the request goes through this same path. The OpenAI error shape and the ASGI plumbing are the
-agent data plane's (`mlxfleet_agent.openai_proxy`), as is the HTTP client.
-May import: the standard library, core, mlxfleet_agent (contract, httpclient, openai_proxy),
-calls, relay, liveness, metering, listing, activator, view, shipper, metrics, dialects.
-Called by: server (mounts it under uvicorn; wires `origins` to the health prober and the sweep).
+the request goes through this same path. The OpenAI error shape and the ASGI plumbing are shared
+with the agent's data plane (`mlxfleet_common.wire.openai_proxy`), as is the HTTP client.
+May import: the standard library, core, mlxfleet_agent.contract, mlxfleet_common.wire
+(httpclient, openai_proxy), calls, relay, liveness, metering, listing, activator, view, shipper,
+metrics, dialects. Called by: server (mounts it under uvicorn; wires `origins` to the health prober
+and the sweep).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from mlxfleet_agent import contract
-from mlxfleet_agent import httpclient as upstream
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_common.wire import httpclient as upstream
+from mlxfleet_common.wire import openai_proxy as asgi
 from mlxfleet_gateway import (
     activator,
     calls,

@@ -7,13 +7,13 @@ elsewhere), a 429 is `BUSY`; anything else is relayed and `DONE`. Whole answers 
 by `max_answer_bytes`) and sent with their token counts taken; a stream is answered at its first
 whole `data:` event (comments before it, mlx-lm's `: keepalive` during the prompt, go with it),
 then each chunk goes from the agent's connection callback straight to the client
-(`mlxfleet_agent.eventpipe`, the whole loop in one call: no per-event layer here), and a stream
-cut after it started ends with an OpenAI-style error event and is counted as `cut`. Every outcome
-is reported to the balancer (passive health: ejections logged and counted). Answers name their
-backend (`x-mlxfleet-backend`), a fallback (`x-mlxfleet-fallback`), the replicas tried first
+(`mlxfleet_common.wire.eventpipe`, the whole loop in one call: no per-event layer here), and a
+stream cut after it started ends with an OpenAI-style error event and is counted as `cut`. Every
+outcome is reported to the balancer (passive health: ejections logged and counted). Answers name
+their backend (`x-mlxfleet-backend`), a fallback (`x-mlxfleet-fallback`), the replicas tried first
 (`x-mlxfleet-tried`) and, for a call the activator held, the cold start it waited for
 (`x-mlxfleet-cold-start-ms`); `send_error` answers a call that no backend could serve.
-May import: the standard library, core, calls, metrics, mlxfleet_agent (httpclient, eventpipe,
+May import: the standard library, core, calls, metrics, mlxfleet_common.wire (httpclient, eventpipe,
 openai_proxy). Called by: proxy.
 """
 
@@ -24,9 +24,9 @@ import json
 import logging
 from collections.abc import Callable
 
-from mlxfleet_agent import eventpipe
-from mlxfleet_agent import httpclient as upstream
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_common.wire import eventpipe
+from mlxfleet_common.wire import httpclient as upstream
+from mlxfleet_common.wire import openai_proxy as asgi
 from mlxfleet_gateway import calls, metrics
 from mlxfleet_gateway.core import balancer, errors
 

@@ -60,7 +60,7 @@ class Settings(BaseModel):
     affinity: bool = True
     peers: int = Field(default=1, ge=1, le=1000)
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
-    # the OpenAI port, before authentication (mlxfleet_agent.connlimits; the agent's names)
+    # the OpenAI port, before authentication (mlxfleet_common.wire.connlimits; the agent's names)
     max_header_bytes: int = Field(default=32 * 1024, ge=1024, le=1024 * 1024)
     header_timeout_s: float = Field(default=10.0, gt=0, le=600)
     body_timeout_s: float = Field(default=60.0, gt=0, le=3600)

@@ -1,14 +1,14 @@
 """OpenAI-shaped errors of the gateway: `{"error": {"message", "type", "param", "code"}}`.
 
 The shape (and its class) is the one the agent's data plane answers too
-(`mlxfleet_agent.openai_proxy`).
-May import: the standard library, mlxfleet_agent.openai_proxy. Called by: every gateway module
+(`mlxfleet_common.wire.openai_proxy`).
+May import: the standard library, mlxfleet_common.wire.openai_proxy. Called by: every gateway module
 that refuses a request.
 """
 
 from __future__ import annotations
 
-from mlxfleet_agent.openai_proxy import OpenAIError
+from mlxfleet_common.wire.openai_proxy import OpenAIError
 
 
 class GatewayError(OpenAIError):

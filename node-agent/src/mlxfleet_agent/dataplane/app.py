@@ -13,8 +13,8 @@ the route's backend (queueing while it is not ready) and hand it to `relay`, whi
 request and passes the answer back as it arrives. The lease is held until the last byte, so a
 swap never cuts a request. Every refusal is an OpenAI-shaped `errors.RouteError`. Raw ASGI and
 raw sockets rather than a framework and an HTTP client keep the added latency per request small.
-May import: the standard library, contract, openai_proxy (ASGI plumbing), slots.lease,
-telemetry.recorder, dataplane (budget, errors, relay, routing). Never the control API.
+May import: the standard library, contract, mlxfleet_common.wire.openai_proxy (ASGI plumbing),
+slots.lease, telemetry.recorder, dataplane (budget, errors, relay, routing). Never the control API.
 Called by: runtime (serves it on the data port).
 """
 
@@ -26,11 +26,11 @@ import time
 from typing import Any, Protocol
 
 from mlxfleet_agent import contract
-from mlxfleet_agent import openai_proxy as asgi
 from mlxfleet_agent.dataplane import budget, relay, routing
 from mlxfleet_agent.dataplane.errors import RouteError
 from mlxfleet_agent.slots import lease
 from mlxfleet_agent.telemetry import recorder
+from mlxfleet_common.wire import openai_proxy as asgi
 
 SLOT_HEADER = contract.SLOT_HEADER  # honoured only from a caller holding a data-plane key
 NO_KEY = (

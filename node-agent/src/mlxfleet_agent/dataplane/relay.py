@@ -17,8 +17,8 @@ Until the first token the relay reads in its own task; from there each streamed 
 in the backend connection's callback (`eventpipe`: no task wake-up per chunk): the token scan
 (`openai_proxy.StreamScanner`: byte searches), the model/fingerprint rewrite (two
 `bytes.replace`) and the ASGI `send`; the backend's silence is bounded by one timer per stream.
-May import: the standard library, contract, slots.lease, eventpipe, openai_proxy, dataplane
-(answers, errors, routing, upstream). Called by: dataplane.app.
+May import: the standard library, contract, slots.lease, mlxfleet_common.wire (eventpipe,
+openai_proxy), dataplane (answers, errors, routing, upstream). Called by: dataplane.app.
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ import logging
 import time
 from typing import Any
 
-from mlxfleet_agent import contract, eventpipe
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_agent import contract
 from mlxfleet_agent.dataplane import answers, routing, upstream
 from mlxfleet_agent.dataplane.errors import RETRY_AFTER, RouteError
 from mlxfleet_agent.slots import lease
+from mlxfleet_common.wire import eventpipe
+from mlxfleet_common.wire import openai_proxy as asgi
 
 log = logging.getLogger(__name__)
 BACKEND_PATHS = {
