@@ -25,7 +25,7 @@ Each answer is the port's JSON error body (`ErrorBody`: `openai_body` on the Ope
 ports), with a `Refusal` code, and closes the connection.
 
 Shared by the agent and the gateway (mlxfleet_common.wire imports neither: an import-linter
-contract). May import: uvicorn, openai_proxy, the standard library. Called by: the agent's
+contract). May import: uvicorn, openai_proxy, headers, the standard library. Called by: the agent's
 runtime.serve (both ports), the gateway's server.
 """
 
@@ -38,6 +38,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from mlxfleet_common.wire import headers as header
 from mlxfleet_common.wire.openai_proxy import OpenAIError
 
 
@@ -140,7 +141,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._disarm()
-        if sum(name == b"authorization" for name, _ in self.headers) > 1:
+        if sum(name == header.AUTHORIZATION for name, _ in self.headers) > 1:
             self._refused = _Refused(
                 Refusal.AMBIGUOUS_CREDENTIALS,
                 "more than one Authorization header; send exactly one",
