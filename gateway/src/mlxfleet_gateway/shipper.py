@@ -8,7 +8,8 @@ so far, `core.ledger`), which `months.MonthLedger` adds to the other replicas' f
 the admin API and the budgets. The gateway is stateless: closed intervals wait in memory (at most
 `max_buffered`; the oldest are dropped and counted) while the store is unreachable, and the open
 interval is closed and flushed on shutdown. Nothing is shipped without a bucket.
-May import: boto3 (lazily), the standard library, mlxfleet_agent.contract, core.usage,
+May import: mlxfleet_common.s3client (boto3, lazily), the standard library, mlxfleet_agent.contract,
+core.usage,
 core.ledger, metrics.
 Called by: server (start/stop) and metering (record).
 """
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mlxfleet_agent import contract
+from mlxfleet_common import s3client
 from mlxfleet_gateway import metrics
 from mlxfleet_gateway.core import ledger, usage
 
@@ -58,22 +60,13 @@ class S3Uploader:
     """boto3 put_object with short timeouts (an unreachable store only delays the queue)."""
 
     def __init__(self, config: ShipperConfig) -> None:
-        import boto3
-        from botocore.config import Config
-
         self._bucket = config.bucket
-        self._client: Any = boto3.client(
-            "s3",
+        self._client: Any = s3client.client(
+            profile=s3client.TELEMETRY,
             endpoint_url=config.endpoint_url,
-            region_name=config.region or "us-east-1",
-            aws_access_key_id=config.access_key_id,
-            aws_secret_access_key=config.secret_access_key,
-            config=Config(
-                connect_timeout=3,
-                read_timeout=10,
-                retries={"max_attempts": 2, "mode": "standard"},
-                s3={"addressing_style": "path"},
-            ),
+            region=config.region,
+            access_key_id=config.access_key_id,
+            secret_access_key=config.secret_access_key,
         )
 
     def put(self, key: str, body: bytes) -> None:

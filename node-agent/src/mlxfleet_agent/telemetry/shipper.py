@@ -13,8 +13,8 @@ same interval merges it; otherwise it is queued, closed, under its own name (aft
 change the old name's last partial interval still ships, and no count moves to the new name).
 Each tick also samples the host (memory, pressure, heat: `hoststats.sample`), so the heat
 meter's commands run in this thread, never on the event loop.
-May import: the standard library, contract, host.s3client, telemetry (recorder, hoststats,
-heat, spool). Called by: runtime (build, start, stop), tests.
+May import: the standard library, contract, mlxfleet_common.s3client, telemetry (recorder,
+hoststats, heat, spool). Called by: runtime (build, start, stop), tests.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mlxfleet_agent import contract
-from mlxfleet_agent.host import s3client
 from mlxfleet_agent.telemetry import heat, hoststats, recorder, spool
+from mlxfleet_common import s3client
 
 log = logging.getLogger("mlxfleet_agent.shipper")
 DEFAULT_PREFIX = "mlxfleet-telemetry"
