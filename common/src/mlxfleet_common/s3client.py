@@ -13,6 +13,7 @@ retry mode, connection pool, the region when none is given):
   and retry mode, one pooled connection per parallel fetch).
 
 May import: boto3/botocore (imported when a client is built), the standard library.
+`Bucket` (put, list, get on one bucket) is the telemetry shippers' store.
 Called by: the agent's models.store (s3:// sources) and telemetry.shipper, the gateway's
 shipper, the operator's adapters.objectstore.
 """
@@ -81,3 +82,43 @@ def client(
         config=Config(**config(profile)),
     )
     return s3
+
+
+class Bucket:
+    """One bucket through a client of `profile`: what the telemetry shippers (agent, gateway) do
+    with theirs. `put` labels a `.json` key JSON and anything else NDJSON (the intervals)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        profile: Profile,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+    ) -> None:
+        self.name = name
+        self._client: Any = client(
+            profile=profile,
+            endpoint_url=endpoint_url,
+            region=region,
+            access_key_id=access_key_id,
+            secret_access_key=secret_access_key,
+        )
+
+    def put(self, key: str, body: bytes) -> None:
+        kind = "application/json" if key.endswith(".json") else "application/x-ndjson"
+        self._client.put_object(Bucket=self.name, Key=key, Body=body, ContentType=kind)
+
+    def list(self, prefix: str) -> list[tuple[str, str]]:
+        """(key, ETag) of every object under `prefix` (all pages)."""
+        out: list[tuple[str, str]] = []
+        pages = self._client.get_paginator("list_objects_v2")
+        for page in pages.paginate(Bucket=self.name, Prefix=prefix):
+            out.extend((o["Key"], str(o.get("ETag", ""))) for o in page.get("Contents") or [])
+        return out
+
+    def get(self, key: str) -> bytes:
+        body: bytes = self._client.get_object(Bucket=self.name, Key=key)["Body"].read()
+        return body

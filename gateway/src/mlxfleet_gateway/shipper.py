@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from mlxfleet_agent import contract
 from mlxfleet_common import s3client
@@ -56,35 +56,6 @@ class Uploader(Protocol):
     def get(self, key: str) -> bytes: ...
 
 
-class S3Uploader:
-    """boto3 put_object with short timeouts (an unreachable store only delays the queue)."""
-
-    def __init__(self, config: ShipperConfig) -> None:
-        self._bucket = config.bucket
-        self._client: Any = s3client.client(
-            profile=s3client.TELEMETRY,
-            endpoint_url=config.endpoint_url,
-            region=config.region,
-            access_key_id=config.access_key_id,
-            secret_access_key=config.secret_access_key,
-        )
-
-    def put(self, key: str, body: bytes) -> None:
-        kind = "application/json" if key.endswith(".json") else "application/x-ndjson"
-        self._client.put_object(Bucket=self._bucket, Key=key, Body=body, ContentType=kind)
-
-    def list(self, prefix: str) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
-        pages = self._client.get_paginator("list_objects_v2")
-        for page in pages.paginate(Bucket=self._bucket, Prefix=prefix):
-            out.extend((o["Key"], str(o.get("ETag", ""))) for o in page.get("Contents") or [])
-        return out
-
-    def get(self, key: str) -> bytes:
-        body: bytes = self._client.get_object(Bucket=self._bucket, Key=key)["Body"].read()
-        return body
-
-
 class Shipper:
     def __init__(
         self,
@@ -104,7 +75,15 @@ class Shipper:
         self.months = ledger.Months()  # closed intervals summed per UTC month
         self._uploader = uploader
         if uploader is None and config.bucket:
-            self._uploader = S3Uploader(config)
+            # short timeouts: an unreachable store only delays the queue
+            self._uploader = s3client.Bucket(
+                config.bucket,
+                profile=s3client.TELEMETRY,
+                endpoint_url=config.endpoint_url,
+                region=config.region,
+                access_key_id=config.access_key_id,
+                secret_access_key=config.secret_access_key,
+            )
         self._task: asyncio.Task[None] | None = None
         self._failing = False
         self.uploaded: list[str] = []
