@@ -41,7 +41,7 @@ from tests.e2e import gwfleet
 from tests.support import gateway as gws
 
 from benchmarks import gateway_bench
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_common.wire import openai_proxy as asgi
 from mlxfleet_gateway.core import keys
 from mlxfleet_gateway.dialects import base, messages, responses
 from mlxfleet_operator.dev import controlplane, processes

@@ -36,7 +36,7 @@ import uvloop
 from benchmarks.floor_proxy import STREAM_START, Send, http_app
 from benchmarks.gateway_bench import _listening, cpu
 from benchmarks.paced_server import CHUNK_HEAD, chunk
-from mlxfleet_agent import eventpipe, httpclient, openai_proxy
+from mlxfleet_common.wire import eventpipe, httpclient, openai_proxy
 from mlxfleet_gateway import server
 from mlxfleet_operator.dev import processes
 

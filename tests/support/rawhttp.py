@@ -1,6 +1,6 @@
-"""Raw-socket clients for what the connection limits stop (`mlxfleet_agent.connlimits`), shared by
-the agent's and the gateway's hostile-input tests: endless headers, silent or half-sent heads,
-more connections than the cap, a body sent one byte at a time, JSON nested too deeply.
+"""Raw-socket clients for what the connection limits stop (`mlxfleet_common.wire.connlimits`),
+shared by the agent's and the gateway's hostile-input tests: endless headers, silent or half-sent
+heads, more connections than the cap, a body sent one byte at a time, JSON nested too deeply.
 
 May import: the standard library, psutil. Called by: tests/integration/agent/test_hostile_input.py,
 tests/integration/gateway/test_hostile_input.py.

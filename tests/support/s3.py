@@ -24,10 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from mlxfleet_common import s3client
 from mlxfleet_operator.dev import processes
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+
+# the tests' own clients: patient enough for a loaded machine, few retries
+TESTS = s3client.Profile(connect_timeout_s=5, read_timeout_s=30, max_attempts=2)
 
 START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 5.0
@@ -63,23 +67,13 @@ class S3Server:
 
     def new_client(self) -> S3Client:
         """A new boto3 S3 client (path-style addressing, SigV4); the caller closes it."""
-        import boto3
-        from botocore.config import Config
-
-        client: S3Client = boto3.client(
-            "s3",
+        return s3client.client(
+            profile=TESTS,
             endpoint_url=self.endpoint_url,
-            aws_access_key_id=self.access_key,
-            aws_secret_access_key=self.secret_key,
-            region_name=self.region,
-            config=Config(
-                s3={"addressing_style": "path"},
-                retries={"max_attempts": 2, "mode": "standard"},
-                connect_timeout=5,
-                read_timeout=30,
-            ),
+            region=self.region,
+            access_key_id=self.access_key,
+            secret_access_key=self.secret_key,
         )
-        return client
 
     def make_bucket(self, name: str | None = None) -> str:
         """Create a bucket (a fresh unique name when None) and return its name."""

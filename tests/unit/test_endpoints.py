@@ -1,5 +1,6 @@
-"""One table of OpenAI-style endpoints and one slot header, in the agent's contract (issue 27:
-the table existed three times with three spellings, the agent's without `/completions`). The
+"""One table of OpenAI-style endpoints and one home for header names, in the shared wire package
+(issue 27: the table existed three times with three spellings, the agent's without
+`/completions`; the slot header twice). The
 agent's data plane and the gateway derive theirs from it, each keeping the name its metrics,
 access log and telemetry already say (`chat.completions` on the agent, `chat/completions` on the
 gateway, which is also the path it sends upstream)."""
@@ -8,11 +9,12 @@ from __future__ import annotations
 
 from mlxfleet_agent import contract
 from mlxfleet_agent.dataplane import app
+from mlxfleet_common.wire import endpoints, headers
 from mlxfleet_gateway import proxy
 
 
 def test_both_data_planes_serve_the_contracts_paths() -> None:
-    assert set(app.ENDPOINTS) == set(contract.ENDPOINTS) == set(proxy.ENDPOINTS)
+    assert set(app.ENDPOINTS) == set(endpoints.ENDPOINTS) == set(proxy.ENDPOINTS)
     assert "/completions" in app.ENDPOINTS
 
 
@@ -36,10 +38,19 @@ def test_each_side_keeps_its_own_names() -> None:
 
 
 def test_the_agent_asks_each_endpoints_engine_for_its_capability() -> None:
-    for path, capability in contract.ENDPOINTS.items():
-        assert app.CAPABILITY[app.ENDPOINTS[path]] == capability.value
+    for path, family in endpoints.ENDPOINTS.items():
+        assert app.CAPABILITY[app.ENDPOINTS[path]] == contract.Capability(family).value
 
 
-def test_one_slot_header() -> None:
-    assert app.SLOT_HEADER is proxy.SLOT_HEADER is contract.SLOT_HEADER
-    assert contract.SLOT_HEADER == b"x-mlxfleet-slot"
+def test_the_contracts_capabilities_are_the_tables_families() -> None:
+    assert {c.value for c in contract.Capability} == set(endpoints.ENDPOINTS.values())
+
+
+def test_header_names_as_they_were() -> None:
+    """What clients, agents and dashboards read: the names must not change in the move."""
+    assert headers.SLOT == b"x-mlxfleet-slot"
+    assert headers.BACKEND == b"x-mlxfleet-backend"
+    assert headers.QUEUE_MS == b"x-mlxfleet-queue-ms"
+    assert headers.COLD_START_MS == b"x-mlxfleet-cold-start-ms"
+    assert (headers.FALLBACK, headers.TRIED) == (b"x-mlxfleet-fallback", b"x-mlxfleet-tried")
+    assert (headers.AUTHORIZATION, headers.RETRY_AFTER) == (b"authorization", b"retry-after")

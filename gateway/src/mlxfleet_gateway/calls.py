@@ -6,7 +6,7 @@ origin; `liveness.Origins` keeps the ones in flight per origin, so a dead agent'
 moved (no byte sent to the client yet) or cut (streaming). An attempt comes to `DONE` (answered),
 `RETRY` (failed before the client saw a byte) or `BUSY` (the upstream answered 429).
 `payload` is the body an attempt sends: the client's bytes whenever nothing changes.
-May import: the standard library, core, mlxfleet_agent (httpclient, openai_proxy),
+May import: the standard library, core, mlxfleet_common.wire (httpclient, openai_proxy),
 mlxfleet_operator.api.modelroute. Called by: proxy, relay, liveness, metering.
 """
 
@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlxfleet_agent import httpclient as upstream
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_common.wire import httpclient as upstream
+from mlxfleet_common.wire import openai_proxy as asgi
 from mlxfleet_gateway.core import errors, keys, plan
 from mlxfleet_gateway.core import traits as traits_mod
 from mlxfleet_operator.api import modelroute as mroute

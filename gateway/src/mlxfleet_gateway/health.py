@@ -11,7 +11,7 @@ backends are not probed (they come back when their ejection ends; the next failu
 One probe per agent is in flight at a time, so detection takes at most interval + timeout. An
 agent that sent answer bytes within the last interval is alive and is not probed (under load the
 probes cost nothing).
-May import: the standard library, mlxfleet_agent (httpclient, healthcheck), core.balancer,
+May import: the standard library, mlxfleet_common.wire (httpclient, healthcheck), core.balancer,
 metrics. Called by: server.
 """
 
@@ -23,8 +23,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from mlxfleet_agent import healthcheck
-from mlxfleet_agent import httpclient as upstream
+from mlxfleet_common.wire import healthcheck
+from mlxfleet_common.wire import httpclient as upstream
 from mlxfleet_gateway import metrics
 from mlxfleet_gateway.core import balancer
 

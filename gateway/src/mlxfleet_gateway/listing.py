@@ -4,7 +4,7 @@
 served names, `catalog.listed`) that the key may use; `GET /v1/models/NAME` answers one, or 404
 naming nothing private when the name is not there or not the key's. Each entry says its namespace
 and whether it is a route or a deployment (`mlxfleet`).
-May import: the standard library, core (catalog, errors, keys), mlxfleet_agent.openai_proxy.
+May import: the standard library, core (catalog, errors, keys), mlxfleet_common.wire.openai_proxy.
 Called by: proxy (after it authenticated the key).
 """
 
@@ -14,7 +14,7 @@ import json
 import time
 from typing import Any
 
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_common.wire import openai_proxy as asgi
 from mlxfleet_gateway.core import catalog, errors, keys
 
 

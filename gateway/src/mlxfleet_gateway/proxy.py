@@ -14,11 +14,12 @@ sends), `relay` (one attempt upstream, its answer to the client: whole, streamed
 (metrics, per-key usage), `listing` (`/v1/models`) and `activator` (requests for a sleeping
 deployment wait there while it loads). `/v1/responses` and `/v1/messages` are chat completions
 in other shapes: `dialects` translates the body on its way in and wraps the client's `send`, and
-the request goes through this same path. The OpenAI error shape and the ASGI plumbing are the
-agent data plane's (`mlxfleet_agent.openai_proxy`), as is the HTTP client.
-May import: the standard library, core, mlxfleet_agent (contract, httpclient, openai_proxy),
-calls, relay, liveness, metering, listing, activator, view, shipper, metrics, dialects.
-Called by: server (mounts it under uvicorn; wires `origins` to the health prober and the sweep).
+the request goes through this same path. The OpenAI error shape and the ASGI plumbing are shared
+with the agent's data plane (`mlxfleet_common.wire.openai_proxy`), as is the HTTP client.
+May import: the standard library, core, mlxfleet_common.wire (endpoints, headers,
+httpclient, openai_proxy), calls, relay, liveness, metering, listing, activator, view, shipper,
+metrics, dialects. Called by: server (mounts it under uvicorn; wires `origins` to the health prober
+and the sweep).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from mlxfleet_agent import contract
-from mlxfleet_agent import httpclient as upstream
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_common.wire import endpoints
+from mlxfleet_common.wire import headers as header
+from mlxfleet_common.wire import httpclient as upstream
+from mlxfleet_common.wire import openai_proxy as asgi
 from mlxfleet_gateway import (
     activator,
     calls,
@@ -69,11 +71,10 @@ When = calls.When
 # to an agent (its metrics and access log say these: `chat/completions`)
 NAMES = {
     capability: path.removeprefix("/v1/")
-    for path, capability in contract.ENDPOINTS.items()
+    for path, capability in endpoints.ENDPOINTS.items()
     if path.startswith("/v1/")
 }
-ENDPOINTS = {path: NAMES[capability] for path, capability in contract.ENDPOINTS.items()}
-SLOT_HEADER = contract.SLOT_HEADER  # names the agent slot (with the node's own key only)
+ENDPOINTS = {path: NAMES[family] for path, family in endpoints.ENDPOINTS.items()}
 
 
 class Mounted(Protocol):
@@ -221,7 +222,7 @@ class Proxy:
         token = None
         given: set[str] = set()  # `x-api-key` (Anthropic's SDK) where the endpoint takes it
         for name, value in scope["headers"]:
-            if name == b"authorization":
+            if name == header.AUTHORIZATION:
                 scheme, _, rest = value.decode("latin-1").partition(" ")
                 token = rest.strip() if scheme.lower() == "bearer" else ""
             elif name == b"x-api-key" and api_key_header:
@@ -465,9 +466,9 @@ class Proxy:
         origin, base = self._origin(url)
         headers = [(b"content-type", relay.JSON), (b"accept", b"*/*")]
         if auth:
-            headers.append((b"authorization", auth))
+            headers.append((header.AUTHORIZATION, auth))
         if local is not None and local.slot and auth:  # agents honour it with their key
-            headers.append((SLOT_HEADER, local.slot.encode()))
+            headers.append((header.SLOT, local.slot.encode()))
         exchange = calls.Exchange(c.origin)
         call.exchange = exchange
         live = self.origins.inflight.setdefault(c.origin, set())

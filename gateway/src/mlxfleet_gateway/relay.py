@@ -7,14 +7,14 @@ elsewhere), a 429 is `BUSY`; anything else is relayed and `DONE`. Whole answers 
 by `max_answer_bytes`) and sent with their token counts taken; a stream is answered at its first
 whole `data:` event (comments before it, mlx-lm's `: keepalive` during the prompt, go with it),
 then each chunk goes from the agent's connection callback straight to the client
-(`mlxfleet_agent.eventpipe`, the whole loop in one call: no per-event layer here), and a stream
-cut after it started ends with an OpenAI-style error event and is counted as `cut`. Every outcome
-is reported to the balancer (passive health: ejections logged and counted). Answers name their
-backend (`x-mlxfleet-backend`), a fallback (`x-mlxfleet-fallback`), the replicas tried first
+(`mlxfleet_common.wire.eventpipe`, the whole loop in one call: no per-event layer here), and a
+stream cut after it started ends with an OpenAI-style error event and is counted as `cut`. Every
+outcome is reported to the balancer (passive health: ejections logged and counted). Answers name
+their backend (`x-mlxfleet-backend`), a fallback (`x-mlxfleet-fallback`), the replicas tried first
 (`x-mlxfleet-tried`) and, for a call the activator held, the cold start it waited for
 (`x-mlxfleet-cold-start-ms`); `send_error` answers a call that no backend could serve.
-May import: the standard library, core, calls, metrics, mlxfleet_agent (httpclient, eventpipe,
-openai_proxy). Called by: proxy.
+May import: the standard library, core, calls, metrics, mlxfleet_common.wire (httpclient, eventpipe,
+openai_proxy, headers). Called by: proxy.
 """
 
 from __future__ import annotations
@@ -24,20 +24,16 @@ import json
 import logging
 from collections.abc import Callable
 
-from mlxfleet_agent import eventpipe
-from mlxfleet_agent import httpclient as upstream
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_common.wire import eventpipe
+from mlxfleet_common.wire import headers as header
+from mlxfleet_common.wire import httpclient as upstream
+from mlxfleet_common.wire import openai_proxy as asgi
 from mlxfleet_gateway import calls, metrics
 from mlxfleet_gateway.core import balancer, errors
 
 log = logging.getLogger("mlxfleet_gateway.proxy")  # the data path's log name, kept as it was
 STREAMING = frozenset({"chat/completions", "completions"})
 JSON = b"application/json"
-H_BACKEND = b"x-mlxfleet-backend"
-H_FALLBACK = b"x-mlxfleet-fallback"
-H_TRIED = b"x-mlxfleet-tried"
-H_COLD_START = b"x-mlxfleet-cold-start-ms"  # the request waited for a cold start, this long
-H_QUEUE = b"x-mlxfleet-queue-ms"  # the agent's: its wait in the slot's queue
 PASS_HEADERS = frozenset({b"content-type", b"cache-control", b"x-request-id", b"openai-model"})
 
 
@@ -241,20 +237,20 @@ def answer_headers(
     call: calls.Call, resp: upstream.Response, name: str
 ) -> list[tuple[bytes, bytes]]:
     out = [(k, v) for k, v in resp.headers if k in PASS_HEADERS]
-    out.append((H_BACKEND, name.encode()))
+    out.append((header.BACKEND, name.encode()))
     if call.fallback is not None:
-        out.append((H_FALLBACK, str(call.fallback).encode()))
+        out.append((header.FALLBACK, str(call.fallback).encode()))
     if call.tried:
-        out.append((H_TRIED, ",".join(call.tried).encode()))
+        out.append((header.TRIED, ",".join(call.tried).encode()))
     if call.held_ms is not None:
-        out.append((H_COLD_START, f"{call.held_ms + _queued_ms(resp):.0f}".encode()))
+        out.append((header.COLD_START_MS, f"{call.held_ms + _queued_ms(resp):.0f}".encode()))
     return out
 
 
 def _queued_ms(resp: upstream.Response) -> float:
     """The agent's queue wait (its slot loading, for a cold start), 0 when it did not say."""
     for k, v in resp.headers:
-        if k == H_QUEUE:
+        if k == header.QUEUE_MS:
             try:
                 return float(v)
             except ValueError:
@@ -263,7 +259,7 @@ def _queued_ms(resp: upstream.Response) -> float:
 
 
 async def send_error(call: calls.Call, failure: errors.GatewayError) -> None:
-    tried = [(H_TRIED, ",".join(call.tried).encode())] if call.tried else []
+    tried = [(header.TRIED, ",".join(call.tried).encode())] if call.tried else []
     await asgi.send_error(call.send, failure, tried)
 
 
@@ -280,6 +276,6 @@ def passed_error(status: int, detail: bytes, name: str) -> errors.GatewayError:
             message,
             type_="rate_limit_error",
             code=code or "busy",
-            headers=((b"retry-after", b"1"),),
+            headers=((header.RETRY_AFTER, b"1"),),
         )
     return errors.GatewayError(status, message, type_=type_, code=code or "upstream_error")

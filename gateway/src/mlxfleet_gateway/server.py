@@ -5,14 +5,14 @@ pool, the health prober, the idle sweeper, the usage shipper, the activator and 
 writer (requests for sleeping deployments), the month's ledger and budget gate (`months`), with
 `--console` the console and admin API (served for the paths the proxy does not serve), the data
 port (uvicorn with
-httptools, raw ASGI `proxy.Proxy`, the agent's connection limits: `mlxfleet_agent.connlimits`)
+httptools, raw ASGI `proxy.Proxy`, the shared connection limits: `mlxfleet_common.wire.connlimits`)
 and the metrics port (`/metrics`, `/healthz`; bounded heads, a head timeout and a connection cap
 of its own), logs one JSON
 line `gateway ready` with the bound ports, and runs until SIGINT/SIGTERM. Shutdown: stop taking
 connections and drain requests in flight (up to `drain_s`), then the prober, the shipper (last
 upload), the ModelDemand (deleted), the watches and the pool.
-May import: everything in the gateway package, mlxfleet_agent (httpclient, connlimits), uvicorn,
-the standard library.
+May import: everything in the gateway package, mlxfleet_common.wire (httpclient, connlimits),
+uvicorn, the standard library.
 Called by: cli.
 """
 
@@ -31,8 +31,8 @@ from typing import Any
 
 import uvicorn
 
-from mlxfleet_agent import connlimits
-from mlxfleet_agent import httpclient as upstream
+from mlxfleet_common.wire import connlimits
+from mlxfleet_common.wire import httpclient as upstream
 from mlxfleet_gateway import (
     activator,
     demand,

@@ -162,7 +162,7 @@ class Settings(BaseModel):
         Opt("gateway replicas behind the Service: each enforces limit / peers (default 1)"),
     ] = 1
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
-    # the OpenAI port, before authentication (mlxfleet_agent.connlimits; the agent's names)
+    # the OpenAI port, before authentication (mlxfleet_common.wire.connlimits; the agent's names)
     max_header_bytes: Annotated[
         int,
         Field(ge=1024, le=1024 * 1024),

@@ -8,7 +8,8 @@ so far, `core.ledger`), which `months.MonthLedger` adds to the other replicas' f
 the admin API and the budgets. The gateway is stateless: closed intervals wait in memory (at most
 `max_buffered`; the oldest are dropped and counted) while the store is unreachable, and the open
 interval is closed and flushed on shutdown. Nothing is shipped without a bucket.
-May import: boto3 (lazily), the standard library, mlxfleet_agent.contract, core.usage,
+May import: mlxfleet_common.s3client (boto3, lazily), the standard library, mlxfleet_agent.contract,
+core.usage,
 core.ledger, metrics.
 Called by: server (start/stop) and metering (record).
 """
@@ -22,9 +23,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from mlxfleet_agent import contract
+from mlxfleet_common import s3client
 from mlxfleet_gateway import metrics
 from mlxfleet_gateway.core import ledger, usage
 
@@ -54,44 +56,6 @@ class Uploader(Protocol):
     def get(self, key: str) -> bytes: ...
 
 
-class S3Uploader:
-    """boto3 put_object with short timeouts (an unreachable store only delays the queue)."""
-
-    def __init__(self, config: ShipperConfig) -> None:
-        import boto3
-        from botocore.config import Config
-
-        self._bucket = config.bucket
-        self._client: Any = boto3.client(
-            "s3",
-            endpoint_url=config.endpoint_url,
-            region_name=config.region or "us-east-1",
-            aws_access_key_id=config.access_key_id,
-            aws_secret_access_key=config.secret_access_key,
-            config=Config(
-                connect_timeout=3,
-                read_timeout=10,
-                retries={"max_attempts": 2, "mode": "standard"},
-                s3={"addressing_style": "path"},
-            ),
-        )
-
-    def put(self, key: str, body: bytes) -> None:
-        kind = "application/json" if key.endswith(".json") else "application/x-ndjson"
-        self._client.put_object(Bucket=self._bucket, Key=key, Body=body, ContentType=kind)
-
-    def list(self, prefix: str) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
-        pages = self._client.get_paginator("list_objects_v2")
-        for page in pages.paginate(Bucket=self._bucket, Prefix=prefix):
-            out.extend((o["Key"], str(o.get("ETag", ""))) for o in page.get("Contents") or [])
-        return out
-
-    def get(self, key: str) -> bytes:
-        body: bytes = self._client.get_object(Bucket=self._bucket, Key=key)["Body"].read()
-        return body
-
-
 class Shipper:
     def __init__(
         self,
@@ -111,7 +75,15 @@ class Shipper:
         self.months = ledger.Months()  # closed intervals summed per UTC month
         self._uploader = uploader
         if uploader is None and config.bucket:
-            self._uploader = S3Uploader(config)
+            # short timeouts: an unreachable store only delays the queue
+            self._uploader = s3client.Bucket(
+                config.bucket,
+                profile=s3client.TELEMETRY,
+                endpoint_url=config.endpoint_url,
+                region=config.region,
+                access_key_id=config.access_key_id,
+                secret_access_key=config.secret_access_key,
+            )
         self._task: asyncio.Task[None] | None = None
         self._failing = False
         self.uploaded: list[str] = []

@@ -1,4 +1,4 @@
-"""The stream forwarding both proxies use (`mlxfleet_agent.eventpipe`), over real sockets: an
+"""The stream forwarding both proxies use (`mlxfleet_common.wire.eventpipe`), over real sockets: an
 upstream streaming server-sent events, a real uvicorn (httptools, uvloop) in front forwarding
 with the pipe, and a raw client.
 
@@ -23,8 +23,8 @@ import pytest
 import uvicorn
 import uvloop
 
-from mlxfleet_agent import eventpipe, httpclient
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_common.wire import eventpipe, httpclient
+from mlxfleet_common.wire import openai_proxy as asgi
 
 pytestmark = pytest.mark.timeout(120)
 BATCH = 500  # events per upstream write

@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from mlxfleet_agent import contract
+from mlxfleet_common.wire import endpoints
 from tests.integration.agent.conftest import Agent
 
 pytestmark = pytest.mark.mlx
@@ -57,7 +57,7 @@ def test_the_usage_event_of_a_stream_is_a_chunk(serving_agent: Agent) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    [p for p, c in contract.ENDPOINTS.items() if c in (contract.Capability.CHAT, "completions")],
+    [p for p, c in endpoints.ENDPOINTS.items() if c in (endpoints.CHAT, endpoints.COMPLETIONS)],
 )
 def test_every_generating_path_of_the_contract_is_served(serving_agent: Agent, path: str) -> None:
     """Issue 27: the data plane's paths are the contract's table (it had no `/completions`)."""

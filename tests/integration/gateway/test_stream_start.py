@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import pytest
 
-from mlxfleet_agent import httpclient as upstream
+from mlxfleet_common.wire import httpclient as upstream
 from mlxfleet_gateway import calls, metrics, relay
 from mlxfleet_gateway.core import balancer
 

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from mlxfleet_agent import healthcheck
-from mlxfleet_agent import httpclient as upstream
+from mlxfleet_common.wire import healthcheck
+from mlxfleet_common.wire import httpclient as upstream
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -19,12 +19,12 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from mlxfleet_agent import connlimits
+from mlxfleet_common.wire import connlimits
 
 WHAT = (
     f"uvicorn {uvicorn.__version__} changed the private HttpToolsProtocol interface that "
-    "mlxfleet_agent.connlimits subclasses: review connlimits.LimitedHttpToolsProtocol against "
-    "this release before widening the uvicorn bound in pyproject.toml"
+    "mlxfleet_common.wire.connlimits subclasses: review connlimits.LimitedHttpToolsProtocol "
+    "against this release before widening the uvicorn bound in pyproject.toml"
 )
 
 # The hooks connlimits overrides, with the parameters uvicorn passes them.

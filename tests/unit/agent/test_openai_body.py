@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_agent import openai_body
 from mlxfleet_agent.engines import mlxlm
+from mlxfleet_common.wire import openai_body
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 TEXT = {"model": "m", "prompt": "hi"}

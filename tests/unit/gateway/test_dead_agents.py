@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxfleet_agent import httpclient as upstream
+from mlxfleet_common.wire import httpclient as upstream
 from mlxfleet_gateway import calls, metrics, proxy, view
 from mlxfleet_gateway.core import balancer
 

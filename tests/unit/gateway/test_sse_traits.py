@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_agent import openai_proxy as sse
+from mlxfleet_common.wire import openai_proxy as sse
 from mlxfleet_gateway.core import errors, traits, usage
 
 
@@ -206,7 +206,7 @@ def test_malformed_requests_are_400_naming_the_field(raw: bytes, param: str | No
 def test_bodies_an_engine_would_choke_on_are_refused_early(
     endpoint: str, body: dict[str, Any], param: str
 ) -> None:
-    """The agent's own check (`mlxfleet_agent.openai_body`), shared: the same 400."""
+    """The agent's own check (`mlxfleet_common.wire.openai_body`), shared: the same 400."""
     good = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "prompt": "hi"}
     traits.traits({**good, "stop": ["x"]}, {}, endpoint=endpoint)
     with pytest.raises(errors.GatewayError) as info:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mlxfleet_agent import openai_proxy
+from mlxfleet_common.wire import openai_proxy
 
 CONTENT = b'data: {"id": "x", "choices": [{"delta": {"content": "hi"}}]}\n\n'
 FINISH = b'data: {"id": "x", "choices": [{"delta": {}, "finish_reason": "stop"}]}\n\n'

@@ -7,7 +7,7 @@ same-origin` (nothing leaves for other sites; the browser still names this origi
 which the CSRF check reads: `no-referrer` would make it `null`), `X-Frame-Options: DENY` and a
 Content-Security-Policy that lets a page load only the gateway's own script and style (no
 inline script, nothing from elsewhere).
-May import: the standard library, mlxfleet_agent.openai_proxy (ASGI types, body reading).
+May import: the standard library, mlxfleet_common.wire.openai_proxy (ASGI types, body reading).
 Called by: admin.api, console.
 """
 
@@ -21,7 +21,7 @@ from http import cookies
 from typing import Any
 from urllib.parse import parse_qsl
 
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_common.wire import openai_proxy as asgi
 
 MAX_BODY = 1024 * 1024
 CSP = (

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import kubernetes
 
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_common.wire import openai_proxy as asgi
 from mlxfleet_gateway import metrics, months, view
 from mlxfleet_gateway.admin import api, auth, kubeapi, live, parts, session, web
 from mlxfleet_gateway.console import pages

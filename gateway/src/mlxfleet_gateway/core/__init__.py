@@ -7,8 +7,8 @@ fallback), `balancer` (least outstanding requests, power of two choices, prefix 
 health), `budget` (retry budget), `keys` (API keys from Secrets), `limits` (requests and tokens
 per minute), `usage` (per-key aggregates), `budgets` (money: prices, spend, who is refused),
 `ledger` (the month's usage rows). Token counting of answers is shared with the agent
-(`mlxfleet_agent.openai_proxy`).
+(`mlxfleet_common.wire.openai_proxy`).
 May import: the standard library, pydantic, mlxfleet_operator.api, mlxfleet_agent.contract,
-mlxfleet_agent.openai_proxy (the error shape).
+mlxfleet_common.wire.openai_proxy (the error shape).
 Called by: the gateway's runtime modules and the unit tests.
 """

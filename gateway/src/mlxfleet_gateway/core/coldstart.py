@@ -7,7 +7,8 @@ requests per deployment with the arrival time of each (the oldest is the demand'
 more than `limit` is refused at once with 503 + Retry-After, as is one still waiting at its
 deadline. `demand` is the whole ModelDemand object for a server-side apply (`None`: nothing held,
 the object goes).
-May import: the standard library, core.errors, mlxfleet_operator.api (modeldemand, resources).
+May import: the standard library, core.errors, mlxfleet_operator.api (modeldemand, resources),
+mlxfleet_common.wire.headers.
 Called by: the activator, the demand writer.
 """
 
@@ -17,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from mlxfleet_common.wire import headers as header
 from mlxfleet_gateway.core import errors
 from mlxfleet_operator.api import modeldemand, resources
 
@@ -95,7 +97,7 @@ def _refused(text: str, code: str) -> errors.GatewayError:
         f"{text}; retry in {RETRY_AFTER_S}s",
         type_="server_error",
         code=code,
-        headers=((b"retry-after", str(RETRY_AFTER_S).encode()),),
+        headers=((header.RETRY_AFTER, str(RETRY_AFTER_S).encode()),),
     )
 
 

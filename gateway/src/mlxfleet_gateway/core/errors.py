@@ -1,14 +1,15 @@
 """OpenAI-shaped errors of the gateway: `{"error": {"message", "type", "param", "code"}}`.
 
 The shape (and its class) is the one the agent's data plane answers too
-(`mlxfleet_agent.openai_proxy`).
-May import: the standard library, mlxfleet_agent.openai_proxy. Called by: every gateway module
-that refuses a request.
+(`mlxfleet_common.wire.openai_proxy`).
+May import: the standard library, mlxfleet_common.wire (openai_proxy, headers). Called by:
+every gateway module that refuses a request.
 """
 
 from __future__ import annotations
 
-from mlxfleet_agent.openai_proxy import OpenAIError
+from mlxfleet_common.wire import headers as header
+from mlxfleet_common.wire.openai_proxy import OpenAIError
 
 
 class GatewayError(OpenAIError):
@@ -49,7 +50,7 @@ def rate_limited(message: str, *, retry_after_s: int, code: str) -> GatewayError
         message,
         type_="rate_limit_error",
         code=code,
-        headers=((b"retry-after", str(retry_after_s).encode()),),
+        headers=((header.RETRY_AFTER, str(retry_after_s).encode()),),
     )
 
 

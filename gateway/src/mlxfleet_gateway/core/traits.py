@@ -11,8 +11,9 @@ for prompts of at least `min_affinity_chars`: requests that share that prefix (o
 prompt, the turns of one conversation) get the same key, so the balancer can send them to the
 replica whose prompt cache already holds it. Never logs or stores the text itself.
 The body's shape (what an engine would choke on: a malformed `stop`, `messages` or `prompt`) is
-checked by the agent's own `mlxfleet_agent.openai_body`, shared, so both refuse the same bodies.
-May import: the standard library, `errors`, mlxfleet_agent.openai_body. Called by: the proxy.
+checked by `mlxfleet_common.wire.openai_body`, shared with the agent, so both refuse the same
+bodies. May import: the standard library, `errors`, mlxfleet_common.wire.openai_body. Called by: the
+proxy.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlxfleet_agent import openai_body
+from mlxfleet_common.wire import openai_body
 from mlxfleet_gateway.core import errors
 
 AFFINITY_CHARS = 1024  # the prefix hashed for affinity (about 256 tokens)

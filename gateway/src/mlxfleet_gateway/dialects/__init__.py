@@ -10,7 +10,7 @@ itself is unchanged, and a /v1/chat/completions stream pays nothing for these.
 (`Translation`, base.py) with the client's `send`. Modules: `base` (the send wrapper, reading chat
 chunks, shared checks), `responses` (/v1/responses), `messages` (/v1/messages).
 May import: the standard library, core (errors, keys, conversations), base, responses, messages,
-mlxfleet_agent.openai_proxy (ASGI types, the OpenAI error). Called by: the proxy.
+mlxfleet_common.wire.openai_proxy (ASGI types, the OpenAI error). Called by: the proxy.
 """
 
 from __future__ import annotations

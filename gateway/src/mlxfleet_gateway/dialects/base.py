@@ -16,7 +16,7 @@ place of the client's ASGI `send`, and translates what the chat path writes:
 
 Subclasses write the events of their API; nothing here runs for a chat-completions request.
 May import: the standard library, pydantic_core (JSON parsing), core (errors, keys,
-conversations), mlxfleet_agent.openai_proxy.
+conversations), mlxfleet_common.wire.openai_proxy.
 Called by: dialects.responses, dialects.messages, the proxy (through `dialects`).
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_common.wire import openai_proxy as asgi
 from mlxfleet_gateway.core import conversations as conv
 from mlxfleet_gateway.core import errors, keys
 

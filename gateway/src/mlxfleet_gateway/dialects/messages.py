@@ -17,7 +17,7 @@ backend reports them at the end, input tokens) and `message_stop`; a stream cut 
 started ends with an `error` event. Errors have Anthropic's shape:
 `{"type": "error", "error": {"type", "message"}}` (the type follows the status, as Anthropic's).
 The credential may come as `x-api-key` (what the Anthropic SDK sends) or `Authorization: Bearer`.
-May import: the standard library, base, mlxfleet_agent.openai_proxy. Called by: the proxy
+May import: the standard library, base, mlxfleet_common.wire.openai_proxy. Called by: the proxy
 (through `dialects.PATHS`).
 """
 
@@ -28,7 +28,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_common.wire import openai_proxy as asgi
 from mlxfleet_gateway.dialects import base
 
 API = "Messages API (/v1/messages)"

@@ -22,8 +22,8 @@ calls: `response.function_call_arguments.delta` / `.done`), then `response.compl
 Conversations (`previous_response_id`) are kept per API key in this replica's memory
 (core.conversations): what a response added (its input items and its answer) is stored when it
 completes, unless `store: false`.
-May import: the standard library, base, core (errors, conversations), mlxfleet_agent.openai_proxy.
-Called by: the proxy (through `dialects.PATHS`).
+May import: the standard library, base, core (errors, conversations),
+mlxfleet_common.wire.openai_proxy. Called by: the proxy (through `dialects.PATHS`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_common.wire import openai_proxy as asgi
 from mlxfleet_gateway.core import conversations as conv
 from mlxfleet_gateway.core import errors
 from mlxfleet_gateway.dialects import base

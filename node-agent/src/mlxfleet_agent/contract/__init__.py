@@ -5,30 +5,29 @@ the gateway and hollow agents import. Field names on the wire are camelCase, Pyt
 snake_case. Every public name of the submodules is re-exported here, so callers write
 `from mlxfleet_agent import contract` and `contract.SlotSpec`.
 
-- `base`: `Wire`/`StrictWire`, `API_PREFIX`, `DNS_LABEL`, `SLOT_HEADER` (the slot a request is for);
+- `base`: `Wire`/`StrictWire`, `API_PREFIX`, `DNS_LABEL`;
 - `sources`: the source string check (`check_source`, `ModelSource`);
 - `slots`: `SlotSpec`, `SlotStatus`, swap policy, `SwapRecord`;
 - `shards`: `RankSpec` (one rank of a sharded group), its backend and mode;
 - `models`: the model store (`CachedModel`, `ModelShape`, `PrefetchRequest`, `DownloadProgress`,
   `Transfer`);
 - `state`: GET /v1/state (`AgentState`);
-- `engines`: `EngineSpec` (a slot's engine and its options), `Capability`, `EngineInfo`,
-  `ENDPOINTS` (each OpenAI-style path the data planes serve -> its `Capability`);
+- `engines`: `EngineSpec` (a slot's engine and its options), `Capability` (an endpoint family
+  of `mlxfleet_common.wire.endpoints`, the one table of paths), `EngineInfo`;
 - `errors`: error bodies (`ErrorBody`, `InsufficientMemory`);
 - `telemetry`: `TelemetryInterval` and its object key;
 - `credentials`: per-node keys (`NodeCredentials`, `CredentialsStatus`) and their derivation from
   the fleet key (its functions are called as `contract.credentials.for_node(...)`).
 
-May import: pydantic and the standard library only (no I/O). Called by: every agent folder, the
-operator (api, core, adapters, reports), the gateway.
+May import: pydantic, the standard library and mlxfleet_common.wire.endpoints only (no I/O). Called
+by: every agent folder, the operator (api, core, adapters, reports), the gateway.
 """
 
 from mlxfleet_agent.contract import credentials
-from mlxfleet_agent.contract.base import API_PREFIX, DNS_LABEL, SLOT_HEADER, StrictWire, Wire
+from mlxfleet_agent.contract.base import API_PREFIX, DNS_LABEL, StrictWire, Wire
 from mlxfleet_agent.contract.credentials import CredentialsStatus, NodeCredentials
 from mlxfleet_agent.contract.engines import (
     COMMAND_ENV_NAMES,
-    ENDPOINTS,
     VLLM_EXTRA_FLAGS,
     Capability,
     CommandOptions,
@@ -124,7 +123,6 @@ __all__ = [
     "COMMAND_ENV_NAMES",
     "DNS_LABEL",
     "DOCTOR_CHECKS",
-    "ENDPOINTS",
     "HF_REPO",
     "LATENCY_BUCKETS_S",
     "MLX_DEFAULT_MAX_TOKENS",
@@ -133,7 +131,6 @@ __all__ = [
     "S3_BUCKET",
     "SHARD_SIZE_MAX",
     "SHARD_SIZE_MIN",
-    "SLOT_HEADER",
     "SOURCE_SCHEMES",
     "TELEMETRY_KEY_LAYOUT",
     "TELEMETRY_NODE",

@@ -1,4 +1,4 @@
-"""Base of every wire model, the API prefix, the slot-name pattern and the slot header.
+"""Base of every wire model, the API prefix and the slot-name pattern.
 
 May import: pydantic and the standard library only (pure).
 Called by: the sibling contract modules.
@@ -12,9 +12,6 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 API_PREFIX = "/v1"
-# names the agent slot a request is for; the agent honours it only from a caller holding a
-# data-plane key (the gateway, with the node's own key). Bytes: an ASGI header name.
-SLOT_HEADER = b"x-mlxfleet-slot"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 

@@ -6,8 +6,8 @@ engine's options), what engines serve (`Capability`) and what an agent can run (
 runs `vllm serve` (options: `vllm`), `command` any OpenAI-compatible server from an argv template
 (options: `command`, required). The same classes validate a ModelDeployment's `spec.engine` in
 the operator and a slot's spec in the agent.
-May import: pydantic and the standard library only (pure). Called by: contract.slots, the
-agent's engines and backends, the operator's API models and placement.
+May import: pydantic, the standard library, mlxfleet_common.wire.endpoints (pure). Called by:
+contract.slots, the agent's engines and backends, the operator's API models and placement.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pydantic
 from pydantic import Field
 
 from mlxfleet_agent.contract.base import StrictWire, Wire
+from mlxfleet_common.wire import endpoints
 
 
 class EngineName(enum.StrEnum):
@@ -36,26 +37,12 @@ class EngineName(enum.StrEnum):
 class Capability(enum.StrEnum):
     """An OpenAI-style endpoint family an engine answers."""
 
-    CHAT = "chat"  # POST /v1/chat/completions
-    COMPLETIONS = "completions"  # POST /v1/completions
-    EMBEDDINGS = "embeddings"  # POST /v1/embeddings
-    RERANK = "rerank"  # POST /v1/rerank
+    # the families of the one endpoint table (`mlxfleet_common.wire.endpoints.ENDPOINTS`)
 
-
-# The OpenAI-style paths the agent's data plane and the gateway serve, and which endpoint each
-# is: the one table both derive theirs from (each keeps its own spelling of the name in its
-# metrics and logs: the agent `chat.completions`, the gateway `chat/completions`).
-ENDPOINTS: Mapping[str, Capability] = {
-    "/v1/chat/completions": Capability.CHAT,
-    "/chat/completions": Capability.CHAT,
-    "/v1/completions": Capability.COMPLETIONS,
-    "/completions": Capability.COMPLETIONS,
-    "/v1/embeddings": Capability.EMBEDDINGS,
-    "/embeddings": Capability.EMBEDDINGS,
-    "/v1/rerank": Capability.RERANK,  # the shape Jina/Cohere/vLLM clients use (engine mlx-rerank)
-    "/rerank": Capability.RERANK,
-    "/v2/rerank": Capability.RERANK,
-}
+    CHAT = endpoints.CHAT
+    COMPLETIONS = endpoints.COMPLETIONS
+    EMBEDDINGS = endpoints.EMBEDDINGS
+    RERANK = endpoints.RERANK
 
 
 class EngineOptions(StrictWire):

@@ -4,8 +4,8 @@ compared in constant time, and a bound on the request body, both before anything
 that listens beyond loopback, or one given a scrape token) it needs one of them (the control
 token, or the scrape token of `--metrics-token-file`, which opens nothing else).
 
-May import: starlette (types), the standard library, contract. Called by: runtime (wraps the
-control app with it).
+May import: starlette (types), the standard library, contract, mlxfleet_common.wire.headers. Called
+by: runtime (wraps the control app with it).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import hmac
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlxfleet_agent import contract
+from mlxfleet_common.wire import headers as header
 
 CONTROL_MAX_BODY = 1024 * 1024
 METRICS_PATH = "/metrics"
@@ -52,7 +53,7 @@ class Guard:
         given = b""
         length = None
         for name, value in scope["headers"]:
-            if name == b"authorization":
+            if name == header.AUTHORIZATION:
                 given = value
             elif name == b"content-length":
                 length = value
@@ -99,7 +100,9 @@ class Guard:
     async def _metrics(
         self, scope: Scope, receive: Receive, send: Send, tokens: tuple[bytes, ...]
     ) -> None:
-        given = bearer_token(next((v for k, v in scope["headers"] if k == b"authorization"), b""))
+        given = bearer_token(
+            next((v for k, v in scope["headers"] if k == header.AUTHORIZATION), b"")
+        )
         # every token compared, in constant time each, whichever matches
         matched = [hmac.compare_digest(given, t) for t in tokens]
         if not any(matched):

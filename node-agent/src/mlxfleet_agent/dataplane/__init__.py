@@ -3,8 +3,8 @@
 `app` (raw ASGI: auth, body, routing, lease) -> `routing` (model -> route, request policy) ->
 `relay` (forward, stream back, assemble whole answers: `answers`) -> `upstream` (the client to
 the backends); `errors` is the OpenAI error shape. The ASGI plumbing, the error shape's class and
-the token-counting stream scanner are shared with the gateway (`mlxfleet_agent.openai_proxy`).
+the token-counting stream scanner are shared with the gateway (`mlxfleet_common.wire.openai_proxy`).
 May import: contract, slots.lease (the narrow routing protocol, nothing else of slots),
-telemetry.recorder, openai_proxy, httpclient, the standard library. Never the control API.
-Called by: runtime.
+telemetry.recorder, mlxfleet_common.wire (openai_proxy, httpclient), the standard library. Never the
+control API. Called by: runtime.
 """

@@ -13,8 +13,9 @@ the route's backend (queueing while it is not ready) and hand it to `relay`, whi
 request and passes the answer back as it arrives. The lease is held until the last byte, so a
 swap never cuts a request. Every refusal is an OpenAI-shaped `errors.RouteError`. Raw ASGI and
 raw sockets rather than a framework and an HTTP client keep the added latency per request small.
-May import: the standard library, contract, openai_proxy (ASGI plumbing), slots.lease,
-telemetry.recorder, dataplane (budget, errors, relay, routing). Never the control API.
+May import: the standard library, contract, mlxfleet_common.wire (openai_proxy: ASGI plumbing;
+endpoints, headers),
+slots.lease, telemetry.recorder, dataplane (budget, errors, relay, routing). Never the control API.
 Called by: runtime (serves it on the data port).
 """
 
@@ -26,13 +27,14 @@ import time
 from typing import Any, Protocol
 
 from mlxfleet_agent import contract
-from mlxfleet_agent import openai_proxy as asgi
 from mlxfleet_agent.dataplane import budget, relay, routing
 from mlxfleet_agent.dataplane.errors import RouteError
 from mlxfleet_agent.slots import lease
 from mlxfleet_agent.telemetry import recorder
+from mlxfleet_common.wire import endpoints
+from mlxfleet_common.wire import headers as header
+from mlxfleet_common.wire import openai_proxy as asgi
 
-SLOT_HEADER = contract.SLOT_HEADER  # honoured only from a caller holding a data-plane key
 NO_KEY = (
     "missing or invalid API key (this node's data plane has no key yet: the operator sends the "
     "node its own once a person approved it)"
@@ -44,7 +46,9 @@ NAMES = {
     contract.Capability.EMBEDDINGS: "embeddings",
     contract.Capability.RERANK: "rerank",
 }
-ENDPOINTS = {path: NAMES[capability] for path, capability in contract.ENDPOINTS.items()}
+ENDPOINTS = {
+    path: NAMES[contract.Capability(family)] for path, family in endpoints.ENDPOINTS.items()
+}
 # what a slot's engine must serve to receive an endpoint (contract.Capability values)
 CAPABILITY = {name: capability.value for capability, name in NAMES.items()}
 
@@ -128,7 +132,7 @@ class DataPlane:
             return
         given = b""
         for name, value in scope["headers"]:
-            if name == b"authorization" and value[:7].lower() == b"bearer ":
+            if name == header.AUTHORIZATION and value[:7].lower() == b"bearer ":
                 given = value[7:].strip()
         if not keys.accepts(given):
             raise RouteError(
@@ -145,7 +149,7 @@ class DataPlane:
         if self.keys.open:
             return None
         for name, value in scope["headers"]:
-            if name == SLOT_HEADER:
+            if name == header.SLOT:  # honoured only from a caller holding a data-plane key
                 return value.decode("latin-1").strip() or None
         return None
 

@@ -17,8 +17,8 @@ Until the first token the relay reads in its own task; from there each streamed 
 in the backend connection's callback (`eventpipe`: no task wake-up per chunk): the token scan
 (`openai_proxy.StreamScanner`: byte searches), the model/fingerprint rewrite (two
 `bytes.replace`) and the ASGI `send`; the backend's silence is bounded by one timer per stream.
-May import: the standard library, contract, slots.lease, eventpipe, openai_proxy, dataplane
-(answers, errors, routing, upstream). Called by: dataplane.app.
+May import: the standard library, contract, slots.lease, mlxfleet_common.wire (eventpipe,
+openai_proxy, headers), dataplane (answers, errors, routing, upstream). Called by: dataplane.app.
 """
 
 from __future__ import annotations
@@ -30,11 +30,13 @@ import logging
 import time
 from typing import Any
 
-from mlxfleet_agent import contract, eventpipe
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_agent import contract
 from mlxfleet_agent.dataplane import answers, routing, upstream
 from mlxfleet_agent.dataplane.errors import RETRY_AFTER, RouteError
 from mlxfleet_agent.slots import lease
+from mlxfleet_common.wire import eventpipe
+from mlxfleet_common.wire import headers as header
+from mlxfleet_common.wire import openai_proxy as asgi
 
 log = logging.getLogger(__name__)
 BACKEND_PATHS = {
@@ -44,8 +46,6 @@ BACKEND_PATHS = {
     "rerank": "/v1/rerank",
 }
 WHOLE_ONLY = frozenset({"embeddings", "rerank"})  # answered whole; no tokens generated
-BACKEND_HEADER = b"x-mlxfleet-backend"
-QUEUE_HEADER = b"x-mlxfleet-queue-ms"  # how long the request waited in the slot's queue
 ERROR_BODY_LIMIT = 64 * 1024  # of a backend's error body, what the client is shown
 
 
@@ -195,9 +195,9 @@ async def forward(
     rewrite = answers.rewriter(
         pinned=backend.pinned, served=served, original_fingerprint=backend.fingerprint
     )
-    headers = [(BACKEND_HEADER, f"{backend.port}".encode())]
+    headers = [(header.BACKEND, f"{backend.port}".encode())]
     if held.waited_s >= 0.001:
-        headers.append((QUEUE_HEADER, f"{held.waited_s * 1000:.0f}".encode()))
+        headers.append((header.QUEUE_MS, f"{held.waited_s * 1000:.0f}".encode()))
     hold = None
     if not whole_only and not routing.interruptible(
         body, backend.spec, streamed=routed.stream or assemble

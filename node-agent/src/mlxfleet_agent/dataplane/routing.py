@@ -4,8 +4,8 @@ Pure-ish glue between the HTTP edge (app) and the slots, written against the nar
 `slots.lease` protocols: it decides which route serves a body, applies the slot's request policy
 (the body's shape: `openai_body`, the `max_tokens` cap, which image URLs the backend may fetch),
 waits for a lease (bounded queue) and turns every refusal into an OpenAI-shaped `errors.RouteError`.
-May import: contract, openai_body, slots.lease, dataplane.errors, the standard library.
-Called by: dataplane (app, relay).
+May import: contract, mlxfleet_common.wire.openai_body, slots.lease, dataplane.errors, the standard
+library. Called by: dataplane (app, relay).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from mlxfleet_agent import contract, openai_body
+from mlxfleet_agent import contract
 from mlxfleet_agent.dataplane.errors import RETRY_AFTER, RouteError
 from mlxfleet_agent.slots import lease as lease_
+from mlxfleet_common.wire import openai_body
 
 # fields a client must not pass through: mlx_lm would load other weights from these paths
 STRIPPED_FIELDS = ("adapters", "draft_model")

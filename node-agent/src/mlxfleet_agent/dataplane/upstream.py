@@ -1,12 +1,12 @@
 """The upstream client of the data plane: one request to a backend on loopback, its answer as it
 arrives.
 
-Built on the product's one HTTP client (`mlxfleet_agent.httpclient`, shared with the gateway):
+Built on the product's one HTTP client (`mlxfleet_common.wire.httpclient`, shared with the gateway):
 llhttp parses the head and the body framing (chunked, content-length, close-delimited; HTTP/1.0
 and 1.1), so an engine that answers with chunked encoding is relayed as its body, not its chunk
 framing, and one that keeps connections alive has them reused (one pool per event loop).
 mlx_lm.server answers HTTP/1.0 and closes: nothing to reuse there, and nothing lost.
-May import: the standard library, `httpclient`. Called by: dataplane.relay.
+May import: the standard library, `mlxfleet_common.wire.httpclient`. Called by: dataplane.relay.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 import weakref
 from collections.abc import AsyncGenerator, Iterator
 
-from mlxfleet_agent import httpclient
+from mlxfleet_common.wire import httpclient
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 600.0  # longest silence of a backend within one answer

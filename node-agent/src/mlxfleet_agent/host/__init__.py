@@ -1,7 +1,7 @@
 """This machine and the plumbing every folder shares: OS facts and process hooks (`platform`),
-durable file writes (`files`), the one S3 client builder (`s3client`), when the served
-certificate expires (`certs`).
+durable file writes (`files`), when the served certificate expires (`certs`). The S3 client
+builder is the shared one, `mlxfleet_common.s3client`.
 
-May import: psutil, boto3 (s3client only), cryptography (certs only), the standard library.
+May import: psutil, cryptography (certs only), the standard library.
 Called by: models, backends, telemetry, slots, controlapi, runtime.
 """

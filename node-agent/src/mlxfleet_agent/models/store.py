@@ -16,7 +16,7 @@ first (`peers.fetch`, each file checked against the origin's listing), the rest 
 `transfers` tracks bytes done/total and rate, `served_dir` tells the peer server what it may
 serve (complete copies only).
 
-May import: the standard library, contract, host.s3client, models (errors, source, index,
+May import: the standard library, contract, mlxfleet_common.s3client, models (errors, source, index,
 evictions, local, s3, hf), peers (checks, fetch, transfers). Called by: models.catalog
 (slots: ensure/release; control API: list, prefetch, evict), tests.
 """
@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlxfleet_agent import contract
-from mlxfleet_agent.host import s3client
 from mlxfleet_agent.models import errors, evictions, hf, index, local, s3, source
 from mlxfleet_agent.peers import checks, fetch, transfers
+from mlxfleet_common import s3client
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -16,7 +16,8 @@ models whose directory lies inside the models dir are served, and only regular f
 resolve (symlinks followed) inside both the model directory and the models dir; `..`, empty or
 dot segments, NUL and backslashes are refused (400) before the file system is touched. A model
 is pinned in the store while a response streams, so eviction never removes it mid-copy.
-May import: starlette types, the standard library, peers.ranges. Called by: the composition
+May import: starlette types, the standard library, peers.ranges, mlxfleet_common.wire.headers.
+Called by: the composition
 root (mounts it), tests.
 """
 
@@ -34,6 +35,7 @@ from urllib.parse import unquote
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlxfleet_agent.peers import ranges
+from mlxfleet_common.wire import headers as header
 
 PREFIX = "/peer/v1/"
 CHUNK = 1024 * 1024
@@ -108,7 +110,7 @@ class PeerServer:
         """The bearer token of the request (401 without one; 403 when this agent serves none)."""
         given = b""
         for name, value in scope["headers"]:
-            if name == b"authorization":
+            if name == header.AUTHORIZATION:
                 given = value
         if not self.tokens.serves_peers:
             raise PeerError(

@@ -4,8 +4,8 @@ drain the in-flight ones, stop the control API, stop every backend (the lifespan
 
 Bind and TLS failures become `settings.SettingsError`s naming the flag, the value and the
 remedy. Both ports get the connection limits of `connlimits` (with their own error bodies).
-May import: uvicorn, the standard library, contract, connlimits, runtime (compose, settings).
-Called by: cli (`serve`), tests.
+May import: uvicorn, the standard library, contract, mlxfleet_common.wire.connlimits, runtime
+(compose, settings). Called by: cli (`serve`), tests.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from typing import Any
 
 import uvicorn
 
-from mlxfleet_agent import connlimits, contract
+from mlxfleet_agent import contract
 from mlxfleet_agent.runtime import compose
 from mlxfleet_agent.runtime import settings as settings_mod
+from mlxfleet_common.wire import connlimits
 
 log = logging.getLogger("mlxfleet_agent")
 

@@ -13,8 +13,8 @@ same interval merges it; otherwise it is queued, closed, under its own name (aft
 change the old name's last partial interval still ships, and no count moves to the new name).
 Each tick also samples the host (memory, pressure, heat: `hoststats.sample`), so the heat
 meter's commands run in this thread, never on the event loop.
-May import: the standard library, contract, host.s3client, telemetry (recorder, hoststats,
-heat, spool). Called by: runtime (build, start, stop), tests.
+May import: the standard library, contract, mlxfleet_common.s3client, telemetry (recorder,
+hoststats, heat, spool). Called by: runtime (build, start, stop), tests.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from mlxfleet_agent import contract
-from mlxfleet_agent.host import s3client
 from mlxfleet_agent.telemetry import heat, hoststats, recorder, spool
+from mlxfleet_common import s3client
 
 log = logging.getLogger("mlxfleet_agent.shipper")
 DEFAULT_PREFIX = "mlxfleet-telemetry"
@@ -67,27 +67,6 @@ class Uploader(Protocol):
     def put(self, key: str, body: bytes) -> None: ...
 
 
-class S3Uploader:
-    """boto3 `put_object` with short timeouts, so an unreachable store only delays the queue."""
-
-    def __init__(self, config: ShipperConfig) -> None:
-        if config.bucket is None:
-            raise ValueError("S3Uploader needs a bucket")
-        self._bucket = config.bucket
-        self._client: Any = s3client.client(
-            profile=s3client.TELEMETRY,
-            endpoint_url=config.endpoint_url,
-            region=config.region,
-            access_key_id=config.access_key_id,
-            secret_access_key=config.secret_access_key,
-        )
-
-    def put(self, key: str, body: bytes) -> None:
-        self._client.put_object(
-            Bucket=self._bucket, Key=key, Body=body, ContentType="application/x-ndjson"
-        )
-
-
 class Shipper:
     """Closes intervals on time, keeps the disk queue, uploads in order. One thread."""
 
@@ -107,7 +86,15 @@ class Shipper:
         self.spool = spool.Spool(config.spool_dir)
         self._uploader = uploader
         if uploader is None and config.bucket is not None:
-            self._uploader = S3Uploader(config)
+            # short timeouts, so an unreachable store only delays the queue
+            self._uploader = s3client.Bucket(
+                config.bucket,
+                profile=s3client.TELEMETRY,
+                endpoint_url=config.endpoint_url,
+                region=config.region,
+                access_key_id=config.access_key_id,
+                secret_access_key=config.secret_access_key,
+            )
         self._heat = heat_meter
         self._psi_file = psi_file
         self._stop = threading.Event()

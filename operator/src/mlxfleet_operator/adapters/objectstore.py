@@ -6,7 +6,8 @@ line. Besides those, plain object operations (list with sizes and times, get, co
 put with metadata, batch delete) for the compacted days the reports layer writes. Every request
 is counted by operation (`calls`), so benchmarks can say how many GETs a report made.
 Works with any S3 endpoint (AWS, R2, MinIO, SeaweedFS): path-style addressing, SigV4.
-May import: boto3, the standard library, `mlxfleet_agent.contract`. Called by: reports.
+May import: boto3 (botocore's errors; the client from `mlxfleet_common.s3client`), the standard
+library, `mlxfleet_agent.contract`. Called by: reports.
 """
 
 from __future__ import annotations
@@ -26,11 +27,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from mlxfleet_agent import contract
+from mlxfleet_common import s3client
 
 log = logging.getLogger("mlxfleet_operator.objectstore")
 ENV_PREFIX = "MLXFLEET_TELEMETRY_"
 FETCH_WORKERS = 16
 DELETE_BATCH = 1000  # S3 DeleteObjects takes at most 1,000 keys
+# botocore's timeouts and retry mode, one pooled connection per parallel fetch
+REPORTS = s3client.Profile(
+    max_attempts=3, retry_mode=None, max_pool_connections=FETCH_WORKERS, default_region="us-east-1"
+)
 
 
 class ObjectStoreError(OSError):
@@ -93,20 +99,12 @@ class TelemetryStore:
     def __init__(self, config: StoreConfig, *, client: Any = None) -> None:
         self.config = config
         if client is None:
-            import boto3
-            from botocore.config import Config
-
-            client = boto3.client(
-                "s3",
+            client = s3client.client(
+                profile=REPORTS,
                 endpoint_url=config.endpoint_url,
-                region_name=config.region or "us-east-1",
-                aws_access_key_id=config.access_key_id,
-                aws_secret_access_key=config.secret_access_key,
-                config=Config(
-                    s3={"addressing_style": "path"},
-                    retries={"max_attempts": 3},
-                    max_pool_connections=FETCH_WORKERS,
-                ),
+                region=config.region,
+                access_key_id=config.access_key_id,
+                secret_access_key=config.secret_access_key,
             )
         self._s3 = client
         self.calls: Counter[str] = Counter()  # S3 requests by operation (GetObject, ...)

@@ -24,9 +24,9 @@ the httptools protocol with:
 Each answer is the port's JSON error body (`ErrorBody`: `openai_body` on the OpenAI-compatible
 ports), with a `Refusal` code, and closes the connection.
 
-Shared by the agent and the gateway: it lives in the agent, which must not import a gateway, and
-the gateway may import it (an import-linter allow-list). May import: uvicorn, openai_proxy, the
-standard library. Called by: the agent's runtime.serve (both ports), the gateway's server.
+Shared by the agent and the gateway (mlxfleet_common.wire imports neither: an import-linter
+contract). May import: uvicorn, openai_proxy, headers, the standard library. Called by: the agent's
+runtime.serve (both ports), the gateway's server.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from mlxfleet_agent.openai_proxy import OpenAIError
+from mlxfleet_common.wire import headers as header
+from mlxfleet_common.wire.openai_proxy import OpenAIError
 
 
 class Refusal(enum.Enum):
@@ -140,7 +141,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._disarm()
-        if sum(name == b"authorization" for name, _ in self.headers) > 1:
+        if sum(name == header.AUTHORIZATION for name, _ in self.headers) > 1:
             self._refused = _Refused(
                 Refusal.AMBIGUOUS_CREDENTIALS,
                 "more than one Authorization header; send exactly one",

@@ -13,9 +13,8 @@ connection: nothing was processed).
 Errors say how far the exchange got, so a caller can decide what is safe to retry:
 `ConnectError` (no connection), `ResponseError.before_response` (connected, nothing read back).
 
-Shared by the agent and the gateway (the one HTTP client of the product's data plane): it lives
-in the agent, which must not import a gateway, and the gateway may import it (an import-linter
-allow-list). May import: the standard library and httptools only (no other mlxfleet module).
+Shared by the agent and the gateway (the one HTTP client of the product's data plane).
+May import: the standard library and httptools only (no other mlxfleet module).
 Called by: the agent's `dataplane.upstream` (to its backends), the gateway's proxy and relay (to
 agents and external providers), `healthcheck` (liveness probes over one kept-alive connection).
 """

@@ -19,8 +19,8 @@ proxies refuse such bodies first with a 400 that names the field and says what i
 
 Embeddings and rerank bodies are not looked at. Raises `BodyError` (an `OpenAIError`: 400,
 `invalid_request_error`, `param` = the field's path, e.g. `messages[1].content[0].text`).
-May import: the standard library, openai_proxy. Called by: dataplane.app (agent), the gateway's
-proxy (an import-linter allow-list).
+May import: the standard library, openai_proxy. Called by: the agent's dataplane.routing,
+the gateway's core.traits.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from mlxfleet_agent.openai_proxy import OpenAIError
+from mlxfleet_common.wire.openai_proxy import OpenAIError
 
 CHAT = "chat.completions"  # the gateway spells it "chat/completions": both are read
 GENERATING = frozenset({CHAT, "completions"})

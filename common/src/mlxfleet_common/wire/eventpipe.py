@@ -16,7 +16,7 @@ the upstream again once everything is written: nothing is buffered without bound
 fails aborts the upstream exchange and is raised by `run`.
 
 May import: the standard library, httpclient, openai_proxy. Called by: the agent's
-dataplane.relay and the gateway's stream relay (an import-linter allow-list).
+dataplane.relay and the gateway's stream relay.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from collections.abc import Callable, Generator
 from types import CoroutineType
 from typing import Any, cast
 
-from mlxfleet_agent import httpclient
-from mlxfleet_agent import openai_proxy as asgi
+from mlxfleet_common.wire import httpclient
+from mlxfleet_common.wire import openai_proxy as asgi
 
 Transform = Callable[[bytes], bytes]
 _Step = Generator[Any, None, None]  # a started `send`: a coroutine or an awaitable's iterator

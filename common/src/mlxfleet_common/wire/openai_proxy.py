@@ -14,7 +14,7 @@ raw newline, so `\\ndata:` cannot occur inside one.
 
 Pure: the standard library only; the ASGI helpers only await the callables the server hands
 over. Called by: the agent's data plane (dataplane.app, relay, errors, answers) and the gateway
-(core.errors, proxy, relay, calls, listing), which may import it (an import-linter allow-list).
+(core.errors, proxy, relay, calls, listing, dialects, admin, console).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Liveness probes over one kept-alive HTTP/1.1 connection, driven by callbacks (no task or
 future per check), parsed by httptools like the rest of `httpclient`.
 
-Shared like `httpclient` (it lives in the agent, which must not import a gateway; the gateway
-may import it: an import-linter allow-list). May import: the standard library, httptools,
+Shared like `httpclient`. May import: the standard library, httptools,
 httpclient (`Origin`). Called by: the gateway's health prober (agents' `/healthz`, several times
 a second).
 """
@@ -15,7 +14,7 @@ from collections.abc import Callable
 
 import httptools
 
-from mlxfleet_agent.httpclient import Origin
+from mlxfleet_common.wire.httpclient import Origin
 
 
 class HealthCheck:
