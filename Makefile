@@ -38,8 +38,9 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-contracts: $(STAMP)
+contracts: $(STAMP)  ## import-linter contracts, and no circle between packages (tests/support/pkgcircles.py)
 	$(BIN)/lint-imports
+	$(BIN)/python -m tests.support.pkgcircles
 
 docs-check: $(STAMP)  ## every flag, make target, command, module path and reason the docs name exists
 	$(BIN)/python -m tests.support.docscheck

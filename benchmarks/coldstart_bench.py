@@ -43,7 +43,7 @@ from tests.support import gateway as gws
 
 from benchmarks.agent_bench import PROMPT, pct, write_section
 from mlxfleet_agent.dev import devmodels
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.dev import controlplane
 
 SECTION = "## Cold start through the gateway"

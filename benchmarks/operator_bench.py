@@ -34,7 +34,7 @@ import httpx
 from tests.e2e.conftest import E2E, Agent, Agents, Operator, is_true
 
 from mlxfleet_agent.dev import devmodels
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.dev import controlplane
 
 SECTION = "## Operator"

@@ -30,7 +30,7 @@ from typing import Any
 from tests.e2e.conftest import E2E, POLL, Agent, Agents, Operator, is_true, wait_for
 
 from mlxfleet_agent.dev import devmodels
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.dev import controlplane
 
 BUDGET = 1024 * 2**20  # one 600Mi replica fits, two do not

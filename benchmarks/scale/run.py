@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from benchmarks.scale import observe, workload
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.dev import controlplane, processes
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import openai
 import pytest
 import trustme
 
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from tests.e2e.conftest import E2E, Agent, Agents, Operator, is_true, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mlx]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from tests.e2e.conftest import E2E, MISSES, POLL, Agents, Operator, condition, is_true, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mlx, pytest.mark.slow]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from tests.e2e.conftest import E2E, Agent, Agents, Operator, is_true, wait_for
 from tests.e2e.loadgen import DiscoveredLoad
 

@@ -13,7 +13,7 @@ from typing import Any
 import openai
 import pytest
 
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from tests.e2e.conftest import E2E, Agents, Operator, condition, is_true, wait_for
 
 pytestmark = [pytest.mark.cluster]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.dev import controlplane, processes
 from tests.e2e.conftest import BIN, E2E, Agent, Agents, Operator, condition, is_true, wait_for
 

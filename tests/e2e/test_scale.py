@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from tests.e2e.conftest import E2E, Agent, Agents, Operator, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mlx]

@@ -16,7 +16,7 @@ import kubernetes
 import openai
 import pytest
 
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from tests.e2e.conftest import E2E, FAILOVER_DELAY, Agents, Operator, is_true, wait_for
 from tests.e2e.loadgen import Load
 from tests.support.s3 import S3Server

@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 import pytest
 
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.dev import controlplane
 from tests.e2e.conftest import (
     BIN,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from tests.e2e.conftest import E2E, Agent, Agents, condition, is_true, wait_for
 from tests.e2e.loadgen import DiscoveredLoad
 from tests.faults.conftest import Operators, endpoint_urls, plan_status, slots_everywhere, traffic

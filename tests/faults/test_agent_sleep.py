@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from tests.faults.steps import Fleet, assert_routed_around, lose_and_return
 
 pytestmark = [

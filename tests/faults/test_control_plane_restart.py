@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mlxfleet_operator.adapters import leader
-from mlxfleet_operator.core import leadership, naming
+from mlxfleet_operator.core.kit import leadership, naming
 from mlxfleet_operator.dev import controlplane
 from tests.e2e.conftest import is_true, wait_for
 from tests.faults.steps import Fleet, assert_swapped_cleanly, slot_counts, swap_during

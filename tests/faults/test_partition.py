@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from tests.faults import netns
 from tests.faults.steps import Fleet, assert_routed_around, lose_and_return
 

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from tests.e2e.conftest import Agent, Agents, wait_for
 from tests.e2e.loadgen import DiscoveredLoad, fixed
 from tests.faults.conftest import Operators

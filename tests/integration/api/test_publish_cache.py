@@ -15,7 +15,7 @@ import pytest
 
 from mlxfleet_operator.adapters import kube, publishing
 from mlxfleet_operator.api import resources
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.dev import controlplane, credentials
 
 pytestmark = pytest.mark.cluster

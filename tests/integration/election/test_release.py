@@ -13,7 +13,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from mlxfleet_operator.adapters import leader, lease
-from mlxfleet_operator.core import leadership
+from mlxfleet_operator.core.kit import leadership
 from mlxfleet_operator.dev import controlplane
 from tests.support.kubeapi import AdminApi
 

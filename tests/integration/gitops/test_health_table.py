@@ -21,10 +21,10 @@ from mlxfleet_operator.api import conditions as api
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import conditions
 from mlxfleet_operator.core.deployment import autoscale
 from mlxfleet_operator.core.deployment import plan as dplan
 from mlxfleet_operator.core.deployment import status as mdstatus
+from mlxfleet_operator.core.kit import conditions
 from mlxfleet_operator.core.swapplan import state as st
 from mlxfleet_operator.core.swapplan import status as plan_status
 from tests.support import argocd

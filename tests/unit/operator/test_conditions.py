@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from mlxfleet_operator.api import conditions as api
-from mlxfleet_operator.core import conditions
+from mlxfleet_operator.core.kit import conditions
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=1)

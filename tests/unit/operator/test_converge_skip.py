@@ -14,8 +14,8 @@ import kubernetes
 from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import agent, fleet, kube, runtime
-from mlxfleet_operator.core import naming
 from mlxfleet_operator.core.fleet import facts as dfacts
+from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.handlers import deployments, indexes
 from tests.unit.operator.builders import GIB, NOW, node, state
 

@@ -12,13 +12,14 @@ import pytest
 from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import heartbeat, naming, nodes
+from mlxfleet_operator.core import nodes
 from mlxfleet_operator.core.deployment import footprint, intent, replicas
 from mlxfleet_operator.core.deployment import plan as dplan
 from mlxfleet_operator.core.deployment import slots as dslots
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.fleet import placement
+from mlxfleet_operator.core.kit import heartbeat, naming
 from tests.unit.operator.builders import GIB, NOW, SHAPE, A, B, fact, md, state
 from tests.unit.operator.test_placement_views import _fleet
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import fields
-from mlxfleet_operator.core import heartbeat, naming, nodes
+from mlxfleet_operator.core import nodes
 from mlxfleet_operator.core.deployment import footprint
 from mlxfleet_operator.core.deployment import slots as dslots
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.fleet import facts as dfacts
+from mlxfleet_operator.core.kit import heartbeat, naming
 from tests.unit.operator.builders import GIB, NOW, A, B, fact, md, node, state
 from tests.unit.operator.test_deployment import decision
 

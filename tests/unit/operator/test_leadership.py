@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mlxfleet_operator.core import leadership as le
+from mlxfleet_operator.core.kit import leadership as le
 
 T = le.Timing(lease_duration=3, renew_deadline=2.0, retry_period=0.5)
 WALL = datetime(2026, 1, 1, tzinfo=UTC)

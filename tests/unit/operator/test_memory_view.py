@@ -14,11 +14,12 @@ import pytest
 from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.adapters import agent, fleet, kube
 from mlxfleet_operator.api import conditions as cond
-from mlxfleet_operator.core import heartbeat, nodes
+from mlxfleet_operator.core import nodes
 from mlxfleet_operator.core.deployment import preemption, replicas
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.fleet import nodeviews, placement
+from mlxfleet_operator.core.kit import heartbeat
 from mlxfleet_operator.kubectl_plugin import render
 from tests.unit.operator.builders import GIB, NOW, SHAPE, A, fact, md, node, state
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import heartbeat, naming
+from mlxfleet_operator.core.kit import heartbeat, naming
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")

@@ -15,10 +15,11 @@ import pytest
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
-from mlxfleet_operator.core import doctor, heartbeat, nodes
+from mlxfleet_operator.core import doctor, nodes
 from mlxfleet_operator.core.deployment import replicas
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.fleet import placement
+from mlxfleet_operator.core.kit import heartbeat
 from tests.unit.operator.builders import GIB, NOW, md, node, state
 
 T = cond.ConditionType

@@ -17,9 +17,9 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.adapters import agent, fleet
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
-from mlxfleet_operator.core import naming
 from mlxfleet_operator.core.deployment import candidates, intent, preemption, replicas
 from mlxfleet_operator.core.fleet import facts, placement
+from mlxfleet_operator.core.kit import naming
 from tests.unit.operator.builders import GIB, NOW, md, node, state
 from tests.unit.operator.test_placement_views import _fleet, _slot
 

@@ -17,10 +17,10 @@ from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import agent, fleet, kube, runtime
 from mlxfleet_operator.api import inferencenode as inode
-from mlxfleet_operator.core import naming
 from mlxfleet_operator.core.deployment import replicas
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.fleet import nodeviews
+from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.handlers import deployments, indexes
 from tests.unit.operator.builders import GIB, NOW, md, node, state
 

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
-from mlxfleet_operator.core import naming
 from mlxfleet_operator.core.deployment import autoscale, intent
 from mlxfleet_operator.core.deployment import preemption as pre
 from mlxfleet_operator.core.fleet import placement
+from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.handlers import indexes
 from tests.unit.operator.builders import GIB, NOW, A, fact, md, state
 

@@ -14,10 +14,11 @@ from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import naming, sharded
+from mlxfleet_operator.core import sharded
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.fleet import facts as dep
 from mlxfleet_operator.core.fleet import groupplacement
+from mlxfleet_operator.core.kit import naming
 from tests.unit.operator import builders
 from tests.unit.operator.builders import GIB, fact
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as hs
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import clocks
+from mlxfleet_operator.core.kit import clocks
 from mlxfleet_operator.core.swapplan import progress
 from mlxfleet_operator.core.swapplan import state as st
 

@@ -14,9 +14,10 @@ from mlxfleet_operator.api import fields
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import naming, sharded
+from mlxfleet_operator.core import sharded
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.fleet import groupplacement
+from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.core.swapplan import effects, gate, groups, progress
 from mlxfleet_operator.core.swapplan import state as st
 from tests.unit.operator import builders

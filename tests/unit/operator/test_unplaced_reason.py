@@ -15,10 +15,10 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import naming
 from mlxfleet_operator.core.deployment import replicas
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.fleet import groupplacement, placement
+from mlxfleet_operator.core.kit import naming
 from tests.unit.operator.builders import GIB, NOW, fact, md, state
 from tests.unit.operator.test_placement import names, nodes_st, requests_st
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlxfleet_operator.api import inferencenode
-from mlxfleet_operator.core import cost
+from mlxfleet_operator.core.kit import cost
 
 MINI = cost.NodeCostInputs(
     purchase_price_usd=1461.0, amortization_months=24, electricity_usd_per_kwh=0.30

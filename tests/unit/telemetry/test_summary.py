@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime
 import pytest
 
 from mlxfleet_agent import contract
-from mlxfleet_operator.core import cost
+from mlxfleet_operator.core.kit import cost
 from mlxfleet_operator.reports import charts, cli, config, fixture, monthly, summary, weekly
 
 CFG = config.ReportConfig.from_yaml(fixture.CONFIG_YAML)

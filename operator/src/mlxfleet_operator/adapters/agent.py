@@ -1,6 +1,6 @@
 """Async client of one node agent's control API (`/v1`, bearer token, optional private CA).
 
-May import: httpx, the agent `contract`, `api.modelref`, `core.clocks`, `metrics`, `leader`
+May import: httpx, the agent `contract`, `api.modelref`, `core.kit.clocks`, `metrics`, `leader`
 (`may_act`, checked before every request that changes an agent), the standard library.
 Called by: `fleet` (which keeps one client per InferenceNode) and, through it, the handlers.
 Every call has a timeout and is counted (`mlxfleet_operator_agent_calls_total{op,result}`);
@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from mlxfleet_agent import contract
 from mlxfleet_operator.adapters import leader, metrics
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import clocks
+from mlxfleet_operator.core.kit import clocks
 
 PREFIX = contract.API_PREFIX
 DEFAULT_TIMEOUT = httpx.Timeout(5.0, connect=3.0)

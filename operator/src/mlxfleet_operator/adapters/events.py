@@ -3,7 +3,7 @@ event poster: batched, never blocking the handler).
 
 `announce_ready`: an Event whenever an object's Ready status or reason changes (ModelDeployments
 said nothing in `kubectl describe` before).
-May import: kopf, `core.events`, `core.conditions`, `adapters.runtime`. Called by: handlers.
+May import: kopf, `core.kit.events`, `core.kit.conditions`, `adapters.runtime`. Called by: handlers.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import kopf
 
 from mlxfleet_operator.adapters import runtime
 from mlxfleet_operator.api import conditions as cond
-from mlxfleet_operator.core import conditions, events
+from mlxfleet_operator.core.kit import conditions, events
 
 
 def post(body: kopf.Body, event: events.Event | None) -> None:

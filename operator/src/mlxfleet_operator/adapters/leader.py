@@ -14,7 +14,7 @@ timeout (a leader cut off from the API server hangs in a renew and never reaches
 no fencing), measures time on the wall clock, never releases on shutdown, and runs the leader's
 work in a daemon thread.
 
-May import: `adapters.lease`, `core.leadership`, `api.resources`, pydantic,
+May import: `adapters.lease`, `core.kit.leadership`, `api.resources`, pydantic,
 mlxfleet_common.settings (the flags), the standard library.
 Called by: `adapters.election` (and the election tests' driver).
 """
@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from mlxfleet_common.settings import Opt
 from mlxfleet_operator.adapters import lease
 from mlxfleet_operator.api import resources
-from mlxfleet_operator.core import leadership
+from mlxfleet_operator.core.kit import leadership
 
 log = logging.getLogger("mlxfleet.leader")
 

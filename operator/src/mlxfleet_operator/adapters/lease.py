@@ -5,7 +5,7 @@ It talks to the API server with its own async httpx client (credentials from the
 in-cluster ServiceAccount, loaded by the `kubernetes` package) rather than the operator's
 synchronous client in worker threads, so that every call has a hard timeout, is cancelled with
 its task, and never waits for a thread pool that the rest of the operator may have filled.
-May import: httpx, kubernetes (configuration loading only), pydantic, `core.leadership`, the
+May import: httpx, kubernetes (configuration loading only), pydantic, `core.kit.leadership`, the
 standard library. Called by: `adapters.leader`.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mlxfleet_operator.core import leadership
+from mlxfleet_operator.core.kit import leadership
 
 API = "/apis/coordination.k8s.io/v1"
 

@@ -25,7 +25,7 @@ is taken (409), and only then is the object read and decided on as above, so not
 else's is ever written, and a new deployment costs one request per object instead of two. A
 slice this process already wrote with exactly the body it would write now is not applied again
 (a deployment's other slices when one endpoint turned ready); the resync reads it.
-May import: kubernetes, the standard library, `kube`, `ownership`, `api`, `core.naming`.
+May import: kubernetes, the standard library, `kube`, `ownership`, `api`, `core.kit.naming`.
 Called by: `runtime` (builds it), handlers (through `runtime.Runtime.publisher`).
 """
 
@@ -45,7 +45,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mlxfleet_operator.adapters import kube, ownership
 from mlxfleet_operator.api import resources
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 
 SERVICE_PORT_NAME = "http"
 SERVICE_PORT = 80

@@ -2,7 +2,7 @@
 
 kstatus conventions (what Flux and our Argo CD health check read): `Ready` summarises,
 `Reconciling=True` while converging, `Stalled=True` on an error that needs a human. Each reason
-is CamelCase as metav1.Condition requires. `core.conditions` decides them; handlers write them.
+is CamelCase as metav1.Condition requires. `core.kit.conditions` decides them; handlers write them.
 May import: pydantic, the standard library and `base`. Called by: core, handlers, adapters.
 """
 

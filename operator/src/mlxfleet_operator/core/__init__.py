@@ -6,11 +6,11 @@ status) over `sharded/` (a sharded ModelDeployment: request, ring, formation, ra
 groupstatus) over `deployment/` (ModelDeployment: footprint, replicas, the governing plan, desired
 slots, what one reconcile does, status) over the other kinds, `nodes` (InferenceNode status from a
 poll) and `modelroute`, over `doctor` (macOS doctor conditions), over `fleet/` (fleet-wide: node
-facts, slot requests, replica placement, node views, group placement), over the kit: `thermal`,
-`heartbeat` (debounce), `naming` (deterministic names), `cost` (report arithmetic), `leadership`,
-`clocks`, then `conditions` (kstatus bookkeeping), then `events` (Kubernetes Events as values).
+facts, slot requests, replica placement, node views, group placement), over `kit/` (`thermal`,
+`heartbeat`, `naming`, `cost`, `leadership`, `clocks`, `conditions`, `events`). Every module of
+core lives in a package, so no package circle (core <-> core.fleet) can form through loose modules.
 May import: the standard library's pure modules, pydantic, `mlxfleet_operator.api` and the
 agent's `contract` and `sizing`; never an I/O library, a clock or the environment (an
 import-linter allow-list enforces it). Called by: handlers and adapters (typed facts in, values
-and actions out), reports (`cost`).
+and actions out), reports (`kit.cost`).
 """

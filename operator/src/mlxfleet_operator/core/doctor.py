@@ -20,7 +20,7 @@ condition. They are warnings: Ready, Reconciling and Stalled do not depend on th
 the Argo CD health check read those only), and placement ignores them. Every message names the
 fix and its docs/troubleshooting.md section; it is written when the reason changes and kept
 while it stays (free disk moves on every poll).
-May import: the standard library, `api`, the agent `contract`, `core.conditions`,
+May import: the standard library, `api`, the agent `contract`, `core.kit.conditions`,
 `core.fleet.groupplacement` (the fabric label). Called by: `core.nodes.status`.
 """
 
@@ -32,8 +32,8 @@ from datetime import datetime
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
-from mlxfleet_operator.core import conditions
 from mlxfleet_operator.core.fleet import groupplacement
+from mlxfleet_operator.core.kit import conditions
 
 T = cond.ConditionType
 R = cond.Reason

@@ -12,7 +12,7 @@ when every rule has a ready backend; False with FallbackOnly when some rule can 
 by the fallback chain, NoReadyBackend when not even that, BackendNotFound when a backend (of a
 rule or of the fallback) names a ModelDeployment that does not exist in the route's namespace or
 a provider-key Secret it cannot use. Each message is said once.
-May import: the standard library, `api`, `core.conditions`. Called by: handlers.modelroutes,
+May import: the standard library, `api`, `core.kit.conditions`. Called by: handlers.modelroutes,
 adapters.kube (the `KeySeen` it answers).
 """
 
@@ -25,7 +25,7 @@ from datetime import datetime
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modelroute as mroute
 from mlxfleet_operator.api import providerkeys
-from mlxfleet_operator.core import conditions
+from mlxfleet_operator.core.kit import conditions
 
 R = cond.Reason
 FALLBACK = "fallback"

@@ -25,7 +25,6 @@ from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
-from mlxfleet_operator.core import conditions, naming
 from mlxfleet_operator.core.deployment import (
     autoscale,
     footprint,
@@ -38,6 +37,7 @@ from mlxfleet_operator.core.deployment import (
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.fleet import facts, placement
+from mlxfleet_operator.core.kit import conditions, naming
 from mlxfleet_operator.core.swapplan import effects, prefetch
 from mlxfleet_operator.handlers import guard, indexes, sharded
 

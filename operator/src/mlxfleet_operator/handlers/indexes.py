@@ -38,10 +38,10 @@ from mlxfleet_operator.api import modeldemand as mdemand
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
-from mlxfleet_operator.core import naming
 from mlxfleet_operator.core.deployment import autoscale, preemption
 from mlxfleet_operator.core.deployment import claims as slot_claims
 from mlxfleet_operator.core.fleet import facts
+from mlxfleet_operator.core.kit import naming
 
 NODES = (resources.GROUP, resources.VERSION, resources.INFERENCE_NODE.plural)
 DEPLOYMENTS = (resources.GROUP, resources.VERSION, resources.MODEL_DEPLOYMENT.plural)

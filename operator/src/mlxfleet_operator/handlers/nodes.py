@@ -25,8 +25,9 @@ from mlxfleet_operator.adapters import events, kube, metrics, publishing, runtim
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import resources
-from mlxfleet_operator.core import events as core_events
-from mlxfleet_operator.core import heartbeat, nodes
+from mlxfleet_operator.core import nodes
+from mlxfleet_operator.core.kit import events as core_events
+from mlxfleet_operator.core.kit import heartbeat
 from mlxfleet_operator.handlers import guard
 
 log = logging.getLogger("mlxfleet.nodes")

@@ -31,12 +31,13 @@ from mlxfleet_operator.adapters import agent, events, metrics, publishing, runti
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import conditions, naming, sharded
-from mlxfleet_operator.core import events as core_events
+from mlxfleet_operator.core import sharded
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.fleet import facts as dep
 from mlxfleet_operator.core.fleet import groupplacement
+from mlxfleet_operator.core.kit import conditions, naming
+from mlxfleet_operator.core.kit import events as core_events
 from mlxfleet_operator.core.swapplan import prefetch
 
 log = logging.getLogger(__name__)

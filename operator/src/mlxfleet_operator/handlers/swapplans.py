@@ -22,7 +22,7 @@ from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.core.swapplan import gate, groups, prefetch, progress, requests
 from mlxfleet_operator.core.swapplan import state as st
 from mlxfleet_operator.core.swapplan import status as plan_status

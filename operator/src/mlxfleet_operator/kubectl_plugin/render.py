@@ -3,7 +3,7 @@ progress is `mlxfleet_agent.drainreport`, shared with `mlxfleet-agent leave`).
 
 Works on plain dicts as the API server returns them (`kubectl get -o json` shapes), so a test can
 feed it objects straight from a live cluster. No I/O.
-May import: the standard library, `core.naming`, `mlxfleet_agent.drainreport`.
+May import: the standard library, `core.kit.naming`, `mlxfleet_agent.drainreport`.
 Called by: kubectl_plugin.cli.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxfleet_agent import drainreport
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 
 Obj = Mapping[str, Any]
 BAR = 20

@@ -7,7 +7,7 @@ ConfigMap in the CronJobs).
 the InferenceNodes are, and a `nodes` entry overrides single cost fields of the InferenceNode of
 that name (see `inventory`). `aliases` maps a name agents ship telemetry under to the node it
 belongs to (an agent whose nodeName is not its InferenceNode's name, an old name after a rename).
-May import: pydantic, yaml, `api`, `core.cost`, `mlxfleet_agent.contract`. Called by: cli,
+May import: pydantic, yaml, `api`, `core.kit.cost`, `mlxfleet_agent.contract`. Called by: cli,
 inventory.
 """
 
@@ -30,7 +30,7 @@ from pydantic import (
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import inferencenode
-from mlxfleet_operator.core import cost
+from mlxfleet_operator.core.kit import cost
 
 
 class ConfigError(ValueError):

@@ -6,7 +6,7 @@ With InferenceNodes read from the cluster (`cluster`), they are the inventory an
 `spec.cost` the cost inputs; a report.yaml `nodes` entry overrides the fields it sets (and a
 report.yaml node that is no InferenceNode is kept, as outside a cluster). Without a cluster,
 report.yaml `nodes` is the inventory. Pure: the caller lists the InferenceNodes.
-May import: the standard library, pydantic, `api`, `core.cost`, reports.config. Called by: cli.
+May import: the standard library, pydantic, `api`, `core.kit.cost`, reports.config. Called by: cli.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from mlxfleet_operator.api import inferencenode
-from mlxfleet_operator.core import cost
+from mlxfleet_operator.core.kit import cost
 from mlxfleet_operator.reports import config
 
 LEFT_OUT = "left out of the cost figures"

@@ -8,7 +8,7 @@ figures (`reconcile`: serving + idle), calls out the idle share of cost, names t
 price's provider and date, and compares the month with the one before (`changes`). Every row
 (`models`, `nodes`) goes to the CSV files next to the PDF (reports.detail),
 so the PDF stays a few pages whatever the size of the fleet.
-May import: the standard library, `core.cost`, reports.summary, reports.charts, reports.teams.
+May import: the standard library, `core.kit.cost`, reports.summary, reports.charts, reports.teams.
 Called by: cli, reports.detail.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from mlxfleet_operator.core import cost
+from mlxfleet_operator.core.kit import cost
 from mlxfleet_operator.reports import charts, summary, teams
 
 SUMMARY_ROWS = 10  # models and nodes on page 1 (the largest)

@@ -5,7 +5,7 @@ day, or the raw objects of a day put in the same form) with `dayagg.reduce`; `su
 the merged result into figures, after renaming aliased nodes and resolving namespaces.
 Missing data stays missing: a node-day without intervals is a gap (listed, never zero), a day
 without any node is a fleet gap, and coverage says how much of the period was reported.
-May import: the standard library, `mlxfleet_agent.contract`, `core.cost`, reports.dayagg,
+May import: the standard library, `mlxfleet_agent.contract`, `core.kit.cost`, reports.dayagg,
 reports.partials.
 Called by: weekly, monthly, cli.
 """
@@ -20,7 +20,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Protocol
 
 from mlxfleet_agent import contract
-from mlxfleet_operator.core import cost
+from mlxfleet_operator.core.kit import cost
 from mlxfleet_operator.reports import dayagg, partials
 
 DAY_S = partials.DAY_S

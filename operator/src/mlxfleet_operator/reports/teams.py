@@ -5,7 +5,7 @@ namespace and served name of the deployment that answered, tokens). A team's cos
 used on each local model x that model's serving cost per million tokens from the same report
 (busy-time allocation); tokens served by external providers are listed apart (the provider bills
 them). Keys without a team are grouped as `(no team)`.
-May import: the standard library, `mlxfleet_agent.contract`, `core.cost`. Called by: monthly.
+May import: the standard library, `mlxfleet_agent.contract`, `core.kit.cost`. Called by: monthly.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mlxfleet_agent import contract
-from mlxfleet_operator.core import cost
+from mlxfleet_operator.core.kit import cost
 
 NO_TEAM = "(no team)"
 

@@ -4,7 +4,7 @@ Builds plain rows from two `summary.PeriodSummary` values (what moved where and 
 outages, memory headroom, hot spots, tokens, latency, cost per million tokens, week-over-week
 change);
 `render.weekly_markdown/html` turn them into the two report files.
-May import: the standard library, `core.cost`, reports.summary. Called by: cli.
+May import: the standard library, `core.kit.cost`, reports.summary. Called by: cli.
 """
 
 from __future__ import annotations

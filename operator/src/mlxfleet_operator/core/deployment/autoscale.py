@@ -21,7 +21,7 @@ after a restart (`resume`); the recommendations of the windows are memory only (
 a scale-down waits a whole window again, as HPA's does).
 `wanted(md)` is the count everything else places: the decision once `attach`ed to the status, else
 spec.replicas (a deployment without minReplicas / maxReplicas: HPA, KEDA or a person own it).
-May import: the standard library, `api`, the agent `contract`, `core.events`.
+May import: the standard library, `api`, the agent `contract`, `core.kit.events`.
 Called by: the ModelDeployment handler, `replicas`, `status`.
 """
 
@@ -36,7 +36,7 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.api import deploymentspec, duration
 from mlxfleet_operator.api import modeldemand as mdemand
 from mlxfleet_operator.api import modeldeployment as mdep
-from mlxfleet_operator.core import events
+from mlxfleet_operator.core.kit import events
 
 Reason = mdep.ScaleReason
 

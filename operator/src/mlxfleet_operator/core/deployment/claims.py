@@ -2,7 +2,7 @@
 name (`core.naming.slot_name`), and two long names that start alike can share one. The oldest
 deployment keeps the slot; any other is refused (`SlotNameConflict`) and never touches it.
 
-May import: the standard library, `core.naming`. Called by: the kopf index of slot names, and
+May import: the standard library, `core.kit.naming`. Called by: the kopf index of slot names, and
 the ModelDeployment and SwapPlan handlers before any agent call.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from mlxfleet_operator.core import naming
+from mlxfleet_operator.core.kit import naming
 
 
 @dataclass(frozen=True, order=True)

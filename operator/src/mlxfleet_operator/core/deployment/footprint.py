@@ -5,7 +5,7 @@ weights + KV cache + runtime overhead) from any node with the weights cached. Wh
 the model, the handler asks eligible agents one after another to fetch and size it (`Prefetch`
 answers, stopping at the first `settled` one); `sized` turns those answers into the footprint or
 the verdict the deployment shows meanwhile (with the download's progress while it fetches).
-May import: the standard library, `api`, the agent `contract` and `sizing`, `core.conditions`,
+May import: the standard library, `api`, the agent `contract` and `sizing`, `core.kit.conditions`,
 `core.fleet` (`placement`, `facts`). Called by: the ModelDeployment handler.
 """
 
@@ -18,9 +18,9 @@ from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import fields
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import conditions
 from mlxfleet_operator.core.fleet import facts as f
 from mlxfleet_operator.core.fleet import placement
+from mlxfleet_operator.core.kit import conditions
 
 R = cond.Reason
 

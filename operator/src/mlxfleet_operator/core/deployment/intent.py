@@ -3,8 +3,9 @@ size is known: where the replicas go, what each serves, the SwapPlan to create f
 the slot PUTs and DELETEs to send, which dropped replicas hand over first, and the Event a move
 posts. The handler performs it (create, PUT, DELETE), then judges the status from the answers.
 
-May import: the standard library, `api`, `core.events`, `core.naming`, `core.fleet` (`facts`,
-`placement`), `candidates`, `replicas`, `plan`, `slots`. Called by: the ModelDeployment handler.
+May import: the standard library, `api`, the kit (`events`, `naming`), `core.fleet`
+(`facts`, `placement`), `candidates`, `replicas`, `plan`, `slots`. Called by: the ModelDeployment
+handler.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from datetime import datetime, timedelta
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import events, naming
 from mlxfleet_operator.core.deployment import candidates, replicas, slots
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.fleet import facts as f
 from mlxfleet_operator.core.fleet import placement
+from mlxfleet_operator.core.kit import events, naming
 
 
 @dataclass(frozen=True)

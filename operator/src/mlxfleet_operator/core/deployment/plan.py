@@ -5,7 +5,7 @@ A model change of kept replicas is never written by the deployment's reconcile: 
 change to a SwapPlan (one node at a time, zero-drop, rolled back on failure), and follows it.
 `PlanInfo` is what the deployment needs of a plan; `core.swapplan.effects` (a layer above) reads
 a SwapPlan's steps into one (`plan_info`) and picks the plan that governs (`governing`).
-May import: the standard library, `api`, `core.events`, `core.naming`, `core.fleet.placement`.
+May import: the standard library, `api`, the kit (`events`, `naming`), `core.fleet.placement`.
 Called by: the ModelDeployment handler, the other `core.deployment` modules, `core.sharded`
 and `core.swapplan.effects`.
 """
@@ -19,8 +19,8 @@ from mlxfleet_operator.api import base, deploymentspec, resources
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import events, naming
 from mlxfleet_operator.core.fleet import placement
+from mlxfleet_operator.core.kit import events, naming
 
 
 @dataclass(frozen=True)

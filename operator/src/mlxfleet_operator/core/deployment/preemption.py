@@ -22,8 +22,9 @@ preemptor's pace. Equal priorities never evict each other, so two of them cannot
 
 Decisions take an explicit `now`; the records live in both deployments' status, so an
 operator restart resumes them. May import: the standard library, `api`, the agent `contract`,
-`core.fleet` (`placement`, `facts`), `core.events`. Called by: the ModelDeployment handler (with the
-nominations the fleet adapter holds), `intent` (the nodes to leave), `status` (the messages).
+`core.fleet` (`placement`, `facts`), `core.kit.events`. Called by: the ModelDeployment
+handler (with the nominations the fleet adapter holds), `intent` (the nodes to leave), `status`
+(the messages).
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from datetime import datetime, timedelta
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import deploymentspec
 from mlxfleet_operator.api import modeldeployment as mdep
-from mlxfleet_operator.core import events
 from mlxfleet_operator.core.fleet import facts as f
 from mlxfleet_operator.core.fleet import placement
+from mlxfleet_operator.core.kit import events
 
 BACKOFF_GROWTH_MAX = 16  # the back-off doubles per eviction up to this many times the base
 RECORDS_MAX = 8  # evictions a victim's status keeps (the newest)

@@ -4,7 +4,7 @@ carrying or reserving its slot), the decision (`core.fleet.placement` over each 
 `core.fleet.nodeviews`), the nodes that may fetch and size a model nobody knows yet, and the
 Event when replicas move.
 
-May import: the standard library, the agent `contract`, `api`, `core.naming`, `core.events`,
+May import: the standard library, the agent `contract`, `api`, `core.kit.naming`, `core.kit.events`,
 `core.fleet` (`facts`, `placement`, `nodeviews`), `autoscale` (the count to place),
 `candidates`. Called by: the ModelDeployment handler (`place`, `sizing_nodes`, `rescheduled`),
 `intent`.
@@ -18,10 +18,10 @@ from datetime import datetime, timedelta
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
-from mlxfleet_operator.core import events, naming
 from mlxfleet_operator.core.deployment import autoscale, candidates
 from mlxfleet_operator.core.fleet import facts as f
 from mlxfleet_operator.core.fleet import nodeviews, placement
+from mlxfleet_operator.core.kit import events, naming
 
 
 def request(

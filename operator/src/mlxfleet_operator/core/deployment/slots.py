@@ -2,7 +2,7 @@
 requests to send, which replicas count as serving, the make-before-break hand-over of replicas
 placement dropped, and which slots go.
 
-May import: the standard library, `api`, the agent `contract`, `core.events`,
+May import: the standard library, `api`, the agent `contract`, `core.kit.events`,
 `core.fleet` (`facts`, `placement`), `plan`. Called by: `intent`, `status`,
 `core.swapplan.requests` (`slot_spec`) and the ModelDeployment handler.
 """
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import events
 from mlxfleet_operator.core.deployment.plan import PlanInfo
 from mlxfleet_operator.core.fleet import facts as f
 from mlxfleet_operator.core.fleet import placement
+from mlxfleet_operator.core.kit import events
 
 
 def slot_spec(

@@ -4,8 +4,8 @@ reason; while loading its message carries that progress), and the whole status o
 
 Every reason is decided from typed facts (node readiness, slot phases, the agents' HTTP
 statuses, the plan's phase), never from the text of a message written earlier.
-May import: the standard library, `api`, the agent `contract`, `core.conditions`,
-`core.naming`, `core.fleet` (`placement`, `facts`), `autoscale`, `plan`, `preemption`,
+May import: the standard library, `api`, the agent `contract`, `core.kit.conditions`,
+`core.kit.naming`, `core.fleet` (`placement`, `facts`), `autoscale`, `plan`, `preemption`,
 `slots`.
 Called by: the ModelDeployment handler after placement and the slot requests.
 """
@@ -22,11 +22,11 @@ from mlxfleet_operator.api import fields
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import conditions, naming
 from mlxfleet_operator.core.deployment import autoscale, preemption, slots
 from mlxfleet_operator.core.deployment.plan import PlanInfo
 from mlxfleet_operator.core.fleet import facts as f
 from mlxfleet_operator.core.fleet import placement
+from mlxfleet_operator.core.kit import conditions, naming
 
 _PHASES = {
     contract.SlotPhase.PENDING: mdep.PlacementPhase.PENDING,

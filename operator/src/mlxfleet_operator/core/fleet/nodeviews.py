@@ -3,7 +3,7 @@ pressure readings from the InferenceNode's conditions (`PRESSURES`), how warm it
 its agent can run, its memory with a deployment's own slot left out; and the view kept per node
 between reconciles (`prepare`, `views_for`).
 
-May import: the standard library, the agent `contract`, `api`, `core.thermal`, `facts`,
+May import: the standard library, the agent `contract`, `api`, `core.kit.thermal`, `facts`,
 `placement`. Called by: `core.deployment.replicas` (a deployment's placement), `core.sharded`
 (a rank's node), the fleet adapter (`prepare`, `views_for`: each node's view kept between
 reconciles).
@@ -18,9 +18,9 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import thermal
 from mlxfleet_operator.core.fleet import facts as f
 from mlxfleet_operator.core.fleet import placement
+from mlxfleet_operator.core.kit import thermal
 
 # InferenceNode conditions that keep new replicas off a node while they are True, each with
 # the placement reason it gives; the node's replicas stay.

@@ -3,7 +3,7 @@ group (rank 0's node), the endpoints (only rank 0 of each group is published, re
 rank is; while its SwapPlan step runs, when rank 0's agent serves: the old formation until the
 switch, not during a Hold), groups waiting out the failover delay, and the kstatus verdict.
 
-May import: the standard library, `api`, `core.conditions`, `core.naming`, `core.fleet`,
+May import: the standard library, `api`, `core.kit.conditions`, `core.kit.naming`, `core.fleet`,
 `core.deployment`, `core.sharded.formation` and `health`. Called by: the sharded ModelDeployment
 handler (through `core.sharded`).
 """
@@ -16,10 +16,10 @@ from datetime import datetime
 
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
-from mlxfleet_operator.core import conditions, naming
 from mlxfleet_operator.core.deployment import plan as plans
 from mlxfleet_operator.core.fleet import facts as dep
 from mlxfleet_operator.core.fleet import groupplacement
+from mlxfleet_operator.core.kit import conditions, naming
 from mlxfleet_operator.core.sharded import health
 from mlxfleet_operator.core.sharded.formation import Formation
 

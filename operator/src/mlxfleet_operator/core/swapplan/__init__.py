@@ -20,7 +20,7 @@ Modules, by concern:
 - `requests`: the agent slot each action asks for.
 - `status`: the SwapPlan status and conditions from a state, and the Event a phase change posts.
 
-May import: the standard library, `api`, the agent `contract`, `core.conditions`, `core.fleet`,
+May import: the standard library, `api`, the agent `contract`, `core.kit.conditions`, `core.fleet`,
 `core.sharded` (group steps) and `core.deployment` (the slot a step asks for, `PlanInfo`): the top
 layer of core. Called by: the SwapPlan handler, and the ModelDeployment handlers (`effects`,
 `prefetch`).

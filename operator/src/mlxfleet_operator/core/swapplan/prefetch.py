@@ -14,7 +14,7 @@ passes. `annotate` puts a node's download progress (bytes done/total, rate, shar
 into the message of a step on that node that waits on it.
 A prefetch the agent refuses posts a `PrefetchFailed` warning (`refused`); the step's own slot
 request then fetches the model itself, or says why it cannot.
-May import: the standard library, `api`, the agent `contract`, `core.events`, `state`.
+May import: the standard library, `api`, the agent `contract`, `core.kit.events`, `state`.
 Called by: the SwapPlan and ModelDeployment handlers (the sharded one too).
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import events
+from mlxfleet_operator.core.kit import events
 from mlxfleet_operator.core.swapplan import state as st
 
 MAX_PEERS = 3

@@ -1,7 +1,7 @@
 """The agent slot each SwapPlan action asks for: the deployment's slot with the plan's model,
 and the plan's strategy and drain timeout where it sets them.
 
-May import: `api`, `state`, `core.events`, `core.deployment` (`facts`, `slots`). Called by: the
+May import: `api`, `state`, `core.kit.events`, `core.deployment` (`facts`, `slots`). Called by: the
 SwapPlan handler, which sends each request to its node's agent.
 """
 
@@ -13,9 +13,9 @@ from mlxfleet_operator.api import fields
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import events
 from mlxfleet_operator.core.deployment import slots
 from mlxfleet_operator.core.fleet import facts
+from mlxfleet_operator.core.kit import events
 from mlxfleet_operator.core.swapplan import state as st
 
 

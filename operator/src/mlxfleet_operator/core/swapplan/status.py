@@ -1,7 +1,7 @@
 """SwapPlan status from a `PlanState`: the phase -> condition mapping (one verdict), the whole
 status object, the Event a phase change posts, and whether a finished plan needs a run at all.
 
-May import: the standard library, `api`, `core.conditions`, `core.events`, `state`.
+May import: the standard library, `api`, `core.kit.conditions`, `core.kit.events`, `state`.
 Called by: the SwapPlan handler (it writes what `plan_status` returns, posts `announcement`).
 """
 
@@ -11,7 +11,7 @@ from datetime import datetime
 
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import swapplan as swp
-from mlxfleet_operator.core import conditions, events
+from mlxfleet_operator.core.kit import conditions, events
 from mlxfleet_operator.core.swapplan import state as st
 
 Phase = swp.SwapPhase

@@ -16,7 +16,7 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.api import fields
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import clocks
+from mlxfleet_operator.core.kit import clocks
 from mlxfleet_operator.core.swapplan import state as st
 
 

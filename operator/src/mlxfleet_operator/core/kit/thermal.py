@@ -6,7 +6,7 @@ ThermalPressure is True at serious or critical (placement then gives the node no
 cooler nodes (`warmth`). Like MemoryPressure, the message is written when the level changes and
 kept while it stays; the figures in `status.thermal` are refreshed with the heartbeat (or when
 the level changes), not on every poll.
-May import: the standard library, `api`, the agent `contract`, `core.conditions`.
+May import: the standard library, `api`, the agent `contract`, `core.kit.conditions`.
 Called by: `core.nodes.status`, `core.fleet.nodeviews` (`warmth`).
 """
 
@@ -18,7 +18,7 @@ from datetime import datetime
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
-from mlxfleet_operator.core import conditions
+from mlxfleet_operator.core.kit import conditions
 
 HOT = ("serious", "critical")
 REASONS = {

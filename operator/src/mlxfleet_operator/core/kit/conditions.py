@@ -2,7 +2,7 @@
 status flips, and the kstatus trio Ready / Reconciling / Stalled derived from one verdict.
 
 `ready_changed`: the Event a change of Ready says. May import: the standard library,
-`api.conditions` and `core.events`. Called by: core status functions and the handlers (which
+`api.conditions` and `core.kit.events`. Called by: core status functions and the handlers (which
 always write the whole list: kopf merge patches replace lists).
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from mlxfleet_operator.api import conditions as api
-from mlxfleet_operator.core import events
+from mlxfleet_operator.core.kit import events
 
 TRUE = api.ConditionStatus.TRUE
 FALSE = api.ConditionStatus.FALSE
