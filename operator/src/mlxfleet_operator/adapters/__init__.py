@@ -9,7 +9,7 @@ ModelDeployment's Service + EndpointSlices), `ownership` (which of those objects
 `statuspatch` (status into kopf's patch), `events` (post core's Event values), `metrics`
 (Prometheus), `runtime` (settings, kube, fleet, publisher, locks in kopf's memo), `objectstore` (S3,
 for reports).
-May import: httpx, kubernetes_asyncio and aiohttp (`kubeapi` alone), kopf (events), boto3,
+May import: httpx, kubernetes_asyncio (`kubeapi` alone), aiohttp, kopf (events), boto3,
 prometheus-client, `core`, `api`, the agent `contract`, `settings`, the standard library.
 Called by: handlers, `main` (the runtime) and reports (`objectstore`). Every Kubernetes call is
 asynchronous, on the event loop: no worker thread.
