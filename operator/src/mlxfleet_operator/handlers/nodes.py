@@ -1,7 +1,7 @@
 """InferenceNode heartbeat: poll the agent's /v1/state every --poll-seconds, debounce misses, write
 status (memory, disk, slots, cached models, conditions) when it changed (lastHeartbeatTime alone
 only every --heartbeat-write-seconds, longer in a fleet so large that heartbeats alone would write
-more than twice a second, stretched per node by up to 50 % so nodes do not write together), post an
+more than once in 2 s, stretched per node by up to 50 % so nodes do not write together), post an
 Event on Ready flips. A node no person approved (it joined itself) is not polled: its status says
 AwaitingApproval and the fleet forgets it (no client, no placement, no peer). An approved node
 whose agent lacks its own keys is sent them (`fleet.keep_credentials`).
