@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import kopf
-
 from mlxfleet_operator.adapters import objects, statuspatch
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
