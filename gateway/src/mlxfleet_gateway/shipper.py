@@ -5,12 +5,13 @@ Every `interval_s` (60 by default) the open `usage.UsageBook` is closed into one
 uploaded under the same key layout as the agents' (`contract.telemetry_key`), so the reports read
 both with one listing. Every closed interval is also summed into `months` (this replica's month
 so far, `core.ledger`), which `months.MonthLedger` adds to the other replicas' for the console,
-the admin API and the budgets. The gateway is stateless: closed intervals wait in memory (at most
-`max_buffered`; the oldest are dropped and counted) while the store is unreachable, and the open
-interval is closed and flushed on shutdown. Nothing is shipped without a bucket. The queue, its
-bound and the uploads are the one telemetry shipper's (mlxfleet_common.telemetry.shipper, with a
-`MemoryQueue`: closing an interval on a request's path is an append, never I/O; each PUT runs in
-a worker thread).
+the admin API and the budgets. The gateway is stateless: closed intervals wait in memory while
+the store is unreachable (at most `max_buffered` after each tick, one more between two; the oldest
+are dropped and counted), and the open interval is closed and flushed on shutdown. Nothing is
+shipped without a bucket. The queue, its bound and the uploads are the one telemetry shipper's
+(mlxfleet_common.telemetry.shipper, with a `MemoryQueue`): closing an interval on a request's path
+is an append, never I/O; the tick (every interval / 12, at most 5 s) uploads, each PUT in a worker
+thread, then keeps the bound.
 May import: mlxfleet_common (s3client: boto3, lazily; telemetry.shipper), the standard library,
 mlxfleet_agent.contract, core.usage, core.ledger, metrics.
 Called by: server (start/stop) and metering (record).
@@ -134,9 +135,8 @@ class Shipper:
             return
         self.months.add(closed)
         self.metrics.telemetry.labels("closed").inc()
-        if closed.keys:  # an append and a bound: O(1), no I/O (this runs on a request's path)
-            self._ship.enqueue(closed)
-            self._ship.trim()
+        if closed.keys:  # an append, O(1) and no I/O (this runs on a request's path); the
+            self._ship.enqueue(closed)  # bound is kept by the tick (`_run`)
 
     async def _run(self) -> None:
         tick = max(0.05, min(5.0, self.config.interval_s / 12))
@@ -144,6 +144,7 @@ class Shipper:
             await asyncio.sleep(tick)
             self._roll()
             await self._ship.flush_async()
+            self._ship.trim()  # what the store could not take, beyond `max_buffered`
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -156,3 +157,4 @@ class Shipper:
                 await self._task
         self._roll(force=True)
         await self._ship.flush_async()
+        self._ship.trim()

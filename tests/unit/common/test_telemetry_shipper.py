@@ -127,38 +127,62 @@ def test_an_unreadable_queued_file_is_dropped_and_the_rest_ship(
     assert disk.pending() == []
 
 
-def use(key: str = "team-a") -> usage.Use:
+def test_an_item_dropped_while_its_put_is_in_flight_takes_no_other_with_it() -> None:
+    """The gateway's queue lives on its event loop while each PUT runs in a worker thread. When
+    the bound drops the item being uploaded, the upload's end must remove nothing else.
+    Before (the gateway's own deque): it popped the head, by then the next, never uploaded."""
+
+    async def scenario() -> list[str]:
+        store, counts = Store(threading.Event()), {}
+        ship = make(common.MemoryQueue[str](), store, counts, limit=2)
+        ship.enqueue("i1")
+        flush = asyncio.ensure_future(ship.flush_async())
+        assert await asyncio.to_thread(store.entered.wait, 10)  # i1's PUT is in flight
+        ship.enqueue("i2")
+        ship.enqueue("i3")
+        assert ship.trim() == 1  # drops i1
+        assert store.gate is not None
+        store.gate.set()
+        assert await flush == 3
+        assert counts == {"dropped": 1, "uploaded": 3}
+        return [key for key, _ in store.puts]
+
+    assert asyncio.run(scenario()) == ["p/i1.jsonl", "p/i2.jsonl", "p/i3.jsonl"]
+
+
+def use() -> usage.Use:
     return usage.Use(
-        key=key, owner=None, team=None, namespace="ns", model="m", backend="ns/m", external=False,
-        prompt_tokens=3, completion_tokens=2,
+        key="team-a", owner=None, team=None, namespace="ns", model="m", backend="ns/m",
+        external=False, prompt_tokens=3, completion_tokens=2,
     )  # fmt: skip
 
 
-def test_gateway_an_interval_dropped_while_its_put_is_in_flight_loses_no_other() -> None:
-    """The gateway closes intervals on the event loop while a PUT runs in a worker thread. When
-    the bound drops the interval being uploaded, the upload's end must remove nothing else.
-    Before: it popped the head of the queue, by then the next interval, never uploaded."""
-
-    async def scenario() -> list[str]:
-        gate = threading.Event()
-        store = Store(gate)
-        now = [T0 + 1]
-        cfg = gateway_shipper.ShipperConfig(node="gateway-a", interval_s=60, max_buffered=2)
-        ship = gateway_shipper.Shipper(
-            cfg, metrics.GatewayMetrics(), uploader=store, clock=lambda: now[0]
-        )
-        for minute in range(1, 4):  # three closed intervals: A, then B and C
+def test_gateway_requests_only_append_and_its_tick_keeps_the_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request that closes an interval appends it and does nothing else (no trim, no log, no
+    I/O), however long the store has been down; the tick (here: stop) uploads, then drops the
+    oldest beyond `max_buffered` and says so."""
+    store = Store()
+    store.down = True
+    now = [T0 + 1]
+    cfg = gateway_shipper.ShipperConfig(node="gateway-a", interval_s=60, max_buffered=2)
+    ship = gateway_shipper.Shipper(
+        cfg, metrics.GatewayMetrics(), uploader=store, clock=lambda: now[0]
+    )
+    with caplog.at_level(logging.DEBUG, logger="mlxfleet_gateway.shipper"):
+        for minute in range(1, 5):
             ship.record(use())
-            now[0] = T0 + 1 + 60 * minute
-            ship.record(use())  # closes the previous interval on this (the request's) path
-            if minute == 1:  # A is being uploaded while B and C close
-                flush = asyncio.ensure_future(ship._ship.flush_async())
-                assert await asyncio.to_thread(store.entered.wait, 10)
-        gate.set()  # A's PUT ends; A was dropped by the bound meanwhile
-        await flush
-        await ship._ship.flush_async()
-        return [key for key, _ in store.puts]
-
-    keys = asyncio.run(scenario())
-    minutes = [k.rsplit("/", 1)[1] for k in keys]
-    assert minutes == ["20260921T141400Z.jsonl", "20260921T141500Z.jsonl", "20260921T141600Z.jsonl"]
+            now[0] = T0 + 1 + 60 * minute  # the next record closes the interval before it
+        ship.record(use())
+        assert caplog.records == []
+        assert len(ship._ship.queue) == 4
+        asyncio.run(ship.stop())  # closes the fifth, fails to upload, keeps the newest two
+    assert len(ship._ship.queue) == 2
+    assert "dropped 3 oldest intervals" in caplog.text
+    store.down = False
+    assert ship._ship.flush() == 2
+    assert [k.rsplit("/", 1)[1] for k, _ in store.puts] == [
+        "20260921T141700Z.jsonl",
+        "20260921T141800Z.jsonl",
+    ]
