@@ -268,6 +268,7 @@ async def serve(
             header_timeout_s=cfg.header_timeout_s,
             body_timeout_s=cfg.body_timeout_s,
             max_connections=cfg.max_connections,
+            head_with_body=True,  # a whole answer in one write (CPU per request)
         ),
     )
     tasks = [loop.create_task(data_srv.serve(sockets=[data_sock]))]
