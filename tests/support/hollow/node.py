@@ -8,7 +8,8 @@ spec's memoryBytes, or the model is on disk / in the cache) it must fit the budg
 other slots (507 with the InsufficientMemory body). Estimates of file models come from their
 config.json and safetensors (the shared `mlxfleet_agent.memory`), of other sources from the
 fleet's model table.
-May import: the standard library, `mlxfleet_agent` (contract, memory, __version__), hollow.*.
+May import: the standard library, `mlxfleet_agent` (contract, memory, models, slots, __version__),
+hollow.*. The slots are the agent's own (`slots.slot.Slot`, over hollow.slots' backends).
 Called by: hollow.api, hollow.server.
 """
 
