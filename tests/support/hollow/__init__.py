@@ -6,8 +6,8 @@ loopback port, over the agent's own slots (`mlxfleet_agent.slots`: the real stat
 convergence loop and swap protocol) whose backends are simulated, as kubemark runs the real
 kubelet: Pending -> Downloading -> Loading -> Warming -> Ready with configurable timings, surge
 and hold swaps with their SwapRecords, the memory budget (507 when a model does not fit),
-rollback when the new model fails to load. Faults are injected per node while it runs: stop answering
-(refuse connections, or accept and never answer), answer slowly, fail slot loads.
+rollback when the new model fails to load. Faults are injected per node while it runs: stop
+answering (refuse connections, or accept and never answer), answer slowly, fail slot loads.
 
 A test tool (the way Kubernetes scale tests use kubemark hollow nodes and KWOK): it never
 replaces the real agent in the functional tests, and `tests/integration/hollow` checks it answers
