@@ -8,21 +8,35 @@ shipper nothing is booked; the metrics are counted all the same. The access log 
 JSON line per request at INFO, `--no-access-log` turns it off) says who asked for which model,
 where it went, what came of it, how long it took and how many tokens: never the prompt or the
 answer, which the gateway neither logs nor ships. `refused` is the line of a request refused
-before it became a call.
-May import: the standard library, core (keys, usage), calls, metrics, shipper. Called by: proxy.
+before it became a call. The line is written by the log's `logline.JsonHandler` directly when it
+alone would write it (no `LogRecord` per request), else through `logging` as any other line.
+May import: the standard library, core (keys, usage), calls, metrics, shipper, logline. Called by:
+proxy.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
-from mlxfleet_gateway import calls, metrics, shipper
+from mlxfleet_gateway import calls, logline, metrics, shipper
 from mlxfleet_gateway.core import keys
 from mlxfleet_gateway.core import usage as usage_mod
 
 ACCESS = "mlxfleet_gateway.access"
 access = logging.getLogger(ACCESS)
+
+
+def write_access(fields: dict[str, Any]) -> None:
+    """One access line (message `request`) with `fields`, when the access log is on."""
+    if not access.isEnabledFor(logging.INFO):
+        return
+    handler = logline.sole_handler(access, logging.INFO)
+    if handler is not None:
+        handler.write_line(ACCESS, logging.INFO, "request", fields)
+    else:
+        access.info("request", extra=fields)
 
 
 class Meter:
@@ -58,9 +72,8 @@ class Meter:
                 status = call.status
             else:
                 status = call.last_error.status if call.last_error is not None else 200
-            access.info(
-                "request",
-                extra={
+            write_access(
+                {
                     "key": key.name,
                     "team": key.spec.team,
                     "endpoint": call.api or call.endpoint,
@@ -76,7 +89,7 @@ class Meter:
                     "duration_ms": round(took * 1000, 1),
                     "prompt_tokens": call.prompt_tokens,
                     "completion_tokens": call.completion_tokens,
-                },
+                }
             )
         self.record(
             key,
@@ -92,11 +105,7 @@ class Meter:
 
     def refused(self, path: str, status: int, code: str | None, key: str | None = None) -> None:
         """The access line of a request refused before it became a call (401, 404, 413, 429)."""
-        if access.isEnabledFor(logging.INFO):
-            access.info(
-                "request",
-                extra={"key": key, "path": path, "status": status, "error": code},
-            )
+        write_access({"key": key, "path": path, "status": status, "error": code})
 
     def record(
         self,

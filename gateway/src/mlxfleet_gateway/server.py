@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import secrets
 import signal
@@ -37,6 +36,7 @@ from mlxfleet_gateway import (
     activator,
     demand,
     health,
+    logline,
     metering,
     metrics,
     months,
@@ -52,29 +52,8 @@ log = logging.getLogger("mlxfleet_gateway")
 METRICS_MAX_CONNECTIONS = 64  # scrapers and probes; more are closed unanswered
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message and any `extra` fields."""
-
-    RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "time": self.formatTime(record),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        out.update(
-            {k: v for k, v in vars(record).items() if k not in self.RESERVED and k != "message"}
-        )
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
-
-
 def configure_logging(level: str, *, access_log: bool = True) -> None:
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(JsonFormatter())
+    handler = logline.JsonHandler(sys.stdout)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -289,6 +268,7 @@ async def serve(
             header_timeout_s=cfg.header_timeout_s,
             body_timeout_s=cfg.body_timeout_s,
             max_connections=cfg.max_connections,
+            head_with_body=True,  # a whole answer in one write (CPU per request)
         ),
     )
     tasks = [loop.create_task(data_srv.serve(sockets=[data_sock]))]

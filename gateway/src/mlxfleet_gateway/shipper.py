@@ -5,19 +5,21 @@ Every `interval_s` (60 by default) the open `usage.UsageBook` is closed into one
 uploaded under the same key layout as the agents' (`contract.telemetry_key`), so the reports read
 both with one listing. Every closed interval is also summed into `months` (this replica's month
 so far, `core.ledger`), which `months.MonthLedger` adds to the other replicas' for the console,
-the admin API and the budgets. The gateway is stateless: closed intervals wait in memory (at most
-`max_buffered`; the oldest are dropped and counted) while the store is unreachable, and the open
-interval is closed and flushed on shutdown. Nothing is shipped without a bucket.
-May import: mlxfleet_common.s3client (boto3, lazily), the standard library, mlxfleet_agent.contract,
-core.usage,
-core.ledger, metrics.
+the admin API and the budgets. The gateway is stateless: closed intervals wait in memory while
+the store is unreachable (at most `max_buffered` after each tick, one more between two; the oldest
+are dropped and counted), and the open interval is closed and flushed on shutdown. Nothing is
+shipped without a bucket. The queue, its bound and the uploads are the one telemetry shipper's
+(mlxfleet_common.telemetry.shipper, with a `MemoryQueue`): closing an interval on a request's path
+is an append, never I/O; the tick (every interval / 12, at most 5 s) uploads, each PUT in a worker
+thread, then keeps the bound.
+May import: mlxfleet_common (s3client: boto3, lazily; telemetry.shipper), the standard library,
+mlxfleet_agent.contract, core.usage, core.ledger, metrics.
 Called by: server (start/stop) and metering (record).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import time
@@ -27,6 +29,7 @@ from typing import Protocol
 
 from mlxfleet_agent import contract
 from mlxfleet_common import s3client
+from mlxfleet_common.telemetry import shipper as common
 from mlxfleet_gateway import metrics
 from mlxfleet_gateway.core import ledger, usage
 
@@ -57,6 +60,8 @@ class Uploader(Protocol):
 
 
 class Shipper:
+    """The open `UsageBook`, this replica's month, and the shared shipper over a memory queue."""
+
     def __init__(
         self,
         config: ShipperConfig,
@@ -71,7 +76,6 @@ class Shipper:
         self.book = usage.UsageBook.open(
             node=config.node, interval_s=config.interval_s, now=clock()
         )
-        self._queue: collections.deque[contract.TelemetryInterval] = collections.deque()
         self.months = ledger.Months()  # closed intervals summed per UTC month
         self._uploader = uploader
         if uploader is None and config.bucket:
@@ -84,14 +88,28 @@ class Shipper:
                 access_key_id=config.access_key_id,
                 secret_access_key=config.secret_access_key,
             )
+        codec = contract.IntervalCodec(config.prefix)
+        counter = gauges.telemetry
+        self._ship = common.Shipper(
+            common.MemoryQueue[contract.TelemetryInterval](),
+            self._uploader,
+            codec=codec,
+            key=codec.key,
+            max_buffered=config.max_buffered,
+            count=lambda result, n: counter.labels(result).inc(n),
+            log=log,
+        )
         self._task: asyncio.Task[None] | None = None
-        self._failing = False
-        self.uploaded: list[str] = []
 
     @property
     def store(self) -> Uploader | None:
         """The bucket (None without one)."""
         return self._uploader
+
+    @property
+    def uploaded(self) -> list[str]:
+        """This process's latest uploads, in order (diagnostics)."""
+        return list(self._ship.uploaded)
 
     def month_rows(self, month: str) -> list[contract.KeyTelemetry]:
         """This replica's rows of `month` so far: closed intervals and the open one."""
@@ -117,37 +135,16 @@ class Shipper:
             return
         self.months.add(closed)
         self.metrics.telemetry.labels("closed").inc()
-        if self._uploader is None or not closed.keys:
-            return
-        self._queue.append(closed)
-        while len(self._queue) > self.config.max_buffered:
-            self._queue.popleft()
-            self.metrics.telemetry.labels("dropped").inc()
-
-    async def _flush(self) -> None:
-        while self._queue and self._uploader is not None:
-            interval = self._queue[0]
-            key = contract.telemetry_key(self.config.prefix, interval.node, interval.interval_start)
-            body = interval.model_dump_json().encode() + b"\n"
-            try:
-                await asyncio.to_thread(self._uploader.put, key, body)
-            except Exception as exc:  # any transport or S3 error: keep it, retry next tick
-                self.metrics.telemetry.labels("upload_failed").inc()
-                if not self._failing:
-                    log.warning("telemetry store unreachable, holding intervals: %s", exc)
-                self._failing = True
-                return
-            self._queue.popleft()
-            self.uploaded.append(key)
-            self.metrics.telemetry.labels("uploaded").inc()
-            self._failing = False
+        if closed.keys:  # an append, O(1) and no I/O (this runs on a request's path); the
+            self._ship.enqueue(closed)  # bound is kept by the tick (`_run`)
 
     async def _run(self) -> None:
         tick = max(0.05, min(5.0, self.config.interval_s / 12))
         while True:
             await asyncio.sleep(tick)
             self._roll()
-            await self._flush()
+            await self._ship.flush_async()
+            self._ship.trim()  # what the store could not take, beyond `max_buffered`
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -159,4 +156,5 @@ class Shipper:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self._roll(force=True)
-        await self._flush()
+        await self._ship.flush_async()
+        self._ship.trim()

@@ -114,7 +114,7 @@ class OperatorSettings(BaseModel):
         Field(ge=0, le=3600),
         Opt(
             "write an unchanged node's lastHeartbeatTime at most this often (default 60; "
-            "longer above 120 nodes: heartbeats alone write at most twice a second)"
+            "longer above 30 nodes: heartbeats alone write at most once in 2 s)"
         ),
     ] = 60.0
     swap_prefetch: Annotated[

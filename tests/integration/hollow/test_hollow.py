@@ -141,3 +141,52 @@ def _finished(fleet: HollowFleet, name: str) -> dict[str, Any] | None:
 def _phase(fleet: HollowFleet, index: int, phase: str) -> dict[str, Any] | None:
     found = fleet.api(index, "GET", "/v1/slots/a").json()
     return found if found["phase"] == phase else None
+
+
+def test_a_hollow_node_runs_the_agents_own_slots() -> None:
+    """The slot state machine of a scale run is the code users run (slots.slot, convergence,
+    swap), over simulated backends: no process, no port bound, one task per slot."""
+    from mlxfleet_agent import contract
+    from mlxfleet_agent.slots.slot import Slot
+    from tests.support.hollow import config, node, slots
+
+    fast = config.Timing(download_s=0.05, load_s=0.05, warm_s=0.05, stop_s=0.05, jitter=0)
+    cfg = config.NodeConfig(name="n0", memory_bytes=64 * GIB)
+    fleet = config.FleetConfig(nodes=[cfg], timing=fast)
+
+    def spec(source: str) -> contract.SlotSpec:
+        return contract.SlotSpec.model_validate(slot(source, "m", 2))
+
+    async def scenario() -> None:
+        n = node.HollowNode(cfg, fleet)
+        n.apply("a", spec("hf://o/a"))
+        hollow = n.slots["a"]
+        assert type(hollow) is Slot
+        await _until(lambda: hollow.status().ready)
+        active = hollow.active
+        assert active is not None
+        assert isinstance(active.backend, slots.Backend)
+        assert active.backend.proc is None  # simulated: nothing was spawned
+        n.apply("a", spec("hf://o/b"), request_id="plan-1")
+        await _until(lambda: bool(hollow.swaps) and hollow.swaps[0].outcome is not None)
+        record = hollow.swaps[0]
+        assert (record.strategy, record.outcome, record.request_id) == (
+            contract.SwapStrategy.SURGE,
+            contract.SwapOutcome.COMPLETED,
+            "plan-1",
+        )
+        assert hollow.status().source == "hf://o/b"
+        n.delete("a")
+        await _until(lambda: "a" not in n.slots)
+        assert not any(n.pins.values())  # every backend's weights unpinned
+        await n.close()
+
+    asyncio.run(scenario())
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    for _ in range(1000):  # 10 s
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out")

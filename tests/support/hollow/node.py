@@ -8,7 +8,8 @@ spec's memoryBytes, or the model is on disk / in the cache) it must fit the budg
 other slots (507 with the InsufficientMemory body). Estimates of file models come from their
 config.json and safetensors (the shared `mlxfleet_agent.memory`), of other sources from the
 fleet's model table.
-May import: the standard library, `mlxfleet_agent` (contract, memory, __version__), hollow.*.
+May import: the standard library, `mlxfleet_agent` (contract, memory, models, slots, __version__),
+hollow.*. The slots are the agent's own (`slots.slot.Slot`, over hollow.slots' backends).
 Called by: hollow.api, hollow.server.
 """
 
@@ -22,8 +23,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mlxfleet_agent import __version__, contract, sizing
-from mlxfleet_agent.models import modeldir
+from mlxfleet_agent.models import modeldir, source
 from mlxfleet_agent.refusals import NoFit, Rejected  # the real agent's refusals, same messages
+from mlxfleet_agent.slots import deps
+from mlxfleet_agent.slots.slot import Slot
 from mlxfleet_agent.telemetry import hoststats
 from tests.support.hollow import config, slots
 
@@ -42,7 +45,7 @@ class HollowNode:
         self.faults = cfg.faults.model_copy(deep=True)
         self.awake = asyncio.Event()
         self.awake.set()
-        self.slots: dict[str, slots.HollowSlot] = {}
+        self.slots: dict[str, Slot] = {}
         self.cache: dict[str, contract.CachedModel] = {}
         self.pins: dict[str, set[str]] = {}
         self.downloads: dict[str, asyncio.Task[contract.CachedModel]] = {}
@@ -51,8 +54,23 @@ class HollowNode:
         self.requests = 0
         self.answers: Counter[str] = Counter()  # "<method> <route> <status>" (hollow.server)
         self._random = random.Random(f"{fleet.seed}-{cfg.name}")
+        self.deps = deps.Deps(  # the real slots' seam, over simulated backends
+            catalog=slots.Catalog(self),
+            launcher=slots.Launcher(self),
+            telemetry=slots.Telemetry(),
+            owner=self,
+            restart_backoff_max_s=slots.BACKOFF_MAX_S,
+        )
 
-    # ---- the Host protocol of slots -----------------------------------------------------------
+    # ---- the Owner protocol of the real slots (slots.deps.Owner) ---------------------------
+
+    def backends_changed(self) -> None:
+        """No backend processes to record (the real agent writes their pids to its state dir)."""
+
+    def persist(self) -> None:
+        """A hollow node keeps its desired state in memory only."""
+
+    # ---- what the simulated backends ask (hollow.slots.Host) ------------------------------
 
     async def step(self, seconds: float) -> None:
         jitter = self.fleet.timing.jitter
@@ -102,7 +120,7 @@ class HollowNode:
     async def _download(self, spec: contract.SlotSpec, mid: str) -> contract.CachedModel:
         try:
             if spec.source.startswith("file://"):
-                size, shape = modeldir.inspect(self._file_dir(spec.source))
+                size, shape = modeldir.inspect(self.file_dir(spec.source))
             else:
                 await self.step(self.fleet.timing.download_s)
                 info = self.fleet.model(spec.source)
@@ -137,7 +155,7 @@ class HollowNode:
 
     # ---- admission ----------------------------------------------------------------------------
 
-    def _file_dir(self, source: str) -> Path:
+    def file_dir(self, source: str) -> Path:
         path = Path(source.removeprefix("file://"))
         real = path.resolve(strict=False)
         roots = [Path(r).resolve(strict=False) for r in self.fleet.allowed_roots]
@@ -161,7 +179,7 @@ class HollowNode:
             return spec.memory_bytes
         cached = self.cache.get(model_id(spec.source, spec.revision))
         if cached is None and spec.source.startswith("file://"):
-            size, shape = modeldir.inspect(self._file_dir(spec.source))
+            size, shape = modeldir.inspect(self.file_dir(spec.source))
             cached = contract.CachedModel(id="", source=spec.source, size_bytes=size, shape=shape)
         if cached is None:
             return None  # checked again after the download (as the real agent does)
@@ -191,7 +209,7 @@ class HollowNode:
                 existing.request_id = request_id
             return existing.status()
         if spec.source.startswith("file://"):
-            self._file_dir(spec.source)
+            self.file_dir(spec.source)
         try:
             estimate = self._known_estimate(spec)
         except sizing.UnknownModelSize as exc:
@@ -201,11 +219,10 @@ class HollowNode:
             if estimate > free:
                 raise NoFit(estimate=estimate, budget=self.budget(), free=free)
         if existing is None:
-            slot = slots.HollowSlot(name, spec, host=self)
+            slot = slots.new_slot(name, spec, shared=self.deps)
             self.slots[name] = slot
-            slot.start()
             return slot.status()
-        existing.want(spec, request_id=request_id)
+        existing.want(spec, source.of(spec), request_id=request_id)
         return existing.status()
 
     def delete(self, name: str) -> contract.SlotStatus | None:
@@ -217,7 +234,7 @@ class HollowNode:
             asyncio.get_running_loop().create_task(self._forget(slot))
         return slot.status()
 
-    async def _forget(self, slot: slots.HollowSlot) -> None:
+    async def _forget(self, slot: Slot) -> None:
         await slot.wait_stopped()
         if self.slots.get(slot.name) is slot:
             del self.slots[slot.name]
@@ -232,7 +249,7 @@ class HollowNode:
     async def prefetch(self, body: contract.PrefetchRequest) -> contract.CachedModel:
         spec = contract.SlotSpec(source=body.source, revision=body.revision, served_name="x")
         if spec.source.startswith("file://"):
-            self._file_dir(spec.source)
+            self.file_dir(spec.source)
         task = asyncio.get_running_loop().create_task(self.ensure(spec, holder="prefetch"))
         task.add_done_callback(lambda _: self.release("prefetch"))
         await asyncio.wait({task}, timeout=2.0)

@@ -244,7 +244,7 @@ class Fleet:
                 phases[str(slot.phase)] += 1
                 slots.setdefault(name, {})[slot.name] = {
                     "phase": str(slot.phase),
-                    "ready": slot.active is not None and slot.open,
+                    "ready": slot.status().ready,
                     "source": slot.active.spec.source if slot.active else slot.desired.source,
                     "deleted": slot.deleted,
                 }

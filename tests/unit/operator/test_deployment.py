@@ -620,19 +620,24 @@ def test_heartbeat_writes_of_nodes_registered_together_are_spread() -> None:
     assert nodes.heartbeat_every("mac-7", timedelta(0)) == timedelta(0)
 
 
-def test_a_large_fleet_writes_its_heartbeats_at_most_twice_a_second() -> None:
+def test_a_large_fleet_writes_its_heartbeats_at_most_once_in_two_seconds() -> None:
     """At 500 nodes a heartbeat written every 60-90 s was 6.7 status writes a second with
-    nothing changing (issue 12's goal: 10 for everything): the interval grows with the fleet so
-    heartbeat-only writes stay at most `HEARTBEAT_WRITES_PER_S` on average; a small fleet
+    nothing changing (issue 27's goal: 1 for everything): the interval grows with the fleet so
+    heartbeat-only writes stay at most `HEARTBEAT_WRITES_PER_S` (0.5) on average; a small fleet
     keeps the configured interval, and 0 (every poll) stays 0."""
+    assert nodes.HEARTBEAT_WRITES_PER_S <= 0.5
     every = timedelta(seconds=60)
-    for size in (1, 50, 120, 200, 500, 5000):
+    for size in (1, 20, 30, 50, 200, 500, 5000):
         intervals = [nodes.heartbeat_every(f"mac-{i}", every, fleet=size) for i in range(size)]
         assert min(intervals) >= every
         per_s = sum(1 / t.total_seconds() for t in intervals)
         assert per_s <= nodes.HEARTBEAT_WRITES_PER_S
-        if size <= 120:
+        if size <= 30:
             assert max(intervals) <= every * 1.5  # as configured
+    # 500 Macs: each heartbeat alone every 1,000-1,500 s
+    assert min(
+        nodes.heartbeat_every(f"mac-{i}", every, fleet=500) for i in range(500)
+    ) >= timedelta(seconds=1000)
     assert nodes.heartbeat_every("mac-7", timedelta(0), fleet=500) == timedelta(0)
 
 

@@ -6,16 +6,23 @@ from __future__ import annotations
 import importlib
 
 import kopf
+from kopf._core.intents import handlers as kopf_handlers
 
 from mlxfleet_operator import handlers, settings
 
 
 def test_timer_intervals_come_from_the_settings_passed_in() -> None:
     registry = handlers.registry(settings.OperatorSettings(poll_seconds=7))
-    timers = {h.id: h.interval for h in registry._spawning.get_all_handlers()}
+    spawning = registry._spawning.get_all_handlers()
+    timers = {h.id: h.interval for h in spawning if isinstance(h, kopf_handlers.TimerHandler)}
     assert timers == {"heartbeat_poll": 7.0, "converge": 7.0, "follow": 3.5, "route_status": 7.0}
+    daemons = {h.id: h.backoff for h in spawning if isinstance(h, kopf_handlers.DaemonHandler)}
+    assert daemons == {"groups": 7.0}  # the sharded group watch, retried after a poll period
     fast = handlers.registry(settings.OperatorSettings(poll_seconds=0.2))
-    assert {h.id: h.interval for h in fast._spawning.get_all_handlers()}["follow"] == 0.5
+    spawning = fast._spawning.get_all_handlers()
+    assert {h.id: h.interval for h in spawning if isinstance(h, kopf_handlers.TimerHandler)}[
+        "follow"
+    ] == 0.5
 
 
 def test_every_handler_is_registered_once_with_one_index_per_question() -> None:
@@ -31,7 +38,9 @@ def test_every_handler_is_registered_once_with_one_index_per_question() -> None:
     activities = [h.id for h in registry._activities.get_all_handlers()]
     assert activities == ["login", "configure", "close", "nodes"]
     changing = sorted(h.id for h in registry._changing.get_all_handlers())
-    assert changing == ["changed"] * 6 + ["forget"] + ["route_changed"] * 3 + ["teardown"]
+    assert changing == (
+        ["changed"] * 6 + ["forget"] + ["gone"] * 2 + ["route_changed"] * 3 + ["teardown"]
+    )
 
 
 def test_importing_the_handlers_registers_nothing_and_reads_no_settings() -> None:

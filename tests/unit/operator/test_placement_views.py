@@ -181,7 +181,7 @@ def test_a_deployment_waiting_for_room_skips_until_room_or_a_node_shows_up() -> 
     see(node("n2"), "1")
     meta = {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}
     body = kopf.Body({"metadata": meta, "spec": {"replicas": 1}})
-    rt.waiting["u"] = 8 * GIB
+    rt.objects.of("u").waiting = 8 * GIB
     key = deployments._inputs(rt, body, idx())
     assert key is not None
     f.record("n1", state(budget=16 * GIB, slots=[_slot("a", 10)]), now=NOW)  # 6 GiB: not enough
@@ -205,7 +205,7 @@ def test_a_deployment_waiting_for_room_skips_until_room_or_a_node_shows_up() -> 
     assert deployments._inputs(rt, body, idx()) == after  # it is not on n2
     on_n2 = kopf.Body({**body, "status": {"placements": [{"node": "n2"}]}})
     assert deployments._inputs(rt, on_n2, idx()) is None  # it is: failover is timed
-    rt.waiting.clear()  # not waiting (placed, sized, or refused): every answer counts again
+    rt.objects.of("u").waiting = None  # not waiting (placed, sized, refused): all answers count
     everyone = deployments._inputs(rt, body, idx())
     f.record("n1", state(budget=16 * GIB, slots=[_slot("a", 10), _slot("c", 1)]), now=NOW)
     assert deployments._inputs(rt, body, idx()) != everyone

@@ -94,3 +94,13 @@ def test_settled_needs_every_replica_no_open_plan_and_no_sharding() -> None:
     assert not skip.settled(with_(settles_at=3))
     assert not skip.settled(with_(plans_finished=False))
     assert not skip.settled(with_(sharded=True))
+
+
+def test_stall_is_due_once_ready_has_been_false_for_the_stall_time() -> None:
+    """A deployment waiting for room keys its skip on this: it decides again to turn Stalled."""
+    from datetime import UTC, datetime, timedelta
+
+    since, after = datetime(2026, 1, 1, tzinfo=UTC), timedelta(seconds=300)
+    assert not skip.stall_due(None, now=since + after, after=after)  # Ready is not False
+    assert not skip.stall_due(since, now=since + after - timedelta(seconds=1), after=after)
+    assert skip.stall_due(since, now=since + after, after=after)

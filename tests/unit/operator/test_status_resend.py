@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import kopf
-
-from mlxfleet_operator.adapters import statuspatch
+from mlxfleet_operator.adapters import objects, statuspatch
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.handlers import nodes as node_handlers
@@ -24,10 +22,11 @@ def test_the_same_status_against_the_same_version_is_sent_once_then_after_the_re
     clock = [0.0]
     status = inode.InferenceNodeStatus(agent_version="2")
     stale = _body("u-resend", "1", {"agentVersion": "1"})
+    kept = objects.Objects()
 
     def write(body: dict[str, object], st: inode.InferenceNodeStatus) -> dict[str, object]:
         patch: dict[str, object] = {}
-        statuspatch.write_status(patch, st, body, clock=lambda: clock[0])
+        statuspatch.write_status(patch, st, body, kept, clock=lambda: clock[0])
         return patch
 
     def sent(patch: dict[str, object]) -> object:
@@ -52,14 +51,14 @@ def test_the_heartbeat_time_this_process_wrote_counts_while_the_body_lags() -> N
     shown = n.model_copy(
         update={"status": n.status.model_copy(update={"last_heartbeat_time": NOW})}
     )
-    memo = kopf.Memo()
-    assert node_handlers._as_written(shown, memo) is shown  # nothing written yet
-    memo["heartbeat_written"] = NOW + timedelta(seconds=60)
-    seen = node_handlers._as_written(shown, memo)
+    kept = objects.ObjectState()
+    assert node_handlers._as_written(shown, kept) is shown  # nothing written yet
+    kept.heartbeat_written = NOW + timedelta(seconds=60)
+    seen = node_handlers._as_written(shown, kept)
     assert seen.status.last_heartbeat_time == NOW + timedelta(seconds=60)
     assert seen.status.conditions == shown.status.conditions  # nothing else replaced
-    memo["heartbeat_written"] = NOW - timedelta(seconds=5)  # the body is newer: it counts
-    assert node_handlers._as_written(shown, memo) is shown
+    kept.heartbeat_written = NOW - timedelta(seconds=5)  # the body is newer: it counts
+    assert node_handlers._as_written(shown, kept) is shown
 
 
 def _conditions(at: int, ready: str = "True") -> inode.InferenceNodeStatus:
@@ -87,10 +86,11 @@ def test_a_body_without_our_last_conditions_does_not_move_their_transition_times
     nothing but lastTransitionTime (55 a second at 500 x 1,000). The times this process last
     sent are kept while a condition's status is the same; a real transition gets its own."""
     bare = _body("u-times", "1", {})
+    kept = objects.Objects()
 
     def write(st: inode.InferenceNodeStatus, at: float) -> dict[str, object]:
         patch: dict[str, object] = {}
-        statuspatch.write_status(patch, st, bare, clock=lambda: at)
+        statuspatch.write_status(patch, st, bare, kept, clock=lambda: at)
         return patch
 
     first = _times(write(_conditions(0), 0.0))

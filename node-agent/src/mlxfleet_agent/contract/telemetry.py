@@ -1,13 +1,16 @@
 """Telemetry objects (agent -> S3 bucket -> operator reports): one `TelemetryInterval` JSON line
-per node and interval, and its object key. Counts and timings only, never request text.
+per node and interval, and its object key (`IntervalCodec`: how the shippers key, write and read
+one). Counts and timings only, never request text.
 
 May import: pydantic and the standard library only (pure).
-Called by: the agent's telemetry, the operator's object store adapter and reports.
+Called by: the agent's telemetry, the gateway's shipper, the operator's object store adapter and
+reports.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -196,3 +199,28 @@ def telemetry_date_prefix(prefix: str, day: str) -> str:
     """Key prefix of one UTC day (`YYYY-MM-DD`) across all nodes."""
     head = prefix.strip("/")
     return "/".join([*([head] if head else []), TELEMETRY_KEY_LAYOUT, f"date={day}", ""])
+
+
+@dataclass(frozen=True, slots=True)
+class IntervalCodec:
+    """How the telemetry shipper (mlxfleet_common.telemetry.shipper, the agent's and the
+    gateway's) writes a `TelemetryInterval`: one JSON document (the object is it and a newline),
+    a spool file named by interval start and node, the object key under `prefix`."""
+
+    prefix: str = ""
+
+    def key(self, interval: TelemetryInterval) -> str:
+        return telemetry_key(self.prefix, interval.node, interval.interval_start)
+
+    @staticmethod
+    def dump(interval: TelemetryInterval) -> bytes:
+        return interval.model_dump_json().encode()
+
+    @staticmethod
+    def load(data: bytes) -> TelemetryInterval:
+        return TelemetryInterval.model_validate_json(data)
+
+    @staticmethod
+    def name(interval: TelemetryInterval) -> str:
+        start = round(interval.interval_start.timestamp() * 1000)
+        return f"{start:016d}-{interval.node}.json"  # two names in one window: two files

@@ -1,4 +1,6 @@
-"""Ships closed telemetry intervals to an S3-compatible bucket, buffered on disk.
+"""Ships closed telemetry intervals to an S3-compatible bucket, buffered on disk: the agent's
+side of the one telemetry shipper (mlxfleet_common.telemetry.shipper: the queue bound, the
+upload order, the idempotent keys), driven by a thread, over the disk queue (`spool`).
 
 Every `interval_seconds` (60 by default) the open interval of `recorder.Telemetry` is closed and
 written atomically to `<spool_dir>/queue/`; queued intervals are uploaded oldest first, each to
@@ -13,8 +15,8 @@ same interval merges it; otherwise it is queued, closed, under its own name (aft
 change the old name's last partial interval still ships, and no count moves to the new name).
 Each tick also samples the host (memory, pressure, heat: `hoststats.sample`), so the heat
 meter's commands run in this thread, never on the event loop.
-May import: the standard library, contract, mlxfleet_common.s3client, telemetry (recorder,
-hoststats, heat, spool). Called by: runtime (build, start, stop), tests.
+May import: the standard library, contract, mlxfleet_common (s3client, telemetry.shipper),
+telemetry (recorder, hoststats, heat, spool). Called by: runtime (build, start, stop), tests.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Protocol
 from mlxfleet_agent import contract
 from mlxfleet_agent.telemetry import heat, hoststats, recorder, spool
 from mlxfleet_common import s3client
+from mlxfleet_common.telemetry import shipper as common
 
 log = logging.getLogger("mlxfleet_agent.shipper")
 DEFAULT_PREFIX = "mlxfleet-telemetry"
@@ -68,7 +71,8 @@ class Uploader(Protocol):
 
 
 class Shipper:
-    """Closes intervals on time, keeps the disk queue, uploads in order. One thread."""
+    """Closes intervals on time, checkpoints the open one, samples the host: one thread driving
+    the shared shipper (mlxfleet_common.telemetry.shipper) over the disk queue (`spool`)."""
 
     def __init__(
         self,
@@ -84,10 +88,9 @@ class Shipper:
         self.telemetry = tel
         self.config = config
         self.spool = spool.Spool(config.spool_dir)
-        self._uploader = uploader
         if uploader is None and config.bucket is not None:
             # short timeouts, so an unreachable store only delays the queue
-            self._uploader = s3client.Bucket(
+            uploader = s3client.Bucket(
                 config.bucket,
                 profile=s3client.TELEMETRY,
                 endpoint_url=config.endpoint_url,
@@ -95,19 +98,33 @@ class Shipper:
                 access_key_id=config.access_key_id,
                 secret_access_key=config.secret_access_key,
             )
+        intervals = tel.metrics.intervals
+        codec = contract.IntervalCodec(config.prefix)
+        self._ship = common.Shipper(
+            self.spool,
+            uploader,
+            codec=codec,
+            key=codec.key,
+            max_buffered=config.max_buffered,
+            count=lambda result, n: intervals.labels(result=result).inc(n),
+            log=log,
+        )
         self._heat = heat_meter
         self._psi_file = psi_file
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._failing = False
-        self.uploaded_keys: list[str] = []  # this process's uploads, in order (diagnostics)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
     @property
     def shipping(self) -> bool:
         """A bucket is configured: intervals are queued on disk and uploaded."""
-        return self._uploader is not None
+        return self._ship.shipping
+
+    @property
+    def uploaded_keys(self) -> list[str]:
+        """This process's latest uploads, in order (diagnostics)."""
+        return list(self._ship.uploaded)
 
     def recover(self) -> None:
         """Take back the checkpoint of a previous run: merged when it is this node's open
@@ -166,59 +183,22 @@ class Shipper:
             return  # nothing to ship: nothing is kept on disk
         if upload:
             self.flush()
-        self._trim()  # only what the store could not take counts against the bound
+        dropped = self._ship.trim()  # only what the store could not take counts against the bound
+        if dropped:
+            self.telemetry.note_dropped(dropped)
         self.spool.save_checkpoint(self.telemetry.checkpoint())
 
     def flush(self) -> int:
         """Upload queued intervals oldest first; stop at the first failure. Returns uploads."""
-        m = self.telemetry.metrics
-        if self._uploader is None:
-            m.buffered.set(0)
-            return 0
-        done = 0
-        for path in self.spool.pending():
-            try:
-                interval = contract.TelemetryInterval.model_validate_json(path.read_bytes())
-            except ValueError:
-                log.error("dropping unreadable queued interval %s", path.name)
-                path.unlink(missing_ok=True)
-                continue
-            key = contract.telemetry_key(self.config.prefix, interval.node, interval.interval_start)
-            body = interval.model_dump_json().encode() + b"\n"
-            try:
-                self._uploader.put(key, body)
-            except Exception as exc:  # any transport or S3 error: keep it queued, retry next tick
-                m.intervals.labels(result="upload_failed").inc()
-                if not self._failing:
-                    log.warning("telemetry store unreachable, buffering on disk: %s", exc)
-                self._failing = True
-                break
-            path.unlink(missing_ok=True)
-            self.uploaded_keys.append(key)
-            m.intervals.labels(result="uploaded").inc()
-            log.info("shipped %s", key)
-            done += 1
-        else:
-            if self._failing:
-                log.warning("telemetry store reachable again")
-            self._failing = False
-        m.buffered.set(len(self.spool.pending()))
+        done = self._ship.flush()
+        self.telemetry.metrics.buffered.set(len(self.spool) if self.shipping else 0)
         return done
 
     # ---- internals ---------------------------------------------------------------------------
 
     def _enqueue(self, interval: contract.TelemetryInterval) -> None:
         self.telemetry.metrics.intervals.labels(result="closed").inc()
-        if self._uploader is None:
-            return  # no bucket configured: metrics only, nothing accumulates on disk
-        self.spool.push(interval)
-
-    def _trim(self) -> None:
-        dropped = self.spool.trim(self.config.max_buffered)
-        if dropped:
-            log.warning("telemetry buffer full: dropped %d oldest intervals", dropped)
-            self.telemetry.metrics.intervals.labels(result="dropped").inc(dropped)
-            self.telemetry.note_dropped(dropped)
+        self._ship.enqueue(interval)  # no bucket configured: metrics only, nothing on disk
 
     def _tick_seconds(self) -> float:
         return self.config.tick_seconds or max(0.05, min(5.0, self.config.interval_seconds / 12))

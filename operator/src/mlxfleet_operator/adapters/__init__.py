@@ -7,8 +7,9 @@ its labelled Secrets, checked and cached for the fleet), `kubeapi` (the one asyn
 one pool), `kube` (the Kubernetes calls and their errors, Secrets, SwapPlans), `publishing` (each
 ModelDeployment's Service + EndpointSlices), `ownership` (which of those objects are ours),
 `statuspatch` (status into kopf's patch), `events` (post core's Event values), `metrics`
-(Prometheus), `runtime` (settings, kube, fleet, publisher, locks in kopf's memo), `objectstore` (S3,
-for reports).
+(Prometheus), `runtime` (settings, kube, fleet, publisher, per-object state, in kopf's memo),
+`objects` (one record per object uid of what the process remembers about it, forgotten when the
+object goes), `objectstore` (S3, for reports).
 May import: httpx, kubernetes_asyncio (`kubeapi` alone), aiohttp, kopf (events), boto3,
 prometheus-client, `core`, `api`, the agent `contract`, `settings`, the standard library.
 Called by: handlers, `main` (the runtime) and reports (`objectstore`). Every Kubernetes call is

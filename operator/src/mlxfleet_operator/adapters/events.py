@@ -32,5 +32,5 @@ def announce_ready(
     """An Event when the object's Ready status or reason changes (`conditions.ready_changed`),
     once per change: kopf's body may lag this process's own status writes."""
     event = conditions.ready_changed(before, after)
-    if event is not None and rt.first_time(f"{body.metadata.uid}/ready", event.reason):
+    if event is not None and rt.first_time(str(body.metadata.uid), event.reason, about="ready"):
         post(body, event)

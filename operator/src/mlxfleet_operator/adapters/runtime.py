@@ -1,9 +1,9 @@
 """Everything the handlers share in one operator process: settings, the Kubernetes facade, the
-fleet view, the Service + EndpointSlice publisher and per-object locks. Lives in kopf's memo
-(`memo["runtime"]`).
+fleet view, the Service + EndpointSlice publisher, and what it remembers per object
+(`objects`: one `adapters.objects.ObjectState` per uid, forgotten when the object goes). Lives
+in kopf's memo (`memo["runtime"]`).
 
-May import: the standard library, sibling adapters, `api`,
-`mlxfleet_operator.settings`, `core.deployment.autoscale` (the decisions it keeps).
+May import: the standard library, sibling adapters, `api`, `mlxfleet_operator.settings`.
 Called by: `main` (builds it with `start(config)` on the loop kopf then runs on) and handlers
 (every one reads it with `of(memo)`; `lifecycle` closes it).
 """
@@ -17,9 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import fleet, kube, kubeapi, leader, metrics, publishing
+from mlxfleet_operator.adapters import fleet, kube, kubeapi, leader, metrics, objects, publishing
 from mlxfleet_operator.api import swapplan as swp
-from mlxfleet_operator.core.deployment import autoscale
 
 KEY = "runtime"
 
@@ -77,63 +76,41 @@ class Runtime:
     kube: kube.Kube
     fleet: fleet.Fleet
     publisher: publishing.Publisher
-    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-    announced: dict[str, str] = field(default_factory=dict)
-    settled: dict[str, tuple[object, float]] = field(default_factory=dict)
-    watches: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # by object uid
-    withdrawn: dict[str, set[str]] = field(default_factory=dict)  # group ids a watch withdrew
+    objects: objects.Objects = field(default_factory=objects.Objects)  # per object uid
     nodes: NodeChanges = field(default_factory=NodeChanges)
-    waiting: dict[str, int] = field(default_factory=dict)  # uid -> footprint waiting for room
-    # uid -> the autoscaler's last decision (its windows' recommendations are memory only)
-    scales: dict[str, autoscale.Scale] = field(default_factory=dict)
-    scale_told: dict[str, object] = field(default_factory=dict)  # uid -> decision announced
-    woken: dict[tuple[str, str], object] = field(default_factory=dict)  # deployment -> demand
-
-    def watch(self, uid: str, task: asyncio.Task[None] | None) -> None:
-        """Keep one background watch per object (a sharded deployment's ready groups): the
-        previous one is cancelled; None cancels it and forgets what it withdrew."""
-        old = self.watches.pop(uid, None)
-        if old is not None and old is not asyncio.current_task():
-            old.cancel()
-        if task is not None:
-            self.watches[uid] = task
-        else:
-            self.withdrawn.pop(uid, None)
-
-    def unwatch(self, uid: str) -> None:
-        """Cancel the object's watch, keeping what it withdrew (the next reconcile reads it)."""
-        old = self.watches.pop(uid, None)
-        if old is not None and old is not asyncio.current_task():
-            old.cancel()
+    # (namespace, deployment) -> the demand whose wake-up was told (a ModelDemand names a
+    # deployment, not its uid; dropped by the deployment's teardown)
+    woken: dict[tuple[str, str], object] = field(default_factory=dict)
 
     def lock(self, uid: str) -> asyncio.Lock:
         """One reconcile at a time per object (a timer and an event handler may overlap)."""
-        return self.locks.setdefault(uid, asyncio.Lock())
+        return self.objects.of(uid).lock
 
-    def first_time(self, uid: str, what: str) -> bool:
-        """True once per (object, announcement): handlers may run on a body that predates
-        their own last status patch, so status alone cannot tell an Event was already sent."""
-        if self.announced.get(uid) == what:
+    def first_time(self, uid: str, what: str, *, about: str = "") -> bool:
+        """True once per (object, `about`, announcement): handlers may run on a body that
+        predates their own last status patch, so status alone cannot tell an Event was sent."""
+        told = self.objects.of(uid).announced
+        if told.get(about) == what:
             return False
-        self.announced[uid] = what
+        told[about] = what
         return True
 
     def unchanged(self, uid: str, inputs: object, *, at: float, resync: float) -> bool:
         """The object's last full run saw these same `inputs` less than `resync` seconds before
         `at` (a monotonic time): running again would decide the same (see `settle`)."""
-        last = self.settled.get(uid)
+        found = self.objects.get(uid)
+        last = found.settled if found is not None else None
         return last is not None and last[0] == inputs and at - last[1] < resync
 
     def settle(self, uid: str, inputs: object | None, *, at: float) -> None:
         """Remember what a full run saw (None: forget, the next run is a full one)."""
         if inputs is None:
-            self.settled.pop(uid, None)
+            if (found := self.objects.get(uid)) is not None:
+                found.settled = None
         else:
-            self.settled[uid] = (inputs, at)
+            self.objects.of(uid).settled = (inputs, at)
 
     async def aclose(self) -> None:
-        for uid in list(self.watches):
-            self.watch(uid, None)
         await self.fleet.aclose()
         await self.kube.aclose()
 

@@ -4,8 +4,10 @@ Status of the object a handler is working on is written by kopf's own patch (not
 ours): `write_status` puts the merge patch (`status_patch`) into it when something changed. It
 does not hand kopf the same status again while kopf's body has not caught up with the last one
 (`STATUS_RESEND_S`), nor conditions whose only change is a transition time stamped because the
-body lags (`_kept_transitions`). What was last sent is kept per object uid, in memory.
-May import: pydantic, the standard library. Called by: handlers (every one that writes status).
+body lags (`_kept_transitions`). What was last sent is kept in the object's record
+(`objects.ObjectState.sent`), forgotten with the object.
+May import: pydantic, the standard library, `adapters.objects`. Called by: handlers (every one
+that writes status).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from pydantic import BaseModel
+
+from mlxfleet_operator.adapters import objects
 
 JsonDict = dict[str, Any]
 
@@ -34,13 +38,13 @@ def status_patch(status: BaseModel, current: Mapping[str, Any] | None = None) ->
 
 
 STATUS_RESEND_S = 30.0  # the same status against the same body version: sent again after this
-_SENT: dict[str, tuple[object, JsonDict, float]] = {}  # uid -> (resourceVersion, patch, when)
 
 
 def write_status(
     patch: MutableMapping[str, Any],
     status: BaseModel,
     body: Mapping[str, Any],
+    kept: objects.Objects,
     *,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
@@ -50,14 +54,16 @@ def write_status(
     the object, less than `STATUS_RESEND_S` ago: kopf's body lags our own writes when the
     operator is busy, so every run would compare against the old status and send the same
     patch again (at 500 x 1,000: 47 InferenceNode and 54 ModelDeployment status PATCHes a
-    second with nothing changing, each one a write and a watch event to process)."""
+    second with nothing changing, each one a write and a watch event to process). What was
+    sent is kept in the object's record in `kept` (the runtime's `objects`)."""
     shown = body.get("status") or {}
     meta = body.get("metadata") or {}
     uid, version, now = str(meta.get("uid") or ""), meta.get("resourceVersion"), clock()
-    last = _SENT.get(uid)
+    record = kept.of(uid) if uid else None
+    last = record.sent if record is not None else None
     found = status_patch(status, shown)
     if found is not None and last is not None:
-        found = _kept_transitions(found, last[1], shown)
+        found = _kept_transitions(found, last.patch, shown)
         if {k: v for k, v in found.items() if v is not None} == dict(shown):
             return
     if found is None:
@@ -65,15 +71,13 @@ def write_status(
     if (
         uid
         and last is not None
-        and last[:2] == (version, found)
-        and now - last[2] < STATUS_RESEND_S
+        and (last.version, last.patch) == (version, found)
+        and now - last.when < STATUS_RESEND_S
     ):
         return
     patch["status"] = found
-    if uid:
-        if len(_SENT) > 100_000:  # objects come and go: forget them all now and then
-            _SENT.clear()
-        _SENT[uid] = (version, found, now)
+    if record is not None:
+        record.sent = objects.Sent(version, found, now)
 
 
 def _kept_transitions(found: JsonDict, sent: JsonDict, shown: Mapping[str, Any]) -> JsonDict:

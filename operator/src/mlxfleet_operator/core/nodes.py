@@ -95,15 +95,16 @@ def disk_free(written: int | None, seen: int | None) -> int | None:
     return written if abs(seen - written) < max(DISK_STEP_BYTES, written // 100) else seen
 
 
-HEARTBEAT_WRITES_PER_S = 2.0  # the whole fleet's heartbeat-only status writes, on average at most
+HEARTBEAT_WRITES_PER_S = 0.5  # the whole fleet's heartbeat-only status writes, on average at most
 
 
 def heartbeat_every(name: str, every: timedelta, *, fleet: int = 1) -> timedelta:
     """The node's own heartbeat write interval: `every`, or longer in a fleet so large that its
     nodes would write their heartbeat alone more than `HEARTBEAT_WRITES_PER_S` times a second
-    together (500 nodes every 60-90 s: 6.7 writes a second, two thirds of the steady write
-    budget of issue 12), stretched by 0-50 % by a hash of its name, so nodes registered together
-    do not all write in the same second. Never shorter than `every`; 0 stays 0 (every poll)."""
+    together (500 nodes every 60-90 s: 6.7 writes a second; issue 27's steady budget for
+    everything is 1 a second, so heartbeats alone get half of it), stretched by 0-50 % by a hash
+    of its name, so nodes registered together do not all write in the same second. Never
+    shorter than `every`; 0 stays 0 (every poll)."""
     if every <= timedelta(0):
         return every
     every = max(every, timedelta(seconds=fleet / HEARTBEAT_WRITES_PER_S))

@@ -79,7 +79,7 @@ async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs
             md = mdep.ModelDeployment.model_validate(dict(body))
         except pydantic.ValidationError as exc:  # admitted, but beyond what the CRD can check
             run.invalid()
-            statuspatch.write_status(patch, _invalid(body, exc), body)
+            statuspatch.write_status(patch, _invalid(body, exc), body, rt.objects)
         else:
             await reconcile(run.rt, md, body, patch, idx)
         rt.settle(uid, seen.inputs, at=time.monotonic())
@@ -88,11 +88,12 @@ async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs
 def _autoscale(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> None:
     """The autoscaler's decision for a deployment whose count it owns (spec.minReplicas or
     spec.maxReplicas set), from the load its agents and the gateways report now, kept in
-    `Runtime.scales`: taken on every run and timer tick (its windows sample the load), before
-    the skip check, which reads the count it decided."""
+    the object's record (`ObjectState.scale`): taken on every run and timer tick (its windows
+    sample the load), before the skip check, which reads the count it decided."""
     uid, spec = str(body.metadata.uid), body.get("spec") or {}
     if spec.get("minReplicas") is None and spec.get("maxReplicas") is None:
-        rt.scales.pop(uid, None)
+        if (kept := rt.objects.get(uid)) is not None:
+            kept.scale = None
         return
     try:
         md = mdep.ModelDeployment.model_validate(dict(body))
@@ -109,14 +110,16 @@ def _autoscale(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> No
         up=timedelta(seconds=config.scale_up_window),
         down=timedelta(seconds=config.scale_down_window),
     )
-    last = rt.scales.get(uid) or autoscale.resume(md.status)
+    kept = rt.objects.of(uid)
+    last = kept.scale or autoscale.resume(md.status)
     bounds = autoscale.Bounds.of(md.spec)
-    rt.scales[uid] = autoscale.decide(bounds, load, last, now=now, windows=windows)
+    kept.scale = autoscale.decide(bounds, load, last, now=now, windows=windows)
 
 
 def _wanted(rt: runtime.Runtime, uid: str, spec: Mapping[str, Any]) -> int:
     """The count a reconcile places: the autoscaler's, else spec.replicas."""
-    scale = rt.scales.get(uid)
+    kept = rt.objects.get(uid)
+    scale = kept.scale if kept is not None else None
     return scale.desired if scale is not None else int(spec.get("replicas", 1))
 
 
@@ -134,17 +137,16 @@ def _unchanged(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> _D
     return _Due(seen)
 
 
-def _stall_due(body: kopf.Body, stall_seconds: float) -> bool:
-    """The deployment has not been Ready for `stall_seconds` (its Ready condition's
-    lastTransitionTime): a deployment waiting for room turns Stalled then (`mdstatus.verdict`)."""
+def _not_ready_since(body: kopf.Body) -> datetime | None:
+    """When the deployment's Ready condition turned False (None: it is not False, or the time
+    does not parse)."""
     for c in (body.get("status") or {}).get("conditions") or []:
         if c.get("type") == "Ready" and c.get("status") == "False":
             try:
-                since = datetime.fromisoformat(str(c.get("lastTransitionTime")))
+                return datetime.fromisoformat(str(c.get("lastTransitionTime")))
             except ValueError:
-                return False
-            return (runtime.now() - since).total_seconds() >= stall_seconds
-    return False
+                return None
+    return None
 
 
 def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> object | None:
@@ -168,14 +170,16 @@ def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> objec
     placed = rt.fleet.placed(slot)
     status = body.get("status") or {}
     listed = [p.get("node") for p in status.get("placements") or []]
-    need = rt.waiting.get(uid)
+    kept = rt.objects.get(uid)
+    need = kept.waiting if kept is not None else None
+    scaled = kept is not None and kept.scale is not None  # the autoscaler owns the count
     reads = skip.reads(
         skip.Readings(
             sharded=spec.get("sharding") is not None,
             plans_finished=all(
                 p.status.phase is not None and p.status.phase.terminal for p in plans
             ),
-            settles_at=want if uid in rt.scales else int(spec.get("replicas") or 1),
+            settles_at=want if scaled else int(spec.get("replicas") or 1),
             placed=placed,
             listed=listed,
             not_ready=view.not_ready,
@@ -197,7 +201,11 @@ def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> objec
             rt.fleet.room_version(need),
             view.shape,
             len(idx.nodes),
-            _stall_due(body, rt.config.capacity_stall_seconds),  # Stalled is due: decide again
+            skip.stall_due(  # Stalled is due: decide again
+                _not_ready_since(body),
+                now=runtime.now(),
+                after=timedelta(seconds=rt.config.capacity_stall_seconds),
+            ),
         )
     return (
         *own,
@@ -216,12 +224,13 @@ async def reconcile(
 ) -> None:
     namespace, name = md.metadata.namespace or "", md.metadata.name or ""
     md = _scaled(rt, md, body)
-    rt.waiting.pop(md.metadata.uid or "", None)  # set again below if it still finds no room
+    kept = rt.objects.of(md.metadata.uid or "")
+    kept.waiting = None  # set again below if it still finds no room
     clash = idx.slot_conflict(namespace, name, md.metadata.uid or "")
     if clash is not None:  # another deployment's slot: never PUT, DELETE or publish for it
         status = mdstatus.slot_conflict_status(md, clash, now=runtime.now())
         events.announce_ready(rt, body, md.status.conditions, status.conditions)
-        statuspatch.write_status(patch, status, body)
+        statuspatch.write_status(patch, status, body, rt.objects)
         return
     view, slot = rt.fleet.version, naming.slot_name(namespace, name)
     found = rt.fleet.node_facts(idx.inference_nodes(), slot=slot)
@@ -230,8 +239,8 @@ async def reconcile(
         raise kopf.TemporaryError(waiting, delay=rt.config.poll_seconds)
     endpoint = publishing.service_url(namespace, name)
     plan = await _plan(rt, md, idx)
-    if md.spec.sharding is None:
-        rt.watch(md.metadata.uid or "", None)  # no longer sharded: no group watch
+    if md.spec.sharding is None:  # (no longer) sharded: nothing for a group watch
+        kept.groups, kept.withdrawn = None, set()
     else:  # groups of ranks: their own placement and status
         size = await _size(rt, md, found)
         await sharded.reconcile(
@@ -243,7 +252,7 @@ async def reconcile(
     if isinstance(size, conditions.Verdict):
         status = mdstatus.unplaced_status(md, size, now=now, endpoint=endpoint)
         events.announce_ready(rt, body, md.status.conditions, status.conditions)
-        statuspatch.write_status(patch, status, body)
+        statuspatch.write_status(patch, status, body, rt.objects)
         return
     failover = timedelta(seconds=rt.config.failover_delay)
     nodes = idx.inference_nodes()
@@ -280,10 +289,10 @@ async def reconcile(
     )
     uid = md.metadata.uid or ""
     for event in preemption.events_of(me, nominations, md.status.preempting, victim):
-        if rt.first_time(f"{uid}/{event.reason}/{event.message}", event.message):
+        if rt.first_time(uid, event.message, about=f"{event.reason}/{event.message}"):
             events.post(body, event)  # once: a reconcile may read a status older than its own
     if want.decision.missing and not want.decision.fits_nowhere:
-        rt.waiting[md.metadata.uid or ""] = size  # no room now: wait for room (`_inputs`)
+        kept.waiting = size  # no room now: wait for room (`_inputs`)
     for request in want.puts:  # before any await: the next decision sees this one's memory
         rt.fleet.reserve(slot, request, size)
     outcomes = await _perform(rt, body, want, slot=slot)
@@ -314,7 +323,7 @@ async def reconcile(
     if moved is not None and rt.first_time(str(body.metadata.uid), moved.message):
         events.post(body, moved)
     events.announce_ready(rt, body, md.status.conditions, result.status.conditions)
-    statuspatch.write_status(patch, result.status, body)
+    statuspatch.write_status(patch, result.status, body, rt.objects)
     metrics.observe_deployment(
         namespace,
         name,
@@ -327,13 +336,13 @@ async def reconcile(
 def _scaled(rt: runtime.Runtime, md: mdep.ModelDeployment, body: kopf.Body) -> mdep.ModelDeployment:
     """`md` with the autoscaler's decision in its status (what placement and the new status
     read), and the Event of a changed count, posted once."""
-    uid = md.metadata.uid or ""
-    scale = rt.scales.get(uid)
+    kept = rt.objects.of(md.metadata.uid or "")
+    scale = kept.scale
     before = md.status.desired_replicas
     scaled = autoscale.attach(md, scale)
     told = autoscale.scaled_event(before, scale) if scale is not None else None
-    if told is not None and scale is not None and rt.scale_told.get(uid) != scale.changed_at:
-        rt.scale_told[uid] = scale.changed_at
+    if told is not None and scale is not None and kept.scale_told != scale.changed_at:
+        kept.scale_told = scale.changed_at
         events.post(body, told)
     return scaled
 
@@ -455,16 +464,11 @@ async def teardown(
     namespace, uid = namespace or "", str(body.metadata.uid)
     slot = naming.slot_name(namespace, name)
     shared = indexes.Indexes.of(kwargs).slot_conflict(namespace, name, uid)
-    async with guard.guarded(KIND, body, memo) as run:  # an in-flight reconcile finishes first
+    # an in-flight reconcile finishes first; the object's record goes when this run ends (kopf
+    # stopped its group watch when the deletion began)
+    async with guard.guarded(KIND, body, memo, last=True) as run:
         rt = run.rt
-        for key in [k for k in rt.announced if k == uid or k.startswith(f"{uid}/")]:
-            rt.announced.pop(key, None)
-        rt.waiting.pop(uid, None)
-        rt.scales.pop(uid, None)
-        rt.scale_told.pop(uid, None)
         rt.woken.pop((namespace, name), None)
-        rt.settle(uid, None, at=0)
-        rt.watch(uid, None)
         rt.fleet.nominate(slot, ())  # the nodes it waited for are promised no more
         for node in [] if shared else list(rt.fleet.entries):
             gone = await rt.fleet.delete_slot(node, slot)
@@ -479,3 +483,13 @@ def register(registry: kopf.OperatorRegistry, config: opsettings.OperatorSetting
         on(*DEPLOYMENTS, registry=registry)(changed)
     kopf.timer(*DEPLOYMENTS, interval=config.poll_seconds, sharp=True, registry=registry)(converge)
     kopf.on.delete(*DEPLOYMENTS, registry=registry)(teardown)
+    # the group watch of sharded deployments; kopf cancels it at once when it stops (deleted,
+    # no longer sharded, the operator stopping): it holds nothing to clean up
+    kopf.daemon(
+        *DEPLOYMENTS,
+        id="groups",
+        when=sharded.is_sharded,
+        cancellation_timeout=1.0,
+        backoff=config.poll_seconds,
+        registry=registry,
+    )(sharded.watch_groups)

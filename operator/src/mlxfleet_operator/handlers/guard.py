@@ -5,6 +5,9 @@ mapped to kopf retries, and the reconcile metrics.
         ...  # parse -> core -> adapters -> status, with run.rt
 
 - A run holds the object's lock (a timer and an event handler may overlap).
+- `last=True`: the run of a delete handler. When it ends, everything this process kept about
+  the object (`adapters.objects`: its record, lock included) is forgotten, ended well or not
+  (a retried run starts a record again and forgets it again): nothing outlives its object.
 - `kube.KubeError` and `agent.AgentError` (the Kubernetes API or an agent failed) become
   `kopf.TemporaryError(delay=--poll-seconds)`: kopf retries, nothing is lost. Handlers catch the
   agent errors they have a decision for (a refused slot is a status, not a retry); the rest
@@ -65,12 +68,15 @@ async def by_timer(logger: kopf.Logger) -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def guarded(kind: resources.Resource, body: kopf.Body, memo: kopf.Memo) -> AsyncIterator[Run]:
+async def guarded(
+    kind: resources.Resource, body: kopf.Body, memo: kopf.Memo, *, last: bool = False
+) -> AsyncIterator[Run]:
     rt = runtime.of(memo)
     run = Run(rt)
     started = time.monotonic()
+    uid = str(body.metadata.uid)
     try:
-        async with rt.lock(str(body.metadata.uid)):
+        async with rt.lock(uid):
             yield run
     except (kube.KubeError, agent.AgentError) as exc:
         run.result = "error"
@@ -82,6 +88,8 @@ async def guarded(kind: resources.Resource, body: kopf.Body, memo: kopf.Memo) ->
         run.result = "error"
         raise
     finally:
+        if last:
+            rt.objects.forget(uid)
         metrics.RECONCILES.labels(kind.kind, run.result).inc()
         if run.result != "skipped":
             metrics.RECONCILE_SECONDS.labels(kind.kind).observe(time.monotonic() - started)

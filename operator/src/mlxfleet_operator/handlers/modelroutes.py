@@ -36,9 +36,14 @@ async def route_status(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kw
             *(rt.kube.provider_key_seen(namespace=where, name=name) for name in names)
         )
         keys = core.ProviderKeys(namespace=where, seen=dict(zip(names, found, strict=True)))
-        statuspatch.write_status(
-            patch, core.status(mr, ready_replicas=ready, keys=keys, now=runtime.now()), body
-        )
+        status = core.status(mr, ready_replicas=ready, keys=keys, now=runtime.now())
+        statuspatch.write_status(patch, status, body, rt.objects)
+
+
+async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Deleted: what this process kept about the route goes with it (`guard`, `last`)."""
+    async with guard.guarded(KIND, body, memo, last=True):
+        pass
 
 
 async def route_changed(
@@ -53,3 +58,4 @@ def register(registry: kopf.OperatorRegistry, config: opsettings.OperatorSetting
     for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
         on(*ROUTES, registry=registry)(route_changed)
     kopf.timer(*ROUTES, interval=config.poll_seconds, sharp=True, registry=registry)(route_status)
+    kopf.on.delete(*ROUTES, optional=True, registry=registry)(gone)

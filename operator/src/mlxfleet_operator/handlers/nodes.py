@@ -1,7 +1,7 @@
 """InferenceNode heartbeat: poll the agent's /v1/state every --poll-seconds, debounce misses, write
 status (memory, disk, slots, cached models, conditions) when it changed (lastHeartbeatTime alone
 only every --heartbeat-write-seconds, longer in a fleet so large that heartbeats alone would write
-more than twice a second, stretched per node by up to 50 % so nodes do not write together), post an
+more than once in 2 s, stretched per node by up to 50 % so nodes do not write together), post an
 Event on Ready flips. A node no person approved (it joined itself) is not polled: its status says
 AwaitingApproval and the fleet forgets it (no client, no placement, no peer). An approved node
 whose agent lacks its own keys is sent them (`fleet.keep_credentials`).
@@ -21,7 +21,15 @@ from urllib.parse import urlsplit
 import kopf
 
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import events, kube, metrics, publishing, runtime, statuspatch
+from mlxfleet_operator.adapters import (
+    events,
+    kube,
+    metrics,
+    objects,
+    publishing,
+    runtime,
+    statuspatch,
+)
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import resources
@@ -44,19 +52,19 @@ async def heartbeat_poll(
     async with guard.guarded(KIND, body, memo) as run:
         rt, misses = run.rt, run.rt.config.misses
         if not node.approved():
-            await _unapproved(node, body, memo, patch, rt)
+            await _unapproved(node, body, patch, rt)
             return
         poll = await rt.fleet.poll(node)
         if poll.state is not None:
             failed = await rt.fleet.keep_credentials(node, poll.state)
             if failed is not None and rt.first_time(str(body.metadata.uid), NO_CREDENTIALS):
                 events.post(body, nodes.credentials_refused(failed))
-        now = runtime.now()
-        health = memo.get("health") or nodes.health_from_status(node.status)
+        now, kept = runtime.now(), rt.objects.of(str(body.metadata.uid))
+        health = kept.health or nodes.health_from_status(node.status)
         seen = heartbeat.observe(
             health, ok=poll.state is not None, now=now, threshold=misses, error=poll.message
         )
-        memo["health"] = seen.health
+        kept.health = seen.health
         rt.fleet.record(name, poll.state, now=now)
         every = nodes.heartbeat_every(
             name,
@@ -64,15 +72,15 @@ async def heartbeat_poll(
             fleet=len(rt.fleet.entries),
         )
         status = nodes.status(
-            _as_written(node, memo),
+            _as_written(node, kept),
             poll,
             seen.health,
             threshold=misses,
             now=now,
             heartbeat_every=every,
         )
-        statuspatch.write_status(patch, status, body)
-        memo["heartbeat_written"] = status.last_heartbeat_time
+        statuspatch.write_status(patch, status, body, rt.objects)
+        kept.heartbeat_written = status.last_heartbeat_time
         metrics.NODE_READY.labels(name).set(1 if seen.health.ready else 0)
         metrics.NODE_MISSES.labels(name).set(seen.health.misses)
         metrics.observe_token_expiry(name, rt.fleet.token_expiry(name))
@@ -106,7 +114,7 @@ async def _publish_metrics(rt: runtime.Runtime, body: kopf.Body, node: inode.Inf
     try:
         await rt.publisher.publish(target[0], [target[1]])
     except publishing.ServiceConflict as exc:
-        if rt.first_time(f"{body.metadata.uid}/metrics", str(exc)):
+        if rt.first_time(str(body.metadata.uid), str(exc), about="metrics"):
             conflict = core_events.Event(cond.Reason.SERVICE_CONFLICT, str(exc), warning=True)
             events.post(body, conflict)
     except kube.KubeError as exc:
@@ -116,7 +124,6 @@ async def _publish_metrics(rt: runtime.Runtime, body: kopf.Body, node: inode.Inf
 async def _unapproved(
     node: inode.InferenceNode,
     body: kopf.Body,
-    memo: kopf.Memo,
     patch: kopf.Patch,
     rt: runtime.Runtime,
 ) -> None:
@@ -124,16 +131,17 @@ async def _unapproved(
     name = node.metadata.name or ""
     if rt.fleet.get(name) is not None:
         await rt.fleet.forget(name)
-    memo.pop("health", None)
-    statuspatch.write_status(patch, nodes.awaiting_approval(node, now=runtime.now()), body)
+    rt.objects.of(str(body.metadata.uid)).health = None
+    awaiting = nodes.awaiting_approval(node, now=runtime.now())
+    statuspatch.write_status(patch, awaiting, body, rt.objects)
     metrics.NODE_READY.labels(name).set(0)
 
 
-def _as_written(node: inode.InferenceNode, memo: kopf.Memo) -> inode.InferenceNode:
+def _as_written(node: inode.InferenceNode, kept: objects.ObjectState) -> inode.InferenceNode:
     """The node with the heartbeat time this process last wrote, when kopf's body does not show
     it yet (it lags our writes under load): the heartbeat is written again only when that one
     is `heartbeat_every` old, not on every poll until the body catches up."""
-    written, shown = memo.get("heartbeat_written"), node.status.last_heartbeat_time
+    written, shown = kept.heartbeat_written, node.status.last_heartbeat_time
     if written is None or (shown is not None and shown >= written):
         return node
     return node.model_copy(
@@ -142,7 +150,7 @@ def _as_written(node: inode.InferenceNode, memo: kopf.Memo) -> inode.InferenceNo
 
 
 async def forget(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> None:
-    async with guard.guarded(KIND, body, memo) as run:
+    async with guard.guarded(KIND, body, memo, last=True) as run:
         await run.rt.fleet.forget(name)
         run.rt.nodes.forget(name)
         metrics.forget_node(name)

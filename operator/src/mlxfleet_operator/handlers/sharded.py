@@ -2,19 +2,22 @@
 agent its rank (slot spec with rank, world size and the ring hostfile), stop the ranks of broken
 groups, publish rank 0 of each group (ready only when every rank is), write status with the groups.
 
-Between reconciles (every --poll-seconds) a watch asks the agents of every ready group's ranks
-for their state every WATCH_INTERVAL_S (0.15 s): a rank that is not ready any more (rank 0's
-agent saw a peer lost) or whose agent stops answering takes its group's rank 0 out of the
-EndpointSlice at once, writing only the slices (the issue's bound is 1 s; the poll alone would
-take up to two poll periods). The next reconcile treats such a group as broken and decides the
-rest (re-forming); each reconcile replaces the watch with one over its own ready groups. A model
-change creates a SwapPlan (core.sharded.plan_due); the groups a running step swaps are the
-plan's: no PUT from here, published ready while rank 0's agent serves. The
-withdrawal is not taken under the object's lock (a reconcile under load may hold it long): a
-reconcile running meanwhile checks `Runtime.withdrawn` before it publishes.
+Between reconciles (every --poll-seconds) the group watch (`watch_groups`: a kopf daemon on
+every sharded ModelDeployment, which kopf stops when the object is deleted or stops being
+sharded) asks the agents of every ready group's ranks for their state every WATCH_INTERVAL_S
+(0.15 s): a rank that is not ready any more (rank 0's agent saw a peer lost) or whose agent
+stops answering takes its group's rank 0 out of the EndpointSlice at once, writing only the
+slices (the issue's bound is 1 s; the poll alone would take up to two poll periods). The next
+reconcile treats such a group as broken and decides the rest (re-forming); each reconcile hands
+the watch its own ready groups (`ObjectState.groups`; none: the watch idles). A model change
+creates a SwapPlan (core.sharded.plan_due); the groups a running step swaps are the plan's: no
+PUT from here, published ready while rank 0's agent serves. The withdrawal is not taken under
+the object's lock (a reconcile under load may hold it long): a reconcile running meanwhile
+checks `ObjectState.withdrawn` before it publishes. The watch acts only while this process
+leads (`leader.may_act`; kopf itself runs only in the leader).
 
 May import: kopf, adapters, core, api. Called by: handlers.deployments (reconcile of a
-ModelDeployment whose spec.sharding is set; not a registered handler of its own).
+ModelDeployment whose spec.sharding is set, and the registration of `watch_groups`).
 """
 
 from __future__ import annotations
@@ -22,12 +25,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
 import kopf
 
-from mlxfleet_operator.adapters import agent, events, metrics, publishing, runtime, statuspatch
+from mlxfleet_operator.adapters import (
+    agent,
+    events,
+    kube,
+    leader,
+    metrics,
+    objects,
+    publishing,
+    runtime,
+    statuspatch,
+)
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
@@ -82,7 +96,7 @@ async def reconcile(
         )  # fmt: skip
         status = mdstatus.unplaced_status(md, verdict, now=now, endpoint=endpoint)
         events.announce_ready(rt, body, md.status.conditions, status.conditions)
-        statuspatch.write_status(patch, status, body)
+        statuspatch.write_status(patch, status, body, rt.objects)
         return
     by_name = {f.name: f for f in facts}
     fresh = _fresh(rt, facts)
@@ -98,7 +112,8 @@ async def reconcile(
     request = sharded.group_request(md, cached)
     governed = sharded.Governed.of(md, plan)
     broken = sharded.broken_groups(md, by_name, fresh, slot=slot, governed=governed)
-    withdrawn = rt.withdrawn.pop(uid, set())  # lost between reconciles: broken too
+    kept = rt.objects.of(uid)
+    withdrawn, kept.withdrawn = kept.withdrawn, set()  # lost between reconciles: broken too
     broken |= {g.index for g in md.status.groups if g.id in withdrawn} - governed.swapping
     decision = groupplacement.place_groups(
         request,
@@ -148,7 +163,7 @@ async def reconcile(
         slot=slot,
         plan=plan,
     )
-    lost_now = rt.withdrawn.get(uid, set())  # a watch withdrew a group while this ran
+    lost_now = kept.withdrawn  # the watch withdrew a group while this ran
     gone = {g.ranks[0].node for g in result.status.groups if g.id in lost_now and g.ranks}
     await rt.publisher.publish(
         body,
@@ -165,13 +180,14 @@ async def reconcile(
             lost = f"group {index} lost a rank: re-forming"
             events.post(body, core_events.Event(cond.Reason.GROUP_REFORMING, lost, warning=True))
     events.announce_ready(rt, body, md.status.conditions, result.status.conditions)
-    statuspatch.write_status(patch, result.status, body)
+    statuspatch.write_status(patch, result.status, body, rt.objects)
     watched = {g.id: [r.node for r in g.ranks] for g in result.status.groups if g.ready and g.ranks}
-    if watched:
-        watch = _watch(rt, uid, dict(body), watched, result.endpoints, by_name, slot=slot)
-        rt.watch(uid, asyncio.get_running_loop().create_task(watch, name=f"groups-{name}"))
-    else:  # none ready (e.g. swapping): a watch of an old formation must not withdraw the new
-        rt.unwatch(uid)
+    # none ready (e.g. swapping): a watch of an old formation must not withdraw the new
+    kept.groups = (
+        objects.GroupWatch(dict(body), watched, result.endpoints, by_name, slot=slot)
+        if watched
+        else None
+    )
     metrics.observe_deployment(
         namespace,
         name,
@@ -192,22 +208,43 @@ async def _prefetch(rt: runtime.Runtime, body: kopf.Body, forming: Mapping[str, 
                 events.post(body, prefetch.refused(ask, answer.error))
 
 
-async def _watch(
-    rt: runtime.Runtime,
-    uid: str,
-    body: Mapping[str, object],
-    watched: Mapping[str, Sequence[str]],
-    endpoints: Sequence[tuple[str, str, bool]],
-    facts: Mapping[str, dep.NodeFacts],
-    *,
-    slot: str,
+def is_sharded(spec: kopf.Spec, **_: Any) -> bool:
+    """The group watch's filter: kopf runs `watch_groups` while spec.sharding is set."""
+    return spec.get("sharding") is not None
+
+
+async def watch_groups(
+    body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any
 ) -> None:
-    """Withdraw the rank 0 of a ready group as soon as one of its ranks is lost (see the module
-    docstring); returns after withdrawing, or runs until the next reconcile cancels it."""
+    """The group watch of one sharded deployment (a kopf daemon; see the module docstring):
+    every WATCH_INTERVAL_S, the ranks of the groups its last reconcile found ready; a group
+    that lost one is withdrawn (rank 0 out of the slices, `ObjectState.withdrawn` for the next
+    reconcile) and not watched again until a reconcile hands it over anew."""
+    rt, uid = runtime.of(memo), str(body.metadata.uid)
+    seen: objects.GroupWatch | None = None
     misses: dict[str, int] = {}
+    while not stopped:
+        await asyncio.sleep(WATCH_INTERVAL_S)
+        kept = rt.objects.get(uid)
+        target = kept.groups if kept is not None else None
+        if target is not seen:  # a reconcile handed over other groups: count misses anew
+            seen, misses = target, {}
+        if kept is None or target is None or not leader.may_act():
+            continue
+        lost = await _lost(rt, target, misses)
+        if not lost or stopped or kept.groups is not target:
+            continue  # nothing lost, or stopping, or a reconcile replaced what it checked
+        await _withdraw(rt, kept, target, lost)
+
+
+async def _lost(
+    rt: runtime.Runtime, target: objects.GroupWatch, misses: dict[str, int]
+) -> set[str]:
+    """The watched groups one of whose ranks is lost now (`misses`: unanswered requests in a
+    row, per node, kept between calls)."""
 
     async def rank_lost(node: str, group: str) -> bool:
-        entry, fact = rt.fleet.get(node), facts.get(node)
+        entry, fact = rt.fleet.get(node), target.facts.get(node)
         if entry is None or fact is None:
             return False
         try:
@@ -221,24 +258,30 @@ async def _watch(
         misses[node] = 0
         rt.fleet.record(node, state, now=runtime.now())
         seen = dataclasses.replace(fact, state=state)
-        return sharded.rank_lost(seen, slot=slot, group_id=group, fresh=True)
+        return sharded.rank_lost(seen, slot=target.slot, group_id=group, fresh=True)
 
-    while True:
-        await asyncio.sleep(WATCH_INTERVAL_S)
-        checks = [(g, n) for g, nodes in watched.items() for n in nodes]
-        answers = await asyncio.gather(*(rank_lost(n, g) for g, n in checks))
-        lost = {g for (g, _), gone in zip(checks, answers, strict=True) if gone}
-        if not lost:
-            continue
-        leaders = {watched[g][0] for g in lost}
-        rt.withdrawn.setdefault(uid, set()).update(lost)  # the next reconcile: broken
-        await rt.publisher.publish_slices(  # not under the object's lock (a reconcile may hold it)
-            body,
+    checks = [(g, n) for g, nodes in target.watched.items() for n in nodes]
+    answers = await asyncio.gather(*(rank_lost(n, g) for g, n in checks))
+    return {g for (g, _), gone in zip(checks, answers, strict=True) if gone}
+
+
+async def _withdraw(
+    rt: runtime.Runtime, kept: objects.ObjectState, target: objects.GroupWatch, lost: set[str]
+) -> None:
+    """Take the rank 0 of each `lost` group out of the slices (not under the object's lock: a
+    reconcile may hold it), tell the next reconcile, and stop watching until it hands over."""
+    leaders = {target.watched[g][0] for g in lost}
+    kept.withdrawn.update(lost)  # the next reconcile: broken
+    kept.groups = None
+    try:
+        await rt.publisher.publish_slices(
+            target.body,
             [
                 publishing.Endpoint.from_url(n, url, ready=ok and n not in leaders)
-                for n, url, ok in endpoints
+                for n, url, ok in target.endpoints
             ],
         )
-        log.warning("sharded group lost a rank: rank 0 withdrawn", extra={"groups": sorted(lost)})
-        rt.watches.pop(uid, None)
+    except kube.KubeError as exc:  # the next reconcile publishes it as broken
+        log.warning("sharded group lost a rank; withdrawing rank 0 failed: %s", exc)
         return
+    log.warning("sharded group lost a rank: rank 0 withdrawn", extra={"groups": sorted(lost)})

@@ -61,21 +61,21 @@ async def advance(
     previous = st.PlanState.of(plan)
     waiting = gate.blocked(plan, previous, idx.plans_of(namespace, ref))
     if waiting is not None:
-        _write(plan, waiting, body, patch)
+        _write(rt, plan, waiting, body, patch)
         return
     raw = await rt.kube.get_deployment(namespace, ref)
     if raw is None:
-        _write(plan, gate.deployment_missing(previous, ref, now=runtime.now()), body, patch)
+        _write(rt, plan, gate.deployment_missing(previous, ref, now=runtime.now()), body, patch)
         return
     try:
         md = mdep.ModelDeployment.model_validate(raw)
     except pydantic.ValidationError:
         invalid = f"ModelDeployment {ref} is invalid (its Ready condition)"
-        _hold(plan, previous, invalid, body, patch)
+        _hold(rt, plan, previous, invalid, body, patch)
         return
     clash = idx.slot_conflict(namespace, ref, md.metadata.uid or "")
     if clash is not None:  # its slot name is another deployment's: never PUT into it
-        _hold(plan, previous, f"ModelDeployment {ref}: {clash}", body, patch)
+        _hold(rt, plan, previous, f"ModelDeployment {ref}: {clash}", body, patch)
         return
     slot = naming.slot_name(namespace, ref)
     scope = gate.scope(plan, md, previous)
@@ -116,20 +116,38 @@ async def advance(
     events.post(body, plan_status.announcement(previous, step.state))
     if step.state.phase.terminal and step.state.phase != previous.phase:
         metrics.SWAP_PLANS.labels(str(step.state.phase)).inc()
-    _write(plan, prefetch.annotate(step.state, target, states), body, patch)
+    _write(rt, plan, prefetch.annotate(step.state, target, states), body, patch)
 
 
 def _hold(
-    plan: swp.SwapPlan, previous: st.PlanState, why: str, body: kopf.Body, patch: kopf.Patch
+    rt: runtime.Runtime,
+    plan: swp.SwapPlan,
+    previous: st.PlanState,
+    why: str,
+    body: kopf.Body,
+    patch: kopf.Patch,
 ) -> None:
     """The deployment may not take the plan now: a plan that has not started waits, saying why."""
     waiting = gate.deployment_unusable(previous, why)
     if waiting is not None:
-        _write(plan, waiting, body, patch)
+        _write(rt, plan, waiting, body, patch)
 
 
-def _write(plan: swp.SwapPlan, state: st.PlanState, body: kopf.Body, patch: kopf.Patch) -> None:
-    statuspatch.write_status(patch, plan_status.plan_status(plan, state, now=runtime.now()), body)
+def _write(
+    rt: runtime.Runtime,
+    plan: swp.SwapPlan,
+    state: st.PlanState,
+    body: kopf.Body,
+    patch: kopf.Patch,
+) -> None:
+    status = plan_status.plan_status(plan, state, now=runtime.now())
+    statuspatch.write_status(patch, status, body, rt.objects)
+
+
+async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Deleted: what this process kept about the plan goes with it (`guard`, `last`)."""
+    async with guard.guarded(KIND, body, memo, last=True):
+        pass
 
 
 def register(registry: kopf.OperatorRegistry, config: opsettings.OperatorSettings) -> None:
@@ -137,3 +155,4 @@ def register(registry: kopf.OperatorRegistry, config: opsettings.OperatorSetting
         on(*PLANS, registry=registry)(changed)
     interval = max(0.5, config.poll_seconds / 2)  # hand-over between steps follows this timer
     kopf.timer(*PLANS, interval=interval, sharp=True, registry=registry)(follow)
+    kopf.on.delete(*PLANS, optional=True, registry=registry)(gone)

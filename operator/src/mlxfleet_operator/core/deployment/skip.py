@@ -9,6 +9,7 @@ reads those nodes and whatever could give it room. Any other one may place on an
 change in the fleet counts. Never skipped: while a node it uses (placed, or named by its status)
 is not Ready (failover is timed), while a preemption for or against it is under way, while its
 status names a preemption to resume, and a sharded one while any known node is not Ready.
+A deployment waiting for room decides again once it is due to turn Stalled (`stall_due`).
 May import: the standard library. Called by: the ModelDeployment handler (`handlers.deployments`).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 
@@ -66,3 +68,10 @@ def reads(r: Readings) -> Reads:
     if r.waiting and not r.sharded:
         return Reads.ROOM
     return Reads.FLEET
+
+
+def stall_due(not_ready_since: datetime | None, *, now: datetime, after: timedelta) -> bool:
+    """Its Ready condition has been False (since `not_ready_since`; None: it is not False) for
+    `after`: a deployment waiting for room turns Stalled then (`status.verdict`), so that is an
+    input of its skip key."""
+    return not_ready_since is not None and now - not_ready_since >= after
