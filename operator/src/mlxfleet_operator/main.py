@@ -173,34 +173,42 @@ def main(argv: list[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per agent call is noise
+    from mlxfleet_operator.adapters import runtime
+
+    try:
+        asyncio.run(_main(config, elected))
+    except runtime.StartError as exc:  # exit 2 naming the flag, as for a bad flag value
+        print(f"mlxfleet-operator: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+
+
+async def _main(config: opsettings.OperatorSettings, elected: leader.ElectionSettings) -> None:
+    """Build the runtime on the loop kopf runs on (its Kubernetes client belongs to that loop),
+    then run kopf alone or as an elected leader; the client is closed when kopf stops."""
     import kopf
 
     from mlxfleet_operator import handlers
     from mlxfleet_operator.adapters import runtime
 
-    try:  # built before the campaign: a standby is ready to lead at once
-        memo = kopf.Memo({runtime.KEY: runtime.start(config)})
-    except runtime.StartError as exc:  # exit 2 naming the flag, as for a bad flag value
-        print(f"mlxfleet-operator: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
+    built = await runtime.start(config)  # before the campaign: a standby is ready to lead at once
+    memo = kopf.Memo({runtime.KEY: built})
     registry = handlers.registry(config)
-    if config.standalone:
-        asyncio.run(
-            election.alone(
+    try:
+        if config.standalone:
+            await election.alone(
                 elected,
                 kubeconfig=config.kubeconfig,
                 operate=lambda: _operate(config, registry, memo),
             )
-        )
-    else:
-        asyncio.run(
-            election.run(
+        else:
+            await election.run(
                 elected,
                 kubeconfig=config.kubeconfig,
                 liveness=config.liveness,
                 operate=lambda stop: _operate(config, registry, memo, stop),
             )
-        )
+    finally:
+        await built.kube.aclose()  # kopf's cleanup closed it already, unless kopf never ran
 
 
 if __name__ == "__main__":

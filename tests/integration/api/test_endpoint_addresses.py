@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_operator.adapters import kube, publishing
+from mlxfleet_operator.adapters import kube, kubeapi, publishing
 from mlxfleet_operator.dev import controlplane
 
 pytestmark = pytest.mark.cluster
@@ -56,11 +56,11 @@ def test_published_slices_carry_ip_addresses(cluster: controlplane.ControlPlane)
     )
 
     async def publish(*endpoints: publishing.Endpoint) -> None:
-        api = kube.Kube(kube.client_from(str(cluster.kubeconfig)))
+        api = kube.Kube(await kubeapi.connect(str(cluster.kubeconfig)))
         try:
             await publishing.Publisher(api).publish(deployment, list(endpoints))
         finally:
-            api.close()
+            await api.aclose()
 
     asyncio.run(
         publish(

@@ -6,16 +6,16 @@ it. Real API server, the operator's identity.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import secrets
 
 import pytest
 
-from mlxfleet_operator.adapters import fleet, kube
+from mlxfleet_operator.adapters import fleet, kube, kubeapi
 from mlxfleet_operator.api import inferencenode, resources
 from mlxfleet_operator.dev import controlplane
+from tests.integration.api.conftest import Run
 
 pytestmark = pytest.mark.cluster
 NS = resources.AGENT_SECRETS_NAMESPACE
@@ -51,12 +51,12 @@ def _node(secret: str) -> inferencenode.InferenceNode:
     )
 
 
-def test_token_secret_is_read_once_per_ttl(cluster: controlplane.ControlPlane) -> None:
+def test_token_secret_is_read_once_per_ttl(cluster: controlplane.ControlPlane, run: Run) -> None:
     cluster.kubectl("create", "namespace", NS, check=False)
     name = f"creds-{secrets.token_hex(3)}"
     _secret(cluster, name, "first")
     clock = [0.0]
-    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    k = kube.Kube(run(kubeapi.connect(str(cluster.operator_kubeconfig))))
 
     async def scenario() -> list[str]:
         f = fleet.Fleet(k, credentials_ttl=60, clock=lambda: clock[0])
@@ -77,7 +77,7 @@ def test_token_secret_is_read_once_per_ttl(cluster: controlplane.ControlPlane) -
         return seen
 
     try:
-        assert asyncio.run(scenario()) == ["first", "first", "second", "third", "fourth"]
+        assert run(scenario()) == ["first", "first", "second", "third", "fourth"]
     finally:
-        k.close()
+        run(k.aclose())
         cluster.kubectl("-n", NS, "delete", "secret", name, check=False)

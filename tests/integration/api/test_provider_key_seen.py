@@ -5,7 +5,6 @@ namespace only: `allow_provider_keys` lists them as the chart value does)."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import secrets
@@ -13,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_operator.adapters import kube
+from mlxfleet_operator.adapters import kube, kubeapi
 from mlxfleet_operator.api import modelroute as mroute
 from mlxfleet_operator.core import modelroute
 from mlxfleet_operator.dev import controlplane, credentials
+from tests.integration.api.conftest import Run
 from tests.support.cluster import allow_provider_keys
 
 pytestmark = pytest.mark.cluster
@@ -47,7 +47,7 @@ def _secret(
 
 
 def test_the_operator_sees_type_and_annotations_never_the_key(
-    cluster: controlplane.ControlPlane,
+    cluster: controlplane.ControlPlane, run: Run
 ) -> None:
     cluster.kubectl("create", "namespace", NS, check=False)
     name = f"openai-{secrets.token_hex(3)}"
@@ -56,16 +56,16 @@ def test_the_operator_sees_type_and_annotations_never_the_key(
     _secret(cluster, unlisted, type_=mroute.PROVIDER_KEY_TYPE, allowed="*", verb="create")
     absent = f"absent-{secrets.token_hex(3)}"
     allow_provider_keys(cluster, name, absent)
-    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    k = kube.Kube(run(kubeapi.connect(str(cluster.operator_kubeconfig))))
     bodies: list[bytes] = []
-    read = k.core.read_namespaced_secret
+    call = k.client.call
 
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        answer = read(*args, **kwargs)
-        bodies.append(answer.data)
+    async def spy(*args: Any, **kwargs: Any) -> Any:
+        answer = await call(*args, **kwargs)
+        bodies.append(json.dumps(answer).encode())
         return answer
 
-    k.core.read_namespaced_secret = spy  # type: ignore[method-assign]
+    k.client.call = spy  # type: ignore[method-assign]
 
     async def scenario() -> list[modelroute.KeySeen | None]:
         return [
@@ -76,9 +76,9 @@ def test_the_operator_sees_type_and_annotations_never_the_key(
         ]
 
     try:
-        found, missing, elsewhere, hidden = asyncio.run(scenario())
+        found, missing, elsewhere, hidden = run(scenario())
     finally:
-        k.close()
+        run(k.aclose())
     assert found == modelroute.KeySeen(
         type=mroute.PROVIDER_KEY_TYPE,
         annotations={mroute.PROVIDER_KEY_NAMESPACES: "team-a", mroute.PROVIDER_KEY_URLS: URLS},
@@ -97,7 +97,7 @@ def test_the_operator_sees_type_and_annotations_never_the_key(
 
 
 def test_a_key_copied_into_last_applied_configuration_is_not_kept(
-    cluster: controlplane.ControlPlane,
+    cluster: controlplane.ControlPlane, run: Run
 ) -> None:
     """A client-side `kubectl apply` puts the whole Secret (key included) into an annotation:
     the operator keeps only the allowed-namespaces annotation."""
@@ -105,11 +105,11 @@ def test_a_key_copied_into_last_applied_configuration_is_not_kept(
     name = f"applied-{secrets.token_hex(3)}"
     _secret(cluster, name, type_="Opaque", allowed="*", verb="apply")
     allow_provider_keys(cluster, name)
-    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    k = kube.Kube(run(kubeapi.connect(str(cluster.operator_kubeconfig))))
     try:
-        seen = asyncio.run(k.provider_key_seen(namespace=NS, name=name))
+        seen = run(k.provider_key_seen(namespace=NS, name=name))
     finally:
-        k.close()
+        run(k.aclose())
     assert seen == modelroute.KeySeen(
         type="Opaque",
         annotations={mroute.PROVIDER_KEY_NAMESPACES: "*", mroute.PROVIDER_KEY_URLS: URLS},

@@ -5,7 +5,6 @@ after `resync` (so an edit by someone else is repaired). Real API server, operat
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 import uuid
@@ -13,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_operator.adapters import kube, publishing
+from mlxfleet_operator.adapters import kube, kubeapi, publishing
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.dev import controlplane, credentials
+from tests.integration.api.conftest import Run
 
 pytestmark = pytest.mark.cluster
 NS = credentials.OPERATOR_NAMESPACE
@@ -48,60 +48,67 @@ def _deployment(cluster: controlplane.ControlPlane) -> tuple[dict[str, Any], str
     return deployment, naming.service_name(name)
 
 
-def test_unchanged_endpoints_are_not_written_again(cluster: controlplane.ControlPlane) -> None:
+def test_unchanged_endpoints_are_not_written_again(
+    cluster: controlplane.ControlPlane, run: Run
+) -> None:
     deployment, service = _deployment(cluster)
     one = [publishing.Endpoint("n1", "10.1.0.1", 9000, ready=True)]
     two = [*one, publishing.Endpoint("n2", "10.1.0.2", 9000, ready=False)]
     clock = [0.0]
-    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    k = kube.Kube(run(kubeapi.connect(str(cluster.operator_kubeconfig))))
     p = publishing.Publisher(k, resync=300, clock=lambda: clock[0])
 
     async def publish(endpoints: list[publishing.Endpoint]) -> None:
         await p.publish(deployment, endpoints)
 
     try:
-        asyncio.run(publish(one))
+        run(publish(one))
         (made,) = _slices(cluster, service)
         cluster.kubectl("-n", NS, "delete", "endpointslice", made["metadata"]["name"])
         clock[0] = 299.0
-        asyncio.run(publish(one))  # the same endpoints: nothing read, listed or written
+        run(publish(one))  # the same endpoints: nothing read, listed or written
         assert _slices(cluster, service) == []
-        asyncio.run(publish(two))  # changed: written
+        run(publish(two))  # changed: written
         (changed,) = _slices(cluster, service)
         assert [e["conditions"]["ready"] for e in changed["endpoints"]] == [True, False]
         cluster.kubectl("-n", NS, "delete", "endpointslice", changed["metadata"]["name"])
         clock[0] = 299.0 + 300.0
-        asyncio.run(publish(two))  # resync: applied again, the deleted slice comes back
+        run(publish(two))  # resync: applied again, the deleted slice comes back
         assert len(_slices(cluster, service)) == 1
-        asyncio.run(p.unpublish(deployment))
+        run(p.unpublish(deployment))
         assert _slices(cluster, service) == []
-        asyncio.run(publish(two))  # after unpublish nothing is remembered
+        run(publish(two))  # after unpublish nothing is remembered
         assert len(_slices(cluster, service)) == 1
     finally:
-        asyncio.run(p.unpublish(deployment))
-        k.close()
+        run(p.unpublish(deployment))
+        run(k.aclose())
 
 
 class _Counting:
-    """The real client API object, every call it makes recorded by name (and then made)."""
+    """The operator's client, every request it makes recorded by the name the `kubernetes`
+    client gives that call (`read_namespaced_service`, `list_namespaced_endpoint_slice`), then
+    made."""
 
-    def __init__(self, inner: Any, calls: list[str]) -> None:
+    KINDS = {"services": "service", "endpointslices": "endpoint_slice"}
+    VERBS = {"POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "replace"}
+
+    def __init__(self, inner: kubeapi.Client, calls: list[str]) -> None:
         self._inner, self._calls = inner, calls
 
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if not callable(attr):
-            return attr
+    async def call(self, method: str, path: str, **kw: Any) -> Any:
+        parts = path.split("/")
+        at = parts.index("namespaces") + 2
+        named = len(parts) > at + 1
+        verb = ("read" if named else "list") if method == "GET" else self.VERBS[method]
+        self._calls.append(f"{verb}_namespaced_{self.KINDS[parts[at]]}")
+        return await self._inner.call(method, path, **kw)
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self._calls.append(name)
-            return attr(*args, **kwargs)
-
-        return call
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def test_changed_endpoints_of_objects_it_wrote_cost_one_apply(
-    cluster: controlplane.ControlPlane,
+    cluster: controlplane.ControlPlane, run: Run
 ) -> None:
     """At 100 x 300 the publish calls (read Service, apply it, read slice, apply it, list
     slices) were a third of the operator's samples; when only the endpoints changed, the slice
@@ -111,15 +118,15 @@ def test_changed_endpoints_of_objects_it_wrote_cost_one_apply(
     one = [publishing.Endpoint("n1", "10.1.0.1", 9000, ready=False)]
     two = [publishing.Endpoint("n1", "10.1.0.1", 9000, ready=True)]
     three = [*two, publishing.Endpoint("n2", "10.1.0.2", 9000, ready=True)]
-    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    k = kube.Kube(run(kubeapi.connect(str(cluster.operator_kubeconfig))))
     p = publishing.Publisher(k)
     calls: list[str] = []
-    k.core, k.discovery = _Counting(k.core, calls), _Counting(k.discovery, calls)  # type: ignore[assignment]
+    k.client = _Counting(k.client, calls)  # type: ignore[assignment]
     try:
-        asyncio.run(p.publish(deployment, one))
+        run(p.publish(deployment, one))
         assert "list_namespaced_endpoint_slice" in calls  # the first time: the full path
         calls.clear()
-        asyncio.run(p.publish(deployment, two))
+        run(p.publish(deployment, two))
         assert calls == ["patch_namespaced_endpoint_slice"]
         (slice_,) = _slices(cluster, service)
         assert [e["conditions"]["ready"] for e in slice_["endpoints"]] == [True]
@@ -128,16 +135,16 @@ def test_changed_endpoints_of_objects_it_wrote_cost_one_apply(
         foreign["metadata"]["labels"] = {"kubernetes.io/service-name": service}
         cluster.kubectl("apply", "-f", "-", input=json.dumps(foreign))
         with pytest.raises(publishing.ServiceConflict):  # replaced by someone else's: not applied
-            asyncio.run(p.publish(deployment, three))
+            run(p.publish(deployment, three))
         (kept,) = _slices(cluster, service)
         assert len(kept["endpoints"]) == 1
     finally:
-        asyncio.run(p.unpublish(deployment))
-        k.close()
+        run(p.unpublish(deployment))
+        run(k.aclose())
 
 
 def test_the_resync_of_unchanged_objects_reads_them_and_writes_only_an_edited_one(
-    cluster: controlplane.ControlPlane,
+    cluster: controlplane.ControlPlane, run: Run
 ) -> None:
     """Every `resync` the full path runs again to repair edits by others: it applied
     the Service and every slice of every deployment again (at 1,000 deployments over 2,000
@@ -149,15 +156,15 @@ def test_the_resync_of_unchanged_objects_reads_them_and_writes_only_an_edited_on
         publishing.Endpoint("n2", "10.1.0.2", 9000, ready=False),
     ]
     clock = [0.0]
-    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    k = kube.Kube(run(kubeapi.connect(str(cluster.operator_kubeconfig))))
     p = publishing.Publisher(k, resync=300, clock=lambda: clock[0])
     calls: list[str] = []
-    k.core, k.discovery = _Counting(k.core, calls), _Counting(k.discovery, calls)  # type: ignore[assignment]
+    k.client = _Counting(k.client, calls)  # type: ignore[assignment]
     try:
-        asyncio.run(p.publish(deployment, endpoints))
+        run(p.publish(deployment, endpoints))
         calls.clear()
         clock[0] = 300.0
-        asyncio.run(p.publish(deployment, endpoints))  # the resync: read, nothing written
+        run(p.publish(deployment, endpoints))  # the resync: read, nothing written
         assert "read_namespaced_service" in calls
         assert "read_namespaced_endpoint_slice" in calls
         assert not [c for c in calls if c.startswith(("patch_", "create_", "delete_"))], calls
@@ -169,18 +176,18 @@ def test_the_resync_of_unchanged_objects_reads_them_and_writes_only_an_edited_on
         )  # fmt: skip
         calls.clear()
         clock[0] = 600.0
-        asyncio.run(p.publish(deployment, endpoints))  # edited by someone: applied again
+        run(p.publish(deployment, endpoints))  # edited by someone: applied again
         assert calls.count("patch_namespaced_endpoint_slice") == 1, calls
         assert "patch_namespaced_service" not in calls
         (repaired,) = _slices(cluster, service)
         assert [e["conditions"]["ready"] for e in repaired["endpoints"]] == [True, False]
     finally:
-        asyncio.run(p.unpublish(deployment))
-        k.close()
+        run(p.unpublish(deployment))
+        run(k.aclose())
 
 
 def test_a_new_deployment_costs_one_request_per_object_and_a_list(
-    cluster: controlplane.ControlPlane,
+    cluster: controlplane.ControlPlane, run: Run
 ) -> None:
     """Issue 12, at 500 x 1,000: a new deployment's first publish read the Service and each
     slice before creating it (404, then POST), and every later change applied every slice again,
@@ -190,12 +197,12 @@ def test_a_new_deployment_costs_one_request_per_object_and_a_list(
     a = publishing.Endpoint("n1", "10.1.0.1", 9000, ready=False)
     b = publishing.Endpoint("n2", "10.1.0.2", 9001, ready=False)  # another port: its own slice
     a_up, b_up = (publishing.Endpoint(e.node, e.host, e.port, ready=True) for e in (a, b))
-    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    k = kube.Kube(run(kubeapi.connect(str(cluster.operator_kubeconfig))))
     p = publishing.Publisher(k)
     calls: list[str] = []
-    k.core, k.discovery = _Counting(k.core, calls), _Counting(k.discovery, calls)  # type: ignore[assignment]
+    k.client = _Counting(k.client, calls)  # type: ignore[assignment]
     try:
-        asyncio.run(p.publish(deployment, [a, b]))
+        run(p.publish(deployment, [a, b]))
         assert calls == [
             "create_namespaced_service",
             "create_namespaced_endpoint_slice",
@@ -203,10 +210,10 @@ def test_a_new_deployment_costs_one_request_per_object_and_a_list(
             "list_namespaced_endpoint_slice",
         ]
         calls.clear()
-        asyncio.run(p.publish(deployment, [a_up, b]))  # one replica Ready: its slice only
+        run(p.publish(deployment, [a_up, b]))  # one replica Ready: its slice only
         assert calls == ["patch_namespaced_endpoint_slice"]
         calls.clear()
-        asyncio.run(p.publish(deployment, [a_up, b_up]))
+        run(p.publish(deployment, [a_up, b_up]))
         assert calls == ["patch_namespaced_endpoint_slice"]
         ready = {
             s["ports"][0]["port"]: s["endpoints"][0]["conditions"]["ready"]
@@ -214,12 +221,12 @@ def test_a_new_deployment_costs_one_request_per_object_and_a_list(
         }
         assert ready == {9000: True, 9001: True}
     finally:
-        asyncio.run(p.unpublish(deployment))
-        k.close()
+        run(p.unpublish(deployment))
+        run(k.aclose())
 
 
 def test_a_new_deployment_whose_names_are_taken_reads_and_never_adopts(
-    cluster: controlplane.ControlPlane,
+    cluster: controlplane.ControlPlane, run: Run
 ) -> None:
     """The POST of a new deployment's Service fails on a name that is taken; the object is
     then read: someone else's stays exactly as it was (ServiceConflict, no slice written), and
@@ -234,14 +241,14 @@ def test_a_new_deployment_whose_names_are_taken_reads_and_never_adopts(
         "spec": {"ports": [{"port": 8080, "protocol": "TCP"}]},
     }
     cluster.kubectl("apply", "-f", "-", input=json.dumps(foreign))
-    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    k = kube.Kube(run(kubeapi.connect(str(cluster.operator_kubeconfig))))
     p = publishing.Publisher(k)
     calls: list[str] = []
-    k.core, k.discovery = _Counting(k.core, calls), _Counting(k.discovery, calls)  # type: ignore[assignment]
+    k.client = _Counting(k.client, calls)  # type: ignore[assignment]
     endpoints = [publishing.Endpoint("n1", "10.1.0.1", 9000, ready=True)]
     try:
         with pytest.raises(publishing.ServiceConflict):
-            asyncio.run(p.publish(deployment, endpoints))
+            run(p.publish(deployment, endpoints))
         assert calls == ["create_namespaced_service", "read_namespaced_service"]
         kept = json.loads(cluster.kubectl("-n", NS, "get", "service", service, "-o", "json").stdout)
         assert kept["metadata"].get("ownerReferences") is None
@@ -249,20 +256,20 @@ def test_a_new_deployment_whose_names_are_taken_reads_and_never_adopts(
         assert _slices(cluster, service) == []
         calls.clear()
         with pytest.raises(publishing.ServiceConflict):  # the name is known taken: read first
-            asyncio.run(p.publish(deployment, endpoints))
+            run(p.publish(deployment, endpoints))
         assert calls == ["read_namespaced_service"]
     finally:
         cluster.kubectl("-n", NS, "delete", "service", service, check=False)
 
     old = publishing.Publisher(k)  # a deployment of that name before, another port
-    asyncio.run(old.publish(deployment, endpoints))
+    run(old.publish(deployment, endpoints))
     cluster.kubectl("-n", NS, "delete", "service", service)  # its slice is left behind
     again = {**deployment, "metadata": {**deployment["metadata"], "uid": str(uuid.uuid4())}}
     moved = [publishing.Endpoint("n1", "10.1.0.1", 9001, ready=True)]
     p = publishing.Publisher(k)  # another operator process: no record of either
     calls.clear()
     try:
-        asyncio.run(p.publish(again, moved))  # the Service POST succeeds: the LIST still runs
+        run(p.publish(again, moved))  # the Service POST succeeds: the LIST still runs
         assert calls == [
             "create_namespaced_service",
             "create_namespaced_endpoint_slice",
@@ -273,12 +280,12 @@ def test_a_new_deployment_whose_names_are_taken_reads_and_never_adopts(
         assert left["ports"][0]["port"] == 9001
         assert left["metadata"]["ownerReferences"][0]["uid"] == again["metadata"]["uid"]
     finally:
-        asyncio.run(p.unpublish(again))
-        k.close()
+        run(p.unpublish(again))
+        run(k.aclose())
 
 
 def test_a_deployment_created_again_takes_its_predecessors_objects_over(
-    cluster: controlplane.ControlPlane,
+    cluster: controlplane.ControlPlane, run: Run
 ) -> None:
     """A ModelDeployment deleted and created again under the same name (a new uid) before the
     garbage collector removed its Service and slices takes them back: their ownerReferences
@@ -287,16 +294,16 @@ def test_a_deployment_created_again_takes_its_predecessors_objects_over(
     cluster IP (clients keep their address)."""
     deployment, service = _deployment(cluster)
     endpoints = [publishing.Endpoint("n1", "10.1.0.1", 9000, ready=True)]
-    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    k = kube.Kube(run(kubeapi.connect(str(cluster.operator_kubeconfig))))
     again = {**deployment, "metadata": {**deployment["metadata"], "uid": str(uuid.uuid4())}}
     new_uid = again["metadata"]["uid"]
     try:
-        asyncio.run(publishing.Publisher(k).publish(deployment, endpoints))
+        run(publishing.Publisher(k).publish(deployment, endpoints))
         before = json.loads(
             cluster.kubectl("-n", NS, "get", "service", service, "-o", "json").stdout
         )
         moved = [publishing.Endpoint("n2", "10.1.0.2", 9000, ready=True)]
-        asyncio.run(publishing.Publisher(k).publish(again, moved))  # another operator process
+        run(publishing.Publisher(k).publish(again, moved))  # another operator process
         after = json.loads(
             cluster.kubectl("-n", NS, "get", "service", service, "-o", "json").stdout
         )
@@ -307,5 +314,5 @@ def test_a_deployment_created_again_takes_its_predecessors_objects_over(
         assert [r["uid"] for r in taken["metadata"]["ownerReferences"]] == [new_uid]
         assert [e["addresses"] for e in taken["endpoints"]] == [["10.1.0.2"]]
     finally:
-        asyncio.run(publishing.Publisher(k).unpublish(again))
-        k.close()
+        run(publishing.Publisher(k).unpublish(again))
+        run(k.aclose())

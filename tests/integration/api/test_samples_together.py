@@ -22,7 +22,7 @@ import yaml
 
 from mlxfleet_agent.runtime import settings
 from mlxfleet_operator.adapters import agent as agent_client
-from mlxfleet_operator.adapters import credentials, kube
+from mlxfleet_operator.adapters import credentials, kube, kubeapi
 from mlxfleet_operator.api import inferencenode
 from mlxfleet_operator.dev import controlplane
 from tests.integration.agent.conftest import start_agent
@@ -97,7 +97,7 @@ def test_documented_credentials_let_the_operator_reach_the_sample_agent(
 async def _operator_reads_state(
     cluster: controlplane.ControlPlane, node: inferencenode.InferenceNode
 ) -> Any:
-    k = kube.Kube(kube.client_from(str(cluster.operator_kubeconfig)))
+    k = kube.Kube(await kubeapi.connect(str(cluster.operator_kubeconfig)))
     try:
         creds = await credentials.Cache(k).get(node)
         assert "\n" not in creds.token  # the Secret's trailing newline is not part of the token
@@ -107,4 +107,4 @@ async def _operator_reads_state(
         finally:
             await client.aclose()
     finally:
-        k.close()
+        await k.aclose()

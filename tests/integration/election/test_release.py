@@ -36,7 +36,7 @@ def write_behind_its_back(api: AdminApi, *, holder: str | None = None) -> None:
 
 async def lead_then_release(cluster: controlplane.ControlPlane, api: AdminApi, **kw: str) -> bool:
     store = lease.LeaseStore(
-        lease.connect(str(cluster.operator_kubeconfig)),
+        await lease.connect(str(cluster.operator_kubeconfig)),
         namespace="mlxfleet-system",
         name="mlxfleet-operator",
         default_duration=TIMING.lease_duration,

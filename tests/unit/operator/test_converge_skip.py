@@ -9,11 +9,10 @@ from datetime import timedelta
 from typing import Any
 
 import kopf
-import kubernetes
 
 from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import agent, fleet, kube, runtime
+from mlxfleet_operator.adapters import agent, fleet, kube, kubeapi, runtime
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.handlers import deployments, indexes
@@ -25,7 +24,7 @@ SLOT = contract.SlotStatus.model_validate(
 
 
 def _fleet() -> fleet.Fleet:
-    f = fleet.Fleet(kube.Kube(kubernetes.client.ApiClient()))
+    f = fleet.Fleet(kube.Kube(kubeapi.Client(None)))
     f.entries["n1"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
     return f
 
@@ -153,7 +152,7 @@ def test_a_decided_slot_counts_on_its_node_until_a_poll_lists_it() -> None:
     """Two decisions before the next poll must not promise the same memory (issue 12: 316 PUTs
     answered 507 at 100 x 300): `reserve` at decision time, gone once listed or refused."""
     clock = [0.0]
-    f = fleet.Fleet(kube.Kube(kubernetes.client.ApiClient()), clock=lambda: clock[0])
+    f = fleet.Fleet(kube.Kube(kubeapi.Client(None)), clock=lambda: clock[0])
     f.entries["n1"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
     f.record("n1", state(), now=NOW)
     spec = contract.SlotSpec.model_validate({"source": "file:///m", "servedName": "m"})

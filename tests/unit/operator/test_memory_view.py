@@ -8,11 +8,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-import kubernetes
 import pytest
 
 from mlxfleet_agent import contract, sizing
-from mlxfleet_operator.adapters import agent, fleet, kube
+from mlxfleet_operator.adapters import agent, fleet, kube, kubeapi
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.core import nodes
 from mlxfleet_operator.core.deployment import preemption, replicas
@@ -166,7 +165,7 @@ def test_every_pressure_of_the_table_is_a_reason_placement_gives() -> None:
 
 
 def _fleet() -> fleet.Fleet:
-    f = fleet.Fleet(kube.Kube(kubernetes.client.ApiClient()))
+    f = fleet.Fleet(kube.Kube(kubeapi.Client(None)))
     f.entries["n1"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
     return f
 

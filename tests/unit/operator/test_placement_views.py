@@ -10,12 +10,11 @@ from datetime import timedelta
 from typing import Any
 
 import kopf
-import kubernetes
 import pytest
 
 from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import agent, fleet, kube, runtime
+from mlxfleet_operator.adapters import agent, fleet, kube, kubeapi, runtime
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.core.deployment import replicas
 from mlxfleet_operator.core.fleet import facts as dfacts
@@ -39,7 +38,7 @@ def _slot(name: str, gib: int, *, served: str | None = None) -> contract.SlotSta
 
 
 def _fleet(names: list[str]) -> fleet.Fleet:
-    f = fleet.Fleet(kube.Kube(kubernetes.client.ApiClient()))
+    f = fleet.Fleet(kube.Kube(kubeapi.Client(None)))
     for n in names:
         f.entries[n] = fleet.Entry(client=agent.AgentClient(agent.Credentials(f"http://{n}", "t")))
     return f
@@ -120,7 +119,7 @@ def test_views_and_facts_are_made_once_per_node_change(monkeypatch: pytest.Monke
 
 def test_room_version_moves_only_for_room_that_fits_the_footprint() -> None:
     clock = [0.0]
-    f = fleet.Fleet(kube.Kube(kubernetes.client.ApiClient()), clock=lambda: clock[0])
+    f = fleet.Fleet(kube.Kube(kubeapi.Client(None)), clock=lambda: clock[0])
     for n in ("n1", "n2"):
         f.entries[n] = fleet.Entry(client=agent.AgentClient(agent.Credentials(f"http://{n}", "t")))
     f.record("n1", state(budget=16 * GIB, slots=[_slot("a", 12)]), now=NOW)

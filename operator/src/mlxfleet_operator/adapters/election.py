@@ -6,7 +6,9 @@ wait for it. Fencing does not depend on either loop: a `leader.Watchdog` thread 
 when the renew deadline passes. On SIGTERM kopf gets `STOP_GRACE` to stop, then what still runs
 is cancelled. `alone()` runs `--standalone` (no election), but not beside an
 elected leader that renews the Lease. Order on SIGTERM: kopf stops (no handler runs), the worker
-threads' last Kubernetes calls finish, the watchdog stops, the Lease is released.
+threads' last calls finish, the watchdog stops, the Lease is released. The elector's Lease calls
+use the operator's Kubernetes client (`kubeapi`), in a pool of its own on the elector's loop (a
+pool belongs to one event loop).
 
 May import: `adapters.leader`, `adapters.lease`, the standard library.
 Called by: `mlxfleet_operator.main`.
@@ -27,7 +29,7 @@ from mlxfleet_operator.adapters import leader, lease
 
 log = logging.getLogger("mlxfleet.leader")
 T = TypeVar("T")
-# Kubernetes calls of worker threads still running when kopf stopped get this long to finish
+# calls of worker threads still running when kopf stopped get this long to finish
 # (the lease is renewed meanwhile) before the leader exits without handing the lease over.
 DRAIN_SECONDS = 10.0
 # kopf's own shutdown waits up to 5 s for tasks that do not end by themselves; a leader that
@@ -60,7 +62,7 @@ class Candidate:
 
     async def _setup(self) -> leader.Elector:
         store = lease.LeaseStore(
-            lease.connect(self._kubeconfig),
+            await lease.connect(self._kubeconfig),
             namespace=self.settings.namespace,
             name=self.settings.lease_name,
             default_duration=self.settings.lease_duration,
@@ -200,12 +202,12 @@ async def run(
             with contextlib.suppress(asyncio.CancelledError):
                 await operating
         stopping.cancel()
-        log.info("kopf stopped; finishing Kubernetes calls before releasing the lease")
-        try:  # kopf stopped; its handlers' Kubernetes calls run in worker threads: let them end
+        log.info("kopf stopped; finishing calls in worker threads before releasing the lease")
+        try:  # kopf stopped; what its handlers still run in worker threads: let it end
             async with asyncio.timeout(DRAIN_SECONDS):
                 await loop.shutdown_default_executor()
         except TimeoutError:
-            leader.fence(f"Kubernetes calls still running {DRAIN_SECONDS:.0f}s after stopping")
+            leader.fence(f"worker threads still running {DRAIN_SECONDS:.0f}s after stopping")
         leader.lead_with(None)
         watchdog.stop()
         await candidate.release()
@@ -220,7 +222,7 @@ async def led_by(settings: leader.ElectionSettings, *, kubeconfig: str | None) -
     most one lease duration; an unreadable Lease (RBAC, API server down) counts as not led."""
     timing = settings.timing
     store = lease.LeaseStore(
-        lease.connect(kubeconfig),
+        await lease.connect(kubeconfig),  # on this loop: the operator's pool is not open yet
         namespace=settings.namespace,
         name=settings.lease_name,
         default_duration=settings.lease_duration,

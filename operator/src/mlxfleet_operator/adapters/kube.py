@@ -1,13 +1,14 @@
 """The operator's Kubernetes client: the calls it makes and their errors, Secrets, custom objects.
 
-The `kubernetes` client is synchronous, so every call goes through `asyncio.to_thread`: the kopf
-event loop never blocks. Objects the operator owns are written with server-side apply (field
-manager `mlxfleet-operator`), so a repeated call is a no-op and nobody else's fields are touched;
-`read`, `create`, `apply` and `delete` take the `Kind` of the object (its client calls); `read`
-answers None for a missing object, `delete` lets one already gone be, any other failure is a
-`KubeError`. Which objects are owned, and what they hold, is decided in `ownership` and
-`publishing`; status is written through kopf's patch (`statuspatch`), not here.
-May import: kubernetes, the standard library, `api`, `core.modelroute` (the value it answers).
+Every call goes through the operator's one asynchronous client (`kubeapi.Client`, one connection
+pool shared by all handlers), JSON in and out. Objects the operator owns are written with
+server-side apply (field manager `mlxfleet-operator`), so a repeated call is a no-op and nobody
+else's fields are touched; `read`, `select`, `create`, `apply` and `delete` take the `Kind` of the
+object (where it lives); `read` answers None for a missing object, `delete` lets one already gone
+be, any other failure (the connection's too) is a `KubeError`. Which objects are owned, and what
+they hold, is decided in `ownership` and `publishing`; status is written through kopf's patch
+(`statuspatch`), not here.
+May import: the standard library, `kubeapi`, `api`, `core.modelroute` (the value it answers).
 Called by: `runtime` (builds it), `fleet` (agent credentials), `publishing` (the Service and
 EndpointSlices), handlers (SwapPlans and ModelDeployments, through `runtime.Runtime.kube`; the
 ModelRoute handler's look at provider-key Secrets, asked for as a table row, so their data never
@@ -16,17 +17,14 @@ reaches the operator).
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
+from urllib.parse import quote
 
-import kubernetes
-from kubernetes.client.exceptions import ApiException
-
+from mlxfleet_operator.adapters import kubeapi
 from mlxfleet_operator.api import modelroute as mroute
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.core import modelroute
@@ -79,39 +77,39 @@ class SecretNotAllowed(KubeError):
 
 @dataclass(frozen=True)
 class Kind:
-    """The client calls for one kind of object the operator owns."""
+    """One kind of object the operator reads or owns: where its objects live on the API server."""
 
     name: str
-    read: Any
-    create: Any
-    patch: Any
-    delete: Any
+    api: str  # "/api/v1", "/apis/discovery.k8s.io/v1"
+    plural: str
+
+    def collection(self, namespace: str) -> str:
+        return f"{self.api}/namespaces/{quote(namespace)}/{self.plural}"
+
+    def path(self, name: str, namespace: str) -> str:
+        return f"{self.collection(namespace)}/{quote(name)}"
 
 
-def client_from(kubeconfig: str | None) -> kubernetes.client.ApiClient:
-    """API client from a kubeconfig file, else the in-cluster ServiceAccount."""
-    if kubeconfig:
-        client = kubernetes.config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-        return cast(kubernetes.client.ApiClient, client)
-    kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
-    return kubernetes.client.ApiClient()
+SECRETS = Kind("Secret", "/api/v1", "secrets")
+SERVICES = Kind("Service", "/api/v1", "services")
+SLICES = Kind("EndpointSlice", "/apis/discovery.k8s.io/v1", "endpointslices")
+
+
+def _custom(resource: resources.Resource, namespace: str, name: str | None = None) -> str:
+    """The path of our kind `resource` in `namespace` (its collection when `name` is None)."""
+    where = f"/apis/{resources.GROUP}/{resources.VERSION}/namespaces/{quote(namespace)}"
+    where += f"/{resource.plural}"
+    return where if name is None else f"{where}/{quote(name)}"
 
 
 class Kube:
-    """Thin async facade over the synchronous client (one instance per operator)."""
+    """The operator's Kubernetes calls, on the one shared client (one instance per operator)."""
 
-    def __init__(self, api: kubernetes.client.ApiClient) -> None:
-        self.api = api
-        self.core = kubernetes.client.CoreV1Api(api)
-        self.discovery = kubernetes.client.DiscoveryV1Api(api)
-        self.custom = kubernetes.client.CustomObjectsApi(api)
+    def __init__(self, client: kubeapi.Client) -> None:
+        self.client = client
 
-    def close(self) -> None:
-        self.api.close()  # type: ignore[no-untyped-call]
-
-    def plain(self, obj: object) -> JsonDict:
-        """A client model as the JSON the API server sent (camelCase keys)."""
-        return cast(JsonDict, self.api.sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
+    async def aclose(self) -> None:
+        await self.client.aclose()
 
     # ------------------------------------------------------------------------------ secrets
 
@@ -123,23 +121,24 @@ class Kube:
         unlabelled Secret is refused before its data is looked at: only Secrets an admin marked
         for agents can leave the cluster (docs/operator.md, "Trust model")."""
         try:
-            secret = await asyncio.to_thread(self.core.read_namespaced_secret, name, namespace)
-        except ApiException as exc:
+            secret = await self.client.call("GET", SECRETS.path(name, namespace))
+        except kubeapi.ApiError as exc:
             if exc.status in (403, 404):
                 raise SecretMissing(f"Secret {namespace}/{name}: {exc.reason}") from exc
             raise KubeError(f"read Secret {namespace}/{name}: {exc.status} {exc.reason}") from exc
         label = resources.AGENT_CREDENTIALS_LABEL
-        labels = (secret.metadata.labels if secret.metadata is not None else None) or {}
+        metadata = secret.get("metadata") or {}
+        labels = metadata.get("labels") or {}
         if labels.get(label) != "true":
             raise SecretNotAllowed(
                 f"Secret {namespace}/{name} is not labelled {label}=true: the operator uses only "
                 f"Secrets labelled as agent credentials (kubectl label secret -n {namespace} "
                 f"{name} {label}=true, if it holds this agent's credentials)"
             )
-        data = secret.data or {}
+        data = secret.get("data") or {}
         if key not in data:
             raise SecretMissing(f"Secret {namespace}/{name} has no key {key!r}")
-        notes = (secret.metadata.annotations if secret.metadata is not None else None) or {}
+        notes = metadata.get("annotations") or {}
         return AgentSecret(
             base64.b64decode(data[key]).decode().strip(),
             expires_at=_instant(notes.get(resources.EXPIRES_AT_ANNOTATION)),
@@ -151,15 +150,8 @@ class Kube:
         the key); None when it does not exist, `error` set when it cannot be looked at."""
         where = f"get Secret {namespace}/{name}"
         try:
-            answer = await asyncio.to_thread(
-                self.core.read_namespaced_secret,
-                name,
-                namespace,
-                _preload_content=False,  # the raw table, not a V1Secret
-                _headers={"Accept": TABLE},
-            )
-            body: bytes = cast(Any, answer).data  # the raw response, not the V1Secret typed
-        except ApiException as exc:
+            table = await self.client.call("GET", SECRETS.path(name, namespace), accept=TABLE)
+        except kubeapi.ApiError as exc:
             if exc.status == 404:
                 return None
             if exc.status == 403:  # resourceNames: only the provider keys the admin listed
@@ -168,10 +160,8 @@ class Kube:
                     "provider-key Secrets listed in chart value operator.providerKeySecrets)"
                 )
             return modelroute.KeySeen(error=f"{where}: {exc.status} {exc.reason}")
-        except OSError as exc:
-            return modelroute.KeySeen(error=f"{where}: {exc}")
         try:
-            return _table_row(json.loads(body))
+            return _table_row(table)
         except (ValueError, TypeError, AttributeError, IndexError) as exc:
             return modelroute.KeySeen(error=f"{where}: unexpected answer ({exc})")
 
@@ -188,21 +178,13 @@ class Kube:
     ) -> JsonDict | None:
         """One namespaced object of our kinds, or None when it does not exist."""
         try:
-            found = await asyncio.to_thread(
-                self.custom.get_namespaced_custom_object,
-                resources.GROUP,
-                resources.VERSION,
-                namespace,
-                resource.plural,
-                name,
-            )
-        except ApiException as exc:
+            return await self.client.call("GET", _custom(resource, namespace, name))
+        except kubeapi.ApiError as exc:
             if exc.status == 404:
                 return None
             raise KubeError(
                 f"get {resource.kind} {namespace}/{name}: {exc.status} {exc.reason}"
             ) from exc
-        return cast(JsonDict, found)
 
     async def annotate_deployment(
         self, namespace: str, name: str, annotations: Mapping[str, str]
@@ -211,18 +193,10 @@ class Kube:
         write the operator makes to an object people own, besides kopf's own annotations and
         finalizer); a deployment gone meanwhile is fine."""
         body = {"metadata": {"annotations": dict(annotations)}}
+        path = _custom(resources.MODEL_DEPLOYMENT, namespace, name)
         try:
-            await asyncio.to_thread(
-                self.custom.patch_namespaced_custom_object,
-                resources.GROUP,
-                resources.VERSION,
-                namespace,
-                resources.MODEL_DEPLOYMENT.plural,
-                name,
-                body,
-                _content_type=MERGE_PATCH,
-            )
-        except ApiException as exc:
+            await self.client.call("PATCH", path, body=body, content_type=MERGE_PATCH)
+        except kubeapi.ApiError as exc:
             if exc.status != 404:
                 raise KubeError(
                     f"annotate ModelDeployment {namespace}/{name}: {exc.status} {exc.reason}"
@@ -231,15 +205,8 @@ class Kube:
     async def create_swap_plan(self, namespace: str, body: JsonDict) -> bool:
         """Create; False when it already exists (the name is deterministic, 409 = done before)."""
         try:
-            await asyncio.to_thread(
-                self.custom.create_namespaced_custom_object,
-                resources.GROUP,
-                resources.VERSION,
-                namespace,
-                resources.SWAP_PLAN.plural,
-                body,
-            )
-        except ApiException as exc:
+            await self.client.call("POST", _custom(resources.SWAP_PLAN, namespace), body=body)
+        except kubeapi.ApiError as exc:
             if exc.status == 409:
                 return False
             raise KubeError(f"create SwapPlan {namespace}: {exc.status} {exc.body}") from exc
@@ -249,63 +216,62 @@ class Kube:
 
     @property
     def services(self) -> Kind:
-        return Kind(
-            "Service",
-            self.core.read_namespaced_service,
-            self.core.create_namespaced_service,
-            self.core.patch_namespaced_service,
-            self.core.delete_namespaced_service,
-        )
+        return SERVICES
 
     @property
     def slices(self) -> Kind:
-        return Kind(
-            "EndpointSlice",
-            self.discovery.read_namespaced_endpoint_slice,
-            self.discovery.create_namespaced_endpoint_slice,
-            self.discovery.patch_namespaced_endpoint_slice,
-            self.discovery.delete_namespaced_endpoint_slice,
-        )
+        return SLICES
 
     async def read(self, kind: Kind, name: str, namespace: str) -> JsonDict | None:
         try:
-            found = await asyncio.to_thread(kind.read, name, namespace)
-        except ApiException as exc:
+            return await self.client.call("GET", kind.path(name, namespace))
+        except kubeapi.ApiError as exc:
             if exc.status == 404:
                 return None
             raise KubeError(
                 f"get {kind.name} {namespace}/{name}: {exc.status} {exc.reason}"
             ) from exc
-        return self.plain(found)
+
+    async def select(self, kind: Kind, namespace: str, *, labels: str) -> list[JsonDict]:
+        """The objects of `kind` in `namespace` that the label selector `labels` matches."""
+        try:
+            found = await self.client.call(
+                "GET", kind.collection(namespace), query=[("labelSelector", labels)]
+            )
+        except kubeapi.ApiError as exc:
+            raise KubeError(
+                f"list {kind.name} {namespace} ({labels}): {exc.status} {exc.reason}"
+            ) from exc
+        return list(found.get("items") or [])
 
     async def create(self, kind: Kind, namespace: str, body: JsonDict) -> JsonDict:
         """Create `body` (POST: fails if the name is taken, `AlreadyExists`); the object as
         created."""
         try:
-            made = await asyncio.to_thread(
-                kind.create, namespace, body, field_manager=FIELD_MANAGER
+            return await self.client.call(
+                "POST",
+                kind.collection(namespace),
+                query=[("fieldManager", FIELD_MANAGER)],
+                body=body,
             )
-        except ApiException as exc:  # 409: made meanwhile (`AlreadyExists`)
+        except kubeapi.ApiError as exc:  # 409: made meanwhile (`AlreadyExists`)
             error = AlreadyExists if exc.status == 409 else KubeError
             raise error(
                 f"create {kind.name} {namespace}/{body['metadata']['name']}: "
                 f"{exc.status} {exc.reason}"
             ) from exc
-        return self.plain(made)
 
     async def apply(self, kind: Kind, name: str, namespace: str, body: JsonDict) -> None:
         """Server-side apply `body` (a `metadata.uid` in it is a precondition)."""
         try:
-            await asyncio.to_thread(
-                kind.patch,
-                name,
-                namespace,
-                body,
-                field_manager=FIELD_MANAGER,
-                force=True,
-                _content_type=APPLY,
+            await self.client.call(
+                "PATCH",
+                kind.path(name, namespace),
+                query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                body=body,
+                content_type=APPLY,
             )
-        except ApiException as exc:
+        except kubeapi.ApiError as exc:
             raise KubeError(
                 f"apply {body['kind']} {namespace}/{name}: {exc.status} {exc.body}"
             ) from exc
@@ -322,11 +288,10 @@ class Kube:
             {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
             {"op": "replace", "path": "/metadata/ownerReferences", "value": owners},
         ]
+        path = kind.path(meta["name"], meta["namespace"])
         try:
-            await asyncio.to_thread(
-                kind.patch, meta["name"], meta["namespace"], ops, _content_type=JSON_PATCH
-            )
-        except ApiException as exc:
+            await self.client.call("PATCH", path, body=ops, content_type=JSON_PATCH)
+        except kubeapi.ApiError as exc:
             raise KubeError(
                 f"take over {kind.name} {meta['namespace']}/{meta['name']}: "
                 f"{exc.status} {exc.reason}"
@@ -335,12 +300,15 @@ class Kube:
     async def delete(self, kind: Kind, found: Mapping[str, Any]) -> None:
         """Delete exactly the object that was read (uid precondition); gone already is fine."""
         meta = found["metadata"]
-        options = kubernetes.client.V1DeleteOptions(
-            preconditions=kubernetes.client.V1Preconditions(uid=meta["uid"])
-        )
+        options = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": {"uid": meta["uid"]},
+        }
+        path = kind.path(meta["name"], meta["namespace"])
         try:
-            await asyncio.to_thread(kind.delete, meta["name"], meta["namespace"], body=options)
-        except ApiException as exc:
+            await self.client.call("DELETE", path, body=options)
+        except kubeapi.ApiError as exc:
             if exc.status not in (404, 409):  # 409: replaced by another object since: not ours
                 raise KubeError(
                     f"delete {kind.name} {meta['namespace']}/{meta['name']}: "

@@ -1,29 +1,29 @@
 """One `coordination.k8s.io/v1` Lease on the API server: read, create, replace with a
 resourceVersion precondition (optimistic concurrency). The leader elector's only I/O.
 
-It talks to the API server with its own async httpx client (credentials from the kubeconfig or the
-in-cluster ServiceAccount, loaded by the `kubernetes` package) rather than the operator's
-synchronous client in worker threads, so that every call has a hard timeout, is cancelled with
-its task, and never waits for a thread pool that the rest of the operator may have filled.
-May import: httpx, kubernetes (configuration loading only), pydantic, `core.kit.leadership`, the
-standard library. Called by: `adapters.leader`.
+It talks to the API server with the operator's Kubernetes client (`kubeapi.Client`, on the
+elector's own event loop: a pool of its own), so that every call has a hard timeout
+(`TIMEOUT`, a backstop: callers bound each call themselves), is cancelled with its task, and
+never waits for kopf's event loop or a thread pool that the rest of the operator may have filled.
+May import: aiohttp (the timeout), pydantic, `kubeapi`, `core.kit.leadership`, the standard
+library. Called by: `adapters.leader`, `adapters.election`.
 """
 
 from __future__ import annotations
 
 import copy
-import ssl
-from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
+import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mlxfleet_operator.adapters import kubeapi
 from mlxfleet_operator.core.kit import leadership
 
 API = "/apis/coordination.k8s.io/v1"
+TIMEOUT = aiohttp.ClientTimeout(total=10.0, connect=3.0)
 
 
 class LeaseError(Exception):
@@ -91,42 +91,42 @@ def _spec(record: leadership.Record) -> dict[str, Any]:
 
 class LeaseStore:
     """The Lease `name` in `namespace`. Callers bound each call (`asyncio.timeout`); the client's
-    own timeout (`connect`) is only a backstop."""
+    own timeout (`TIMEOUT`) is only a backstop. `aclose` closes the client."""
 
     def __init__(
-        self, http: httpx.AsyncClient, *, namespace: str, name: str, default_duration: int
+        self, client: kubeapi.Client, *, namespace: str, name: str, default_duration: int
     ) -> None:
-        self._http = http
+        self._client = client
         self.namespace = namespace
         self.name = name
         self._default_duration = default_duration
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._client.aclose()
 
     @property
     def _collection(self) -> str:
         return f"{API}/namespaces/{self.namespace}/leases"
 
-    async def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
+    async def _send(self, method: str, path: str, what: str, body: object = None) -> Lease | None:
+        """The Lease the API server answered; None for 404; `Conflict` for 409; `LeaseError`
+        for anything else that is not 2xx, and when no answer came."""
         try:
-            return await self._http.request(method, path, **kw)
-        except httpx.HTTPError as exc:
-            raise LeaseError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-
-    def _check(self, response: httpx.Response, what: str) -> Lease:
-        if response.status_code == 409:
-            raise Conflict(f"{what}: conflict (someone else wrote the Lease first)")
-        if response.status_code >= 300:
-            raise LeaseError(f"{what}: HTTP {response.status_code}: {response.text[:300]}")
-        return _lease(response.json(), default_duration=self._default_duration)
+            found = await self._client.call(method, path, body=body, budget=TIMEOUT)
+        except kubeapi.ApiError as exc:
+            if exc.status == 404:
+                return None
+            if exc.status == 409:
+                raise Conflict(f"{what}: conflict (someone else wrote the Lease first)") from exc
+            if exc.status == 0:
+                raise LeaseError(f"{method} {path}: {exc.reason}") from exc
+            raise LeaseError(f"{what}: HTTP {exc.status}: {exc.body[:300]}") from exc
+        return _lease(found, default_duration=self._default_duration)
 
     async def read(self) -> Lease | None:
         """The Lease, or None when there is none."""
-        response = await self._send("GET", f"{self._collection}/{self.name}")
-        if response.status_code == 404:
-            return None
-        return self._check(response, f"read Lease {self.namespace}/{self.name}")
+        where = f"read Lease {self.namespace}/{self.name}"
+        return await self._send("GET", f"{self._collection}/{self.name}", where)
 
     async def create(self, record: leadership.Record) -> Lease:
         body = {
@@ -135,8 +135,11 @@ class LeaseStore:
             "metadata": {"name": self.name, "namespace": self.namespace},
             "spec": _spec(record),
         }
-        response = await self._send("POST", self._collection, json=body)
-        return self._check(response, f"create Lease {self.namespace}/{self.name}")
+        where = f"create Lease {self.namespace}/{self.name}"
+        made = await self._send("POST", self._collection, where, body)
+        if made is None:  # the namespace is missing
+            raise LeaseError(f"{where}: HTTP 404 (does namespace {self.namespace} exist?)")
+        return made
 
     async def replace(self, lease: Lease, record: leadership.Record) -> Lease:
         """Write `record` over `lease`, only if nobody wrote it since (its resourceVersion)."""
@@ -145,56 +148,17 @@ class LeaseStore:
         metadata.pop("managedFields", None)
         metadata["resourceVersion"] = lease.version
         body["spec"] = {**(body.get("spec") or {}), **_spec(record)}
-        response = await self._send("PUT", f"{self._collection}/{self.name}", json=body)
-        if response.status_code == 404:
-            raise Conflict(f"replace Lease {self.namespace}/{self.name}: it was deleted")
-        return self._check(response, f"replace Lease {self.namespace}/{self.name}")
+        where = f"replace Lease {self.namespace}/{self.name}"
+        written = await self._send("PUT", f"{self._collection}/{self.name}", where, body)
+        if written is None:
+            raise Conflict(f"{where}: it was deleted")
+        return written
 
 
-class _Bearer(httpx.Auth):
-    """The kubeconfig's (or ServiceAccount's) bearer token, asked for on every request so that
-    the `kubernetes` package's refresh hook (rotated ServiceAccount tokens) keeps working."""
-
-    def __init__(self, config: Any) -> None:
-        self._config = config
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        token = self._config.get_api_key_with_prefix("BearerToken")
-        if token:
-            request.headers["Authorization"] = token
-        yield request
-
-
-def connect(kubeconfig: str | None) -> httpx.AsyncClient:
-    """An async client for the API server of `kubeconfig` (None: in-cluster ServiceAccount)."""
-    # Imported here: `kubernetes.config` reads $KUBECONFIG when first imported, and `main` sets
-    # it (for kopf's own login) after this module is imported.
-    import kubernetes
-
-    config = kubernetes.client.Configuration()
+async def connect(kubeconfig: str | None) -> kubeapi.Client:
+    """A client for the API server of `kubeconfig` (None: in-cluster ServiceAccount), its pool
+    opened on the loop that first uses it."""
     try:
-        if kubeconfig:
-            kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, client_configuration=config, persist_config=False
-            )
-        else:
-            kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=config
-            )
-    except kubernetes.config.ConfigException as exc:
+        return await kubeapi.connect(kubeconfig, user_agent="mlxfleet-operator/leader-election")
+    except kubeapi.ConfigError as exc:
         raise LeaseError(f"cannot load API server credentials: {exc}") from exc
-    verify: ssl.SSLContext | bool = bool(config.verify_ssl)
-    if config.verify_ssl:
-        context = ssl.create_default_context(cafile=config.ssl_ca_cert or None)
-        if config.cert_file:
-            context.load_cert_chain(config.cert_file, config.key_file)
-        verify = context
-    return httpx.AsyncClient(
-        base_url=str(config.host),
-        auth=_Bearer(config),
-        verify=verify,
-        headers={"Accept": "application/json", "User-Agent": "mlxfleet-operator/leader-election"},
-        limits=httpx.Limits(max_connections=4),
-        timeout=httpx.Timeout(10.0, connect=3.0),
-        trust_env=False,
-    )

@@ -25,7 +25,7 @@ is taken (409), and only then is the object read and decided on as above, so not
 else's is ever written, and a new deployment costs one request per object instead of two. A
 slice this process already wrote with exactly the body it would write now is not applied again
 (a deployment's other slices when one endpoint turned ready); the resync reads it.
-May import: kubernetes, the standard library, `kube`, `ownership`, `api`, `core.kit.naming`.
+May import: the standard library, `kube`, `ownership`, `api`, `core.kit.naming`.
 Called by: `runtime` (builds it), handlers (through `runtime.Runtime.publisher`).
 """
 
@@ -40,8 +40,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
-
-from kubernetes.client.exceptions import ApiException
 
 from mlxfleet_operator.adapters import kube, ownership
 from mlxfleet_operator.api import resources
@@ -420,16 +418,11 @@ class Publisher:
         return str(uid)
 
     async def _delete_slices(self, pub: Publication, *, keep: set[str]) -> None:
-        try:
-            listed = await asyncio.to_thread(
-                self.kube.discovery.list_namespaced_endpoint_slice,
-                pub.namespace,
-                label_selector=f"kubernetes.io/service-name={pub.service},app.kubernetes.io/managed-by={ownership.MANAGED_BY}",
-            )
-        except ApiException as exc:
-            raise kube.KubeError(
-                f"EndpointSlices of {pub.namespace}/{pub.service}: {exc.status} {exc.reason}"
-            ) from exc
-        for item in self.kube.plain(listed).get("items", []):
+        listed = await self.kube.select(
+            self.kube.slices,
+            pub.namespace,
+            labels=f"kubernetes.io/service-name={pub.service},app.kubernetes.io/managed-by={ownership.MANAGED_BY}",
+        )
+        for item in listed:
             if item["metadata"]["name"] not in keep and ownership.owns(pub.owner, item):
                 await self.kube.delete(self.kube.slices, item)

@@ -3,10 +3,9 @@ fleet view, the Service + EndpointSlice publisher, and what it remembers per obj
 (`objects`: one `adapters.objects.ObjectState` per uid, forgotten when the object goes). Lives
 in kopf's memo (`memo["runtime"]`).
 
-May import: the standard library, kubernetes (its config errors), sibling adapters, `api`,
-`mlxfleet_operator.settings`.
-Called by: `main` (builds it with `start(config)` before kopf runs) and handlers (every one
-reads it with `of(memo)`; `lifecycle` closes it).
+May import: the standard library, sibling adapters, `api`, `mlxfleet_operator.settings`.
+Called by: `main` (builds it with `start(config)` on the loop kopf then runs on) and handlers
+(every one reads it with `of(memo)`; `lifecycle` closes it).
 """
 
 from __future__ import annotations
@@ -17,10 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import kubernetes
-
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import fleet, kube, leader, metrics, objects, publishing
+from mlxfleet_operator.adapters import fleet, kube, kubeapi, leader, metrics, objects, publishing
 from mlxfleet_operator.api import swapplan as swp
 
 KEY = "runtime"
@@ -115,29 +112,30 @@ class Runtime:
 
     async def aclose(self) -> None:
         await self.fleet.aclose()
-        self.kube.close()
+        await self.kube.aclose()
 
 
 class StartError(Exception):
     """The runtime cannot start; the message names the flag to fix and why."""
 
 
-def start(config: opsettings.OperatorSettings) -> Runtime:
-    """The runtime for `config`: a Kubernetes client (the kubeconfig, else in-cluster), the
+async def start(config: opsettings.OperatorSettings) -> Runtime:
+    """The runtime for `config`: the operator's one Kubernetes client (the kubeconfig, else
+    in-cluster; its connection pool opens on the running loop, closed by `Runtime.aclose`), the
     fleet view, the publisher, and the metrics server when a port is set. Raises `StartError`."""
     try:
-        api = kube.client_from(config.kubeconfig)
-    except kubernetes.config.ConfigException as exc:
+        client = await kubeapi.connect(config.kubeconfig)
+    except kubeapi.ConfigError as exc:
         where = f"--kubeconfig {config.kubeconfig}" if config.kubeconfig else "in-cluster config"
         raise StartError(f"{where}: {exc}") from exc
-    k = kube.Kube(api)
+    k = kube.Kube(client)
     metrics.report_leadership(leader.may_act)
     metrics.count_phases(str(p) for p in swp.SwapPhase if p.terminal)
     if config.metrics_port is not None:
         try:
             metrics.serve(config.metrics_host, config.metrics_port)
         except OSError as exc:
-            k.close()
+            await k.aclose()
             where = f"--metrics-host {config.metrics_host} --metrics-port {config.metrics_port}"
             raise StartError(f"{where}: {exc}") from exc
     return Runtime(

@@ -1,0 +1,133 @@
+"""The operator's one Kubernetes client (`adapters.kubeapi`, issue 27): calls are made on the
+event loop, as many at once as the pool allows, not one per worker thread of the default
+executor (at most 32, 6 on a 2-core machine: the bottleneck of the synchronous client through
+`asyncio.to_thread`); a closed client refuses calls; a connection failure is a `KubeError`.
+
+A stand-in API server on loopback (aiohttp) answers Secrets, so the test can hold every request
+until all have arrived: a client that makes fewer at once never gets its answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+from collections.abc import Awaitable, Callable
+
+import pytest
+from aiohttp import web
+from kubernetes_asyncio import client as kclient
+
+from mlxfleet_operator.adapters import kube, kubeapi
+from mlxfleet_operator.api import resources
+
+AT_ONCE = 40  # more than the default executor ever has workers (min(32, CPUs + 4))
+
+
+class _ApiServer:
+    """Answers GET of a Secret once `hold` requests are in flight at the same time."""
+
+    def __init__(self, hold: int) -> None:
+        self.hold = hold
+        self.in_flight = 0
+        self.most = 0
+        self.tokens: set[str] = set()
+        self._all_here = asyncio.Event()
+
+    async def secret(self, request: web.Request) -> web.Response:
+        self.tokens.add(request.headers.get("Authorization", ""))
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        if self.in_flight >= self.hold:
+            self._all_here.set()
+        try:
+            await asyncio.wait_for(self._all_here.wait(), 5)
+        except TimeoutError:
+            return web.json_response({"kind": "Status", "code": 503}, status=503)
+        finally:
+            self.in_flight -= 1
+        name = request.match_info["name"]
+        return web.json_response(
+            {
+                "kind": "Secret",
+                "metadata": {
+                    "name": name,
+                    "namespace": request.match_info["ns"],
+                    "labels": {resources.AGENT_CREDENTIALS_LABEL: "true"},
+                },
+                "data": {"token": base64.b64encode(name.encode()).decode()},
+            }
+        )
+
+
+async def _serve(server: _ApiServer, scenario: Callable[[str], Awaitable[None]]) -> None:
+    """Run `scenario(host)` against `server` on loopback."""
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/{ns}/secrets/{name}", server.secret)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        await scenario(f"http://127.0.0.1:{runner.addresses[0][1]}")
+    finally:
+        await runner.cleanup()
+
+
+def _client(host: str) -> kubeapi.Client:
+    config = kclient.Configuration(host=host)
+    config.api_key = {"BearerToken": "secret-token"}
+    config.api_key_prefix = {"BearerToken": "Bearer"}
+    config.connection_pool_maxsize = kubeapi.CONNECTIONS + AT_ONCE
+    return kubeapi.Client(config)
+
+
+def test_calls_are_in_flight_at_once_not_one_per_thread() -> None:
+    server = _ApiServer(hold=AT_ONCE)
+    found: list[kube.AgentSecret] = []
+
+    async def scenario(host: str) -> None:
+        k = kube.Kube(_client(host))
+        try:
+            async with asyncio.timeout(20):
+                found.extend(
+                    await asyncio.gather(
+                        *(
+                            k.agent_credential(namespace="ns", name=f"agent-{i}", key="token")
+                            for i in range(AT_ONCE)
+                        )
+                    )
+                )
+        finally:
+            await k.aclose()
+
+    asyncio.run(_serve(server, scenario))
+    assert [f.value for f in found] == [f"agent-{i}" for i in range(AT_ONCE)]
+    assert server.most == AT_ONCE
+    assert server.tokens == {"Bearer secret-token"}  # the credentials went with every call
+
+
+def test_a_closed_client_refuses_calls() -> None:
+    async def scenario(host: str) -> None:
+        k = kube.Kube(_client(host))
+        await k.aclose()
+        with pytest.raises(kube.KubeError, match="closed"):
+            await k.get_deployment("ns", "chat")
+
+    asyncio.run(_serve(_ApiServer(hold=1), scenario))
+
+
+def test_no_answer_is_a_kube_error() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def scenario() -> None:
+        k = kube.Kube(_client(f"http://127.0.0.1:{port}"))
+        try:
+            with pytest.raises(kube.KubeError, match=r"get ModelDeployment ns/chat: 0 "):
+                await k.get_deployment("ns", "chat")
+        finally:
+            await k.aclose()
+
+    asyncio.run(scenario())
