@@ -24,6 +24,14 @@ the httptools protocol with:
 Each answer is the port's JSON error body (`ErrorBody`: `openai_body` on the OpenAI-compatible
 ports), with a `Refusal` code, and closes the connection.
 
+With `head_with_body=True` (the gateway's port) an answer's head goes out in one write with its
+first body bytes: uvicorn writes the head at `http.response.start` and each body part apart, so a
+whole answer cost two socket writes where one does (a one-token answer spends a good part of a
+proxy's CPU in those writes). The head is held until the answer's first body write, or the event
+loop's next turn when none comes in this one (an app that answers its head and waits sends it
+then); after that the answer writes straight to the socket, as before (nothing per streamed
+event).
+
 Shared by the agent and the gateway (mlxfleet_common.wire imports neither: an import-linter
 contract). May import: uvicorn, openai_proxy, headers, the standard library. Called by: the agent's
 runtime.serve (both ports), the gateway's server.
@@ -92,6 +100,48 @@ class _Refused(Exception):
         self.refusal = refusal
 
 
+HEAD_WITH_BODY_MAX = 64 * 1024  # a first body write up to this size goes with the head
+
+
+class _HeadWithBody:
+    """The transport as one answer sees it until its first body write: the head is held, then
+    written with that body (one write), or alone at the loop's next turn; then the answer's
+    cycle gets the transport itself back."""
+
+    __slots__ = ("_cycle", "_held", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, cycle: Any) -> None:
+        self._transport = transport
+        self._cycle = cycle
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._held is None:  # the head: held for the body's first bytes
+            self._held = data
+            asyncio.get_running_loop().call_soon(self._flush)
+            return
+        self._cycle.transport = self._transport
+        held, self._held = self._held, b""
+        if len(data) > HEAD_WITH_BODY_MAX:  # a large body is not copied to save one write
+            self._transport.write(held)
+            self._transport.write(data)
+        else:
+            self._transport.write(held + data)
+
+    def _flush(self) -> None:
+        if self._held:
+            self._cycle.transport = self._transport
+            held, self._held = self._held, b""
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:  # is_closing, get_extra_info, ...
+        return getattr(self._transport, name)
+
+
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     """httptools protocol with head and body limits, a connection cap and one Authorization."""
 
@@ -100,6 +150,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     body_timeout_s = 60.0
     max_connections = 512
     error_body: ErrorBody = staticmethod(openai_body)
+    head_with_body = False  # an answer's head written with its first body bytes
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -149,6 +200,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             raise self._refused  # the parser stops; uvicorn calls send_400_response
         self._in_body = True
         super().on_headers_complete()
+        if self.head_with_body and self.cycle is not None:
+            self.cycle.transport = _HeadWithBody(self.transport, self.cycle)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -212,6 +265,7 @@ def protocol(
     body_timeout_s: float,
     max_connections: int,
     error_body: ErrorBody = openai_body,
+    head_with_body: bool = False,
 ) -> type[LimitedHttpToolsProtocol]:
     """The protocol class for one port (uvicorn's `Config(http=...)`)."""
     attrs = {
@@ -220,5 +274,6 @@ def protocol(
         "body_timeout_s": body_timeout_s,
         "max_connections": max_connections,
         "error_body": staticmethod(error_body),
+        "head_with_body": head_with_body,
     }
     return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), attrs)
