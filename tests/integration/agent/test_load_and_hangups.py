@@ -6,6 +6,7 @@ the shutdown drain ends gets an OpenAI-style error rather than a plain-text 500.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import signal
 import socket
@@ -123,15 +124,16 @@ def test_max_tokens_is_capped_by_the_slot(
 
 def test_whole_answers_match_the_backend(serving_agent: Agent, model_a: Path) -> None:
     """A non-streamed answer (assembled by the agent from the backend's stream, so that a hang-up
-    stops generation) has the fields, text and usage the backend's own whole answer has."""
+    stops generation; a one-token one asked for whole and passed through) has the fields, text
+    and usage the backend's own whole answer has."""
     port = serving_agent.slot("a")["backendPort"]
     backend = f"http://127.0.0.1:{port}"
     cases = [
         ("/v1/completions", {"prompt": "once upon a time"}),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello there"}]}),
     ]
-    for path, body in cases:
-        ask = {**body, "max_tokens": 12, "temperature": 0.0}
+    for (path, body), cap in itertools.product(cases, (12, 1)):
+        ask = {**body, "max_tokens": cap, "temperature": 0.0}
         direct = httpx.post(backend + path, json={**ask, "model": str(model_a)}, timeout=60)
         via = httpx.post(serving_agent.data_url + path, json={**ask, "model": "tiny-a"}, timeout=60)
         assert direct.status_code == via.status_code == 200, via.text

@@ -12,7 +12,7 @@ from typing import Any, cast
 import pytest
 
 from mlxfleet_agent import contract
-from mlxfleet_agent.dataplane import answers, errors, routing
+from mlxfleet_agent.dataplane import answers, errors, relay, routing
 from mlxfleet_agent.models import source
 from mlxfleet_agent.slots import deps as deps_
 from mlxfleet_agent.slots import handle as handle_
@@ -403,6 +403,33 @@ def test_garbage_events_do_not_crash_the_assembler() -> None:
     builder.feed(b"data: {nope\n\ndata: [1]\n\ndata: {}\n\ndata: [DONE]\n\n")
     assert builder.done
     json.loads(builder.result(served="a", fingerprint="fp"))
+
+
+# ---- whole answers asked for whole ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "mlx_lm", "size", "whole"),
+    [
+        pytest.param({"max_tokens": 1}, True, 200, True, id="one-token-small"),
+        pytest.param({"max_tokens": 0}, True, 200, True, id="no-token-small"),
+        pytest.param({"max_tokens": 2}, True, 200, False, id="two-tokens-streamed"),
+        pytest.param({"max_tokens": 1}, True, 64 * 1024, False, id="long-prompt-streamed"),
+        pytest.param({"max_tokens": 1}, True, None, False, id="size-unknown-streamed"),
+        pytest.param({"max_tokens": 1}, False, 64 * 1024, True, id="other-engine-any-prompt"),
+        pytest.param({"max_tokens": 5}, False, 200, False, id="other-engine-five-streamed"),
+        pytest.param({"max_tokens": True}, True, 200, False, id="bool-is-not-a-cap"),
+        pytest.param({"max_tokens": "1"}, True, 200, False, id="string-is-not-a-cap"),
+        pytest.param({}, True, 200, False, id="no-cap"),
+    ],
+)
+def test_a_one_token_answer_is_asked_for_whole(
+    body: dict[str, Any], mlx_lm: bool, size: int | None, whole: bool
+) -> None:
+    """Issue 27 (CPU per request): a whole answer that ends at its first token has nothing to
+    stop, so it is asked for whole (one backend read, no assembly) unless mlx_lm would then be
+    kept on its prompt (a long body) for a client that left."""
+    assert relay.nothing_to_stop(body, mlx_lm=mlx_lm, size=size) is whole
 
 
 # ---- admission of a Ready slot --------------------------------------------------------------

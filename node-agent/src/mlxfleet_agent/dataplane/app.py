@@ -208,6 +208,7 @@ class DataPlane:
                 t0=t0,
                 prompt_tokens=prompt_tokens,
                 hold_s=self.hold_s,
+                size=len(raw),
             )
         except asyncio.CancelledError:  # the shutdown drain ended with this request still running
             outcome.error = "shutdown"

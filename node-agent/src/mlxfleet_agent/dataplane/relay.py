@@ -6,7 +6,8 @@ Per request: the body (already routed, `model` rewritten to the backend's pinned
 token cap applied) goes to the backend over `upstream`; the answer comes back unbuffered (whole
 SSE events; the pinned path in `model` fields put back to the served name, the fingerprint made
 opaque). Whole answers are asked for as a stream and assembled here (`answers`), so a client
-that hangs up stops the generation at once; a request mlx-lm cannot stop that way before its
+that hangs up stops the generation at once (a one-token answer has nothing to stop: it is asked
+for whole and passed through, `nothing_to_stop`); a request mlx-lm cannot stop that way before its
 first token (`routing.interruptible`) is kept on `Hold` until that token, and its backend is
 declared stuck (and replaced by its slot) when it holds the backend past the grace. The lease
 hears when the request went to the backend and when it answered (the slot's "busy" is judged
@@ -47,6 +48,7 @@ BACKEND_PATHS = {
 }
 WHOLE_ONLY = frozenset({"embeddings", "rerank"})  # answered whole; no tokens generated
 ERROR_BODY_LIMIT = 64 * 1024  # of a backend's error body, what the client is shown
+WHOLE_PROMPT_BYTES = 4 * 1024  # mlx-lm: a one-token answer this small is asked for whole
 
 
 class Outcome:
@@ -121,6 +123,20 @@ class Hold:
         )
 
 
+def nothing_to_stop(body: dict[str, Any], *, mlx_lm: bool, size: int | None) -> bool:
+    """Whether a whole answer gains nothing from being asked for as a stream: it ends at its
+    first token (a cap of one: the shape of classification traffic), so there is nothing left to
+    stop after it, and a client that leaves before it costs no more than a streamed one would:
+    other engines stop a whole request on a closed connection, and mlx_lm's prompt of a body up
+    to `WHOLE_PROMPT_BYTES` is short (its request is kept on `Hold` until the answer, as every
+    whole answer mlx_lm cannot stop is). Stop strings the agent applies are handled by the
+    caller (such a request is still assembled)."""
+    cap = body.get("max_tokens")
+    if type(cap) is not int or cap > 1:
+        return False
+    return not mlx_lm or (size is not None and size <= WHOLE_PROMPT_BYTES)
+
+
 async def _watch_disconnect(
     receive: asgi.Receive,
     gone: Gone,
@@ -165,6 +181,7 @@ async def forward(
     t0: float,
     prompt_tokens: int | None = None,
     hold_s: float = 5.0,
+    size: int | None = None,
 ) -> None:
     """Ask the backend and pass its answer on; a client that leaves closes the backend's
     connection, which stops mlx_lm at its next write (so whole answers are asked for as a
@@ -172,7 +189,8 @@ async def forward(
     `Hold` (`hold_s`). `prompt_tokens`: the prompt as counted for the KV budget (a request
     without max_tokens gets the room it leaves). A request that waited in the slot's queue
     (`held.waited_s`: a cold start, a hold swap, a full slot) says how long in
-    `x-mlxfleet-queue-ms` (the gateway adds it to its own wait in `x-mlxfleet-cold-start-ms`)."""
+    `x-mlxfleet-queue-ms` (the gateway adds it to its own wait in `x-mlxfleet-cold-start-ms`).
+    `size`: the request body's length in bytes (`nothing_to_stop`)."""
     backend = held.upstream
     body = routed.body
     whole_only = endpoint in WHOLE_ONLY
@@ -184,6 +202,8 @@ async def forward(
     mlx_lm = backend.spec.engine.name is contract.EngineName.MLX_LM
     stops = answers.take_stop(body) if mlx_lm and not whole_only else ()
     assemble = not whole_only and not routed.stream and not answers.wants_logprobs(body)
+    if assemble and not stops and nothing_to_stop(body, mlx_lm=mlx_lm, size=size):
+        assemble = False  # asked for whole and passed through (`_whole`): one read, no parsing
     client_usage = False
     if routed.stream:
         client_usage = asgi.ask_for_usage(body)

@@ -95,6 +95,7 @@ def _server(
             body_timeout_s=cfg.body_timeout_s,
             max_connections=max_connections,
             error_body=error_body,
+            head_with_body=True,  # a whole answer in one socket write (CPU per request)
         ),
         ws="none",
         log_config=None,
