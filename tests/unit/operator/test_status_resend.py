@@ -18,7 +18,7 @@ def _body(uid: str, rv: str, status: dict[str, object]) -> dict[str, object]:
     return {"metadata": {"uid": uid, "resourceVersion": rv}, "status": status}
 
 
-def test_the_same_status_against_the_same_version_is_sent_once_then_after_the_resend_time() -> None:
+def test_the_same_status_against_the_same_version_is_sent_once_until_the_body_moves() -> None:
     clock = [0.0]
     status = inode.InferenceNodeStatus(agent_version="2")
     stale = _body("u-resend", "1", {"agentVersion": "1"})
@@ -36,11 +36,13 @@ def test_the_same_status_against_the_same_version_is_sent_once_then_after_the_re
     assert sent(write(stale, status)) == "2"
     clock[0] = 5.0
     assert write(stale, status) == {}  # kopf's body has not caught up: already sent
+    clock[0] = 120.0  # minutes behind (a saturated operator): still the version it was sent on
+    assert write(stale, status) == {}
     other = inode.InferenceNodeStatus(agent_version="3")
     assert sent(write(stale, other)) == "3"  # something new: sent
     written = statuspatch.status_patch(status) or {}
     assert sent(write(_body("u-resend", "2", written), other)) == "3"  # a newer body
-    clock[0] = 5.0 + statuspatch.STATUS_RESEND_S
+    clock[0] = 120.0 + statuspatch.STATUS_RESEND_S
     assert sent(write(_body("u-resend", "2", written), other)) == "3"  # lost? sent again
     caught_up = _body("u-resend", "3", statuspatch.status_patch(other) or {})
     assert write(caught_up, other) == {}  # the body shows it: nothing to write
@@ -95,7 +97,9 @@ def test_a_body_without_our_last_conditions_does_not_move_their_transition_times
 
     first = _times(write(_conditions(0), 0.0))
     assert write(_conditions(5), 5.0) == {}  # same statuses, the body lags: nothing new
-    assert _times(write(_conditions(40), 40.0)) == first  # resent later, with the first times
-    flipped = _times(write(_conditions(50, ready="False"), 50.0))
+    assert write(_conditions(40), 40.0) == {}  # still the version it was sent on
+    later = statuspatch.STATUS_RESEND_S + 10.0
+    assert _times(write(_conditions(int(later)), later)) == first  # resent, with the first times
+    flipped = _times(write(_conditions(50, ready="False"), later + 10.0))
     changed = _times({"status": statuspatch.status_patch(_conditions(50, ready="False"))})
     assert flipped == changed  # Ready and Reconciling both flipped: their own new times

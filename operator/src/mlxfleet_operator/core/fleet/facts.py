@@ -56,9 +56,17 @@ class NodeFacts:
         return found.last_transition_time
 
     def slot(self, name: str) -> contract.SlotStatus | None:
-        if self.state is None:
-            return None
-        return next((s for s in self.state.slots if s.name == name), None)
+        return self._slots.get(name)
+
+    @cached_property
+    def _slots(self) -> dict[str, contract.SlotStatus]:
+        """The answer's slots by name (the first of a name): `slot` is asked of every node by
+        several steps of every reconcile (`carrying`, `slots_to_delete`), and a scan of each
+        node's slot list there was 9 % of the operator's CPU at 500 x 1,000."""
+        out: dict[str, contract.SlotStatus] = {}
+        for s in self.state.slots if self.state is not None else ():
+            out.setdefault(s.name, s)
+        return out
 
     @cached_property
     def fabric_address(self) -> str | None:
