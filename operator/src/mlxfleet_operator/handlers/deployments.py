@@ -255,9 +255,8 @@ async def reconcile(
         statuspatch.write_status(patch, status, body, rt.objects)
         return
     failover = timedelta(seconds=rt.config.failover_delay)
-    nodes = idx.inference_nodes()
     if rt.fleet.version != view:  # others decided (or agents answered) while this one waited
-        found = rt.fleet.node_facts(nodes, slot=slot)
+        found = rt.fleet.node_facts(idx.inference_nodes(), slot=slot)
     # from here to the slot reservations nothing awaits: the next decision sees this one's
     me = preemption.tenant(md)
     victim = preemption.as_victim(
