@@ -14,6 +14,7 @@ May import: kopf, adapters, core, api, settings, `guard`. Called by: kopf.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,9 +47,9 @@ NO_CREDENTIALS = "credentials refused"  # announced once per node and operator p
 
 
 async def heartbeat_poll(
-    body: kopf.Body, name: str, memo: kopf.Memo, patch: kopf.Patch, **_: Any
+    body: kopf.Body, name: str, memo: kopf.Memo, patch: kopf.Patch, **kwargs: Any
 ) -> None:
-    node = inode.InferenceNode.model_validate(dict(body))
+    node = _parsed(body, name, kwargs.get("inference_nodes"))
     async with guard.guarded(KIND, body, memo) as run:
         rt, misses = run.rt, run.rt.config.misses
         if not node.approved():
@@ -89,6 +90,19 @@ async def heartbeat_poll(
             events.post(body, ignored)
         events.post(body, nodes.flip_event(seen, poll))
         await _publish_metrics(rt, body, node)
+
+
+def _parsed(
+    body: kopf.Body, name: str, index: Mapping[str, Iterable[inode.InferenceNode]] | None
+) -> inode.InferenceNode:
+    """The node as the index parsed it from this very version of its body (read only: shared
+    with every reconcile), else parsed here. A poll parsed every node's body again, 100 times a
+    second at 500 nodes (5 % of the operator's CPU)."""
+    version = body.metadata.get("resourceVersion")
+    for node in index.get(name, ()) if index is not None else ():
+        if version is not None and node.metadata.resource_version == version:
+            return node
+    return inode.InferenceNode.model_validate(dict(body))
 
 
 def _scrape_target(
