@@ -10,17 +10,26 @@ The programs' roots are left out as homes: a root's loose modules (`cli`, `sizin
 are ordered one by one by the root layers contracts in pyproject.toml, so each is its own home
 there. Below the root, every package is one home.
 
-Run: `python -m tests.support.pkgcircles` (part of `make contracts`); exit 1 on a circle.
+Stricter where it holds: in the packages of `NO_LOOSE_MODULES` (and every package below them), a
+package with subpackages holds no module but its `__init__` (`loose_modules`). A module beside
+subpackages is read as its package importing its own subpackages, the shape of the circle above
+(issue 27: `core/nodes.py`, `core/doctor.py`, `core/modelroute.py` beside `core/fleet/`); each
+such module goes into a package of its own (`core/node/`, `core/modelroute/`).
+
+Run: `python -m tests.support.pkgcircles` (part of `make contracts`); exit 1 on a circle or a
+loose module; `--all` also lists, without failing, where the stricter rule would fire elsewhere.
 """
 
 from __future__ import annotations
 
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 ROOTS = ("mlxfleet_operator", "mlxfleet_agent", "mlxfleet_gateway", "mlxfleet_common")
+# packages (with everything below them) where no module sits beside a subpackage
+NO_LOOSE_MODULES = ("mlxfleet_operator.core",)
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,38 @@ def circles(
     return found
 
 
-def check() -> list[Circle]:
+@dataclass(frozen=True)
+class Loose:
+    package: str
+    modules: tuple[str, ...]  # plain modules beside the package's subpackages
+
+    def __str__(self) -> str:
+        return (
+            f"loose modules beside subpackages in {self.package}: {', '.join(self.modules)}"
+            " (move each into a package of its own)"
+        )
+
+
+def loose_modules(
+    modules: Iterable[str], packages: frozenset[str], within: Iterable[str] = NO_LOOSE_MODULES
+) -> list[Loose]:
+    """Packages at or below `within` that hold a plain module beside a subpackage."""
+    within = tuple(within)
+    children: dict[str, list[str]] = defaultdict(list)
+    for module in {*modules, *packages}:
+        parent = module.rpartition(".")[0]
+        if parent and any(parent == w or parent.startswith(w + ".") for w in within):
+            children[parent].append(module)
+    found = []
+    for package, members in sorted(children.items()):
+        if any(m in packages for m in members):
+            plain = tuple(sorted(m for m in members if m not in packages))
+            if plain:
+                found.append(Loose(package, plain))
+    return found
+
+
+def _graph() -> tuple[dict[str, list[str]], frozenset[str]]:
     import grimp  # import-linter's own graph builder
 
     graph = grimp.build_graph(*ROOTS)
@@ -113,19 +153,40 @@ def check() -> list[Circle]:
         m: [t for t in graph.find_modules_directly_imported_by(m) if t.split(".")[0] in ROOTS]
         for m in ours
     }
+    return imports, packages
+
+
+def check() -> list[Circle]:
+    imports, packages = _graph()
     return circles(imports, packages)
 
 
-def main() -> int:
-    found = check()
-    for circle in found:
-        print(circle)
-    if found:
-        print(f"\n{len(found)} package circle(s) (tests/support/pkgcircles.py)")
+def check_loose(within: Iterable[str] = NO_LOOSE_MODULES) -> list[Loose]:
+    imports, packages = _graph()
+    return loose_modules(imports, packages, within)
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    imports, packages = _graph()
+    found = circles(imports, packages)
+    loose = loose_modules(imports, packages)
+    for problem in [*found, *loose]:
+        print(problem)
+    if "--all" in argv:
+        elsewhere = [x for x in loose_modules(imports, packages, ROOTS) if x not in loose]
+        for x in elsewhere:
+            print(f"(not enforced) {x}")
+    if found or loose:
+        print(
+            f"\n{len(found)} package circle(s), {len(loose)} package(s) with loose modules"
+            " (tests/support/pkgcircles.py)"
+        )
         return 1
-    print("no package circles")
+    print(
+        "no package circles, no loose modules beside subpackages in " + ", ".join(NO_LOOSE_MODULES)
+    )
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -14,7 +14,7 @@ import pytest
 
 from mlxfleet_operator.adapters import kube, kubeapi
 from mlxfleet_operator.api import modelroute as mroute
-from mlxfleet_operator.core import modelroute
+from mlxfleet_operator.core.modelroute import status as routestatus
 from mlxfleet_operator.dev import controlplane, credentials
 from tests.integration.api.conftest import Run
 from tests.support.cluster import allow_provider_keys
@@ -67,7 +67,7 @@ def test_the_operator_sees_type_and_annotations_never_the_key(
 
     k.client.call = spy  # type: ignore[method-assign]
 
-    async def scenario() -> list[modelroute.KeySeen | None]:
+    async def scenario() -> list[routestatus.KeySeen | None]:
         return [
             await k.provider_key_seen(namespace=NS, name=name),
             await k.provider_key_seen(namespace=NS, name=absent),
@@ -79,7 +79,7 @@ def test_the_operator_sees_type_and_annotations_never_the_key(
         found, missing, elsewhere, hidden = run(scenario())
     finally:
         run(k.aclose())
-    assert found == modelroute.KeySeen(
+    assert found == routestatus.KeySeen(
         type=mroute.PROVIDER_KEY_TYPE,
         annotations={mroute.PROVIDER_KEY_NAMESPACES: "team-a", mroute.PROVIDER_KEY_URLS: URLS},
     )
@@ -110,7 +110,7 @@ def test_a_key_copied_into_last_applied_configuration_is_not_kept(
         seen = run(k.provider_key_seen(namespace=NS, name=name))
     finally:
         run(k.aclose())
-    assert seen == modelroute.KeySeen(
+    assert seen == routestatus.KeySeen(
         type="Opaque",
         annotations={mroute.PROVIDER_KEY_NAMESPACES: "*", mroute.PROVIDER_KEY_URLS: URLS},
     )

@@ -11,7 +11,6 @@ from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import nodes
 from mlxfleet_operator.core.deployment import footprint, replicas
 from mlxfleet_operator.core.deployment import plan as dplan
 from mlxfleet_operator.core.deployment import slots as dslots
@@ -19,6 +18,7 @@ from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.fleet import placement
 from mlxfleet_operator.core.kit import heartbeat, naming
+from mlxfleet_operator.core.node import status as nodestatus
 from mlxfleet_operator.core.swapplan import effects
 from mlxfleet_operator.kubectl_plugin import render
 from tests.unit.operator.builders import GIB, NOW, SHAPE, A, B, T, fact, md, node, state
@@ -55,8 +55,8 @@ def test_budget_is_the_agents_whatever_the_spec_says(spec: dict[str, Any]) -> No
     """One budget: what the agent admits slots against (507 above it), as it reports it."""
     n = fact("n1", **spec)
     assert dfacts.budget(n) == 16 * GIB
-    status = nodes.status(
-        n.node, nodes.Poll(n.state), heartbeat.Health(ready=True), threshold=3, now=NOW
+    status = nodestatus.status(
+        n.node, nodestatus.Poll(n.state), heartbeat.Health(ready=True), threshold=3, now=NOW
     )
     assert status.memory is not None
     assert status.memory.allocatable_bytes == 16 * GIB
@@ -256,9 +256,9 @@ def test_status_counts_ready_replicas_once_and_sets_observed_generation() -> Non
 
 def test_node_status_heartbeat_and_pressure() -> None:
     n = node("n1")
-    ok = nodes.status(
+    ok = nodestatus.status(
         n,
-        nodes.Poll(state(pressure="warn")),
+        nodestatus.Poll(state(pressure="warn")),
         heartbeat.Health(ready=True, last_heartbeat=NOW),
         threshold=3,
         now=NOW,
@@ -269,9 +269,9 @@ def test_node_status_heartbeat_and_pressure() -> None:
     assert ok.memory is not None
     assert ok.memory.allocatable_bytes == 16 * GIB
     later = NOW + timedelta(seconds=10)
-    missed = nodes.status(
+    missed = nodestatus.status(
         n.model_copy(update={"status": ok}),
-        nodes.Poll(None, nodes.PollError.UNREACHABLE, "refused"),
+        nodestatus.Poll(None, nodestatus.PollError.UNREACHABLE, "refused"),
         heartbeat.Health(ready=False, misses=3, last_heartbeat=NOW),
         threshold=3,
         now=later,
@@ -281,9 +281,9 @@ def test_node_status_heartbeat_and_pressure() -> None:
     assert by["Ready"].last_transition_time == later
     assert "3 consecutive" in by["Ready"].message
     assert missed.last_heartbeat_time == NOW  # the last good answer stays visible
-    secret = nodes.status(
+    secret = nodestatus.status(
         n,
-        nodes.Poll(None, nodes.PollError.SECRET_MISSING, "no Secret"),
+        nodestatus.Poll(None, nodestatus.PollError.SECRET_MISSING, "no Secret"),
         heartbeat.Health(),
         threshold=3,
         now=NOW,
@@ -555,9 +555,9 @@ def test_node_status_debounces_an_unchanged_heartbeat() -> None:
     """A quiet node's status is written only every `heartbeat_every` (issue 12: 500 nodes wrote
     100 statuses a second); a Ready flip is written at once."""
     every = timedelta(seconds=60)
-    first = nodes.status(
+    first = nodestatus.status(
         node("n1"),
-        nodes.Poll(state()),
+        nodestatus.Poll(state()),
         heartbeat.Health(ready=True, last_heartbeat=NOW),
         threshold=3,
         now=NOW,
@@ -566,9 +566,9 @@ def test_node_status_debounces_an_unchanged_heartbeat() -> None:
     n = node("n1").model_copy(update={"status": first})
     for seconds in (5, 30, 59):
         at = NOW + timedelta(seconds=seconds)
-        again = nodes.status(
+        again = nodestatus.status(
             n,
-            nodes.Poll(state()),
+            nodestatus.Poll(state()),
             heartbeat.Health(ready=True, last_heartbeat=at),
             threshold=3,
             now=at,
@@ -576,9 +576,9 @@ def test_node_status_debounces_an_unchanged_heartbeat() -> None:
         )
         assert again == first  # nothing to write: no PATCH, no watch event
     at = NOW + timedelta(seconds=60)
-    due = nodes.status(
+    due = nodestatus.status(
         n,
-        nodes.Poll(state()),
+        nodestatus.Poll(state()),
         heartbeat.Health(ready=True, last_heartbeat=at),
         threshold=3,
         now=at,
@@ -586,9 +586,9 @@ def test_node_status_debounces_an_unchanged_heartbeat() -> None:
     )
     assert due.last_heartbeat_time == at
     at = NOW + timedelta(seconds=15)
-    lost = nodes.status(
+    lost = nodestatus.status(
         n,
-        nodes.Poll(None, nodes.PollError.UNREACHABLE, "refused"),
+        nodestatus.Poll(None, nodestatus.PollError.UNREACHABLE, "refused"),
         heartbeat.Health(ready=False, misses=3, last_heartbeat=NOW),
         threshold=3,
         now=at,
@@ -597,9 +597,9 @@ def test_node_status_debounces_an_unchanged_heartbeat() -> None:
     ready = {c.type: c for c in lost.conditions}["Ready"]
     assert (ready.status, ready.last_transition_time) == ("False", at)
     # without debounce (0 s) every answer moves the time, as before
-    undamped = nodes.status(
+    undamped = nodestatus.status(
         n,
-        nodes.Poll(state()),
+        nodestatus.Poll(state()),
         heartbeat.Health(ready=True, last_heartbeat=NOW + timedelta(seconds=5)),
         threshold=3,
         now=NOW + timedelta(seconds=5),
@@ -612,12 +612,12 @@ def test_heartbeat_writes_of_nodes_registered_together_are_spread() -> None:
     bench's steady window saw all of them or none): each node's interval is stretched by a
     stable 0-50 %, never shortened."""
     every = timedelta(seconds=60)
-    spread = {nodes.heartbeat_every(f"mac-{i}", every) for i in range(500)}
+    spread = {nodestatus.heartbeat_every(f"mac-{i}", every) for i in range(500)}
     assert min(spread) >= every
     assert max(spread) <= every * 1.5
     assert len(spread) > 300  # not a few shared values
-    assert nodes.heartbeat_every("mac-7", every) == nodes.heartbeat_every("mac-7", every)
-    assert nodes.heartbeat_every("mac-7", timedelta(0)) == timedelta(0)
+    assert nodestatus.heartbeat_every("mac-7", every) == nodestatus.heartbeat_every("mac-7", every)
+    assert nodestatus.heartbeat_every("mac-7", timedelta(0)) == timedelta(0)
 
 
 def test_a_large_fleet_writes_its_heartbeats_at_most_once_in_two_seconds() -> None:
@@ -625,20 +625,20 @@ def test_a_large_fleet_writes_its_heartbeats_at_most_once_in_two_seconds() -> No
     nothing changing (issue 27's goal: 1 for everything): the interval grows with the fleet so
     heartbeat-only writes stay at most `HEARTBEAT_WRITES_PER_S` (0.5) on average; a small fleet
     keeps the configured interval, and 0 (every poll) stays 0."""
-    assert nodes.HEARTBEAT_WRITES_PER_S <= 0.5
+    assert nodestatus.HEARTBEAT_WRITES_PER_S <= 0.5
     every = timedelta(seconds=60)
     for size in (1, 20, 30, 50, 200, 500, 5000):
-        intervals = [nodes.heartbeat_every(f"mac-{i}", every, fleet=size) for i in range(size)]
+        intervals = [nodestatus.heartbeat_every(f"mac-{i}", every, fleet=size) for i in range(size)]
         assert min(intervals) >= every
         per_s = sum(1 / t.total_seconds() for t in intervals)
-        assert per_s <= nodes.HEARTBEAT_WRITES_PER_S
+        assert per_s <= nodestatus.HEARTBEAT_WRITES_PER_S
         if size <= 30:
             assert max(intervals) <= every * 1.5  # as configured
     # 500 Macs: each heartbeat alone every 1,000-1,500 s
     assert min(
-        nodes.heartbeat_every(f"mac-{i}", every, fleet=500) for i in range(500)
+        nodestatus.heartbeat_every(f"mac-{i}", every, fleet=500) for i in range(500)
     ) >= timedelta(seconds=1000)
-    assert nodes.heartbeat_every("mac-7", timedelta(0), fleet=500) == timedelta(0)
+    assert nodestatus.heartbeat_every("mac-7", timedelta(0), fleet=500) == timedelta(0)
 
 
 def test_node_status_keeps_free_disk_until_it_moves_a_step() -> None:
@@ -649,9 +649,9 @@ def test_node_status_keeps_free_disk_until_it_moves_a_step() -> None:
     def polled(n: Any, free: int) -> Any:
         answer = state()
         answer.disk.free_bytes = free
-        return nodes.status(
+        return nodestatus.status(
             n,
-            nodes.Poll(answer),
+            nodestatus.Poll(answer),
             heartbeat.Health(ready=True, last_heartbeat=NOW),
             threshold=3,
             now=NOW,
@@ -667,11 +667,11 @@ def test_node_status_keeps_free_disk_until_it_moves_a_step() -> None:
     moved = polled(n, 97 * GiB)  # a model downloaded: written at once
     assert moved.disk is not None
     assert moved.disk.free_bytes == 97 * GiB
-    assert nodes.disk_free(None, 5) == 5
-    assert nodes.disk_free(5, None) is None
+    assert nodestatus.disk_free(None, 5) == 5
+    assert nodestatus.disk_free(5, None) is None
     big = 10_000 * GiB  # 1 % of 10 TB is 100 GB
-    assert nodes.disk_free(big, big - 50 * GiB) == big
-    assert nodes.disk_free(big, big - 100 * GiB) == big - 100 * GiB
+    assert nodestatus.disk_free(big, big - 50 * GiB) == big
+    assert nodestatus.disk_free(big, big - 100 * GiB) == big - 100 * GiB
 
 
 def test_a_name_served_by_another_tenant_on_the_one_node_is_a_filter_with_its_own_reason() -> None:

@@ -12,7 +12,6 @@ import pytest
 from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import nodes
 from mlxfleet_operator.core.deployment import footprint, intent, replicas
 from mlxfleet_operator.core.deployment import plan as dplan
 from mlxfleet_operator.core.deployment import slots as dslots
@@ -20,6 +19,7 @@ from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.fleet import placement
 from mlxfleet_operator.core.kit import heartbeat, naming
+from mlxfleet_operator.core.node import status as nodestatus
 from tests.unit.operator.builders import GIB, NOW, SHAPE, A, B, fact, md, state
 from tests.unit.operator.test_placement_views import _fleet
 
@@ -200,7 +200,9 @@ def test_a_slot_left_behind_on_delete_warns_only_where_it_matters(
 
 def test_node_events_a_ready_flip_and_an_ignored_field() -> None:
     down = heartbeat.Observation(heartbeat.Health(ready=False, misses=3), flipped=True)
-    event = nodes.flip_event(down, nodes.Poll(None, nodes.PollError.UNREACHABLE, "refused"))
+    event = nodestatus.flip_event(
+        down, nodestatus.Poll(None, nodestatus.PollError.UNREACHABLE, "refused")
+    )
     assert event is not None
     assert (event.type, event.reason, event.message) == (
         "Warning",
@@ -208,14 +210,17 @@ def test_node_events_a_ready_flip_and_an_ignored_field() -> None:
         "heartbeat missed: refused",
     )
     up = heartbeat.Observation(heartbeat.Health(ready=True), flipped=True)
-    assert nodes.flip_event(up, nodes.Poll(None)) is not None
+    assert nodestatus.flip_event(up, nodestatus.Poll(None)) is not None
     assert (
-        nodes.flip_event(heartbeat.Observation(heartbeat.Health(), False), nodes.Poll(None)) is None
+        nodestatus.flip_event(
+            heartbeat.Observation(heartbeat.Health(), False), nodestatus.Poll(None)
+        )
+        is None
     )
-    assert nodes.ignored_fields(on("n1").node) is None
+    assert nodestatus.ignored_fields(on("n1").node) is None
     reserved = on("n1").node.model_copy(deep=True)
     reserved.spec.reserved_memory = "1Gi"
-    ignored = nodes.ignored_fields(reserved)
+    ignored = nodestatus.ignored_fields(reserved)
     assert ignored is not None
     assert ignored.reason == "ReservedMemoryIgnored"
 

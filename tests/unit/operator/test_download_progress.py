@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import fields
-from mlxfleet_operator.core import nodes
 from mlxfleet_operator.core.deployment import footprint
 from mlxfleet_operator.core.deployment import slots as dslots
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.kit import heartbeat, naming
+from mlxfleet_operator.core.node import status as nodestatus
 from tests.unit.operator.builders import GIB, NOW, A, B, fact, md, node, state
 from tests.unit.operator.test_deployment import decision
 
@@ -110,9 +110,9 @@ def test_download_of_another_model_is_not_this_replicas_progress() -> None:
 
 def test_node_status_copies_the_slot_download() -> None:
     s = slot("Downloading", bytesDone=5, bytesTotal=10, bytesPerSecond=1)
-    got = nodes.status(
+    got = nodestatus.status(
         node("n1"),
-        nodes.Poll(state(slots=[s])),
+        nodestatus.Poll(state(slots=[s])),
         heartbeat.Health(ready=True, last_heartbeat=NOW),
         threshold=3,
         now=NOW,

@@ -13,12 +13,12 @@ import pytest
 from mlxfleet_agent import contract, sizing
 from mlxfleet_operator.adapters import agent, fleet, kube, kubeapi
 from mlxfleet_operator.api import conditions as cond
-from mlxfleet_operator.core import nodes
 from mlxfleet_operator.core.deployment import preemption, replicas
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.fleet import nodeviews, placement
 from mlxfleet_operator.core.kit import heartbeat
+from mlxfleet_operator.core.node import status as nodestatus
 from mlxfleet_operator.kubectl_plugin import render
 from tests.unit.operator.builders import GIB, NOW, SHAPE, A, fact, md, node, state
 
@@ -76,8 +76,8 @@ def test_a_rank_counts_its_share_the_agent_reports() -> None:
 
 def test_the_node_shows_free_memory_as_placement_counts_it() -> None:
     st = state(slots=[slot("Downloading", 0)], cached=[CACHED], budget=16 * GIB)
-    got = nodes.status(
-        node("n1"), nodes.Poll(st), heartbeat.Health(ready=True), threshold=3, now=NOW
+    got = nodestatus.status(
+        node("n1"), nodestatus.Poll(st), heartbeat.Health(ready=True), threshold=3, now=NOW
     )
     assert got.memory is not None
     assert got.memory.used_bytes == ESTIMATE
@@ -85,8 +85,8 @@ def test_the_node_shows_free_memory_as_placement_counts_it() -> None:
     assert got.memory.free is not None
     assert got.memory.free.endswith("Gi")
     full = state(slots=[slot("Ready", 20 * GIB)], budget=16 * GIB)
-    over = nodes.status(
-        node("n1"), nodes.Poll(full), heartbeat.Health(ready=True), threshold=3, now=NOW
+    over = nodestatus.status(
+        node("n1"), nodestatus.Poll(full), heartbeat.Health(ready=True), threshold=3, now=NOW
     )
     assert over.memory is not None
     assert over.memory.free_bytes == 0
@@ -101,9 +101,9 @@ def _pressured(level: str, reason: str) -> Any:
 
 def test_memory_pressure_says_the_reading_and_keeps_it_while_the_level_stays() -> None:
     n = node("n1")
-    first = nodes.status(
+    first = nodestatus.status(
         n,
-        nodes.Poll(_pressured("warn", "PSI memory some avg10=23.00% full avg10=1.00%")),
+        nodestatus.Poll(_pressured("warn", "PSI memory some avg10=23.00% full avg10=1.00%")),
         heartbeat.Health(ready=True),
         threshold=3,
         now=NOW,
@@ -114,9 +114,9 @@ def test_memory_pressure_says_the_reading_and_keeps_it_while_the_level_stays() -
     assert got.reason == "MemoryWarn"
     assert "PSI memory some avg10=23.00%" in got.message
     assert "no new replicas are placed here until it clears" in got.message
-    again = nodes.status(
+    again = nodestatus.status(
         n.model_copy(update={"status": first}),
-        nodes.Poll(_pressured("warn", "PSI memory some avg10=31.00% full avg10=1.00%")),
+        nodestatus.Poll(_pressured("warn", "PSI memory some avg10=31.00% full avg10=1.00%")),
         heartbeat.Health(ready=True),
         threshold=3,
         now=NOW + timedelta(seconds=5),
@@ -126,9 +126,9 @@ def test_memory_pressure_says_the_reading_and_keeps_it_while_the_level_stays() -
 
 def _pressured_fact(name: str) -> dfacts.NodeFacts:
     n = node(name)
-    status = nodes.status(
+    status = nodestatus.status(
         n,
-        nodes.Poll(_pressured("critical", "2.0% of memory available")),
+        nodestatus.Poll(_pressured("critical", "2.0% of memory available")),
         heartbeat.Health(ready=True),
         threshold=3,
         now=NOW,

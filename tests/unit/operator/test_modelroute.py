@@ -9,7 +9,7 @@ import pytest
 
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import modelroute as mroute
-from mlxfleet_operator.core import modelroute
+from mlxfleet_operator.core.modelroute import status as routestatus
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
 EXTERNAL = {"name": "cloud", "external": {"url": "https://p.example/v1", "model": "m"}}
@@ -43,7 +43,7 @@ def ready(status: mroute.ModelRouteStatus) -> cond.Condition:
 
 
 def test_all_ready_shows_the_configured_split() -> None:
-    s = modelroute.status(route(), ready_replicas={"coder": 1, "stable": 2, "canary": 1}, now=NOW)
+    s = routestatus.status(route(), ready_replicas={"coder": 1, "stable": 2, "canary": 1}, now=NOW)
     assert ready(s).status is cond.ConditionStatus.TRUE
     assert (s.backends_ready, s.names, s.observed_generation) == ("4/4", ["chat"], 3)
     split = {(e.rule, e.backend): e.percent for e in s.split}
@@ -57,7 +57,7 @@ def test_all_ready_shows_the_configured_split() -> None:
 
 
 def test_a_canary_without_replicas_gets_no_traffic() -> None:
-    s = modelroute.status(route(), ready_replicas={"coder": 1, "stable": 2, "canary": 0}, now=NOW)
+    s = routestatus.status(route(), ready_replicas={"coder": 1, "stable": 2, "canary": 0}, now=NOW)
     split = {(e.rule, e.backend): e.percent for e in s.split}
     assert (split[("default", "stable")], split[("default", "canary")]) == (100.0, 0.0)
     assert ready(s).status is cond.ConditionStatus.TRUE
@@ -75,7 +75,7 @@ def test_a_canary_without_replicas_gets_no_traffic() -> None:
     ],
 )
 def test_verdicts(fallback: bool, replicas: dict[str, int], reason: str) -> None:
-    s = modelroute.status(route(fallback=fallback), ready_replicas=replicas, now=NOW)
+    s = routestatus.status(route(fallback=fallback), ready_replicas=replicas, now=NOW)
     assert (ready(s).status, ready(s).reason) == (cond.ConditionStatus.FALSE, reason)
 
 
@@ -113,11 +113,11 @@ ALLOWED = {
     mroute.PROVIDER_KEY_NAMESPACES: "team-b, team-a",
     mroute.PROVIDER_KEY_URLS: "https://api.openai.com/v1",
 }
-USABLE = modelroute.KeySeen(type=mroute.PROVIDER_KEY_TYPE, annotations=ALLOWED)
+USABLE = routestatus.KeySeen(type=mroute.PROVIDER_KEY_TYPE, annotations=ALLOWED)
 
 
-def keys(openai: modelroute.KeySeen | None) -> modelroute.ProviderKeys:
-    return modelroute.ProviderKeys(namespace="mlxfleet-system", seen={"openai": openai})
+def keys(openai: routestatus.KeySeen | None) -> routestatus.ProviderKeys:
+    return routestatus.ProviderKeys(namespace="mlxfleet-system", seen={"openai": openai})
 
 
 def sample() -> mroute.ModelRoute:
@@ -134,8 +134,8 @@ def cloud(s: mroute.ModelRouteStatus) -> mroute.BackendStatus:
 def test_the_sample_applied_alone_reports_nothing_ready_and_says_each_problem_once() -> None:
     """The new-user repro: no deployments, no `openai` Secret (`kubectl apply -k
     manifests/samples/routes -n team-a`)."""
-    s = modelroute.status(sample(), ready_replicas={}, keys=keys(None), now=NOW)
-    assert modelroute.key_refs(sample()) == ["openai"]
+    s = routestatus.status(sample(), ready_replicas={}, keys=keys(None), now=NOW)
+    assert routestatus.key_refs(sample()) == ["openai"]
     assert s.backends_ready == "0/5"
     assert not cloud(s).ready
     assert cloud(s).message is not None
@@ -154,9 +154,9 @@ def test_the_sample_applied_alone_reports_nothing_ready_and_says_each_problem_on
     "seen",
     [
         pytest.param(None, id="missing"),
-        pytest.param(modelroute.KeySeen(type="Opaque", annotations=USABLE.annotations), id="type"),
+        pytest.param(routestatus.KeySeen(type="Opaque", annotations=USABLE.annotations), id="type"),
         pytest.param(
-            modelroute.KeySeen(
+            routestatus.KeySeen(
                 type=mroute.PROVIDER_KEY_TYPE,
                 annotations={**ALLOWED, mroute.PROVIDER_KEY_NAMESPACES: "b"},
             ),
@@ -165,17 +165,17 @@ def test_the_sample_applied_alone_reports_nothing_ready_and_says_each_problem_on
     ],
 )
 def test_an_unusable_key_secret_reads_the_same_whatever_the_cause(
-    seen: modelroute.KeySeen | None,
+    seen: routestatus.KeySeen | None,
 ) -> None:
     """A route author learns only that no key usable by their namespace has that name."""
-    s = modelroute.status(sample(), ready_replicas={}, keys=keys(seen), now=NOW)
-    absent = modelroute.status(sample(), ready_replicas={}, keys=keys(None), now=NOW)
+    s = routestatus.status(sample(), ready_replicas={}, keys=keys(seen), now=NOW)
+    absent = routestatus.status(sample(), ready_replicas={}, keys=keys(None), now=NOW)
     assert (cloud(s).ready, cloud(s).message) == (False, cloud(absent).message)
 
 
 def test_a_usable_key_secret_makes_the_fallback_ready() -> None:
     replicas = {"qwen3-coder": 0, "qwen3-8b": 0, "qwen3-8b-canary": 0}
-    s = modelroute.status(sample(), ready_replicas=replicas, keys=keys(USABLE), now=NOW)
+    s = routestatus.status(sample(), ready_replicas=replicas, keys=keys(USABLE), now=NOW)
     assert (cloud(s).ready, cloud(s).message) == (True, None)
     assert (ready(s).reason, s.backends_ready) == ("FallbackOnly", "1/5")
 
@@ -194,8 +194,8 @@ def test_a_key_that_may_not_go_to_the_backends_url_is_not_usable(
     annotations = {mroute.PROVIDER_KEY_NAMESPACES: "team-a"}
     if urls is not None:
         annotations[mroute.PROVIDER_KEY_URLS] = urls
-    seen = modelroute.KeySeen(type=mroute.PROVIDER_KEY_TYPE, annotations=annotations)
-    s = modelroute.status(sample(), ready_replicas={}, keys=keys(seen), now=NOW)
+    seen = routestatus.KeySeen(type=mroute.PROVIDER_KEY_TYPE, annotations=annotations)
+    s = routestatus.status(sample(), ready_replicas={}, keys=keys(seen), now=NOW)
     assert not cloud(s).ready
     assert says in (cloud(s).message or "")
     assert ready(s).reason == "BackendNotFound"
@@ -203,8 +203,8 @@ def test_a_key_that_may_not_go_to_the_backends_url_is_not_usable(
 
 def test_a_key_secret_the_operator_cannot_look_at_is_not_ready_and_says_why() -> None:
     replicas = {"qwen3-coder": 1, "qwen3-8b": 1, "qwen3-8b-canary": 1}
-    forbidden = modelroute.KeySeen(error="get Secret mlxfleet-system/openai: 403 Forbidden")
-    s = modelroute.status(sample(), ready_replicas=replicas, keys=keys(forbidden), now=NOW)
+    forbidden = routestatus.KeySeen(error="get Secret mlxfleet-system/openai: 403 Forbidden")
+    s = routestatus.status(sample(), ready_replicas=replicas, keys=keys(forbidden), now=NOW)
     assert not cloud(s).ready
     assert cloud(s).message == (
         "cannot tell whether provider-key Secret openai is usable: "
@@ -214,13 +214,13 @@ def test_a_key_secret_the_operator_cannot_look_at_is_not_ready_and_says_why() ->
 
 
 def test_an_external_backend_without_a_key_needs_no_secret() -> None:
-    s = modelroute.status(route(), ready_replicas={"coder": 1, "stable": 1, "canary": 1}, now=NOW)
+    s = routestatus.status(route(), ready_replicas={"coder": 1, "stable": 1, "canary": 1}, now=NOW)
     assert (cloud(s).ready, cloud(s).message) == (True, None)
-    assert modelroute.key_refs(route()) == []
+    assert routestatus.key_refs(route()) == []
 
 
 def test_a_rule_with_no_ready_backend_gets_no_share() -> None:
-    s = modelroute.status(route(), ready_replicas={"coder": 1, "stable": 0, "canary": 0}, now=NOW)
+    s = routestatus.status(route(), ready_replicas={"coder": 1, "stable": 0, "canary": 0}, now=NOW)
     split = {(e.rule, e.backend): e.percent for e in s.split}
     assert split == {
         ("code", "coder"): 100.0,

@@ -15,11 +15,12 @@ import pytest
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
-from mlxfleet_operator.core import doctor, nodes
 from mlxfleet_operator.core.deployment import replicas
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.fleet import placement
 from mlxfleet_operator.core.kit import heartbeat
+from mlxfleet_operator.core.node import doctor
+from mlxfleet_operator.core.node import status as nodestatus
 from tests.unit.operator.builders import GIB, NOW, md, node, state
 
 T = cond.ConditionType
@@ -38,9 +39,9 @@ def poll(
     at: timedelta = timedelta(0),
     every: timedelta = timedelta(seconds=60),
 ) -> inode.InferenceNodeStatus:
-    return nodes.status(
+    return nodestatus.status(
         n,
-        nodes.Poll(st),
+        nodestatus.Poll(st),
         heartbeat.Health(ready=True, last_heartbeat=NOW + at),
         threshold=3,
         now=NOW + at,

@@ -16,9 +16,9 @@ from mlxfleet_agent import contract
 from mlxfleet_operator import main
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import nodes
 from mlxfleet_operator.core.deployment import candidates
 from mlxfleet_operator.core.fleet import groupplacement, placement
+from mlxfleet_operator.core.node import status as nodestatus
 from mlxfleet_operator.kubectl_plugin import approval
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -75,7 +75,7 @@ def test_only_false_holds_a_node() -> None:
 
 def test_an_unapproved_node_awaits_a_person_and_keeps_nothing_from_its_agent() -> None:
     old = {"chip": "M2", "slots": [{"name": "x"}], "memory": {"total": "64Gi"}}
-    status = nodes.awaiting_approval(node_obj(False, **old), now=NOW)
+    status = nodestatus.awaiting_approval(node_obj(False, **old), now=NOW)
     ready = {c.type: c for c in status.conditions}["Ready"]
     assert (ready.status, ready.reason) == ("False", "AwaitingApproval")
     assert "kubectl mlxfleet approve node mac-1" in ready.message
@@ -86,13 +86,13 @@ def test_an_unapproved_node_awaits_a_person_and_keeps_nothing_from_its_agent() -
 
 def test_each_node_gets_keys_of_its_own_and_the_fingerprint_tells_when_to_send() -> None:
     one, two = (
-        nodes.credentials((KEY,), node_obj(None)),
+        nodestatus.credentials((KEY,), node_obj(None)),
         contract.credentials.for_node((KEY,), "mac-2"),
     )
     assert set(one.data_plane).isdisjoint(two.data_plane)
     assert set(one.peer).isdisjoint(two.peer)
     assert KEY not in {*one.data_plane, *one.peer}
-    rotating = nodes.credentials((KEY, "n" * 40), node_obj(None))
+    rotating = nodestatus.credentials((KEY, "n" * 40), node_obj(None))
     assert rotating.data_plane[0] == one.data_plane[0]  # the current key first
     state = contract.AgentState.model_validate(
         {
@@ -102,10 +102,10 @@ def test_each_node_gets_keys_of_its_own_and_the_fingerprint_tells_when_to_send()
             "disk": {"freeBytes": 1, "totalBytes": 1},
         }
     )  # fmt: skip
-    assert nodes.needs_credentials(state, one)  # an agent without keys
+    assert nodestatus.needs_credentials(state, one)  # an agent without keys
     held = state.model_copy(update={"credentials": contract.credentials.fingerprint(one)})
-    assert not nodes.needs_credentials(held, one)
-    assert nodes.needs_credentials(held, rotating)
+    assert not nodestatus.needs_credentials(held, one)
+    assert nodestatus.needs_credentials(held, rotating)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from datetime import timedelta
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import nodes
+from mlxfleet_operator.core.node import status as nodestatus
 from mlxfleet_operator.core.swapplan import prefetch
 from mlxfleet_operator.core.swapplan import state as st
 from tests.unit.operator.builders import GIB, NOW, state
@@ -91,10 +91,10 @@ def test_a_step_waiting_on_a_download_shows_its_progress() -> None:
 
 
 def test_download_column_text() -> None:
-    assert nodes.download_summary([]) is None
+    assert nodestatus.download_summary([]) is None
     one = copying().transfers
-    assert nodes.download_summary(one) == "1.0/4.0 GiB 350 MB/s"
-    assert nodes.download_summary([*one, *one]) == "2.0/8.0 GiB 700 MB/s +1"
+    assert nodestatus.download_summary(one) == "1.0/4.0 GiB 350 MB/s"
+    assert nodestatus.download_summary([*one, *one]) == "2.0/8.0 GiB 700 MB/s +1"
 
 
 def test_peers_for_a_sizing_prefetch_are_other_holders() -> None:

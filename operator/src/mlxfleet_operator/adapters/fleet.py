@@ -4,7 +4,7 @@ and the agent requests the handlers make, with their answers as core's typed fac
 The InferenceNode poller fills it every few seconds; the ModelDeployment and SwapPlan handlers
 read it (data-plane port, cached models with their shapes, slots) and ask agents through it:
 `poll`, `put_slot`, `delete_slot`, `prefetch` and `observe` never raise on an agent's error, they
-return it as a `nodes.Poll`, `facts.Outcome`, `facts.Prefetch` or `swapplan.state.NodeSlot`.
+return it as a `nodestatus.Poll`, `facts.Outcome`, `facts.Prefetch` or `swapplan.state.NodeSlot`.
 Each node's typed facts and placement view are kept between reconciles (made again when the
 node's object, client or version changes), and what each node leaves for a new replica is
 watched, so a deployment waiting for room wakes only when a node may now take it
@@ -38,9 +38,9 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.adapters import agent, credentials, kube
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core import nodes
 from mlxfleet_operator.core.deployment import autoscale, candidates, preemption
 from mlxfleet_operator.core.fleet import facts, nodeviews, placement
+from mlxfleet_operator.core.node import status as nodestatus
 from mlxfleet_operator.core.swapplan import state as plan_state
 
 
@@ -378,33 +378,35 @@ class Fleet:
         entry = self.entries.get(name)
         return entry.client.credentials.token_expires_at if entry is not None else None
 
-    async def poll(self, node: inode.InferenceNode) -> nodes.Poll:
+    async def poll(self, node: inode.InferenceNode) -> nodestatus.Poll:
         """`GET /v1/state` of the node's agent, failures named by what a person must fix. A
         401/403 with cached credentials asks once more with the Secret read again (rotated)."""
         answer = await self._poll(node)
-        if answer.error is nodes.PollError.UNAUTHORIZED and self.credentials.forget(
+        if answer.error is nodestatus.PollError.UNAUTHORIZED and self.credentials.forget(
             node.metadata.name or ""
         ):
             answer = await self._poll(node)
         return answer
 
-    async def _poll(self, node: inode.InferenceNode) -> nodes.Poll:
+    async def _poll(self, node: inode.InferenceNode) -> nodestatus.Poll:
         try:
             client = await self.client(node)
             state = await client.state()
         except credentials.CredentialsNotAllowed as exc:
-            return nodes.Poll(None, nodes.PollError.SECRET_NOT_ALLOWED, str(exc))
+            return nodestatus.Poll(None, nodestatus.PollError.SECRET_NOT_ALLOWED, str(exc))
         except credentials.CredentialsInvalid as exc:
-            return nodes.Poll(None, nodes.PollError.SECRET_INVALID, str(exc))
+            return nodestatus.Poll(None, nodestatus.PollError.SECRET_INVALID, str(exc))
         except credentials.CredentialsError as exc:
-            return nodes.Poll(None, nodes.PollError.SECRET_MISSING, str(exc))
+            return nodestatus.Poll(None, nodestatus.PollError.SECRET_MISSING, str(exc))
         except agent.AgentRefused as exc:
             denied = exc.status in (401, 403)
-            error = nodes.PollError.UNAUTHORIZED if denied else nodes.PollError.UNREACHABLE
-            return nodes.Poll(None, error, str(exc))
+            error = (
+                nodestatus.PollError.UNAUTHORIZED if denied else nodestatus.PollError.UNREACHABLE
+            )
+            return nodestatus.Poll(None, error, str(exc))
         except agent.AgentUnreachable as exc:
-            return nodes.Poll(None, nodes.PollError.UNREACHABLE, str(exc))
-        return nodes.Poll(state)
+            return nodestatus.Poll(None, nodestatus.PollError.UNREACHABLE, str(exc))
+        return nodestatus.Poll(state)
 
     async def put_slot(self, slot: str, request: facts.SlotRequest) -> facts.Outcome | None:
         """PUT the slot on the request's node (None: no client for that node yet)."""
@@ -439,8 +441,8 @@ class Fleet:
         entry = self.entries.get(node.metadata.name or "")
         if not self.fleet_keys or entry is None:
             return None
-        wanted = nodes.credentials(self.fleet_keys, node)
-        if not nodes.needs_credentials(state, wanted):
+        wanted = nodestatus.credentials(self.fleet_keys, node)
+        if not nodestatus.needs_credentials(state, wanted):
             return None
         try:
             await entry.client.put_credentials(wanted)

@@ -8,7 +8,7 @@ object (where it lives); `read` answers None for a missing object, `delete` lets
 be, any other failure (the connection's too) is a `KubeError`. Which objects are owned, and what
 they hold, is decided in `ownership` and `publishing`; status is written through kopf's patch
 (`statuspatch`), not here.
-May import: the standard library, `kubeapi`, `api`, `core.modelroute` (the value it answers).
+May import: the standard library, `kubeapi`, `api`, `core.modelroute.status` (the value it answers).
 Called by: `runtime` (builds it), `fleet` (agent credentials), `publishing` (the Service and
 EndpointSlices), handlers (SwapPlans and ModelDeployments, through `runtime.Runtime.kube`; the
 ModelRoute handler's look at provider-key Secrets, asked for as a table row, so their data never
@@ -27,7 +27,7 @@ from urllib.parse import quote
 from mlxfleet_operator.adapters import kubeapi
 from mlxfleet_operator.api import modelroute as mroute
 from mlxfleet_operator.api import resources
-from mlxfleet_operator.core import modelroute
+from mlxfleet_operator.core.modelroute import status as routestatus
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 """A GET answered as a server-side table row: columns (a Secret's type among them) and the
@@ -144,7 +144,7 @@ class Kube:
             expires_at=_instant(notes.get(resources.EXPIRES_AT_ANNOTATION)),
         )
 
-    async def provider_key_seen(self, *, namespace: str, name: str) -> modelroute.KeySeen | None:
+    async def provider_key_seen(self, *, namespace: str, name: str) -> routestatus.KeySeen | None:
         """A provider-key Secret's type and annotations, never its data (a table row: the
         operator checks that a route's key exists and allows its namespace without holding
         the key); None when it does not exist, `error` set when it cannot be looked at."""
@@ -155,15 +155,15 @@ class Kube:
             if exc.status == 404:
                 return None
             if exc.status == 403:  # resourceNames: only the provider keys the admin listed
-                return modelroute.KeySeen(
+                return routestatus.KeySeen(
                     error=f"{where}: 403 Forbidden (the operator may look only at the "
                     "provider-key Secrets listed in chart value operator.providerKeySecrets)"
                 )
-            return modelroute.KeySeen(error=f"{where}: {exc.status} {exc.reason}")
+            return routestatus.KeySeen(error=f"{where}: {exc.status} {exc.reason}")
         try:
             return _table_row(table)
         except (ValueError, TypeError, AttributeError, IndexError) as exc:
-            return modelroute.KeySeen(error=f"{where}: unexpected answer ({exc})")
+            return routestatus.KeySeen(error=f"{where}: unexpected answer ({exc})")
 
     # ------------------------------------------------------------------------- custom objects
 
@@ -316,7 +316,7 @@ class Kube:
                 ) from exc
 
 
-def _table_row(table: JsonDict) -> modelroute.KeySeen:
+def _table_row(table: JsonDict) -> routestatus.KeySeen:
     """The type (its column) and the allowed-namespaces and allowed-urls annotations (the row's
     metadata) of a one-row Secret table. Only those annotations are kept: a client-side
     `kubectl apply` copies the whole Secret, key included, into last-applied-configuration."""
@@ -327,4 +327,4 @@ def _table_row(table: JsonDict) -> modelroute.KeySeen:
     meta = (row.get("object") or {}).get("metadata") or {}
     wanted = (mroute.PROVIDER_KEY_NAMESPACES, mroute.PROVIDER_KEY_URLS)
     annotations = {k: str(v) for k, v in (meta.get("annotations") or {}).items() if k in wanted}
-    return modelroute.KeySeen(type=kind, annotations=annotations)
+    return routestatus.KeySeen(type=kind, annotations=annotations)

@@ -32,7 +32,7 @@ class ConditionType(StrEnum):
     """InferenceNode only: the agent reports memory pressure (warn or critical)."""
     THERMAL_PRESSURE = "ThermalPressure"
     """InferenceNode only: the agent reports thermal pressure serious or critical."""
-    # InferenceNode, the macOS doctor (`core.doctor`): True when the Mac is set up in a way
+    # InferenceNode, the macOS doctor (`core.node.doctor`): True when the Mac is set up in a way
     # that takes a headless Mac down; warnings: Ready does not depend on them
     SLEEP_ENABLED = "SleepEnabled"
     AUTO_RESTART_DISABLED = "AutoRestartDisabled"

@@ -19,7 +19,7 @@ parses them (`urlsplit`: hostname, port), so the host compared is the host conne
 with userinfo (`user@`), a query or fragment, a dot segment (`..`, `%2e%2e`), an encoded slash or
 a backslash, or a control character never matches. Without `allowed-urls` the key goes nowhere.
 May import: the standard library, the sibling api modules. Called by: the gateway (catalog, view)
-and the operator's ModelRoute status (core.modelroute), so both judge a key alike.
+and the operator's ModelRoute status (core.modelroute.status), so both judge a key alike.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import runtime, statuspatch
 from mlxfleet_operator.api import modelroute as mroute
 from mlxfleet_operator.api import resources
-from mlxfleet_operator.core import modelroute as core
+from mlxfleet_operator.core.modelroute import status as core
 from mlxfleet_operator.handlers import guard, indexes
 
 KIND = resources.MODEL_ROUTE

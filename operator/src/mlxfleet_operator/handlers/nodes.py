@@ -34,9 +34,9 @@ from mlxfleet_operator.adapters import (
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import resources
-from mlxfleet_operator.core import nodes
 from mlxfleet_operator.core.kit import events as core_events
 from mlxfleet_operator.core.kit import heartbeat
+from mlxfleet_operator.core.node import status as nodestatus
 from mlxfleet_operator.handlers import guard
 
 log = logging.getLogger("mlxfleet.nodes")
@@ -59,20 +59,20 @@ async def heartbeat_poll(
         if poll.state is not None:
             failed = await rt.fleet.keep_credentials(node, poll.state)
             if failed is not None and rt.first_time(str(body.metadata.uid), NO_CREDENTIALS):
-                events.post(body, nodes.credentials_refused(failed))
+                events.post(body, nodestatus.credentials_refused(failed))
         now, kept = runtime.now(), rt.objects.of(str(body.metadata.uid))
-        health = kept.health or nodes.health_from_status(node.status)
+        health = kept.health or nodestatus.health_from_status(node.status)
         seen = heartbeat.observe(
             health, ok=poll.state is not None, now=now, threshold=misses, error=poll.message
         )
         kept.health = seen.health
         rt.fleet.record(name, poll.state, now=now)
-        every = nodes.heartbeat_every(
+        every = nodestatus.heartbeat_every(
             name,
             timedelta(seconds=rt.config.heartbeat_write_seconds),
             fleet=len(rt.fleet.entries),
         )
-        status = nodes.status(
+        status = nodestatus.status(
             _as_written(node, kept),
             poll,
             seen.health,
@@ -85,10 +85,10 @@ async def heartbeat_poll(
         metrics.NODE_READY.labels(name).set(1 if seen.health.ready else 0)
         metrics.NODE_MISSES.labels(name).set(seen.health.misses)
         metrics.observe_token_expiry(name, rt.fleet.token_expiry(name))
-        ignored = nodes.ignored_fields(node)
+        ignored = nodestatus.ignored_fields(node)
         if ignored is not None and rt.first_time(str(body.metadata.uid), IGNORED):
             events.post(body, ignored)
-        events.post(body, nodes.flip_event(seen, poll))
+        events.post(body, nodestatus.flip_event(seen, poll))
         await _publish_metrics(rt, body, node)
 
 
@@ -146,7 +146,7 @@ async def _unapproved(
     if rt.fleet.get(name) is not None:
         await rt.fleet.forget(name)
     rt.objects.of(str(body.metadata.uid)).health = None
-    awaiting = nodes.awaiting_approval(node, now=runtime.now())
+    awaiting = nodestatus.awaiting_approval(node, now=runtime.now())
     statuspatch.write_status(patch, awaiting, body, rt.objects)
     metrics.NODE_READY.labels(name).set(0)
 

@@ -1,5 +1,5 @@
 """Fleet-wide decisions and facts (pure), the layer under the per-kind packages (`deployment`,
-`sharded`, `swapplan`, `nodes`), one module per concept:
+`sharded`, `swapplan`, `node`, `modelroute`), one module per concept:
 
 - `facts`: each InferenceNode with its agent's last answer (`NodeFacts`), memory as the
   scheduler counts it, a slot PUT to send (`SlotRequest`) and what agents answered (`Outcome`,

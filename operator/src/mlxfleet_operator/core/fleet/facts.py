@@ -7,7 +7,7 @@ their text.
 Memory as the scheduler sees it (`held_bytes`, `used`, `free`): a slot on its way up counts its
 whole footprint, a slot that runs no backend counts nothing.
 May import: the standard library, `api`, the agent `contract` and `sizing`. Called by:
-`core.deployment`, `core.sharded`, `core.swapplan`, `core.fleet.nodeviews`, `core.nodes` (the
+`core.deployment`, `core.sharded`, `core.swapplan`, `core.fleet.nodeviews`, `core.node` (the
 node's budget), and the adapters that send `SlotRequest`s and turn agent answers into `Outcome`s
 and `Prefetch`es.
 """

@@ -32,7 +32,7 @@ from mlxfleet_operator.core.fleet import placement
 
 FABRIC_LABEL = "topology.mlxfleet.io/fabric"
 # what the fabric is made of: `thunderbolt` (the default: its Macs need a Thunderbolt Bridge,
-# `core.doctor`) or `ethernet`
+# `core.node.doctor`) or `ethernet`
 FABRIC_LINK_LABEL = "topology.mlxfleet.io/fabric-link"
 
 

@@ -7,7 +7,7 @@ cooler nodes (`warmth`). Like MemoryPressure, the message is written when the le
 kept while it stays; the figures in `status.thermal` are refreshed with the heartbeat (or when
 the level changes), not on every poll.
 May import: the standard library, `api`, the agent `contract`, `core.kit.conditions`.
-Called by: `core.nodes.status`, `core.fleet.nodeviews` (`warmth`).
+Called by: `core.node.status`, `core.fleet.nodeviews` (`warmth`).
 """
 
 from __future__ import annotations

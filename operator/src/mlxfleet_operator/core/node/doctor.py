@@ -21,7 +21,7 @@ the Argo CD health check read those only), and placement ignores them. Every mes
 fix and its docs/troubleshooting.md section; it is written when the reason changes and kept
 while it stays (free disk moves on every poll).
 May import: the standard library, `api`, the agent `contract`, `core.kit.conditions`,
-`core.fleet.groupplacement` (the fabric label). Called by: `core.nodes.status`.
+`core.fleet.groupplacement` (the fabric label). Called by: `core.node.status`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ node's own credentials (`credentials`: derived from the fleet key, sent when the
 fingerprint differs).
 
 May import: the standard library, `api`, the agent `contract`, the kit (`conditions`, `events`,
-`heartbeat`, `thermal`) and `core.doctor` (their conditions), `core.fleet.facts`
+`heartbeat`, `thermal`) and `core.node.doctor` (their conditions), `core.fleet.facts`
 (the node's budget).
 Called by: the InferenceNode timer handler after each poll of `GET /v1/state`, and the fleet
 adapter (which turns a poll's errors into `PollError`s).
@@ -23,9 +23,9 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import fields, quantity
 from mlxfleet_operator.api import inferencenode as inode
-from mlxfleet_operator.core import doctor
 from mlxfleet_operator.core.fleet import facts
 from mlxfleet_operator.core.kit import conditions, events, heartbeat, thermal
+from mlxfleet_operator.core.node import doctor
 
 
 class PollError(StrEnum):
