@@ -3,9 +3,9 @@
 Status of the object a handler is working on is written by kopf's own patch (not by a request of
 ours): `write_status` puts the merge patch (`status_patch`) into it when something changed. It
 does not hand kopf the same status again while kopf's body is still the version it was computed
-against (only after `STATUS_RESEND_S`, in case kopf's patch was lost), nor conditions whose only change is a transition time stamped because the
-body lags (`_kept_transitions`). What was last sent is kept in the object's record
-(`objects.ObjectState.sent`), forgotten with the object.
+against (only after `STATUS_RESEND_S`, in case kopf's patch was lost), nor conditions whose only
+change is a transition time stamped because the body lags (`_kept_transitions`). What was last
+sent is kept in the object's record (`objects.ObjectState.sent`), forgotten with the object.
 May import: pydantic, the standard library, `adapters.objects`. Called by: handlers (every one
 that writes status).
 """
