@@ -24,7 +24,7 @@ and the sweep).
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 import random
 import time
@@ -75,6 +75,13 @@ NAMES = {
     if path.startswith("/v1/")
 }
 ENDPOINTS = {path: NAMES[family] for path, family in endpoints.ENDPOINTS.items()}
+
+
+def _client_gone(call: calls.Call) -> None:
+    """The client hung up before its answer was complete: the attempt in flight is cut."""
+    call.gone = True
+    if call.exchange is not None:
+        call.exchange.abort("client gone")
 
 
 class Mounted(Protocol):
@@ -318,20 +325,14 @@ class Proxy:
         )
         self.budget.deposit(now=t0)
         scope[METERED] = True
-        watcher = asyncio.get_running_loop().create_task(self._watch_client(receive, call))
+        unwatch = asgi.watch_disconnect(scope, receive, functools.partial(_client_gone, call))
         try:
             await self._serve(call)
         finally:
-            watcher.cancel()
+            unwatch()
             tokens = call.prompt_tokens + call.completion_tokens
             self.limits.settle(ticket, now=self.clock(), tokens=tokens)
             self.meter.finish(call)
-
-    async def _watch_client(self, receive: Receive, call: calls.Call) -> None:
-        await asgi.until_disconnect(receive)
-        call.gone = True
-        if call.exchange is not None:
-            call.exchange.abort("client gone")
 
     async def _serve(self, call: calls.Call) -> None:
         p = call.plan
