@@ -245,6 +245,8 @@ class Proxy:
                     code="ambiguous_credentials",
                 )
             token = given.pop()
+        if not token and self.config.allow_anonymous:  # no key: anonymous (nothing to look up)
+            return keys.ANONYMOUS_KEY
         try:
             return self.view.keys.authenticate(token, now_utc=datetime.now(UTC))
         except errors.GatewayError as exc:
