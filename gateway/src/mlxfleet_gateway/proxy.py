@@ -17,9 +17,9 @@ in other shapes: `dialects` translates the body on its way in and wraps the clie
 the request goes through this same path. The OpenAI error shape and the ASGI plumbing are shared
 with the agent's data plane (`mlxfleet_common.wire.openai_proxy`), as is the HTTP client.
 May import: the standard library, core, mlxfleet_common.wire (endpoints, headers,
-httpclient, openai_proxy), calls, relay, liveness, metering, listing, activator, view, shipper,
-metrics, dialects. Called by: server (mounts it under uvicorn; wires `origins` to the health prober
-and the sweep).
+httpclient, openai_proxy, hangup), calls, relay, liveness, metering, listing, activator, view,
+shipper, metrics, dialects. Called by: server (mounts it under uvicorn; wires `origins` to the
+health prober and the sweep).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from mlxfleet_common.wire import endpoints
+from mlxfleet_common.wire import endpoints, hangup
 from mlxfleet_common.wire import headers as header
 from mlxfleet_common.wire import httpclient as upstream
 from mlxfleet_common.wire import openai_proxy as asgi
@@ -327,7 +327,7 @@ class Proxy:
         )
         self.budget.deposit(now=t0)
         scope[METERED] = True
-        unwatch = asgi.watch_disconnect(scope, receive, functools.partial(_client_gone, call))
+        unwatch = hangup.watch_disconnect(scope, receive, functools.partial(_client_gone, call))
         try:
             await self._serve(call)
         finally:

@@ -1,4 +1,4 @@
-"""`openai_proxy.watch_disconnect`: both proxies hear a client hang up before its answer is
+"""`hangup.watch_disconnect`: both proxies hear a client hang up before its answer is
 complete. On the product's ports (`connlimits`) the connection calls the app's callback from
 `connection_lost` (no task per request); elsewhere a task waits on `receive()`. Driven through
 uvicorn's own protocol with an in-memory transport, as test_head_with_body.py does."""
@@ -11,7 +11,7 @@ from typing import Any
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from mlxfleet_common.wire import connlimits
+from mlxfleet_common.wire import connlimits, hangup
 from mlxfleet_common.wire import openai_proxy as asgi
 from tests.unit.common.test_head_with_body import REQUEST, Transport
 
@@ -29,8 +29,8 @@ class Probe:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await asgi.read_body(scope, receive, limit=1024)
-        self.hooked = asgi.GONE in scope
-        unwatch = asgi.watch_disconnect(scope, receive, self.left)
+        self.hooked = hangup.GONE in scope
+        unwatch = hangup.watch_disconnect(scope, receive, self.left)
         try:
             await self.answer.wait()
             await asgi.send_json(send, 200, b"{}")
@@ -93,13 +93,13 @@ def test_without_the_hook_a_task_waits_on_receive() -> None:
             await leave.wait()
             return {"type": "http.disconnect"}
 
-        stop = asgi.watch_disconnect({}, receive, lambda: heard.append(True))
+        stop = hangup.watch_disconnect({}, receive, lambda: heard.append(True))
         await asyncio.sleep(0)
         leave.set()
         await asyncio.sleep(0.01)
         assert heard == [True]
         heard.clear()
-        stop_early = asgi.watch_disconnect({}, receive, lambda: heard.append(True))
+        stop_early = hangup.watch_disconnect({}, receive, lambda: heard.append(True))
         stop_early()
         await asyncio.sleep(0.01)
         stop()

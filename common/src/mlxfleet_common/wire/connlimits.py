@@ -32,14 +32,14 @@ loop's next turn when none comes in this one (an app that answers its head and w
 then); after that the answer writes straight to the socket, as before (nothing per streamed
 event).
 
-Each request's scope carries `openai_proxy.GONE`: the app hands it a callback to be called
-(soon, once) when the client hangs up before its answer is complete (`openai_proxy.
+Each request's scope carries `hangup.GONE`: the app hands it a callback to be called
+(soon, once) when the client hangs up before its answer is complete (`hangup.
 watch_disconnect`), which the connection's `connection_lost` does, as uvicorn tells a pending
 `receive()`: a request in flight needs no task waiting on `receive()` for that.
 
 Shared by the agent and the gateway (mlxfleet_common.wire imports neither: an import-linter
-contract). May import: uvicorn, openai_proxy, headers, the standard library. Called by: the agent's
-runtime.serve (both ports), the gateway's server.
+contract). May import: uvicorn, openai_proxy, hangup, headers, the standard library. Called
+by: the agent's runtime.serve (both ports), the gateway's server.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from mlxfleet_common.wire import headers as header
-from mlxfleet_common.wire.openai_proxy import GONE, OpenAIError
+from mlxfleet_common.wire.hangup import GONE
+from mlxfleet_common.wire.openai_proxy import OpenAIError
 
 
 class Refusal(enum.Enum):

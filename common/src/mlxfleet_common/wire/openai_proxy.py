@@ -13,15 +13,12 @@ exactly: an event starts at the stream's start or after a blank line, and JSON n
 raw newline, so `\\ndata:` cannot occur inside one.
 
 Pure: the standard library only; the ASGI helpers only await the callables the server hands
-over (`watch_disconnect` hands a callback to the product's ports, `connlimits`). Called by:
-the agent's data plane (dataplane.app, relay, errors, answers) and the gateway
+over. Called by: the agent's data plane (dataplane.app, relay, errors, answers) and the gateway
 (core.errors, proxy, relay, calls, listing, dialects, admin, console).
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
 import re
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
@@ -230,35 +227,6 @@ async def until_disconnect(receive: Receive) -> None:
     """Return when the client hangs up (run it as a task beside the answer)."""
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-# scope key of the product's ports (`connlimits`): a function that takes the callback to call
-# when the client hangs up before the answer is complete (None: no longer)
-GONE = "mlxfleet.gone"
-
-
-def watch_disconnect(
-    scope: Scope, receive: Receive, gone: Callable[[], None]
-) -> Callable[[], None]:
-    """Call `gone` (once, from the event loop) when the client hangs up before its answer is
-    complete; return what stops the watch (call it once the answer is done). On the product's
-    ports the connection says so itself (`scope[GONE]`: nothing runs per request); under another
-    server a task waits on `receive()` (`until_disconnect`)."""
-    hook = scope.get(GONE)
-    if hook is not None:
-        hook(gone)
-        return functools.partial(hook, None)
-    task = asyncio.get_running_loop().create_task(_until_gone(receive, gone))
-
-    def stop() -> None:
-        task.cancel()
-
-    return stop
-
-
-async def _until_gone(receive: Receive, gone: Callable[[], None]) -> None:
-    await until_disconnect(receive)
-    gone()
 
 
 async def send_whole(

@@ -19,7 +19,8 @@ in the backend connection's callback (`eventpipe`: no task wake-up per chunk): t
 (`openai_proxy.StreamScanner`: byte searches), the model/fingerprint rewrite (two
 `bytes.replace`) and the ASGI `send`; the backend's silence is bounded by one timer per stream.
 May import: the standard library, contract, slots.lease, mlxfleet_common.wire (eventpipe,
-openai_proxy, headers), dataplane (answers, errors, routing, upstream). Called by: dataplane.app.
+hangup, openai_proxy, headers), dataplane (answers, errors, routing, upstream). Called by:
+dataplane.app.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from mlxfleet_agent import contract
 from mlxfleet_agent.dataplane import answers, routing, upstream
 from mlxfleet_agent.dataplane.errors import RETRY_AFTER, RouteError
 from mlxfleet_agent.slots import lease
-from mlxfleet_common.wire import eventpipe
+from mlxfleet_common.wire import eventpipe, hangup
 from mlxfleet_common.wire import headers as header
 from mlxfleet_common.wire import openai_proxy as asgi
 
@@ -105,7 +106,7 @@ class Gone:
         self.task: asyncio.Task[None] | None = None
 
     def __call__(self) -> None:
-        """The client hung up (`openai_proxy.watch_disconnect`)."""
+        """The client hung up (`hangup.watch_disconnect`)."""
         self.is_set = True
         hold, outcome = self.hold, self.outcome
         if (
@@ -208,7 +209,7 @@ async def forward(
     (`held.waited_s`: a cold start, a hold swap, a full slot) says how long in
     `x-mlxfleet-queue-ms` (the gateway adds it to its own wait in `x-mlxfleet-cold-start-ms`).
     `size`: the request body's length in bytes (`nothing_to_stop`). `scope`: the request's
-    (the client's hang-up is heard through it: `openai_proxy.watch_disconnect`)."""
+    (the client's hang-up is heard through it: `hangup.watch_disconnect`)."""
     backend = held.upstream
     body = routed.body
     whole_only = endpoint in WHOLE_ONLY
@@ -256,7 +257,7 @@ async def forward(
             code="backend_unreachable",
         ) from exc
     gone = Gone(reply, outcome, hold)
-    unwatch = asgi.watch_disconnect(scope, receive, gone)
+    unwatch = hangup.watch_disconnect(scope, receive, gone)
     try:
         if reply.status != 200:
             await _error(reply, send, headers=headers, outcome=outcome, backend=backend)
