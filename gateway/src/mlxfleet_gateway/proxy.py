@@ -17,14 +17,14 @@ in other shapes: `dialects` translates the body on its way in and wraps the clie
 the request goes through this same path. The OpenAI error shape and the ASGI plumbing are shared
 with the agent's data plane (`mlxfleet_common.wire.openai_proxy`), as is the HTTP client.
 May import: the standard library, core, mlxfleet_common.wire (endpoints, headers,
-httpclient, openai_proxy), calls, relay, liveness, metering, listing, activator, view, shipper,
-metrics, dialects. Called by: server (mounts it under uvicorn; wires `origins` to the health prober
-and the sweep).
+httpclient, openai_proxy, hangup), calls, relay, liveness, metering, listing, activator, view,
+shipper, metrics, dialects. Called by: server (mounts it under uvicorn; wires `origins` to the
+health prober and the sweep).
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 import random
 import time
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from mlxfleet_common.wire import endpoints
+from mlxfleet_common.wire import endpoints, hangup
 from mlxfleet_common.wire import headers as header
 from mlxfleet_common.wire import httpclient as upstream
 from mlxfleet_common.wire import openai_proxy as asgi
@@ -75,6 +75,13 @@ NAMES = {
     if path.startswith("/v1/")
 }
 ENDPOINTS = {path: NAMES[family] for path, family in endpoints.ENDPOINTS.items()}
+
+
+def _client_gone(call: calls.Call) -> None:
+    """The client hung up before its answer was complete: the attempt in flight is cut."""
+    call.gone = True
+    if call.exchange is not None:
+        call.exchange.abort("client gone")
 
 
 class Mounted(Protocol):
@@ -238,6 +245,8 @@ class Proxy:
                     code="ambiguous_credentials",
                 )
             token = given.pop()
+        if not token and self.config.allow_anonymous:  # no key: anonymous (nothing to look up)
+            return keys.ANONYMOUS_KEY
         try:
             return self.view.keys.authenticate(token, now_utc=datetime.now(UTC))
         except errors.GatewayError as exc:
@@ -318,20 +327,14 @@ class Proxy:
         )
         self.budget.deposit(now=t0)
         scope[METERED] = True
-        watcher = asyncio.get_running_loop().create_task(self._watch_client(receive, call))
+        unwatch = hangup.watch_disconnect(scope, receive, functools.partial(_client_gone, call))
         try:
             await self._serve(call)
         finally:
-            watcher.cancel()
+            unwatch()
             tokens = call.prompt_tokens + call.completion_tokens
             self.limits.settle(ticket, now=self.clock(), tokens=tokens)
             self.meter.finish(call)
-
-    async def _watch_client(self, receive: Receive, call: calls.Call) -> None:
-        await asgi.until_disconnect(receive)
-        call.gone = True
-        if call.exchange is not None:
-            call.exchange.abort("client gone")
 
     async def _serve(self, call: calls.Call) -> None:
         p = call.plan

@@ -118,3 +118,43 @@ def test_the_served_certificates_expiry_is_read_from_its_pem(tmp_path: Path) -> 
     (tmp_path / "junk.pem").write_text("not a certificate")
     assert certs.expires_at(tmp_path / "junk.pem") is None
     assert certs.expires_at(tmp_path / "missing.pem") is None
+
+
+def test_repeated_requests_count_in_the_same_series() -> None:
+    """The recorder remembers each series (`AgentMetrics.child`): a second request adds to the
+    first one's series, each label value lands under its own name, and another slot or outcome
+    is a series of its own."""
+    tel = recorder.Telemetry(node="mac-1")
+
+    def finish(slot: str, error: str | None) -> None:
+        tel.request_started(slot)
+        tel.request_finished(
+            recorder.RequestRecord(
+                slot=slot,
+                served_name="llama",
+                source="file:///m",
+                endpoint="completions",
+                stream=False,
+                prompt_tokens=5,
+                completion_tokens=1,
+                queue_wait_s=0.0,
+                ttft_s=None,
+                e2e_s=0.01,
+                error_kind=error,
+            )
+        )
+
+    for slot, error in (("a", None), ("a", None), ("a", "backend_died"), ("b", None)):
+        finish(slot, error)
+    text = tel.metrics.exposition().decode()
+    series = 'mlxfleet_agent_requests_total{endpoint="completions",model="llama",'
+    assert f'{series}outcome="ok",slot="a",stream="false"}} 2.0' in text
+    assert f'{series}outcome="error",slot="a",stream="false"}} 1.0' in text
+    assert f'{series}outcome="ok",slot="b",stream="false"}} 1.0' in text
+    assert (
+        'mlxfleet_agent_request_errors_total{kind="backend_died",model="llama",slot="a"} 1.0'
+        in text
+    )
+    assert 'mlxfleet_agent_prompt_tokens_total{model="llama",slot="a"} 15.0' in text
+    assert 'mlxfleet_agent_request_duration_seconds_count{model="llama",slot="b"} 1.0' in text
+    assert 'mlxfleet_agent_in_flight_requests{slot="a"} 0.0' in text

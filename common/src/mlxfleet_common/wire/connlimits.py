@@ -32,9 +32,14 @@ loop's next turn when none comes in this one (an app that answers its head and w
 then); after that the answer writes straight to the socket, as before (nothing per streamed
 event).
 
+Each request's scope carries `hangup.GONE`: the app hands it a callback to be called
+(soon, once) when the client hangs up before its answer is complete (`hangup.
+watch_disconnect`), which the connection's `connection_lost` does, as uvicorn tells a pending
+`receive()`: a request in flight needs no task waiting on `receive()` for that.
+
 Shared by the agent and the gateway (mlxfleet_common.wire imports neither: an import-linter
-contract). May import: uvicorn, openai_proxy, headers, the standard library. Called by: the agent's
-runtime.serve (both ports), the gateway's server.
+contract). May import: uvicorn, openai_proxy, hangup, headers, the standard library. Called
+by: the agent's runtime.serve (both ports), the gateway's server.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from mlxfleet_common.wire import headers as header
+from mlxfleet_common.wire.hangup import GONE
 from mlxfleet_common.wire.openai_proxy import OpenAIError
 
 
@@ -159,6 +165,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._timer: asyncio.TimerHandle | None = None  # the head's timeout or the body's
         self._refused: _Refused | None = None
+        self._gone: Callable[[], None] | None = None  # the app's: the client hung up
+        self._watch = self._watch_gone  # one bound method per connection, in each scope
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -175,6 +183,16 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+        gone, self._gone = self._gone, None
+        if gone is not None and self.cycle is not None and self.cycle.disconnected:
+            self.loop.call_soon(gone)  # as a `receive()` waiting would hear it: not in here
+
+    def _watch_gone(self, callback: Callable[[], None] | None) -> None:
+        """`scope[GONE]`: call `callback` when the client hangs up before the answer is complete
+        (None: stop). Reading is resumed, as a `receive()` would, so the hang-up is seen."""
+        self._gone = callback
+        if callback is not None and self.flow is not None:
+            self.flow.resume_reading()
 
     def data_received(self, data: bytes) -> None:
         if self._in_head:
@@ -199,6 +217,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             )
             raise self._refused  # the parser stops; uvicorn calls send_400_response
         self._in_body = True
+        self.scope[GONE] = self._watch  # type: ignore[literal-required]
         super().on_headers_complete()
         if self.head_with_body and self.cycle is not None:
             self.cycle.transport = _HeadWithBody(self.transport, self.cycle)  # type: ignore[assignment]

@@ -140,6 +140,11 @@ class Response:
         """The whole body has been read."""
         return self._done and not self._chunks
 
+    @property
+    def arrived(self) -> bool:
+        """The whole body is here (read or buffered): reading the rest waits for nothing."""
+        return self._done
+
     async def read_chunk(self) -> bytes:
         """The next body bytes (everything buffered so far), b"" at the end; raises
         ResponseError when the body broke off."""

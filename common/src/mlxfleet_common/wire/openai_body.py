@@ -62,6 +62,13 @@ INTEGERS: dict[str, tuple[int | None, int | None]] = {
     "frequency_context_size": (0, None),
 }
 NULLABLE = frozenset({"max_tokens", "max_completion_tokens", "n", "seed"})  # null: not set
+# every bounded field in the order `check` looks at them: (name, lowest, highest, integer)
+BOUNDED: tuple[tuple[str, float | None, float | None, bool], ...] = (
+    *((name, low, high, False) for name, (low, high) in NUMBERS.items()),
+    *((name, low, high, True) for name, (low, high) in INTEGERS.items()),
+)
+# the endpoint names `check` reads (either spelling) -> the endpoint they name
+KINDS = {CHAT: CHAT, "chat/completions": CHAT, "completions": "completions"}
 OBJECTS = ("stream_options", "chat_template_kwargs", "role_mapping", "response_format")
 RESPONSE_FORMATS = ("text", "json_object", "json_schema")
 ENFORCED_FORMATS = frozenset({"json_object", "json_schema"})  # constrained output
@@ -78,19 +85,19 @@ def invalid(param: str, message: str) -> BodyError:
 
 
 def check(body: Mapping[str, Any], *, endpoint: str) -> None:
-    """Refuse (400) a chat/text completion body whose fields do not have the OpenAI shape."""
-    endpoint = endpoint.replace("/", ".")
-    if endpoint not in GENERATING:
+    """Refuse (400) a chat/text completion body whose fields do not have the OpenAI shape.
+    Runs once per request on both hops: a field the body does not have costs one lookup."""
+    kind = KINDS.get(endpoint)
+    if kind is None:
         return
-    if endpoint == CHAT:
+    if kind == CHAT:
         _messages(body.get("messages"))
     else:
         _prompt(body.get("prompt"))
     _stop(body.get("stop"))
-    for name, (low, high) in NUMBERS.items():
-        _number(body, name, low=low, high=high, integer=False)
-    for name, (ilow, ihigh) in INTEGERS.items():
-        _number(body, name, low=ilow, high=ihigh, integer=True)
+    for name, low, high, integer in BOUNDED:
+        if name in body:
+            _number(body[name], name, low=low, high=high, integer=integer)
     logprobs = body.get("logprobs")
     if logprobs is not None and not isinstance(logprobs, bool):
         raise invalid("logprobs", "`logprobs` must be a boolean")
@@ -123,10 +130,10 @@ def _response_format(value: Any) -> None:
 
 def check_mlx_lm(body: Mapping[str, Any], *, endpoint: str) -> None:
     """Refuse (400) what the mlx-lm engine does not serve, beyond the OpenAI shape."""
-    endpoint = endpoint.replace("/", ".")
-    if endpoint not in GENERATING:
+    kind = KINDS.get(endpoint)
+    if kind is None:
         return
-    if endpoint == "completions" and not isinstance(body.get("prompt"), str):
+    if kind == "completions" and not isinstance(body.get("prompt"), str):
         raise invalid("prompt", "`prompt` must be a string for this engine (mlx-lm)")
     n = body.get("n")
     if n is not None and n != 1:
@@ -161,6 +168,15 @@ def _messages(messages: Any) -> None:
     if not isinstance(messages, list) or not messages:
         raise invalid("messages", "`messages` is required: a non-empty list of message objects")
     for i, message in enumerate(messages):
+        # the common shape first, without building a field's name: the checks below refuse
+        if (
+            type(message) is dict
+            and type(role := message.get("role")) is str
+            and role in ROLES
+            and type(message.get("content")) is str
+            and message.get("tool_calls") is None
+        ):
+            continue
         where = f"messages[{i}]"
         if not isinstance(message, dict):
             raise invalid(where, f"`{where}` must be an object with `role` and `content`")
@@ -225,16 +241,13 @@ def _stop(stop: Any) -> None:
 
 
 def _number(
-    body: Mapping[str, Any],
+    value: Any,
     name: str,
     *,
     low: float | None,
     high: float | None,
     integer: bool,
 ) -> None:
-    if name not in body:
-        return
-    value = body[name]
     if value is None and name in NULLABLE:
         return  # OpenAI's "not set"; the agent's token cap fills max_tokens in
     kind = "an integer" if integer else "a finite number"

@@ -63,9 +63,11 @@ def scrub_fingerprint(data: bytes) -> bytes:
 Rewrite = Callable[[bytes], bytes]
 
 
+@functools.lru_cache(maxsize=64)
 def rewriter(*, pinned: str, served: str, original_fingerprint: str | None) -> Rewrite:
-    """Per-request rewrite of answer bytes: the backend's model path becomes the served name and
-    the fingerprint becomes opaque (both plain `bytes.replace` when the fingerprint is known)."""
+    """The rewrite of a backend's answer bytes: its model path becomes the served name and the
+    fingerprint becomes opaque (both plain `bytes.replace` when the fingerprint is known). Made
+    once per backend (cached: the function keeps no state), not per request."""
     model_old = b'"model": ' + json.dumps(pinned).encode()
     model_new = b'"model": ' + json.dumps(served).encode()
     if original_fingerprint is None:

@@ -204,6 +204,7 @@ class DataPlane:
                 endpoint,
                 receive,
                 send,
+                scope=scope,
                 outcome=outcome,
                 t0=t0,
                 prompt_tokens=prompt_tokens,

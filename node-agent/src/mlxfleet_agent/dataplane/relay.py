@@ -19,7 +19,8 @@ in the backend connection's callback (`eventpipe`: no task wake-up per chunk): t
 (`openai_proxy.StreamScanner`: byte searches), the model/fingerprint rewrite (two
 `bytes.replace`) and the ASGI `send`; the backend's silence is bounded by one timer per stream.
 May import: the standard library, contract, slots.lease, mlxfleet_common.wire (eventpipe,
-openai_proxy, headers), dataplane (answers, errors, routing, upstream). Called by: dataplane.app.
+hangup, openai_proxy, headers), dataplane (answers, errors, routing, upstream). Called by:
+dataplane.app.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from mlxfleet_agent import contract
 from mlxfleet_agent.dataplane import answers, routing, upstream
 from mlxfleet_agent.dataplane.errors import RETRY_AFTER, RouteError
 from mlxfleet_agent.slots import lease
-from mlxfleet_common.wire import eventpipe
+from mlxfleet_common.wire import eventpipe, hangup
 from mlxfleet_common.wire import headers as header
 from mlxfleet_common.wire import openai_proxy as asgi
 
@@ -88,12 +89,44 @@ class Outcome:
 
 
 class Gone:
-    """Whether the client hung up (set by the watcher task; read as a plain attribute)."""
+    """Whether the client hung up (read as a plain attribute), and what it does then: the
+    backend's connection is dropped (that stops generation); a request on `hold` first waits
+    for the point where it does (`Hold`), in a task of its own, cancelled by `stop`."""
 
-    __slots__ = ("is_set",)
+    __slots__ = ("hold", "is_set", "outcome", "reply", "task")
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        reply: upstream.BackendReply | None = None,
+        outcome: Outcome | None = None,
+        hold: Hold | None = None,
+    ) -> None:
         self.is_set = False
+        self.reply, self.outcome, self.hold = reply, outcome, hold
+        self.task: asyncio.Task[None] | None = None
+
+    def __call__(self) -> None:
+        """The client hung up (`hangup.watch_disconnect`)."""
+        self.is_set = True
+        hold, outcome = self.hold, self.outcome
+        if (
+            hold is not None
+            and outcome is not None
+            and outcome.answered is not None
+            and outcome.ttft_s is None
+        ):
+            self.task = asyncio.get_running_loop().create_task(self._held(hold, outcome.answered))
+        elif self.reply is not None:
+            self.reply.abort()
+
+    async def _held(self, hold: Hold, answered: asyncio.Event) -> None:
+        await hold.wait(answered)
+        if self.reply is not None:
+            self.reply.abort()
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
 
 
 class Hold:
@@ -137,22 +170,6 @@ def nothing_to_stop(body: dict[str, Any], *, mlx_lm: bool, size: int | None) -> 
     return not mlx_lm or (size is not None and size <= WHOLE_PROMPT_BYTES)
 
 
-async def _watch_disconnect(
-    receive: asgi.Receive,
-    gone: Gone,
-    reply: upstream.BackendReply,
-    outcome: Outcome,
-    hold: Hold | None,
-) -> None:
-    """The client hung up: say so and drop the backend connection (that stops generation;
-    a request on `hold` first waits for the point where it does)."""
-    await asgi.until_disconnect(receive)
-    gone.is_set = True
-    if hold is not None and outcome.answered is not None and outcome.ttft_s is None:
-        await hold.wait(outcome.answered)
-    reply.abort()
-
-
 async def cut_by_shutdown(send: asgi.Send, outcome: Outcome) -> None:
     """The shutdown drain ran out: end this request with an OpenAI-style error (503, or an
     `error` event when the stream is under way) instead of uvicorn's plain-text 500."""
@@ -177,6 +194,7 @@ async def forward(
     receive: asgi.Receive,
     send: asgi.Send,
     *,
+    scope: asgi.Scope,
     outcome: Outcome,
     t0: float,
     prompt_tokens: int | None = None,
@@ -190,7 +208,8 @@ async def forward(
     without max_tokens gets the room it leaves). A request that waited in the slot's queue
     (`held.waited_s`: a cold start, a hold swap, a full slot) says how long in
     `x-mlxfleet-queue-ms` (the gateway adds it to its own wait in `x-mlxfleet-cold-start-ms`).
-    `size`: the request body's length in bytes (`nothing_to_stop`)."""
+    `size`: the request body's length in bytes (`nothing_to_stop`). `scope`: the request's
+    (the client's hang-up is heard through it: `hangup.watch_disconnect`)."""
     backend = held.upstream
     body = routed.body
     whole_only = endpoint in WHOLE_ONLY
@@ -237,10 +256,8 @@ async def forward(
             type_="server_error",
             code="backend_unreachable",
         ) from exc
-    gone = Gone()
-    watcher = asyncio.get_running_loop().create_task(
-        _watch_disconnect(receive, gone, reply, outcome, hold)
-    )
+    gone = Gone(reply, outcome, hold)
+    unwatch = hangup.watch_disconnect(scope, receive, gone)
     try:
         if reply.status != 200:
             await _error(reply, send, headers=headers, outcome=outcome, backend=backend)
@@ -300,7 +317,8 @@ async def forward(
                 chat=chat,
             )
     finally:
-        watcher.cancel()
+        unwatch()
+        gone.stop()
         reply.close()
 
 

@@ -81,6 +81,8 @@ def resolve(routes: lease_.Routes, body: dict[str, Any], *, slot: str | None = N
 
 def check_capability(spec: contract.SlotSpec, capability: str, *, path: str) -> None:
     """Refuse (400) an endpoint the slot's engine does not serve, naming what it serves."""
+    if capability in spec.engine.capabilities:  # str enum members: equal to their values
+        return
     serves = sorted(c.value for c in spec.engine.capabilities)
     if capability not in serves:
         raise RouteError(

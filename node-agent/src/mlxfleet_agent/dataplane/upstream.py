@@ -83,21 +83,28 @@ class BackendReply:
                 yield chunk
 
     async def read_all(self, *, limit: int | None = None) -> bytes:
-        """The whole body (its first `limit` bytes when given: the rest is dropped)."""
-        parts: list[bytes] = []
-        size = 0
+        """The whole body (its first `limit` bytes when given: the rest is dropped), within
+        `READ_TIMEOUT_S` (no timer when it has all arrived already: a short answer often comes
+        with its head)."""
+        if self._resp.arrived:
+            return await self._read_all(limit)
         try:
             async with asyncio.timeout(READ_TIMEOUT_S):
-                while chunk := await self._resp.read_chunk():
-                    parts.append(chunk)
-                    size += len(chunk)
-                    if limit is not None and size >= limit:
-                        self._resp.close()
-                        return b"".join(parts)[:limit]
+                return await self._read_all(limit)
         except TimeoutError:
             raise httpclient.ResponseError(
                 f"backend silent for {READ_TIMEOUT_S:.0f}s", before_response=False
             ) from None
+
+    async def _read_all(self, limit: int | None) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        while chunk := await self._resp.read_chunk():
+            parts.append(chunk)
+            size += len(chunk)
+            if limit is not None and size >= limit:
+                self._resp.close()
+                return b"".join(parts)[:limit]
         return b"".join(parts)
 
     def close(self) -> None:

@@ -100,7 +100,7 @@ class Telemetry:
             if known is not None:
                 agg = self._open.slot(slot, known[0])
                 agg.max_in_flight = max(agg.max_in_flight, self._in_flight[slot])
-            self.metrics.in_flight.labels(slot=slot).set(self._in_flight[slot])
+            self.metrics.child(self.metrics.in_flight, slot).set(self._in_flight[slot])
 
     def request_finished(self, record: RequestRecord) -> None:
         with self._lock:
@@ -119,7 +119,8 @@ class Telemetry:
                 self._busy_since.pop(record.slot, None)
             if not any(self._in_flight.values()):
                 self._node_busy_since = None
-            self.metrics.in_flight.labels(slot=record.slot).set(self._in_flight[record.slot])
+            m = self.metrics
+            m.child(m.in_flight, record.slot).set(self._in_flight[record.slot])
             self._count(record)
             self._aggregate(record)
 
@@ -313,25 +314,21 @@ class Telemetry:
             c["requests_failed_total"] += 1
         c["prompt_tokens_total"] += record.prompt_tokens
         c["completion_tokens_total"] += record.completion_tokens
-        m = self.metrics
-        labels = {"slot": record.slot, "model": record.served_name}
-        m.requests.labels(
-            **labels,
-            endpoint=record.endpoint,
-            stream=str(record.stream).lower(),
-            outcome="error" if record.error_kind else "ok",
-        ).inc()
+        m, child = self.metrics, self.metrics.child
+        slot, model = record.slot, record.served_name
+        outcome = "error" if record.error_kind else "ok"
+        child(m.requests, slot, model, record.endpoint, str(record.stream).lower(), outcome).inc()
         if record.error_kind:
-            m.errors.labels(**labels, kind=record.error_kind).inc()
-        m.prompt_tokens.labels(**labels).inc(record.prompt_tokens)
-        m.completion_tokens.labels(**labels).inc(record.completion_tokens)
+            child(m.errors, slot, model, record.error_kind).inc()
+        child(m.prompt_tokens, slot, model).inc(record.prompt_tokens)
+        child(m.completion_tokens, slot, model).inc(record.completion_tokens)
         if record.ttft_s is not None:
-            m.ttft.labels(**labels).observe(record.ttft_s)
+            child(m.ttft, slot, model).observe(record.ttft_s)
         tpot = time_per_output_token(record)
         if tpot is not None:
-            m.tpot.labels(**labels).observe(tpot)
-        m.e2e.labels(**labels).observe(record.e2e_s)
-        m.queue_wait.labels(**labels).observe(record.queue_wait_s)
+            child(m.tpot, slot, model).observe(tpot)
+        child(m.e2e, slot, model).observe(record.e2e_s)
+        child(m.queue_wait, slot, model).observe(record.queue_wait_s)
 
     def _aggregate(self, record: RequestRecord) -> None:
         agg = self._open.slot(record.slot, record.served_name)

@@ -1,0 +1,108 @@
+"""`hangup.watch_disconnect`: both proxies hear a client hang up before its answer is
+complete. On the product's ports (`connlimits`) the connection calls the app's callback from
+`connection_lost` (no task per request); elsewhere a task waits on `receive()`. Driven through
+uvicorn's own protocol with an in-memory transport, as test_head_with_body.py does."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.config import Config
+from uvicorn.server import ServerState
+
+from mlxfleet_common.wire import connlimits, hangup
+from mlxfleet_common.wire import openai_proxy as asgi
+from tests.unit.common.test_head_with_body import REQUEST, Transport
+
+
+class Probe:
+    """An app that reads its body, watches for the hang-up, and answers when told to."""
+
+    def __init__(self) -> None:
+        self.gone = 0
+        self.hooked = False
+        self.answer = asyncio.Event()
+
+    def left(self) -> None:
+        self.gone += 1
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await asgi.read_body(scope, receive, limit=1024)
+        self.hooked = hangup.GONE in scope
+        unwatch = hangup.watch_disconnect(scope, receive, self.left)
+        try:
+            await self.answer.wait()
+            await asgi.send_json(send, 200, b"{}")
+        finally:
+            unwatch()
+
+
+def run(*, answer_first: bool) -> Probe:
+    """One request on the port's protocol; the client leaves while its answer is awaited (or
+    once it was answered, `answer_first`)."""
+    loop = asyncio.new_event_loop()
+    try:
+        cls = connlimits.protocol(
+            max_header_bytes=1024, header_timeout_s=5, body_timeout_s=5, max_connections=4
+        )
+        app = Probe()
+        config = Config(app=app, http=cls, log_config=None, lifespan="off")
+        config.load()
+        proto = cls(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+        proto.connection_made(Transport())
+        proto.data_received(REQUEST)
+        for _ in range(5):
+            loop.run_until_complete(asyncio.sleep(0))
+        if answer_first:
+            app.answer.set()
+            for _ in range(5):
+                loop.run_until_complete(asyncio.sleep(0))
+        proto.connection_lost(None)
+        for _ in range(5):
+            loop.run_until_complete(asyncio.sleep(0))
+        app.answer.set()
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending))
+        return app
+    finally:
+        loop.close()
+
+
+def test_a_client_that_hangs_up_mid_answer_is_heard_once_without_a_task() -> None:
+    app = run(answer_first=False)
+    assert app.hooked, "the port's scope does not carry the hang-up hook"
+    assert app.gone == 1
+
+
+def test_a_client_that_leaves_after_its_answer_is_not_gone() -> None:
+    app = run(answer_first=True)
+    assert app.gone == 0
+
+
+def test_without_the_hook_a_task_waits_on_receive() -> None:
+    """Another server (no `GONE` in the scope): a task hears `http.disconnect`, and the stop
+    function cancels it."""
+    heard: list[bool] = []
+
+    async def main() -> None:
+        leave = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            await leave.wait()
+            return {"type": "http.disconnect"}
+
+        stop = hangup.watch_disconnect({}, receive, lambda: heard.append(True))
+        await asyncio.sleep(0)
+        leave.set()
+        await asyncio.sleep(0.01)
+        assert heard == [True]
+        heard.clear()
+        stop_early = hangup.watch_disconnect({}, receive, lambda: heard.append(True))
+        stop_early()
+        await asyncio.sleep(0.01)
+        stop()
+
+    asyncio.run(main())
+    assert heard == []
