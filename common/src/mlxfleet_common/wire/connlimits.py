@@ -189,7 +189,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _watch_gone(self, callback: Callable[[], None] | None) -> None:
         """`scope[GONE]`: call `callback` when the client hangs up before the answer is complete
-        (None: stop). Reading is resumed, as a `receive()` would, so the hang-up is seen."""
+        (None: stop). Reading is resumed, as a `receive()` would, so the hang-up is seen. A
+        client that already left (while the request waited in a slot's queue, say) is told at
+        once, as a `receive()` would say `http.disconnect` at once."""
+        if callback is not None and self.cycle is not None and self.cycle.disconnected:
+            self._gone = None
+            self.loop.call_soon(callback)
+            return
         self._gone = callback
         if callback is not None and self.flow is not None:
             self.flow.resume_reading()
