@@ -1,19 +1,16 @@
 """`hangup.watch_disconnect`: both proxies hear a client hang up before its answer is
 complete. On the product's ports (`connlimits`) the connection calls the app's callback from
 `connection_lost` (no task per request); elsewhere a task waits on `receive()`. Driven through
-uvicorn's own protocol with an in-memory transport, as test_head_with_body.py does."""
+uvicorn's own protocol with an in-memory transport (tests/support/uvicornport.py)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from uvicorn.config import Config
-from uvicorn.server import ServerState
-
-from mlxfleet_common.wire import connlimits, hangup
+from mlxfleet_common.wire import hangup
 from mlxfleet_common.wire import openai_proxy as asgi
-from tests.unit.common.test_head_with_body import REQUEST, Transport
+from tests.support import uvicornport
 
 
 class Probe:
@@ -41,33 +38,19 @@ class Probe:
 def run(*, answer_first: bool) -> Probe:
     """One request on the port's protocol; the client leaves while its answer is awaited (or
     once it was answered, `answer_first`)."""
-    loop = asyncio.new_event_loop()
-    try:
-        cls = connlimits.protocol(
-            max_header_bytes=1024, header_timeout_s=5, body_timeout_s=5, max_connections=4
-        )
+    with uvicornport.event_loop() as loop:
         app = Probe()
-        config = Config(app=app, http=cls, log_config=None, lifespan="off")
-        config.load()
-        proto = cls(config=config, server_state=ServerState(), app_state={}, _loop=loop)
-        proto.connection_made(Transport())
-        proto.data_received(REQUEST)
-        for _ in range(5):
-            loop.run_until_complete(asyncio.sleep(0))
+        proto, _ = uvicornport.connect(loop, app)
+        proto.data_received(uvicornport.REQUEST)
+        uvicornport.turns(loop)
         if answer_first:
             app.answer.set()
-            for _ in range(5):
-                loop.run_until_complete(asyncio.sleep(0))
+            uvicornport.turns(loop)
         proto.connection_lost(None)
-        for _ in range(5):
-            loop.run_until_complete(asyncio.sleep(0))
+        uvicornport.turns(loop)
         app.answer.set()
-        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-        if pending:
-            loop.run_until_complete(asyncio.wait(pending))
+        uvicornport.finish(loop)
         return app
-    finally:
-        loop.close()
 
 
 def test_a_client_that_hangs_up_mid_answer_is_heard_once_without_a_task() -> None:
