@@ -6,7 +6,10 @@ uvicorn's own protocol with an in-memory transport (tests/support/uvicornport.py
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
+
+import pytest
 
 from mlxfleet_common.wire import hangup
 from mlxfleet_common.wire import openai_proxy as asgi
@@ -62,6 +65,94 @@ def test_a_client_that_hangs_up_mid_answer_is_heard_once_without_a_task() -> Non
 def test_a_client_that_leaves_after_its_answer_is_not_gone() -> None:
     app = run(answer_first=True)
     assert app.gone == 0
+
+
+class Pipelined:
+    """The app of requests pipelined on one connection, told apart by arrival (uvicorn runs
+    them one at a time, in order): request i reads its body, watches for the hang-up once
+    `watch[i]` is set, answers once `answer[i]` is set, and stops watching once `done[i]` is
+    set (an app that still awaits something after its answer's last send: an upstream
+    connection to release, a count to settle)."""
+
+    def __init__(self, n: int) -> None:
+        self.gone = [0] * n
+        self.watch, self.answer, self.done = ([asyncio.Event() for _ in range(n)] for _ in "wad")
+        self._arrived = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        i, self._arrived = self._arrived, self._arrived + 1
+        await asgi.read_body(scope, receive, limit=1024)
+        await self.watch[i].wait()
+        unwatch = hangup.watch_disconnect(scope, receive, functools.partial(self.left, i))
+        try:
+            await self.answer[i].wait()
+            await asgi.send_json(send, 200, b"{}")
+            await self.done[i].wait()
+        finally:
+            unwatch()
+
+    def left(self, i: int) -> None:
+        self.gone[i] += 1
+
+
+def release(*events: asyncio.Event) -> None:
+    for event in events:
+        event.set()
+
+
+@pytest.mark.parametrize(
+    "first_lingers",
+    [
+        pytest.param(False, id="first-stops-watching-at-its-answer"),
+        pytest.param(True, id="first-stops-watching-after-the-second-began"),
+    ],
+)
+def test_the_second_of_two_pipelined_requests_hears_its_client_leave(
+    first_lingers: bool,
+) -> None:
+    """uvicorn starts a pipelined request's app from inside the answer's last `send` of the
+    one before, so the second request may watch before the first stops watching. Before: the
+    first's late stop cleared the connection's one hook, whoever had set it, and the second
+    request streamed on to a client that had left (`first-stops-watching-after-...`)."""
+    with uvicornport.event_loop() as loop:
+        app = Pipelined(2)
+        release(app.watch[0], app.watch[1], app.answer[0])
+        if not first_lingers:
+            app.done[0].set()
+        proto, transport = uvicornport.connect(loop, app)
+        proto.data_received(uvicornport.REQUEST * 2)
+        uvicornport.turns(loop)
+        assert transport.written.count(b"HTTP/1.1 200 OK") == 1  # the first answered
+        app.done[0].set()  # the first stops watching: after the second began, when it lingers
+        uvicornport.turns(loop)
+        proto.connection_lost(None)
+        uvicornport.turns(loop)
+        release(app.answer[1], app.done[1])
+        uvicornport.finish(loop)
+    assert app.gone == [0, 1]
+
+
+def test_a_client_leaving_between_pipelined_requests_leaves_the_answered_one_alone() -> None:
+    """The client leaves once the first answer is complete, while the first has not stopped
+    watching and the second has not begun to: the first is not gone (its answer is whole;
+    before: it was told, as the connection's newest request was unanswered), the second is
+    told as soon as it watches."""
+    with uvicornport.event_loop() as loop:
+        app = Pipelined(2)
+        release(app.watch[0], app.answer[0])
+        proto, transport = uvicornport.connect(loop, app)
+        proto.data_received(uvicornport.REQUEST * 2)
+        uvicornport.turns(loop)
+        assert transport.written.count(b"HTTP/1.1 200 OK") == 1
+        proto.connection_lost(None)
+        uvicornport.turns(loop)
+        assert app.gone == [0, 0]
+        app.watch[1].set()
+        uvicornport.turns(loop)
+        assert app.gone == [0, 1]
+        release(app.done[0], app.answer[1], app.done[1])
+        uvicornport.finish(loop)
+    assert app.gone == [0, 1]
 
 
 def test_without_the_hook_a_task_waits_on_receive() -> None:
