@@ -1,24 +1,27 @@
 """A product port's protocol (`connlimits`, uvicorn's httptools protocol subclassed) driven
 through uvicorn's own parser callbacks with an in-memory transport: no socket, so unit tests of
 the port (its limits, head_with_body, the hang-up hook) stay pure and fast, and a uvicorn release
-that changes the private interface connlimits relies on fails them loudly.
+that changes the private interface connlimits relies on fails them loudly. `Pipelined` is an
+app for requests pipelined on one connection (here and over a real socket).
 
-May import: uvicorn, mlxfleet_common.wire.connlimits, the standard library. Called by:
-tests/unit/agent/test_connlimits_uvicorn.py, tests/unit/common/test_head_with_body.py,
-tests/unit/common/test_watch_disconnect.py.
+May import: uvicorn, mlxfleet_common.wire (connlimits, hangup, openai_proxy), the standard
+library. Called by: tests/unit/agent/test_connlimits_uvicorn.py,
+tests/unit/common/test_head_with_body.py, tests/unit/common/test_watch_disconnect.py,
+tests/integration/agent/test_pipelined_hangup.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from mlxfleet_common.wire import connlimits
+from mlxfleet_common.wire import connlimits, hangup, openai_proxy
 
 App = Callable[[Any, Any, Any], Awaitable[None]]
 REQUEST = b"POST /v1/x HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
@@ -60,6 +63,44 @@ class Transport(asyncio.Transport):
 async def read_only(scope: Any, receive: Any, send: Any) -> None:
     """An app that reads and never answers (for tests of what happens before the app)."""
     await receive()
+
+
+class Pipelined:
+    """The app of requests pipelined on one connection, told apart by arrival (uvicorn runs
+    them one at a time, in order): request i reads its body, watches for the hang-up once
+    `watch[i]` is set (then sets `watching[i]`), answers once `answer[i]` is set, and stops
+    watching once `done[i]` is set (an app that still awaits something after its answer's last
+    send: an upstream connection to release, a count to settle). `gone[i]` counts the hang-ups
+    it heard; `heard[i]` is set at the first."""
+
+    def __init__(self, n: int) -> None:
+        self.gone = [0] * n
+        self.watch, self.watching, self.answer, self.done, self.heard = (
+            [asyncio.Event() for _ in range(n)] for _ in range(5)
+        )
+        self._arrived = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        i, self._arrived = self._arrived, self._arrived + 1
+        await openai_proxy.read_body(scope, receive, limit=1024)
+        await self.watch[i].wait()
+        unwatch = hangup.watch_disconnect(scope, receive, functools.partial(self._left, i))
+        self.watching[i].set()
+        try:
+            await self.answer[i].wait()
+            await openai_proxy.send_json(send, 200, b"{}")
+            await self.done[i].wait()
+        finally:
+            unwatch()
+
+    def _left(self, i: int) -> None:
+        self.gone[i] += 1
+        self.heard[i].set()
+
+
+def release(*events: asyncio.Event) -> None:
+    for event in events:
+        event.set()
 
 
 @contextlib.contextmanager

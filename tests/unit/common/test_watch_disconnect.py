@@ -6,7 +6,6 @@ uvicorn's own protocol with an in-memory transport (tests/support/uvicornport.py
 from __future__ import annotations
 
 import asyncio
-import functools
 from typing import Any
 
 import pytest
@@ -67,39 +66,6 @@ def test_a_client_that_leaves_after_its_answer_is_not_gone() -> None:
     assert app.gone == 0
 
 
-class Pipelined:
-    """The app of requests pipelined on one connection, told apart by arrival (uvicorn runs
-    them one at a time, in order): request i reads its body, watches for the hang-up once
-    `watch[i]` is set, answers once `answer[i]` is set, and stops watching once `done[i]` is
-    set (an app that still awaits something after its answer's last send: an upstream
-    connection to release, a count to settle)."""
-
-    def __init__(self, n: int) -> None:
-        self.gone = [0] * n
-        self.watch, self.answer, self.done = ([asyncio.Event() for _ in range(n)] for _ in "wad")
-        self._arrived = 0
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        i, self._arrived = self._arrived, self._arrived + 1
-        await asgi.read_body(scope, receive, limit=1024)
-        await self.watch[i].wait()
-        unwatch = hangup.watch_disconnect(scope, receive, functools.partial(self.left, i))
-        try:
-            await self.answer[i].wait()
-            await asgi.send_json(send, 200, b"{}")
-            await self.done[i].wait()
-        finally:
-            unwatch()
-
-    def left(self, i: int) -> None:
-        self.gone[i] += 1
-
-
-def release(*events: asyncio.Event) -> None:
-    for event in events:
-        event.set()
-
-
 @pytest.mark.parametrize(
     "first_lingers",
     [
@@ -115,8 +81,8 @@ def test_the_second_of_two_pipelined_requests_hears_its_client_leave(
     first's late stop cleared the connection's one hook, whoever had set it, and the second
     request streamed on to a client that had left (`first-stops-watching-after-...`)."""
     with uvicornport.event_loop() as loop:
-        app = Pipelined(2)
-        release(app.watch[0], app.watch[1], app.answer[0])
+        app = uvicornport.Pipelined(2)
+        uvicornport.release(app.watch[0], app.watch[1], app.answer[0])
         if not first_lingers:
             app.done[0].set()
         proto, transport = uvicornport.connect(loop, app)
@@ -127,7 +93,7 @@ def test_the_second_of_two_pipelined_requests_hears_its_client_leave(
         uvicornport.turns(loop)
         proto.connection_lost(None)
         uvicornport.turns(loop)
-        release(app.answer[1], app.done[1])
+        uvicornport.release(app.answer[1], app.done[1])
         uvicornport.finish(loop)
     assert app.gone == [0, 1]
 
@@ -138,8 +104,8 @@ def test_a_client_leaving_between_pipelined_requests_leaves_the_answered_one_alo
     before: it was told, as the connection's newest request was unanswered), the second is
     told as soon as it watches."""
     with uvicornport.event_loop() as loop:
-        app = Pipelined(2)
-        release(app.watch[0], app.answer[0])
+        app = uvicornport.Pipelined(2)
+        uvicornport.release(app.watch[0], app.answer[0])
         proto, transport = uvicornport.connect(loop, app)
         proto.data_received(uvicornport.REQUEST * 2)
         uvicornport.turns(loop)
@@ -150,7 +116,7 @@ def test_a_client_leaving_between_pipelined_requests_leaves_the_answered_one_alo
         app.watch[1].set()
         uvicornport.turns(loop)
         assert app.gone == [0, 1]
-        release(app.done[0], app.answer[1], app.done[1])
+        uvicornport.release(app.done[0], app.answer[1], app.done[1])
         uvicornport.finish(loop)
     assert app.gone == [0, 1]
 
