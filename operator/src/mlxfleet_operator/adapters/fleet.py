@@ -274,7 +274,7 @@ class Fleet:
         """The nodes that hold `slot` (listed by their last answer and not Failed, or reserved
         for it), each with its version: it moves whenever that node's answer changes what a
         decision reads. A deployment whose replicas are all placed depends on these nodes
-        only, not on the rest of the fleet (handlers.deployments `_inputs`)."""
+        only, not on the rest of the fleet (handlers.convergeskip `inputs`)."""
         names = set(self._hosts.get(slot, ()))
         names.update(n for n, held in self._reserved.items() if slot in held)
         return {n: self._versions.get(n, 0) for n in sorted(names)}
