@@ -12,7 +12,7 @@ import kopf
 
 from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import agent, fleet, kube, kubeapi, runtime
+from mlxfleet_operator.adapters import agent, fleet, fleetview, kube, kubeapi, runtime
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.handlers import convergeskip, indexes
@@ -25,7 +25,7 @@ SLOT = contract.SlotStatus.model_validate(
 
 def _fleet() -> fleet.Fleet:
     f = fleet.Fleet(kube.Kube(kubeapi.Client(None)))
-    f.entries["n1"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
+    f.entries["n1"] = fleetview.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
     return f
 
 
@@ -153,7 +153,7 @@ def test_a_decided_slot_counts_on_its_node_until_a_poll_lists_it() -> None:
     answered 507 at 100 x 300): `reserve` at decision time, gone once listed or refused."""
     clock = [0.0]
     f = fleet.Fleet(kube.Kube(kubeapi.Client(None)), clock=lambda: clock[0])
-    f.entries["n1"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
+    f.entries["n1"] = fleetview.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
     f.record("n1", state(), now=NOW)
     spec = contract.SlotSpec.model_validate({"source": "file:///m", "servedName": "m"})
     before = f.version
@@ -175,7 +175,7 @@ def test_a_decided_slot_counts_on_its_node_until_a_poll_lists_it() -> None:
     f.release("n1", "ns-c")  # the PUT was refused
     assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 0
     f.reserve("ns-d", dfacts.SlotRequest("n1", spec), 4 * GIB)
-    clock[0] = fleet.RESERVATION_S + 1
+    clock[0] = fleetview.RESERVATION_S + 1
     f.record("n1", state(), now=NOW)  # never listed: stops counting
     assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 0
 
@@ -186,7 +186,7 @@ def test_a_placed_deployment_reads_only_its_nodes_and_an_unplaced_one_every_node
     skip key covers only the nodes that hold its slot. One that still needs a node keeps
     reading every node, so it re-places when a node frees memory or becomes Ready."""
     f = _fleet()
-    f.entries["n2"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n2", "t")))
+    f.entries["n2"] = fleetview.Entry(client=agent.AgentClient(agent.Credentials("http://n2", "t")))
     rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=f, publisher=None)  # type: ignore[arg-type]
     slot = naming.slot_name("ns", "d")
     mine = SLOT.model_copy(update={"name": slot})

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mlxfleet_agent import contract, sizing
-from mlxfleet_operator.adapters import agent, fleet, kube, kubeapi
+from mlxfleet_operator.adapters import agent, fleet, fleetview, kube, kubeapi
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.core.deployment import preemption, replicas
 from mlxfleet_operator.core.deployment import status as mdstatus
@@ -166,7 +166,7 @@ def test_every_pressure_of_the_table_is_a_reason_placement_gives() -> None:
 
 def _fleet() -> fleet.Fleet:
     f = fleet.Fleet(kube.Kube(kubeapi.Client(None)))
-    f.entries["n1"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
+    f.entries["n1"] = fleetview.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
     return f
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import agent, fleet, kube, kubeapi, runtime
+from mlxfleet_operator.adapters import agent, fleet, fleetview, kube, kubeapi, runtime
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.core.deployment import replicas
 from mlxfleet_operator.core.fleet import facts as dfacts
@@ -40,7 +40,9 @@ def _slot(name: str, gib: int, *, served: str | None = None) -> contract.SlotSta
 def _fleet(names: list[str]) -> fleet.Fleet:
     f = fleet.Fleet(kube.Kube(kubeapi.Client(None)))
     for n in names:
-        f.entries[n] = fleet.Entry(client=agent.AgentClient(agent.Credentials(f"http://{n}", "t")))
+        f.entries[n] = fleetview.Entry(
+            client=agent.AgentClient(agent.Credentials(f"http://{n}", "t"))
+        )
     return f
 
 
@@ -121,7 +123,9 @@ def test_room_version_moves_only_for_room_that_fits_the_footprint() -> None:
     clock = [0.0]
     f = fleet.Fleet(kube.Kube(kubeapi.Client(None)), clock=lambda: clock[0])
     for n in ("n1", "n2"):
-        f.entries[n] = fleet.Entry(client=agent.AgentClient(agent.Credentials(f"http://{n}", "t")))
+        f.entries[n] = fleetview.Entry(
+            client=agent.AgentClient(agent.Credentials(f"http://{n}", "t"))
+        )
     f.record("n1", state(budget=16 * GIB, slots=[_slot("a", 12)]), now=NOW)
     f.record("n2", state(budget=16 * GIB, slots=[_slot("b", 14)]), now=NOW)
     big, small = f.room_version(8 * GIB), f.room_version(2 * GIB)
@@ -136,7 +140,7 @@ def test_room_version_moves_only_for_room_that_fits_the_footprint() -> None:
     assert f.room_version(8 * GIB) > big
     assert f.room_version(2 * GIB) > small
     big = f.room_version(8 * GIB)
-    clock[0] = fleet.RESERVATION_S + 1  # n2's reservation was never listed: it expires
+    clock[0] = fleetview.RESERVATION_S + 1  # n2's reservation was never listed: it expires
     f.record("n2", state(budget=16 * GIB, slots=[_slot("b", 14)]), now=NOW)
     assert f.room_version(GIB) > small
     assert f.room_version(8 * GIB) == big
