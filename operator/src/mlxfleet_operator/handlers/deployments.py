@@ -27,6 +27,7 @@ from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.core.deployment import (
     autoscale,
+    evictions,
     footprint,
     intent,
     preemption,
@@ -128,7 +129,7 @@ async def reconcile(
         found = rt.fleet.node_facts(idx.inference_nodes(), slot=slot)
     # from here to the slot reservations nothing awaits: the next decision sees this one's
     me = preemption.tenant(md)
-    victim = preemption.as_victim(
+    victim = evictions.as_victim(
         me,
         rt.fleet.evicting(slot),
         current=list(rt.fleet.placed(slot)),
@@ -147,7 +148,7 @@ async def reconcile(
         leave=victim.leave,
     )
     nominations = _nominate(rt, md, idx, want.decision, found, slot=slot, size=size, now=now)
-    standing = preemption.standing(
+    standing = evictions.standing(
         me,
         nominations=nominations,
         preempting_before=md.status.preempting,
@@ -156,7 +157,7 @@ async def reconcile(
         now=now,
     )
     uid = md.metadata.uid or ""
-    for event in preemption.events_of(me, nominations, md.status.preempting, victim):
+    for event in evictions.events_of(me, nominations, md.status.preempting, victim):
         if rt.first_time(uid, event.message, about=f"{event.reason}/{event.message}"):
             events.post(body, event)  # once: a reconcile may read a status older than its own
     if want.decision.missing and not want.decision.fits_nowhere:
@@ -273,7 +274,7 @@ def _nominate(
             missing=decision.missing,
             sites=sites,
             spare=preemption.spare(victims, placed=placed, others=rt.fleet.nominations(but=slot)),
-            previous=preemption.previous(md.status.preempting, holding=decision.nodes),
+            previous=evictions.previous(md.status.preempting, holding=decision.nodes),
             now=now,
         )
     rt.fleet.nominate(slot, nominations)
