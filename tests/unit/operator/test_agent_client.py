@@ -13,7 +13,7 @@ from typing import TypeVar
 import httpx
 import pytest
 
-from mlxfleet_operator.adapters import agent, fleet, leader, metrics
+from mlxfleet_operator.adapters import agent, fleet, fleetview, leader, metrics
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core.fleet import facts
 
@@ -162,7 +162,7 @@ def test_the_fleet_sends_on_its_own_loop_and_stops_it_on_close(quick_agent: str)
 
     async def go() -> None:
         creds = agent.Credentials(url=quick_agent, token="t")
-        view.entries["n"] = fleet.Entry(client=agent.AgentClient(creds, io=view.io))
+        view.entries["n"] = fleetview.Entry(client=agent.AgentClient(creds, io=view.io))
         here = threading.get_ident()
         assert await view.delete_slot("n", "s") == facts.Outcome("n")
         assert "mlxfleet-agent-io" in {t.name for t in threading.enumerate()}

@@ -1,6 +1,6 @@
 """The convergence timer skips a deployment whose inputs did not change (issue 12: every
 deployment was fully reconciled every 5 s with nothing changing): what counts as a change of the
-agents' answers (`Fleet.version`), of the rest (`deployments._inputs`), and the resync; and the
+agents' answers (`Fleet.version`), of the rest (`convergeskip.inputs`), and the resync; and the
 memory a decision reserves in the shared fleet view until the agent lists the slot."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import kopf
 
 from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import agent, fleet, kube, kubeapi, runtime
+from mlxfleet_operator.adapters import agent, fleet, fleetview, kube, kubeapi, runtime
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.kit import naming
-from mlxfleet_operator.handlers import deployments, indexes
+from mlxfleet_operator.handlers import convergeskip, indexes
 from tests.unit.operator.builders import GIB, NOW, node, state
 
 SLOT = contract.SlotStatus.model_validate(
@@ -25,7 +25,7 @@ SLOT = contract.SlotStatus.model_validate(
 
 def _fleet() -> fleet.Fleet:
     f = fleet.Fleet(kube.Kube(kubeapi.Client(None)))
-    f.entries["n1"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
+    f.entries["n1"] = fleetview.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
     return f
 
 
@@ -98,26 +98,26 @@ def test_inputs_change_with_nodes_agents_and_the_object_and_never_skip_a_lost_no
             tenants=_Index(),  # type: ignore[arg-type]
         )
 
-    base = deployments._inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "1")))
+    base = convergeskip.inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "1")))
     assert base is not None
-    assert deployments._inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "1"))) == base
-    changed = deployments._inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "2")))
+    assert convergeskip.inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "1"))) == base
+    changed = convergeskip.inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "2")))
     assert changed not in (None, base)
     f.version += 1
-    assert deployments._inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "2"))) != changed
-    now = deployments._inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "2")))
+    assert convergeskip.inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "2"))) != changed
+    now = convergeskip.inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "2")))
     one = idx(_ready("n1", "1"))  # n2 deleted: gone from the index, no event the view saw
-    assert deployments._inputs(rt, body, one) != now
+    assert convergeskip.inputs(rt, body, one) != now
     lost = idx(_ready("n1", "1"), _ready("n2", "3", ready=False))
-    assert deployments._inputs(rt, body, lost) is not None  # nothing of it there, no room there
+    assert convergeskip.inputs(rt, body, lost) is not None  # nothing of it there, no room there
     on_n2 = kopf.Body({**body, "status": {"placements": [{"node": "n2"}]}})
-    assert deployments._inputs(rt, on_n2, lost) is None  # failover is timed: always reconcile
-    assert deployments._inputs(rt, on_n2, one) is not None  # the lost node is not indexed
+    assert convergeskip.inputs(rt, on_n2, lost) is None  # failover is timed: always reconcile
+    assert convergeskip.inputs(rt, on_n2, one) is not None  # the lost node is not indexed
     back = idx(_ready("n1", "1"), _ready("n2", "4"))
-    assert deployments._inputs(rt, body, back) is not None
+    assert convergeskip.inputs(rt, body, back) is not None
     rt.nodes.observe("n3", "1", ready=False)
     rt.nodes.forget("n3")  # deleted (the node delete handler)
-    assert deployments._inputs(rt, body, back) is not None
+    assert convergeskip.inputs(rt, body, back) is not None
 
 
 def test_the_node_view_counts_no_scan_per_deployment() -> None:
@@ -145,7 +145,7 @@ def test_the_node_view_counts_no_scan_per_deployment() -> None:
         ready=_Index(),  # type: ignore[arg-type]
         tenants=_Index(),  # type: ignore[arg-type]
     )
-    assert deployments._inputs(rt, body, view) is not None
+    assert convergeskip.inputs(rt, body, view) is not None
 
 
 def test_a_decided_slot_counts_on_its_node_until_a_poll_lists_it() -> None:
@@ -153,7 +153,7 @@ def test_a_decided_slot_counts_on_its_node_until_a_poll_lists_it() -> None:
     answered 507 at 100 x 300): `reserve` at decision time, gone once listed or refused."""
     clock = [0.0]
     f = fleet.Fleet(kube.Kube(kubeapi.Client(None)), clock=lambda: clock[0])
-    f.entries["n1"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
+    f.entries["n1"] = fleetview.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
     f.record("n1", state(), now=NOW)
     spec = contract.SlotSpec.model_validate({"source": "file:///m", "servedName": "m"})
     before = f.version
@@ -175,7 +175,7 @@ def test_a_decided_slot_counts_on_its_node_until_a_poll_lists_it() -> None:
     f.release("n1", "ns-c")  # the PUT was refused
     assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 0
     f.reserve("ns-d", dfacts.SlotRequest("n1", spec), 4 * GIB)
-    clock[0] = fleet.RESERVATION_S + 1
+    clock[0] = fleetview.RESERVATION_S + 1
     f.record("n1", state(), now=NOW)  # never listed: stops counting
     assert dfacts.used_by_others(f.node_facts([node("n1")])[0], "ns-b") == 0
 
@@ -186,7 +186,7 @@ def test_a_placed_deployment_reads_only_its_nodes_and_an_unplaced_one_every_node
     skip key covers only the nodes that hold its slot. One that still needs a node keeps
     reading every node, so it re-places when a node frees memory or becomes Ready."""
     f = _fleet()
-    f.entries["n2"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n2", "t")))
+    f.entries["n2"] = fleetview.Entry(client=agent.AgentClient(agent.Credentials("http://n2", "t")))
     rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=f, publisher=None)  # type: ignore[arg-type]
     slot = naming.slot_name("ns", "d")
     mine = SLOT.model_copy(update={"name": slot})
@@ -207,38 +207,38 @@ def test_a_placed_deployment_reads_only_its_nodes_and_an_unplaced_one_every_node
         meta = {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}
         return kopf.Body({"metadata": meta, "spec": {"replicas": replicas}})
 
-    placed, wanting = deployments._inputs(rt, body(1), idx), deployments._inputs(rt, body(2), idx)
+    placed, wanting = convergeskip.inputs(rt, body(1), idx), convergeskip.inputs(rt, body(2), idx)
     assert None not in (placed, wanting)
     # n2 frees its memory (its slot gone), its object changes, then it is lost and back
     f.record("n2", state(), now=NOW + timedelta(seconds=5))
-    assert deployments._inputs(rt, body(1), idx) == placed  # placed on n1 only: skipped
-    assert deployments._inputs(rt, body(2), idx) != wanting  # needs a node: reconciles
-    wanting = deployments._inputs(rt, body(2), idx)
+    assert convergeskip.inputs(rt, body(1), idx) == placed  # placed on n1 only: skipped
+    assert convergeskip.inputs(rt, body(2), idx) != wanting  # needs a node: reconciles
+    wanting = convergeskip.inputs(rt, body(2), idx)
     rt.nodes.observe("n2", "2", ready=True)
-    assert deployments._inputs(rt, body(1), idx) == placed
-    assert deployments._inputs(rt, body(2), idx) != wanting
+    assert convergeskip.inputs(rt, body(1), idx) == placed
+    assert convergeskip.inputs(rt, body(2), idx) != wanting
     rt.nodes.observe("n2", "3", ready=False)
-    assert deployments._inputs(rt, body(1), idx) == placed  # a node it does not use
+    assert convergeskip.inputs(rt, body(1), idx) == placed  # a node it does not use
     # nothing of it on n2 and nothing can be placed there: no timed failover, reconciles once
-    assert deployments._inputs(rt, body(2), idx) not in (None, wanting)
+    assert convergeskip.inputs(rt, body(2), idx) not in (None, wanting)
     rt.nodes.observe("n2", "4", ready=True)
     # its own node: the answer, the object, Ready
     ready = mine.model_copy(update={"phase": contract.SlotPhase.READY, "ready": True})
     f.record("n1", state(slots=[ready]), now=NOW + timedelta(seconds=10))
-    assert deployments._inputs(rt, body(1), idx) not in (None, placed)
-    placed = deployments._inputs(rt, body(1), idx)
+    assert convergeskip.inputs(rt, body(1), idx) not in (None, placed)
+    placed = convergeskip.inputs(rt, body(1), idx)
     rt.nodes.observe("n1", "2", ready=True)
-    assert deployments._inputs(rt, body(1), idx) not in (None, placed)
+    assert convergeskip.inputs(rt, body(1), idx) not in (None, placed)
     rt.nodes.observe("n1", "3", ready=False)
-    assert deployments._inputs(rt, body(1), idx) is None  # failover is timed
+    assert convergeskip.inputs(rt, body(1), idx) is None  # failover is timed
     rt.nodes.observe("n1", "4", ready=True)
     # a Failed replica is placed nowhere: the deployment reads every node again
     failed = mine.model_copy(update={"phase": contract.SlotPhase.FAILED})
     f.record("n1", state(slots=[failed]), now=NOW + timedelta(seconds=15))
     assert f.placed(slot) == {}
-    everyone = deployments._inputs(rt, body(1), idx)
+    everyone = convergeskip.inputs(rt, body(1), idx)
     f.record("n2", state(slots=[other]), now=NOW + timedelta(seconds=20))
-    assert deployments._inputs(rt, body(1), idx) != everyone
+    assert convergeskip.inputs(rt, body(1), idx) != everyone
     # a reservation counts as placed; a deleted node holds nothing
     spec = contract.SlotSpec.model_validate({"source": "file:///m", "servedName": "m"})
     f.reserve(slot, dfacts.SlotRequest("n2", spec), GIB)

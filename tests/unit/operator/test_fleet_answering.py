@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from mlxfleet_agent import contract
-from mlxfleet_operator.adapters import agent, fleet
+from mlxfleet_operator.adapters import agent, fleet, fleetview
 from tests.unit.operator import builders
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -19,7 +19,7 @@ def state() -> contract.AgentState:
 def test_a_failed_request_after_the_last_state_is_not_answering() -> None:
     view = fleet.Fleet(None)  # type: ignore[arg-type]  # no Kubernetes needed here
     creds = agent.Credentials(url="http://127.0.0.1:1", token="t")
-    view.entries["n"] = fleet.Entry(client=agent.AgentClient(creds))
+    view.entries["n"] = fleetview.Entry(client=agent.AgentClient(creds))
     entry = view.entries["n"]
     assert not entry.answering  # never polled
     view.record("n", state(), now=T0)

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from mlxfleet_agent import contract, sizing
-from mlxfleet_operator.adapters import agent, fleet, kube, kubeapi
+from mlxfleet_operator.adapters import agent, fleet, fleetview, kube, kubeapi
 from mlxfleet_operator.api import conditions as cond
-from mlxfleet_operator.core.deployment import preemption, replicas
+from mlxfleet_operator.core.deployment import evictions, preemption, replicas
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.fleet import nodeviews, placement
@@ -166,7 +166,7 @@ def test_every_pressure_of_the_table_is_a_reason_placement_gives() -> None:
 
 def _fleet() -> fleet.Fleet:
     f = fleet.Fleet(kube.Kube(kubeapi.Client(None)))
-    f.entries["n1"] = fleet.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
+    f.entries["n1"] = fleetview.Entry(client=agent.AgentClient(agent.Credentials("http://n1", "t")))
     return f
 
 
@@ -201,7 +201,7 @@ def test_a_nomination_promises_the_node_to_the_preemptor_alone() -> None:
     assert dfacts.used_by_others(seen, "slot-other") == 0
 
 
-def _verdict(standing: preemption.Standing, missing: int = 1) -> Any:
+def _verdict(standing: evictions.Standing, missing: int = 1) -> Any:
     d = md(replicas=1)
     decision = placement.Decision(
         nodes=(),
@@ -216,13 +216,13 @@ def _verdict(standing: preemption.Standing, missing: int = 1) -> Any:
 
 
 def test_the_ready_condition_says_preempting_and_preempted() -> None:
-    waiting = _verdict(preemption.Standing(waiting="evicting ns/low (priority 0) on n1"))
+    waiting = _verdict(evictions.Standing(waiting="evicting ns/low (priority 0) on n1"))
     assert (waiting.ready, waiting.reason, waiting.reconciling) == (False, "Preempting", True)
     assert waiting.message.startswith("0/1 ready, 1 unplaced: evicting ns/low (priority 0) on n1")
-    evicted = _verdict(preemption.Standing(evicted="replica on n1 evicted for ns/high"))
+    evicted = _verdict(evictions.Standing(evicted="replica on n1 evicted for ns/high"))
     assert (evicted.reason, evicted.reconciling) == ("Preempted", True)
     assert "replica on n1 evicted for ns/high" in evicted.message
-    plain = _verdict(preemption.Standing())
+    plain = _verdict(evictions.Standing())
     assert plain.reason == "WaitingForCapacity"
 
 

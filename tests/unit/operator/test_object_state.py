@@ -17,6 +17,7 @@ from mlxfleet_operator import settings
 from mlxfleet_operator.adapters import (
     agent,
     fleet,
+    fleetview,
     leader,
     objects,
     publishing,
@@ -231,7 +232,7 @@ def _group_watch(rt: runtime.Runtime, uid: str) -> objects.GroupWatch:
     facts = {}
     for name in ("r0", "r1"):
         client = _Unreachable()
-        rt.fleet.entries[name] = fleet.Entry(client=client)  # type: ignore[arg-type]
+        rt.fleet.entries[name] = fleetview.Entry(client=client)  # type: ignore[arg-type]
         facts[name] = dfacts.NodeFacts(node=node(name), state=None, endpoint=f"http://{name}")
     return objects.GroupWatch(
         {"metadata": {"uid": uid, "name": "big", "namespace": "ns"}},

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from mlxfleet_agent import contract
-from mlxfleet_operator.adapters import agent, fleet
+from mlxfleet_operator.adapters import agent, fleetview
 from mlxfleet_operator.api import conditions as cond
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.core.deployment import candidates, intent, preemption, replicas
@@ -147,7 +147,7 @@ def test_a_decision_on_the_prefilter_equals_one_on_every_node(seed: int) -> None
         if r.random() < 0.3:
             added = f"n{len(names):03d}"
             names.append(added)
-            f.entries[added] = fleet.Entry(
+            f.entries[added] = fleetview.Entry(
                 client=agent.AgentClient(agent.Credentials(f"http://{added}", "t"))
             )
             f.record(added, _answer(r, added), now=NOW)

@@ -14,13 +14,13 @@ import pytest
 
 from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
-from mlxfleet_operator.adapters import agent, fleet, kube, kubeapi, runtime
+from mlxfleet_operator.adapters import agent, fleet, fleetview, kube, kubeapi, runtime
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.core.deployment import replicas
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.fleet import nodeviews
 from mlxfleet_operator.core.kit import naming
-from mlxfleet_operator.handlers import deployments, indexes
+from mlxfleet_operator.handlers import convergeskip, indexes
 from tests.unit.operator.builders import GIB, NOW, md, node, state
 
 SPEC = contract.SlotSpec.model_validate({"source": "file:///m", "servedName": "m"})
@@ -40,7 +40,9 @@ def _slot(name: str, gib: int, *, served: str | None = None) -> contract.SlotSta
 def _fleet(names: list[str]) -> fleet.Fleet:
     f = fleet.Fleet(kube.Kube(kubeapi.Client(None)))
     for n in names:
-        f.entries[n] = fleet.Entry(client=agent.AgentClient(agent.Credentials(f"http://{n}", "t")))
+        f.entries[n] = fleetview.Entry(
+            client=agent.AgentClient(agent.Credentials(f"http://{n}", "t"))
+        )
     return f
 
 
@@ -121,7 +123,9 @@ def test_room_version_moves_only_for_room_that_fits_the_footprint() -> None:
     clock = [0.0]
     f = fleet.Fleet(kube.Kube(kubeapi.Client(None)), clock=lambda: clock[0])
     for n in ("n1", "n2"):
-        f.entries[n] = fleet.Entry(client=agent.AgentClient(agent.Credentials(f"http://{n}", "t")))
+        f.entries[n] = fleetview.Entry(
+            client=agent.AgentClient(agent.Credentials(f"http://{n}", "t"))
+        )
     f.record("n1", state(budget=16 * GIB, slots=[_slot("a", 12)]), now=NOW)
     f.record("n2", state(budget=16 * GIB, slots=[_slot("b", 14)]), now=NOW)
     big, small = f.room_version(8 * GIB), f.room_version(2 * GIB)
@@ -136,7 +140,7 @@ def test_room_version_moves_only_for_room_that_fits_the_footprint() -> None:
     assert f.room_version(8 * GIB) > big
     assert f.room_version(2 * GIB) > small
     big = f.room_version(8 * GIB)
-    clock[0] = fleet.RESERVATION_S + 1  # n2's reservation was never listed: it expires
+    clock[0] = fleetview.RESERVATION_S + 1  # n2's reservation was never listed: it expires
     f.record("n2", state(budget=16 * GIB, slots=[_slot("b", 14)]), now=NOW)
     assert f.room_version(GIB) > small
     assert f.room_version(8 * GIB) == big
@@ -182,13 +186,13 @@ def test_a_deployment_waiting_for_room_skips_until_room_or_a_node_shows_up() -> 
     meta = {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}
     body = kopf.Body({"metadata": meta, "spec": {"replicas": 1}})
     rt.objects.of("u").waiting = 8 * GIB
-    key = deployments._inputs(rt, body, idx())
+    key = convergeskip.inputs(rt, body, idx())
     assert key is not None
     f.record("n1", state(budget=16 * GIB, slots=[_slot("a", 10)]), now=NOW)  # 6 GiB: not enough
     see(node("n1"), "2")  # a status write (heartbeat, slot phases)
-    assert deployments._inputs(rt, body, idx()) == key
+    assert convergeskip.inputs(rt, body, idx()) == key
     f.record("n2", state(budget=16 * GIB, slots=[]), now=NOW)  # 16 GiB free: it fits now
-    assert deployments._inputs(rt, body, idx()) not in (None, key)
+    assert convergeskip.inputs(rt, body, idx()) not in (None, key)
     for change, wakes in (
         (lambda: see(node("n3"), "1"), True),  # a new node
         (lambda: see(node("n1", ready=False), "3"), False),  # lost: it is not there, no room
@@ -196,16 +200,16 @@ def test_a_deployment_waiting_for_room_skips_until_room_or_a_node_shows_up() -> 
         (lambda: see(node("n2", unschedulable=True), "2"), True),  # cordoned (any spec change)
         (lambda: see(node("n2", unschedulable=True), "3"), False),  # a status write
     ):
-        key = deployments._inputs(rt, body, idx())
+        key = convergeskip.inputs(rt, body, idx())
         change()
-        after = deployments._inputs(rt, body, idx())
+        after = convergeskip.inputs(rt, body, idx())
         assert after is not None
         assert (after != key) is wakes
     see(node("n2", ready=False, unschedulable=True), "4")
-    assert deployments._inputs(rt, body, idx()) == after  # it is not on n2
+    assert convergeskip.inputs(rt, body, idx()) == after  # it is not on n2
     on_n2 = kopf.Body({**body, "status": {"placements": [{"node": "n2"}]}})
-    assert deployments._inputs(rt, on_n2, idx()) is None  # it is: failover is timed
+    assert convergeskip.inputs(rt, on_n2, idx()) is None  # it is: failover is timed
     rt.objects.of("u").waiting = None  # not waiting (placed, sized, refused): all answers count
-    everyone = deployments._inputs(rt, body, idx())
+    everyone = convergeskip.inputs(rt, body, idx())
     f.record("n1", state(budget=16 * GIB, slots=[_slot("a", 10), _slot("c", 1)]), now=NOW)
-    assert deployments._inputs(rt, body, idx()) != everyone
+    assert convergeskip.inputs(rt, body, idx()) != everyone

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.core.deployment import autoscale, intent
+from mlxfleet_operator.core.deployment import evictions as ev
 from mlxfleet_operator.core.deployment import preemption as pre
 from mlxfleet_operator.core.fleet import placement
 from mlxfleet_operator.core.kit import naming
@@ -204,37 +205,37 @@ def nomination(
 def test_the_victim_honours_a_higher_priority_within_its_floor() -> None:
     low = tenant("low", floor=1)
     both = [nomination("mac-1", low), nomination("mac-2", low)]
-    assert [n.node for n in pre.honoured(low, both, current=["mac-1", "mac-2"])] == ["mac-1"]
-    assert pre.honoured(low, both, current=["mac-1"]) == ()  # lost one since: at its floor
+    assert [n.node for n in ev.honoured(low, both, current=["mac-1", "mac-2"])] == ["mac-1"]
+    assert ev.honoured(low, both, current=["mac-1"]) == ()  # lost one since: at its floor
     peer = tenant("low", priority=10)
-    assert pre.honoured(peer, [nomination("mac-1", peer)], current=["mac-1"]) == ()
+    assert ev.honoured(peer, [nomination("mac-1", peer)], current=["mac-1"]) == ()
 
 
 def test_the_victim_records_each_eviction_once_and_leaves_and_avoids_the_node() -> None:
     low = tenant("low")
-    taken = pre.honoured(low, [nomination("mac-1", low)], current=["mac-1"])
-    records, new = pre.evicted([], taken, now=NOW, base=BASE)
+    taken = ev.honoured(low, [nomination("mac-1", low)], current=["mac-1"])
+    records, new = ev.evicted([], taken, now=NOW, base=BASE)
     assert new == records
     assert len(new) == 1
     assert (new[0].node, new[0].deployment, new[0].priority) == ("mac-1", "ns/high", 10)
     assert new[0].backoff_until == NOW + BASE
-    again, more = pre.evicted(records, taken, now=NOW + timedelta(seconds=3), base=BASE)
+    again, more = ev.evicted(records, taken, now=NOW + timedelta(seconds=3), base=BASE)
     assert more == []
     assert again == records
-    leave = pre.leave(low, taken, records, now=NOW)
+    leave = ev.leave(low, taken, records, now=NOW)
     assert "evicted for ns/high (priority 10 > 0)" in leave["mac-1"]
-    later = pre.leave(low, (), records, now=NOW + BASE / 2)
+    later = ev.leave(low, (), records, now=NOW + BASE / 2)
     assert "back-off until" in later["mac-1"]
-    assert pre.leave(low, (), records, now=NOW + BASE) == {}
+    assert ev.leave(low, (), records, now=NOW + BASE) == {}
 
 
 def test_the_backoff_doubles_per_eviction_up_to_a_cap_and_old_ones_are_forgotten() -> None:
-    assert [pre.backoff(n, BASE) / BASE for n in range(1, 8)] == [1, 2, 4, 8, 16, 16, 16]
+    assert [ev.backoff(n, BASE) / BASE for n in range(1, 8)] == [1, 2, 4, 8, 16, 16, 16]
     old = mdep.PreemptionStatus(
-        node="mac-1", deployment="ns/high", priority=10, at=NOW - pre.window(BASE)
+        node="mac-1", deployment="ns/high", priority=10, at=NOW - ev.window(BASE)
     )
     recent = old.model_copy(update={"at": NOW - timedelta(seconds=60)})
-    records, new = pre.evicted(
+    records, new = ev.evicted(
         [old, recent], [nomination("mac-1", tenant("low"))], now=NOW, base=BASE
     )
     assert old not in records
@@ -263,24 +264,24 @@ def test_a_preempted_node_is_left_and_refused_by_placement() -> None:
 def test_the_preemptor_records_its_victims_while_it_waits_and_while_it_holds_the_node() -> None:
     low = tenant("low")
     n = nomination("mac-1", low)
-    waiting = pre.preempting([n], [], holding=[])
+    waiting = ev.preempting([n], [], holding=[])
     assert [(r.node, r.deployment, r.priority) for r in waiting] == [("mac-1", "ns/low", 0)]
-    assert pre.previous(waiting, holding=[]) == {"mac-1": NOW}
-    assert pre.preempting([], waiting, holding=["mac-1"]) == waiting  # it holds the node now
-    assert pre.preempting([], waiting, holding=[]) == []  # gone from there: forgotten
-    (event,) = pre.nominated_events([n], [])
+    assert ev.previous(waiting, holding=[]) == {"mac-1": NOW}
+    assert ev.preempting([], waiting, holding=["mac-1"]) == waiting  # it holds the node now
+    assert ev.preempting([], waiting, holding=[]) == []  # gone from there: forgotten
+    (event,) = ev.nominated_events([n], [])
     assert event.reason == "Preempting"
     assert "ns/low (priority 0 < 10) on mac-1" in event.message
-    assert pre.nominated_events([n], waiting) == []
-    assert "evicting ns/low (priority 0) on mac-1" in pre.waiting_text([n])
+    assert ev.nominated_events([n], waiting) == []
+    assert "evicting ns/low (priority 0) on mac-1" in ev.waiting_text([n])
 
 
 def test_the_victims_text_and_event_name_the_preemptor() -> None:
     low = tenant("low")
-    victim = pre.as_victim(
+    victim = ev.as_victim(
         low, [nomination("mac-1", low)], current=["mac-1"], records=[], now=NOW, base=BASE
     )
-    (event,) = pre.events_of(low, (), [], victim)
+    (event,) = ev.events_of(low, (), [], victim)
     assert event.reason == "Preempted"
     assert event.warning
     assert "replica on mac-1 evicted for ns/high (priority 10 > 0)" in event.message
@@ -288,7 +289,7 @@ def test_the_victims_text_and_event_name_the_preemptor() -> None:
         nodes=(), kept=(), added=(), dropped=("mac-1",), missing=1, fits_nowhere=False,
         rejections=(placement.Rejection("mac-1", placement.Reason.PREEMPTED, "x"),),
     )  # fmt: skip
-    standing = pre.standing(
+    standing = ev.standing(
         low, nominations=(), preempting_before=[], victim=victim, decision=decision, now=NOW
     )
     assert "replica on mac-1 evicted for ns/high (priority 10 > 0)" in standing.evicted
@@ -378,7 +379,7 @@ def test_under_back_off_an_evicted_replica_never_comes_straight_back(wants: list
     for want in wants:
         now += step
         nominations = [nomination("mac-1", low, since=now)] if want and on_node else []
-        victim = pre.as_victim(
+        victim = ev.as_victim(
             low, nominations, current=["mac-1"] if on_node else [], records=records,
             now=now, base=BASE,
         )  # fmt: skip
@@ -394,7 +395,7 @@ def test_under_back_off_an_evicted_replica_never_comes_straight_back(wants: list
             assert last.backoff_until is not None
             assert now >= last.backoff_until
     for before, after in itertools.pairwise(backoffs):
-        assert after >= min(before, pre.backoff(pre.BACKOFF_GROWTH_MAX, BASE)) or (
+        assert after >= min(before, ev.backoff(ev.BACKOFF_GROWTH_MAX, BASE)) or (
             after == BASE  # the window passed since the last: counted afresh
         )
 
@@ -417,10 +418,10 @@ def test_nominated_again_while_the_victim_backs_off_is_the_same_eviction() -> No
     """A preemptor whose PUT the agent refused while the evicted replica drained nominates the
     node again: no second record, no second Event, no longer back-off."""
     low = tenant("low")
-    first, _ = pre.evicted([], [nomination("mac-1", low)], now=NOW, base=BASE)
+    first, _ = ev.evicted([], [nomination("mac-1", low)], now=NOW, base=BASE)
     later = NOW + timedelta(seconds=5)
     again = nomination("mac-1", low, since=later)
-    records, new = pre.evicted(first, [again], now=later, base=BASE)
+    records, new = ev.evicted(first, [again], now=later, base=BASE)
     assert new == []
     assert records == first
 
@@ -462,7 +463,7 @@ def test_an_evicted_replica_moves_make_before_break_where_memory_allows() -> Non
     ])  # fmt: skip
     me = pre.tenant(victim)
     n = nomination("mac-1", me)
-    away = pre.as_victim(me, [n], current=["mac-1"], records=[], now=NOW, base=BASE)
+    away = ev.as_victim(me, [n], current=["mac-1"], records=[], now=NOW, base=BASE)
     room = [fact("mac-1", state(slots=[serving], budget=8 * GIB)), fact("mac-2", state())]
     want = intent.intent(
         victim, room, plan=None, footprint_bytes=4 * GIB, now=NOW,

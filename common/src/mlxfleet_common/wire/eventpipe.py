@@ -16,7 +16,7 @@ the upstream again once everything is written: nothing is buffered without bound
 fails aborts the upstream exchange and is raised by `run`.
 
 May import: the standard library, httpclient, openai_proxy. Called by: the agent's
-dataplane.relay and the gateway's stream relay.
+dataplane.streamed and the gateway's stream relay.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ request and passes the answer back as it arrives. The lease is held until the la
 swap never cuts a request. Every refusal is an OpenAI-shaped `errors.RouteError`. Raw ASGI and
 raw sockets rather than a framework and an HTTP client keep the added latency per request small.
 May import: the standard library, contract, mlxfleet_common.wire (openai_proxy: ASGI plumbing;
-endpoints, headers),
-slots.lease, telemetry.recorder, dataplane (budget, errors, relay, routing). Never the control API.
+endpoints, headers), slots.lease, telemetry.recorder, dataplane (budget, errors, outcome, relay,
+routing). Never the control API.
 Called by: runtime (serves it on the data port).
 """
 
@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from mlxfleet_agent import contract
 from mlxfleet_agent.dataplane import budget, relay, routing
+from mlxfleet_agent.dataplane import outcome as outcomes
 from mlxfleet_agent.dataplane.errors import RouteError
 from mlxfleet_agent.slots import lease
 from mlxfleet_agent.telemetry import recorder
@@ -196,7 +197,7 @@ class DataPlane:
                 held.release(ok=True)
                 raise
         self.telemetry.request_started(route.name)
-        outcome = relay.Outcome(held)
+        outcome = outcomes.Outcome(held)
         try:
             await relay.forward(
                 routed,

@@ -8,19 +8,18 @@ SSE events; the pinned path in `model` fields put back to the served name, the f
 opaque). Whole answers are asked for as a stream and assembled here (`answers`), so a client
 that hangs up stops the generation at once (a one-token answer has nothing to stop: it is asked
 for whole and passed through, `nothing_to_stop`); a request mlx-lm cannot stop that way before its
-first token (`routing.interruptible`) is kept on `Hold` until that token, and its backend is
-declared stuck (and replaced by its slot) when it holds the backend past the grace. The lease
+first token (`routing.interruptible`) is kept on `outcome.Hold` until that token, and its backend
+is declared stuck (and replaced by its slot) when it holds the backend past the grace. The lease
 hears when the request went to the backend and when it answered (the slot's "busy" is judged
 from it: no work per streamed event). A stream whose backend dies ends with an
 OpenAI-style `error` event instead of hanging; the shutdown drain's end gets one too.
-`Outcome` is what the request contributes to telemetry.
-Until the first token the relay reads in its own task; from there each streamed chunk is handled
-in the backend connection's callback (`eventpipe`: no task wake-up per chunk): the token scan
-(`openai_proxy.StreamScanner`: byte searches), the model/fingerprint rewrite (two
-`bytes.replace`) and the ASGI `send`; the backend's silence is bounded by one timer per stream.
-May import: the standard library, contract, slots.lease, mlxfleet_common.wire (eventpipe,
-hangup, openai_proxy, headers), dataplane (answers, errors, routing, upstream). Called by:
-dataplane.app.
+`outcome.Outcome` is what the request contributes to telemetry.
+Here: the request sent, the backend's refusals, whole and assembled answers, and a stream cut at
+stop strings (read in this task); a streamed answer passed through, the per-event hot path, is
+`streamed`'s.
+May import: the standard library, contract, slots.lease, mlxfleet_common.wire (hangup,
+openai_proxy, headers), dataplane (answers, errors, outcome, routing, streamed, upstream).
+Called by: dataplane.app.
 """
 
 from __future__ import annotations
@@ -33,10 +32,11 @@ import time
 from typing import Any
 
 from mlxfleet_agent import contract
-from mlxfleet_agent.dataplane import answers, routing, upstream
+from mlxfleet_agent.dataplane import answers, routing, streamed, upstream
+from mlxfleet_agent.dataplane import outcome as outcomes
 from mlxfleet_agent.dataplane.errors import RETRY_AFTER, RouteError
 from mlxfleet_agent.slots import lease
-from mlxfleet_common.wire import eventpipe, hangup
+from mlxfleet_common.wire import hangup
 from mlxfleet_common.wire import headers as header
 from mlxfleet_common.wire import openai_proxy as asgi
 
@@ -50,110 +50,6 @@ BACKEND_PATHS = {
 WHOLE_ONLY = frozenset({"embeddings", "rerank"})  # answered whole; no tokens generated
 ERROR_BODY_LIMIT = 64 * 1024  # of a backend's error body, what the client is shown
 WHOLE_PROMPT_BYTES = 4 * 1024  # mlx-lm: a one-token answer this small is asked for whole
-
-
-class Outcome:
-    __slots__ = (
-        "answered",
-        "completion_tokens",
-        "error",
-        "held",
-        "prompt_tokens",
-        "started",
-        "streaming",
-        "ttft_s",
-    )
-
-    def __init__(self, held: lease.Lease | None = None) -> None:
-        self.error: str | None = None
-        self.ttft_s: float | None = None
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-        self.started = False  # the response head went out
-        self.streaming = False
-        self.held = held  # told when the backend answered (its first token): "busy" ends
-        self.answered: asyncio.Event | None = None  # set then too, for a hung-up request's wait
-
-    def first_token(self, t0: float) -> None:
-        """The backend's first token (or its whole answer) arrived, `t0` after the request."""
-        self.ttft_s = time.monotonic() - t0
-        if self.held is not None:
-            self.held.answered()
-        if self.answered is not None:
-            self.answered.set()
-
-    def count_usage(self, body: bytes) -> None:
-        counted = asgi.usage_of(body)
-        if counted is not None:
-            self.prompt_tokens, self.completion_tokens = counted
-
-
-class Gone:
-    """Whether the client hung up (read as a plain attribute), and what it does then: the
-    backend's connection is dropped (that stops generation); a request on `hold` first waits
-    for the point where it does (`Hold`), in a task of its own, cancelled by `stop`."""
-
-    __slots__ = ("hold", "is_set", "outcome", "reply", "task")
-
-    def __init__(
-        self,
-        reply: upstream.BackendReply | None = None,
-        outcome: Outcome | None = None,
-        hold: Hold | None = None,
-    ) -> None:
-        self.is_set = False
-        self.reply, self.outcome, self.hold = reply, outcome, hold
-        self.task: asyncio.Task[None] | None = None
-
-    def __call__(self) -> None:
-        """The client hung up (`hangup.watch_disconnect`)."""
-        self.is_set = True
-        hold, outcome = self.hold, self.outcome
-        if (
-            hold is not None
-            and outcome is not None
-            and outcome.answered is not None
-            and outcome.ttft_s is None
-        ):
-            self.task = asyncio.get_running_loop().create_task(self._held(hold, outcome.answered))
-        elif self.reply is not None:
-            self.reply.abort()
-
-    async def _held(self, hold: Hold, answered: asyncio.Event) -> None:
-        await hold.wait(answered)
-        if self.reply is not None:
-            self.reply.abort()
-
-    def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-
-
-class Hold:
-    """A request mlx-lm cannot stop before its first token (`routing.interruptible`): when its
-    client leaves, the backend's connection is kept until that token (then closing it stops the
-    rest), for at most `grace_s` once the request is the oldest the backend holds; past that,
-    the backend is declared stuck and replaced (`Lease.stuck`)."""
-
-    __slots__ = ("grace_s", "held")
-
-    def __init__(self, held: lease.Lease, grace_s: float) -> None:
-        self.held = held
-        self.grace_s = grace_s
-
-    async def wait(self, answered: asyncio.Event) -> None:
-        while True:
-            try:
-                async with asyncio.timeout(self.grace_s):
-                    await answered.wait()
-                return
-            except TimeoutError:
-                if self.held.first_in_line():
-                    break
-        self.held.stuck(
-            f"a request whose client left was still processing its prompt {self.grace_s:g}s "
-            "later, and mlx-lm cannot stop a prompt it serves alone (seed, kvBits, images)"
-        )
 
 
 def nothing_to_stop(body: dict[str, Any], *, mlx_lm: bool, size: int | None) -> bool:
@@ -170,7 +66,7 @@ def nothing_to_stop(body: dict[str, Any], *, mlx_lm: bool, size: int | None) -> 
     return not mlx_lm or (size is not None and size <= WHOLE_PROMPT_BYTES)
 
 
-async def cut_by_shutdown(send: asgi.Send, outcome: Outcome) -> None:
+async def cut_by_shutdown(send: asgi.Send, outcome: outcomes.Outcome) -> None:
     """The shutdown drain ran out: end this request with an OpenAI-style error (503, or an
     `error` event when the stream is under way) instead of uvicorn's plain-text 500."""
     err = RouteError(
@@ -195,7 +91,7 @@ async def forward(
     send: asgi.Send,
     *,
     scope: asgi.Scope,
-    outcome: Outcome,
+    outcome: outcomes.Outcome,
     t0: float,
     prompt_tokens: int | None = None,
     hold_s: float = 5.0,
@@ -241,7 +137,7 @@ async def forward(
     if not whole_only and not routing.interruptible(
         body, backend.spec, streamed=routed.stream or assemble
     ):
-        hold = Hold(held, hold_s)
+        hold = outcomes.Hold(held, hold_s)
         outcome.answered = asyncio.Event()
     held.sent()
     try:
@@ -256,7 +152,7 @@ async def forward(
             type_="server_error",
             code="backend_unreachable",
         ) from exc
-    gone = Gone(reply, outcome, hold)
+    gone = outcomes.Gone(reply, outcome, hold)
     unwatch = hangup.watch_disconnect(scope, receive, gone)
     try:
         if reply.status != 200:
@@ -280,7 +176,7 @@ async def forward(
                     prompt=_PromptCount(backend, endpoint, body),
                 )
             else:
-                await _stream(
+                await streamed.stream(
                     reply,
                     send,
                     headers=headers,
@@ -327,7 +223,7 @@ async def _error(
     send: asgi.Send,
     *,
     headers: list[tuple[bytes, bytes]],
-    outcome: Outcome,
+    outcome: outcomes.Outcome,
     backend: lease.Upstream,
 ) -> None:
     """A backend's refusal, OpenAI-shaped, with its status (mlx_lm's 404s mapped: `answers`)."""
@@ -354,9 +250,9 @@ async def _assembled(
     headers: list[tuple[bytes, bytes]],
     served: str,
     fingerprint: str,
-    outcome: Outcome,
+    outcome: outcomes.Outcome,
     t0: float,
-    gone: Gone,
+    gone: outcomes.Gone,
     stopper: answers.Stopper | None,
     prompt: _PromptCount,
 ) -> None:
@@ -398,9 +294,9 @@ async def _whole(
     *,
     headers: list[tuple[bytes, bytes]],
     rewrite: answers.Rewrite,
-    outcome: Outcome,
+    outcome: outcomes.Outcome,
     t0: float | None,
-    gone: Gone,
+    gone: outcomes.Gone,
     stops: tuple[str, ...],
     chat: bool,
 ) -> None:
@@ -424,80 +320,6 @@ async def _whole(
     outcome.count_usage(body)
     outcome.started = True
     await asgi.send_whole(send, 200, body, headers, content_type=resp.content_type or asgi.JSON)
-
-
-async def _end_stream(
-    send: asgi.Send,
-    scanner: asgi.StreamScanner,
-    outcome: Outcome,
-    gone: Gone,
-    rewrite: answers.Rewrite,
-) -> None:
-    """A passed-through stream's end: its tokens, what the scanner held back, and an error event
-    when the backend died before `[DONE]` (a client that leaves after [DONE] got it all)."""
-    outcome.prompt_tokens = scanner.prompt_tokens
-    outcome.completion_tokens = scanner.completion_tokens
-    rest = scanner.flush()
-    if not (scanner.done or asgi.DONE in rest):
-        outcome.error = "client_gone" if gone.is_set else "backend_died"
-    if outcome.error == "client_gone":
-        return
-    if rest and outcome.error is None:
-        await send({"type": "http.response.body", "body": rewrite(rest), "more_body": True})
-    if outcome.error == "backend_died":
-        err = RouteError(
-            502,
-            "the backend stopped in the middle of this stream",
-            type_="server_error",
-            code="backend_died",
-        )
-        await send({"type": "http.response.body", "body": err.event(), "more_body": True})
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _stream(
-    resp: upstream.BackendReply,
-    send: asgi.Send,
-    *,
-    headers: list[tuple[bytes, bytes]],
-    rewrite: answers.Rewrite,
-    outcome: Outcome,
-    t0: float,
-    scanner: asgi.StreamScanner,
-    gone: Gone,
-) -> None:
-    outcome.started = outcome.streaming = True
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [
-                (b"content-type", b"text/event-stream"),
-                (b"cache-control", b"no-cache"),
-                *headers,
-            ],
-        }
-    )
-    read, feed = resp.read_chunk, scanner.feed
-    try:
-        with resp.watchdog():
-            while outcome.ttft_s is None:  # until the first data event
-                raw = await read()
-                if not raw:
-                    break
-                chunk = feed(raw)  # whole SSE events; counts tokens, holds back usage
-                if b"data: {" in chunk:
-                    outcome.first_token(t0)
-                if chunk:
-                    await send(
-                        {"type": "http.response.body", "body": rewrite(chunk), "more_body": True}
-                    )
-            if outcome.ttft_s is not None and not gone.is_set:  # the rest: callback to client
-                await eventpipe.EventPipe(resp.response, send, scanner, rewrite).run()
-    except upstream.BackendError as exc:
-        if not gone.is_set and not scanner.done:
-            log.warning("backend stream broke", extra={"error": str(exc)})
-    await _end_stream(send, scanner, outcome, gone, rewrite)
 
 
 class _PromptCount:
@@ -534,10 +356,10 @@ async def _stream_to_stop(
     *,
     headers: list[tuple[bytes, bytes]],
     rewrite: answers.Rewrite,
-    outcome: Outcome,
+    outcome: outcomes.Outcome,
     t0: float,
     scanner: asgi.StreamScanner,
-    gone: Gone,
+    gone: outcomes.Gone,
     prompt: _PromptCount,
 ) -> None:
     """A stream with stop strings (mlx-lm), read in this task (not `eventpipe`'s callback: only
@@ -581,4 +403,4 @@ async def _stream_to_stop(
         await send({"type": "http.response.body", "body": rewrite(tail), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return
-    await _end_stream(send, scanner, outcome, gone, rewrite)
+    await streamed.end_stream(send, scanner, outcome, gone, rewrite)

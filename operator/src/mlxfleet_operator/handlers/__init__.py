@@ -8,11 +8,13 @@ from the runtime (`run.rt.config`).
 Modules: `guard` (the one wrapper every resource handler runs in: per-object lock, adapter
 errors -> kopf retries, metrics), `indexes` (the kopf indexes and their typed view),
 `lifecycle` (kopf settings, cleanup, liveness probe), `nodes` (InferenceNode heartbeat),
-`deployments` (ModelDeployment reconcile, endpoints, failover, teardown, the autoscaler's count),
-`demand` (wakes sleeping deployments a gateway holds requests for), `swapplans`
+`deployments` (ModelDeployment reconcile, endpoints, failover, teardown), `convergeskip` (its
+converge tick's skip check and the autoscaler's count it reads), `sharded` (its spec.sharding
+half), `demand` (wakes sleeping deployments a gateway holds requests for), `swapplans`
 (SwapPlan execution), `modelroutes` (ModelRoute status). Handler modules never import each
-other: they share only `guard` and `indexes` (an import-linter contract); each one has a
-`register(registry, ...)`.
+other: they share only `guard` and `indexes` (an import-linter contract; `deployments` also
+imports its two halves, `sharded` and `convergeskip`); each one has a `register(registry, ...)`
+but those two halves.
 A handler returns None and sets status.observedGeneration through core's status functions.
 May import: kopf, adapters, core, api, settings. Called by: `main`.
 """

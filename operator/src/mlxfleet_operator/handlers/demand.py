@@ -1,7 +1,7 @@
 """ModelDemand: wake the sleeping ModelDeployments a gateway holds requests for, at once.
 
 The autoscaler reads the requests gateways hold from the `model_demand` index whenever a
-deployment reconciles (`deployments._autoscale`); alone, a sleeping deployment would notice them
+deployment reconciles (`convergeskip.count`); alone, a sleeping deployment would notice them
 at its next timer tick (--poll-seconds). This handler makes that reconcile happen now: for a fresh
 entry naming a deployment with no ready replica (`autoscale.to_wake`), it sets the deployment's
 annotation `resources.WAKE_ANNOTATION` to the time of the oldest held request, and the watch

@@ -1,18 +1,18 @@
-"""ModelDeployment reconcile: size the model, decide the count (the autoscaler, for deployments
-with spec.minReplicas / spec.maxReplicas), decide (core), create a SwapPlan for a model change,
-PUT and DELETE agent slots, publish the Service + EndpointSlices, write status. Runs on
-create/update/resume and every --poll-seconds (convergence, failover after --failover-delay);
-on delete, drops the slot everywhere and unpublishes.
+"""ModelDeployment reconcile: size the model, take the count (the autoscaler's, for deployments
+with spec.minReplicas / spec.maxReplicas, decided in `convergeskip`), decide (core), create a
+SwapPlan for a model change, PUT and DELETE agent slots, publish the Service + EndpointSlices,
+write status. Runs on create/update/resume and every --poll-seconds (convergence, failover after
+--failover-delay), unless `convergeskip` finds nothing changed; on delete, drops the slot
+everywhere and unpublishes.
 
-May import: kopf, pydantic, adapters, core, api, settings, `guard`, `indexes`. Called by: kopf.
+May import: kopf, pydantic, adapters, core, api, settings, `guard`, `indexes`, `sharded`,
+`convergeskip`. Called by: kopf.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
-from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,11 +27,11 @@ from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.core.deployment import (
     autoscale,
+    evictions,
     footprint,
     intent,
     preemption,
     replicas,
-    skip,
     slots,
 )
 from mlxfleet_operator.core.deployment import plan as plans
@@ -39,11 +39,10 @@ from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.fleet import facts, placement
 from mlxfleet_operator.core.kit import conditions, naming
 from mlxfleet_operator.core.swapplan import effects, prefetch
-from mlxfleet_operator.handlers import guard, indexes, sharded
+from mlxfleet_operator.handlers import convergeskip, guard, indexes, sharded
 
 KIND = resources.MODEL_DEPLOYMENT
 DEPLOYMENTS = (resources.GROUP, resources.VERSION, KIND.plural)
-CONVERGE_RESYNC_S = 60.0  # the timer runs a full reconcile at least this often
 
 
 async def changed(
@@ -60,17 +59,18 @@ async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs
     """The timer: a full reconcile, skipped while none of its inputs changed since the last one
     (the deployment object, the InferenceNodes, the agents' answers, its SwapPlans; only the
     nodes it is placed on once all its replicas are placed; only those and room for its
-    footprint while it waits for room), at most CONVERGE_RESYNC_S seconds; never skipped while
-    a node it uses is not Ready (failover is timed). Checked before the object's lock (cheap,
-    not counted) and again under it (a run that waited for the lock may find its work done)."""
+    footprint while it waits for room), at most `convergeskip.CONVERGE_RESYNC_S` seconds; never
+    skipped while a node it uses is not Ready (failover is timed). Checked before the object's
+    lock (cheap, not counted) and again under it (a run that waited for the lock may find its
+    work done): `convergeskip` reads the inputs and the autoscaler's count they include."""
     if body.metadata.get("deletionTimestamp"):
         return  # being deleted: `teardown` owns it now; never re-create what it removes
     rt, uid, idx = runtime.of(memo), str(body.metadata.uid), indexes.Indexes.of(kwargs)
-    _autoscale(rt, body, idx)
-    if _unchanged(rt, body, idx) is None:
+    convergeskip.count(rt, body, idx)
+    if convergeskip.due(rt, body, idx) is None:
         return
     async with guard.guarded(KIND, body, memo) as run:
-        seen = _unchanged(rt, body, idx)
+        seen = convergeskip.due(rt, body, idx)
         if seen is None:
             run.skipped()
             return
@@ -83,136 +83,6 @@ async def converge(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **kwargs
         else:
             await reconcile(run.rt, md, body, patch, idx)
         rt.settle(uid, seen.inputs, at=time.monotonic())
-
-
-def _autoscale(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> None:
-    """The autoscaler's decision for a deployment whose count it owns (spec.minReplicas or
-    spec.maxReplicas set), from the load its agents and the gateways report now, kept in
-    the object's record (`ObjectState.scale`): taken on every run and timer tick (its windows
-    sample the load), before the skip check, which reads the count it decided."""
-    uid, spec = str(body.metadata.uid), body.get("spec") or {}
-    if spec.get("minReplicas") is None and spec.get("maxReplicas") is None:
-        if (kept := rt.objects.get(uid)) is not None:
-            kept.scale = None
-        return
-    try:
-        md = mdep.ModelDeployment.model_validate(dict(body))
-    except pydantic.ValidationError:
-        return  # the reconcile says why (Stalled)
-    namespace, name = md.metadata.namespace or "", md.metadata.name or ""
-    now, config = runtime.now(), rt.config
-    load = autoscale.load_of(
-        rt.fleet.observed(naming.slot_name(namespace, name)),
-        idx.demand_of(namespace, name),
-        now=now,
-    )
-    windows = autoscale.Windows(
-        up=timedelta(seconds=config.scale_up_window),
-        down=timedelta(seconds=config.scale_down_window),
-    )
-    kept = rt.objects.of(uid)
-    last = kept.scale or autoscale.resume(md.status)
-    bounds = autoscale.Bounds.of(md.spec)
-    kept.scale = autoscale.decide(bounds, load, last, now=now, windows=windows)
-
-
-def _wanted(rt: runtime.Runtime, uid: str, spec: Mapping[str, Any]) -> int:
-    """The count a reconcile places: the autoscaler's, else spec.replicas."""
-    kept = rt.objects.get(uid)
-    scale = kept.scale if kept is not None else None
-    return scale.desired if scale is not None else int(spec.get("replicas", 1))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Due:
-    inputs: object | None  # what the run will have seen (None: always run)
-
-
-def _unchanged(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> _Due | None:
-    """None when a run just decided on these inputs (skip); else what this run will see."""
-    seen = _inputs(rt, body, idx)
-    uid = str(body.metadata.uid)
-    if seen is not None and rt.unchanged(uid, seen, at=time.monotonic(), resync=CONVERGE_RESYNC_S):
-        return None
-    return _Due(seen)
-
-
-def _not_ready_since(body: kopf.Body) -> datetime | None:
-    """When the deployment's Ready condition turned False (None: it is not False, or the time
-    does not parse)."""
-    for c in (body.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready" and c.get("status") == "False":
-            try:
-                return datetime.fromisoformat(str(c.get("lastTransitionTime")))
-            except ValueError:
-                return None
-    return None
-
-
-def _inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> object | None:
-    """What a reconcile of `body` reads, as a comparable value (None: always reconcile).
-
-    Which inputs count is decided in core (`core.deployment.skip.reads`); here they are read:
-    a settled deployment's nodes (their agents' answers and objects); for one waiting for room
-    (`Runtime.waiting`: its footprint) also whatever could give it room: a node that may now
-    take its footprint (`Fleet.room_version`) or a node added, back Ready, relabelled,
-    uncordoned (`runtime.NodeChanges.shape`); else the whole fleet's versions."""
-    view = rt.nodes  # kept by the node index: no scan of every node per deployment per tick
-    meta, spec = body.metadata, body.get("spec") or {}
-    uid, slot = str(meta.uid), naming.slot_name(meta.namespace or "", meta.name or "")
-    plans = idx.plans_of(meta.namespace or "", meta.name or "")
-    want = _wanted(rt, uid, spec)
-    own = (
-        meta.get("resourceVersion"),
-        tuple((p.metadata.name, p.metadata.resource_version) for p in plans),
-        want,
-    )
-    placed = rt.fleet.placed(slot)
-    status = body.get("status") or {}
-    listed = [p.get("node") for p in status.get("placements") or []]
-    kept = rt.objects.get(uid)
-    need = kept.waiting if kept is not None else None
-    scaled = kept is not None and kept.scale is not None  # the autoscaler owns the count
-    reads = skip.reads(
-        skip.Readings(
-            sharded=spec.get("sharding") is not None,
-            plans_finished=all(
-                p.status.phase is not None and p.status.phase.terminal for p in plans
-            ),
-            settles_at=want if scaled else int(spec.get("replicas") or 1),
-            placed=placed,
-            listed=listed,
-            not_ready=view.not_ready,
-            known=idx.nodes,
-            preempting=bool(rt.fleet.nominated(slot) or rt.fleet.evicting(slot)),
-            preemption_in_status=bool(status.get("preempting") or status.get("preemptedBy")),
-            waiting=need is not None,
-        )
-    )
-    if reads is skip.Reads.ALWAYS:
-        return None
-    if reads is skip.Reads.PLACED:
-        return (*own, tuple(placed.items()), view.versions(placed))
-    if reads is skip.Reads.ROOM and need is not None:
-        return (
-            *own,
-            tuple(placed.items()),
-            view.versions([*placed, *(n for n in listed if n not in placed)]),
-            rt.fleet.room_version(need),
-            view.shape,
-            len(idx.nodes),
-            skip.stall_due(  # Stalled is due: decide again
-                _not_ready_since(body),
-                now=runtime.now(),
-                after=timedelta(seconds=rt.config.capacity_stall_seconds),
-            ),
-        )
-    return (
-        *own,
-        rt.fleet.version,
-        view.version,
-        len(idx.nodes),  # a deleted node leaves the index without an event the view sees
-    )
 
 
 async def reconcile(
@@ -259,7 +129,7 @@ async def reconcile(
         found = rt.fleet.node_facts(idx.inference_nodes(), slot=slot)
     # from here to the slot reservations nothing awaits: the next decision sees this one's
     me = preemption.tenant(md)
-    victim = preemption.as_victim(
+    victim = evictions.as_victim(
         me,
         rt.fleet.evicting(slot),
         current=list(rt.fleet.placed(slot)),
@@ -278,7 +148,7 @@ async def reconcile(
         leave=victim.leave,
     )
     nominations = _nominate(rt, md, idx, want.decision, found, slot=slot, size=size, now=now)
-    standing = preemption.standing(
+    standing = evictions.standing(
         me,
         nominations=nominations,
         preempting_before=md.status.preempting,
@@ -287,11 +157,11 @@ async def reconcile(
         now=now,
     )
     uid = md.metadata.uid or ""
-    for event in preemption.events_of(me, nominations, md.status.preempting, victim):
+    for event in evictions.events_of(me, nominations, md.status.preempting, victim):
         if rt.first_time(uid, event.message, about=f"{event.reason}/{event.message}"):
             events.post(body, event)  # once: a reconcile may read a status older than its own
     if want.decision.missing and not want.decision.fits_nowhere:
-        kept.waiting = size  # no room now: wait for room (`_inputs`)
+        kept.waiting = size  # no room now: wait for room (`convergeskip.inputs`)
     for request in want.puts:  # before any await: the next decision sees this one's memory
         rt.fleet.reserve(slot, request, size)
     outcomes = await _perform(rt, body, want, slot=slot)
@@ -404,7 +274,7 @@ def _nominate(
             missing=decision.missing,
             sites=sites,
             spare=preemption.spare(victims, placed=placed, others=rt.fleet.nominations(but=slot)),
-            previous=preemption.previous(md.status.preempting, holding=decision.nodes),
+            previous=evictions.previous(md.status.preempting, holding=decision.nodes),
             now=now,
         )
     rt.fleet.nominate(slot, nominations)

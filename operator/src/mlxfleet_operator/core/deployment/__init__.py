@@ -8,8 +8,9 @@
 - `slots`: the desired slot per node, the slot requests, make-before-break hand-over, deletions.
 - `claims`: agent slot names shared by two deployments (the oldest keeps it).
 - `status`: placements as the agents report them, the kstatus verdict, the whole status.
-- `autoscale`, `preemption`, `candidates`, `intent`: the count, who evicts whom, the prefilter's
-  node index, what one reconcile does.
+- `autoscale`, `preemption`, `evictions`, `candidates`, `intent`: the count, who evicts whom
+  (the nominations), what an eviction does next (the victim's leave and back-off, both sides'
+  records, Events and texts), the prefilter's node index, what one reconcile does.
 - `skip`: whether a converge tick may be skipped, and what it depends on (`reads`).
 
 May import: the standard library, `api`, the agent `contract` and `sizing`, `core.fleet` (node

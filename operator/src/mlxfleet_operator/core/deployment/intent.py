@@ -50,7 +50,7 @@ def intent(
 ) -> Intent:
     """`views`: placement views made ahead for this slot (`nodeviews.views_for`), by node;
     `index`: the fleet's kept views indexed, to decide on the nodes it shortlists; `leave`:
-    nodes the replicas leave and avoid, with why (`preemption.leave`)."""
+    nodes the replicas leave and avoid, with why (`evictions.leave`)."""
     slot = naming.slot_name(md.metadata.namespace or "", md.metadata.name or "")
     by_name = {fact.name: fact for fact in facts}
     decision = replicas.place(

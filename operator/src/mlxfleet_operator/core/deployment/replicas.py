@@ -27,7 +27,7 @@ from mlxfleet_operator.core.kit import events, naming
 def request(
     md: mdep.ModelDeployment, footprint_bytes: int, *, leave: Mapping[str, str] | None = None
 ) -> placement.Request:
-    """`leave`: nodes the replicas leave and avoid, with why (`preemption.leave`)."""
+    """`leave`: nodes the replicas leave and avoid, with why (`evictions.leave`)."""
     nodes = md.spec.placement.nodes
     return placement.Request(
         replicas=autoscale.wanted(md),

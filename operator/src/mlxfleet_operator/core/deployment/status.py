@@ -5,7 +5,7 @@ reason; while loading its message carries that progress), and the whole status o
 Every reason is decided from typed facts (node readiness, slot phases, the agents' HTTP
 statuses, the plan's phase), never from the text of a message written earlier.
 May import: the standard library, `api`, the agent `contract`, `core.kit.conditions`,
-`core.kit.naming`, `core.fleet` (`placement`, `facts`), `autoscale`, `plan`, `preemption`,
+`core.kit.naming`, `core.fleet` (`placement`, `facts`), `autoscale`, `plan`, `evictions`,
 `slots`.
 Called by: the ModelDeployment handler after placement and the slot requests.
 """
@@ -22,7 +22,7 @@ from mlxfleet_operator.api import fields
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
-from mlxfleet_operator.core.deployment import autoscale, preemption, slots
+from mlxfleet_operator.core.deployment import autoscale, evictions, slots
 from mlxfleet_operator.core.deployment.plan import PlanInfo
 from mlxfleet_operator.core.fleet import facts as f
 from mlxfleet_operator.core.fleet import placement
@@ -188,7 +188,7 @@ def verdict(
     *,
     lost: Sequence[str] = (),
     conflict: str | None = None,
-    standing: preemption.Standing | None = None,
+    standing: evictions.Standing | None = None,
     now: datetime | None = None,
     stall_after: timedelta | None = None,
 ) -> conditions.Verdict:
@@ -309,7 +309,7 @@ def status(
     now: datetime,
     handover: slots.Handover | None = None,
     conflict: str | None = None,
-    standing: preemption.Standing | None = None,
+    standing: evictions.Standing | None = None,
     stall_after: timedelta | None = None,
 ) -> Result:
     """The whole status; `conflict`: why the Service cannot be published (then the status
