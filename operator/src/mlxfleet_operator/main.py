@@ -11,8 +11,8 @@ leader runs kopf (handlers, agents); a standby only waits, its runtime and regis
 exits at once (fencing); on SIGTERM it stops kopf, lets in-flight Kubernetes calls finish, then
 releases the Lease so a standby takes over. `--standalone` is one operator with no election
 (tests, local demo); it refuses to start while an elected leader renews the Lease.
-May import: kopf, settings, adapters.leader / adapters.election, handlers and adapters.runtime
-(lazily, so `--help` stays fast).
+May import: kopf, settings, adapters.leader / adapters.election, handlers, adapters.runtime and
+adapters.heap (lazily, so `--help` stays fast).
 Called by: the console script.
 """
 
@@ -173,7 +173,9 @@ def main(argv: list[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per agent call is noise
-    from mlxfleet_operator.adapters import runtime
+    from mlxfleet_operator.adapters import heap, runtime
+
+    heap.limit_arenas()  # before any thread starts
 
     try:
         asyncio.run(_main(config, elected))
@@ -188,8 +190,9 @@ async def _main(config: opsettings.OperatorSettings, elected: leader.ElectionSet
     import kopf
 
     from mlxfleet_operator import handlers
-    from mlxfleet_operator.adapters import runtime
+    from mlxfleet_operator.adapters import heap, runtime
 
+    trimming = asyncio.create_task(heap.keep_trimmed(), name="heap trim")
     built = await runtime.start(config)  # before the campaign: a standby is ready to lead at once
     memo = kopf.Memo({runtime.KEY: built})
     registry = handlers.registry(config)
@@ -208,6 +211,7 @@ async def _main(config: opsettings.OperatorSettings, elected: leader.ElectionSet
                 operate=lambda stop: _operate(config, registry, memo, stop),
             )
     finally:
+        trimming.cancel()
         await built.kube.aclose()  # kopf's cleanup closed it already, unless kopf never ran
 
 

@@ -1,8 +1,8 @@
 """`connlimits` subclasses uvicorn's private `HttpToolsProtocol` (issue 28 item 8): these tests
 drive the subclass through uvicorn's own parser callbacks with an in-memory transport (no
-socket), so a uvicorn release that renames a hook, changes its signature or stops calling it
-fails here, loudly, before a port silently loses its limits. pyproject.toml pins an upper bound;
-raise it only after this file passes on the new release.
+socket: tests/support/uvicornport.py), so a uvicorn release that renames a hook, changes its
+signature or stops calling it fails here, loudly, before a port silently loses its limits.
+pyproject.toml pins an upper bound; raise it only after this file passes on the new release.
 """
 
 from __future__ import annotations
@@ -15,11 +15,9 @@ from typing import Any
 
 import pytest
 import uvicorn
-from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-from uvicorn.server import ServerState
 
-from mlxfleet_common.wire import connlimits
+from tests.support import uvicornport
 
 WHAT = (
     f"uvicorn {uvicorn.__version__} changed the private HttpToolsProtocol interface that "
@@ -39,65 +37,13 @@ HOOKS = {
 }
 
 
-class Transport(asyncio.Transport):
-    """What uvicorn's protocol writes, kept in memory."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = b""
-        self.closed = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.written += bytes(data)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(
-            name, default
-        )
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
-async def _app(scope: Any, receive: Any, send: Any) -> None:
-    await receive()
-
-
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    for task in asyncio.all_tasks(loop):
-        task.cancel()
-    loop.run_until_complete(asyncio.sleep(0))
-    loop.close()
+    with uvicornport.event_loop() as loop:
+        yield loop
 
 
-def _connect(
-    loop: asyncio.AbstractEventLoop, *, open_already: int = 0
-) -> tuple[connlimits.LimitedHttpToolsProtocol, Transport]:
-    cls = connlimits.protocol(
-        max_header_bytes=1024, header_timeout_s=5, body_timeout_s=5, max_connections=4
-    )
-    state = ServerState()
-    state.connections.update(object() for _ in range(open_already))  # type: ignore[misc]
-    config = Config(app=_app, http=cls, log_config=None)
-    proto = cls(config=config, server_state=state, app_state={}, _loop=loop)
-    transport = Transport()
-    proto.connection_made(transport)
-    return proto, transport
-
-
-def _answer(transport: Transport) -> tuple[int, dict[str, Any]]:
+def _answer(transport: uvicornport.Transport) -> tuple[int, dict[str, Any]]:
     head, _, body = transport.written.partition(b"\r\n\r\n")
     return int(head.split()[1]), json.loads(body)
 
@@ -112,7 +58,7 @@ def test_the_hooks_connlimits_overrides_keep_their_signature(hook: str) -> None:
 def test_two_authorization_headers_are_refused_through_the_parser(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    proto, transport = _connect(loop)
+    proto, transport = uvicornport.connect(loop)
     proto.data_received(
         b"GET / HTTP/1.1\r\nhost: x\r\nauthorization: a\r\nauthorization: b\r\n\r\n"
     )
@@ -123,21 +69,21 @@ def test_two_authorization_headers_are_refused_through_the_parser(
 
 
 def test_an_unparseable_head_gets_the_ports_error_body(loop: asyncio.AbstractEventLoop) -> None:
-    proto, transport = _connect(loop)
+    proto, transport = uvicornport.connect(loop)
     proto.data_received(b"\x00\x01 not http\r\n\r\n")
     status, body = _answer(transport)
     assert (status, body["error"]["code"]) == (400, "malformed_request"), WHAT
 
 
 def test_a_head_over_the_limit_is_refused(loop: asyncio.AbstractEventLoop) -> None:
-    proto, transport = _connect(loop)
+    proto, transport = uvicornport.connect(loop)
     proto.data_received(b"GET / HTTP/1.1\r\nx-pad: " + b"a" * 2048)
     status, body = _answer(transport)
     assert (status, body["error"]["code"]) == (431, "request_head_too_large"), WHAT
 
 
 def test_one_connection_over_the_cap_is_refused(loop: asyncio.AbstractEventLoop) -> None:
-    _, transport = _connect(loop, open_already=4)
+    _, transport = uvicornport.connect(loop, open_already=4)
     status, body = _answer(transport)
     assert (status, body["error"]["code"]) == (503, "too_many_connections"), WHAT
     assert b"retry-after: 1" in transport.written
@@ -148,7 +94,7 @@ def test_the_state_the_body_deadline_reads_is_where_connlimits_looks(
 ) -> None:
     """The body deadline reads `flow.read_paused` and `cycle.response_started`; a waiting body
     arms the timer, and its expiry answers 408."""
-    proto, transport = _connect(loop)
+    proto, transport = uvicornport.connect(loop)
     proto.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n")
     assert isinstance(proto.flow.read_paused, bool), WHAT
     assert proto.cycle.response_started is False, WHAT

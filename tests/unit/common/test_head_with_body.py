@@ -1,80 +1,31 @@
 """`connlimits.protocol(head_with_body=True)` (the gateway's port): an answer's head goes out in
 one socket write with its first body bytes; an app that answers its head and waits has it sent
 at the loop's next turn; a stream's later parts are written straight to the transport. Driven
-through uvicorn's own protocol with an in-memory transport (no socket), as
-tests/unit/agent/test_connlimits_uvicorn.py does."""
+through uvicorn's own protocol with an in-memory transport (no socket: tests/support/
+uvicornport.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from uvicorn.config import Config
-from uvicorn.server import ServerState
 
-from mlxfleet_common.wire import connlimits
+from tests.support import uvicornport
 
-App = Callable[[Any, Any, Any], Awaitable[None]]
-REQUEST = b"POST /v1/x HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
 START = {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]}
 
 
-class Transport(asyncio.Transport):
-    """Each write kept apart, in order."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.writes.append(bytes(data))
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(
-            name, default
-        )
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
-def serve_one(app: App, *, head_with_body: bool) -> tuple[Transport, Any]:
+def serve_one(app: uvicornport.App, *, head_with_body: bool) -> tuple[uvicornport.Transport, Any]:
     """One request through the port's protocol to `app`; the transport and the answer's cycle."""
-    loop = asyncio.new_event_loop()
-    try:
-        cls = connlimits.protocol(
-            max_header_bytes=1024,
-            header_timeout_s=5,
-            body_timeout_s=5,
-            max_connections=4,
-            head_with_body=head_with_body,
-        )
-        config = Config(app=app, http=cls, log_config=None, lifespan="off")
-        config.load()
-        proto = cls(config=config, server_state=ServerState(), app_state={}, _loop=loop)
-        transport = Transport()
-        proto.connection_made(transport)
-        proto.data_received(REQUEST)
+    with uvicornport.event_loop() as loop:
+        proto, transport = uvicornport.connect(loop, app, head_with_body=head_with_body)
+        proto.data_received(uvicornport.REQUEST)
         cycle = proto.cycle
-        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-        loop.run_until_complete(asyncio.gather(*pending))
+        uvicornport.finish(loop)
         loop.run_until_complete(asyncio.sleep(0))  # a held head's turn
         proto.connection_lost(None)
         return transport, cycle
-    finally:
-        loop.close()
 
 
 async def whole(scope: Any, receive: Any, send: Any) -> None:
@@ -102,8 +53,8 @@ async def head_then_wait(scope: Any, receive: Any, send: Any) -> None:
 @pytest.mark.parametrize("head_with_body", [True, False], ids=["head-with-body", "as-uvicorn"])
 def test_a_whole_answer_is_one_write(head_with_body: bool) -> None:
     transport, _ = serve_one(whole, head_with_body=head_with_body)
-    assert b"".join(transport.writes).startswith(b"HTTP/1.1 200 OK\r\n")
-    assert b"".join(transport.writes).endswith(b"\r\n\r\nhello")
+    assert transport.written.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert transport.written.endswith(b"\r\n\r\nhello")
     assert len(transport.writes) == (1 if head_with_body else 2)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -73,19 +74,31 @@ def queues(tmp_path: Path) -> list[common.Queue[str]]:
     return [common.MemoryQueue[str](), common.DiskQueue(tmp_path, Codec(), files.write_atomic)]
 
 
+def flush_async(ship: common.Shipper[str]) -> int:
+    return asyncio.run(ship.flush_async())
+
+
 @pytest.mark.parametrize("kind", [0, 1], ids=["memory", "disk"])
-def test_oldest_first_stops_at_the_first_failure_and_resumes(tmp_path: Path, kind: int) -> None:
+@pytest.mark.parametrize(
+    "flush",
+    [pytest.param(common.Shipper.flush, id="blocking"), pytest.param(flush_async, id="loop")],
+)
+def test_oldest_first_stops_at_the_first_failure_and_resumes(
+    tmp_path: Path, kind: int, flush: Callable[[common.Shipper[str]], int]
+) -> None:
+    """Both drivers (the agent's blocking `flush`, the gateway's `flush_async`) run the same
+    steps: oldest first, stop at the first failure, resume from it."""
     store, counts = Store(), {}
     ship = make(queues(tmp_path)[kind], store, counts)
     for item in ("i1", "i2"):
         ship.enqueue(item)
     store.down = True
-    assert ship.flush() == 0
+    assert flush(ship) == 0
     assert len(ship.queue) == 2
     assert counts == {"upload_failed": 1}
     store.down = False
     ship.enqueue("i3")
-    assert ship.flush() == 3
+    assert flush(ship) == 3
     assert store.puts == [("p/i1.jsonl", b"i1\n"), ("p/i2.jsonl", b"i2\n"), ("p/i3.jsonl", b"i3\n")]
     assert len(ship.queue) == 0
     assert counts["uploaded"] == 3
@@ -110,6 +123,7 @@ def test_without_a_store_nothing_is_queued_nor_written(tmp_path: Path) -> None:
     ship.enqueue("i1")
     assert not ship.shipping
     assert ship.flush() == 0
+    assert flush_async(ship) == 0
     assert not (tmp_path / "spool").exists()
 
 

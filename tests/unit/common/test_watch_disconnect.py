@@ -1,19 +1,18 @@
 """`hangup.watch_disconnect`: both proxies hear a client hang up before its answer is
 complete. On the product's ports (`connlimits`) the connection calls the app's callback from
 `connection_lost` (no task per request); elsewhere a task waits on `receive()`. Driven through
-uvicorn's own protocol with an in-memory transport, as test_head_with_body.py does."""
+uvicorn's own protocol with an in-memory transport (tests/support/uvicornport.py)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from uvicorn.config import Config
-from uvicorn.server import ServerState
+import pytest
 
-from mlxfleet_common.wire import connlimits, hangup
+from mlxfleet_common.wire import hangup
 from mlxfleet_common.wire import openai_proxy as asgi
-from tests.unit.common.test_head_with_body import REQUEST, Transport
+from tests.support import uvicornport
 
 
 class Probe:
@@ -41,33 +40,19 @@ class Probe:
 def run(*, answer_first: bool) -> Probe:
     """One request on the port's protocol; the client leaves while its answer is awaited (or
     once it was answered, `answer_first`)."""
-    loop = asyncio.new_event_loop()
-    try:
-        cls = connlimits.protocol(
-            max_header_bytes=1024, header_timeout_s=5, body_timeout_s=5, max_connections=4
-        )
+    with uvicornport.event_loop() as loop:
         app = Probe()
-        config = Config(app=app, http=cls, log_config=None, lifespan="off")
-        config.load()
-        proto = cls(config=config, server_state=ServerState(), app_state={}, _loop=loop)
-        proto.connection_made(Transport())
-        proto.data_received(REQUEST)
-        for _ in range(5):
-            loop.run_until_complete(asyncio.sleep(0))
+        proto, _ = uvicornport.connect(loop, app)
+        proto.data_received(uvicornport.REQUEST)
+        uvicornport.turns(loop)
         if answer_first:
             app.answer.set()
-            for _ in range(5):
-                loop.run_until_complete(asyncio.sleep(0))
+            uvicornport.turns(loop)
         proto.connection_lost(None)
-        for _ in range(5):
-            loop.run_until_complete(asyncio.sleep(0))
+        uvicornport.turns(loop)
         app.answer.set()
-        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-        if pending:
-            loop.run_until_complete(asyncio.wait(pending))
+        uvicornport.finish(loop)
         return app
-    finally:
-        loop.close()
 
 
 def test_a_client_that_hangs_up_mid_answer_is_heard_once_without_a_task() -> None:
@@ -79,6 +64,61 @@ def test_a_client_that_hangs_up_mid_answer_is_heard_once_without_a_task() -> Non
 def test_a_client_that_leaves_after_its_answer_is_not_gone() -> None:
     app = run(answer_first=True)
     assert app.gone == 0
+
+
+@pytest.mark.parametrize(
+    "first_lingers",
+    [
+        pytest.param(False, id="first-stops-watching-at-its-answer"),
+        pytest.param(True, id="first-stops-watching-after-the-second-began"),
+    ],
+)
+def test_the_second_of_two_pipelined_requests_hears_its_client_leave(
+    first_lingers: bool,
+) -> None:
+    """uvicorn starts a pipelined request's app from inside the answer's last `send` of the
+    one before, so the second request may watch before the first stops watching. Before: the
+    first's late stop cleared the connection's one hook, whoever had set it, and the second
+    request streamed on to a client that had left (`first-stops-watching-after-...`)."""
+    with uvicornport.event_loop() as loop:
+        app = uvicornport.Pipelined(2)
+        uvicornport.release(app.watch[0], app.watch[1], app.answer[0])
+        if not first_lingers:
+            app.done[0].set()
+        proto, transport = uvicornport.connect(loop, app)
+        proto.data_received(uvicornport.REQUEST * 2)
+        uvicornport.turns(loop)
+        assert transport.written.count(b"HTTP/1.1 200 OK") == 1  # the first answered
+        app.done[0].set()  # the first stops watching: after the second began, when it lingers
+        uvicornport.turns(loop)
+        proto.connection_lost(None)
+        uvicornport.turns(loop)
+        uvicornport.release(app.answer[1], app.done[1])
+        uvicornport.finish(loop)
+    assert app.gone == [0, 1]
+
+
+def test_a_client_leaving_between_pipelined_requests_leaves_the_answered_one_alone() -> None:
+    """The client leaves once the first answer is complete, while the first has not stopped
+    watching and the second has not begun to: the first is not gone (its answer is whole;
+    before: it was told, as the connection's newest request was unanswered), the second is
+    told as soon as it watches."""
+    with uvicornport.event_loop() as loop:
+        app = uvicornport.Pipelined(2)
+        uvicornport.release(app.watch[0], app.answer[0])
+        proto, transport = uvicornport.connect(loop, app)
+        proto.data_received(uvicornport.REQUEST * 2)
+        uvicornport.turns(loop)
+        assert transport.written.count(b"HTTP/1.1 200 OK") == 1
+        proto.connection_lost(None)
+        uvicornport.turns(loop)
+        assert app.gone == [0, 0]
+        app.watch[1].set()
+        uvicornport.turns(loop)
+        assert app.gone == [0, 1]
+        uvicornport.release(app.done[0], app.answer[1], app.done[1])
+        uvicornport.finish(loop)
+    assert app.gone == [0, 1]
 
 
 def test_without_the_hook_a_task_waits_on_receive() -> None:

@@ -265,6 +265,36 @@ def test_an_agent_may_narrow_the_env_allow_list() -> None:
         registry.check(spec, host)
 
 
+@pytest.mark.parametrize(
+    ("engine", "serves"),
+    [
+        pytest.param({}, {"chat", "completions"}, id="mlx-lm"),
+        pytest.param({"name": "mlx-embed"}, {"embeddings"}, id="mlx-embed"),
+        pytest.param({"name": "vllm", "vllm": {"task": "rerank"}}, {"rerank"}, id="vllm-rerank"),
+        pytest.param(
+            {
+                "name": "command",
+                "command": {"argv": LLAMA, "capabilities": ["embeddings"], "memoryBytes": 1},
+            },
+            {"embeddings"},
+            id="command",
+        ),
+    ],
+)
+def test_an_engines_capabilities_are_computed_once(
+    engine: dict[str, Any], serves: set[str]
+) -> None:
+    """Routing reads them per request: the same set each time, not a new one per read; the spec
+    is frozen so the set cannot go stale."""
+    spec = contract.EngineSpec.model_validate(engine)
+    assert spec.capabilities == serves
+    assert spec.capabilities is spec.capabilities
+    assert spec == contract.EngineSpec.model_validate(engine)  # the cache is not a field
+    assert "capabilities" not in spec.model_dump()
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
+        spec.name = contract.EngineName.MLX_RERANK
+
+
 def test_command_needs_capabilities_and_memory() -> None:
     with pytest.raises(pydantic.ValidationError, match="capabilities"):
         _options(capabilities=[])

@@ -13,7 +13,8 @@ What differs between the programs is given, never copied here:
   `MemoryQueue` (the gateway: a deque, appending is O(1) and does no I/O);
 - where items come from and when: the program closes its intervals, calls `enqueue` and `trim`,
   and drives `flush` (blocking: the agent's thread) or `flush_async` (the gateway's event loop:
-  each PUT in a worker thread, the queue touched only on the loop);
+  each PUT in a worker thread, the queue touched only on the loop): two drivers of one flush's
+  steps (`Shipper._uploads`), which alone decide the order, what a failure stops and the counts;
 - the metrics: `count(result, n)` for `uploaded`, `upload_failed` and `dropped`.
 May import: the standard library (the store is `mlxfleet_common.s3client.Bucket`, given).
 Called by: the agent's telemetry.shipper and telemetry.spool, the gateway's shipper.
@@ -25,7 +26,7 @@ import asyncio
 import collections
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
@@ -218,35 +219,37 @@ class Shipper(Generic[T]):
     def flush(self) -> int:
         """Upload queued items oldest first, blocking; stop at the first failure. Returns
         uploads."""
-        store = self.store
-        if store is None:
-            return 0
-        done = 0
-        for item, remove in self.queue.items():
-            key, body = self._key(item), self._codec.dump(item) + b"\n"
-            try:
-                store.put(key, body)
-            except Exception as exc:  # any transport or S3 error: keep it queued, retry later
-                self._failed(exc)
-                return done
-            remove()
-            self._uploaded(key)
-            done += 1
-        self._reachable()
-        return done
+        steps = self._uploads()
+        error: Exception | None = None
+        try:
+            while True:
+                error = _attempt(steps.send(error))
+        except StopIteration as end:
+            return int(end.value)
 
     async def flush_async(self) -> int:
         """`flush` for an event loop: each PUT in a worker thread, the queue only on the loop."""
+        steps = self._uploads()
+        error: Exception | None = None
+        try:
+            while True:
+                error = await asyncio.to_thread(_attempt, steps.send(error))
+        except StopIteration as end:
+            return int(end.value)
+
+    def _uploads(self) -> Generator[Callable[[], None], Exception | None, int]:
+        """One flush as steps, for both drivers: yields each PUT to do (oldest first) and is sent
+        back how it went (None: stored; the error: stop there, the item stays queued). Returns
+        uploads. The queue and the counts are touched here only, never where a PUT runs."""
         store = self.store
         if store is None:
             return 0
         done = 0
         for item, remove in self.queue.items():
-            key, body = self._key(item), self._codec.dump(item) + b"\n"
-            try:
-                await asyncio.to_thread(store.put, key, body)
-            except Exception as exc:  # any transport or S3 error: keep it queued, retry later
-                self._failed(exc)
+            key = self._key(item)
+            error = yield functools.partial(store.put, key, self._codec.dump(item) + b"\n")
+            if error is not None:  # any transport or S3 error: keep it queued, retry later
+                self._failed(error)
                 return done
             remove()
             self._uploaded(key)
@@ -269,3 +272,12 @@ class Shipper(Generic[T]):
         if self._failing:
             self._log.warning("telemetry store reachable again")
         self._failing = False
+
+
+def _attempt(put: Callable[[], None]) -> Exception | None:
+    """Do one PUT; its error, or None once it is stored."""
+    try:
+        put()
+    except Exception as exc:  # any transport or S3 error: the steps decide what follows
+        return exc
+    return None

@@ -35,7 +35,9 @@ event).
 Each request's scope carries `hangup.GONE`: the app hands it a callback to be called
 (soon, once) when the client hangs up before its answer is complete (`hangup.
 watch_disconnect`), which the connection's `connection_lost` does, as uvicorn tells a pending
-`receive()`: a request in flight needs no task waiting on `receive()` for that.
+`receive()`: a request in flight needs no task waiting on `receive()` for that. The hook is
+the request's own (bound to its cycle, one per request, nothing per streamed event), so a
+pipelined request is heard even when the one before stops watching after it began.
 
 Shared by the agent and the gateway (mlxfleet_common.wire imports neither: an import-linter
 contract). May import: uvicorn, openai_proxy, hangup, headers, the standard library. Called
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -165,8 +168,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._timer: asyncio.TimerHandle | None = None  # the head's timeout or the body's
         self._refused: _Refused | None = None
-        self._gone: Callable[[], None] | None = None  # the app's: the client hung up
-        self._watch = self._watch_gone  # one bound method per connection, in each scope
+        self._lost = False  # the client has hung up
+        # The app's callback for when the client hangs up, and the request cycle it watches
+        # for: one at a time (uvicorn runs a connection's requests one after another).
+        self._gone: Callable[[], None] | None = None
+        self._gone_cycle: Any = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -183,21 +189,32 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+        self._lost = True
         gone, self._gone = self._gone, None
-        if gone is not None and self.cycle is not None and self.cycle.disconnected:
+        if gone is not None and not self._gone_cycle.response_complete:
             self.loop.call_soon(gone)  # as a `receive()` waiting would hear it: not in here
 
-    def _watch_gone(self, callback: Callable[[], None] | None) -> None:
-        """`scope[GONE]`: call `callback` when the client hangs up before the answer is complete
-        (None: stop). Reading is resumed, as a `receive()` would, so the hang-up is seen. A
-        client that already left (while the request waited in a slot's queue, say) is told at
-        once, as a `receive()` would say `http.disconnect` at once."""
-        if callback is not None and self.cycle is not None and self.cycle.disconnected:
-            self._gone = None
-            self.loop.call_soon(callback)
+    def _watch_gone(self, cycle: Any, callback: Callable[[], None] | None) -> None:
+        """`scope[GONE]` of `cycle`'s request: call `callback` when the client hangs up before
+        that request's answer is complete (None: stop). Reading is resumed, as a `receive()`
+        would, so the hang-up is seen. A client that already left (while the request waited in
+        a slot's queue, say) is told at once, as a `receive()` would say `http.disconnect` at
+        once.
+
+        Keyed by the request: uvicorn starts a pipelined request's app from inside the answer's
+        last `send` of the one before, so that app may watch before the one before stops (it
+        still awaits something after its answer); that late stop clears nothing of the newer
+        request's, and a hang-up then is the newer request's alone."""
+        if callback is None:
+            if self._gone_cycle is cycle:
+                self._gone = self._gone_cycle = None
             return
-        self._gone = callback
-        if callback is not None and self.flow is not None:
+        if self._lost:
+            if not cycle.response_complete:
+                self.loop.call_soon(callback)
+            return
+        self._gone, self._gone_cycle = callback, cycle
+        if self.flow is not None:
             self.flow.resume_reading()
 
     def data_received(self, data: bytes) -> None:
@@ -223,10 +240,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             )
             raise self._refused  # the parser stops; uvicorn calls send_400_response
         self._in_body = True
-        self.scope[GONE] = self._watch  # type: ignore[literal-required]
         super().on_headers_complete()
-        if self.head_with_body and self.cycle is not None:
-            self.cycle.transport = _HeadWithBody(self.transport, self.cycle)  # type: ignore[assignment]
+        cycle = self.cycle
+        if cycle is None or cycle.scope is not self.scope:
+            return  # no request cycle of its own (a WebSocket upgrade)
+        self.scope[GONE] = functools.partial(self._watch_gone, cycle)  # type: ignore[literal-required]
+        if self.head_with_body:
+            cycle.transport = _HeadWithBody(self.transport, cycle)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from mlxfleet_common.wire.openai_proxy import Receive, Scope, until_disconnect
 
 # scope key of the product's ports (`connlimits`): a function that takes the callback to call
-# when the client hangs up before the answer is complete (None: no longer)
+# when the client hangs up before this request's answer is complete (None: no longer); each
+# request's own, so stopping one request's watch never stops another's on the connection
 GONE = "mlxfleet.gone"
 
 

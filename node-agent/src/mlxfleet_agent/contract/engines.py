@@ -13,6 +13,7 @@ contract.slots, the agent's engines and backends, the operator's API models and 
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
@@ -372,7 +373,10 @@ OPTION_KEYS: Mapping[str, frozenset[EngineName]] = {
 
 
 class EngineSpec(StrictWire):
-    """Which engine a slot runs and that engine's options (only the matching key may be set)."""
+    """Which engine a slot runs and that engine's options (only the matching key may be set).
+    Frozen, as its options are: `capabilities` is computed once, on first use."""
+
+    model_config = pydantic.ConfigDict(frozen=True)
 
     name: EngineName = Field(
         default=EngineName.MLX_LM,
@@ -403,8 +407,9 @@ class EngineSpec(StrictWire):
             )
         return self
 
-    @property
+    @functools.cached_property
     def capabilities(self) -> frozenset[Capability]:
+        """What a slot with this engine serves: read per request (routing), so computed once."""
         return capabilities_of(self.name, self)
 
 
