@@ -176,6 +176,23 @@ def test_template_arguments_reach_the_template(model_dir: Path, tmp_path: Path) 
     assert asked.tokens > plain.tokens
 
 
+def test_a_template_renders_from_plain_globals_with_every_name_it_had(tmp_path: Path) -> None:
+    """Renders copy the template's globals: a plain dict (not jinja's ChainMap over the
+    environment's, which every render iterated twice), still holding jinja's own names and ours."""
+    template = (
+        "{% set ns = namespace(n=0) %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% endfor %}"
+        "{{ ns.n }}|{{ strftime_now('%Y') | length }}|{{ raise_exception is defined }}"
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    )
+    counter = tokencount.Counter(
+        tokenizers.Tokenizer(tokenizers.models.BPE()), template=template, specials={}
+    )
+    assert counter.template is not None
+    assert type(counter.template.globals) is dict
+    text, rendered = counter.chat_text({"messages": [{"role": "user", "content": "hi"}]}, None)
+    assert (text, rendered) == ("6|4|Truehi", True)
+
+
 def test_a_template_that_does_not_render_falls_back_to_a_lower_bound(
     model_dir: Path, tmp_path: Path, tok: tokenizers.Tokenizer
 ) -> None:

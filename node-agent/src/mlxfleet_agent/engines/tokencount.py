@@ -310,10 +310,15 @@ def _compile(template: str) -> jinja2.Template | None:
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     try:
-        return env.from_string(template)
+        compiled = env.from_string(template)
     except jinja2.TemplateError as exc:
         log.warning("chat template does not compile; prompts are counted without it: %s", exc)
         return None
+    # jinja keeps a template's globals as a ChainMap over the environment's, and every render
+    # copies them twice by iterating it (half of a short chat's render); the same names in one
+    # plain dict render the same (nothing adds globals after this)
+    compiled.globals = dict(compiled.globals)
+    return compiled
 
 
 def _template(model_dir: Path, config: Mapping[str, Any]) -> str | None:

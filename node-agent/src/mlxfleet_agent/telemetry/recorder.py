@@ -80,6 +80,7 @@ class Telemetry:
         self._slot_model: dict[str, tuple[str, str | None, str | None]] = {}
         self._pending_busy: dict[str, float] = {}  # busy time of slots whose model is not known yet
         self._last_host: intervals.HostSample | None = None
+        self._series: dict[tuple[str, str, str, bool, str], tuple[Any, ...]] = {}
         self._last_host_at: float | None = None
         now = self.started_at
         self._open = self._new_interval(now)
@@ -314,21 +315,45 @@ class Telemetry:
             c["requests_failed_total"] += 1
         c["prompt_tokens_total"] += record.prompt_tokens
         c["completion_tokens_total"] += record.completion_tokens
-        m, child = self.metrics, self.metrics.child
-        slot, model = record.slot, record.served_name
         outcome = "error" if record.error_kind else "ok"
-        child(m.requests, slot, model, record.endpoint, str(record.stream).lower(), outcome).inc()
+        key = (record.slot, record.served_name, record.endpoint, record.stream, outcome)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = self._new_series(key)
+        requests, prompt, completion, ttft, tpot_, e2e, queue_wait = series
+        requests.inc()
         if record.error_kind:
-            child(m.errors, slot, model, record.error_kind).inc()
-        child(m.prompt_tokens, slot, model).inc(record.prompt_tokens)
-        child(m.completion_tokens, slot, model).inc(record.completion_tokens)
+            m = self.metrics
+            m.child(m.errors, record.slot, record.served_name, record.error_kind).inc()
+        prompt.inc(record.prompt_tokens)
+        completion.inc(record.completion_tokens)
         if record.ttft_s is not None:
-            child(m.ttft, slot, model).observe(record.ttft_s)
+            ttft.observe(record.ttft_s)
         tpot = time_per_output_token(record)
         if tpot is not None:
-            child(m.tpot, slot, model).observe(tpot)
-        child(m.e2e, slot, model).observe(record.e2e_s)
-        child(m.queue_wait, slot, model).observe(record.queue_wait_s)
+            tpot_.observe(tpot)
+        e2e.observe(record.e2e_s)
+        queue_wait.observe(record.queue_wait_s)
+
+    def _new_series(self, key: tuple[str, str, str, bool, str]) -> tuple[Any, ...]:
+        """The Prometheus children one kind of finished request updates, looked up once per
+        (slot, model, endpoint, stream, outcome) instead of seven times per request."""
+        slot, model, endpoint, stream, outcome = key
+        m, child = self.metrics, self.metrics.child
+        return (
+            child(m.requests, slot, model, endpoint, str(stream).lower(), outcome),
+            *(
+                child(family, slot, model)
+                for family in (
+                    m.prompt_tokens,
+                    m.completion_tokens,
+                    m.ttft,
+                    m.tpot,
+                    m.e2e,
+                    m.queue_wait,
+                )
+            ),
+        )
 
     def _aggregate(self, record: RequestRecord) -> None:
         agg = self._open.slot(record.slot, record.served_name)
