@@ -131,3 +131,42 @@ def test_no_answer_is_a_kube_error() -> None:
             await k.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_silent_api_server_fails_the_call_instead_of_holding_it() -> None:
+    """An API server that takes the request and never answers (a hung apiserver, a half-open
+    connection): the call fails as a KubeError after the client's read timeout. Before, the
+    handlers' calls had no time limit at all, and a reconcile waited for ever holding the
+    object's lock."""
+    arrived = asyncio.Event()
+
+    async def silent(request: web.Request) -> web.Response:
+        arrived.set()
+        await asyncio.sleep(3600)
+        return web.json_response({})
+
+    async def scenario() -> None:
+        app = web.Application()
+        app.router.add_get("/apis/{group}/{version}/namespaces/{ns}/{kind}/{name}", silent)
+        runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        config = kclient.Configuration(host=f"http://127.0.0.1:{runner.addresses[0][1]}")
+        k = kube.Kube(kubeapi.Client(config, read_timeout=0.5))
+        try:
+            async with asyncio.timeout(10):  # the old client: TimeoutError here, not KubeError
+                with pytest.raises(kube.KubeError, match=r"get ModelDeployment ns/chat: 0 "):
+                    await k.get_deployment("ns", "chat")
+            assert arrived.is_set()
+        finally:
+            await k.aclose()
+            await runner.cleanup()
+
+    asyncio.run(scenario())
+
+
+def test_the_default_read_timeout_bounds_every_call() -> None:
+    client = kubeapi.Client(kclient.Configuration(host="http://127.0.0.1:1"))
+    assert client._timeout.sock_read == kubeapi.READ_TIMEOUT_S
+    assert client._timeout.total is None  # the wait for a pooled connection is not a fault

@@ -31,6 +31,11 @@ from kubernetes_asyncio import client as kclient
 from kubernetes_asyncio import config as kconfig
 
 CONNECTIONS = 32  # the operator's own requests at once (kopf's watches and patches: apisession)
+# A call whose connection stays silent this long fails (`ApiError`, status 0) instead of holding
+# its reconcile, and the object's lock, for ever; the wait for a free connection of the pool is
+# not bounded (at scale calls queue there, which is no fault).
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 60.0
 USER_AGENT = "mlxfleet-operator"
 JSON = "application/json"
 _ANSWERS = {200: "object", 201: "object", 202: "object"}  # "object": the JSON as it came
@@ -72,9 +77,18 @@ class Client:
     closed by `aclose`; a call after that fails (`ApiError`, status 0): nothing the operator
     runs after it stopped reaches the API server."""
 
-    def __init__(self, configuration: Any, *, user_agent: str = USER_AGENT) -> None:
+    def __init__(
+        self,
+        configuration: Any,
+        *,
+        user_agent: str = USER_AGENT,
+        read_timeout: float = READ_TIMEOUT_S,
+    ) -> None:
         self.configuration = configuration
         self._user_agent = user_agent
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=read_timeout
+        )
         self._api: Any = None
         self._closed = False
 
@@ -103,7 +117,8 @@ class Client:
         budget: aiohttp.ClientTimeout | None = None,
     ) -> JsonDict:
         """`method` `path` (quoted already) with `body` as JSON; the answer's JSON. `budget`: the
-        connection's own time limit (callers bound a call with `asyncio.timeout`)."""
+        call's time limits (default: a silent connection fails after the client's read timeout;
+        callers bound a whole call with `asyncio.timeout`)."""
         api = self._client()
         try:
             found = await api.call_api(
@@ -115,7 +130,7 @@ class Client:
                 response_types_map=_ANSWERS,
                 auth_settings=["BearerToken"],
                 _return_http_data_only=True,
-                _request_timeout=budget,
+                _request_timeout=budget or self._timeout,
             )
         except kclient.ApiException as exc:
             raise ApiError(int(exc.status or 0), str(exc.reason), str(exc.body or "")) from exc
