@@ -100,14 +100,15 @@ class Backend:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = backend_env(dict(self.launch.env), dict(os.environ))
         self.log_path.write_bytes(b"")  # a new start, a new log
+        argv, preexec = platform.backend_spawn(self.launch.argv)
         with self.log_path.open("ab") as out:  # appending: `logrotate` may truncate it
             self.proc = await asyncio.create_subprocess_exec(
-                *self.launch.argv,
+                *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=platform.backend_preexec,
+                preexec_fn=preexec,
                 env=env,
             )
         log.info(

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +98,29 @@ def _libc() -> ctypes.CDLL | None:
 
 
 _LIBC = _libc()
+
+
+SETPRIV = shutil.which("setpriv") if IS_LINUX else None  # util-linux
+
+
+def backend_spawn(argv: Sequence[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """The argv and `preexec_fn` to spawn a backend with: default SIGINT, and (Linux) it dies
+    with the agent.
+
+    A `preexec_fn` runs Python in the forked child of a process that has threads; the child can
+    deadlock there before exec (a lock another thread held at fork), and asyncio waits for the
+    exec in the event loop's thread: the whole agent hung (seen under libfaketime in
+    `tests/faults/test_clock_skew.py`). So where it can, nothing runs in the child: on Linux
+    `setpriv --pdeathsig KILL` sets PDEATHSIG and execs the backend (same pid), and SIGINT,
+    which the agent handles, is reset to default by exec. The preexec_fn stays for what that
+    cannot do: no `setpriv` on Linux, SIGINT ignored (inherited by exec), and macOS (no
+    PDEATHSIG; SIGINT only)."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if SETPRIV is not None and not ignored:
+        return [SETPRIV, "--pdeathsig", "KILL", "--", *argv], None
+    if IS_MACOS and not ignored:
+        return list(argv), None
+    return list(argv), backend_preexec
 
 
 def backend_preexec() -> None:
