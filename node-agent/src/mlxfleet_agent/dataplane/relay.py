@@ -366,18 +366,7 @@ async def _stream_to_stop(
     requests with `stop` pay for it) and ended at the first stop string: the backend is cut
     off there (it stops generating), and the usage event (when asked for) and `[DONE]` are the
     agent's own."""
-    outcome.started = outcome.streaming = True
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [
-                (b"content-type", b"text/event-stream"),
-                (b"cache-control", b"no-cache"),
-                *headers,
-            ],
-        }
-    )
+    await streamed.start(send, headers, outcome)
     try:
         with resp.watchdog():
             while raw := await resp.read_chunk():

@@ -63,18 +63,7 @@ async def stream(
     scanner: asgi.StreamScanner,
     gone: outcomes.Gone,
 ) -> None:
-    outcome.started = outcome.streaming = True
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [
-                (b"content-type", b"text/event-stream"),
-                (b"cache-control", b"no-cache"),
-                *headers,
-            ],
-        }
-    )
+    await start(send, headers, outcome)
     read, feed = resp.read_chunk, scanner.feed
     try:
         with resp.watchdog():
@@ -95,3 +84,22 @@ async def stream(
         if not gone.is_set and not scanner.done:
             log.warning("backend stream broke", extra={"error": str(exc)})
     await end_stream(send, scanner, outcome, gone, rewrite)
+
+
+async def start(
+    send: asgi.Send, headers: list[tuple[bytes, bytes]], outcome: outcomes.Outcome
+) -> None:
+    """The head of a streamed answer (server-sent events), once per request; the outcome now
+    counts as started and streaming."""
+    outcome.started = outcome.streaming = True
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"text/event-stream"),
+                (b"cache-control", b"no-cache"),
+                *headers,
+            ],
+        }
+    )
