@@ -155,6 +155,54 @@ def test_a_busy_operator_loop_does_not_make_a_quick_agent_time_out(
     assert failed > 0, (answered, failed)
 
 
+class _Counting(http.server.ThreadingHTTPServer):
+    """`quick_agent`'s server, counting the connections it accepted."""
+
+    accepted = 0
+
+    def get_request(self) -> tuple[object, object]:
+        self.accepted += 1
+        return super().get_request()  # type: ignore[return-value]
+
+
+def test_a_poll_reuses_the_connection_of_the_poll_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Polls come every --poll-seconds (5 s): httpx's default keep-alive of 5 s let each poll
+    find its connection just expired (a new TCP connection per poll, 100 a second at 500
+    nodes). The next request, a poll interval later, goes on the same connection; and the
+    client gives it up before the agent's server would (30 s)."""
+    import httpcore._async.http11 as http11
+
+    from mlxfleet_agent.runtime import serve
+    from mlxfleet_operator import settings as opsettings
+
+    poll = opsettings.OperatorSettings().poll_seconds
+    assert poll < agent.KEEPALIVE_S < serve.KEEP_ALIVE_S
+    server = _Counting(("127.0.0.1", 0), _Answers404)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    clock = [time.monotonic()]
+    monkeypatch.setattr(http11.time, "monotonic", lambda: clock[0])
+
+    async def go() -> None:
+        creds = agent.Credentials(url=f"http://127.0.0.1:{server.server_port}", token="t")
+        client = agent.AgentClient(creds)
+        try:
+            await client.delete_slot("s")
+            clock[0] += poll + 1  # the next poll
+            await client.delete_slot("s")
+            assert server.accepted == 1
+            clock[0] += agent.KEEPALIVE_S + 1  # idle longer than kept: a new connection
+            await client.delete_slot("s")
+            assert server.accepted == 2
+        finally:
+            await client.aclose()
+
+    try:
+        asyncio.run(go())
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_the_fleet_sends_on_its_own_loop_and_stops_it_on_close(quick_agent: str) -> None:
     view = fleet.Fleet(None)  # type: ignore[arg-type]  # no Kubernetes needed here
     threads = {t.name for t in threading.enumerate()}

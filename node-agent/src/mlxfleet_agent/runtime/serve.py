@@ -27,6 +27,8 @@ from mlxfleet_agent.runtime import compose
 from mlxfleet_agent.runtime import settings as settings_mod
 from mlxfleet_common.wire import connlimits
 
+KEEP_ALIVE_S = 30  # an idle client connection is kept this long (the operator keeps it 20 s)
+
 log = logging.getLogger("mlxfleet_agent")
 
 
@@ -102,7 +104,7 @@ def _server(
         access_log=False,
         lifespan="off",
         timeout_graceful_shutdown=int(max(1, drain_s)),
-        timeout_keep_alive=30,
+        timeout_keep_alive=KEEP_ALIVE_S,
         server_header=False,
         **kwargs,
     )
