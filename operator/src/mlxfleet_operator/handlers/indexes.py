@@ -15,8 +15,8 @@ handler module imports another. One index per question:
 
 Bodies are parsed here, once per change: an object the operator's model refuses is left out
 (kopf logs the error) instead of breaking every handler that reads the index. Each node seen
-also updates the runtime's `NodeChanges` (its version and NotReady set: the converge-skip check
-reads those instead of scanning every node per deployment per tick).
+also updates the runtime's `NodeChanges` (what decisions read of it, its NotReady set: the
+converge-skip check reads those instead of scanning every node per deployment per tick).
 May import: kopf, api, core (claims, facts, preemption), adapters.runtime. Called by: kopf
 (indexing), handler modules (the view).
 """
@@ -56,7 +56,11 @@ def inference_nodes(
     node = inode.InferenceNode.model_validate(copy.deepcopy(dict(body)))
     ready = facts.NodeFacts(node=node, state=None, endpoint=None).ready
     shape = (tuple(sorted(node.metadata.labels.items())), node.spec)  # what placement filters
-    runtime.of(memo).nodes.observe(name, node.metadata.resource_version, ready=ready, shape=shape)
+    memory = node.status.memory  # read only before the agent's first answer (`facts.budget`)
+    reads = (shape, tuple(node.status.conditions), memory.allocatable_bytes if memory else None)
+    runtime.of(memo).nodes.observe(
+        name, node.metadata.resource_version, ready=ready, shape=shape, reads=reads
+    )
     return {name: node}
 
 
