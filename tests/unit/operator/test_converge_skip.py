@@ -68,12 +68,19 @@ class _Index(dict[Any, list[Any]]):
     """kopf.Index's read side (a mapping of key -> store of values)."""
 
 
-def _ready(name: str, rv: str, *, ready: bool = True) -> Any:
+def _ready(
+    name: str, rv: str, *, ready: bool = True, beat: int = 0, labels: dict[str, str] | None = None
+) -> Any:
     n = node(name)
     n.metadata.resource_version = rv
+    n.metadata.labels = labels or {}
     cond = {"type": "Ready", "status": "True" if ready else "False", "reason": "x", "message": ""}
     cond["lastTransitionTime"] = NOW.isoformat()
-    return n.model_copy(update={"status": n.status.model_validate({"conditions": [cond]})})
+    status = {
+        "conditions": [cond],
+        "lastHeartbeatTime": (NOW + timedelta(seconds=beat)).isoformat(),
+    }
+    return n.model_copy(update={"status": n.status.model_validate(status)})
 
 
 def test_inputs_change_with_nodes_agents_and_the_object_and_never_skip_a_lost_node() -> None:
@@ -101,11 +108,15 @@ def test_inputs_change_with_nodes_agents_and_the_object_and_never_skip_a_lost_no
     base = convergeskip.inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "1")))
     assert base is not None
     assert convergeskip.inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "1"))) == base
-    changed = convergeskip.inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "2")))
+    # a status write of what decisions do not read (the heartbeat time): no reconcile
+    beat = idx(_ready("n1", "1"), _ready("n2", "2", beat=5))
+    assert convergeskip.inputs(rt, body, beat) == base
+    labelled = _ready("n2", "2", beat=5, labels={"tier": "gpu"})  # what placement filters
+    changed = convergeskip.inputs(rt, body, idx(_ready("n1", "1"), labelled))
     assert changed not in (None, base)
     f.version += 1
-    assert convergeskip.inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "2"))) != changed
-    now = convergeskip.inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "2")))
+    assert convergeskip.inputs(rt, body, idx(_ready("n1", "1"), labelled)) != changed
+    now = convergeskip.inputs(rt, body, idx(_ready("n1", "1"), labelled))
     one = idx(_ready("n1", "1"))  # n2 deleted: gone from the index, no event the view saw
     assert convergeskip.inputs(rt, body, one) != now
     lost = idx(_ready("n1", "1"), _ready("n2", "3", ready=False))
@@ -245,3 +256,80 @@ def test_a_placed_deployment_reads_only_its_nodes_and_an_unplaced_one_every_node
     assert list(f.placed(slot)) == ["n2"]
     f.record("n1", state(slots=[ready]), now=NOW + timedelta(seconds=25))
     assert list(f.placed(slot)) == ["n1", "n2"]
+
+
+def test_a_placed_deployment_does_not_wake_for_its_neighbours_slots() -> None:
+    """A settled deployment reads its own slot on its nodes and the rest of their answers, not
+    the other slots there: at 500 x 1,000, other deployments' slots coming up on the same Macs
+    were 5,432 of the 7,700 reconciles while converging."""
+    f = _fleet()
+    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=f, publisher=None)  # type: ignore[arg-type]
+    slot = naming.slot_name("ns", "d")
+    mine = SLOT.model_copy(update={"name": slot})
+    other = SLOT.model_copy(update={"name": "ns-other"})
+    f.record("n1", state(slots=[mine]), now=NOW)
+    rt.nodes.observe("n1", "1", ready=True)
+    idx = indexes.Indexes(
+        nodes=_Index({"n1": [_ready("n1", "1")]}),  # type: ignore[arg-type]
+        claims=_Index(),  # type: ignore[arg-type]
+        plans=_Index(),  # type: ignore[arg-type]
+        ready=_Index(),  # type: ignore[arg-type]
+        tenants=_Index(),  # type: ignore[arg-type]
+    )
+    meta = {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}
+    body = kopf.Body({"metadata": meta, "spec": {"replicas": 1}})
+    placed = convergeskip.inputs(rt, body, idx)
+    assert placed is not None
+    version = f.version
+    f.record("n1", state(slots=[mine, other]), now=NOW + timedelta(seconds=5))  # a neighbour
+    loading = other.model_copy(update={"phase": contract.SlotPhase.READY, "ready": True})
+    f.record("n1", state(slots=[mine, loading]), now=NOW + timedelta(seconds=10))
+    f.reserve(
+        "ns-third",
+        dfacts.SlotRequest(
+            "n1", contract.SlotSpec.model_validate({"source": "file:///m", "servedName": "m3"})
+        ),
+        GIB,
+    )
+    assert f.version > version  # a deployment still placing reads all of it
+    assert convergeskip.inputs(rt, body, idx) == placed
+    ready = mine.model_copy(update={"phase": contract.SlotPhase.READY, "ready": True})
+    f.record("n1", state(slots=[ready, loading]), now=NOW + timedelta(seconds=15))  # its own
+    own = convergeskip.inputs(rt, body, idx)
+    assert own not in (None, placed)
+    f.record("n1", state(slots=[ready, loading], budget=8 * GIB), now=NOW + timedelta(seconds=20))
+    assert convergeskip.inputs(rt, body, idx) not in (None, own)  # the node's own part
+    shrunk = convergeskip.inputs(rt, body, idx)
+    f.slot_removed("n1", slot)  # deleted by us: placed nowhere now
+    assert convergeskip.inputs(rt, body, idx) != shrunk
+
+
+def test_all_facts_are_made_again_only_when_a_decision_could_differ() -> None:
+    """A reconcile reads every node's facts; the list is the last one while no node object
+    changed in what decisions read (the caller's key) and no answer changed (`version`), and
+    a deployment never counts its own reservation as another's memory."""
+    f = _fleet()
+    f.record("n1", state(), now=NOW)
+    asked: list[int] = []
+
+    def nodes() -> list[Any]:
+        asked.append(1)
+        return [node("n1")]
+
+    first = f.all_facts(nodes, key=1)
+    assert f.all_facts(nodes, key=1) == first
+    assert len(asked) == 1
+    assert f.all_facts(nodes, key=2)[0].name == "n1"
+    assert len(asked) == 2
+    f.record("n1", state(budget=8 * GIB), now=NOW)  # an answer that changes decisions
+    (seen,) = f.all_facts(nodes, key=2)
+    assert len(asked) == 3
+    assert dfacts.budget(seen) == 8 * GIB
+    spec = contract.SlotSpec.model_validate({"source": "file:///m", "servedName": "m"})
+    f.reserve("ns-a", dfacts.SlotRequest("n1", spec), 6 * GIB)
+    (other,) = f.all_facts(nodes, key=2)
+    assert dfacts.used_by_others(other, "ns-b") == 6 * GIB
+    (own,) = f.all_facts(nodes, key=2, slot="ns-a")
+    assert own.slot("ns-a") is None
+    assert own.reserved == frozenset({"ns-a"})
+    assert len(asked) == 4  # the reservation moved the version once

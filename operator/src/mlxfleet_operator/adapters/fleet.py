@@ -67,6 +67,7 @@ class Fleet(fleetview.FleetView):
                 client=agent.AgentClient(creds, io=self.io),
                 state=entry.state if entry else None,
             )
+            self._bump(name, node=True)  # its endpoint may have moved
         if old is not None:
             await old.aclose()
         return self.entries[name].client

@@ -84,6 +84,12 @@ class FleetView:
         self.entries: dict[str, Entry] = {}
         self.version = 0  # bumped when an answer changes what a deployment's decisions read
         self._versions: dict[str, int] = {}  # the same, per node (`placed`)
+        # what a settled deployment reads of a node it is placed on (`placed_reads`): the
+        # answer but its slots, and its own slot there; stamped from one clock, so a stamp
+        # dropped and made again never repeats an old one
+        self._node_reads: dict[str, int] = {}
+        self._slot_reads: dict[tuple[str, str], int] = {}
+        self._read_clock = 0
         self._hosts: dict[str, set[str]] = {}  # slot -> nodes whose answer lists it, not Failed
         # node -> slot -> (placeholder, when): slots decided on that no poll has listed yet
         self._reserved: dict[str, dict[str, tuple[contract.SlotStatus, float]]] = {}
@@ -94,6 +100,7 @@ class FleetView:
         self._kept: dict[str, _Kept] = {}  # node -> facts and view, rebuilt when they change
         self.index = candidates.NodeIndex()  # the kept views by label, model and free memory
         self._rooms: dict[str, facts.Room] = {}  # node -> what it leaves for a new replica
+        self._all: tuple[object, list[facts.NodeFacts]] | None = None  # `all_facts`, keyed
         self._room_at: dict[int, int] = {}  # free GiB -> `room_version` when a node got there
         self._room_clock = 0
 
@@ -114,13 +121,13 @@ class FleetView:
             estimated_memory_bytes=footprint_bytes,
         )
         self._reserved.setdefault(request.node, {})[slot] = (placeholder, self._clock())
-        self._bump(request.node)
+        self._bump(request.node, slots=(slot,))
         self._watch_room(request.node)
 
     def release(self, name: str, slot: str) -> None:
         """Drop a reservation (the PUT was refused or never reached the agent)."""
         if self._reserved.get(name, {}).pop(slot, None) is not None:
-            self._bump(name)
+            self._bump(name, slots=(slot,))
             self._watch_room(name)
 
     def nominate(self, slot: str, nominations: Sequence[preemption.Nomination]) -> None:
@@ -137,7 +144,7 @@ class FleetView:
         else:
             self._nominations.pop(slot, None)
         for node in sorted({n.node for n in (*old, *new)}):
-            self._bump(node)
+            self._bump(node, node=True)
             self._watch_room(node)
 
     def nominations(self, *, but: str | None = None) -> list[preemption.Nomination]:
@@ -160,17 +167,18 @@ class FleetView:
 
     def record(self, name: str, state: contract.AgentState | None, *, now: datetime) -> None:
         entry = self.entries.get(name)
-        dropped = False
+        dropped: list[str] = []
         if state is not None and (held := self._reserved.get(name)):
             listed, stale = {s.name for s in state.slots}, self._clock() - RESERVATION_S
             for slot in [k for k, (_, at) in held.items() if k in listed or at < stale]:
                 del held[slot]
-                dropped = True
+                dropped.append(slot)
         if entry is not None and state is not None:
             new = decisive(state)
             if entry.state is None or entry.decisive() != new:
-                dropped = False
-                self._bump(name)
+                slots, rest = moved(entry.decisive(), new)
+                self._bump(name, slots=[*slots, *dropped], node=rest)
+                dropped = []
                 self._host(name, entry.state, state)
             entry.state, entry.decided = state, (state, new)
             entry.polled_at = now
@@ -178,7 +186,7 @@ class FleetView:
         elif entry is not None:
             entry.failed_at = now
         if dropped:  # a reservation expired: what the node's facts count changed
-            self._bump(name)
+            self._bump(name, slots=dropped)
             self._watch_room(name)
 
     def slot_removed(self, name: str, slot: str) -> None:
@@ -187,13 +195,22 @@ class FleetView:
         if entry is not None and entry.state is not None:
             kept = [s for s in entry.state.slots if s.name != slot]
             old, entry.state = entry.state, entry.state.model_copy(update={"slots": kept})
-            self._bump(name)
+            self._bump(name, slots=(slot,))
             self._host(name, old, entry.state)
             self._watch_room(name)
 
-    def _bump(self, name: str) -> None:
+    def _bump(self, name: str, *, slots: Iterable[str] = (), node: bool = False) -> None:
+        """What a decision reads of node `name` may have changed: the fleet's and the node's
+        versions move; for `placed_reads`, so do the stamps of `slots` there and, with `node`,
+        the node's own (what every deployment placed there reads)."""
         self.version += 1
         self._versions[name] = self._versions.get(name, 0) + 1
+        for slot in slots:
+            self._read_clock += 1
+            self._slot_reads[(name, slot)] = self._read_clock
+        if node:
+            self._read_clock += 1
+            self._node_reads[name] = self._read_clock
 
     def _watch_room(self, name: str) -> None:
         """Keep what the node leaves for a new replica; when it may now take one it could not
@@ -239,6 +256,18 @@ class FleetView:
         names.update(n for n, held in self._reserved.items() if slot in held)
         return {n: self._versions.get(n, 0) for n in sorted(names)}
 
+    def placed_reads(self, slot: str) -> tuple[tuple[str, int, int], ...]:
+        """The nodes that hold `slot` (as `placed`), each with stamps that move only when what a
+        deployment whose replicas are all placed reads of it changes: the node's answer but its
+        slots (memory budget, engines, ports, clock-free parts), and `slot` there (its phase,
+        revision, reservation). Another deployment's slot coming up on the same node moves
+        neither: at 500 x 1,000 those woke every deployment on the node again, 5,432 of the
+        7,700 reconciles while converging. (handlers.convergeskip `inputs`)"""
+        return tuple(
+            (n, self._node_reads.get(n, 0), self._slot_reads.get((n, slot), 0))
+            for n in self.placed(slot)
+        )
+
     def observed(self, slot: str) -> list[autoscale.Observed]:
         """The slot on every node whose agent answered with it (its load and idle clock as of
         that answer): what the autoscaler reads."""
@@ -282,6 +311,26 @@ class FleetView:
             else:
                 out.append(kept.fact)
         return out
+
+    def all_facts(
+        self,
+        nodes: Callable[[], Iterable[inode.InferenceNode]],
+        *,
+        key: object,
+        slot: str | None = None,
+    ) -> list[facts.NodeFacts]:
+        """`node_facts(nodes(), slot=slot)` of every node, the list made again only when `key`
+        (the caller's word for what decisions read of the node objects) or `version` moved
+        since the last call; else the last list, with `slot`'s own reservations left out as
+        `node_facts` does. A reconcile walked every node's kept facts twice (2.4 ms of its
+        8 ms at 500 nodes) to get the same list as the reconcile before it."""
+        if self._all is None or self._all[0] != (key, self.version):
+            self._all = ((key, self.version), self.node_facts(nodes()))
+        found = self._all[1]
+        mine = {n for n, held in self._reserved.items() if slot in held} if slot is not None else ()
+        if not mine:
+            return list(found)
+        return [self._fact(f.node, leave_out=slot) if f.name in mine else f for f in found]
 
     def placement_views(
         self, found: Iterable[inode.InferenceNode], *, slot: str
@@ -346,7 +395,9 @@ class FleetView:
         self._kept.pop(name, None)
         self.index.drop(name)
         self._rooms.pop(name, None)
-        self._bump(name)
+        self._bump(name, node=True)
+        for key in [k for k in self._slot_reads if k[0] == name]:
+            del self._slot_reads[key]
         entry = self.entries.pop(name, None)
         self._host(name, entry.state if entry is not None else None, None)
         return entry
@@ -357,6 +408,18 @@ def _live(state: contract.AgentState | None) -> set[str]:
     if state is None:
         return set()
     return {s.name for s in state.slots if s.phase is not contract.SlotPhase.FAILED}
+
+
+def moved(old: object, new: object) -> tuple[set[str], bool]:
+    """Between two answers' decisive parts (`decisive`; `old` None: no answer before): the
+    slots whose part differs (one added or gone included), and whether anything else does."""
+    after = {s["name"]: s for s in new["slots"]} if isinstance(new, dict) else {}
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return set(after), True
+    before = {s["name"]: s for s in old["slots"]}
+    slots = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
+    rest = any(old.get(k) != new.get(k) for k in old.keys() | new.keys() if k != "slots")
+    return slots, rest
 
 
 def decisive(state: contract.AgentState) -> object:

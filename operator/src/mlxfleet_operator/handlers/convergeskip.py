@@ -95,7 +95,9 @@ def inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> object
     """What a reconcile of `body` reads, as a comparable value (None: always reconcile).
 
     Which inputs count is decided in core (`core.deployment.skip.reads`); here they are read:
-    a settled deployment's nodes (their agents' answers and objects); for one waiting for room
+    a settled deployment's nodes (of their agents' answers, its own slot and the node's part,
+    `Fleet.placed_reads`; of their objects, what decisions read, `NodeChanges`); for one
+    waiting for room
     (`Runtime.waiting`: its footprint) also whatever could give it room: a node that may now
     take its footprint (`Fleet.room_version`) or a node added, back Ready, relabelled,
     uncordoned (`runtime.NodeChanges.shape`); else the whole fleet's versions."""
@@ -134,7 +136,7 @@ def inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> object
     if reads is skip.Reads.ALWAYS:
         return None
     if reads is skip.Reads.PLACED:
-        return (*own, tuple(placed.items()), view.versions(placed))
+        return (*own, rt.fleet.placed_reads(slot), view.versions(placed))
     if reads is skip.Reads.ROOM and need is not None:
         return (
             *own,

@@ -103,7 +103,7 @@ async def reconcile(
         statuspatch.write_status(patch, status, body, rt.objects)
         return
     view, slot = rt.fleet.version, naming.slot_name(namespace, name)
-    found = rt.fleet.node_facts(idx.inference_nodes(), slot=slot)
+    found = _found(rt, idx, slot)
     if unpolled := facts.unpolled(found):
         waiting = f"waiting for the first poll of {', '.join(unpolled)}"
         raise kopf.TemporaryError(waiting, delay=rt.config.poll_seconds)
@@ -126,7 +126,7 @@ async def reconcile(
         return
     failover = timedelta(seconds=rt.config.failover_delay)
     if rt.fleet.version != view:  # others decided (or agents answered) while this one waited
-        found = rt.fleet.node_facts(idx.inference_nodes(), slot=slot)
+        found = _found(rt, idx, slot)
     # from here to the slot reservations nothing awaits: the next decision sees this one's
     me = preemption.tenant(md)
     victim = evictions.as_victim(
@@ -200,6 +200,14 @@ async def reconcile(
         ready_replicas=result.status.ready_replicas or 0,
         replicas=autoscale.wanted(md),
     )
+
+
+def _found(rt: runtime.Runtime, idx: indexes.Indexes, slot: str) -> list[facts.NodeFacts]:
+    """Every node's facts as the deployment `slot` reads them, the same list as the last
+    reconcile's while no node object changed in what decisions read (`NodeChanges.version`),
+    none was deleted and no agent answer changed (`Fleet.all_facts`)."""
+    key = (rt.nodes.version, len(idx.nodes))
+    return rt.fleet.all_facts(idx.inference_nodes, key=key, slot=slot)
 
 
 def _as_sent(
