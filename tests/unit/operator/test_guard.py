@@ -122,7 +122,14 @@ def test_an_event_and_the_timer_on_the_same_inputs_reconcile_once() -> None:
     async def both() -> None:
         async with rt.lock("u"):  # a run in progress: both wait for the lock
             runs = asyncio.gather(
-                deployments.changed(body, memo, kopf.Patch(), logging.getLogger("t"), **kwargs),
+                deployments.changed(
+                    {"type": "MODIFIED", "object": dict(body)},
+                    body,
+                    memo,
+                    kopf.Patch(),
+                    logging.getLogger("t"),
+                    **kwargs,
+                ),
                 deployments.converge(body, memo, kopf.Patch(), **kwargs),
             )
             await asyncio.sleep(0.01)
@@ -164,3 +171,63 @@ def test_a_handler_the_timer_retries_never_fails_to_kopf() -> None:
     ]
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(go(asyncio.CancelledError()))
+
+
+def test_the_event_handler_runs_for_spec_labels_annotations_not_status_writes() -> None:
+    """ModelDeployments have a handler of watch events instead of kopf's create/update/resume
+    (which wrote two annotations on every object: 1,543 PATCHes converging 1,000). It runs on
+    first sight and when the spec, labels or annotations change; a status or finalizer write
+    (mostly ours) and kopf's own annotations are left to the timer, which takes several at
+    once, as kopf's update handler did."""
+    from mlxfleet_operator.adapters import fleet
+    from mlxfleet_operator.handlers import deployments
+
+    rt = runtime.Runtime(
+        config=settings.OperatorSettings(),
+        kube=None,  # type: ignore[arg-type]
+        fleet=fleet.Fleet(None),  # type: ignore[arg-type]
+        publisher=None,  # type: ignore[arg-type]
+    )
+    memo = kopf.Memo({runtime.KEY: rt})
+    kwargs: dict[str, Any] = {
+        "inference_nodes": {},
+        "deployment_slots": {},
+        "swap_plans": {},
+        "deployment_ready": {},
+        "deployment_tenants": {},
+    }
+    kind = resources.MODEL_DEPLOYMENT.kind
+    runs: list[float] = []
+
+    def event(rv: int, status: dict[str, Any] | None = None, **meta: Any) -> None:
+        """The handler on one watch event; records whether a reconcile ran (no model: invalid)."""
+        metadata = {"uid": "u", "name": "chat", "namespace": "ns", "resourceVersion": str(rv)}
+        metadata |= {"generation": 1} | meta
+        body = kopf.Body({"metadata": metadata, "spec": {"replicas": 1}, "status": status or {}})
+        labels = {"kind": kind, "result": "invalid"}
+        before = metrics.REGISTRY.get_sample_value("mlxfleet_operator_reconciles_total", labels)
+        raw = {"type": "MODIFIED", "object": dict(body)}
+        log = logging.getLogger("t")
+        asyncio.run(deployments.changed(raw, body, memo, kopf.Patch(), log, **kwargs))  # type: ignore[arg-type]
+        after = metrics.REGISTRY.get_sample_value("mlxfleet_operator_reconciles_total", labels)
+        runs.append((after or 0) - (before or 0))
+
+    event(1)  # first sight
+    event(2, finalizers=["mlxfleet.io/finalizer"])  # a finalizer added
+    event(3, status={"desiredReplicas": 1})  # a status write
+    event(3, annotations={"mlxfleet.io/kopf-managed": "yes"})  # kopf's own record (old objects)
+    event(4, generation=2)  # the spec changed
+    event(5, generation=2, labels={"team": "a"})
+    event(6, generation=2, labels={"team": "a"}, annotations={resources.WAKE_ANNOTATION: "t"})
+    assert runs == [1, 0, 0, 0, 1, 1, 1]
+    asyncio.run(
+        deployments.changed(
+            {"type": "DELETED", "object": {}},
+            kopf.Body({"metadata": {"uid": "u", "generation": 3}}),
+            memo,
+            kopf.Patch(),
+            logging.getLogger("t"),
+            **kwargs,
+        )
+    )  # gone: nothing to run (teardown ran on its deletion)
+    assert rt.objects.of("u").handled is not None

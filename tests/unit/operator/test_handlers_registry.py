@@ -9,6 +9,7 @@ import kopf
 from kopf._core.intents import handlers as kopf_handlers
 
 from mlxfleet_operator import handlers, settings
+from mlxfleet_operator.handlers import lifecycle
 
 
 def test_timer_intervals_come_from_the_settings_passed_in() -> None:
@@ -39,8 +40,27 @@ def test_every_handler_is_registered_once_with_one_index_per_question() -> None:
     assert activities == ["login", "configure", "close", "nodes"]
     changing = sorted(h.id for h in registry._changing.get_all_handlers())
     assert changing == (
-        ["changed"] * 6 + ["forget"] + ["gone"] * 2 + ["route_changed"] * 3 + ["teardown"]
-    )
+        ["changed"] * 3 + ["forget"] + ["gone"] * 2 + ["route_changed"] * 3 + ["teardown"]
+    )  # SwapPlans' create/update/resume; ModelDeployments only their delete
+    watching = sorted(h.id for h in registry._watching.get_all_handlers())
+    assert watching == ["changed", "observed"]  # ModelDeployments, ModelDemands
+
+
+def test_kopf_keeps_no_record_on_model_deployments_and_does_on_other_kinds() -> None:
+    """ModelDeployments are handled on watch events, remembered in memory: kopf's record of the
+    last handled spec would only be written (two annotations on every object), never read."""
+    storage = lifecycle.DiffBase(prefix="mlxfleet.io", key="last-handled-configuration")
+    record = "mlxfleet.io/last-handled-configuration"
+
+    def body(kind: str) -> kopf.Body:
+        meta = {"name": "x", "annotations": {record: '{"spec":{}}'}}
+        return kopf.Body({"kind": kind, "metadata": meta})
+
+    for kind, kept in (("ModelDeployment", False), ("SwapPlan", True)):
+        patch = kopf.Patch()
+        storage.store(body=body(kind), patch=patch, essence={"spec": {"a": 1}})  # type: ignore[typeddict-unknown-key]
+        assert (record in patch.metadata.annotations) is kept, kind
+        assert (storage.fetch(body=body(kind)) is not None) is kept, kind
 
 
 def test_importing_the_handlers_registers_nothing_and_reads_no_settings() -> None:

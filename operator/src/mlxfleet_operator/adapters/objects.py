@@ -58,6 +58,7 @@ class ObjectState:
     settled: tuple[object, float] | None = None  # inputs of the last full run, and when
     sent: Sent | None = None  # the last status handed to kopf
     # ModelDeployment
+    handled: object | None = None  # what of the object its event handler last ran for
     waiting: int | None = None  # footprint that found no room at the last reconcile
     scale: autoscale.Scale | None = None  # the autoscaler's last decision
     scale_told: object | None = None  # the decision whose Event was posted

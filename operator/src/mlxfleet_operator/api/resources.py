@@ -117,7 +117,7 @@ ALL: tuple[Resource, ...] = (
 )
 WAKE_ANNOTATION = f"autoscaling.{GROUP}/wake-requested"
 """On a sleeping ModelDeployment, set by the operator when a gateway holds a request for it: the
-time of the oldest held request. Writing it runs the deployment's update handler at once (a
-watch event) instead of its next timer tick. Not under `mlxfleet.io/`: kopf leaves every
-annotation of its own prefix (ANNOTATION_PREFIX) out of what it compares, so a change there
-would run no handler."""
+time of the oldest held request. Writing it runs the deployment's reconcile at once (a watch
+event; its resourceVersion is among what the reconcile reads) instead of at its next timer
+tick. Not under `mlxfleet.io/`: kopf leaves every annotation of its own prefix
+(ANNOTATION_PREFIX) out of what it compares on the kinds it keeps a record of."""

@@ -5,8 +5,8 @@ deployment reconciles (`convergeskip.count`); alone, a sleeping deployment would
 at its next timer tick (--poll-seconds). This handler makes that reconcile happen now: for a fresh
 entry naming a deployment with no ready replica (`autoscale.to_wake`), it sets the deployment's
 annotation `resources.WAKE_ANNOTATION` to the time of the oldest held request, and the watch
-event that write causes runs the deployment's update handler. A failed write is logged and left
-to the timer.
+event that write causes runs the deployment's reconcile (its event handler). A failed write is
+logged and left to the timer.
 
 May import: kopf, adapters, core, api, `indexes`. Called by: kopf.
 """

@@ -17,8 +17,8 @@ mapped to kopf retries, and the reconcile metrics.
   `retry` (the handler asked kopf to retry, e.g. waiting for a first poll), `error`,
   `skipped` (another run had just decided on the same inputs: `run.skipped()`);
   `mlxfleet_operator_reconcile_seconds{kind}` times every run but the skipped ones.
-- `by_timer(logger)` wraps a create/update/resume handler of a kind that also has a timer: it
-  never fails to kopf, the timer's next tick is its retry. kopf persists a failed
+- `by_timer(logger)` wraps an event or create/update/resume handler of a kind that also has a
+  timer: it never fails to kopf, the timer's next tick is its retry. kopf persists a failed
   create/update handler's progress on the object itself (an annotation written at every try,
   and a `touch-dummy` annotation written to wake the object up again), where a timer's retry
   lives in memory only: a deployment that cannot finish now must not write its object.

@@ -25,7 +25,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=resources.ANNOTATION_PREFIX
     )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = DiffBase(
         prefix=resources.ANNOTATION_PREFIX, key="last-handled-configuration"
     )
     # Events come from explicit Event posts (Ready flips, plans); not from every log line.
@@ -33,6 +33,24 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.execution.default_backoff = min(10.0, max(1.0, config.poll_seconds))
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+
+
+class DiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's record of the spec it last handled (`last-handled-configuration`, with its
+    `kopf-managed` marker), kept on every kind but ModelDeployments. Their changes are noticed
+    by a handler of watch events that remembers in memory what it ran for
+    (`deployments.changed`); kopf would still write the record on each one's first sight and
+    change, for its delete handler alone, never to read it (at 500 x 1,000: 2,975 object
+    PATCHes while converging, about a third of them this record)."""
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        if body.get("kind") == resources.MODEL_DEPLOYMENT.kind:
+            return None
+        return super().fetch(body=body)
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        if body.get("kind") != resources.MODEL_DEPLOYMENT.kind:
+            super().store(body=body, patch=patch, essence=essence)
 
 
 async def close(memo: kopf.Memo, **_: Any) -> None:
