@@ -81,13 +81,18 @@ def test_a_deliberate_retry_and_anything_else_propagate_as_they_are() -> None:
         guarded(ValueError("bug"))
 
 
-def test_an_event_and_the_timer_on_the_same_inputs_reconcile_once() -> None:
-    """kopf starts an object's timer on its first sight, together with the create handler: both
-    ran a full reconcile of every new ModelDeployment (issue 12, 1,000 created at once). The
-    run that waited for the lock finds the work done on the same inputs and skips (counted as
-    `skipped`, not timed)."""
+NO_INDEXES: dict[str, Any] = {
+    "inference_nodes": {},
+    "deployment_slots": {},
+    "swap_plans": {},
+    "deployment_ready": {},
+    "deployment_tenants": {},
+}  # what kopf passes a ModelDeployment handler of an empty cluster
+
+
+def _runtime() -> tuple[runtime.Runtime, kopf.Memo]:
+    """A runtime with a fleet and nothing else (a reconcile of an invalid body does no I/O)."""
     from mlxfleet_operator.adapters import fleet
-    from mlxfleet_operator.handlers import deployments, indexes
 
     rt = runtime.Runtime(
         config=settings.OperatorSettings(),
@@ -95,16 +100,20 @@ def test_an_event_and_the_timer_on_the_same_inputs_reconcile_once() -> None:
         fleet=fleet.Fleet(None),  # type: ignore[arg-type]
         publisher=None,  # type: ignore[arg-type]
     )
-    memo = kopf.Memo({runtime.KEY: rt})
+    return rt, kopf.Memo({runtime.KEY: rt})
+
+
+def test_an_event_and_the_timer_on_the_same_inputs_reconcile_once() -> None:
+    """kopf starts an object's timer on its first sight, together with the create handler: both
+    ran a full reconcile of every new ModelDeployment (issue 12, 1,000 created at once). The
+    run that waited for the lock finds the work done on the same inputs and skips (counted as
+    `skipped`, not timed)."""
+    from mlxfleet_operator.handlers import deployments, indexes
+
+    rt, memo = _runtime()
     meta = {"uid": "u", "name": "chat", "namespace": "ns", "resourceVersion": "1"}
     body = kopf.Body({"metadata": meta, "spec": {"replicas": 1}})  # no model: invalid, no I/O
-    kwargs = {
-        "inference_nodes": {},
-        "deployment_slots": {},
-        "swap_plans": {},
-        "deployment_ready": {},
-        "deployment_tenants": {},
-    }
+    kwargs = dict(NO_INDEXES)
     assert indexes.Indexes.of(kwargs).inference_nodes() == []
 
     def count(result: str) -> float:
@@ -179,23 +188,10 @@ def test_the_event_handler_runs_for_spec_labels_annotations_not_status_writes() 
     first sight and when the spec, labels or annotations change; a status or finalizer write
     (mostly ours) and kopf's own annotations are left to the timer, which takes several at
     once, as kopf's update handler did."""
-    from mlxfleet_operator.adapters import fleet
     from mlxfleet_operator.handlers import deployments
 
-    rt = runtime.Runtime(
-        config=settings.OperatorSettings(),
-        kube=None,  # type: ignore[arg-type]
-        fleet=fleet.Fleet(None),  # type: ignore[arg-type]
-        publisher=None,  # type: ignore[arg-type]
-    )
-    memo = kopf.Memo({runtime.KEY: rt})
-    kwargs: dict[str, Any] = {
-        "inference_nodes": {},
-        "deployment_slots": {},
-        "swap_plans": {},
-        "deployment_ready": {},
-        "deployment_tenants": {},
-    }
+    rt, memo = _runtime()
+    kwargs: dict[str, Any] = dict(NO_INDEXES)
     kind = resources.MODEL_DEPLOYMENT.kind
     runs: list[float] = []
 
