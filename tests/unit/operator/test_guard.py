@@ -216,14 +216,10 @@ def test_the_event_handler_runs_for_spec_labels_annotations_not_status_writes() 
     event(5, generation=2, labels={"team": "a"})
     event(6, generation=2, labels={"team": "a"}, annotations={resources.WAKE_ANNOTATION: "t"})
     assert runs == [1, 0, 0, 0, 1, 1, 1]
-    asyncio.run(
-        deployments.changed(
-            {"type": "DELETED", "object": {}},
-            kopf.Body({"metadata": {"uid": "u", "generation": 3}}),
-            memo,
-            kopf.Patch(),
-            logging.getLogger("t"),
-            **kwargs,
-        )
-    )  # gone: nothing to run (teardown ran on its deletion)
-    assert rt.objects.of("u").handled is not None
+    rt.objects.forget("u")  # teardown ran and forgot the object's record
+    for kind, meta in (("MODIFIED", {"deletionTimestamp": "t"}), ("DELETED", {})):
+        gone = kopf.Body({"metadata": {"uid": "u", "generation": 3, **meta}})
+        raw = {"type": kind, "object": dict(gone)}
+        log = logging.getLogger("t")
+        asyncio.run(deployments.changed(raw, gone, memo, kopf.Patch(), log, **kwargs))  # type: ignore[arg-type]
+    assert rt.objects.get("u") is None  # its last events leave no record behind

@@ -97,10 +97,9 @@ def inputs(rt: runtime.Runtime, body: kopf.Body, idx: indexes.Indexes) -> object
     Which inputs count is decided in core (`core.deployment.skip.reads`); here they are read:
     a settled deployment's nodes (of their agents' answers, its own slot and the node's part,
     `Fleet.placed_reads`; of their objects, what decisions read, `NodeChanges`); for one
-    waiting for room
-    (`Runtime.waiting`: its footprint) also whatever could give it room: a node that may now
-    take its footprint (`Fleet.room_version`) or a node added, back Ready, relabelled,
-    uncordoned (`runtime.NodeChanges.shape`); else the whole fleet's versions."""
+    waiting for room (`Runtime.waiting`: its footprint) also whatever could give it room: a
+    node that may now take its footprint (`Fleet.room_version`) or a node added, back Ready,
+    relabelled, uncordoned (`runtime.NodeChanges.shape`); else the whole fleet's versions."""
     view = rt.nodes  # kept by the node index: no scan of every node per deployment per tick
     meta, spec = body.metadata, body.get("spec") or {}
     uid, slot = str(meta.uid), naming.slot_name(meta.namespace or "", meta.name or "")

@@ -1,9 +1,9 @@
 """ModelDeployment reconcile: size the model, take the count (the autoscaler's, for deployments
 with spec.minReplicas / spec.maxReplicas, decided in `convergeskip`), decide (core), create a
 SwapPlan for a model change, PUT and DELETE agent slots, publish the Service + EndpointSlices,
-write status. Runs on every watch event and every --poll-seconds (convergence, failover after
---failover-delay), unless `convergeskip` finds nothing changed; on delete, drops the slot
-everywhere and unpublishes.
+write status. Runs on first sight, on a change of spec, labels or annotations, and every
+--poll-seconds (convergence, failover after --failover-delay), unless `convergeskip` finds
+nothing changed; on delete, drops the slot everywhere and unpublishes.
 
 May import: kopf, pydantic, adapters, core, api, settings, `guard`, `indexes`, `sharded`,
 `convergeskip`. Called by: kopf.
@@ -62,8 +62,8 @@ async def changed(
     `kopf-managed` on every ModelDeployment (at 500 x 1,000: 1,543 PATCHes of the objects
     while converging, and 967 in the 60 s after, kopf catching up), remembering in memory
     what it ran for instead (`ObjectState.handled`)."""
-    if event.get("type") == "DELETED":
-        return  # gone: `teardown` ran on its deletion
+    if event.get("type") == "DELETED" or body.metadata.get("deletionTimestamp"):
+        return  # being deleted, or gone: `teardown` owns it (and forgets its record)
     meta = body.metadata
     seen = (
         meta.get("generation"),
