@@ -56,6 +56,27 @@ class Admin:
         )
 
 
+def event_reasons(items: list[dict[str, Any]], *, since: str) -> list[tuple[str, int]]:
+    """Kubernetes Events created at or after `since` (RFC 3339, the API server's clock, to the
+    second) by `<involved kind> <reason>`, most first: what the Event POSTs of a window were
+    about (an Event's own timestamps are the poster's; its creation is when it arrived)."""
+    counts: Counter[str] = Counter()
+    for item in items:
+        created = str((item.get("metadata") or {}).get("creationTimestamp") or "")
+        if created >= since:
+            kind = (item.get("involvedObject") or {}).get("kind") or "?"
+            counts[f"{kind} {item.get('reason') or '?'}"] += 1
+    return counts.most_common()
+
+
+def events_since(admin: Admin, since: str) -> list[tuple[str, int]]:
+    """`event_reasons` of every Event in the cluster (one LIST, after the window it reports)."""
+    with admin.client() as c:
+        r = c.get("/api/v1/events")
+        r.raise_for_status()
+        return event_reasons(r.json().get("items") or [], since=since)
+
+
 def request_counts(admin: Admin) -> Counter[Key]:
     """apiserver_request_total summed by (verb, resource, subresource)."""
     with admin.client() as c:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -448,8 +448,13 @@ def _thin(timeline: list[tuple[float, int]], keep: int = 12) -> list[tuple[float
 def _steady(s: Settings, window: Window) -> dict[str, Any]:
     time.sleep(10)  # settle: the last status writes of convergence
     window.open()
+    since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     time.sleep(s.steady_s)
     stats = window.close()
+    try:  # what the window's Event POSTs were about (late ones of convergence, or new)
+        stats["events"] = observe.events_since(window.admin, since)[:12]
+    except httpx.HTTPError as exc:
+        stats["events"] = [(f"not listed: {exc}", 0)]
     return {"steady_writes_per_s": stats["writes_per_s"], "steady": stats}
 
 

@@ -65,3 +65,25 @@ def test_log_kinds_group_kopf_failures_without_names() -> None:
         ("timer converge failed with an exception: boom", 1),
         ("asyncio Task exception was never retrieved", 1),
     ]
+
+
+def test_event_reasons_count_what_arrived_in_the_window_by_kind_and_reason() -> None:
+    """The steady window's Event POSTs: late Events of the convergence (Ready, Loading) or
+    new ones; an Event's creation is when the API server took it, whatever it says of itself."""
+
+    def ev(created: str, kind: str, reason: str) -> dict[str, Any]:
+        meta = {"creationTimestamp": created}
+        return {"metadata": meta, "involvedObject": {"kind": kind}, "reason": reason}
+
+    items = [
+        ev("2026-11-28T18:13:59Z", "ModelDeployment", "Ready"),  # before the window
+        ev("2026-11-28T18:14:00Z", "ModelDeployment", "Ready"),
+        ev("2026-11-28T18:14:30Z", "ModelDeployment", "Ready"),
+        ev("2026-11-28T18:14:31Z", "InferenceNode", "NodeReady"),
+        {"metadata": {"creationTimestamp": "2026-11-28T18:15:00Z"}},  # nothing named
+    ]
+    assert observe.event_reasons(items, since="2026-11-28T18:14:00Z") == [
+        ("ModelDeployment Ready", 2),
+        ("InferenceNode NodeReady", 1),
+        ("? ?", 1),
+    ]
