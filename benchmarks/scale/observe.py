@@ -78,16 +78,26 @@ def events_since(admin: Admin, since: str) -> list[tuple[str, int]]:
 
 
 def request_counts(admin: Admin) -> Counter[Key]:
-    """apiserver_request_total summed by (verb, resource, subresource)."""
+    """apiserver_request_total summed by (verb, resource, subresource) (`parse_requests`)."""
     with admin.client() as c:
-        text = c.get("/metrics").text
+        return parse_requests(c.get("/metrics").text)
+
+
+def parse_requests(text: str) -> Counter[Key]:
+    """apiserver_request_total summed by (verb, resource, subresource); a request the API server
+    refused (code 400 and up) counts under its subresource with the code in brackets (`status
+    [409]`, `[422]`): a write that failed and is tried again is a write the fleet paid twice for
+    (kopf's JSON patches with a stale resourceVersion answer 422)."""
     out: Counter[Key] = Counter()
     for line in text.splitlines():
         found = _SAMPLE.match(line)
         if found is None:
             continue
         labels = dict(_LABEL.findall(found.group("labels")))
-        key = (labels.get("verb", "?"), labels.get("resource", ""), labels.get("subresource", ""))
+        sub, code = labels.get("subresource", ""), labels.get("code", "")
+        if code.isdigit() and int(code) >= 400:
+            sub = f"{sub} [{code}]".strip()
+        key = (labels.get("verb", "?"), labels.get("resource", ""), sub)
         out[key] += int(float(found.group("value")))
     return out
 

@@ -170,3 +170,69 @@ def test_the_default_read_timeout_bounds_every_call() -> None:
     client = kubeapi.Client(kclient.Configuration(host="http://127.0.0.1:1"))
     assert client._timeout.sock_read == kubeapi.READ_TIMEOUT_S
     assert client._timeout.total is None  # the wait for a pooled connection is not a fault
+
+
+def test_the_environment_is_read_once_not_for_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiohttp in a session that trusts the environment looks the proxy variables and
+    `~/.netrc` up again for every request, on a worker thread of the default executor (3.6 % of
+    the operator's samples converging 500 x 1,000): the client decides its proxy once."""
+    import aiohttp.client
+
+    looked: list[str] = []
+    real_proxy, real_netrc = aiohttp.client.get_env_proxy_for_url, aiohttp.client.netrc_from_env
+
+    def proxy(url: object) -> object:
+        looked.append("proxy")
+        return real_proxy(url)  # type: ignore[arg-type]
+
+    def netrc() -> object:
+        looked.append("netrc")
+        return real_netrc()
+
+    monkeypatch.setattr(aiohttp.client, "get_env_proxy_for_url", proxy)
+    monkeypatch.setattr(aiohttp.client, "netrc_from_env", netrc)
+    server = _ApiServer(hold=1)
+
+    async def scenario(host: str) -> None:
+        k = kube.Kube(_client(host))
+        try:
+            for i in range(5):
+                await k.agent_credential(namespace="ns", name=f"agent-{i}", key="token")
+        finally:
+            await k.aclose()
+
+    asyncio.run(_serve(server, scenario))
+    assert looked == []
+    assert server.tokens == {"Bearer secret-token"}
+
+
+def test_the_proxy_the_environment_names_is_used_and_no_proxy_is_honoured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Read once, the environment still decides as before: HTTP(S)_PROXY carries the calls to
+    an API server it does not exempt (here a name that does not resolve, reached only through
+    the proxy), NO_PROXY exempts, and a kubeconfig's own proxy-url wins."""
+    server = _ApiServer(hold=1)
+
+    async def scenario(proxy: str) -> None:
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        k = kube.Kube(_client("http://kube-api.invalid:6443"))
+        try:
+            found = await k.agent_credential(namespace="ns", name="via-proxy", key="token")
+        finally:
+            await k.aclose()
+        assert found.value == "via-proxy"
+
+    asyncio.run(_serve(server, scenario))
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    monkeypatch.setenv("NO_PROXY", "kube-api.internal")
+    exempt = kubeapi.proxy_once(kclient.Configuration(host="http://kube-api.internal:6443"))
+    assert exempt.proxy is None
+    named = kclient.Configuration(host="http://other:6443")
+    named.proxy = "http://from-kubeconfig:8080"
+    assert kubeapi.proxy_once(named).proxy == "http://from-kubeconfig:8080"
+    assert kubeapi.proxy_once(kclient.Configuration(host="http://other:6443")).proxy == (
+        "http://proxy.invalid:3128"
+    )

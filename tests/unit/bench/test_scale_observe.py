@@ -87,3 +87,27 @@ def test_event_reasons_count_what_arrived_in_the_window_by_kind_and_reason() -> 
         ("InferenceNode NodeReady", 1),
         ("? ?", 1),
     ]
+
+
+def test_requests_the_api_server_refused_count_apart_by_code() -> None:
+    text = "\n".join(
+        [
+            "# TYPE apiserver_request_total counter",
+            'apiserver_request_total{code="200",resource="mds",subresource="",verb="PATCH"} 3',
+            'apiserver_request_total{code="422",resource="mds",subresource="",verb="PATCH"} 2',
+            'apiserver_request_total{code="409",resource="services",subresource="",verb="POST"} 1',
+            'apiserver_request_total{code="201",resource="services",subresource="",verb="POST"} 4',
+            'apiserver_request_total{code="200",resource="x",subresource="status",verb="PATCH"} 1',
+            'apiserver_request_total{code="200",resource="x",subresource="status",verb="PATCH"} 1',
+        ]
+    )
+    counts = observe.parse_requests(text)
+    assert counts == {
+        ("PATCH", "mds", ""): 3,
+        ("PATCH", "mds", "[422]"): 2,
+        ("POST", "services", "[409]"): 1,
+        ("POST", "services", ""): 4,
+        ("PATCH", "x", "status"): 2,
+    }
+    assert observe.writes(counts) == 12  # refused writes are writes the fleet paid for
+    assert ("PATCH mds/[422]", 2) in observe.top_requests(counts)
