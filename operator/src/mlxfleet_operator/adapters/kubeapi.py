@@ -27,12 +27,12 @@ Called by: `kube` (the handlers' calls), `lease` (the election's), `runtime`, `e
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Sequence
 from typing import Any, cast
-from urllib.parse import urlsplit
 
 import aiohttp
+import aiohttp.helpers
+import yarl
 from kubernetes_asyncio import client as kclient
 from kubernetes_asyncio import config as kconfig
 
@@ -80,18 +80,16 @@ async def configuration(kubeconfig: str | None) -> Any:
 
 def proxy_once(configuration: Any) -> Any:
     """`configuration` with the proxy the environment names for its API server (`HTTPS_PROXY`,
-    `HTTP_PROXY`, `NO_PROXY`, as aiohttp would have read them for each request), unless the
-    kubeconfig named one (`proxy-url`). Read once: a proxy changed in the environment of a
-    running process is not seen, as for any other setting."""
-    if configuration.proxy:
+    `HTTP_PROXY`, `NO_PROXY`: aiohttp's own lookup, `get_env_proxy_for_url`, made once instead
+    of for each request), unless the kubeconfig named one (`proxy-url`). Read once: a proxy
+    changed in the environment of a running process is not seen, as for any other setting."""
+    if configuration.proxy or not configuration.host:
         return configuration
-    url = urlsplit(configuration.host)
-    host = url.hostname or ""
-    if not host or urllib.request.proxy_bypass(host):
+    try:
+        proxy, _ = aiohttp.helpers.get_env_proxy_for_url(yarl.URL(configuration.host))
+    except LookupError:  # none named, or NO_PROXY exempts the server
         return configuration
-    found = urllib.request.getproxies().get(url.scheme or "https")
-    if found:
-        configuration.proxy = found
+    configuration.proxy = str(proxy)
     return configuration
 
 
