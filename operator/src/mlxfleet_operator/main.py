@@ -166,8 +166,6 @@ async def _operate(
 
 def main(argv: list[str] | None = None) -> None:
     config, elected = parse_all(list(sys.argv[1:] if argv is None else argv))
-    if config.kubeconfig:
-        os.environ["KUBECONFIG"] = config.kubeconfig  # kopf's own login reads it
     logging.basicConfig(
         level=getattr(logging, config.log_level, logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",

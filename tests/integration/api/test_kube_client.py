@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from aiohttp import web
-from kubernetes_asyncio import client as kclient
+from kubernetes import client as kclient
 
 from mlxfleet_operator.adapters import kube, kubeapi
 from mlxfleet_operator.api import resources
@@ -78,8 +78,7 @@ def _client(host: str) -> kubeapi.Client:
     config = kclient.Configuration(host=host)
     config.api_key = {"BearerToken": "secret-token"}
     config.api_key_prefix = {"BearerToken": "Bearer"}
-    config.connection_pool_maxsize = kubeapi.CONNECTIONS + AT_ONCE
-    return kubeapi.Client(config)
+    return kubeapi.Client(config, connections=kubeapi.CONNECTIONS + AT_ONCE)
 
 
 def test_calls_are_in_flight_at_once_not_one_per_thread() -> None:
@@ -228,11 +227,10 @@ def test_the_proxy_the_environment_names_is_used_and_no_proxy_is_honoured(
     asyncio.run(_serve(server, scenario))
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
     monkeypatch.setenv("NO_PROXY", "kube-api.internal")
-    exempt = kubeapi.proxy_once(kclient.Configuration(host="http://kube-api.internal:6443"))
-    assert exempt.proxy is None
+    assert kubeapi.proxy_once(kclient.Configuration(host="http://kube-api.internal:6443")) is None
     named = kclient.Configuration(host="http://other:6443")
     named.proxy = "http://from-kubeconfig:8080"
-    assert kubeapi.proxy_once(named).proxy == "http://from-kubeconfig:8080"
-    assert kubeapi.proxy_once(kclient.Configuration(host="http://other:6443")).proxy == (
+    assert kubeapi.proxy_once(named) == "http://from-kubeconfig:8080"
+    assert kubeapi.proxy_once(kclient.Configuration(host="http://other:6443")) == (
         "http://proxy.invalid:3128"
     )

@@ -1,6 +1,7 @@
 """kopf's session to the API server holds at most a bounded number of connections (issue 12: at
 500 x 1,000 kopf opened one per request in flight and the API server answered 429 to what
-exceeded its limits), with kopf's usual credentials from $KUBECONFIG."""
+exceeded its limits), with the credentials of the kubeconfig the operator was given (the loaders
+of its own client, `kubeapi.configuration`), never its import-time environment."""
 
 from __future__ import annotations
 
@@ -9,9 +10,7 @@ import logging
 from pathlib import Path
 
 import kopf
-import kubernetes
 import pytest
-from kubernetes.config import kube_config
 
 from mlxfleet_operator.adapters import apisession
 
@@ -30,11 +29,13 @@ def test_login_bounds_the_connections_and_keeps_the_credentials(
 ) -> None:
     config = tmp_path / "kubeconfig"
     config.write_text(KUBECONFIG)
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(config))  # $KUBECONFIG
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "elsewhere"))  # not read: the flag's file is
 
     async def login() -> None:
         found = await apisession.login(
-            logger=logging.getLogger("test"), settings=kopf.OperatorSettings()
+            kubeconfig=str(config),
+            logger=logging.getLogger("test"),
+            settings=kopf.OperatorSettings(),
         )
         assert isinstance(found, kopf.AiohttpSession)
         try:
@@ -44,11 +45,16 @@ def test_login_bounds_the_connections_and_keeps_the_credentials(
             assert session.connector is not None
             assert session.connector.limit == limit
             assert session.headers["Authorization"] == "Bearer secret-token"
+            assert session.trust_env is False  # no proxy or ~/.netrc lookup per request
         finally:
             await found.aiohttp_session.close()
 
-    before = kubernetes.client.Configuration.get_default_copy()
-    try:
+    asyncio.run(login())
+
+
+def test_no_credentials_is_a_login_error_naming_the_file(tmp_path: Path) -> None:
+    async def login() -> None:
+        await apisession.login(kubeconfig=str(tmp_path / "missing"))
+
+    with pytest.raises(kopf.LoginError, match="missing"):
         asyncio.run(login())
-    finally:  # kopf's login loads the kubeconfig as the client's default
-        kubernetes.client.Configuration.set_default(before)

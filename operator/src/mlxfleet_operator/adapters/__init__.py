@@ -12,7 +12,7 @@ kopf's patch), `events` (post core's Event values), `metrics` (Prometheus), `run
 kube, fleet, publisher, per-object state, in kopf's memo), `objects` (one record per object uid
 of what the process remembers about it, forgotten when the object goes), `objectstore` (S3, for
 reports).
-May import: httpx, kubernetes_asyncio (`kubeapi` alone), aiohttp, kopf (events), boto3,
+May import: httpx, kubernetes (`kubeapi` alone: its config loaders), aiohttp, kopf (events), boto3,
 prometheus-client, `core`, `api`, the agent `contract`, `settings`, the standard library.
 Called by: handlers, `main` (the runtime) and reports (`objectstore`). Every Kubernetes call is
 asynchronous, on the event loop: no worker thread.

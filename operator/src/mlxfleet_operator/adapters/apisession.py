@@ -6,10 +6,12 @@ a new TLS connection, and the API server refused (429) what exceeded its in-flig
 retried after backoff, so heartbeats were written seconds late. With `KUBE_CONNECTIONS` the
 requests above the bound wait in the client for a free connection (kept alive and reused),
 in the order they came; long-lived watch streams hold one connection each (`WATCH_RESERVE`).
-The credentials are kopf's usual ones (`kopf.login_via_client`: in-cluster ServiceAccount or
-$KUBECONFIG).
+The credentials are those of the operator's own calls (`kubeapi.configuration`: the kubeconfig
+the operator was given, else the in-cluster ServiceAccount), read again at each login: kopf
+logs in again when the API server answers 401 (a rotated token). The proxy is decided once
+(`kubeapi.proxy_once`) and the session does not read the environment for each request.
 
-May import: kopf, aiohttp. Called by: handlers.lifecycle (the `on.login` handler).
+May import: kopf, aiohttp, `kubeapi`. Called by: handlers.lifecycle (the `on.login` handler).
 """
 
 from __future__ import annotations
@@ -19,23 +21,45 @@ from typing import Any
 import aiohttp
 import kopf
 
+from mlxfleet_operator.adapters import kubeapi
+
 KUBE_CONNECTIONS = 48  # requests (patches, posts, reads) at once
 WATCH_RESERVE = 16  # connections held by watch streams (one per watched kind and namespace)
 
 
-async def login(**kwargs: Any) -> kopf.AiohttpSession | None:
-    """kopf's login via the kubernetes client's config, in a session bounded to
-    KUBE_CONNECTIONS + WATCH_RESERVE connections (None: no config found). Async: the session
-    belongs to kopf's event loop."""
-    info = kopf.login_via_client(**kwargs)
-    if info is None:
-        return None
+async def login(*, kubeconfig: str | None, **_: Any) -> kopf.AiohttpSession:
+    """kopf's session to the API server of `kubeconfig` (None: in-cluster), bounded to
+    KUBE_CONNECTIONS + WATCH_RESERVE connections. Async: the session belongs to kopf's event
+    loop. Raises `kopf.LoginError` when no credentials can be read (kopf then stops)."""
+    try:
+        config = await kubeapi.configuration(kubeconfig)
+    except kubeapi.ConfigError as exc:
+        where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config"
+        raise kopf.LoginError(f"no Kubernetes credentials in {where}: {exc}") from exc
+    info = connection(config)
     return kopf.AiohttpSession(
         server=info.server,
         priority=info.priority,
         default_namespace=info.default_namespace,
         expiration=info.expiration,
         aiohttp_session=session(info, limit=KUBE_CONNECTIONS + WATCH_RESERVE),
+    )
+
+
+def connection(config: kubeapi.Configuration) -> kopf.ConnectionInfo:
+    """kopf's connection settings from the loaders' (as `kopf.login_via_client` reads them)."""
+    header = kubeapi.authorization(config)
+    scheme, _, token = (header or "").partition(" ")
+    return kopf.ConnectionInfo(
+        server=str(config.host),
+        ca_path=config.ssl_ca_cert or None,
+        insecure=not config.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=config.cert_file or None,
+        private_key_path=config.key_file or None,
+        proxy_url=kubeapi.proxy_once(config),
+        trust_env=False,
     )
 
 

@@ -1,40 +1,44 @@
-"""The operator's one asynchronous Kubernetes client: `kubernetes_asyncio` over aiohttp.
+"""The operator's one asynchronous Kubernetes client: plain aiohttp, JSON in and out.
 
 `Client` is one connection pool to the API server (at most `CONNECTIONS` requests at once, kept
 alive and reused), built from the kubeconfig or the in-cluster ServiceAccount (its token read
 again as it rotates). `call` sends one request and answers the JSON the API server sent, as
-plain dicts (no client models are built: the operator reads and writes JSON, and building
-models of every EndpointSlice and Secret is CPU it does not need); any failure, an HTTP status
-outside 2xx or the connection, is an `ApiError` with the status (0: no answer).
+plain dicts (no client models are built: the operator reads and writes JSON); any failure, an
+HTTP status outside 2xx or the connection, is an `ApiError` with the status (0: no answer).
 
-Why this and not the sync `kubernetes` client through `asyncio.to_thread`: every call held one
-of the default executor's few workers (6 on a 2-core machine) for its whole round trip, so at
-500 nodes x 1,000 deployments the operator's calls queued behind each other. Why
-kubernetes_asyncio and not lightkube: lightkube cannot delete with a uid precondition or ask for
-a Table (the provider-key check), both of which the operator relies on; kubernetes_asyncio
-speaks the whole API (docs/operator.md, "Kubernetes clients").
+The credentials come from the synchronous `kubernetes` package's loaders (`configuration`; kopf's
+session logs in with the same, `apisession`): kubeconfig contexts, client certificates, exec
+and auth-provider plugins, the in-cluster token file; their refresh hook is asked at most every
+AUTH_REFRESH_S, so a rotated ServiceAccount token or an expired exec token is read again.
+No generated API client is imported: the operator needs a path, a verb, a content type and an
+Accept header (a uid precondition on delete is a JSON body; the provider-key check asks for a
+Table), and `kubernetes_asyncio`, the async client it used before, cost 35 MB of the operator's
+memory in imports alone (docs/operator.md, "Kubernetes clients").
 
-The proxy is decided once, when the pool opens (`proxy_once`): kubernetes_asyncio's session
-trusts the environment, and aiohttp then reads the proxy variables and `~/.netrc` again for every
-request, in the default executor (a thread hop and a file read per call: 3.6 % of the
-operator's samples converging 500 x 1,000, more in the loop's wake-ups).
+The proxy is decided once, when the pool opens (`proxy_once`): the session does not trust the
+environment, which made aiohttp read the proxy variables and `~/.netrc` again for every request,
+in the default executor (3.6 % of the operator's samples converging 500 x 1,000).
 A pool belongs to the event loop that first uses it (aiohttp): the handlers share the one that
 `runtime` builds on kopf's loop; the elector, on a thread and loop of its own so that renewals
 never wait for kopf's loop, has a pool of its own, made with the same `connect`.
-May import: kubernetes_asyncio, aiohttp, the standard library.
+May import: kubernetes (its config loaders), aiohttp, yarl, the standard library.
 Called by: `kube` (the handlers' calls), `lease` (the election's), `runtime`, `election`.
 """
 
 from __future__ import annotations
 
+import json
+import ssl
+import time
 from collections.abc import Sequence
-from typing import Any, cast
+from datetime import date, datetime
+from typing import Any
 
 import aiohttp
 import aiohttp.helpers
+import kubernetes.client
+import kubernetes.config
 import yarl
-from kubernetes_asyncio import client as kclient
-from kubernetes_asyncio import config as kconfig
 
 CONNECTIONS = 32  # the operator's own requests at once (kopf's watches and patches: apisession)
 # A call whose connection stays silent this long fails (`ApiError`, status 0) instead of holding
@@ -42,10 +46,11 @@ CONNECTIONS = 32  # the operator's own requests at once (kopf's watches and patc
 # not bounded (at scale calls queue there, which is no fault).
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0
+AUTH_REFRESH_S = 5.0  # a rotated or expired token is read again this long after at the latest
 USER_AGENT = "mlxfleet-operator"
 JSON = "application/json"
-_ANSWERS = {200: "object", 201: "object", 202: "object"}  # "object": the JSON as it came
 JsonDict = dict[str, Any]
+Configuration = Any  # kubernetes.client.Configuration (the package has no type hints)
 
 
 class ConfigError(Exception):
@@ -62,35 +67,63 @@ class ApiError(Exception):
         self.body = body
 
 
-async def configuration(kubeconfig: str | None) -> Any:
+async def configuration(kubeconfig: str | None) -> Configuration:
     """The connection settings of `kubeconfig` (None: the in-cluster ServiceAccount)."""
-    config = kclient.Configuration()
+    config = kubernetes.client.Configuration()
     try:
         if kubeconfig:
-            await kconfig.load_kube_config(
+            kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=kubeconfig, client_configuration=config, persist_config=False
             )
         else:
-            kconfig.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
-    except (kconfig.ConfigException, OSError, ValueError) as exc:
+            kubernetes.config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
+    except (kubernetes.config.ConfigException, OSError, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
-    config.connection_pool_maxsize = CONNECTIONS
     return config
 
 
-def proxy_once(configuration: Any) -> Any:
-    """`configuration` with the proxy the environment names for its API server (`HTTPS_PROXY`,
-    `HTTP_PROXY`, `NO_PROXY`: aiohttp's own lookup, `get_env_proxy_for_url`, made once instead
-    of for each request), unless the kubeconfig named one (`proxy-url`). Read once: a proxy
-    changed in the environment of a running process is not seen, as for any other setting."""
-    if configuration.proxy or not configuration.host:
-        return configuration
+def proxy_once(configuration: Configuration) -> str | None:
+    """The proxy for `configuration`'s API server: the kubeconfig's own (`proxy-url`), else the
+    one the environment names for it (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`: aiohttp's own
+    lookup, `get_env_proxy_for_url`, made once instead of for each request); None: direct.
+    Read once: a proxy changed in the environment of a running process is not seen, as for
+    any other setting. (The kubernetes package's Configuration takes a proxy from the
+    environment itself but leaves NO_PROXY to its urllib3 pool: that one is not used.)"""
+    if configuration.proxy and not getattr(configuration, "_proxy_from_env", False):
+        return str(configuration.proxy)
+    if not configuration.host:
+        return None
     try:
         proxy, _ = aiohttp.helpers.get_env_proxy_for_url(yarl.URL(configuration.host))
     except LookupError:  # none named, or NO_PROXY exempts the server
-        return configuration
-    configuration.proxy = str(proxy)
-    return configuration
+        return None
+    return str(proxy)
+
+
+def tls(configuration: Configuration) -> ssl.SSLContext:
+    """The TLS settings of `configuration`: its CA (else the system's), its client certificate,
+    `insecure-skip-tls-verify`."""
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, configuration.key_file or None)
+    return context
+
+
+def authorization(configuration: Configuration) -> str | None:
+    """The Authorization header: the loaders' hook reads a rotated token file (once a minute in
+    a pod) or runs an expired exec plugin again."""
+    found = configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
+    return str(found) if found else None
+
+
+def _encode(value: object) -> object:
+    """JSON for what `json` cannot write itself (times, as kubernetes clients write them)."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 class Client:
@@ -100,33 +133,55 @@ class Client:
 
     def __init__(
         self,
-        configuration: Any,
+        configuration: Configuration | None,
         *,
         user_agent: str = USER_AGENT,
         read_timeout: float = READ_TIMEOUT_S,
+        connections: int = CONNECTIONS,
     ) -> None:
         self.configuration = configuration
+        self._connections = connections
         self._user_agent = user_agent
         self._timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=read_timeout
         )
-        self._api: Any = None
+        self._session: aiohttp.ClientSession | None = None
+        self._base = ""
+        self._proxy: str | None = None
+        self._server_name: str | None = None
+        self._auth: tuple[str | None, float] | None = None  # the header, when it was asked
         self._closed = False
 
-    def _client(self) -> Any:
-        if self._closed:
+    def _open(self) -> aiohttp.ClientSession:
+        if self._closed or self.configuration is None:
             raise ApiError(0, "the operator's Kubernetes client is closed (stopping)")
-        if self._api is None:
-            self._api = kclient.ApiClient(proxy_once(self.configuration))
-            self._api.user_agent = self._user_agent
-            # the environment was read once above: not again for every request
-            self._api.rest_client.pool_manager._trust_env = False
-        return self._api
+        if self._session is None:
+            config = self.configuration
+            self._base = str(config.host).rstrip("/")
+            self._proxy = proxy_once(config)
+            self._server_name = getattr(config, "tls_server_name", None) or None
+            secure = self._base.startswith("https:")
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=self._connections, ssl=tls(config) if secure else False
+                ),
+                headers={"User-Agent": self._user_agent},
+                trust_env=False,  # the environment was read once above, not for every request
+            )
+        return self._session
+
+    def _authorization(self) -> str | None:
+        """The Authorization header, asked of the loaders at most every AUTH_REFRESH_S (their
+        hook sets every connection setting again, the proxy looked up in the environment too)."""
+        now = time.monotonic()
+        if self._auth is None or now - self._auth[1] >= AUTH_REFRESH_S:
+            self._auth = (authorization(self.configuration), now)
+        return self._auth[0]
 
     async def aclose(self) -> None:
-        api, self._api, self._closed = self._api, None, True
-        if api is not None:
-            await api.close()
+        session, self._session, self._closed = self._session, None, True
+        if session is not None:
+            await session.close()
 
     async def call(
         self,
@@ -142,24 +197,38 @@ class Client:
         """`method` `path` (quoted already) with `body` as JSON; the answer's JSON. `budget`: the
         call's time limits (default: a silent connection fails after the client's read timeout;
         callers bound a whole call with `asyncio.timeout`)."""
-        api = self._client()
+        session = self._open()
+        headers = {"Accept": accept}
+        if (auth := self._authorization()) is not None:
+            headers["Authorization"] = auth
+        data = None
+        if body is not None:
+            data = json.dumps(body, default=_encode).encode()
+            headers["Content-Type"] = content_type
+        url = yarl.URL(self._base + path, encoded=True)
+        if query:
+            url = url.update_query(list(query))
         try:
-            found = await api.call_api(
-                path,
+            async with session.request(
                 method,
-                query_params=list(query),
-                header_params={"Accept": accept, "Content-Type": content_type},
-                body=body,
-                response_types_map=_ANSWERS,
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-                _request_timeout=budget or self._timeout,
-            )
-        except kclient.ApiException as exc:
-            raise ApiError(int(exc.status or 0), str(exc.reason), str(exc.body or "")) from exc
+                url,
+                data=data,
+                headers=headers,
+                proxy=self._proxy,
+                timeout=budget or self._timeout,
+                server_hostname=self._server_name,
+            ) as answer:
+                raw = await answer.read()
+                if not 200 <= answer.status < 300:
+                    text = raw.decode("utf-8", "replace")
+                    raise ApiError(answer.status, answer.reason or "", text)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise ApiError(0, f"{type(exc).__name__}: {exc}") from exc
-        return cast(JsonDict, found) if isinstance(found, dict) else {}
+        try:
+            found = json.loads(raw) if raw else None
+        except ValueError:
+            return {}
+        return found if isinstance(found, dict) else {}
 
 
 async def connect(kubeconfig: str | None, *, user_agent: str = USER_AGENT) -> Client:

@@ -38,7 +38,7 @@ from mlxfleet_operator.handlers import (
 def registry(config: opsettings.OperatorSettings) -> kopf.OperatorRegistry:
     """Every handler of the operator, registered with intervals from `config`."""
     out = kopf.OperatorRegistry()
-    lifecycle.register(out)
+    lifecycle.register(out, config)
     indexes.register(out)
     nodes.register(out, config)
     deployments.register(out, config)

@@ -15,6 +15,7 @@ from typing import Any
 
 import kopf
 
+from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import apisession, runtime
 from mlxfleet_operator.api import resources
 
@@ -64,10 +65,15 @@ def known_nodes(memo: kopf.Memo, **_: Any) -> int:
     return len(runtime.of(memo).fleet.entries)
 
 
-def register(registry: kopf.OperatorRegistry) -> None:
-    # An explicit registry has none of kopf's fallback logins: name the one we rely on (kopf's
-    # login via the kubernetes client, in a session with a bound on concurrent connections).
-    kopf.on.login(errors=kopf.ErrorsMode.IGNORED, registry=registry)(apisession.login)
+def register(registry: kopf.OperatorRegistry, config: opsettings.OperatorSettings) -> None:
+    # An explicit registry has none of kopf's fallback logins: name the one we rely on (the
+    # credentials of the operator's own client, in a session with a bound on connections).
+    kubeconfig = config.kubeconfig
+
+    async def login(**kwargs: Any) -> kopf.AiohttpSession:
+        return await apisession.login(kubeconfig=kubeconfig, **kwargs)
+
+    kopf.on.login(errors=kopf.ErrorsMode.IGNORED, registry=registry)(login)
     kopf.on.startup(registry=registry)(configure)
     kopf.on.cleanup(registry=registry)(close)
     kopf.on.probe(id="nodes", registry=registry)(known_nodes)
