@@ -27,7 +27,7 @@ from mlxfleet_agent import contract
 from mlxfleet_operator.adapters import agent
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.core.deployment import autoscale, candidates, preemption
-from mlxfleet_operator.core.fleet import facts, nodeviews, placement
+from mlxfleet_operator.core.fleet import answers, facts, nodeviews, placement
 
 
 @dataclass
@@ -174,6 +174,7 @@ class FleetView:
                 del held[slot]
                 dropped.append(slot)
         if entry is not None and state is not None:
+            state = answers.share(entry.state, state)  # one tree where they agree
             new = decisive(state)
             if entry.state is None or entry.decisive() != new:
                 slots, rest = moved(entry.decisive(), new)
