@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.adapters import agent
@@ -414,13 +415,24 @@ def _live(state: contract.AgentState | None) -> set[str]:
 def moved(old: object, new: object) -> tuple[set[str], bool]:
     """Between two answers' decisive parts (`decisive`; `old` None: no answer before): the
     slots whose part differs (one added or gone included), and whether anything else does."""
-    after = {s["name"]: s for s in new["slots"]} if isinstance(new, dict) else {}
-    if not isinstance(old, dict) or not isinstance(new, dict):
+    after = dict(new[1]) if isinstance(new, tuple) else {}
+    if not isinstance(old, tuple) or not isinstance(new, tuple):
         return set(after), True
-    before = {s["name"]: s for s in old["slots"]}
+    before = dict(old[1])
     slots = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
-    rest = any(old.get(k) != new.get(k) for k in old.keys() | new.keys() if k != "slots")
-    return slots, rest
+    return slots, old[0] != new[0]
+
+
+_NOT_DECISIVE: dict[str, Any] = {
+    "counters": True,
+    "disk": True,
+    "started_at": True,
+    "now": True,
+    "memory": {"available_bytes", "pressure", "pressure_reason"},
+    "slots": True,  # each slot on its own, below
+    "cached_models": {"__all__": {"last_used", "in_use"}},
+}
+_SLOT_NOT_DECISIVE = {"in_flight", "queued", "idle_seconds"}
 
 
 def decisive(state: contract.AgentState) -> object:
@@ -428,15 +440,9 @@ def decisive(state: contract.AgentState) -> object:
     but request counters (in flight, queued, idle time: the autoscaler reads them on its own
     clock, `handlers.convergeskip`), free memory and disk, when a cached model was last used,
     and the agent's clock (`now`: new in every answer, so keeping it made every poll a change and
-    reconciled every deployment on every node at every tick)."""
-    return state.model_dump(
-        exclude={
-            "counters": True,
-            "disk": True,
-            "started_at": True,
-            "now": True,
-            "memory": {"available_bytes", "pressure", "pressure_reason"},
-            "slots": {"__all__": {"in_flight", "queued", "idle_seconds"}},
-            "cached_models": {"__all__": {"last_used", "in_use"}},
-        }
-    )
+    reconciled every deployment on every node at every tick). As JSON (the rest, then each
+    slot's by name): one bytes object per part is what each node holds between polls, compared
+    as bytes; a tree of dicts was 19,000 objects, 4.4 MB, at 500 nodes."""
+    rest = state.model_dump_json(exclude=_NOT_DECISIVE)
+    slots = tuple((s.name, s.model_dump_json(exclude=_SLOT_NOT_DECISIVE)) for s in state.slots)
+    return rest, slots

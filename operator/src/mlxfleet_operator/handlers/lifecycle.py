@@ -73,7 +73,7 @@ def register(registry: kopf.OperatorRegistry, config: opsettings.OperatorSetting
     async def login(**kwargs: Any) -> kopf.AiohttpSession:
         return await apisession.login(kubeconfig=kubeconfig, **kwargs)
 
-    kopf.on.login(errors=kopf.ErrorsMode.IGNORED, registry=registry)(login)
+    kopf.on.login(id="login", errors=kopf.ErrorsMode.IGNORED, registry=registry)(login)
     kopf.on.startup(registry=registry)(configure)
     kopf.on.cleanup(registry=registry)(close)
     kopf.on.probe(id="nodes", registry=registry)(known_nodes)
