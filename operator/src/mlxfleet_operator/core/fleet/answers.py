@@ -37,8 +37,8 @@ def share(old: contract.AgentState | None, new: contract.AgentState) -> contract
     new.cached_models = [
         _cached(cached.get((m.id, m.source, m.revision)), m) for m in new.cached_models
     ]
-    new.engines = _same_list(old.engines, new.engines)
-    new.transfers = _same_list(old.transfers, new.transfers)
+    new.engines = _same(old.engines, new.engines)
+    new.transfers = _same(old.transfers, new.transfers)
     new.doctor = _same(old.doctor, new.doctor)
     new.thermal = _same(old.thermal, new.thermal)
     new.disk = _same(old.disk, new.disk)
@@ -48,10 +48,6 @@ def share(old: contract.AgentState | None, new: contract.AgentState) -> contract
 
 def _same(old: _T, new: _T) -> _T:
     return old if old is not None and old == new else new
-
-
-def _same_list(old: list[_T], new: list[_T]) -> list[_T]:
-    return old if old == new else new
 
 
 def _cached(old: contract.CachedModel | None, new: contract.CachedModel) -> contract.CachedModel:
