@@ -1,11 +1,13 @@
 """`Publisher.publish` writes the Service and EndpointSlices only when the endpoints changed
 (issue 12: 32 of 47 API writes per second at steady state were unchanged re-publishes), and again
-after `resync` (so an edit by someone else is repaired). Real API server, operator identity.
+after the key's own resync period (`publishing.resync_after`: an edit by someone else is
+repaired). Real API server, operator identity.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import uuid
 from typing import Any
@@ -55,6 +57,7 @@ def test_unchanged_endpoints_are_not_written_again(
     one = [publishing.Endpoint("n1", "10.1.0.1", 9000, ready=True)]
     two = [*one, publishing.Endpoint("n2", "10.1.0.2", 9000, ready=False)]
     clock = [0.0]
+    due = math.ceil(publishing.resync_after((NS, service), 300))  # whole seconds: exact clocks
     k = kube.Kube(run(kubeapi.connect(str(cluster.operator_kubeconfig))))
     p = publishing.Publisher(k, resync=300, clock=lambda: clock[0])
 
@@ -65,14 +68,17 @@ def test_unchanged_endpoints_are_not_written_again(
         run(publish(one))
         (made,) = _slices(cluster, service)
         cluster.kubectl("-n", NS, "delete", "endpointslice", made["metadata"]["name"])
-        clock[0] = 299.0
+        clock[0] = due - 1
         run(publish(one))  # the same endpoints: nothing read, listed or written
         assert _slices(cluster, service) == []
         run(publish(two))  # changed: written
         (changed,) = _slices(cluster, service)
         assert [e["conditions"]["ready"] for e in changed["endpoints"]] == [True, False]
         cluster.kubectl("-n", NS, "delete", "endpointslice", changed["metadata"]["name"])
-        clock[0] = 299.0 + 300.0
+        clock[0] = due - 1 + due - 1
+        run(publish(two))  # not yet its resync: the deleted slice stays deleted
+        assert _slices(cluster, service) == []
+        clock[0] = due - 1 + due
         run(publish(two))  # resync: applied again, the deleted slice comes back
         assert len(_slices(cluster, service)) == 1
         run(p.unpublish(deployment))
@@ -146,7 +152,7 @@ def test_changed_endpoints_of_objects_it_wrote_cost_one_apply(
 def test_the_resync_of_unchanged_objects_reads_them_and_writes_only_an_edited_one(
     cluster: controlplane.ControlPlane, run: Run
 ) -> None:
-    """Every `resync` the full path runs again to repair edits by others: it applied
+    """Every resync period the full path runs again to repair edits by others: it applied
     the Service and every slice of every deployment again (at 1,000 deployments over 2,000
     write requests every 5 minutes with nothing changed). Now an object already as it would be
     written is only read; one edited by someone else is applied again."""
@@ -156,6 +162,7 @@ def test_the_resync_of_unchanged_objects_reads_them_and_writes_only_an_edited_on
         publishing.Endpoint("n2", "10.1.0.2", 9000, ready=False),
     ]
     clock = [0.0]
+    due = math.ceil(publishing.resync_after((NS, service), 300))  # whole seconds: exact clocks
     k = kube.Kube(run(kubeapi.connect(str(cluster.operator_kubeconfig))))
     p = publishing.Publisher(k, resync=300, clock=lambda: clock[0])
     calls: list[str] = []
@@ -163,7 +170,10 @@ def test_the_resync_of_unchanged_objects_reads_them_and_writes_only_an_edited_on
     try:
         run(p.publish(deployment, endpoints))
         calls.clear()
-        clock[0] = 300.0
+        clock[0] = due - 1
+        run(p.publish(deployment, endpoints))  # not yet its resync: nothing called
+        assert calls == []
+        clock[0] = due
         run(p.publish(deployment, endpoints))  # the resync: read, nothing written
         assert "read_namespaced_service" in calls
         assert "read_namespaced_endpoint_slice" in calls
@@ -175,7 +185,10 @@ def test_the_resync_of_unchanged_objects_reads_them_and_writes_only_an_edited_on
             "--type=json", "-p", json.dumps(edit),
         )  # fmt: skip
         calls.clear()
-        clock[0] = 600.0
+        clock[0] = 2 * due - 1
+        run(p.publish(deployment, endpoints))  # not yet the next resync: the edit stays
+        assert calls == []
+        clock[0] = 2 * due
         run(p.publish(deployment, endpoints))  # edited by someone: applied again
         assert calls.count("patch_namespaced_endpoint_slice") == 1, calls
         assert "patch_namespaced_service" not in calls

@@ -10,11 +10,15 @@ port) holding the owner's endpoints, and removes stale slices. Only objects the
 owner owns are written (`ownership.owns`); anything else with the name raises
 `ServiceConflict` and is left exactly as it is. Where this says "deployment", read "owner".
 `publish` remembers what it last published per deployment and skips an unchanged one (no GET,
-LIST or apply) until `PUBLISH_RESYNC_S` passes, so a quiet fleet does not write at all. When the
+LIST or apply) until its resync period passes, so a quiet fleet does not write at all. The
+period is spread per key (`resync_after`: between `1 - PUBLISH_RESYNC_JITTER` times
+`PUBLISH_RESYNC_S` and `PUBLISH_RESYNC_S`, from a stable hash of (namespace, Service name)):
+deployments that convergence published within the same minute fall due over a minute, not as
+one burst of reads (at 500 x 1,000 it slowed a swap phase that ran at that moment). When the
 endpoints did change, objects this process wrote (their uids) are applied again without being
 read first, the Service is not touched and the stale-slice LIST is skipped while the set of
-slice names is the same: one apply instead of five calls (the full path runs again after
-`PUBLISH_RESYNC_S`, or at once when a fast apply fails: someone else changed the object). The
+slice names is the same: one apply instead of five calls (the full path runs again after the
+key's resync period, or at once when a fast apply fails: someone else changed the object). The
 full path reads each object and applies it only when it is not already as we would write it
 (`ownership.covers`): the resync of a quiet fleet reads, it does not write (at 1,000
 deployments an apply of the Service and each slice every 5 minutes is over 2,000 write
@@ -32,6 +36,7 @@ Called by: `runtime` (builds it), handlers (through `runtime.Runtime.publisher`)
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import ipaddress
 import json
 import socket
@@ -47,7 +52,11 @@ from mlxfleet_operator.core.kit import naming
 
 SERVICE_PORT_NAME = "http"
 SERVICE_PORT = 80
-PUBLISH_RESYNC_S = 300.0  # unchanged endpoints are applied again this often (repairs edits)
+# Unchanged endpoints are read again (and applied where edited) at most this long after they were
+# published, at least (1 - PUBLISH_RESYNC_JITTER) times it: each key's own period (`resync_after`)
+# so that owners published together do not all fall due together.
+PUBLISH_RESYNC_S = 300.0
+PUBLISH_RESYNC_JITTER = 0.2
 # An agent's metrics scrape target: its control API's /metrics, one port name per scheme so a
 # ServiceMonitor scrapes each with the right scheme (and TLS settings for https).
 AGENT_METRICS_PORT_NAMES = {"http": "http-metrics", "https": "https-metrics"}
@@ -84,6 +93,15 @@ class _Written:
     slices: dict[str, str] = field(default_factory=dict)  # name -> uid
     bodies: dict[str, int] = field(default_factory=dict)  # name -> hash of the body it holds
     fresh: bool = False  # a deployment not published before: its objects are POSTed first
+
+
+def resync_after(key: tuple[str, str], resync: float) -> float:
+    """How long after its last publish the key (namespace, Service name) is published again
+    with unchanged endpoints: `resync` shortened by up to `PUBLISH_RESYNC_JITTER` of it, by a
+    hash of the key that is the same in every process (not the salted `hash()`)."""
+    digest = hashlib.blake2b("/".join(key).encode(), digest_size=8).digest()
+    fraction = int.from_bytes(digest, "big") / 2**64  # in [0, 1)
+    return resync * (1.0 - PUBLISH_RESYNC_JITTER * fraction)
 
 
 def slice_address(host: str) -> tuple[str, str]:
@@ -218,12 +236,12 @@ class Publisher:
         self, target: Mapping[str, Any] | Publication, endpoints: Sequence[Endpoint]
     ) -> None:
         """`_publish`, skipped (no read, list or write) when this process already published the
-        same endpoints for the same owner less than `resync` seconds ago. `target`: a
-        `Publication`, or a ModelDeployment body."""
+        same endpoints for the same owner less than its resync period (`resync_after`) ago.
+        `target`: a `Publication`, or a ModelDeployment body."""
         pub = _publication(target)
         want = (pub.uid, pub.port_name, pub.service_port, tuple(endpoints))
         last = self._published.get(pub.key)
-        if last is not None and last[0] == want and self._clock() - last[1] < self._resync:
+        if last is not None and last[0] == want and not self._expired(pub.key, last[1]):
             return
         self._published.pop(pub.key, None)
         await self._publish(pub, endpoints)
@@ -239,7 +257,7 @@ class Publisher:
         that is not ours."""
         key = pub.key
         written = self._written.pop(key, None)
-        if written is None or written.deployment != pub.uid or self._expired(written.at):
+        if written is None or written.deployment != pub.uid or self._expired(key, written.at):
             first = written is None or written.deployment != pub.uid  # not the resync
             written = _Written(pub.uid, self._clock(), fresh=first and self._new(pub))
         spec: kube.JsonDict = {
@@ -288,8 +306,9 @@ class Publisher:
         (POST first, or GET first)."""
         return pub.new and pub.key not in self._taken
 
-    def _expired(self, at: float) -> bool:
-        return self._clock() - at >= self._resync
+    def _expired(self, key: tuple[str, str], at: float) -> bool:
+        """The key's resync period has passed since `at`."""
+        return self._clock() - at >= resync_after(key, self._resync)
 
     async def publish_slices(
         self, target: Mapping[str, Any] | Publication, endpoints: Sequence[Endpoint]
