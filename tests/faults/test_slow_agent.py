@@ -18,7 +18,8 @@ from tests.support import tcpproxy
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster, pytest.mark.mlx, pytest.mark.timeout(600)]
 
-POLL_TIMEOUT: float = agent_client.DEFAULT_TIMEOUT.read or 0.0  # the operator waits for /v1/state
+# how long the operator waits for /v1/state
+POLL_TIMEOUT: float = agent_client.DEFAULT_TIMEOUT.sock_read or 0.0
 
 
 def test_one_slow_answer_does_not_declare_the_node_dead(

@@ -170,7 +170,6 @@ def main(argv: list[str] | None = None) -> None:
         level=getattr(logging, config.log_level, logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per agent call is noise
     from mlxfleet_operator.adapters import heap, runtime
 
     heap.limit_arenas()  # before any thread starts

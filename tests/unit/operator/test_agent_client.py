@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import json
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
-import httpx
 import pytest
 
 from mlxfleet_operator.adapters import agent, fleet, fleetview, leader, metrics
@@ -18,7 +19,6 @@ from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core.fleet import facts
 
 T = TypeVar("T")
-CREDS = agent.Credentials(url="http://agent.test:8470", token="t")
 
 
 def calls(op: str, result: str) -> float:
@@ -28,12 +28,57 @@ def calls(op: str, result: str) -> float:
     return value or 0.0
 
 
-def answering(status: int, body: dict[str, object] | None = None) -> agent.AgentClient:
-    def handler(request: httpx.Request) -> httpx.Response:
-        assert request.headers["Authorization"] == "Bearer t"
-        return httpx.Response(status, json=body if body is not None else {})
+class _Scripted(http.server.BaseHTTPRequestHandler):
+    """A real HTTP server that answers every request with the server's `answer` (status, JSON
+    body) and records each request's method and Authorization header."""
 
-    return agent.AgentClient(CREDS, transport=httpx.MockTransport(handler))
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        server: _ScriptedServer = self.server  # type: ignore[assignment]
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        server.seen.append((self.command, self.headers.get("Authorization")))
+        status, body = server.answer
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_DELETE = _answer
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+class _ScriptedServer(http.server.ThreadingHTTPServer):
+    answer: tuple[int, object] = (200, {})
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Scripted)
+        self.seen: list[tuple[str, str | None]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_port}"
+
+
+@pytest.fixture
+def scripted() -> Iterator[_ScriptedServer]:
+    server = _ScriptedServer()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def answering(
+    server: _ScriptedServer, status: int, body: object | None = None
+) -> agent.AgentClient:
+    server.answer = (status, body if body is not None else {})
+    return agent.AgentClient(agent.Credentials(url=server.url, token="t"))
 
 
 def run(call: Callable[[agent.AgentClient], Awaitable[T]], client: agent.AgentClient) -> T:
@@ -46,14 +91,18 @@ def run(call: Callable[[agent.AgentClient], Awaitable[T]], client: agent.AgentCl
     return asyncio.run(go())
 
 
-def test_deleting_a_slot_that_is_not_there_is_fine_and_counted_ok() -> None:
+def test_deleting_a_slot_that_is_not_there_is_fine_and_counted_ok(
+    scripted: _ScriptedServer,
+) -> None:
     before = calls("delete_slot", "ok")
-    run(lambda c: c.delete_slot("s"), answering(404, {"error": {"message": "no such slot"}}))
+    answer = answering(scripted, 404, {"error": {"message": "no such slot"}})
+    run(lambda c: c.delete_slot("s"), answer)
     assert calls("delete_slot", "ok") == before + 1
+    assert scripted.seen == [("DELETE", "Bearer t")]
 
 
-def test_no_swaps_for_a_slot_that_is_not_there() -> None:
-    assert run(lambda c: c.swaps("s"), answering(404)) == []
+def test_no_swaps_for_a_slot_that_is_not_there(scripted: _ScriptedServer) -> None:
+    assert run(lambda c: c.swaps("s"), answering(scripted, 404)) == []
 
 
 @pytest.mark.parametrize(
@@ -65,21 +114,35 @@ def test_no_swaps_for_a_slot_that_is_not_there() -> None:
     ],
 )
 def test_errors_are_classified_by_status_and_name_the_field(
-    status: int, kind: type[agent.AgentError], result: str
+    status: int, kind: type[agent.AgentError], result: str, scripted: _ScriptedServer
 ) -> None:
     before = calls("delete_slot", result)
     body = {"error": {"field": "servedName", "message": "taken"}}
     with pytest.raises(kind) as raised:
-        run(lambda c: c.delete_slot("s"), answering(status, body))
+        run(lambda c: c.delete_slot("s"), answering(scripted, status, body))
     assert (raised.value.status, raised.value.field) == (status, "servedName")
     assert calls("delete_slot", result) == before + 1
 
 
-def test_no_answer_is_unreachable() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("refused", request=request)
+def test_an_answer_that_is_not_ours_names_the_status_and_its_text(
+    scripted: _ScriptedServer,
+) -> None:
+    with pytest.raises(agent.AgentRefused) as raised:
+        run(lambda c: c.delete_slot("s"), answering(scripted, 400, ["not", "ours"]))
+    assert (raised.value.status, raised.value.field) == (400, None)
+    assert str(raised.value) == 'HTTP 400: ["not", "ours"]'
 
-    client = agent.AgentClient(CREDS, transport=httpx.MockTransport(handler))
+
+def test_a_state_that_is_not_a_state_is_unreachable(scripted: _ScriptedServer) -> None:
+    with pytest.raises(agent.AgentUnreachable, match="unexpected body"):
+        run(lambda c: c.state(), answering(scripted, 200, {"slots": "nope"}))
+
+
+def test_no_answer_is_unreachable() -> None:
+    with socket.socket() as closed:  # a port nobody listens on once it is closed
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    client = agent.AgentClient(agent.Credentials(url=f"http://127.0.0.1:{port}", token="t"))
     before = calls("state", "unreachable")
     with pytest.raises(agent.AgentUnreachable) as raised:
         run(lambda c: c.state(), client)
@@ -112,12 +175,12 @@ def quick_agent() -> Iterator[str]:
 
 
 def _under_lag(url: str, io: agent.IoLoop | None) -> tuple[int, int]:
-    """(answered, failed) of 5 agents x 4 rounds of requests while the caller's event loop is
-    busy: every turn of it takes 150 ms (other handlers' work) against a 0.5 s timeout."""
+    """(answered, failed) of 5 agents x 2 rounds of requests while the caller's event loop is
+    busy: every turn of it takes 300 ms (other handlers' work) against a 0.5 s timeout."""
 
     async def busy() -> None:
         while True:
-            time.sleep(0.15)  # noqa: ASYNC251 - the point: a loop that is late on every turn
+            time.sleep(0.3)  # noqa: ASYNC251 - the point: a loop that is late on every turn
             await asyncio.sleep(0)
 
     async def go() -> tuple[int, int]:
@@ -125,7 +188,7 @@ def _under_lag(url: str, io: agent.IoLoop | None) -> tuple[int, int]:
         clients = [agent.AgentClient(agent.Credentials(url=url, token="t"), io=io) for _ in "12345"]
         answered = failed = 0
         try:
-            for _ in range(4):
+            for _ in range(2):
                 got = await asyncio.gather(
                     *(c.delete_slot("s") for c in clients), return_exceptions=True
                 )
@@ -143,10 +206,10 @@ def _under_lag(url: str, io: agent.IoLoop | None) -> tuple[int, int]:
 def test_a_busy_operator_loop_does_not_make_a_quick_agent_time_out(
     quick_agent: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(agent, "DEFAULT_TIMEOUT", httpx.Timeout(0.5, connect=0.5))
+    monkeypatch.setattr(agent, "DEFAULT_TIMEOUT", agent.budget(0.5))
     io = agent.IoLoop()
     try:
-        assert _under_lag(quick_agent, io) == (20, 0)  # sent and timed on the agent loop
+        assert _under_lag(quick_agent, io) == (10, 0)  # sent and timed on the agent loop
     finally:
         io.close()
     # the same requests timed on the busy loop itself: the agent answered, yet they time out
@@ -168,29 +231,27 @@ class _Counting(http.server.ThreadingHTTPServer):
 def test_a_poll_reuses_the_connection_of_the_poll_before(monkeypatch: pytest.MonkeyPatch) -> None:
     """Polls come every --poll-seconds (5 s): httpx's default keep-alive of 5 s let each poll
     find its connection just expired (a new TCP connection per poll, 100 a second at 500
-    nodes). The next request, a poll interval later, goes on the same connection; and the
-    client gives it up before the agent's server would (30 s)."""
-    import httpcore._async.http11 as http11
-
+    nodes). The client keeps an idle connection longer than a poll interval and gives it up
+    before the agent's server would (30 s); here on a scale of 1 s = 50 ms, in real time."""
     from mlxfleet_agent.runtime import serve
     from mlxfleet_operator import settings as opsettings
 
     poll = opsettings.OperatorSettings().poll_seconds
     assert poll < agent.KEEPALIVE_S < serve.KEEP_ALIVE_S
+    scale = 0.05
+    monkeypatch.setattr(agent, "KEEPALIVE_S", agent.KEEPALIVE_S * scale)
     server = _Counting(("127.0.0.1", 0), _Answers404)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    clock = [time.monotonic()]
-    monkeypatch.setattr(http11.time, "monotonic", lambda: clock[0])
 
     async def go() -> None:
         creds = agent.Credentials(url=f"http://127.0.0.1:{server.server_port}", token="t")
         client = agent.AgentClient(creds)
         try:
             await client.delete_slot("s")
-            clock[0] += poll + 1  # the next poll
+            await asyncio.sleep((poll + 1) * scale)  # the next poll
             await client.delete_slot("s")
             assert server.accepted == 1
-            clock[0] += agent.KEEPALIVE_S + 1  # idle longer than kept: a new connection
+            await asyncio.sleep(agent.KEEPALIVE_S + 1.5 * scale)  # idle longer than kept
             await client.delete_slot("s")
             assert server.accepted == 2
         finally:
@@ -221,19 +282,22 @@ def test_the_fleet_sends_on_its_own_loop_and_stops_it_on_close(quick_agent: str)
     assert "mlxfleet-agent-io" not in {t.name for t in threading.enumerate()}
 
 
-def test_clients_share_one_tls_context_per_trust_root() -> None:
-    """Each httpx client that makes its own default context loads the CA bundle again (about
+def test_clients_share_one_tls_context_per_trust_root(quick_agent: str) -> None:
+    """Each client that makes its own default context loads the CA bundle again (about
     0.9 MB and 60 ms each: 430 MB of operator RSS for 500 nodes)."""
-    one = agent.AgentClient(agent.Credentials(url="http://a:1", token="t"))
-    two = agent.AgentClient(agent.Credentials(url="https://b:1", token="u"))
-    contexts = {
-        id(c._http._transport._pool._ssl_context)  # type: ignore[attr-defined]
-        for c in (one, two)
-    }
-    assert len(contexts) == 1
-    assert agent._verify(None) is agent._verify(None)
-    asyncio.run(one.aclose())
-    asyncio.run(two.aclose())
+
+    async def pool_context(url: str) -> object:
+        client = agent.AgentClient(agent.Credentials(url=url, token="t"))
+        try:
+            await client.delete_slot("s")  # makes the pool
+            connector = client._session.connector  # type: ignore[union-attr]
+            return connector._ssl  # type: ignore[union-attr]
+        finally:
+            await client.aclose()
+
+    one = asyncio.run(pool_context(quick_agent))
+    two = asyncio.run(pool_context(quick_agent.replace("127.0.0.1", "localhost")))
+    assert one is two is agent._verify(None)
 
 
 class _Stale:
@@ -252,29 +316,20 @@ def not_leading() -> Iterator[None]:
         leader.lead_with(leader.ALONE)
 
 
-def test_a_process_that_may_not_act_changes_no_agent_but_still_reads(not_leading: None) -> None:
-    sent: list[str] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        sent.append(request.method)
-        return httpx.Response(404, json={})
-
+def test_a_process_that_may_not_act_changes_no_agent_but_still_reads(
+    not_leading: None, scripted: _ScriptedServer
+) -> None:
     before = calls("delete_slot", "not_leading")
     for change in (
         lambda c: c.delete_slot("x"),
         lambda c: c.prefetch(ModelRef("file:///m", None)),
     ):
         with pytest.raises(agent.NotLeading):
-            run(change, agent.AgentClient(CREDS, transport=httpx.MockTransport(handler)))
-    assert sent == []  # fenced before anything reached the agent
+            run(change, answering(scripted, 404))
+    assert scripted.seen == []  # fenced before anything reached the agent
     assert calls("delete_slot", "not_leading") == before + 1
-    assert (
-        run(
-            lambda c: c.swaps("x"), agent.AgentClient(CREDS, transport=httpx.MockTransport(handler))
-        )
-        == []
-    )
-    assert sent == ["GET"]
+    assert run(lambda c: c.swaps("x"), answering(scripted, 404)) == []
+    assert [method for method, _ in scripted.seen] == ["GET"]
 
 
 def test_standby_then_leader_then_stopped() -> None:

@@ -21,7 +21,7 @@ in the default executor (3.6 % of the operator's samples converging 500 x 1,000)
 A pool belongs to the event loop that first uses it (aiohttp): the handlers share the one that
 `runtime` builds on kopf's loop; the elector, on a thread and loop of its own so that renewals
 never wait for kopf's loop, has a pool of its own, made with the same `connect`.
-May import: kubernetes (its config loaders), aiohttp, yarl, the standard library.
+May import: kubernetes (its config loaders), aiohttp, yarl, `netenv`, the standard library.
 Called by: `kube` (the handlers' calls), `lease` (the election's), `runtime`, `election`.
 """
 
@@ -35,10 +35,11 @@ from datetime import date, datetime
 from typing import Any
 
 import aiohttp
-import aiohttp.helpers
 import kubernetes.client
 import kubernetes.config
 import yarl
+
+from mlxfleet_operator.adapters import netenv
 
 CONNECTIONS = 32  # the operator's own requests at once (kopf's watches and patches: apisession)
 # A call whose connection stays silent this long fails (`ApiError`, status 0) instead of holding
@@ -93,11 +94,7 @@ def proxy_once(configuration: Configuration) -> str | None:
         return str(configuration.proxy)
     if not configuration.host:
         return None
-    try:
-        proxy, _ = aiohttp.helpers.get_env_proxy_for_url(yarl.URL(configuration.host))
-    except LookupError:  # none named, or NO_PROXY exempts the server
-        return None
-    return str(proxy)
+    return netenv.env_proxy(configuration.host)
 
 
 def tls(configuration: Configuration) -> ssl.SSLContext:
