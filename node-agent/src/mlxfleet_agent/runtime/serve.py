@@ -106,6 +106,9 @@ def _server(
         timeout_graceful_shutdown=int(max(1, drain_s)),
         timeout_keep_alive=KEEP_ALIVE_S,
         server_header=False,
+        # the agent reads no client address (keys authenticate; its callers are the gateway and
+        # the operator): uvicorn's X-Forwarded-For middleware around every request bought nothing
+        proxy_headers=False,
         **kwargs,
     )
     return _Server(config)
