@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -223,9 +223,9 @@ class _Counting(http.server.ThreadingHTTPServer):
 
     accepted = 0
 
-    def get_request(self) -> tuple[object, object]:
+    def get_request(self) -> tuple[socket.socket, Any]:
         self.accepted += 1
-        return super().get_request()  # type: ignore[return-value]
+        return super().get_request()
 
 
 def test_a_poll_reuses_the_connection_of_the_poll_before(monkeypatch: pytest.MonkeyPatch) -> None:
