@@ -54,11 +54,17 @@ class _Scripted(http.server.BaseHTTPRequestHandler):
 
 
 class _ScriptedServer(http.server.ThreadingHTTPServer):
-    answer: tuple[int, object] = (200, {})
+    """`_Scripted`'s server (keep-alive), counting the connections it accepted."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: tuple[int, object] = (200, {})) -> None:
         super().__init__(("127.0.0.1", 0), _Scripted)
+        self.answer = answer
         self.seen: list[tuple[str, str | None]] = []
+        self.accepted = 0
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        self.accepted += 1
+        return super().get_request()
 
     @property
     def url(self) -> str:
@@ -150,26 +156,12 @@ def test_no_answer_is_unreachable() -> None:
     assert calls("state", "unreachable") == before + 1
 
 
-class _Answers404(http.server.BaseHTTPRequestHandler):
-    """A real agent-like HTTP server (keep-alive) that answers every DELETE at once."""
-
-    protocol_version = "HTTP/1.1"
-
-    def do_DELETE(self) -> None:
-        self.send_response(404)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, *_: object) -> None:
-        pass
-
-
 @pytest.fixture
 def quick_agent() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers404)
+    """An agent-like server that answers every request at once (404, nothing there)."""
+    server = _ScriptedServer((404, {}))
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
+    yield server.url
     server.shutdown()
     server.server_close()
 
@@ -218,16 +210,6 @@ def test_a_busy_operator_loop_does_not_make_a_quick_agent_time_out(
     assert failed > 0, (answered, failed)
 
 
-class _Counting(http.server.ThreadingHTTPServer):
-    """`quick_agent`'s server, counting the connections it accepted."""
-
-    accepted = 0
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        self.accepted += 1
-        return super().get_request()
-
-
 def test_a_poll_reuses_the_connection_of_the_poll_before(monkeypatch: pytest.MonkeyPatch) -> None:
     """Polls come every --poll-seconds (5 s): httpx's default keep-alive of 5 s let each poll
     find its connection just expired (a new TCP connection per poll, 100 a second at 500
@@ -240,11 +222,11 @@ def test_a_poll_reuses_the_connection_of_the_poll_before(monkeypatch: pytest.Mon
     assert poll < agent.KEEPALIVE_S < serve.KEEP_ALIVE_S
     scale = 0.05
     monkeypatch.setattr(agent, "KEEPALIVE_S", agent.KEEPALIVE_S * scale)
-    server = _Counting(("127.0.0.1", 0), _Answers404)
+    server = _ScriptedServer((404, {}))
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
     async def go() -> None:
-        creds = agent.Credentials(url=f"http://127.0.0.1:{server.server_port}", token="t")
+        creds = agent.Credentials(url=server.url, token="t")
         client = agent.AgentClient(creds)
         try:
             await client.delete_slot("s")

@@ -253,7 +253,7 @@ class AgentClient:
         return await (self._io.run(coro) if self._io is not None else coro)
 
     def _pool(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
+        if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
                     ssl=self._ssl, limit=CONNECTIONS, keepalive_timeout=KEEPALIVE_S
