@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -194,7 +195,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if gone is not None and not self._gone_cycle.response_complete:
             self.loop.call_soon(gone)  # as a `receive()` waiting would hear it: not in here
 
-    def _watch_gone(self, cycle: Any, callback: Callable[[], None] | None) -> None:
+    def _watch_gone(self, request: weakref.ref[Any], callback: Callable[[], None] | None) -> None:
         """`scope[GONE]` of `cycle`'s request: call `callback` when the client hangs up before
         that request's answer is complete (None: stop). Reading is resumed, as a `receive()`
         would, so the hang-up is seen. A client that already left (while the request waited in
@@ -204,7 +205,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         Keyed by the request: uvicorn starts a pipelined request's app from inside the answer's
         last `send` of the one before, so that app may watch before the one before stops (it
         still awaits something after its answer); that late stop clears nothing of the newer
-        request's, and a hang-up then is the newer request's alone."""
+        request's, and a hang-up then is the newer request's alone. The request is held by a
+        weak reference: the scope holding this watch belongs to that request, and a strong one
+        would make every request a reference cycle (garbage only the cyclic collector frees:
+        one collection every ~50 requests)."""
+        cycle = request()
+        if cycle is None:  # that request's cycle is gone: nothing of it to watch
+            return
         if callback is None:
             if self._gone_cycle is cycle:
                 self._gone = self._gone_cycle = None
@@ -244,7 +251,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is None or cycle.scope is not self.scope:
             return  # no request cycle of its own (a WebSocket upgrade)
-        self.scope[GONE] = functools.partial(self._watch_gone, cycle)  # type: ignore[literal-required]
+        watch = functools.partial(self._watch_gone, weakref.ref(cycle))
+        self.scope[GONE] = watch  # type: ignore[literal-required]
         if self.head_with_body:
             cycle.transport = _HeadWithBody(self.transport, cycle)  # type: ignore[assignment]
 

@@ -419,6 +419,11 @@ class _Connection(asyncio.Protocol):
         self.pool._put(self)
 
 
+def _too_late(head: asyncio.Future[Response]) -> None:
+    if not head.done():
+        head.set_exception(TimeoutError())
+
+
 class Pool:
     """Connections per origin, reused while idle for less than `idle_timeout_s`.
 
@@ -488,10 +493,15 @@ class Pool:
         head = conn.send(data, response)
         if track is not None:
             track(response)
+        # the bound is a timer on the head's own future, not `asyncio.wait_for` (a waiter
+        # future, a callback and a partial per request): a late head fails it with TimeoutError
+        timer = (
+            None
+            if head_timeout_s is None
+            else asyncio.get_running_loop().call_later(head_timeout_s, _too_late, head)
+        )
         try:
-            if head_timeout_s is None:
-                return await head
-            return await asyncio.wait_for(head, head_timeout_s)
+            return await head
         except TimeoutError:
             conn.abort()
             raise ResponseError(
@@ -500,6 +510,9 @@ class Pool:
         except BaseException:
             conn.abort()
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     async def _connect(self, origin: Origin, timeout_s: float | None) -> _Connection:
         if self._closed:
