@@ -330,11 +330,13 @@ async def measure(
         out["paced8"] = await cpu_rounds(
             paced_gw, paced_floor, agent_pid, streams=8, tokens=500, rounds=args.rounds
         )
-        idle0 = cpu(gw.proc.pid), cpu(agent_pid)
-        await asyncio.sleep(10.0)
-        out["idle"] = (cpu(gw.proc.pid) - idle0[0]) / 10.0
-        out["agent_idle"] = (cpu(agent_pid) - idle0[1]) / 10.0
         source_url, source_floor_url, source_floor_pid = source
+        quiet = (gw.proc.pid, agent_pid, floor_pid, source_floor_pid)
+        idle0 = [cpu(pid) for pid in quiet]
+        await asyncio.sleep(10.0)
+        out["idle"], out["agent_idle"], out["floor_idle"], out["source_floor_idle"] = (
+            (cpu(pid) - before) / 10.0 for pid, before in zip(quiet, idle0, strict=True)
+        )
         hops = [
             request_cpu.Hop("gateway", gw.url, PACED, gc, gw.proc.pid),
             request_cpu.Hop("gateway_floor", floor_url, PACED, gc, floor_pid),
@@ -393,7 +395,13 @@ def cpu_rows(results: dict[str, Any]) -> list[str]:
             "core |"
         )
     if "whole" in results:
-        rows += request_cpu.rows(results["whole"])
+        idle = {  # CPU seconds per second of each process with no request (the quiet window)
+            "gateway": results["idle"],
+            "agent": results["agent_idle"],
+            "gateway_floor": results.get("floor_idle", 0.0),
+            "agent_floor": results.get("source_floor_idle", 0.0),
+        }
+        rows += request_cpu.rows(results["whole"], idle)
     return rows
 
 

@@ -46,6 +46,13 @@ class Tally:
     cpu_s: float = 0.0
     requests: int = 0
     latency: list[float] = field(default_factory=list)
+    per_round: list[float] = field(default_factory=list)  # CPU per request of each round, s
+    wall_s: float = 0.0  # time its rounds took
+
+    def net_ms(self, idle_rate: float) -> float:
+        """CPU per request less the process's idle work over the same time (`idle_rate`: CPU
+        seconds per second with no request: probes, polls, watches, timers)."""
+        return max(0.0, self.cpu_s - idle_rate * self.wall_s) / max(1, self.requests) * 1000
 
     def per_request_ms(self) -> float:
         return self.cpu_s / max(1, self.requests) * 1000
@@ -79,16 +86,39 @@ async def rounds(
         for hop in hops[i % len(hops) :] + hops[: i % len(hops)]:
             tally = out[hop.name]
             c0 = cpu(hop.pid) if hop.pid is not None else 0.0
+            w0 = time.perf_counter()
             for _ in range(requests):
                 tally.latency.append(await one(hop))
+            tally.wall_s += time.perf_counter() - w0
             if hop.pid is not None:
-                tally.cpu_s += cpu(hop.pid) - c0
+                used = cpu(hop.pid) - c0
+                tally.cpu_s += used
+                tally.per_round.append(used / requests)
             tally.requests += requests
     return out
 
 
-def rows(t: dict[str, Tally]) -> list[str]:
-    """The table rows: CPU per request of each hop beside its floor, and the added latency."""
+def spread(hop: Tally, floor: Tally) -> str:
+    """The ratio of each round (both measured in it), lowest to highest: how far one run of
+    this bench may land from the pooled ratio on a busy 2-core box."""
+    ratios = [a / f for a, f in zip(hop.per_round, floor.per_round, strict=True) if f > 0]
+    if not ratios:
+        return "no rounds"
+    return f"rounds {min(ratios):.2f}-{max(ratios):.2f}x, median {statistics.median(ratios):.2f}x"
+
+
+def net(hop: Tally, floor: Tally, idle: dict[str, float], names: tuple[str, str]) -> str:
+    """Both hops' CPU per request less each process's idle work over its rounds: the cost a
+    request adds (the agent and the gateway have fixed work per second that a floor proxy has
+    not: probes answered, the operator's polls, backend health watches)."""
+    a, f = hop.net_ms(idle.get(names[0], 0.0)), floor.net_ms(idle.get(names[1], 0.0))
+    return f"net of idle work {a:.3f} / {f:.3f} ms = {a / max(1e-9, f):.2f}x"
+
+
+def rows(t: dict[str, Tally], idle: dict[str, float] | None = None) -> list[str]:
+    """The table rows: CPU per request of each hop beside its floor (with the per-round spread,
+    and net of each process's idle work when `idle` rates are given), and the added latency."""
+    idle = idle or {}
     gw, gw_floor = t["gateway"], t["gateway_floor"]
     agent, agent_floor, source = t["agent"], t["agent_floor"], t["source"]
     n = gw.requests
@@ -96,12 +126,14 @@ def rows(t: dict[str, Tally]) -> list[str]:
         f"| CPU per request, one-token whole answers ({n} per path, 1 at a time): the gateway "
         f"hop | gateway process: {gw.per_request_ms():.3f} ms | floor proxy over the same "
         f"agent: {gw_floor.per_request_ms():.3f} ms | gateway / floor "
-        f"{gw.per_request_ms() / max(1e-9, gw_floor.per_request_ms()):.2f}x (goal <= 1.3x) |",
+        f"{gw.per_request_ms() / max(1e-9, gw_floor.per_request_ms()):.2f}x (goal <= 1.3x; "
+        f"{spread(gw, gw_floor)}; {net(gw, gw_floor, idle, ('gateway', 'gateway_floor'))}) |",
         f"| CPU per request, one-token whole answers ({n} per path): the agent hop | agent "
         f"process: {agent.per_request_ms():.3f} ms | floor proxy over the same paced source: "
         f"{agent_floor.per_request_ms():.3f} ms | agent / floor "
         f"{agent.per_request_ms() / max(1e-9, agent_floor.per_request_ms()):.2f}x "
-        "(goal <= 1.3x) |",
+        f"(goal <= 1.3x; {spread(agent, agent_floor)}; "
+        f"{net(agent, agent_floor, idle, ('agent', 'agent_floor'))}) |",
         f"| time to the whole answer p50 (one token) | source directly {source.p50_ms():.2f} ms; "
         f"via the agent {agent.p50_ms():.2f} ms (+{agent.p50_ms() - source.p50_ms():.2f} ms); "
         f"via the floor proxy {agent_floor.p50_ms():.2f} ms "
