@@ -86,7 +86,7 @@ def _hist_columns(
     mask = ~has
     return {
         f"{prefix}_bounds": pa.array(
-            np.where(has, columnar.bounds_text(bounds.tolist()), None), type=pa.string()
+            np.where(has, columnar.bounds_text(bounds.tolist()), np.array(None)), type=pa.string()
         ),
         f"{prefix}_counts": pa.ListArray.from_arrays(
             pa.array(offsets), pa.array(values, type=pa.int64()), mask=pa.array(mask)

@@ -102,8 +102,8 @@ def _block(section: list[tuple[int, str]], root: re.Pattern[str]) -> tuple[int, 
     entries: list[tuple[int, str, list[tuple[int, str]]]] = []  # line, entry, its description
     for number, text in block:
         if len(text) - len(text.lstrip()) == indent:
-            entry, _, said = text.strip().partition(" ")
-            entries.append((number, entry, [(number, said.partition(" | ")[0])]))
+            entry, _, first = text.strip().partition(" ")
+            entries.append((number, entry, [(number, first.partition(" | ")[0])]))
         else:
             entries[-1][2].append((number, text))
     for number, entry, said in entries:
@@ -162,12 +162,17 @@ def _check_map(
         else:
             seen.add(found)
     for init in sorted(root.rglob("__init__.py")):
-        folder = init.parent
-        if folder != root and folder not in seen and "__pycache__" not in folder.parts:
+        package_dir = init.parent
+        if (
+            package_dir != root
+            and package_dir not in seen
+            and "__pycache__" not in package_dir.parts
+        ):
             out.append(
                 docscheck.Finding(
                     f"{doc}:{start}",
-                    f"the map of `{package}` leaves out the package `{folder.relative_to(root)}/`",
+                    f"the map of `{package}` leaves out the package "
+                    f"`{package_dir.relative_to(root)}/`",
                 )
             )
     return out

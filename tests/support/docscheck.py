@@ -194,9 +194,7 @@ class _Caught(BaseException):
         self.parser = parser
 
 
-def _capture(
-    entry: Callable[[list[str]], object], argv: list[str]
-) -> argparse.ArgumentParser | None:
+def _capture(entry: Callable[..., object], argv: list[str]) -> argparse.ArgumentParser | None:
     """The parser that answers `argv + ["--help"]` (its help is never printed)."""
 
     def caught(self: argparse.ArgumentParser, *_: object, **__: object) -> None:
@@ -300,7 +298,8 @@ class Line:
 def _lines(path: Path) -> Iterator[Line]:
     """The lines of a Markdown file, as `Line`s."""
     raw = path.read_text().splitlines()
-    fenced, heading, paragraph, held = False, "", [], ""
+    fenced, heading, held = False, "", ""
+    paragraph: list[str] = []
     start = 0
     for number, line in enumerate(raw, start=1):
         if line.lstrip().startswith("```"):

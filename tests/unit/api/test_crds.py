@@ -143,7 +143,7 @@ def test_names_scope_and_subresources() -> None:
         }
         expected = {"scale": scale} if resource.kind == "ModelDeployment" else {}
         # a ModelDemand is written whole by its gateway: it has no status
-        status = {} if resource.kind == "ModelDemand" else {"status": {}}
+        status: dict[str, object] = {} if resource.kind == "ModelDemand" else {"status": {}}
         assert version["subresources"] == {**status, **expected}
         assert version["schema"]["openAPIV3Schema"]["required"] == ["spec"]
 

@@ -39,6 +39,12 @@ class Store:
             raise ConnectionError("store down")
         self.puts.append((key, body))
 
+    def get(self, key: str) -> bytes:  # (the gateway's Uploader reads back too)
+        return next(body for k, body in reversed(self.puts) if k == key)
+
+    def list(self, prefix: str) -> list[tuple[str, str]]:
+        return [(key, "") for key, _ in self.puts if key.startswith(prefix)]
+
 
 class Codec:
     def dump(self, item: str) -> bytes:
@@ -88,7 +94,7 @@ def test_oldest_first_stops_at_the_first_failure_and_resumes(
 ) -> None:
     """Both drivers (the agent's blocking `flush`, the gateway's `flush_async`) run the same
     steps: oldest first, stop at the first failure, resume from it."""
-    store, counts = Store(), {}
+    store, counts = Store(), dict[str, int]()
     ship = make(queues(tmp_path)[kind], store, counts)
     for item in ("i1", "i2"):
         ship.enqueue(item)
@@ -107,7 +113,7 @@ def test_oldest_first_stops_at_the_first_failure_and_resumes(
 
 @pytest.mark.parametrize("kind", [0, 1], ids=["memory", "disk"])
 def test_the_bound_drops_the_oldest_and_counts_them(tmp_path: Path, kind: int) -> None:
-    store, counts = Store(), {}
+    store, counts = Store(), dict[str, int]()
     ship = make(queues(tmp_path)[kind], store, counts, limit=2)
     for i in range(1, 6):
         ship.enqueue(f"i{i}")
@@ -147,7 +153,7 @@ def test_an_item_dropped_while_its_put_is_in_flight_takes_no_other_with_it() -> 
     Before (the gateway's own deque): it popped the head, by then the next, never uploaded."""
 
     async def scenario() -> list[str]:
-        store, counts = Store(threading.Event()), {}
+        store, counts = Store(threading.Event()), dict[str, int]()
         ship = make(common.MemoryQueue[str](), store, counts, limit=2)
         ship.enqueue("i1")
         flush = asyncio.ensure_future(ship.flush_async())

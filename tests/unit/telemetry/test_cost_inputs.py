@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
 from datetime import date
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def shipped_report_yaml() -> str:
     return text
 
 
-def node(name: str, cost: dict[str, object] | None) -> inventory.ClusterNode:
+def node(name: str, cost: Mapping[str, object] | None) -> inventory.ClusterNode:
     return inventory.ClusterNode(
         name=name, cost=None if cost is None else inferencenode.Cost.model_validate(cost)
     )
