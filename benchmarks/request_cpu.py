@@ -11,8 +11,10 @@ bytes forwarded unparsed) over the same kind of backend, in the same interleaved
   source answered directly: the latency baseline of the agent's added time to the answer.
 
 CPU is each process's own CPU clock over the requests sent to it (all threads, its idle work
-included); latency is the client's, one request at a time. Run by `benchmarks.gateway_bench`
-(also in `--cpu-only`).
+included); each row also gives the ratio of every round (lowest, highest, median: the spread of
+one run) and both sides net of each process's idle work (its CPU per second in the bench's quiet
+window times the time its rounds took). Latency is the client's, one request at a time. Run by
+`benchmarks.gateway_bench` (also in `--cpu-only`).
 
 May import: the standard library, httpx, benchmarks.gateway_bench's helpers (passed in).
 """

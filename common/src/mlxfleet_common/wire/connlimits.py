@@ -196,11 +196,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.loop.call_soon(gone)  # as a `receive()` waiting would hear it: not in here
 
     def _watch_gone(self, request: weakref.ref[Any], callback: Callable[[], None] | None) -> None:
-        """`scope[GONE]` of `cycle`'s request: call `callback` when the client hangs up before
-        that request's answer is complete (None: stop). Reading is resumed, as a `receive()`
-        would, so the hang-up is seen. A client that already left (while the request waited in
-        a slot's queue, say) is told at once, as a `receive()` would say `http.disconnect` at
-        once.
+        """`scope[GONE]` of one request (`request`: a weak reference to its uvicorn cycle):
+        call `callback` when the client hangs up before that request's answer is complete
+        (None: stop). Reading is resumed, as a `receive()` would, so the hang-up is seen. A
+        client that already left (while the request waited in a slot's queue, say) is told at
+        once, as a `receive()` would say `http.disconnect` at once.
 
         Keyed by the request: uvicorn starts a pipelined request's app from inside the answer's
         last `send` of the one before, so that app may watch before the one before stops (it
