@@ -398,8 +398,8 @@ def cpu_rows(results: dict[str, Any]) -> list[str]:
         idle = {  # CPU seconds per second of each process with no request (the quiet window)
             "gateway": results["idle"],
             "agent": results["agent_idle"],
-            "gateway_floor": results.get("floor_idle", 0.0),
-            "agent_floor": results.get("source_floor_idle", 0.0),
+            "gateway_floor": results["floor_idle"],
+            "agent_floor": results["source_floor_idle"],
         }
         rows += request_cpu.rows(results["whole"], idle)
     return rows

@@ -109,18 +109,19 @@ def spread(hop: Tally, floor: Tally) -> str:
     return f"rounds {min(ratios):.2f}-{max(ratios):.2f}x, median {statistics.median(ratios):.2f}x"
 
 
-def net(hop: Tally, floor: Tally, idle: dict[str, float], names: tuple[str, str]) -> str:
-    """Both hops' CPU per request less each process's idle work over its rounds: the cost a
-    request adds (the agent and the gateway have fixed work per second that a floor proxy has
-    not: probes answered, the operator's polls, backend health watches)."""
-    a, f = hop.net_ms(idle.get(names[0], 0.0)), floor.net_ms(idle.get(names[1], 0.0))
+def net(hop: Tally, floor: Tally, hop_idle: float, floor_idle: float) -> str:
+    """Both sides' CPU per request less each process's idle work over its rounds (`*_idle`: CPU
+    seconds per second with no request): the cost a request adds (the agent and the gateway have
+    fixed work per second that a floor proxy has not: probes answered, the operator's polls,
+    backend health watches)."""
+    a, f = hop.net_ms(hop_idle), floor.net_ms(floor_idle)
     return f"net of idle work {a:.3f} / {f:.3f} ms = {a / max(1e-9, f):.2f}x"
 
 
-def rows(t: dict[str, Tally], idle: dict[str, float] | None = None) -> list[str]:
+def rows(t: dict[str, Tally], idle: dict[str, float]) -> list[str]:
     """The table rows: CPU per request of each hop beside its floor (with the per-round spread,
-    and net of each process's idle work when `idle` rates are given), and the added latency."""
-    idle = idle or {}
+    and net of each process's idle work: `idle`, CPU seconds per second by hop name), and the
+    added latency."""
     gw, gw_floor = t["gateway"], t["gateway_floor"]
     agent, agent_floor, source = t["agent"], t["agent_floor"], t["source"]
     n = gw.requests
@@ -129,13 +130,13 @@ def rows(t: dict[str, Tally], idle: dict[str, float] | None = None) -> list[str]
         f"hop | gateway process: {gw.per_request_ms():.3f} ms | floor proxy over the same "
         f"agent: {gw_floor.per_request_ms():.3f} ms | gateway / floor "
         f"{gw.per_request_ms() / max(1e-9, gw_floor.per_request_ms()):.2f}x (goal <= 1.3x; "
-        f"{spread(gw, gw_floor)}; {net(gw, gw_floor, idle, ('gateway', 'gateway_floor'))}) |",
+        f"{spread(gw, gw_floor)}; {net(gw, gw_floor, idle['gateway'], idle['gateway_floor'])}) |",
         f"| CPU per request, one-token whole answers ({n} per path): the agent hop | agent "
         f"process: {agent.per_request_ms():.3f} ms | floor proxy over the same paced source: "
         f"{agent_floor.per_request_ms():.3f} ms | agent / floor "
         f"{agent.per_request_ms() / max(1e-9, agent_floor.per_request_ms()):.2f}x "
         f"(goal <= 1.3x; {spread(agent, agent_floor)}; "
-        f"{net(agent, agent_floor, idle, ('agent', 'agent_floor'))}) |",
+        f"{net(agent, agent_floor, idle['agent'], idle['agent_floor'])}) |",
         f"| time to the whole answer p50 (one token) | source directly {source.p50_ms():.2f} ms; "
         f"via the agent {agent.p50_ms():.2f} ms (+{agent.p50_ms() - source.p50_ms():.2f} ms); "
         f"via the floor proxy {agent_floor.p50_ms():.2f} ms "
