@@ -11,26 +11,25 @@ of its own), logs one JSON
 line `gateway ready` with the bound ports, and runs until SIGINT/SIGTERM. Shutdown: stop taking
 connections and drain requests in flight (up to `drain_s`), then the prober, the shipper (last
 upload), the ModelDemand (deleted), the watches and the pool.
-May import: everything in the gateway package, mlxfleet_common.wire (httpclient, connlimits),
-uvicorn, the standard library.
+May import: everything in the gateway package, mlxfleet_common.wire (httpclient, connlimits,
+serving), uvicorn, the standard library.
 Called by: cli.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
 
-from mlxfleet_common.wire import connlimits
+from mlxfleet_common.wire import connlimits, serving
 from mlxfleet_common.wire import httpclient as upstream
 from mlxfleet_gateway import (
     activator,
@@ -65,14 +64,6 @@ def configure_logging(level: str, *, access_log: bool = True) -> None:
     logging.getLogger("botocore").setLevel(logging.WARNING)
 
 
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal handling (serve() orders the shutdown itself)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted sockets only when the socket says
@@ -91,7 +82,7 @@ def _uvicorn(
     *,
     drain_s: float,
     http: type[connlimits.LimitedHttpToolsProtocol] = connlimits.LimitedHttpToolsProtocol,
-) -> _Server:
+) -> serving.Server:
     """uvicorn on httptools with the connection limits of `http` (the class's defaults unless a
     `connlimits.protocol(...)` is given: the benchmarks run the gateway's stack as it ships)."""
     config = uvicorn.Config(
@@ -106,7 +97,7 @@ def _uvicorn(
         server_header=False,
         date_header=False,
     )
-    return _Server(config)
+    return serving.Server(config)
 
 
 async def serve_metrics(

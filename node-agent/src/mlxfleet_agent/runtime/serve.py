@@ -4,20 +4,20 @@ drain the in-flight ones, stop the control API, stop every backend (the lifespan
 
 Bind and TLS failures become `settings.SettingsError`s naming the flag, the value and the
 remedy. Both ports get the connection limits of `connlimits` (with their own error bodies).
-May import: uvicorn, the standard library, contract, mlxfleet_common.wire.connlimits, runtime
-(compose, settings). Called by: cli (`serve`), tests.
+May import: uvicorn, the standard library, contract, mlxfleet_common.wire (connlimits,
+serving), runtime (compose, settings).
+Called by: cli (`serve`), tests.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import signal
 import socket
 import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -25,19 +25,11 @@ import uvicorn
 from mlxfleet_agent import contract
 from mlxfleet_agent.runtime import compose
 from mlxfleet_agent.runtime import settings as settings_mod
-from mlxfleet_common.wire import connlimits
+from mlxfleet_common.wire import connlimits, serving
 
 KEEP_ALIVE_S = 30  # an idle client connection is kept this long (the operator keeps it 20 s)
 
 log = logging.getLogger("mlxfleet_agent")
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal handling (serve() orders the shutdown itself)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def _bind(host: str, port: int, *, port_flag: str) -> socket.socket:
@@ -85,7 +77,7 @@ def _server(
     drain_s: float,
     max_connections: int,
     error_body: connlimits.ErrorBody,
-) -> _Server:
+) -> serving.Server:
     kwargs: dict[str, Any] = {}
     if tls:
         kwargs = {"ssl_certfile": str(cfg.tls_cert), "ssl_keyfile": str(cfg.tls_key)}
@@ -111,7 +103,7 @@ def _server(
         proxy_headers=False,
         **kwargs,
     )
-    return _Server(config)
+    return serving.Server(config)
 
 
 CONTROL_FIELDS = {
