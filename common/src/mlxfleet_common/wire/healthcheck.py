@@ -3,7 +3,8 @@ future per check), parsed by httptools like the rest of `httpclient`.
 
 Shared like `httpclient`. May import: the standard library, httptools,
 httpclient (`Origin`). Called by: the gateway's health prober (agents' `/healthz`, several times
-a second).
+a second), the agent's backend health watch (`backends.readiness.watch_health`: mlx_lm's
+`/health`, an HTTP/1.0 answer whose body ends when the server closes).
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ class HealthCheck:
 
     `fire()` sends one check unless one is in flight; `on_result(ok, why)` is called exactly once
     per fired check: True for a 200 answer within `timeout_s`, False (with the reason) for
-    anything else. A broken connection is replaced at the next `fire()`.
+    anything else. A broken connection is replaced at the next `fire()`. `status` is the
+    status code of the fired check's answer (0 while none came), so a caller can tell a server
+    that said no from one that did not answer. An answer whose body ends when the server closes
+    the connection (HTTP/1.0 without a length) counts when it closes.
     """
 
     def __init__(
@@ -45,12 +49,13 @@ class HealthCheck:
         self._parser = httptools.HttpResponseParser(self)
         self._timer: asyncio.TimerHandle | None = None
         self._connecting: asyncio.Task[None] | None = None
-        self._status = 0
+        self.status = 0
 
     def fire(self) -> None:
         if self.pending:
             return
         self.pending = True
+        self.status = 0
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(self.timeout_s, self._expire)
         if self._transport is not None and not self._transport.is_closing():
@@ -121,16 +126,20 @@ class HealthCheck:
         if protocol is not self._protocol:
             return
         self._transport = self._protocol = None
+        if exc is None and self.status >= 200:  # a body that ends at EOF (HTTP/1.0, no length)
+            self._done(self.status == 200, f"answered {self.status}")
+            return
         self._done(False, f"connection lost: {exc or 'closed by the upstream'}")
 
     def on_headers_complete(self) -> None:
-        self._status = self._parser.get_status_code()
+        self.status = self._parser.get_status_code()
 
     def on_message_complete(self) -> None:
-        if 100 <= self._status < 200:
+        if 100 <= self.status < 200:
+            self.status = 0
             return
         keep = self._parser.should_keep_alive()
-        self._done(self._status == 200, f"answered {self._status}")
+        self._done(self.status == 200, f"answered {self.status}")
         if not keep:
             self._drop()
 

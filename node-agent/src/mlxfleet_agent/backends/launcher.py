@@ -1,6 +1,6 @@
 """What every backend of one agent shares: the interpreter, the log folder, the load and stop
-timeouts, the health poll interval and the HTTP client of warm-ups and health polls. The slots
-ask it for backends.
+timeouts, the health poll interval (each poll a `healthcheck.HealthCheck`) and the HTTP client of
+warm-ups. The slots ask it for backends.
 
 `backend(...)` makes a (not yet started) backend of the slot's engine for a model directory,
 `warm_up(...)` waits until it answers its engine's probes (`readiness`), `watch(...)` returns
@@ -130,7 +130,6 @@ class Launcher:
         path = backend.launch.health_path
         if path is not None and (shard is None or shard.leader):
             why = await readiness.watch_health(
-                self._client,
                 backend.base_url + path,
                 alive=backend.alive,
                 interval_s=self.health_interval_s if shard is None else ranks.HEALTH_INTERVAL_S,

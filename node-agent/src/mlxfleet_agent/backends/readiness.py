@@ -7,8 +7,8 @@ an error (a model that fails to load leaves mlx_lm up, answering 404), or the de
 `next_backoff` is the pure restart schedule of a crashed backend. `watch_health` is the other
 half of readiness: once serving, a backend whose health endpoint stops answering 200 is out of
 service (mlx_lm whose generation thread died; rank 0 of a group that lost a peer).
-May import: httpx, engines.plugin and the standard library. Called by: backends.launcher, slots
-(backoff).
+May import: httpx, mlxfleet_common.wire (httpclient's `Origin`, healthcheck), engines.plugin and
+the standard library. Called by: backends.launcher, slots (backoff).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from mlxfleet_agent.engines import plugin
+from mlxfleet_common.wire import healthcheck, httpclient
 
 
 class NotReady(RuntimeError):
@@ -107,28 +108,45 @@ async def _until_accepted(
 
 
 async def watch_health(
-    client: httpx.AsyncClient,
     url: str,
     *,
     alive: Callable[[], bool],
     interval_s: float,
     silent_limit: int | None = None,
+    timeout_s: float = 2.0,
 ) -> str | None:
     """Poll GET `url` while the process is `alive`; return why once it is not healthy (an answer
     other than 200; or, with `silent_limit`, that many failed polls in a row), None once the
-    process is gone. Without `silent_limit`, a backend too busy to answer is not unhealthy."""
+    process is gone. Without `silent_limit`, a backend too busy to answer is not unhealthy.
+    Each poll is one `healthcheck.HealthCheck` (a write, a read and a few parser callbacks; a
+    kept-alive connection where the server keeps it), not a general HTTP client's request: a
+    node polls every backend for as long as it serves."""
+    origin, path = httpclient.Origin.from_url(url)
+    loop = asyncio.get_running_loop()
+    answered: asyncio.Future[str] = loop.create_future()
+
+    def on_result(ok: bool, why: str) -> None:
+        if not answered.done():
+            answered.set_result("" if ok else why)
+
+    check = healthcheck.HealthCheck(origin, path or "/", timeout_s=timeout_s, on_result=on_result)
     silent = 0
-    while alive():
-        try:
-            r = await client.get(url, timeout=2.0)
-            if r.status_code != 200:
-                return f"unhealthy (GET {httpx.URL(url).path} answered {r.status_code})"
-            silent = 0
-        except httpx.HTTPError as exc:  # one slow answer under load is not a failure
-            silent += 1
-            if silent_limit is not None and silent >= silent_limit and alive():
-                return f"does not answer GET {httpx.URL(url).path}: {exc}"
-        await asyncio.sleep(interval_s)
+    try:
+        while alive():
+            answered = loop.create_future()
+            check.fire()
+            why = await answered
+            if why and check.status:  # it answered, and not 200
+                return f"unhealthy (GET {path} answered {check.status})"
+            if why:  # one slow answer under load is not a failure
+                silent += 1
+                if silent_limit is not None and silent >= silent_limit and alive():
+                    return f"does not answer GET {path}: {why}"
+            else:
+                silent = 0
+            await asyncio.sleep(interval_s)
+    finally:
+        check.close()
     return None
 
 
