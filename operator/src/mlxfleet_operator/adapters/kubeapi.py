@@ -109,6 +109,21 @@ def tls(configuration: Configuration) -> ssl.SSLContext:
     return context
 
 
+def request_class(configuration: Configuration) -> type[aiohttp.ClientRequest]:
+    """aiohttp's request, checking the API server's certificate for the kubeconfig's
+    `tls-server-name` when it names one (an API server reached by an address its certificate
+    does not name: an IP, a tunnel); one class for the operator's own pool and kopf's session."""
+    name = getattr(configuration, "tls_server_name", None) or None
+    if name is None:
+        return aiohttp.ClientRequest
+
+    class _Named(aiohttp.ClientRequest):
+        def __init__(self, *args: Any, server_hostname: str | None = None, **kwargs: Any) -> None:
+            super().__init__(*args, server_hostname=server_hostname or name, **kwargs)
+
+    return _Named
+
+
 def authorization(configuration: Configuration) -> str | None:
     """The Authorization header: the loaders' hook reads a rotated token file (once a minute in
     a pod) or runs an expired exec plugin again."""
@@ -145,7 +160,6 @@ class Client:
         self._session: aiohttp.ClientSession | None = None
         self._base = ""
         self._proxy: str | None = None
-        self._server_name: str | None = None
         self._auth: tuple[str | None, float] | None = None  # the header, when it was asked
         self._closed = False
 
@@ -156,12 +170,12 @@ class Client:
             config = self.configuration
             self._base = str(config.host).rstrip("/")
             self._proxy = proxy_once(config)
-            self._server_name = getattr(config, "tls_server_name", None) or None
             secure = self._base.startswith("https:")
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
                     limit=self._connections, ssl=tls(config) if secure else False
                 ),
+                request_class=request_class(config),
                 headers={"User-Agent": self._user_agent},
                 trust_env=False,  # the environment was read once above, not for every request
             )
@@ -213,7 +227,6 @@ class Client:
                 headers=headers,
                 proxy=self._proxy,
                 timeout=budget or self._timeout,
-                server_hostname=self._server_name,
             ) as answer:
                 raw = await answer.read()
                 if not 200 <= answer.status < 300:
