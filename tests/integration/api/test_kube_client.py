@@ -178,7 +178,8 @@ def test_the_environment_is_read_once_not_for_every_call(monkeypatch: pytest.Mon
     import aiohttp.client
 
     looked: list[str] = []
-    real_proxy, real_netrc = aiohttp.client.get_env_proxy_for_url, aiohttp.client.netrc_from_env
+    real_proxy = aiohttp.client.get_env_proxy_for_url  # type: ignore[attr-defined]
+    real_netrc = aiohttp.client.netrc_from_env  # type: ignore[attr-defined]
 
     def proxy(url: object) -> object:
         looked.append("proxy")

@@ -46,8 +46,9 @@ def _reference(model_dir: Path, texts: list[str]) -> tuple[np.ndarray, list[int]
 
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     config = json.loads((model_dir / "config.json").read_text())
-    model = qwen3.Model(qwen3.ModelArgs.from_dict(config))
+    model = qwen3.Model(qwen3.ModelArgs.from_dict(config))  # type: ignore[no-untyped-call]
     weights = mx.load(str(model_dir / "model.safetensors"))
+    assert isinstance(weights, dict)
     model.load_weights([(f"model.{k}", v) for k, v in weights.items()])  # a Qwen3Model export
     rows, counts = [], []
     for text in texts:

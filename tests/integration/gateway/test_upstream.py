@@ -60,7 +60,7 @@ async def collect(resp: upstream.Response) -> bytes:
 
 
 def run(coro: Awaitable[None]) -> None:
-    asyncio.run(asyncio.wait_for(coro, 30))  # type: ignore[arg-type]
+    asyncio.run(asyncio.wait_for(coro, 30))
 
 
 def test_chunked_and_content_length_on_one_kept_alive_connection() -> None:

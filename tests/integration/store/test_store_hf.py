@@ -220,10 +220,10 @@ class FakeHub(http.server.BaseHTTPRequestHandler):
             files = [{"rfilename": n} for n in self._files()]
             self._json({"id": "mlxfleet/tiny", "sha": COMMIT, "siblings": files})
         elif path.startswith("/api/models/mlxfleet/tiny/tree/"):
-            files = self._files().items()
-            oid = {n: hashlib.sha256(d).hexdigest()[:40] for n, d in files}
+            items = self._files().items()
+            oid = {n: hashlib.sha256(d).hexdigest()[:40] for n, d in items}
             self._json(
-                [{"type": "file", "path": n, "size": len(d), "oid": oid[n]} for n, d in files]
+                [{"type": "file", "path": n, "size": len(d), "oid": oid[n]} for n, d in items]
             )
         elif "/resolve/" in path:
             self._file(head=False)

@@ -94,7 +94,8 @@ def test_keyless_is_open_only_where_it_may_be_and_any_key_closes_it(tmp_path: Pa
 
 def test_peer_tokens_and_the_legacy_shared_token(tmp_path: Path) -> None:
     keys = credentials.NodeKeys(tmp_path / "c.json")
-    assert not keys.serves_peers
+    before = keys.serves_peers
+    assert not before
     mine = C.for_node((FLEET,), "b")
     keys.use(mine)
     assert keys.serves_peers

@@ -254,7 +254,7 @@ def _spec(**extra: Any) -> contract.SlotSpec:
     )
 
 
-def _check(backend: _Backend, body: dict[str, Any], endpoint: str, size: int = 10) -> int:
+def _check(backend: _Backend, body: dict[str, Any], endpoint: str, size: int = 10) -> int | None:
     return asyncio.run(budget.check(body, backend, endpoint=endpoint, size=size))
 
 
@@ -336,7 +336,7 @@ def test_a_big_body_is_counted_off_the_event_loop(counter: tokencount.Counter) -
     body = {"prompt": text, "max_tokens": 1}
     loop_ticks = 0
 
-    async def run() -> int:
+    async def run() -> int | None:
         nonlocal loop_ticks
         task = asyncio.create_task(
             budget.check(body, backend, endpoint="completions", size=budget.INLINE_BYTES + 1)

@@ -128,13 +128,14 @@ def test_rerank_parsing() -> None:
     assert job.documents == ("a", "b")
     assert job.top_n == 2
     assert job.return_documents
-    for body, needle in [
+    cases: list[tuple[dict[str, object], str]] = [
         ({"query": "", "documents": ["a"]}, "`query`"),
         ({"query": "q", "documents": "a"}, "`documents`"),
         ({"query": "q", "documents": [{"txt": "a"}]}, "`documents[0]`"),
         ({"query": "q", "documents": ["a"], "top_n": -1}, "`top_n`"),
         ({"query": "q", "documents": ["a"], "return_documents": "no"}, "return_documents"),
-    ]:
+    ]
+    for body, needle in cases:
         with pytest.raises(embed_api.ApiError) as caught:
             embed_api.parse_rerank(body, limits=LIMITS, facts=FACTS)
         assert needle in str(caught.value)

@@ -292,7 +292,7 @@ def test_an_engines_capabilities_are_computed_once(
     assert spec == contract.EngineSpec.model_validate(engine)  # the cache is not a field
     assert "capabilities" not in spec.model_dump()
     with pytest.raises(pydantic.ValidationError, match="frozen"):
-        spec.name = contract.EngineName.MLX_RERANK
+        spec.name = contract.EngineName.MLX_RERANK  # type: ignore[misc]
 
 
 def test_command_needs_capabilities_and_memory() -> None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import pytest
 
 from mlxfleet_agent.engines import merge
+
+T = TypeVar("T")
 
 
 class Model:
@@ -30,12 +33,14 @@ class Model:
         return [sum(s) for s in seqs]
 
 
-async def _with_batcher(model: Model, max_pending: int, body: object) -> object:
+async def _with_batcher(
+    model: Model, max_pending: int, body: Callable[[merge.Batcher], Awaitable[T]]
+) -> T:
     with ThreadPoolExecutor(max_workers=1) as pool:
         batcher = merge.Batcher(model, executor=pool, max_tokens=1000, max_pending=max_pending)
         batcher.start()
         try:
-            return await body(batcher)  # type: ignore[operator]
+            return await body(batcher)
         finally:
             model.release.set()
             await batcher.stop()
@@ -63,7 +68,7 @@ def test_a_failed_run_fails_every_request_in_it() -> None:
     async def body(batcher: merge.Batcher) -> list[object]:
         model.release.set()
         tasks = [batcher.submit([[1]]), batcher.submit([[2]])]
-        return await asyncio.gather(*tasks, return_exceptions=True)
+        return list(await asyncio.gather(*tasks, return_exceptions=True))
 
     results = asyncio.run(_with_batcher(model, 16, body))
     assert all(isinstance(r, RuntimeError) for r in results)
