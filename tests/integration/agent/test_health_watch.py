@@ -124,6 +124,44 @@ def test_silence_counts_only_with_a_limit() -> None:
         silent.close()
 
 
+def test_a_200_whose_body_never_completes_is_silence_not_unhealthy() -> None:
+    stalled = socket.socket()
+    stalled.bind(("127.0.0.1", 0))
+    stalled.listen(16)
+    held: list[socket.socket] = []
+
+    def answer_head_only() -> None:
+        while True:
+            try:
+                conn, _ = stalled.accept()
+            except OSError:
+                return
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{")
+            held.append(conn)  # open, the rest of the body never comes
+
+    threading.Thread(target=answer_head_only, daemon=True).start()
+    try:
+        why = asyncio.run(
+            asyncio.wait_for(
+                readiness.watch_health(
+                    f"http://127.0.0.1:{stalled.getsockname()[1]}/health",
+                    alive=lambda: True,
+                    interval_s=0.01,
+                    silent_limit=2,
+                    timeout_s=0.2,
+                ),
+                10,
+            )
+        )
+        assert why is not None
+        assert why.startswith("does not answer GET /health: no answer"), why
+    finally:
+        stalled.close()
+        for conn in held:
+            conn.close()
+
+
 def test_a_refused_connection_is_silence_not_an_answer() -> None:
     free = socket.socket()
     free.bind(("127.0.0.1", 0))

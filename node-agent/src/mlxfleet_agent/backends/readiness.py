@@ -136,9 +136,9 @@ async def watch_health(
             answered = loop.create_future()
             check.fire()
             why = await answered
-            if why and check.status:  # it answered, and not 200
+            if why and check.status not in (0, 200):  # it answered, and not 200
                 return f"unhealthy (GET {path} answered {check.status})"
-            if why:  # one slow answer under load is not a failure
+            if why:  # no whole answer: one slow answer under load is not a failure
                 silent += 1
                 if silent_limit is not None and silent >= silent_limit and alive():
                     return f"does not answer GET {path}: {why}"
