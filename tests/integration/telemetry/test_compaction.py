@@ -5,7 +5,7 @@ telemetry joins its day, and raw objects go only after their day object is verif
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -115,7 +115,7 @@ def fill_gateway(bucket: Bucket, days: Sequence[date]) -> None:
 
 
 @pytest.fixture
-def bucket(s3_server: s3support.S3Server) -> Iterator[Bucket]:
+def bucket(s3_server: s3support.S3Server) -> Bucket:
     return Bucket(s3_server, s3_server.make_bucket())
 
 

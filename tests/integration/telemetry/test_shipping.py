@@ -259,7 +259,7 @@ def test_a_run_without_a_bucket_leaves_nothing_to_ship_under_its_old_name(
     assert not (state / "telemetry").exists()
 
     bucket = s3_server.make_bucket()
-    file_values = {
+    file_values: dict[str, object] = {
         "nodeName": "mac-studio-1",
         "telemetryBucket": bucket,
         "telemetryPrefix": "fleet",

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from openai.types.chat import ChatCompletionMessageParam
 
 from mlxfleet_agent import contract
 from tests.integration.agent import conftest as agent_support
@@ -125,7 +126,9 @@ def test_shipped_tokens_match_the_clients_and_no_text_leaves_the_node(
         answers.append("".join(text))
     # a stream whose client did not ask for usage: it gets none, the agent still counts it
     # (same prompt as a non-streamed request, so its prompt tokens are known)
-    prompt = [{"role": "user", "content": f"plain {canaries[0]} again"}]
+    prompt: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": f"plain {canaries[0]} again"}
+    ]
     once = client.chat.completions.create(model="tiny-a", messages=prompt, max_tokens=8)
     assert once.usage is not None
     prompt_tokens += 2 * once.usage.prompt_tokens

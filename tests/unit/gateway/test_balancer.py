@@ -45,7 +45,7 @@ def test_exclude_and_nothing_left() -> None:
 
 def test_affinity_is_stable_and_spreads_keys() -> None:
     bal = balancer.Balancer()
-    owners = Counter()
+    owners: Counter[str] = Counter()
     for key in range(1, 400):
         first = bal.pick([A, B, C], rng=rng(key).random, affinity=key)
         again = bal.pick([C, B, A], rng=rng(key + 1).random, affinity=key)

@@ -161,8 +161,10 @@ def test_every_page_renders_and_escapes_what_it_shows() -> None:
     nodes = fleetview.nodes([node("m1<b>")], [deployment("chat", "m1<b>")])
     deps = fleetview.deployments([deployment("chat", "m1")], {})
     plans = fleetview.plans([])
-    common = {"page": "fleet", "title": "T", "who": _who(), "csrf": "c", "pages": pages.PAGES,
-              "titles": pages.TITLES, "version": "0"}  # fmt: skip
+    common: dict[str, Any] = {
+        "page": "fleet", "title": "T", "who": _who(), "csrf": "c", "pages": pages.PAGES,
+        "titles": pages.TITLES, "version": "0",
+    }  # fmt: skip
     usage = {
         "month": "2026-06", "current": True, "resetsAt": "2026-07-01", "currency": "USD",
         "replicas": 2, "totals": {"promptTokens": 1, "completionTokens": 2, "requests": 1,
@@ -175,7 +177,7 @@ def test_every_page_renders_and_escapes_what_it_shows() -> None:
         "keys": {"k": {"monthlyBudget": 0.0, "spent": 0.0, "refused": True}},
         "prices": {},
     }
-    contexts = {
+    contexts: dict[str, dict[str, Any]] = {
         "fleet.html": {"nodes": nodes, "details": True},
         "deployments.html": {"deployments": deps, "routes": [], "plans": {}},
         "swaps.html": {"plans": plans, "kube": True},

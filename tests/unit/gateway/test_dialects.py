@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from typing import Any
+from collections.abc import MutableMapping
+from typing import Any, Generic, TypeVar, cast
 
 import pytest
 from pydantic import TypeAdapter
@@ -19,6 +20,8 @@ from mlxfleet_gateway.core import conversations as conv
 from mlxfleet_gateway.core import errors, keys
 from mlxfleet_gateway.dialects import base, messages, responses
 
+T = TypeVar("T", bound=base.Translation)
+
 
 @functools.cache
 def sdk(name: str) -> TypeAdapter[Any]:
@@ -27,7 +30,7 @@ def sdk(name: str) -> TypeAdapter[Any]:
     from anthropic import types as anthropic_types
     from openai.types import responses as openai_types
 
-    kinds = {
+    kinds: dict[str, Any] = {
         "response_event": openai_types.ResponseStreamEvent,
         "response": openai_types.Response,
         "message_event": anthropic_types.RawMessageStreamEvent,
@@ -73,14 +76,14 @@ TOOL_STREAM = [
 CUT = errors.upstream_failed("n1 stopped in the middle of this stream").event()
 
 
-class Wire:
+class Wire(Generic[T]):
     """Drives one translation the way the relay drives the client's send."""
 
-    def __init__(self, cls: type[base.Translation], context: base.Context | None = None) -> None:
+    def __init__(self, cls: type[T], context: base.Context | None = None) -> None:
         self.sent: list[dict[str, Any]] = []
 
-        async def send(message: dict[str, Any]) -> None:
-            self.sent.append(message)
+        async def send(message: MutableMapping[str, Any]) -> None:
+            self.sent.append(cast(dict[str, Any], message))
 
         self.t = cls(send, context or base.Context())
 
@@ -411,7 +414,7 @@ def test_responses_keep_the_conversation_per_key_unless_store_false() -> None:
     first.request({"model": "m", "input": "one", "instructions": "sys"})
     first.whole(200, chat_answer("two"))
     second = Wire(responses.Responses, context)
-    chat = second.request({"model": "m", "input": "three", "previous_response_id": first.t.id})  # type: ignore[attr-defined]
+    chat = second.request({"model": "m", "input": "three", "previous_response_id": first.t.id})
     assert chat["messages"] == [
         {"role": "user", "content": "one"},  # the instructions are not carried over, as OpenAI
         {"role": "assistant", "content": "two"},
@@ -420,7 +423,7 @@ def test_responses_keep_the_conversation_per_key_unless_store_false() -> None:
     with pytest.raises(errors.GatewayError) as other:
         Wire(responses.Responses, context).request(
             {"model": "m", "input": "x", "previous_response_id": first.t.id},
-            key=OTHER,  # type: ignore[attr-defined]
+            key=OTHER,
         )
     assert (other.value.status, other.value.code) == (400, "previous_response_not_found")
     unkept = Wire(responses.Responses, context)
@@ -614,7 +617,7 @@ def test_messages_whole_answer_and_errors_in_anthropics_shape() -> None:
     status, body, _ = wire.whole(200, chat_answer("hey", calls=calls, finish="tool_calls"))
     parsed = strict("message", body)
     assert [b.type for b in parsed.content] == ["text", "tool_use"]
-    assert parsed.content[1].input == {"a": 1}  # type: ignore[union-attr]
+    assert parsed.content[1].input == {"a": 1}
     assert parsed.stop_reason == "tool_use"
     assert (parsed.usage.input_tokens, parsed.usage.output_tokens) == (7, 4)
     for status, kind in [
