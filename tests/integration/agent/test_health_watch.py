@@ -58,17 +58,18 @@ def backend(request: pytest.FixtureRequest) -> Iterator[_Backend]:
     srv.server_close()
 
 
+def _watch(url: str, **kwargs: Any) -> str | None:
+    """`watch_health(url, **kwargs)` to its verdict, bounded at 10 s."""
+    return asyncio.run(asyncio.wait_for(readiness.watch_health(url, **kwargs), 10))
+
+
 def _url(srv: _Backend) -> str:
     return f"http://127.0.0.1:{srv.server_address[1]}/health"
 
 
 def test_watches_while_200_and_names_the_status_that_ends_it(backend: _Backend) -> None:
     backend.statuses = [200, 200, 200, 200, 503]
-    why = asyncio.run(
-        asyncio.wait_for(
-            readiness.watch_health(_url(backend), alive=lambda: True, interval_s=0.01), 10
-        )
-    )
+    why = _watch(_url(backend), alive=lambda: True, interval_s=0.01)
     assert why == "unhealthy (GET /health answered 503)"
     assert backend.polls == 5
     if backend.RequestHandlerClass.protocol_version == "HTTP/1.1":  # type: ignore[attr-defined]
@@ -83,9 +84,7 @@ def test_returns_none_once_the_process_is_gone(backend: _Backend) -> None:
         polls_left[0] -= 1
         return polls_left[0] >= 0
 
-    why = asyncio.run(
-        asyncio.wait_for(readiness.watch_health(_url(backend), alive=alive, interval_s=0.01), 10)
-    )
+    why = _watch(_url(backend), alive=alive, interval_s=0.01)
     assert why is None
     assert backend.polls == 3
 
@@ -96,14 +95,7 @@ def test_silence_counts_only_with_a_limit() -> None:
     silent.listen(16)
     url = f"http://127.0.0.1:{silent.getsockname()[1]}/health"
     try:
-        why = asyncio.run(
-            asyncio.wait_for(
-                readiness.watch_health(
-                    url, alive=lambda: True, interval_s=0.01, silent_limit=2, timeout_s=0.2
-                ),
-                10,
-            )
-        )
+        why = _watch(url, alive=lambda: True, interval_s=0.01, silent_limit=2, timeout_s=0.2)
         assert why is not None
         assert why.startswith("does not answer GET /health: no answer"), why
 
@@ -114,11 +106,7 @@ def test_silence_counts_only_with_a_limit() -> None:
             return polls[0] <= 4
 
         # without a limit, four silent polls in a row are not a verdict
-        why = asyncio.run(
-            asyncio.wait_for(
-                readiness.watch_health(url, alive=alive, interval_s=0.01, timeout_s=0.1), 10
-            )
-        )
+        why = _watch(url, alive=alive, interval_s=0.01, timeout_s=0.1)
         assert why is None
     finally:
         silent.close()
@@ -142,17 +130,12 @@ def test_a_200_whose_body_never_completes_is_silence_not_unhealthy() -> None:
 
     threading.Thread(target=answer_head_only, daemon=True).start()
     try:
-        why = asyncio.run(
-            asyncio.wait_for(
-                readiness.watch_health(
-                    f"http://127.0.0.1:{stalled.getsockname()[1]}/health",
-                    alive=lambda: True,
-                    interval_s=0.01,
-                    silent_limit=2,
-                    timeout_s=0.2,
-                ),
-                10,
-            )
+        why = _watch(
+            f"http://127.0.0.1:{stalled.getsockname()[1]}/health",
+            alive=lambda: True,
+            interval_s=0.01,
+            silent_limit=2,
+            timeout_s=0.2,
         )
         assert why is not None
         assert why.startswith("does not answer GET /health: no answer"), why
@@ -167,16 +150,11 @@ def test_a_refused_connection_is_silence_not_an_answer() -> None:
     free.bind(("127.0.0.1", 0))
     port = free.getsockname()[1]
     free.close()  # nothing listens there now
-    why = asyncio.run(
-        asyncio.wait_for(
-            readiness.watch_health(
-                f"http://127.0.0.1:{port}/health",
-                alive=lambda: True,
-                interval_s=0.01,
-                silent_limit=3,
-            ),
-            10,
-        )
+    why = _watch(
+        f"http://127.0.0.1:{port}/health",
+        alive=lambda: True,
+        interval_s=0.01,
+        silent_limit=3,
     )
     assert why is not None
     assert why.startswith("does not answer GET /health: connect:"), why

@@ -7,7 +7,6 @@ gives gets its answer, one that checks the address is refused, and a wrong name 
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -17,42 +16,20 @@ import aiohttp
 import kopf
 import pytest
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from mlxfleet_agent.join import credentials
 from mlxfleet_operator.adapters import apisession, kubeapi
 
 NAME = "apiserver.test"
 
 
 def _certificate(tmp_path: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for NAME only (no IP address), and its key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, NAME)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(NAME)]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
+    """A self-signed certificate for NAME only (no IP address), and its key: the one `join`
+    makes for an agent's control API."""
+    cert_pem, key_pem = credentials.self_signed(NAME)
     cert_file, key_file = tmp_path / "apiserver.crt", tmp_path / "apiserver.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    cert_file.write_text(cert_pem)
+    key_file.write_text(key_pem)
     return cert_file, key_file
 
 

@@ -123,10 +123,10 @@ async def watch_health(
     node polls every backend for as long as it serves."""
     origin, path = httpclient.Origin.from_url(url)
     loop = asyncio.get_running_loop()
-    answered: asyncio.Future[str] = loop.create_future()
+    answered: asyncio.Future[str] | None = None  # the poll in flight's answer
 
     def on_result(ok: bool, why: str) -> None:
-        if not answered.done():
+        if answered is not None and not answered.done():
             answered.set_result("" if ok else why)
 
     check = healthcheck.HealthCheck(origin, path or "/", timeout_s=timeout_s, on_result=on_result)

@@ -10,7 +10,7 @@ The credentials are those of the operator's own calls (`kubeapi.configuration`: 
 the operator was given, else the in-cluster ServiceAccount), read again at each login: kopf
 logs in again when the API server answers 401 (a rotated token). The proxy is decided once
 (`kubeapi.proxy_once`) and the session does not read the environment for each request. Its TLS
-is the operator's own client's (`kubeapi.tls`, `kubeapi.request_class`), so a kubeconfig's
+is the operator's own client's (`kubeapi.connector`, `kubeapi.request_class`), so a kubeconfig's
 `tls-server-name` holds for kopf's requests too.
 
 May import: kopf, aiohttp, `kubeapi`. Called by: handlers.lifecycle (the `on.login` handler).
@@ -69,12 +69,11 @@ def session(
     info: kopf.ConnectionInfo, config: kubeapi.Configuration, *, limit: int
 ) -> aiohttp.ClientSession:
     """The session kopf would build from `info`, with at most `limit` connections, and the TLS
-    of the operator's own client (`kubeapi.tls`: the CA, the client certificate, skip-verify;
+    of the operator's own client (`kubeapi.connector`: the CA, the client certificate, skip-verify;
     `kubeapi.request_class`: the kubeconfig's `tls-server-name`, which kopf's own session
     ignores)."""
-    secure = str(config.host).startswith("https:")
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=limit, ssl=kubeapi.tls(config) if secure else False),
+        connector=kubeapi.connector(config, limit=limit),
         request_class=kubeapi.request_class(config),
         headers=info.as_http_headers(),  # the token or basic auth
         proxy=info.proxy_url,

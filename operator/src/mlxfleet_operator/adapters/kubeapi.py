@@ -109,6 +109,13 @@ def tls(configuration: Configuration) -> ssl.SSLContext:
     return context
 
 
+def connector(configuration: Configuration, *, limit: int) -> aiohttp.TCPConnector:
+    """A pool of at most `limit` connections to the API server with `configuration`'s TLS
+    (`tls`; none for a plain-HTTP server): the operator's own pool and kopf's session."""
+    secure = str(configuration.host).startswith("https:")
+    return aiohttp.TCPConnector(limit=limit, ssl=tls(configuration) if secure else False)
+
+
 def request_class(configuration: Configuration) -> type[aiohttp.ClientRequest]:
     """aiohttp's request, checking the API server's certificate for the kubeconfig's
     `tls-server-name` when it names one (an API server reached by an address its certificate
@@ -170,11 +177,8 @@ class Client:
             config = self.configuration
             self._base = str(config.host).rstrip("/")
             self._proxy = proxy_once(config)
-            secure = self._base.startswith("https:")
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
-                    limit=self._connections, ssl=tls(config) if secure else False
-                ),
+                connector=connector(config, limit=self._connections),
                 request_class=request_class(config),
                 headers={"User-Agent": self._user_agent},
                 trust_env=False,  # the environment was read once above, not for every request
