@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mlxfleet_gateway.admin import auth, fleetview, session
+from mlxfleet_gateway.admin import auth, deploymentview, nodeview, session, swapview
 from mlxfleet_gateway.console import pages
 
 GIB = 1024**3
@@ -63,7 +63,7 @@ def deployment(name: str, node_name: str) -> dict[str, Any]:
 
 
 def test_a_mac_shows_weights_kv_free_and_the_rest_of_its_memory() -> None:
-    [n] = fleetview.nodes([node("m1")], [deployment("chat", "m1")])
+    [n] = nodeview.nodes([node("m1")], [deployment("chat", "m1")])
     assert n.ready is not None
     assert n.ready.reason == "HeartbeatOK"
     bar = n.memory
@@ -79,20 +79,20 @@ def test_a_mac_shows_weights_kv_free_and_the_rest_of_its_memory() -> None:
 
 
 def test_a_small_model_on_a_big_mac_is_still_visible_in_the_bar() -> None:
-    bar = fleetview.MemoryBar(total=192 * GIB, weights=300_000, kv=0, free=150 * GIB, other=0)
+    bar = nodeview.MemoryBar(total=192 * GIB, weights=300_000, kv=0, free=150 * GIB, other=0)
     bar = dataclasses.replace(bar, other=bar.total - bar.weights - bar.free)
     widths = {cls: pct for cls, _, _, pct in bar.parts()}
-    assert widths["weights"] == fleetview.MIN_VISIBLE  # 0.0001 % of the bytes
+    assert widths["weights"] == nodeview.MIN_VISIBLE  # 0.0001 % of the bytes
     assert widths["kv"] == 0  # nothing held: not drawn
     assert sum(widths.values()) == pytest.approx(100, abs=0.05)  # each rounded to 0.01
-    assert widths["free"] == pytest.approx(100 * 150 / 192 - fleetview.MIN_VISIBLE, abs=0.02)
+    assert widths["free"] == pytest.approx(100 * 150 / 192 - nodeview.MIN_VISIBLE, abs=0.02)
 
 
 def test_heat_and_gpu_show_when_the_agent_reports_them() -> None:
     thermal = {"level": "serious", "gpuUtilizationPercent": 87, "gpuTemperatureCelsius": 91,
                "powerWatts": 143.5}  # fmt: skip
-    [n] = fleetview.nodes([node("m1", thermal=thermal)], [])
-    assert n.thermal == fleetview.Thermal("serious", 87, 91, None, 143.5)
+    [n] = nodeview.nodes([node("m1", thermal=thermal)], [])
+    assert n.thermal == nodeview.Thermal("serious", 87, 91, None, 143.5)
     html = pages.environment().get_template("fleet_live.html").render(nodes=[n])
     assert "thermal serious" in html
     assert "GPU 87%" in html
@@ -101,11 +101,11 @@ def test_heat_and_gpu_show_when_the_agent_reports_them() -> None:
 
 def test_objects_that_do_not_parse_still_show() -> None:
     broken = {"metadata": {"name": "odd"}, "status": {"memory": "lots", "slots": [None, 3]}}
-    [n] = fleetview.nodes([broken], [{"status": {"placements": "x"}}])
+    [n] = nodeview.nodes([broken], [{"status": {"placements": "x"}}])
     assert n.memory is None
     assert n.ready is None
     route = {"metadata": {"name": "r", "namespace": "a"}, "spec": {"rules": [{"backends": [{}]}]}}
-    [r] = fleetview.routes([route], {})
+    [r] = deploymentview.routes([route], {})
     assert r.backends[0].name == "external"
 
 
@@ -119,8 +119,8 @@ def test_routes_show_weights_and_the_split_in_force() -> None:
                    "backends": [{"rule": "default", "name": "b", "ready": False,
                                  "message": "no ready replica"}]},
     }  # fmt: skip
-    live = {"chat": fleetview.Live(tokens_per_s=12.5, ttft_ms=40.0, requests_per_s=1.0)}
-    [r] = fleetview.routes([route], live)
+    live = {"chat": deploymentview.Live(tokens_per_s=12.5, ttft_ms=40.0, requests_per_s=1.0)}
+    [r] = deploymentview.routes([route], live)
     assert [(b.name, b.weight, b.percent, b.ready) for b in r.backends] == [
         ("a", 90, 100.0, None),
         ("b", 10, 0.0, False),
@@ -139,7 +139,7 @@ def test_plans_waiting_for_approval_come_first() -> None:
                                   "startedAt": "2026-06-01T10:00:01Z"}]},
         }  # fmt: skip
 
-    shown = fleetview.plans(
+    shown = swapview.plans(
         [
             plan("old", "Completed", False, "2026-06-01T09:00:00Z"),
             plan("waiting", "Paused", True, "2026-06-01T08:00:00Z"),
@@ -158,9 +158,9 @@ def _who() -> auth.Principal:
 
 def test_every_page_renders_and_escapes_what_it_shows() -> None:
     env = pages.environment()
-    nodes = fleetview.nodes([node("m1<b>")], [deployment("chat", "m1<b>")])
-    deps = fleetview.deployments([deployment("chat", "m1")], {})
-    plans = fleetview.plans([])
+    nodes = nodeview.nodes([node("m1<b>")], [deployment("chat", "m1<b>")])
+    deps = deploymentview.deployments([deployment("chat", "m1")], {})
+    plans = swapview.plans([])
     common: dict[str, Any] = {
         "page": "fleet", "title": "T", "who": _who(), "csrf": "c", "pages": pages.PAGES,
         "titles": pages.TITLES, "version": "0",

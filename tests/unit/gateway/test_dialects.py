@@ -118,10 +118,10 @@ class Wire(Generic[T]):
             await self.t.send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
         asyncio.run(run())
-        start, answer = self.sent
+        start, sent = self.sent
         length = dict(start["headers"])[b"content-length"]
-        assert int(length) == len(answer["body"])
-        return start["status"], json.loads(answer["body"]), start["headers"]
+        assert int(length) == len(sent["body"])
+        return start["status"], json.loads(sent["body"]), start["headers"]
 
 
 def chat_answer(

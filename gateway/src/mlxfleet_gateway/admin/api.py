@@ -23,7 +23,17 @@ import re
 from dataclasses import asdict, replace
 from typing import Any
 
-from mlxfleet_gateway.admin import auth, fleetview, keyadmin, kubeapi, parts, web
+from mlxfleet_gateway.admin import (
+    auth,
+    deploymentview,
+    keyadmin,
+    kubeapi,
+    nodeview,
+    parts,
+    swapview,
+    viewkit,
+    web,
+)
 from mlxfleet_gateway.core import budgets, ledger
 from mlxfleet_operator.api import resources
 
@@ -139,35 +149,35 @@ class AdminApi:
             "byModel": table("model"),
         }
 
-    def nodes(self) -> list[fleetview.Node]:
+    def nodes(self) -> list[nodeview.Node]:
         p = self.p
-        return fleetview.nodes(p.nodes.values(), p.view.raw["deployments"].values())
+        return nodeview.nodes(p.nodes.values(), p.view.raw["deployments"].values())
 
     async def deployments(
         self, who: auth.Principal
-    ) -> tuple[list[fleetview.Deployment], list[fleetview.Route]]:
+    ) -> tuple[list[deploymentview.Deployment], list[deploymentview.Route]]:
         p = self.p
         deps = list(p.view.raw["deployments"].values())
         routes = list(p.view.raw["routes"].values())
         md = await p.visible(
-            who, resources.MODEL_DEPLOYMENT.plural, (fleetview.namespace_of(d) for d in deps)
+            who, resources.MODEL_DEPLOYMENT.plural, (viewkit.namespace_of(d) for d in deps)
         )
         mr = await p.visible(
-            who, resources.MODEL_ROUTE.plural, (fleetview.namespace_of(r) for r in routes)
+            who, resources.MODEL_ROUTE.plural, (viewkit.namespace_of(r) for r in routes)
         )
-        deps = [d for d in deps if md == parts.ALL or fleetview.namespace_of(d) in md]
-        routes = [r for r in routes if mr == parts.ALL or fleetview.namespace_of(r) in mr]
-        return fleetview.deployments(deps, p.live.now), fleetview.routes(routes, p.live.now)
+        deps = [d for d in deps if md == parts.ALL or viewkit.namespace_of(d) in md]
+        routes = [r for r in routes if mr == parts.ALL or viewkit.namespace_of(r) in mr]
+        return deploymentview.deployments(deps, p.live.now), deploymentview.routes(
+            routes, p.live.now
+        )
 
-    async def plans(self, who: auth.Principal) -> list[fleetview.Plan]:
+    async def plans(self, who: auth.Principal) -> list[swapview.Plan]:
         p = self.p
         raw = list(p.swapplans.values())
         ok = await p.visible(
-            who, resources.SWAP_PLAN.plural, (fleetview.namespace_of(x) for x in raw)
+            who, resources.SWAP_PLAN.plural, (viewkit.namespace_of(x) for x in raw)
         )
-        shown = fleetview.plans(
-            x for x in raw if ok == parts.ALL or fleetview.namespace_of(x) in ok
-        )
+        shown = swapview.plans(x for x in raw if ok == parts.ALL or viewkit.namespace_of(x) in ok)
         out = []
         for plan in shown:
             may = who.kube and await p.access.allowed(who, approve_check(plan.namespace))

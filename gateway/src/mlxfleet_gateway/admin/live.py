@@ -5,7 +5,8 @@ Read from the gateway's own metrics (`completion_tokens_total`, `time_to_first_b
 `requests_total`) every `every_s` by a task of its own, the differences between the oldest and
 newest of the samples kept: nothing is added to a request. A name is the one clients ask for (a
 deployment's served name or a route's).
-May import: the standard library, metrics. Called by: console (server starts it), admin.api.
+May import: the standard library, metrics, admin.deploymentview (`Live`).
+Called by: console (server starts it), admin.api.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlxfleet_gateway import metrics
-from mlxfleet_gateway.admin import fleetview
+from mlxfleet_gateway.admin import deploymentview
 
 KEEP = 4  # samples: the window is (KEEP - 1) x every_s
 
@@ -56,7 +57,7 @@ def sample(gauges: metrics.GatewayMetrics, at: float) -> Sample:
     return Sample(at, tokens, requests, ttft_sum, ttft_count)
 
 
-def rates(first: Sample, last: Sample) -> dict[str, fleetview.Live]:
+def rates(first: Sample, last: Sample) -> dict[str, deploymentview.Live]:
     span = last.at - first.at
     if span <= 0:
         return {}
@@ -64,7 +65,7 @@ def rates(first: Sample, last: Sample) -> dict[str, fleetview.Live]:
     for m in set(last.tokens) | set(last.requests) | set(last.ttft_count):
         n = last.ttft_count.get(m, 0.0) - first.ttft_count.get(m, 0.0)
         ttft = (last.ttft_sum.get(m, 0.0) - first.ttft_sum.get(m, 0.0)) / n if n > 0 else None
-        out[m] = fleetview.Live(
+        out[m] = deploymentview.Live(
             tokens_per_s=(last.tokens.get(m, 0.0) - first.tokens.get(m, 0.0)) / span,
             ttft_ms=None if ttft is None else ttft * 1000,
             requests_per_s=(last.requests.get(m, 0.0) - first.requests.get(m, 0.0)) / span,
@@ -84,7 +85,7 @@ class LiveRates:
         self.every_s = every_s
         self.clock = clock
         self._samples: collections.deque[Sample] = collections.deque(maxlen=KEEP)
-        self.now: dict[str, fleetview.Live] = {}
+        self.now: dict[str, deploymentview.Live] = {}
         self._task: asyncio.Task[None] | None = None
 
     def tick(self) -> None:

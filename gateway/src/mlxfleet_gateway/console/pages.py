@@ -26,7 +26,7 @@ from typing import Any
 import jinja2
 
 from mlxfleet_gateway import __version__
-from mlxfleet_gateway.admin import api, auth, fleetview, keyadmin, parts, web
+from mlxfleet_gateway.admin import api, auth, keyadmin, parts, swapview, viewkit, web
 from mlxfleet_gateway.core import ledger
 from mlxfleet_operator.api import resources
 
@@ -62,7 +62,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["bytes"] = fleetview.gib
+    env.filters["bytes"] = viewkit.gib
     env.filters["money"] = _money
     env.filters["num"] = _num
     env.filters["month"] = month_label
@@ -109,7 +109,7 @@ class Pages:
 
     async def deployments(self, req: web.Request, who: auth.Principal) -> dict[str, Any]:
         deps, routes = await self.api.deployments(who)
-        plans = {p.id: p for p in fleetview.plans(self.p.swapplans.values())}
+        plans = {p.id: p for p in swapview.plans(self.p.swapplans.values())}
         return {"deployments": deps, "routes": routes, "plans": plans}
 
     async def swaps(self, req: web.Request, who: auth.Principal) -> dict[str, Any]:

@@ -15,7 +15,8 @@ key asking for the id gets the same answer as for an id that never existed.
 
 Ids are `resp_` + this replica's tag (random per process) + 24 random hex digits, so an id issued
 by another replica (or before a restart) is recognised and the error says so.
-May import: the standard library. Called by: the gateway's Responses dialect (dialects.responses).
+May import: the standard library. Called by: the gateway's Responses dialect
+(dialects: responses_request reads a conversation, responses stores a turn).
 """
 
 from __future__ import annotations

@@ -8,9 +8,11 @@ itself is unchanged, and a /v1/chat/completions stream pays nothing for these.
 
 `PATHS` maps each served path to its translation class; the proxy makes one per request
 (`Translation`, base.py) with the client's `send`. Modules: `base` (the send wrapper, reading chat
-chunks, shared checks), `responses` (/v1/responses), `messages` (/v1/messages).
-May import: the standard library, core (errors, keys, conversations), base, responses, messages,
-mlxfleet_common.wire.openai_proxy (ASGI types, the OpenAI error). Called by: the proxy.
+chunks, shared checks), `responses` (/v1/responses; its request is read in `responses_request`),
+`messages` (/v1/messages).
+May import: the standard library, core (errors, keys, conversations), base, responses,
+responses_request, messages, mlxfleet_common.wire.openai_proxy (ASGI types, the OpenAI error).
+Called by: the proxy.
 """
 
 from __future__ import annotations

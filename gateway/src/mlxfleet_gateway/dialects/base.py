@@ -17,7 +17,8 @@ place of the client's ASGI `send`, and translates what the chat path writes:
 Subclasses write the events of their API; nothing here runs for a chat-completions request.
 May import: the standard library, pydantic_core (JSON parsing), core (errors, keys,
 conversations), mlxfleet_common.wire.openai_proxy.
-Called by: dialects.responses, dialects.messages, the proxy (through `dialects`).
+Called by: dialects.responses, dialects.responses_request, dialects.messages, the proxy (through
+`dialects`).
 """
 
 from __future__ import annotations
@@ -108,6 +109,15 @@ def array(value: Any, param: str) -> list[Any]:
 def each(value: Any, param: str, convert: Callable[[Any, str], Any]) -> list[Any]:
     """`convert(entry, "param[i]")` for each entry of the list `value`."""
     return [convert(entry, f"{param}[{i}]") for i, entry in enumerate(array(value, param))]
+
+
+def put_tools(chat: dict[str, Any], tools: Any, convert: Callable[[Any, str], Any]) -> None:
+    """The client's `tools` (when given) as the chat body's, each by `convert(tool, "tools[i]")`;
+    an empty list puts none."""
+    if tools is not None:
+        chat_tools = each(tools, "tools", convert)
+        if chat_tools:
+            chat["tools"] = chat_tools
 
 
 def chat_function(tool: dict[str, Any], where: str, *, schema: str) -> dict[str, Any]:

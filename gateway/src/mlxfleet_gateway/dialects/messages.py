@@ -118,11 +118,7 @@ class Messages(base.Translation):
         for name in ("temperature", "top_p", "top_k"):  # checked by the chat path (openai_body)
             if body.get(name) is not None:
                 chat[name] = body[name]
-        tools = body.get("tools")
-        if tools is not None:
-            chat_tools = base.each(tools, "tools", _tool)
-            if chat_tools:
-                chat["tools"] = chat_tools
+        base.put_tools(chat, body.get("tools"), _tool)
         if body.get("tool_choice") is not None:
             _tool_choice(base.obj(body["tool_choice"], "tool_choice"), chat)
         if body.get("metadata") is not None:
