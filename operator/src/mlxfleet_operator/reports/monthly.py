@@ -1,14 +1,16 @@
-"""The monthly executive report: headline figures, charts and per-model / per-node tables.
+"""The monthly executive report: per-model / per-node tables, incidents, gaps and charts, under
+page 1's headline figures (reports.headline).
 
 Builds plain rows from one month's `summary.PeriodSummary`; `render.monthly_html` + `render.pdf`
 turn them into the PDF. Page 1 is the one-page summary; page 2 has the detail tables (the
 DETAIL_ROWS models and nodes that cost most, the rest summed in one row), incidents, data gaps and
 the method. Page 1 also reconciles the headline cost per million tokens with the per-model
-figures (`reconcile`: serving + idle), calls out the idle share of cost, names the reference
-price's provider and date, and compares the month with the one before (`changes`). Every row
-(`models`, `nodes`) goes to the CSV files next to the PDF (reports.detail),
-so the PDF stays a few pages whatever the size of the fleet.
-May import: the standard library, `core.kit.cost`, reports.summary, reports.charts, reports.teams.
+figures (`headline.reconcile`: serving + idle), calls out the idle share of cost, names the
+reference price's provider and date, and compares the month with the one before
+(`headline.changes`). Every row (`models`, `nodes`) goes to the CSV files next to the PDF
+(reports.detail), so the PDF stays a few pages whatever the size of the fleet.
+May import: the standard library, `core.kit.cost`, reports.summary, reports.charts,
+reports.headline, reports.teams.
 Called by: cli, reports.detail.
 """
 
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from mlxfleet_operator.core.kit import cost
-from mlxfleet_operator.reports import charts, summary, teams
+from mlxfleet_operator.reports import charts, headline, summary, teams
 
 SUMMARY_ROWS = 10  # models and nodes on page 1 (the largest)
 DETAIL_ROWS = 25  # models and nodes in page 2's tables (the costliest); the rest summed, all in CSV
@@ -36,13 +38,6 @@ def detail_names(period: summary.Period) -> tuple[str, str]:
     """The CSV files with every node and every model of the month (next to the PDF)."""
     stem = file_stem(period)
     return f"{stem}-nodes.csv", f"{stem}-models.csv"
-
-
-@dataclass(frozen=True, slots=True)
-class Tile:
-    label: str
-    value: str
-    note: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,39 +118,10 @@ class Incident:
     what: str
 
 
-@dataclass(frozen=True, slots=True)
-class Reconcile:
-    """How the headline cost per million tokens adds up: what is allocated to the models (their
-    own figures, averaged by tokens) plus the idle capacity spread over the same tokens."""
-
-    all_in_cpm: float
-    serving_cpm: float
-    idle_cpm: float
-    idle_usd: float
-    total_usd: float
-
-    @property
-    def idle_share(self) -> float:
-        return self.idle_usd / self.total_usd if self.total_usd > 0 else 0.0
-
-
-IDLE_CALLOUT = 0.25  # an idle share of cost at or above this is called out on page 1
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One headline figure this month beside last month's."""
-
-    label: str
-    this: str
-    before: str
-    change: str  # `+12.3%`, `-4.0 pts`, `n/a`
-
-
 @dataclass(slots=True)
 class MonthlyReport:
     s: summary.PeriodSummary
-    tiles: list[Tile] = field(default_factory=list)
+    tiles: list[headline.Tile] = field(default_factory=list)
     models: list[ModelRow] = field(default_factory=list)
     nodes: list[NodeRow] = field(default_factory=list)
     incidents: list[Incident] = field(default_factory=list)
@@ -174,10 +140,10 @@ class MonthlyReport:
     other_nodes: Rest = field(default_factory=Rest)
     detail_files: tuple[str, str] = ("", "")  # (nodes CSV, models CSV)
     reference_label: str | None = None  # whose list prices, as of when
-    reconcile: Reconcile | None = None
+    reconcile: headline.Reconcile | None = None
     idle_callout: str | None = None
     previous_label: str | None = None
-    changes: list[Change] = field(default_factory=list)  # month over month; empty: no data
+    changes: list[headline.Change] = field(default_factory=list)  # month over month; empty: no data
 
 
 def _reference_cpm(ref: cost.ReferencePrice | None, prompt: int, completion: int) -> float | None:
@@ -195,23 +161,13 @@ def build(s: summary.PeriodSummary, previous: summary.PeriodSummary | None = Non
     ref = f.reference if f else None
     r.reference_name = ref.name if ref else None
     r.reference_label = ref.label if ref else None
-    r.reconcile = reconcile(f)
-    if r.reconcile is not None and r.reconcile.idle_share >= IDLE_CALLOUT:
-        rc = r.reconcile
-        r.idle_callout = (
-            f"Idle capacity was {rc.idle_share:.0%} of this month's cost (${rc.idle_usd:,.0f}: "
-            f"Macs paid for while no request ran), ${rc.idle_cpm:,.2f} of the "
-            f"${rc.all_in_cpm:,.2f} per million tokens. More traffic on the same Macs, or fewer "
-            "Macs, lowers it."
-        )
+    r.reconcile = headline.reconcile(f)
+    r.idle_callout = headline.idle_callout(r.reconcile)
     r.previous_label = previous.period.label if previous is not None else None
-    r.changes = changes(s, previous) if previous is not None and previous.requests else []
-    p95 = s.fleet_quantile(0.95)
-    swaps_total = len(s.swaps)
+    r.changes = headline.changes(s, previous) if previous is not None and previous.requests else []
     problems = [sw for sw in s.swaps if sw.event.outcome != "Completed" or sw.event.requests_failed]
     outages = s.outages
     gap_days = s.fleet_gap_days
-    cpm = f.loaded_cost_per_million if f else None
     ref_cpm = (
         _reference_cpm(
             ref,
@@ -221,54 +177,9 @@ def build(s: summary.PeriodSummary, previous: summary.PeriodSummary | None = Non
         if ref
         else None
     )
-    saving = f.saving_ratio if f else None
-    if not saving:  # 0: the priced nodes served no tokens, nothing to compare
-        saving = None
-    r.tiles = [
-        Tile(
-            "Tokens served",
-            _tokens(s.tokens),
-            f"{s.requests:,} requests; {len(gap_days)} day(s) without data"
-            + _versus(r.changes, r.previous_label)
-            if gap_days
-            else f"{s.requests:,} requests" + _versus(r.changes, r.previous_label),
-        ),
-        Tile(
-            "Cost per million tokens",
-            f"${cpm:,.2f}" if cpm is not None else "n/a",
-            _cpm_note(r.reconcile)
-            + (
-                (
-                    f"; vs ${ref_cpm:,.2f} at {ref.name}: {saving:.1f}x cheaper"
-                    if saving and ref_cpm and ref
-                    else ""
-                )
-                if saving is None or saving >= 1
-                else f"; vs ${ref_cpm:,.2f} at {ref.name if ref else 'the reference'}: "
-                f"{1 / saving:.1f}x dearer"
-            ),
-        ),
-        Tile(
-            "Total fleet cost",
-            f"${f.total_usd:,.0f}" if f else "n/a",
-            _cost_note(f, unpriced=len(s.unpriced_nodes)),
-        ),
-        Tile(
-            "Telemetry uptime",
-            f"{s.coverage:.1%}",
-            f"of node-hours; {len({(o.start, o.end) for o in outages})} outage(s)",
-        ),
-        Tile(
-            "p95 latency",
-            f"{p95:.2f} s" if p95 is not None else "n/a",
-            f"p50 {s.fleet_quantile(0.5) or 0:.2f} s, end to end",
-        ),
-        Tile(
-            "Model swaps",
-            f"{s.swaps_clean} of {swaps_total}",
-            "completed with zero failed requests",
-        ),
-    ]
+    r.tiles = headline.tiles(
+        s, rc=r.reconcile, ref_cpm=ref_cpm, found=r.changes, previous_label=r.previous_label
+    )
     by_key = {mc.key: mc for mc in f.models} if f else {}
     for key, m in s.models.items():
         mc = by_key.get(key)
@@ -382,83 +293,6 @@ def build(s: summary.PeriodSummary, previous: summary.PeriodSummary | None = Non
     return r
 
 
-def reconcile(f: cost.FleetCost | None) -> Reconcile | None:
-    """The headline (all-in) cost per million tokens as the sum of its two parts; None without
-    cost inputs or tokens."""
-    if f is None or not f.tokens or f.loaded_cost_per_million is None:
-        return None
-    serving = sum(m.allocated_usd for m in f.models)
-    return Reconcile(
-        all_in_cpm=f.loaded_cost_per_million,
-        serving_cpm=cost.per_million(serving, f.tokens) or 0.0,
-        idle_cpm=cost.per_million(f.idle_usd, f.tokens) or 0.0,
-        idle_usd=f.idle_usd,
-        total_usd=f.total_usd,
-    )
-
-
-def changes(s: summary.PeriodSummary, before: summary.PeriodSummary) -> list[Change]:
-    """The headline figures of month `s` beside those of the month `before`."""
-
-    def pct(now: float | None, then: float | None) -> str:
-        if now is None or then is None or then == 0:
-            return "n/a"
-        return f"{(now - then) / then:+.1%}"
-
-    def usd(v: float | None, digits: int = 0) -> str:
-        return "n/a" if v is None else f"${v:,.{digits}f}"
-
-    def cpm(x: summary.PeriodSummary) -> float | None:
-        return x.fleet.loaded_cost_per_million if x.fleet else None
-
-    def idle(x: summary.PeriodSummary) -> float | None:
-        rc = reconcile(x.fleet)
-        return rc.idle_share if rc else None
-
-    def share(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.0%}"
-
-    p95, p95_before = s.fleet_quantile(0.95), before.fleet_quantile(0.95)
-    idle_now, idle_then = idle(s), idle(before)
-    return [
-        Change(
-            "Tokens served", _tokens(s.tokens), _tokens(before.tokens), pct(s.tokens, before.tokens)
-        ),
-        Change(
-            "Requests", f"{s.requests:,}", f"{before.requests:,}", pct(s.requests, before.requests)
-        ),
-        Change(
-            "Total fleet cost",
-            usd(s.fleet.total_usd if s.fleet else None),
-            usd(before.fleet.total_usd if before.fleet else None),
-            pct(
-                s.fleet.total_usd if s.fleet else None,
-                before.fleet.total_usd if before.fleet else None,
-            ),
-        ),
-        Change(
-            "Cost per million tokens, all-in",
-            usd(cpm(s), 2),
-            usd(cpm(before), 2),
-            pct(cpm(s), cpm(before)),
-        ),
-        Change(
-            "Idle share of cost",
-            share(idle_now),
-            share(idle_then),
-            "n/a"
-            if idle_now is None or idle_then is None
-            else f"{(idle_now - idle_then) * 100:+.1f} pts",
-        ),
-        Change(
-            "p95 latency",
-            "n/a" if p95 is None else f"{p95:.2f} s",
-            "n/a" if p95_before is None else f"{p95_before:.2f} s",
-            pct(p95, p95_before),
-        ),
-    ]
-
-
 def _top(
     rows: list[Row], *, key: Callable[[Row], float | tuple[float, float]], limit: int = SUMMARY_ROWS
 ) -> list[Row]:
@@ -502,35 +336,3 @@ def _rest(rows: Sequence[ModelRow] | Sequence[NodeRow], costs: list[float | None
         tokens=sum(r.tokens for r in rows),
         cost_usd=_total(costs),
     )
-
-
-def _cpm_note(rc: Reconcile | None) -> str:
-    """The headline's two parts: what the models' own figures add up to, and the idle share."""
-    if rc is None:
-        return "all-in, idle included"
-    return f"all-in: ${rc.serving_cpm:,.2f} serving + ${rc.idle_cpm:,.2f} idle capacity"
-
-
-def _versus(found: list[Change], label: str | None) -> str:
-    """`; +3.2% on September 2026`: the tokens' change (nothing without a month to compare)."""
-    if not found or label is None:
-        return ""
-    return f"; {found[0].change} on {label.split()[0][:3]}"
-
-
-def _cost_note(f: cost.FleetCost | None, *, unpriced: int) -> str:
-    if f is None:
-        return "cost inputs missing"
-    share = f" ({f.idle_usd / f.total_usd:.0%})" if f.total_usd > 0 else ""
-    note = f"of which idle capacity ${f.idle_usd:,.0f}{share}"
-    if unpriced:
-        note += f"; {unpriced} node(s) without cost inputs left out"
-    return note
-
-
-def _tokens(v: int) -> str:
-    if v >= 1e9:
-        return f"{v / 1e9:.2f}B"
-    if v >= 1e6:
-        return f"{v / 1e6:.1f}M"
-    return f"{v:,}"

@@ -7,7 +7,7 @@ Missing data stays missing: a node-day without intervals is a gap (listed, never
 without any node is a fleet gap, and coverage says how much of the period was reported.
 May import: the standard library, `mlxfleet_agent.contract`, `core.kit.cost`, reports.dayagg,
 reports.partials.
-Called by: weekly, monthly, cli.
+Called by: weekly, monthly, headline, cli.
 """
 
 from __future__ import annotations
