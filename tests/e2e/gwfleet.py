@@ -19,6 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import openai
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionMessageParam,
+    ChatCompletionStreamOptionsParam,
+)
 
 from mlxfleet_operator.dev import controlplane
 from tests.e2e.conftest import AGENT_SECRETS, E2E, Agent, Agents, Operator, is_true, wait_for
@@ -205,14 +210,17 @@ class GatewayLoad:
     def _one(self, client: openai.OpenAI, stream: bool, n: int) -> Record:
         t0 = time.monotonic()
         rec = Record(start=t0, end=t0, stream=stream, ok=False, started=False)
-        messages = [{"role": "user", "content": f"worker says hello {n}"}]
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": f"worker says hello {n}"}
+        ]
+        usage_event: ChatCompletionStreamOptionsParam = {"include_usage": True}
         try:
             raw = client.chat.completions.with_raw_response.create(
                 model=self.model,
                 messages=messages,
                 max_tokens=self.max_tokens,
                 stream=stream,
-                **({"stream_options": {"include_usage": True}} if stream else {}),
+                stream_options=usage_event if stream else openai.omit,
             )
             rec.backend = raw.headers.get("x-mlxfleet-backend")
             rec.tried = tuple(
@@ -221,8 +229,9 @@ class GatewayLoad:
             rec.fallback = raw.headers.get("x-mlxfleet-fallback")
             parsed = raw.parse()
             if stream:
+                assert isinstance(parsed, openai.Stream)
                 finish = None
-                with parsed as events:  # type: ignore[union-attr]
+                with parsed as events:
                     for chunk in events:
                         rec.started = True
                         rec.chunks += 1
@@ -235,7 +244,8 @@ class GatewayLoad:
                     raise RuntimeError("stream ended without a finish reason")
             else:
                 rec.started = True
-                usage = parsed.usage  # type: ignore[union-attr]
+                assert isinstance(parsed, ChatCompletion)
+                usage = parsed.usage
                 if usage is not None:
                     rec.prompt_tokens, rec.completion_tokens = (
                         usage.prompt_tokens,

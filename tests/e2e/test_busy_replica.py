@@ -43,7 +43,7 @@ def fleet(
         fl.deploy("long", model_a, replicas=2, contextLength=16384, maxConcurrency=4)
         fl.wait_ready("long", replicas=2)
         fl.gateway = gws.start_gateway(
-            cluster.gateway_kubeconfig,  # type: ignore[arg-type]
+            cluster.gateway_kubeconfig,
             root / "gateway",
             anonymous=True,
         )

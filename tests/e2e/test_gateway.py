@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from mlxfleet_agent import contract
 from mlxfleet_gateway.core import traits
@@ -33,7 +34,7 @@ from tests.support import s3 as s3support
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mlx, pytest.mark.s3]
 PREFIX = "gw-telemetry"
-HELLO = [{"role": "user", "content": "hello there"}]
+HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello there"}]
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
 
 
@@ -112,7 +113,7 @@ def setup(
         }
         bucket = s3_server.make_bucket()
         fl.gateway = gws.start_gateway(
-            cluster.gateway_kubeconfig,  # type: ignore[arg-type]
+            cluster.gateway_kubeconfig,
             root / "gateway",
             extra=[
                 "--telemetry-bucket",
@@ -478,7 +479,9 @@ def test_usage_per_key_matches_what_clients_received_and_no_text_leaves(setup: S
     for i in range(6):
         canary = f"CANARY-{uuid.uuid4().hex}"
         canaries.append(canary)
-        messages = [{"role": "user", "content": f"repeat {canary} please {i}"}]
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": f"repeat {canary} please {i}"}
+        ]
         model = ("chat", "chat-a", "chat-b")[i % 3]
         if i % 2:
             reply = client.chat.completions.create(model=model, messages=messages, max_tokens=8)

@@ -16,12 +16,14 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx
 import openai
 import pytest
+from anthropic.types import ContentBlockParam, MessageParam, TextBlockParam, ToolParam
+from openai.types.responses import FunctionToolParam, ResponseInputParam
 
 from mlxfleet_operator.dev import controlplane
 from tests.e2e import gwfleet
@@ -29,13 +31,17 @@ from tests.support import gateway as gws
 from tests.support import toolprovider
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mlx]
-WEATHER = {
-    "type": "function",
-    "name": "weather",
-    "description": "The forecast of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-}
-ANTHROPIC_WEATHER = {
+# without `strict`, which the SDK's type requires and the API (and the gateway) leave optional
+WEATHER = cast(
+    FunctionToolParam,
+    {
+        "type": "function",
+        "name": "weather",
+        "description": "The forecast of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+)
+ANTHROPIC_WEATHER: ToolParam = {
     "name": "weather",
     "description": "The forecast of a city",
     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
@@ -103,17 +109,15 @@ def setup(
             )
             fl.wait_ready("chat")
             label = fl.ws.label
-            keys = {
-                name: fl.key(f"{label}-{name}", **fields)
-                for name, fields in {
-                    "a": {},
-                    "b": {},
-                    "usage": {},
-                    "rpm": {"requestsPerMinute": 2},
-                    "narrow": {"models": "tooly"},
-                }.items()
+            fields_of: dict[str, dict[str, Any]] = {
+                "a": {},
+                "b": {},
+                "usage": {},
+                "rpm": {"requestsPerMinute": 2},
+                "narrow": {"models": "tooly"},
             }
-            fl.gateway = gws.start_gateway(cluster.gateway_kubeconfig, root / "gateway")  # type: ignore[arg-type]
+            keys = {name: fl.key(f"{label}-{name}", **fields) for name, fields in fields_of.items()}
+            fl.gateway = gws.start_gateway(cluster.gateway_kubeconfig, root / "gateway")
             gw = fl.gateway
 
             def ready() -> bool:
@@ -172,7 +176,9 @@ def test_responses_answer_text_with_instructions_and_usage(setup: Setup) -> None
     assert message.type == "message"
     assert message.role == "assistant"
     assert [c.type for c in message.content] == ["output_text"]
-    assert plain.output_text == message.content[0].text
+    part = message.content[0]
+    assert part.type == "output_text"  # as just asserted: it narrows the type
+    assert plain.output_text == part.text
     usage = plain.usage
     assert usage is not None
     assert usage.input_tokens > 0
@@ -290,14 +296,14 @@ def test_responses_previous_response_id_continues_the_conversation_of_its_key(
         in elsewhere.value.response.json()["error"]["message"]
     )
     unkept = client.responses.create(model="chat", input="hi", store=False, max_output_tokens=2)
-    assert unkept.store is False
+    assert unkept.store is False  # type: ignore[attr-defined]  # an extra: not in the SDK's model
     with pytest.raises(openai.BadRequestError, match="not found"):
         client.responses.create(model="chat", previous_response_id=unkept.id, input="hi")
 
 
 def test_responses_function_tools_and_call_outputs_reach_the_model(setup: Setup) -> None:
     client = setup.openai()
-    turn = [
+    turn: ResponseInputParam = [
         {"role": "user", "content": "What is the weather in Paris?"},
         {
             "type": "function_call",
@@ -311,9 +317,9 @@ def test_responses_function_tools_and_call_outputs_reach_the_model(setup: Setup)
         model="chat",
         input=turn,
         tools=[WEATHER],
-        max_output_tokens=6,  # type: ignore[list-item]
+        max_output_tokens=6,
     )
-    plain = client.responses.create(model="chat", input=turn[:1], max_output_tokens=6)  # type: ignore[arg-type]
+    plain = client.responses.create(model="chat", input=turn[:1], max_output_tokens=6)
     assert answered.usage is not None
     assert plain.usage is not None
     assert answered.usage.input_tokens > plain.usage.input_tokens  # the call and its output
@@ -325,7 +331,7 @@ def test_responses_function_tools_and_call_outputs_reach_the_model(setup: Setup)
         input=turn,
         tools=[WEATHER],
         tool_choice="required",
-        max_output_tokens=9,  # type: ignore[list-item]
+        max_output_tokens=9,
     )
     [sent] = setup.provider.bodies
     assert sent["tools"] == [
@@ -356,7 +362,7 @@ def test_responses_function_tools_and_call_outputs_reach_the_model(setup: Setup)
 
 def test_responses_tool_calls_come_back_as_function_call_items(setup: Setup) -> None:
     client = setup.openai()
-    whole = client.responses.create(model="tooly", input="Weather in Paris?", tools=[WEATHER])  # type: ignore[list-item]
+    whole = client.responses.create(model="tooly", input="Weather in Paris?", tools=[WEATHER])
     assert [item.type for item in whole.output] == ["message", "function_call"]
     call = whole.output[1]
     assert call.type == "function_call"
@@ -372,7 +378,7 @@ def test_responses_tool_calls_come_back_as_function_call_items(setup: Setup) -> 
         toolprovider.COMPLETION_TOKENS,
     )
     events = events_of(
-        client.responses.create(model="tooly", input="Weather?", tools=[WEATHER], stream=True)  # type: ignore[list-item]
+        client.responses.create(model="tooly", input="Weather?", tools=[WEATHER], stream=True)
     )
     types = [e.type for e in events]
     assert types == [
@@ -396,7 +402,7 @@ def test_responses_tool_calls_come_back_as_function_call_items(setup: Setup) -> 
     assert [i.type for i in final.output] == ["message", "function_call"]
     assert final.output[1].arguments == toolprovider.ARGUMENTS
     # the SDK's helper accumulates the arguments from the deltas
-    with client.responses.stream(model="tooly", input="Weather?", tools=[WEATHER]) as s:  # type: ignore[list-item]
+    with client.responses.stream(model="tooly", input="Weather?", tools=[WEATHER]) as s:
         for _ in s:
             pass
         helper = s.get_final_response()
@@ -450,7 +456,7 @@ def test_responses_refuse_what_the_gateway_does_not_serve(
         background=False,
         truncation="disabled",
         include=[],
-        reasoning={"effort": None},  # type: ignore[typeddict-item]
+        reasoning={"effort": None},
         metadata={"team": "search"},
     )
     assert ok.metadata == {"team": "search"}
@@ -492,20 +498,18 @@ def test_messages_text_with_a_system_prompt(setup: Setup) -> None:
     assert reply.stop_reason == "max_tokens"
     assert reply.usage.output_tokens == 5
     assert reply.usage.input_tokens > 0
-    for system in (
-        "You are terse and kind.",
-        [
-            {
-                "type": "text",
-                "text": "You are terse and kind.",
-                "cache_control": {"type": "ephemeral"},
-            }
-        ],
-    ):
+    cached: list[TextBlockParam] = [
+        {
+            "type": "text",
+            "text": "You are terse and kind.",
+            "cache_control": {"type": "ephemeral"},
+        }
+    ]
+    for system in ("You are terse and kind.", cached):
         told = client.messages.create(
             model="chat",
             max_tokens=5,
-            system=system,  # type: ignore[arg-type]
+            system=system,
             messages=[{"role": "user", "content": [{"type": "text", "text": "hello there"}]}],
         )
         assert told.usage.input_tokens > reply.usage.input_tokens  # the system prompt came
@@ -554,12 +558,12 @@ def test_messages_stream_events_in_order(setup: Setup) -> None:
 
 def test_messages_tools_tool_use_and_tool_result(setup: Setup) -> None:
     client = setup.anthropic()
-    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    ask: list[MessageParam] = [{"role": "user", "content": "Weather in Paris?"}]
     reply = client.messages.create(
         model="tooly",
         max_tokens=50,
         messages=ask,
-        tools=[ANTHROPIC_WEATHER],  # type: ignore[arg-type, list-item]
+        tools=[ANTHROPIC_WEATHER],
     )
     assert [b.type for b in reply.content] == ["text", "tool_use"]
     use = reply.content[1]
@@ -588,14 +592,14 @@ def test_messages_tools_tool_use_and_tool_result(setup: Setup) -> None:
     with client.messages.stream(
         model="tooly",
         max_tokens=50,
-        messages=ask,  # type: ignore[arg-type]
-        tools=[ANTHROPIC_WEATHER],  # type: ignore[list-item]
+        messages=ask,
+        tools=[ANTHROPIC_WEATHER],
         tool_choice={"type": "tool", "name": "weather", "disable_parallel_tool_use": True},
     ) as stream:
         events = list(stream)
         final = stream.get_final_message()
     json_deltas = [
-        e.delta.partial_json  # type: ignore[union-attr]
+        e.delta.partial_json
         for e in events
         if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
     ]
@@ -608,9 +612,11 @@ def test_messages_tools_tool_use_and_tool_result(setup: Setup) -> None:
     }
     assert setup.provider.bodies[-1]["parallel_tool_calls"] is False
     # the result goes back to a real model: the call and its result are in its prompt
-    turns = [
+    # the answer's blocks as sent back: the dump of each has its param's shape
+    said = cast(list[ContentBlockParam], [b.model_dump(exclude_none=True) for b in reply.content])
+    turns: list[MessageParam] = [
         *ask,
-        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]},
+        {"role": "assistant", "content": said},
         {
             "role": "user",
             "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "Sunny, 24 C"}],
@@ -618,11 +624,11 @@ def test_messages_tools_tool_use_and_tool_result(setup: Setup) -> None:
     ]
     answered = client.messages.create(
         model="chat", max_tokens=4, messages=turns, tools=[ANTHROPIC_WEATHER]
-    )  # type: ignore[arg-type, list-item]
-    alone = client.messages.create(model="chat", max_tokens=4, messages=ask)  # type: ignore[arg-type]
+    )
+    alone = client.messages.create(model="chat", max_tokens=4, messages=ask)
     assert answered.usage.input_tokens > alone.usage.input_tokens
     setup.provider.bodies.clear()
-    client.messages.create(model="tooly", max_tokens=4, messages=turns, tools=[ANTHROPIC_WEATHER])  # type: ignore[arg-type, list-item]
+    client.messages.create(model="tooly", max_tokens=4, messages=turns, tools=[ANTHROPIC_WEATHER])
     assert [m["role"] for m in setup.provider.bodies[0]["messages"]] == [
         "user",
         "assistant",
@@ -637,8 +643,8 @@ def test_messages_tools_tool_use_and_tool_result(setup: Setup) -> None:
 
 def test_messages_stop_sequences_stop_and_say_which(setup: Setup) -> None:
     client = setup.anthropic()
-    ask = [{"role": "user", "content": "Tell me a story"}]
-    full = client.messages.create(model="chat", max_tokens=30, extra_body=GREEDY, messages=ask)  # type: ignore[arg-type]
+    ask: list[MessageParam] = [{"role": "user", "content": "Tell me a story"}]
+    full = client.messages.create(model="chat", max_tokens=30, extra_body=GREEDY, messages=ask)
     text = full.content[0].text  # type: ignore[union-attr]
     stop = text[10:12]
     stopped = client.messages.create(
@@ -646,7 +652,7 @@ def test_messages_stop_sequences_stop_and_say_which(setup: Setup) -> None:
         max_tokens=30,
         extra_body=GREEDY,
         messages=ask,
-        stop_sequences=[stop, "never"],  # type: ignore[arg-type]
+        stop_sequences=[stop, "never"],
     )
     assert stopped.stop_reason == "stop_sequence"
     assert stopped.stop_sequence == stop
@@ -656,7 +662,7 @@ def test_messages_stop_sequences_stop_and_say_which(setup: Setup) -> None:
         max_tokens=30,
         extra_body=GREEDY,
         messages=ask,
-        stop_sequences=[stop],  # type: ignore[arg-type]
+        stop_sequences=[stop],
     ) as stream:
         final = stream.get_final_message()
     assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", stop)
@@ -664,7 +670,7 @@ def test_messages_stop_sequences_stop_and_say_which(setup: Setup) -> None:
 
 def test_messages_errors_have_anthropics_shape(setup: Setup) -> None:
     client = setup.anthropic()
-    hi = [{"role": "user", "content": "hi"}]
+    hi: list[MessageParam] = [{"role": "user", "content": "hi"}]
     with pytest.raises(anthropic.BadRequestError) as missing:
         client.post("/v1/messages", cast_to=object, body={"model": "chat", "messages": hi})
     assert missing.value.body == {
@@ -700,7 +706,7 @@ def test_messages_errors_have_anthropics_shape(setup: Setup) -> None:
     ]
     for error, kind, who, extra in cases:
         body = {"model": "chat", "max_tokens": 2, "messages": hi, **extra}
-        with pytest.raises(error) as info:  # type: ignore[arg-type]
+        with pytest.raises(error) as info:
             who.messages.create(**body)
         got = info.value.body  # type: ignore[attr-defined]
         assert got["type"] == "error", got
@@ -708,9 +714,9 @@ def test_messages_errors_have_anthropics_shape(setup: Setup) -> None:
         assert got["error"]["message"]
     limited = setup.anthropic("rpm")
     for _ in range(2):
-        limited.messages.create(model="chat", max_tokens=1, messages=hi)  # type: ignore[arg-type]
+        limited.messages.create(model="chat", max_tokens=1, messages=hi)
     with pytest.raises(anthropic.RateLimitError) as limit:
-        limited.messages.create(model="chat", max_tokens=1, messages=hi)  # type: ignore[arg-type]
+        limited.messages.create(model="chat", max_tokens=1, messages=hi)
     assert limit.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
     assert limit.value.response.headers["retry-after"]
     wrong_method = httpx.get(
@@ -721,11 +727,11 @@ def test_messages_errors_have_anthropics_shape(setup: Setup) -> None:
 
 
 def test_messages_take_the_key_as_x_api_key_or_bearer(setup: Setup) -> None:
-    hi = [{"role": "user", "content": "hi"}]
+    hi: list[MessageParam] = [{"role": "user", "content": "hi"}]
     by_bearer = setup.anthropic(auth_token=setup.keys["a"])
     assert (
         by_bearer.messages.create(model="chat", max_tokens=1, messages=hi).usage.output_tokens == 1
-    )  # type: ignore[arg-type]
+    )
     # both headers naming different keys (the SDK itself sends one: a hand-made client)
     both = httpx.post(
         setup.gateway.url + "/v1/messages",

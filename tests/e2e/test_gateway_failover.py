@@ -61,7 +61,7 @@ def _serving_fleet(
             fl.deploy("chat", model, replicas=2, maxConcurrency=8)
             fl.wait_ready("chat", replicas=2)
             fl.gateway = gws.start_gateway(
-                cluster.gateway_kubeconfig,  # type: ignore[arg-type]
+                cluster.gateway_kubeconfig,
                 root / "gateway",
                 anonymous=True,
                 extra=["--stream-cut-after-s", str(STREAM_CUT_S)],
@@ -263,7 +263,7 @@ def test_fallback_to_an_external_server_and_back(
             },
         )
         fl.gateway = gws.start_gateway(
-            cluster.gateway_kubeconfig,  # type: ignore[arg-type]
+            cluster.gateway_kubeconfig,
             tmp_path / "gateway",
             anonymous=True,
         )
@@ -358,7 +358,7 @@ def test_a_fallback_whose_provider_key_secret_is_missing_is_not_ready_and_says_s
         assert ready["message"].count("provider-key Secret") == 1, ready["message"]
 
         fl.gateway = gws.start_gateway(
-            cluster.gateway_kubeconfig,  # type: ignore[arg-type]
+            cluster.gateway_kubeconfig,
             tmp_path / "gateway",
             anonymous=True,
         )

@@ -96,7 +96,7 @@ def node_body(name: str, secret: str) -> dict[str, Any]:
 
 def changed(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     """A deep copy of `body` with the dotted `path` set to `value` (None: removed)."""
-    out = json.loads(json.dumps(body))
+    out: dict[str, Any] = json.loads(json.dumps(body))
     *parents, last = path.split(".")
     here = out
     for part in parents:
@@ -178,7 +178,7 @@ def test_bootstrap_token_can_create_only_its_own_node_and_secret(
         assert stolen.status_code == 403
         assert "tokenSecretRef" in stolen.json()["message"]
         # nothing beyond what join writes, on either object: each refused, naming the field
-        answers = {}
+        answers: dict[str, tuple[httpx.Response, str]] = {}
         for path, value, named in NODE_REFUSALS:
             other = f"{e2e.label}-n{len(answers)}"
             body = changed(node_body(other, f"{other}-agent"), path, value)

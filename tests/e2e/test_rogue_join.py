@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.dev import controlplane
@@ -32,7 +33,7 @@ from tests.support import tcpproxy
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mlx]
 ROGUE_HOST, SEEN_AS = "127.0.0.2", "127.0.0.3"  # the agent binds one; the cluster sees the other
-HELLO = [{"role": "user", "content": "hello"}]
+HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
 
 
 def labelled_node(name: str, url: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -102,7 +103,7 @@ def test_a_self_joined_mac_gets_nothing_until_approved_and_then_opens_no_other(
         rogue = f"{label}-rogue"
         ws.nodes.append(rogue)
         url = f"http://{SEEN_AS}:{rogue_agent.control_port}"
-        fl.gateway = gws.start_gateway(cluster.gateway_kubeconfig, tmp_path / "gateway")  # type: ignore[arg-type]
+        fl.gateway = gws.start_gateway(cluster.gateway_kubeconfig, tmp_path / "gateway")
         tenant = fl.key(f"{label}-tenant")
 
         # 1. the attack as played: a token, the Secret, a node with the selected label
@@ -172,7 +173,7 @@ def test_a_self_joined_mac_gets_nothing_until_approved_and_then_opens_no_other(
         gwfleet.wait_for_own_key(rogue_agent, rogue)
         fl.wait_ready("chat", replicas=3)
         wait_for("a request served by the approved Mac",
-                 lambda: any(b.endswith("@" + rogue) for b in served_by(fl.gateway, tenant, 6)),
+                 lambda: any(b.endswith("@" + rogue) for b in served_by(gw, tenant, 6)),
                  timeout=60)  # fmt: skip
         assert seen[rogue_agent.data_port].accepted > 0
 
@@ -193,8 +194,8 @@ def test_a_self_joined_mac_gets_nothing_until_approved_and_then_opens_no_other(
                 assert peer_listing(victim.url, model_id, token) == 403, name
             other = n2 if name == n1 else n1  # a token the operator would make does open it
             key = contract.credentials.peer_key(gws.FLEET_KEY, name)
-            made = contract.credentials.fetch_token(key, fetcher=other, model_id=model_id)
-            assert peer_listing(victim.url, model_id, made) in (200, 404), name
+            made_token = contract.credentials.fetch_token(key, fetcher=other, model_id=model_id)
+            assert peer_listing(victim.url, model_id, made_token) in (200, 404), name
         for proxy in seen.values():
             proxy.stop()
         with pytest.raises(openai.APIStatusError):  # and the gateway still needs a key

@@ -31,6 +31,7 @@ import httpx
 import openai
 import pytest
 import yaml
+from openai.types.chat import ChatCompletionMessageParam
 
 from mlxfleet_operator.adapters import publishing
 from mlxfleet_operator.dev import controlplane, processes
@@ -79,7 +80,7 @@ def traffic(fl: gwfleet.Fleet, key: str) -> None:
     """What the dashboard shows: answers, refusals, a fallback, a client gone, a frozen agent."""
     assert fl.gateway is not None
     client = fl.gateway.openai(api_key=key, max_retries=0, timeout=60)
-    messages = [{"role": "user", "content": "hello there"}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello there"}]
 
     def some(n: int, model: str = "chat") -> None:
         for i in range(n):
@@ -175,7 +176,7 @@ def scraped(
         )
         fl.wait_ready("chat", replicas=2)
         key = fl.key(f"{fl.ws.label}-scrape", team="platform", requestsPerMinute=600)
-        fl.gateway = gws.start_gateway(cluster.gateway_kubeconfig, root / "gateway")  # type: ignore[arg-type]
+        fl.gateway = gws.start_gateway(cluster.gateway_kubeconfig, root / "gateway")
         gw = fl.gateway
 
         def key_known() -> bool:

@@ -15,6 +15,7 @@ import httpx
 import kubernetes
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from mlxfleet_operator.core.kit import naming
 from tests.e2e.conftest import E2E, FAILOVER_DELAY, Agents, Operator, is_true, wait_for
@@ -22,7 +23,7 @@ from tests.e2e.loadgen import Load
 from tests.support.s3 import S3Server
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mlx, pytest.mark.slow]
-PROMPT = [{"role": "user", "content": "hello there"}]
+PROMPT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello there"}]
 
 
 def answer(endpoint: str, model: str) -> str:
@@ -31,7 +32,7 @@ def answer(endpoint: str, model: str) -> str:
         model=model,
         messages=PROMPT,
         max_tokens=12,
-        temperature=0.0,  # type: ignore[arg-type]
+        temperature=0.0,
     )
     return reply.choices[0].message.content or ""
 
@@ -64,15 +65,16 @@ def watch_withdrawal(e2e: E2E, service: str) -> list[float]:
     """Watch the service's EndpointSlices from now on (the API server's own events, not a
     kubectl round trip): the returned list gets the monotonic time when an endpoint turns not
     ready."""
-    api = kubernetes.client.DiscoveryV1Api(
-        kubernetes.config.new_client_from_config(str(e2e.cluster.kubeconfig))
-    )
+    # kubernetes' config and watch modules are unannotated: their calls are ignored below
+    config = str(e2e.cluster.kubeconfig)
+    client = kubernetes.config.new_client_from_config(config)  # type: ignore[no-untyped-call]
+    api = kubernetes.client.DiscoveryV1Api(client)
     seen: list[float] = []
     started = threading.Event()
 
     def run() -> None:
-        w = kubernetes.watch.Watch()
-        stream = w.stream(
+        w = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
+        stream = w.stream(  # type: ignore[no-untyped-call]
             api.list_namespaced_endpoint_slice,
             e2e.namespace,
             label_selector=f"kubernetes.io/service-name={service}",
@@ -83,7 +85,7 @@ def watch_withdrawal(e2e: E2E, service: str) -> list[float]:
             eps = event["object"].endpoints or []
             if any(not (ep.conditions and ep.conditions.ready) for ep in eps):
                 seen.append(time.monotonic())
-                w.stop()
+                w.stop()  # type: ignore[no-untyped-call]
                 return
 
     threading.Thread(target=run, daemon=True).start()

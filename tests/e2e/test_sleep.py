@@ -27,7 +27,7 @@ import pytest
 
 from mlxfleet_operator.dev import controlplane
 from tests.e2e import gwfleet
-from tests.e2e.conftest import condition, wait_for
+from tests.e2e.conftest import Agent, condition, wait_for
 from tests.support import argocd
 from tests.support import gateway as gws
 from tests.support.tools import Kstatus
@@ -62,7 +62,7 @@ def setup(
         key = fl.key(f"{fl.ws.label}-sleep")
         gateways = [
             gws.start_gateway(
-                cluster.gateway_kubeconfig,  # type: ignore[arg-type]
+                cluster.gateway_kubeconfig,
                 root / f"gateway-{name}",
                 extra=["--name", f"{fl.ws.label}-{name}", "--cold-start-timeout-s", "90"],
             )
@@ -191,12 +191,15 @@ def test_it_sleeps_when_idle_and_wakes_on_demand_without_failing_a_request(
         assert waited >= IDLE_S - 1, f"asleep after {waited:.1f}s, before idleTimeout"
         assert slept["status"]["desiredReplicas"] == 0
         assert condition(slept, "Ready")["status"] == "True"
-        wait_for("backend process gone", lambda agent=agent: not _backends(agent), timeout=30)
-        wait_for(
-            "memory back in the node's status",
-            lambda node=node, used=used: _used_bytes(fl, node) <= used - 1,
-            timeout=30,
-        )
+
+        def backend_gone(agent: Agent = agent) -> bool:
+            return not _backends(agent)
+
+        def memory_back(node: str = node, used: int = used) -> bool:
+            return _used_bytes(fl, node) <= used - 1
+
+        wait_for("backend process gone", backend_gone, timeout=30)
+        wait_for("memory back in the node's status", memory_back, timeout=30)
         if cycle == 0:  # Flux's and Argo CD's view of a sleeping deployment
             body = _mdep(fl, "sleepy")
             assert kstatus.judge(body)["status"] == "Current"

@@ -131,7 +131,8 @@ def test_operator_killed_mid_plan_resumes_without_repeating(
         now = (status.get("phase"), status.get("progress"), steps)
         if not seen or seen[-1] != now:
             seen.append(now)
-        return status.get("progress") == "1/2"
+        progress: str | None = status.get("progress")
+        return progress == "1/2"
 
     try:
         wait_for("first step finished", first_step_finished, timeout=300, interval=0.2)

@@ -9,6 +9,7 @@ import pytest
 
 from mlxfleet_agent.join import facts, plan
 from mlxfleet_operator.bootstrap import tokens
+from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.kubectl_plugin import render
 
 
@@ -143,7 +144,7 @@ def test_memory_bar_and_top_arithmetic() -> None:
     assert render.bar(5, 20, width=4) == "[#...]  25%"
     assert "?" in render.bar(1, None)
     deployment = {"metadata": {"namespace": "ns", "name": "chat"}}
-    slot = render.naming.slot_name("ns", "chat")
+    slot = naming.slot_name("ns", "chat")
     labels = frozenset({("slot", slot), ("model", "chat")})
 
     def sample(tokens_: float, ttft_sum: float, count: float) -> render.Samples:

@@ -125,7 +125,7 @@ def console_fleet(
         try:
             bucket = s3_server.make_bucket()
             fl.gateway = gws.start_gateway(
-                cluster.gateway_kubeconfig,  # type: ignore[arg-type]
+                cluster.gateway_kubeconfig,
                 root / "gateway",
                 extra=[
                     "--console",

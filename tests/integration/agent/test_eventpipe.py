@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import json
 import socket
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import uvicorn
@@ -112,12 +112,13 @@ async def _slow_client_run(events: int, stall_s: float) -> tuple[tuple[int, int]
         sock = writer.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        writer.transport.pause_reading()  # a client that stalls
+        transport = cast(asyncio.Transport, writer.transport)  # a socket's: it reads too
+        transport.pause_reading()  # a client that stalls
         await asyncio.sleep(stall_s / 2)  # kernel buffers fill up
         first_half = up.written
         await asyncio.sleep(stall_s / 2)
         during_stall = (first_half, up.written)
-        writer.transport.resume_reading()
+        transport.resume_reading()
         data = await asyncio.wait_for(reader.read(), 60)
         writer.close()
     finally:
@@ -166,7 +167,7 @@ async def _failing_send_run() -> tuple[BaseException | None, bool, int]:
     pool = httpclient.Pool()
     sent = [0]
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: asgi.Message) -> None:
         sent[0] += 1
         if sent[0] == 3:
             raise OSError("client socket broke")

@@ -60,7 +60,7 @@ def test_remote_image_urls_are_refused(
     serving_agent: Agent, internal_server: tuple[str, list[str]]
 ) -> None:
     base, hits = internal_server
-    parts = [
+    parts: list[dict[str, Any]] = [
         {"type": "image_url", "image_url": {"url": f"{base}/internal"}},
         {"type": "image_url", "image_url": f"{base}/plain-string"},
         {"type": "input_image", "image_url": f"{base}/input-image"},
@@ -211,7 +211,7 @@ def test_json_nested_too_deeply_is_400_invalid_json(agent_factory: Callable[...,
 
 
 def test_backend_errors_are_openai_shaped(serving_agent: Agent) -> None:
-    cases = [
+    cases: list[tuple[str, dict[str, Any]]] = [
         ("/v1/completions", {"prompt": "hi", "temperature": -1}),
         ("/v1/chat/completions", {"prompt": "no messages"}),
         ("/v1/completions", {"prompt": "hi", "max_tokens": "many"}),

@@ -26,6 +26,7 @@ import httpx
 import openai
 import psutil
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.integration.agent.conftest import Agent, cleanup, slot_spec, start_agent
 from tests.support import models as support_models
@@ -147,14 +148,14 @@ def test_a_prompt_that_fits_exactly_is_served_one_more_token_is_not(
     (mlx-lm's own usage says the prompt's tokens), one token more is refused."""
     text = SENTENCE * 100  # ~1,200 tokens
     if kind == "chat":
-        messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": text},
+        ]
 
         def ask(n: int, stream: bool = False) -> Any:
             return client.chat.completions.create(
-                model="kv",
-                messages=messages,
-                max_tokens=n,
-                stream=stream,  # type: ignore[arg-type]
+                model="kv", messages=messages, max_tokens=n, stream=stream
             )
     else:
 

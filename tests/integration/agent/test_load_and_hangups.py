@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import psutil
 import pytest
 
@@ -103,8 +104,10 @@ def test_max_tokens_is_capped_by_the_slot(
     agent.wait_ready("capped")
     client = agent.openai(timeout=60.0)
     for asked in (200, None):
-        extra = {} if asked is None else {"max_tokens": asked}
-        reply = client.completions.create(model="capped", prompt="tell me a story", **extra)
+        max_tokens = openai.omit if asked is None else asked
+        reply = client.completions.create(
+            model="capped", prompt="tell me a story", max_tokens=max_tokens
+        )
         assert reply.usage is not None
         assert reply.usage.completion_tokens == 16, (asked, reply.usage)
         assert reply.choices[0].finish_reason == "length"
@@ -128,7 +131,7 @@ def test_whole_answers_match_the_backend(serving_agent: Agent, model_a: Path) ->
     and usage the backend's own whole answer has."""
     port = serving_agent.slot("a")["backendPort"]
     backend = f"http://127.0.0.1:{port}"
-    cases = [
+    cases: list[tuple[str, dict[str, Any]]] = [
         ("/v1/completions", {"prompt": "once upon a time"}),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello there"}]}),
     ]

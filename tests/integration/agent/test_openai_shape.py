@@ -16,20 +16,33 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionStreamOptionsParam
 
 from mlxfleet_common.wire import endpoints
 from tests.integration.agent.conftest import Agent
 
 pytestmark = pytest.mark.mlx
-ASK = [{"role": "user", "content": "Tell me a story"}]
+ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Tell me a story"}]
 
 
-def _pieces(client: openai.OpenAI, **kwargs: Any) -> tuple[list[str], Any, Any, Any]:
+def _pieces(
+    client: openai.OpenAI,
+    *,
+    max_tokens: int,
+    stop: list[str] | openai.Omit = openai.omit,
+    stream_options: ChatCompletionStreamOptionsParam | openai.Omit = openai.omit,
+) -> tuple[list[str], Any, Any, Any]:
     """(content of each event, the last finish_reason, the usage chunk, the last stop_reason:
     the stop string that ended it, vLLM's field)."""
     pieces, finish, usage, stop_reason = [], None, None, None
     for chunk in client.chat.completions.create(
-        model="tiny-a", messages=ASK, stream=True, temperature=0, **kwargs
+        model="tiny-a",
+        messages=ASK,
+        stream=True,
+        temperature=0,
+        max_tokens=max_tokens,
+        stop=stop,
+        stream_options=stream_options,
     ):
         if chunk.usage is not None:
             usage = chunk

@@ -82,7 +82,7 @@ def setup(
         reader = cs.identity(cluster, "reader", rules=READER_RULES)
         keeper = cs.identity(cluster, "keeper", rules=READER_RULES, namespaced=KEY_ADMIN)
         nobody = cs.identity(cluster, "nobody")
-        kubeconfig: Path = cluster.gateway_kubeconfig  # type: ignore[assignment]
+        kubeconfig: Path = cluster.gateway_kubeconfig
         started: list[gws.Gateway] = []
         try:
             for name, anonymous in (("a", False), ("b", False), ("anon", True)):

@@ -33,7 +33,7 @@ def key_and_gateway(
     key, secret = gws.api_key_secret(f"hostile-{uuid.uuid4().hex[:8]}", namespaces="default")
     cluster.kubectl("apply", "-f", "-", input=json.dumps(secret))
     gw = gws.start_gateway(
-        cluster.gateway_kubeconfig,  # type: ignore[arg-type]
+        cluster.gateway_kubeconfig,
         tmp_path_factory.mktemp("gateway-hostile"),
         extra=[
             *("--header-timeout-s", "2", "--body-timeout-s", "2"),
@@ -178,7 +178,7 @@ def test_the_documented_command_line_still_runs(
     cluster: controlplane.ControlPlane, tmp_path: Path
 ) -> None:
     gw = gws.start_gateway(
-        cluster.gateway_kubeconfig,  # type: ignore[arg-type]
+        cluster.gateway_kubeconfig,
         tmp_path,
         anonymous=True,
         fleet_key=None,

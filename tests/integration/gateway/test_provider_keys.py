@@ -123,7 +123,7 @@ def test_a_route_cannot_send_the_provider_key_to_its_own_listener(
             "spec": {"rules": [{"name": "d", "backends": [backend]}]},
         }
     )
-    gw = gws.start_gateway(cluster.gateway_kubeconfig, tmp_path / "gateway")  # type: ignore[arg-type]
+    gw = gws.start_gateway(cluster.gateway_kubeconfig, tmp_path / "gateway")
     try:
         body = {"model": "steal", "messages": [{"role": "user", "content": "hi"}]}
         headers = {"authorization": f"Bearer {key}"}

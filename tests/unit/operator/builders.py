@@ -3,9 +3,11 @@ InferenceNode and the facts core decides from (pure values, no sockets)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
+
+import kopf
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import inferencenode as inode
@@ -18,6 +20,13 @@ A = "file:///models/a"
 B = "file:///models/b"
 SHAPE = contract.ModelShape(num_layers=2, num_kv_heads=2, head_dim=16)
 T = NOW.isoformat()
+
+
+def kopf_body(raw: Mapping[str, Any]) -> kopf.Body:
+    """The body kopf hands a handler, from a Kubernetes object as the API server sends it
+    (kopf's `RawBody` is a closed TypedDict that has no `generation`, nor other fields the
+    server adds, so a real object is one only by a cast)."""
+    return kopf.Body(cast(kopf.RawBody, raw))
 
 
 def md(

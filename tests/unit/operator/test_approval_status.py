@@ -17,7 +17,7 @@ from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.api.modelref import ModelRef
 from mlxfleet_operator.core.deployment import plan as dplan
 from mlxfleet_operator.core.deployment import status as mdstatus
-from mlxfleet_operator.core.kit import naming
+from mlxfleet_operator.core.kit import conditions, naming
 from mlxfleet_operator.core.swapplan import state as st
 from mlxfleet_operator.core.swapplan import status as plan_status
 from tests.support import placement as decisions
@@ -40,7 +40,7 @@ def md(ready: int, *, replicas: int = 2) -> mdep.ModelDeployment:
     )
 
 
-def verdict(d: mdep.ModelDeployment, plan: dplan.PlanInfo) -> Any:
+def verdict(d: mdep.ModelDeployment, plan: dplan.PlanInfo | None) -> conditions.Verdict:
     chosen = decisions.kept(tuple(p.node for p in d.status.placements))
     return mdstatus.verdict(d, chosen, d.status.placements, {}, plan)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from mlxfleet_operator.api import conditions as api
-from mlxfleet_operator.core.kit import conditions
+from mlxfleet_operator.core.kit import conditions, events
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=1)
@@ -68,9 +68,7 @@ def test_a_change_of_ready_is_an_event_once() -> None:
     assert (event.reason, event.message, event.type) == ("Loading", "0/2 replicas ready", "Normal")
     assert conditions.ready_changed(first, first) is None
     served = conditions.apply_verdict(first, ready, generation=1, now=T0)
-    assert conditions.ready_changed(first, served) == conditions.events.Event(
-        "Ready", "2/2 replicas ready"
-    )
+    assert conditions.ready_changed(first, served) == events.Event("Ready", "2/2 replicas ready")
     stalled = conditions.apply_verdict(served, stuck, generation=1, now=T0)
     warned = conditions.ready_changed(served, stalled)
     assert warned is not None

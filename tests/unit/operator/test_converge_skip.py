@@ -6,17 +6,18 @@ memory a decision reserves in the shared fleet view until the agent lists the sl
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
 from mlxfleet_agent import contract
 from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import agent, fleet, fleetview, kube, kubeapi, runtime
+from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.handlers import convergeskip, indexes
-from tests.unit.operator.builders import GIB, NOW, node, state
+from tests.unit.operator.builders import GIB, NOW, kopf_body, node, state
 
 SLOT = contract.SlotStatus.model_validate(
     {"name": "s", "servedName": "m", "source": "file:///m", "phase": "Loading", "ready": False}
@@ -53,8 +54,11 @@ def test_fleet_version_moves_only_when_a_decision_could() -> None:
 
 def test_runtime_remembers_inputs_until_resync() -> None:
     rt = runtime.Runtime(
-        config=opsettings.OperatorSettings(), kube=None, fleet=None, publisher=None
-    )  # type: ignore[arg-type]
+        config=opsettings.OperatorSettings(),
+        kube=cast(Any, None),
+        fleet=cast(Any, None),
+        publisher=cast(Any, None),
+    )
     assert not rt.unchanged("u", ("a",), at=0.0, resync=60)
     rt.settle("u", ("a",), at=100.0)
     assert rt.unchanged("u", ("a",), at=159.0, resync=60)
@@ -85,7 +89,12 @@ def _ready(
 
 def test_inputs_change_with_nodes_agents_and_the_object_and_never_skip_a_lost_node() -> None:
     f = _fleet()
-    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=f, publisher=None)  # type: ignore[arg-type]
+    rt = runtime.Runtime(
+        config=opsettings.OperatorSettings(),
+        kube=cast(Any, None),
+        fleet=f,
+        publisher=cast(Any, None),
+    )
     memo = kopf.Memo({runtime.KEY: rt})
     body = kopf.Body(
         {"metadata": {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}}
@@ -93,7 +102,7 @@ def test_inputs_change_with_nodes_agents_and_the_object_and_never_skip_a_lost_no
 
     def idx(*nodes_: Any) -> indexes.Indexes:
         """The indexes after kopf saw these node objects (through the index function)."""
-        found: dict[str, list[Any]] = {}
+        found: dict[str, inode.InferenceNode] = {}
         for n in nodes_:
             wire = n.model_dump(mode="json", by_alias=True, exclude_none=True)
             found.update(indexes.inference_nodes(n.metadata.name, kopf.Body(wire), memo))
@@ -121,7 +130,7 @@ def test_inputs_change_with_nodes_agents_and_the_object_and_never_skip_a_lost_no
     assert convergeskip.inputs(rt, body, one) != now
     lost = idx(_ready("n1", "1"), _ready("n2", "3", ready=False))
     assert convergeskip.inputs(rt, body, lost) is not None  # nothing of it there, no room there
-    on_n2 = kopf.Body({**body, "status": {"placements": [{"node": "n2"}]}})
+    on_n2 = kopf_body({**body, "status": {"placements": [{"node": "n2"}]}})
     assert convergeskip.inputs(rt, on_n2, lost) is None  # failover is timed: always reconcile
     assert convergeskip.inputs(rt, on_n2, one) is not None  # the lost node is not indexed
     back = idx(_ready("n1", "1"), _ready("n2", "4"))
@@ -135,8 +144,11 @@ def test_the_node_view_counts_no_scan_per_deployment() -> None:
     """At 100 x 300 the skip check read every node's Ready condition per deployment per tick
     (7-10 % of the operator's samples): it must read the kept view, not the nodes."""
     rt = runtime.Runtime(
-        config=opsettings.OperatorSettings(), kube=None, fleet=_fleet(), publisher=None
-    )  # type: ignore[arg-type]
+        config=opsettings.OperatorSettings(),
+        kube=cast(Any, None),
+        fleet=_fleet(),
+        publisher=cast(Any, None),
+    )
     body = kopf.Body(
         {"metadata": {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}}
     )
@@ -198,7 +210,12 @@ def test_a_placed_deployment_reads_only_its_nodes_and_an_unplaced_one_every_node
     reading every node, so it re-places when a node frees memory or becomes Ready."""
     f = _fleet()
     f.entries["n2"] = fleetview.Entry(client=agent.AgentClient(agent.Credentials("http://n2", "t")))
-    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=f, publisher=None)  # type: ignore[arg-type]
+    rt = runtime.Runtime(
+        config=opsettings.OperatorSettings(),
+        kube=cast(Any, None),
+        fleet=f,
+        publisher=cast(Any, None),
+    )
     slot = naming.slot_name("ns", "d")
     mine = SLOT.model_copy(update={"name": slot})
     other = SLOT.model_copy(update={"name": "ns-other"})
@@ -216,7 +233,7 @@ def test_a_placed_deployment_reads_only_its_nodes_and_an_unplaced_one_every_node
 
     def body(replicas: int) -> kopf.Body:
         meta = {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}
-        return kopf.Body({"metadata": meta, "spec": {"replicas": replicas}})
+        return kopf_body({"metadata": meta, "spec": {"replicas": replicas}})
 
     placed, wanting = convergeskip.inputs(rt, body(1), idx), convergeskip.inputs(rt, body(2), idx)
     assert None not in (placed, wanting)
@@ -263,7 +280,12 @@ def test_a_placed_deployment_does_not_wake_for_its_neighbours_slots() -> None:
     the other slots there: at 500 x 1,000, other deployments' slots coming up on the same Macs
     were 5,432 of the 7,700 reconciles while converging."""
     f = _fleet()
-    rt = runtime.Runtime(config=opsettings.OperatorSettings(), kube=None, fleet=f, publisher=None)  # type: ignore[arg-type]
+    rt = runtime.Runtime(
+        config=opsettings.OperatorSettings(),
+        kube=cast(Any, None),
+        fleet=f,
+        publisher=cast(Any, None),
+    )
     slot = naming.slot_name("ns", "d")
     mine = SLOT.model_copy(update={"name": slot})
     other = SLOT.model_copy(update={"name": "ns-other"})
@@ -277,7 +299,7 @@ def test_a_placed_deployment_does_not_wake_for_its_neighbours_slots() -> None:
         tenants=_Index(),  # type: ignore[arg-type]
     )
     meta = {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}
-    body = kopf.Body({"metadata": meta, "spec": {"replicas": 1}})
+    body = kopf_body({"metadata": meta, "spec": {"replicas": 1}})
     placed = convergeskip.inputs(rt, body, idx)
     assert placed is not None
     version = f.version

@@ -17,7 +17,7 @@ from mlxfleet_operator.core.deployment import slots as dslots
 from mlxfleet_operator.core.deployment import status as mdstatus
 from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.fleet import placement
-from mlxfleet_operator.core.kit import heartbeat, naming
+from mlxfleet_operator.core.kit import conditions, heartbeat, naming
 from mlxfleet_operator.core.node import status as nodestatus
 from mlxfleet_operator.core.swapplan import effects
 from mlxfleet_operator.kubectl_plugin import render
@@ -722,7 +722,7 @@ def test_replicas_no_node_can_take_stall_after_a_bounded_wait() -> None:
     )  # fmt: skip
     first = mdstatus.verdict(d, short, d.status.placements, {}, None, now=NOW)
     assert (first.reason, first.reconciling, first.stalled) == ("WaitingForCapacity", True, False)
-    conds = mdstatus.conditions.apply_verdict([], first, generation=3, now=NOW)
+    conds = conditions.apply_verdict([], first, generation=3, now=NOW)
     waited = d.model_copy(update={"status": d.status.model_copy(update={"conditions": conds})})
     almost = NOW + mdstatus.CAPACITY_STALL_AFTER - timedelta(seconds=1)
     assert not mdstatus.verdict(waited, short, d.status.placements, {}, None, now=almost).stalled
@@ -735,7 +735,7 @@ def test_replicas_no_node_can_take_stall_after_a_bounded_wait() -> None:
     )
     assert "already has a replica" in stalled.message
     assert "Stalled" in stalled.message
-    again = mdstatus.conditions.apply_verdict(conds, stalled, generation=3, now=late)
+    again = conditions.apply_verdict(conds, stalled, generation=3, now=late)
     assert {c.type: c.status for c in again}["Stalled"] == "True"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import pytest
@@ -14,6 +14,7 @@ from mlxfleet_operator import settings
 from mlxfleet_operator.adapters import agent, kube, metrics, runtime
 from mlxfleet_operator.api import resources
 from mlxfleet_operator.handlers import guard
+from tests.unit.operator.builders import kopf_body
 
 KIND = resources.SWAP_PLAN
 
@@ -112,7 +113,7 @@ def test_an_event_and_the_timer_on_the_same_inputs_reconcile_once() -> None:
 
     rt, memo = _runtime()
     meta = {"uid": "u", "name": "chat", "namespace": "ns", "resourceVersion": "1"}
-    body = kopf.Body({"metadata": meta, "spec": {"replicas": 1}})  # no model: invalid, no I/O
+    body = kopf_body({"metadata": meta, "spec": {"replicas": 1}})  # no model: invalid, no I/O
     kwargs = dict(NO_INDEXES)
     assert indexes.Indexes.of(kwargs).inference_nodes() == []
 
@@ -132,7 +133,7 @@ def test_an_event_and_the_timer_on_the_same_inputs_reconcile_once() -> None:
         async with rt.lock("u"):  # a run in progress: both wait for the lock
             runs = asyncio.gather(
                 deployments.changed(
-                    {"type": "MODIFIED", "object": dict(body)},
+                    {"type": "MODIFIED", "object": cast(kopf.RawBody, dict(body))},
                     body,
                     memo,
                     kopf.Patch(),
@@ -199,7 +200,7 @@ def test_the_event_handler_runs_for_spec_labels_annotations_not_status_writes() 
         """The handler on one watch event; records whether a reconcile ran (no model: invalid)."""
         metadata = {"uid": "u", "name": "chat", "namespace": "ns", "resourceVersion": str(rv)}
         metadata |= {"generation": 1} | meta
-        body = kopf.Body({"metadata": metadata, "spec": {"replicas": 1}, "status": status or {}})
+        body = kopf_body({"metadata": metadata, "spec": {"replicas": 1}, "status": status or {}})
         labels = {"kind": kind, "result": "invalid"}
         before = metrics.REGISTRY.get_sample_value("mlxfleet_operator_reconciles_total", labels)
         raw = {"type": "MODIFIED", "object": dict(body)}
@@ -218,7 +219,7 @@ def test_the_event_handler_runs_for_spec_labels_annotations_not_status_writes() 
     assert runs == [1, 0, 0, 0, 1, 1, 1]
     rt.objects.forget("u")  # teardown ran and forgot the object's record
     for kind, meta in (("MODIFIED", {"deletionTimestamp": "t"}), ("DELETED", {})):
-        gone = kopf.Body({"metadata": {"uid": "u", "generation": 3, **meta}})
+        gone = kopf_body({"metadata": {"uid": "u", "generation": 3, **meta}})
         raw = {"type": kind, "object": dict(gone)}
         log = logging.getLogger("t")
         asyncio.run(deployments.changed(raw, gone, memo, kopf.Patch(), log, **kwargs))  # type: ignore[arg-type]

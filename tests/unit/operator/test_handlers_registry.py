@@ -22,7 +22,7 @@ def test_timer_intervals_come_from_the_settings_passed_in() -> None:
     fast = handlers.registry(settings.OperatorSettings(poll_seconds=0.2))
     spawning = fast._spawning.get_all_handlers()
     assert {h.id: h.interval for h in spawning if isinstance(h, kopf_handlers.TimerHandler)}[
-        "follow"
+        kopf.HandlerId("follow")
     ] == 0.5
 
 
@@ -53,12 +53,12 @@ def test_kopf_keeps_no_record_on_model_deployments_and_does_on_other_kinds() -> 
     record = "mlxfleet.io/last-handled-configuration"
 
     def body(kind: str) -> kopf.Body:
-        meta = {"name": "x", "annotations": {record: '{"spec":{}}'}}
-        return kopf.Body({"kind": kind, "metadata": meta})
+        annotations = {record: '{"spec":{}}'}
+        return kopf.Body({"kind": kind, "metadata": {"name": "x", "annotations": annotations}})
 
     for kind, kept in (("ModelDeployment", False), ("SwapPlan", True)):
         patch = kopf.Patch()
-        storage.store(body=body(kind), patch=patch, essence={"spec": {"a": 1}})  # type: ignore[typeddict-unknown-key]
+        storage.store(body=body(kind), patch=patch, essence={"spec": {"a": 1}})
         assert (record in patch.metadata.annotations) is kept, kind
         assert (storage.fetch(body=body(kind)) is not None) is kept, kind
 

@@ -24,7 +24,8 @@ def test_trim_gives_back_what_python_freed_but_malloc_kept() -> None:
     """The operator's shape after convergence: many medium objects (glibc's, not pymalloc's:
     over 512 bytes) freed, a tenth kept between them, so the heap cannot shrink from its top."""
     rng = random.Random(7)
-    kept, freed = [], []
+    kept: list[bytes] = []
+    freed: list[bytes] = []
     for i in range(60_000):
         (kept if i % 10 == 0 else freed).append(bytes(rng.randint(1_000, 3_000)))
     freed.clear()

@@ -138,9 +138,10 @@ def test_the_sample_applied_alone_reports_nothing_ready_and_says_each_problem_on
     assert routestatus.key_refs(sample()) == ["openai"]
     assert s.backends_ready == "0/5"
     assert not cloud(s).ready
-    assert cloud(s).message is not None
-    assert "provider-key Secret openai not found" in cloud(s).message
-    assert "team-a" in cloud(s).message
+    message = cloud(s).message
+    assert message is not None
+    assert "provider-key Secret openai not found" in message
+    assert "team-a" in message
     assert {e.percent for e in s.split} == {0.0}  # nothing ready: no traffic anywhere
     found = ready(s)
     assert (found.status, found.reason) == (cond.ConditionStatus.FALSE, "BackendNotFound")

@@ -12,14 +12,14 @@ from mlxfleet_operator import settings as opsettings
 from mlxfleet_operator.adapters import runtime
 from mlxfleet_operator.handlers import indexes
 from mlxfleet_operator.handlers import nodes as node_handlers
-from tests.unit.operator.builders import node
+from tests.unit.operator.builders import kopf_body, node
 
 
 def _wire(rv: str, url: str = "http://10.0.0.1:8470") -> kopf.Body:
     wire = node("n1").model_dump(mode="json", by_alias=True, exclude_none=True)
     wire["metadata"]["resourceVersion"] = rv
     wire["spec"]["agent"]["url"] = url
-    return kopf.Body(wire)  # type: ignore[arg-type]
+    return kopf_body(wire)
 
 
 def test_the_poll_reuses_the_indexed_node_of_the_same_version_only() -> None:
@@ -49,7 +49,7 @@ def test_the_index_drops_managed_fields_from_the_body_kopf_keeps() -> None:
     wire = node("n1").model_dump(mode="json", by_alias=True, exclude_none=True)
     wire["metadata"]["resourceVersion"] = "7"
     wire["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
-    body = kopf.Body(wire)  # type: ignore[arg-type]
+    body = kopf_body(wire)
     index: Any = indexes.inference_nodes("n1", body, kopf.Memo({runtime.KEY: rt}))
     assert "managedFields" not in wire["metadata"]  # kopf's dict, not a copy
     assert "managedFields" not in body.metadata
@@ -57,5 +57,5 @@ def test_the_index_drops_managed_fields_from_the_body_kopf_keeps() -> None:
     assert index["n1"].metadata.resource_version == "7"
     for fn in (indexes.deployment_slots, indexes.deployment_tenants):
         md = {"metadata": {"name": "chat", "namespace": "ns", "managedFields": [{}]}, "spec": {}}
-        fn(namespace="ns", name="chat", body=kopf.Body(md))  # type: ignore[arg-type]
+        fn(namespace="ns", name="chat", body=kopf_body(md))
         assert "managedFields" not in md["metadata"], fn.__name__

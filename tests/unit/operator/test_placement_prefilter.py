@@ -200,11 +200,11 @@ def test_the_shortlist_of_a_large_fleet_is_small() -> None:
         d = md(replicas=2, placement=spec)
         without = replicas.place(d, found, **kw)
         seen.clear()
-        placement.place = counting  # type: ignore[assignment]
+        placement.place = counting
         try:
             with_index = replicas.place(d, found, index=index, **kw)
         finally:
-            placement.place = real  # type: ignore[assignment]
+            placement.place = real
         assert len(with_index.nodes) == 2
         _same(with_index, without)
         assert seen == [2], (spec, seen)

@@ -6,6 +6,7 @@ reconciling at every tick because any agent's answer anywhere moved its skip key
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -21,7 +22,7 @@ from mlxfleet_operator.core.fleet import facts as dfacts
 from mlxfleet_operator.core.fleet import nodeviews
 from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.handlers import convergeskip, indexes
-from tests.unit.operator.builders import GIB, NOW, md, node, state
+from tests.unit.operator.builders import GIB, NOW, kopf_body, md, node, state
 
 SPEC = contract.SlotSpec.model_validate({"source": "file:///m", "servedName": "m"})
 
@@ -170,7 +171,8 @@ def test_a_deployment_waiting_for_room_skips_until_room_or_a_node_shows_up() -> 
             update={"metadata": n.metadata.model_copy(update={"resource_version": rv})}
         )
         wire = n.model_dump(mode="json", by_alias=True, exclude_none=True)
-        objects.update(indexes.inference_nodes(n.metadata.name, kopf.Body(wire), memo))
+        assert n.metadata.name is not None
+        objects.update(indexes.inference_nodes(n.metadata.name, kopf_body(wire), memo))
 
     def idx() -> indexes.Indexes:
         return indexes.Indexes(
@@ -184,7 +186,7 @@ def test_a_deployment_waiting_for_room_skips_until_room_or_a_node_shows_up() -> 
     see(node("n1"), "1")
     see(node("n2"), "1")
     meta = {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}
-    body = kopf.Body({"metadata": meta, "spec": {"replicas": 1}})
+    body = kopf_body({"metadata": meta, "spec": {"replicas": 1}})
     rt.objects.of("u").waiting = 8 * GIB
     key = convergeskip.inputs(rt, body, idx())
     assert key is not None
@@ -193,13 +195,14 @@ def test_a_deployment_waiting_for_room_skips_until_room_or_a_node_shows_up() -> 
     assert convergeskip.inputs(rt, body, idx()) == key
     f.record("n2", state(budget=16 * GIB, slots=[]), now=NOW)  # 16 GiB free: it fits now
     assert convergeskip.inputs(rt, body, idx()) not in (None, key)
-    for change, wakes in (
+    changes: tuple[tuple[Callable[[], None], bool], ...] = (
         (lambda: see(node("n3"), "1"), True),  # a new node
         (lambda: see(node("n1", ready=False), "3"), False),  # lost: it is not there, no room
         (lambda: see(node("n1"), "4"), True),  # back Ready
         (lambda: see(node("n2", unschedulable=True), "2"), True),  # cordoned (any spec change)
         (lambda: see(node("n2", unschedulable=True), "3"), False),  # a status write
-    ):
+    )
+    for change, wakes in changes:
         key = convergeskip.inputs(rt, body, idx())
         change()
         after = convergeskip.inputs(rt, body, idx())
@@ -207,7 +210,7 @@ def test_a_deployment_waiting_for_room_skips_until_room_or_a_node_shows_up() -> 
         assert (after != key) is wakes
     see(node("n2", ready=False, unschedulable=True), "4")
     assert convergeskip.inputs(rt, body, idx()) == after  # it is not on n2
-    on_n2 = kopf.Body({**body, "status": {"placements": [{"node": "n2"}]}})
+    on_n2 = kopf_body({**body, "status": {"placements": [{"node": "n2"}]}})
     assert convergeskip.inputs(rt, on_n2, idx()) is None  # it is: failover is timed
     rt.objects.of("u").waiting = None  # not waiting (placed, sized, refused): all answers count
     everyone = convergeskip.inputs(rt, body, idx())

@@ -15,7 +15,7 @@ from mlxfleet_operator.adapters import runtime, statuspatch
 from mlxfleet_operator.api import modeldeployment as mdep
 from mlxfleet_operator.core.deployment import replicas
 from mlxfleet_operator.handlers import deployments
-from tests.unit.operator.builders import md
+from tests.unit.operator.builders import kopf_body, md
 
 
 def _ready(*nodes: str) -> list[dict[str, Any]]:
@@ -25,7 +25,7 @@ def _ready(*nodes: str) -> list[dict[str, Any]]:
 def _body(found: mdep.ModelDeployment, rv: str) -> kopf.Body:
     wire = found.model_dump(mode="json", by_alias=True, exclude_none=True)
     wire["metadata"]["resourceVersion"] = rv
-    return kopf.Body(wire)  # type: ignore[arg-type]
+    return kopf_body(wire)
 
 
 def test_a_lagging_body_reads_the_placements_last_written() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from datetime import datetime, timedelta
+from typing import Any
 
 import kopf
 import pytest
@@ -21,7 +22,7 @@ from mlxfleet_operator.core.deployment import preemption as pre
 from mlxfleet_operator.core.fleet import placement
 from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.handlers import indexes
-from tests.unit.operator.builders import GIB, NOW, A, fact, md, state
+from tests.unit.operator.builders import GIB, NOW, A, fact, kopf_body, md, state
 
 BASE = timedelta(seconds=30)
 HIGH = pre.Tenant("ns", "high", priority=10, floor=1)
@@ -95,7 +96,7 @@ def test_never_below_the_floor() -> None:
         pytest.param({"replicas": 0, "minReplicas": 2}, 2, id="off"),
     ],
 )
-def test_the_floor_is_the_autoscalers_lower_bound(spec: dict[str, object], floor: int) -> None:
+def test_the_floor_is_the_autoscalers_lower_bound(spec: dict[str, Any], floor: int) -> None:
     """Preemption never takes a deployment below the count the autoscaler never goes below on
     its own: spec.minReplicas, else spec.replicas (one number, read once)."""
     found = md(placements=None, **spec)
@@ -431,7 +432,7 @@ def _body(**spec: object) -> kopf.Body:
         "metadata": {"name": "low", "namespace": "ns", "uid": "u"},
         "spec": {"model": {"source": "file:///m"}, **spec},
     }
-    return kopf.Body(raw)
+    return kopf_body(raw)
 
 
 def test_the_tenant_index_knows_priority_and_floor_and_leaves_out_what_it_cannot_evict() -> None:

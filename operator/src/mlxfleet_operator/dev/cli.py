@@ -33,8 +33,7 @@ def cluster_up(args: argparse.Namespace) -> int:
         (plane.operator_kubeconfig, "operator.kubeconfig"),
         (plane.gateway_kubeconfig, "gateway.kubeconfig"),
     ):
-        if src is not None:
-            shutil.copy2(src, dev_dir() / name)
+        shutil.copy2(src, dev_dir() / name)
     print(f"control plane ready at {plane.server}")
     print(f"  admin:    export KUBECONFIG={dev_dir() / 'kubeconfig'}")
     print(f"  operator: {dev_dir() / 'operator.kubeconfig'} ({credentials.OPERATOR_USER})")

@@ -62,7 +62,7 @@ class ControlPlane:
     etcd_pid: int
     apiserver_pid: int
     kubectl_path: str
-    gateway_kubeconfig: Path | None = None
+    gateway_kubeconfig: Path
 
     def kubectl(
         self,
@@ -76,7 +76,6 @@ class ControlPlane:
         """Run the real kubectl against this control plane, as admin, operator or gateway."""
         config = self.operator_kubeconfig if as_operator else self.kubeconfig
         if as_gateway:
-            assert self.gateway_kubeconfig is not None
             config = self.gateway_kubeconfig
         proc = subprocess.run(
             [self.kubectl_path, f"--kubeconfig={config}", *args],
@@ -304,9 +303,8 @@ def load(root: Path) -> ControlPlane | None:
         etcd_pid=int(data["etcd_pid"]),
         apiserver_pid=int(data["apiserver_pid"]),
         kubectl_path=data["kubectl_path"],
-        gateway_kubeconfig=Path(data["gateway_kubeconfig"])
-        if data.get("gateway_kubeconfig")
-        else None,
+        # a state file of an older release lacks it; `start` writes it there
+        gateway_kubeconfig=Path(data.get("gateway_kubeconfig") or root / "gateway.kubeconfig"),
     )
     return plane if all(processes.alive(p) for p in (plane.etcd_pid, plane.apiserver_pid)) else None
 

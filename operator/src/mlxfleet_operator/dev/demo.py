@@ -79,9 +79,8 @@ def _start_plane(dev: Path) -> controlplane.ControlPlane:
         (plane.operator_kubeconfig, "operator.kubeconfig"),
         (plane.gateway_kubeconfig, "gateway.kubeconfig"),
     ):
-        if src is not None:
-            (dev / name).write_bytes(src.read_bytes())
-            os.chmod(dev / name, 0o600)
+        (dev / name).write_bytes(src.read_bytes())
+        os.chmod(dev / name, 0o600)
     return plane
 
 

@@ -184,7 +184,6 @@ def start_gateway(
     """`mlxfleet-gateway` as its own ServiceAccount (API keys required; its pid appended to
     `pids` at once); its base URL once it is ready."""
     port, metrics_port = processes.free_ports(2)
-    assert plane.gateway_kubeconfig is not None
     pids.append(
         _spawn(
             [
