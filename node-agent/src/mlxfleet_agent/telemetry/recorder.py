@@ -93,7 +93,6 @@ class Telemetry:
             now = self._clock()
             self._fold_busy(now)
             self._in_flight[slot] += 1
-            self._counters[f"in_flight/{slot}"] += 1
             self._busy_since.setdefault(slot, now)
             if self._node_busy_since is None:
                 self._node_busy_since = now
@@ -115,7 +114,6 @@ class Telemetry:
             agg.busy_seconds += self._pending_busy.pop(record.slot, 0.0)
             if self._in_flight[record.slot] > 0:
                 self._in_flight[record.slot] -= 1
-                self._counters[f"in_flight/{record.slot}"] -= 1
             if self._in_flight[record.slot] == 0:
                 self._busy_since.pop(record.slot, None)
             if not any(self._in_flight.values()):
@@ -157,7 +155,7 @@ class Telemetry:
     def counters(self) -> dict[str, float]:
         """Flat totals for GET /v1/state `counters`."""
         with self._lock:
-            return {k: v for k, v in self._counters.items() if not k.startswith("in_flight/")}
+            return dict(self._counters)
 
     # ---- optional enrichment -----------------------------------------------------------------
 
