@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
+import prometheus_client
 import trustme
 from cryptography import x509
 
+from mlxfleet_agent import contract
 from mlxfleet_agent.host import certs
 from mlxfleet_agent.telemetry import intervals, metrics, recorder
 
@@ -121,9 +124,8 @@ def test_the_served_certificates_expiry_is_read_from_its_pem(tmp_path: Path) -> 
 
 
 def test_repeated_requests_count_in_the_same_series() -> None:
-    """The recorder remembers each series (`AgentMetrics.child`): a second request adds to the
-    first one's series, each label value lands under its own name, and another slot or outcome
-    is a series of its own."""
+    """A second request adds to the first one's series, each label value lands under its own
+    name, and another slot or outcome is a series of its own."""
     tel = recorder.Telemetry(node="mac-1")
 
     def finish(slot: str, error: str | None) -> None:
@@ -158,3 +160,133 @@ def test_repeated_requests_count_in_the_same_series() -> None:
     assert 'mlxfleet_agent_prompt_tokens_total{model="llama",slot="a"} 15.0' in text
     assert 'mlxfleet_agent_request_duration_seconds_count{model="llama",slot="b"} 1.0' in text
     assert 'mlxfleet_agent_in_flight_requests{slot="a"} 0.0' in text
+
+
+def _record(slot: str, model: str, rng: random.Random) -> recorder.RequestRecord:
+    stream = rng.random() < 0.5
+    return recorder.RequestRecord(
+        slot=slot,
+        served_name=model,
+        source="file:///m",
+        endpoint=rng.choice(("chat.completions", "completions")),
+        stream=stream,
+        prompt_tokens=rng.randrange(1, 500),
+        completion_tokens=rng.randrange(0, 40),
+        queue_wait_s=rng.choice((0.0, rng.random() * 3)),
+        ttft_s=rng.choice((None, rng.random() * 20)),
+        e2e_s=rng.random() * 90,  # beyond the highest bucket too (+Inf)
+        error_kind=rng.choice((None, None, None, "backend_5xx", "timeout")),
+    )
+
+
+def _family_lines(text: str, families: set[str] | None = None) -> tuple[list[str], set[str]]:
+    """The lines of `families` (all when None; named as their TYPE lines name them), sorted,
+    with each `_created` sample's value (a clock reading) cut off, and the families' names."""
+    lines = text.splitlines()
+    if families is None:
+        families = {line.split(" ")[2] for line in lines if line.startswith("# TYPE")}
+    names = {f + suffix for f in families for suffix in ("", "_bucket", "_count", "_sum")}
+    kept = []
+    for line in lines:
+        name = line.split(" ")[2] if line.startswith("#") else re.split(r"[{ ]", line)[0]
+        if name in names:
+            kept.append(line.rpartition(" ")[0] if name.endswith("_created") else line)
+    return sorted(kept), families
+
+
+def test_request_families_read_as_prometheus_clients_own() -> None:
+    """The request families are plain numbers exported at scrape time: a scrape shows, line for
+    line, what prometheus_client's own Counter, Histogram and Gauge families fed the same
+    requests show (names, labels, `le` values, cumulative buckets, sums, and a `_created` per
+    series), over more requests than one fold takes and with some still in flight."""
+    rng = random.Random(27)
+    tel = recorder.Telemetry(node="mac-1")
+    ref = prometheus_client.CollectorRegistry()
+    sm, lat = ["slot", "model"], contract.LATENCY_BUCKETS_S
+    ns = metrics.NAMESPACE
+    requests = prometheus_client.Counter(
+        f"{ns}_requests_total",
+        "Finished data-plane requests.",
+        [*sm, "endpoint", "stream", "outcome"],
+        registry=ref,
+    )
+    errors = prometheus_client.Counter(
+        f"{ns}_request_errors_total", "Failed requests by kind.", [*sm, "kind"], registry=ref
+    )
+    prompt = prometheus_client.Counter(
+        f"{ns}_prompt_tokens_total", "Prompt (input) tokens served.", sm, registry=ref
+    )
+    completion = prometheus_client.Counter(
+        f"{ns}_completion_tokens_total", "Completion (output) tokens served.", sm, registry=ref
+    )
+    ttft, tpot, e2e, wait = (
+        prometheus_client.Histogram(f"{ns}_{name}", help_, sm, buckets=b, registry=ref)
+        for name, help_, b in (
+            (
+                "time_to_first_token_seconds",
+                "Time to the first token (streams) or to the whole answer.",
+                lat,
+            ),
+            (
+                "time_per_output_token_seconds",
+                "Decode time per output token after the first.",
+                contract.TOKEN_LATENCY_BUCKETS_S,
+            ),
+            ("request_duration_seconds", "End-to-end request latency at the agent.", lat),
+            ("queue_wait_seconds", "Time a request waited for its slot (swaps in hold mode).", lat),
+        )
+    )
+    in_flight = prometheus_client.Gauge(
+        f"{ns}_in_flight_requests", "Requests in flight per slot.", ["slot"], registry=ref
+    )
+    open_: dict[str, int] = {}
+    for i in range(recorder.FOLD_EVERY * 3 + 5):
+        slot, model = rng.choice((("chat", "llama"), ("chat", "qwen"), ("embed", "bge")))
+        tel.request_started(slot)
+        open_[slot] = open_.get(slot, 0) + 1
+        if i % 7 == 3:  # stays in flight
+            in_flight.labels(slot).set(open_[slot])
+            continue
+        r = _record(slot, model, rng)
+        tel.request_finished(r)
+        open_[slot] -= 1
+        in_flight.labels(slot).set(open_[slot])
+        outcome = "error" if r.error_kind else "ok"
+        requests.labels(slot, model, r.endpoint, str(r.stream).lower(), outcome).inc()
+        if r.error_kind:
+            errors.labels(slot, model, r.error_kind).inc()
+        prompt.labels(slot, model).inc(r.prompt_tokens)
+        completion.labels(slot, model).inc(r.completion_tokens)
+        if r.ttft_s is not None:
+            ttft.labels(slot, model).observe(r.ttft_s)
+        if (per_token := recorder.time_per_output_token(r)) is not None:
+            tpot.labels(slot, model).observe(per_token)
+        e2e.labels(slot, model).observe(r.e2e_s)
+        wait.labels(slot, model).observe(r.queue_wait_s)
+    theirs, families = _family_lines(prometheus_client.generate_latest(ref).decode())
+    ours, _ = _family_lines(tel.metrics.exposition().decode(), families)
+    assert len(families) == 17  # 9 families, and the _created of the 4 counters and 4 histograms
+    assert sum("_created{" in line for line in theirs) == 48
+    assert ours == theirs
+
+
+def test_every_read_sees_the_requests_not_yet_folded() -> None:
+    """A request's two calls are logged and folded in batches; whatever reads the figures
+    folds first, so one request (far fewer than a batch) is seen by each of them."""
+    now = [1_000_000.0]
+    tel = recorder.Telemetry(node="mac-1", idle_watts=5, busy_watts=40, clock=lambda: now[0])
+    tel.request_started("chat")
+    assert tel.host_view()["power_watts"] == 40  # busy from the request's start
+    assert 'mlxfleet_agent_in_flight_requests{slot="chat"} 1.0' in tel.metrics.exposition().decode()
+    now[0] += 2
+    tel.request_finished(_record("chat", "llama", random.Random(1)))
+    assert tel.counters()["requests_total"] == 1
+    assert tel.host_view()["power_watts"] == 5
+    [slot] = tel.checkpoint().slots
+    assert (slot.requests, slot.busy_seconds) == (1, 2.0)
+    tel.request_started("chat")
+    now[0] += 100  # past the interval's end
+    closed = tel.roll()
+    assert closed is not None
+    assert closed.slots[0].requests == 1
+    assert closed.slots[0].busy_seconds > 2.0  # the second request's busy time until the end

@@ -3,20 +3,33 @@
 Names follow Prometheus conventions (`mlxfleet_agent_*`, `_total` counters, `_seconds` and
 `_bytes` units). Labels are slot, model and small enums only: no request text, ever.
 `AgentMetrics.exposition()` is what the control API serves at `/metrics`.
-May import: prometheus_client, the standard library, contract. Called by: telemetry.recorder,
-telemetry.shipper, controlapi (the /metrics route).
+The data plane's request families (requests, errors, tokens, the four latency histograms, the
+in-flight gauge) are plain numbers that the recorder adds to under its own lock (`RequestTotals`),
+exported by a collector at scrape time in the same names, labels and samples `prometheus_client`'s
+own families would write: a request pays no child lookup and no per-child lock.
+May import: prometheus_client, the standard library, contract, telemetry.intervals.
+Called by: telemetry.recorder, telemetry.shipper, controlapi (the /metrics route).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import prometheus_client
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from mlxfleet_agent import contract
+from mlxfleet_agent.telemetry import intervals
 
 NAMESPACE = "mlxfleet_agent"
 CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
@@ -108,67 +121,140 @@ class _SlotCollector(Collector):
         yield busy
 
 
+_go_float: Callable[[float], str] = floatToGoString  # `le`, as prometheus_client writes it
+# (slot, model, endpoint, stream "true"|"false", outcome "ok"|"error"): one requests_total series
+RequestKey = tuple[str, str, str, str, str]
+# a histogram family and which of a (slot, model)'s histograms it shows
+_HistogramOf = tuple[
+    HistogramMetricFamily, Callable[[intervals.SlotAggregate], intervals.Histogram]
+]
+
+
+@dataclass(slots=True)
+class RequestTotals:
+    """The data plane's request families as plain numbers since the agent started.
+
+    `requests` counts by `RequestKey`; `models` holds, per (slot, model), the tokens, the errors
+    by kind and the four latency histograms (`intervals.SlotAggregate`, the shape one interval
+    keeps too); `created` says when each labelled series first counted (its `_created` sample,
+    keyed by the family's name and the series' labels). The recorder mutates them under its lock
+    and renders `families` under it: never shared without it."""
+
+    requests: dict[RequestKey, int] = field(default_factory=dict)
+    models: dict[tuple[str, str], intervals.SlotAggregate] = field(default_factory=dict)
+    created: dict[tuple[str, ...], float] = field(default_factory=dict)
+
+    def families(self, in_flight: Mapping[str, int]) -> list[Metric]:
+        """Every request family, with its series (a family without any still says its HELP and
+        TYPE, as a labelled prometheus_client family does)."""
+        sm = ["slot", "model"]
+        requests = CounterMetricFamily(
+            f"{NAMESPACE}_requests_total",
+            "Finished data-plane requests.",
+            labels=[*sm, "endpoint", "stream", "outcome"],
+        )
+        for key, n in self.requests.items():
+            requests.add_metric(list(key), n, created=self.created.get(("requests", *key)))
+        errors = CounterMetricFamily(
+            f"{NAMESPACE}_request_errors_total", "Failed requests by kind.", labels=[*sm, "kind"]
+        )
+        prompt = CounterMetricFamily(
+            f"{NAMESPACE}_prompt_tokens_total", "Prompt (input) tokens served.", labels=sm
+        )
+        completion = CounterMetricFamily(
+            f"{NAMESPACE}_completion_tokens_total",
+            "Completion (output) tokens served.",
+            labels=sm,
+        )
+        histograms: tuple[_HistogramOf, ...] = (
+            (
+                HistogramMetricFamily(
+                    f"{NAMESPACE}_time_to_first_token_seconds",
+                    "Time to the first token (streams) or to the whole answer.",
+                    labels=sm,
+                ),
+                lambda a: a.ttft,
+            ),
+            (
+                HistogramMetricFamily(
+                    f"{NAMESPACE}_time_per_output_token_seconds",
+                    "Decode time per output token after the first.",
+                    labels=sm,
+                ),
+                lambda a: a.tpot,
+            ),
+            (
+                HistogramMetricFamily(
+                    f"{NAMESPACE}_request_duration_seconds",
+                    "End-to-end request latency at the agent.",
+                    labels=sm,
+                ),
+                lambda a: a.e2e,
+            ),
+            (
+                HistogramMetricFamily(
+                    f"{NAMESPACE}_queue_wait_seconds",
+                    "Time a request waited for its slot (swaps in hold mode).",
+                    labels=sm,
+                ),
+                lambda a: a.queue_wait,
+            ),
+        )
+        for (slot, model), agg in self.models.items():
+            labels = [slot, model]
+            for kind, n in agg.errors.items():
+                errors.add_metric(
+                    [*labels, kind], n, created=self.created.get(("errors", slot, model, kind))
+                )
+            created = self.created.get(("models", slot, model))
+            prompt.add_metric(labels, agg.prompt_tokens, created=created)
+            completion.add_metric(labels, agg.completion_tokens, created=created)
+            for family, of in histograms:
+                _add_histogram(family, labels, of(agg), created)
+        gauge = GaugeMetricFamily(
+            f"{NAMESPACE}_in_flight_requests", "Requests in flight per slot.", labels=["slot"]
+        )
+        for slot, n in in_flight.items():
+            gauge.add_metric([slot], n)
+        return [requests, errors, prompt, completion, *(f for f, _ in histograms), gauge]
+
+
+def _add_histogram(
+    family: HistogramMetricFamily,
+    labels: list[str],
+    histogram: intervals.Histogram,
+    created: float | None,
+) -> None:
+    """One (slot, model) series: cumulative buckets with `le` as prometheus_client writes it,
+    then its `_created` (HistogramMetricFamily takes no creation time of its own)."""
+    buckets, running = [], 0
+    for bound, n in zip((*histogram.bounds, float("inf")), histogram.counts, strict=True):
+        running += n
+        buckets.append((_go_float(bound), running))
+    family.add_metric(labels, buckets, histogram.total)
+    if created is not None:
+        family.samples.append(
+            Sample(f"{family.name}_created", {"slot": labels[0], "model": labels[1]}, created)
+        )
+
+
+class _RequestCollector(Collector):
+    """The request families, rendered at scrape time by the recorder (`RequestTotals.families`
+    under its lock)."""
+
+    def __init__(self, read: Callable[[], list[Metric]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterable[Metric]:
+        return self._read()
+
+
 class AgentMetrics:
     """All agent metric families, registered on a private `CollectorRegistry`."""
 
     def __init__(self) -> None:
         self.registry = prometheus_client.CollectorRegistry(auto_describe=True)
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
-        sm = ["slot", "model"]
-        self.requests = prometheus_client.Counter(
-            f"{NAMESPACE}_requests_total",
-            "Finished data-plane requests.",
-            [*sm, "endpoint", "stream", "outcome"],
-            registry=r,
-        )
-        self.errors = prometheus_client.Counter(
-            f"{NAMESPACE}_request_errors_total",
-            "Failed requests by kind.",
-            [*sm, "kind"],
-            registry=r,
-        )
-        self.prompt_tokens = prometheus_client.Counter(
-            f"{NAMESPACE}_prompt_tokens_total", "Prompt (input) tokens served.", sm, registry=r
-        )
-        self.completion_tokens = prometheus_client.Counter(
-            f"{NAMESPACE}_completion_tokens_total",
-            "Completion (output) tokens served.",
-            sm,
-            registry=r,
-        )
-        lat = contract.LATENCY_BUCKETS_S
-        self.ttft = prometheus_client.Histogram(
-            f"{NAMESPACE}_time_to_first_token_seconds",
-            "Time to the first token (streams) or to the whole answer.",
-            sm,
-            buckets=lat,
-            registry=r,
-        )
-        self.tpot = prometheus_client.Histogram(
-            f"{NAMESPACE}_time_per_output_token_seconds",
-            "Decode time per output token after the first.",
-            sm,
-            buckets=contract.TOKEN_LATENCY_BUCKETS_S,
-            registry=r,
-        )
-        self.e2e = prometheus_client.Histogram(
-            f"{NAMESPACE}_request_duration_seconds",
-            "End-to-end request latency at the agent.",
-            sm,
-            buckets=lat,
-            registry=r,
-        )
-        self.queue_wait = prometheus_client.Histogram(
-            f"{NAMESPACE}_queue_wait_seconds",
-            "Time a request waited for its slot (swaps in hold mode).",
-            sm,
-            buckets=lat,
-            registry=r,
-        )
-        self.in_flight = prometheus_client.Gauge(
-            f"{NAMESPACE}_in_flight_requests", "Requests in flight per slot.", ["slot"], registry=r
-        )
         self.swaps = prometheus_client.Counter(
             f"{NAMESPACE}_swaps_total",
             "Finished swaps by outcome.",
@@ -201,18 +287,11 @@ class AgentMetrics:
             registry=r,
         )
 
-    def child(self, metric: Any, *labels: str) -> Any:
-        """`metric.labels(*labels)` (label values in the family's order), remembered: a request
-        pays one dictionary lookup per series instead of `labels()`' checks (no series is ever
-        removed from these families)."""
-        key = (id(metric), labels)
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = metric.labels(*labels)
-        return found
-
     def add_host_collector(self, read: Callable[[], dict[str, Any]]) -> None:
         self.registry.register(_HostCollector(read))
+
+    def add_request_collector(self, read: Callable[[], list[Metric]]) -> None:
+        self.registry.register(_RequestCollector(read))
 
     def add_slot_collector(self, read: Callable[[], Iterable[contract.SlotStatus]]) -> None:
         self.registry.register(_SlotCollector(read))

@@ -5,6 +5,12 @@ per request, the slots `swap_finished(slot=, outcome=)` once per swap and `obser
 slot serves a model. Behind those calls: Prometheus metrics (`metrics.AgentMetrics`, served at
 `/metrics`) and the open telemetry interval (`intervals.IntervalAggregate`) that the shipper
 closes every 60 s and uploads. Never receives prompt or completion text: only counts and timings.
+
+A request's two calls only append (its slot or record, and the time) to a log under the lock; the
+log is folded `FOLD_EVERY` events at a time, and before anything reads or changes what it feeds
+(a scrape of `/metrics`, `counters`, `host_view`, the interval's roll and checkpoint, the slot and
+swap calls). Folding with the recorded times gives every figure it would have given at once, and a
+batch runs the same code warm instead of once per request between the data plane's own steps.
 May import: the standard library, contract, telemetry (intervals, metrics). Called by: dataplane,
 slots, controlapi (counters, /metrics), telemetry.shipper, runtime.
 """
@@ -16,17 +22,20 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
+
+from prometheus_client.core import Metric
 
 from mlxfleet_agent import contract
 from mlxfleet_agent.telemetry import intervals, metrics
 
+FOLD_EVERY = 64  # requests' calls logged before they are folded (a read folds them at once)
 
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
-    """What one finished data-plane request contributes. No request text, ever."""
+
+class RequestRecord(NamedTuple):
+    """What one finished data-plane request contributes. No request text, ever. (A NamedTuple:
+    immutable, and built per request at a third of a frozen dataclass's cost.)"""
 
     slot: str
     served_name: str
@@ -67,7 +76,7 @@ class Telemetry:
     ) -> None:
         self._lock = threading.Lock()
         self._clock = clock
-        self._counters: dict[str, float] = defaultdict(float)
+        self._counters: dict[str, float] = defaultdict(float)  # swaps, restarts, drops
         self.node = node
         self.interval_seconds = interval_seconds
         self.idle_watts = idle_watts
@@ -80,53 +89,33 @@ class Telemetry:
         self._slot_model: dict[str, tuple[str, str | None, str | None]] = {}
         self._pending_busy: dict[str, float] = {}  # busy time of slots whose model is not known yet
         self._last_host: intervals.HostSample | None = None
-        self._series: dict[tuple[str, str, str, bool, str], tuple[Any, ...]] = {}
+        self._totals = metrics.RequestTotals()  # the request families, since the start
+        self._log: list[tuple[float, str | RequestRecord]] = []  # not yet folded: (time, call)
         self._last_host_at: float | None = None
         now = self.started_at
         self._open = self._new_interval(now)
         self.metrics.add_host_collector(self.host_view)
+        self.metrics.add_request_collector(self._request_families)
 
     # ---- data plane seam (stable) ------------------------------------------------------------
 
     def request_started(self, slot: str) -> None:
         with self._lock:
-            now = self._clock()
-            self._fold_busy(now)
-            self._in_flight[slot] += 1
-            self._busy_since.setdefault(slot, now)
-            if self._node_busy_since is None:
-                self._node_busy_since = now
-            known = self._slot_model.get(slot)
-            if known is not None:
-                agg = self._open.slot(slot, known[0])
-                agg.max_in_flight = max(agg.max_in_flight, self._in_flight[slot])
-            self.metrics.child(self.metrics.in_flight, slot).set(self._in_flight[slot])
+            self._log.append((self._clock(), slot))
+            if len(self._log) >= FOLD_EVERY:
+                self._fold()
 
     def request_finished(self, record: RequestRecord) -> None:
         with self._lock:
-            now = self._clock()
-            known = self._slot_model.get(record.slot)
-            namespace = known[2] if known else None
-            self._slot_model[record.slot] = (record.served_name, record.source, namespace)
-            self._fold_busy(now)
-            agg = self._open.slot(record.slot, record.served_name)
-            agg.max_in_flight = max(agg.max_in_flight, self._in_flight[record.slot])
-            agg.busy_seconds += self._pending_busy.pop(record.slot, 0.0)
-            if self._in_flight[record.slot] > 0:
-                self._in_flight[record.slot] -= 1
-            if self._in_flight[record.slot] == 0:
-                self._busy_since.pop(record.slot, None)
-            if not any(self._in_flight.values()):
-                self._node_busy_since = None
-            m = self.metrics
-            m.child(m.in_flight, record.slot).set(self._in_flight[record.slot])
-            self._count(record)
-            self._aggregate(record)
+            self._log.append((self._clock(), record))
+            if len(self._log) >= FOLD_EVERY:
+                self._fold()
 
     def swap_finished(
         self, *, slot: str, outcome: str, record: contract.SwapRecord | None = None
     ) -> None:
         with self._lock:
+            self._fold()
             self._counters[f"swaps_total/{outcome}"] += 1
             self.metrics.swaps.labels(slot=slot, outcome=outcome).inc()
             model = self._slot_model.get(slot, ("unknown", None, None))[0]
@@ -149,13 +138,27 @@ class Telemetry:
     def backend_restarted(self, slot: str) -> None:
         """A slot starts its backend again (it stopped serving, or loading failed)."""
         with self._lock:
+            self._fold()
             self._counters["backend_restarts_total"] += 1
             self.metrics.restarts.labels(slot=slot).inc()
 
     def counters(self) -> dict[str, float]:
         """Flat totals for GET /v1/state `counters`."""
         with self._lock:
-            return dict(self._counters)
+            self._fold()
+            out = dict(self._counters)
+            models = self._totals.models.values()
+            requests = sum(a.requests for a in models)
+            if requests:
+                failed = sum(sum(a.errors.values()) for a in models)
+                out |= {
+                    "requests_total": float(requests),
+                    "prompt_tokens_total": float(sum(a.prompt_tokens for a in models)),
+                    "completion_tokens_total": float(sum(a.completion_tokens for a in models)),
+                }
+                if failed:
+                    out["requests_failed_total"] = float(failed)
+            return out
 
     # ---- optional enrichment -----------------------------------------------------------------
 
@@ -164,6 +167,7 @@ class Telemetry:
     ) -> None:
         """Say which model a slot serves, so idle slots appear in intervals (placement)."""
         with self._lock:
+            self._fold()
             self._slot_model[slot] = (model, source, namespace)
             agg = self._open.slot(slot, model)
             agg.source, agg.namespace = source, namespace
@@ -172,10 +176,12 @@ class Telemetry:
 
     def forget_slot(self, slot: str) -> None:
         with self._lock:
+            self._fold()
             self._slot_model.pop(slot, None)
 
     def add_host_sample(self, sample: intervals.HostSample) -> None:
         with self._lock:
+            self._fold()
             now = self._clock()
             elapsed = now - self._last_host_at if self._last_host_at is not None else 0.0
             self._open.add_host_sample(sample, elapsed_s=min(elapsed, self.interval_seconds))
@@ -184,6 +190,7 @@ class Telemetry:
     def host_view(self) -> dict[str, Any]:
         """What `/metrics` shows about the host (last sample, uptime, current power)."""
         with self._lock:
+            self._fold()
             now = self._clock()
             host = self._last_host
             view: dict[str, Any] = {"uptime_seconds": now - self.started_at}
@@ -237,6 +244,7 @@ class Telemetry:
     def roll(self, now: float | None = None) -> contract.TelemetryInterval | None:
         """Close the open interval if `now` is past its end; return it (else None)."""
         with self._lock:
+            self._fold()
             now = self._clock() if now is None else now
             if now < self._open.end:
                 return None
@@ -252,6 +260,7 @@ class Telemetry:
     def checkpoint(self, now: float | None = None) -> contract.TelemetryInterval:
         """The open interval so far, for persisting across a restart."""
         with self._lock:
+            self._fold()
             now = self._clock() if now is None else now
             self._fold_busy(now)
             return self._snapshot(now)
@@ -260,6 +269,7 @@ class Telemetry:
         """Take back a checkpoint: merged when it is this node's open interval, else returned
         closed, as it was written (a checkpoint of another node name keeps that name)."""
         with self._lock:
+            self._fold()
             if saved.node == self.node and saved.interval_start.timestamp() == self._open.start:
                 self._open.restore(saved)
                 return None
@@ -267,12 +277,14 @@ class Telemetry:
 
     def note_dropped(self, count: int) -> None:
         with self._lock:
+            self._fold()
             self._open.dropped_intervals += count
             self._counters["telemetry_intervals_dropped_total"] += count
 
     @property
     def open_interval_start(self) -> float:
         with self._lock:
+            self._fold()
             return self._open.start
 
     # ---- internals (lock held) ---------------------------------------------------------------
@@ -306,69 +318,85 @@ class Telemetry:
     def _snapshot(self, now: float) -> contract.TelemetryInterval:
         return self._open.to_wire(now=now, idle_watts=self.idle_watts, busy_watts=self.busy_watts)
 
-    def _count(self, record: RequestRecord) -> None:
-        c = self._counters
-        c["requests_total"] += 1
-        if record.error_kind is not None:
-            c["requests_failed_total"] += 1
-        c["prompt_tokens_total"] += record.prompt_tokens
-        c["completion_tokens_total"] += record.completion_tokens
-        outcome = "error" if record.error_kind else "ok"
-        key = (record.slot, record.served_name, record.endpoint, record.stream, outcome)
-        series = self._series.get(key)
-        if series is None:
-            series = self._series[key] = self._new_series(key)
-        requests, prompt, completion, ttft, tpot_, e2e, queue_wait = series
-        requests.inc()
-        if record.error_kind:
-            m = self.metrics
-            m.child(m.errors, record.slot, record.served_name, record.error_kind).inc()
-        prompt.inc(record.prompt_tokens)
-        completion.inc(record.completion_tokens)
-        if record.ttft_s is not None:
-            ttft.observe(record.ttft_s)
-        tpot = time_per_output_token(record)
-        if tpot is not None:
-            tpot_.observe(tpot)
-        e2e.observe(record.e2e_s)
-        queue_wait.observe(record.queue_wait_s)
+    def _fold(self) -> None:
+        """Fold the logged calls, in order, at the times they were made."""
+        if not self._log:
+            return
+        log, self._log = self._log, []
+        for at, call in log:
+            if isinstance(call, str):
+                self._started(call, at)
+            else:
+                self._finished(call, at)
 
-    def _new_series(self, key: tuple[str, str, str, bool, str]) -> tuple[Any, ...]:
-        """The Prometheus children one kind of finished request updates, looked up once per
-        (slot, model, endpoint, stream, outcome) instead of seven times per request."""
-        slot, model, endpoint, stream, outcome = key
-        m, child = self.metrics, self.metrics.child
-        return (
-            child(m.requests, slot, model, endpoint, str(stream).lower(), outcome),
-            *(
-                child(family, slot, model)
-                for family in (
-                    m.prompt_tokens,
-                    m.completion_tokens,
-                    m.ttft,
-                    m.tpot,
-                    m.e2e,
-                    m.queue_wait,
-                )
-            ),
-        )
+    def _started(self, slot: str, now: float) -> None:
+        self._fold_busy(now)
+        self._in_flight[slot] += 1
+        self._busy_since.setdefault(slot, now)
+        if self._node_busy_since is None:
+            self._node_busy_since = now
+        known = self._slot_model.get(slot)
+        if known is not None:
+            agg = self._open.slot(slot, known[0])
+            agg.max_in_flight = max(agg.max_in_flight, self._in_flight[slot])
 
-    def _aggregate(self, record: RequestRecord) -> None:
+    def _finished(self, record: RequestRecord, now: float) -> None:
+        known = self._slot_model.get(record.slot)
+        namespace = known[2] if known else None
+        self._slot_model[record.slot] = (record.served_name, record.source, namespace)
+        self._fold_busy(now)
         agg = self._open.slot(record.slot, record.served_name)
-        agg.source = record.source
-        agg.namespace = self._slot_model[record.slot][2]
-        agg.requests += 1
-        if record.error_kind is not None:
-            agg.errors[record.error_kind] = agg.errors.get(record.error_kind, 0) + 1
-        agg.prompt_tokens += record.prompt_tokens
-        agg.completion_tokens += record.completion_tokens
-        if record.ttft_s is not None:
-            agg.ttft.observe(record.ttft_s)
+        agg.max_in_flight = max(agg.max_in_flight, self._in_flight[record.slot])
+        agg.busy_seconds += self._pending_busy.pop(record.slot, 0.0)
+        if self._in_flight[record.slot] > 0:
+            self._in_flight[record.slot] -= 1
+        if self._in_flight[record.slot] == 0:
+            self._busy_since.pop(record.slot, None)
+        if not any(self._in_flight.values()):
+            self._node_busy_since = None
         tpot = time_per_output_token(record)
-        if tpot is not None:
-            agg.tpot.observe(tpot)
-        agg.e2e.observe(record.e2e_s)
-        agg.queue_wait.observe(record.queue_wait_s)
+        agg.source, agg.namespace = record.source, namespace
+        _add(agg, record, tpot)
+        self._count(record, tpot, now)
+
+    def _count(self, record: RequestRecord, tpot: float | None, now: float) -> None:
+        """Into the request families since the start (`metrics.RequestTotals`)."""
+        t = self._totals
+        outcome = "error" if record.error_kind else "ok"
+        stream = "true" if record.stream else "false"
+        key = (record.slot, record.served_name, record.endpoint, stream, outcome)
+        n = t.requests.get(key)
+        if n is None:
+            n, t.created[("requests", *key)] = 0, now
+        t.requests[key] = n + 1
+        model = t.models.get(key[:2])
+        if model is None:
+            model = t.models[key[:2]] = intervals.SlotAggregate(*key[:2])
+            t.created[("models", *key[:2])] = now
+        if record.error_kind is not None and record.error_kind not in model.errors:
+            t.created[("errors", *key[:2], record.error_kind)] = now
+        _add(model, record, tpot)
+
+    def _request_families(self) -> list[Metric]:
+        """What `/metrics` shows of the requests (the scrape's collector)."""
+        with self._lock:
+            self._fold()
+            return self._totals.families(self._in_flight)
+
+
+def _add(agg: intervals.SlotAggregate, record: RequestRecord, tpot: float | None) -> None:
+    """One finished request into an aggregate (the open interval's, or the one since start)."""
+    agg.requests += 1
+    if record.error_kind is not None:
+        agg.errors[record.error_kind] = agg.errors.get(record.error_kind, 0) + 1
+    agg.prompt_tokens += record.prompt_tokens
+    agg.completion_tokens += record.completion_tokens
+    if record.ttft_s is not None:
+        agg.ttft.observe(record.ttft_s)
+    if tpot is not None:
+        agg.tpot.observe(tpot)
+    agg.e2e.observe(record.e2e_s)
+    agg.queue_wait.observe(record.queue_wait_s)
 
 
 def _utc(ts: float) -> datetime:
