@@ -97,11 +97,18 @@ def test_an_agent_that_ignores_sigint_still_gives_its_backend_a_default_sigint()
 
 
 def test_sigint_stops_a_backend_spawned_without_preexec() -> None:
-    argv, preexec = platform.backend_spawn(
-        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
-    )
-    assert preexec is None
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True) as proc:
+    # as in the agent, which handles SIGINT: a suite started in the background (`make test &`)
+    # inherits SIGINT ignored, which backend_spawn answers with its preexec_fn (the test above)
+    handled = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        argv, preexec = platform.backend_spawn(
+            [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
+        )
+        assert preexec is None
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, handled)
+    with proc:
         try:
             assert proc.stdout is not None
             assert proc.stdout.readline().strip() == "up"
