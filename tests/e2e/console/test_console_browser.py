@@ -276,6 +276,15 @@ def test_the_playground_streams_two_models_side_by_side(
     console_fleet: ConsoleFleet, approver: Session
 ) -> None:
     cf, page = console_fleet, approver.page
+    # the page lists the models once, when asked, and /v1/models lists ready deployments only:
+    # after the approve test's swap of `review`, a loaded box's gateway may see it ready again
+    # a while after the plan says Completed (make test once listed only `chat` here)
+    play = cf.client("play")
+    wait_for(
+        "chat and review listed for the play key",
+        lambda: {"chat", "review"} <= {m.id for m in play.models.list()},
+        timeout=120,
+    )
     page.goto("/console/playground")
     page.fill("#pg-key", cf.keys["play"])
     page.click("#pg-load")
