@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from aiohttp import web
-from kubernetes import client as kclient
 
+from mlxfleet_common.kubeconfig import Credentials
 from mlxfleet_operator.adapters import kube, kubeapi
 from mlxfleet_operator.api import resources
 
@@ -75,9 +75,7 @@ async def _serve(server: _ApiServer, scenario: Callable[[str], Awaitable[None]])
 
 
 def _client(host: str) -> kubeapi.Client:
-    config = kclient.Configuration(host=host)
-    config.api_key = {"BearerToken": "secret-token"}
-    config.api_key_prefix = {"BearerToken": "Bearer"}
+    config = Credentials(server=host, token="secret-token")
     return kubeapi.Client(config, connections=kubeapi.CONNECTIONS + AT_ONCE)
 
 
@@ -151,7 +149,7 @@ def test_a_silent_api_server_fails_the_call_instead_of_holding_it() -> None:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        config = kclient.Configuration(host=f"http://127.0.0.1:{runner.addresses[0][1]}")
+        config = Credentials(server=f"http://127.0.0.1:{runner.addresses[0][1]}")
         k = kube.Kube(kubeapi.Client(config, read_timeout=0.5))
         try:
             async with asyncio.timeout(10):  # the old client: TimeoutError here, not KubeError
@@ -166,7 +164,7 @@ def test_a_silent_api_server_fails_the_call_instead_of_holding_it() -> None:
 
 
 def test_the_default_read_timeout_bounds_every_call() -> None:
-    client = kubeapi.Client(kclient.Configuration(host="http://127.0.0.1:1"))
+    client = kubeapi.Client(Credentials(server="http://127.0.0.1:1"))
     assert client._timeout.sock_read == kubeapi.READ_TIMEOUT_S
     assert client._timeout.total is None  # the wait for a pooled connection is not a fault
 
@@ -228,10 +226,9 @@ def test_the_proxy_the_environment_names_is_used_and_no_proxy_is_honoured(
     asyncio.run(_serve(server, scenario))
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
     monkeypatch.setenv("NO_PROXY", "kube-api.internal")
-    assert kubeapi.proxy_once(kclient.Configuration(host="http://kube-api.internal:6443")) is None
-    named = kclient.Configuration(host="http://other:6443")
-    named.proxy = "http://from-kubeconfig:8080"
+    assert kubeapi.proxy_once(Credentials(server="http://kube-api.internal:6443")) is None
+    named = Credentials(server="http://other:6443", proxy_url="http://from-kubeconfig:8080")
     assert kubeapi.proxy_once(named) == "http://from-kubeconfig:8080"
-    assert kubeapi.proxy_once(kclient.Configuration(host="http://other:6443")) == (
+    assert kubeapi.proxy_once(Credentials(server="http://other:6443")) == (
         "http://proxy.invalid:3128"
     )

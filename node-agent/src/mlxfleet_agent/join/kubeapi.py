@@ -1,22 +1,20 @@
 """A small Kubernetes REST client for join and leave (the agent carries no Kubernetes library).
 
 Two identities: join's bootstrap token (with `--ca-file`, or the system's trust store), and for
-leave a kubeconfig (the current context's server, CA, and a token or client certificate).
-May import: the standard library, httpx, yaml. Called by: join.command.
+leave a kubeconfig (its current context, read by the shared loader `mlxfleet_common.kubeconfig`).
+May import: the standard library, httpx, mlxfleet_common.kubeconfig. Called by: join.command.
 """
 
 from __future__ import annotations
 
-import base64
-import os
 import ssl
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
+
+from mlxfleet_common import kubeconfig
 
 TIMEOUT = httpx.Timeout(15.0, connect=5.0)
 NODES = "/apis/mlxfleet.io/v1alpha1/inferencenodes"
@@ -88,11 +86,8 @@ def _json(body: Any) -> bytes:
     return json.dumps(body).encode()
 
 
-def _context(ca_file: str | None = None, ca_data: bytes | None = None) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=ca_file)
-    if ca_data:
-        ctx.load_verify_locations(cadata=ca_data.decode())
-    return ctx
+def _context(ca_file: str | None = None) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=ca_file)
 
 
 def bootstrap(server: str, token: str, ca_file: Path | None) -> Api:
@@ -106,37 +101,12 @@ def bootstrap(server: str, token: str, ca_file: Path | None) -> Api:
 
 
 def from_kubeconfig(path: Path, *, flag: str) -> Api:
-    """The current context of a kubeconfig file (token or client certificate, CA)."""
+    """The current context of a kubeconfig file (the shared loader, `mlxfleet_common.kubeconfig`:
+    a token, token file, client certificate or exec plugin; the CA, skip-verify)."""
     try:
-        config = yaml.safe_load(path.read_text()) or {}
-        current = config["current-context"]
-        ctx = next(c["context"] for c in config["contexts"] if c["name"] == current)
-        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == ctx["cluster"])
-        user: dict[str, Any] = next(
-            (u["user"] for u in config.get("users") or [] if u["name"] == ctx.get("user")), {}
-        )
-    except (OSError, yaml.YAMLError, KeyError, StopIteration, TypeError) as exc:
-        raise KubeApiError(0, f"{flag} {path}: not a usable kubeconfig ({exc!r})") from None
-    base = path.parent
-    if cluster.get("insecure-skip-tls-verify"):
-        verify: ssl.SSLContext | bool = False
-    elif "certificate-authority-data" in cluster:
-        verify = _context(ca_data=base64.b64decode(cluster["certificate-authority-data"]))
-    elif "certificate-authority" in cluster:
-        verify = _context(str(base / cluster["certificate-authority"]))
-    else:
-        verify = _context()
-    headers = {"Authorization": f"Bearer {user['token']}"} if user.get("token") else {}
-    cert = None
-    if "client-certificate-data" in user or "client-certificate" in user:
-        cert = (_file(user, "client-certificate", base), _file(user, "client-key", base))
-    return Api(str(cluster["server"]).rstrip("/"), verify, headers, cert)
-
-
-def _file(user: dict[str, Any], key: str, base: Path) -> str:
-    if f"{key}-data" in user:
-        fd, name = tempfile.mkstemp(prefix="mlxfleet-leave-")
-        with os.fdopen(fd, "wb") as out:
-            out.write(base64.b64decode(user[f"{key}-data"]))
-        return name
-    return str(base / user[key])
+        creds = kubeconfig.load(path)
+        verify = creds.ssl_context()
+        auth = creds.authorization()
+    except (kubeconfig.ConfigError, ssl.SSLError, OSError) as exc:
+        raise KubeApiError(0, f"{flag} {path}: not a usable kubeconfig ({exc})") from None
+    return Api(creds.server, verify, {"Authorization": auth} if auth else {})

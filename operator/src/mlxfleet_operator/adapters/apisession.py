@@ -35,33 +35,36 @@ async def login(*, kubeconfig: str | None, **_: Any) -> kopf.AiohttpSession:
     loop. Raises `kopf.LoginError` when no credentials can be read (kopf then stops)."""
     try:
         config = await kubeapi.configuration(kubeconfig)
+        info = connection(config)
+        pool = session(info, config, limit=KUBE_CONNECTIONS + WATCH_RESERVE)
     except kubeapi.ConfigError as exc:
         where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config"
         raise kopf.LoginError(f"no Kubernetes credentials in {where}: {exc}") from exc
-    info = connection(config)
     return kopf.AiohttpSession(
         server=info.server,
         priority=info.priority,
         default_namespace=info.default_namespace,
         expiration=info.expiration,
-        aiohttp_session=session(info, config, limit=KUBE_CONNECTIONS + WATCH_RESERVE),
+        aiohttp_session=pool,
     )
 
 
 def connection(config: kubeapi.Configuration) -> kopf.ConnectionInfo:
-    """kopf's connection settings from the loaders' (as `kopf.login_via_client` reads them)."""
+    """kopf's connection settings from the credentials (as `kopf.login_via_client` reads them);
+    an exec plugin's token carries its expiry, so kopf logs in again before it lapses."""
     header = kubeapi.authorization(config)
     scheme, _, token = (header or "").partition(" ")
     return kopf.ConnectionInfo(
-        server=str(config.host),
-        ca_path=config.ssl_ca_cert or None,
-        insecure=not config.verify_ssl,
+        server=config.server,
+        ca_path=config.ca_file,
+        insecure=not config.verify,
         scheme=scheme or None,
         token=token or None,
-        certificate_path=config.cert_file or None,
-        private_key_path=config.key_file or None,
+        certificate_path=config.cert_file,
+        private_key_path=config.key_file,
         proxy_url=kubeapi.proxy_once(config),
         trust_env=False,
+        expiration=config.expiration,
     )
 
 

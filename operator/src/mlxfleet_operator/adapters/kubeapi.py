@@ -6,14 +6,15 @@ again as it rotates). `call` sends one request and answers the JSON the API serv
 plain dicts (no client models are built: the operator reads and writes JSON); any failure, an
 HTTP status outside 2xx or the connection, is an `ApiError` with the status (0: no answer).
 
-The credentials come from the synchronous `kubernetes` package's loaders (`configuration`; kopf's
-session logs in with the same, `apisession`): kubeconfig contexts, client certificates, exec
-and auth-provider plugins, the in-cluster token file; their refresh hook is asked at most every
+The credentials come from the shared loader (`mlxfleet_common.kubeconfig`: the kubeconfig's
+context, client certificates, token files, exec plugins; the in-cluster ServiceAccount, its
+token read again as it rotates); the Authorization header is asked of them at most every
 AUTH_REFRESH_S, so a rotated ServiceAccount token or an expired exec token is read again.
-No generated API client is imported: the operator needs a path, a verb, a content type and an
-Accept header (a uid precondition on delete is a JSON body; the provider-key check asks for a
-Table), and `kubernetes_asyncio`, the async client it used before, cost 35 MB of the operator's
-memory in imports alone (docs/operator.md, "Kubernetes clients").
+No Kubernetes client library is imported: the operator needs a path, a verb, a content type and
+an Accept header (a uid precondition on delete is a JSON body; the provider-key check asks for a
+Table); `kubernetes_asyncio`, the async client it used before, cost 35 MB of the operator's
+memory in imports alone, and the synchronous `kubernetes` package's loaders another 36 MB
+(docs/operator.md, "Kubernetes clients").
 
 The proxy is decided once, when the pool opens (`proxy_once`): the session does not trust the
 environment, which made aiohttp read the proxy variables and `~/.netrc` again for every request,
@@ -21,12 +22,13 @@ in the default executor (3.6 % of the operator's samples converging 500 x 1,000)
 A pool belongs to the event loop that first uses it (aiohttp): the handlers share the one that
 `runtime` builds on kopf's loop; the elector, on a thread and loop of its own so that renewals
 never wait for kopf's loop, has a pool of its own, made with the same `connect`.
-May import: kubernetes (its config loaders), aiohttp, yarl, `netenv`, the standard library.
+May import: mlxfleet_common.kubeconfig, aiohttp, yarl, `netenv`, the standard library.
 Called by: `kube` (the handlers' calls), `lease` (the election's), `runtime`, `election`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 import time
@@ -35,10 +37,9 @@ from datetime import date, datetime
 from typing import Any
 
 import aiohttp
-import kubernetes.client
-import kubernetes.config
 import yarl
 
+from mlxfleet_common import kubeconfig
 from mlxfleet_operator.adapters import netenv
 
 CONNECTIONS = 32  # the operator's own requests at once (kopf's watches and patches: apisession)
@@ -51,11 +52,8 @@ AUTH_REFRESH_S = 5.0  # a rotated or expired token is read again this long after
 USER_AGENT = "mlxfleet-operator"
 JSON = "application/json"
 JsonDict = dict[str, Any]
-Configuration = Any  # kubernetes.client.Configuration (the package has no type hints)
-
-
-class ConfigError(Exception):
-    """No usable credentials: the kubeconfig cannot be read, or not running in a pod."""
+Configuration = kubeconfig.Credentials
+ConfigError = kubeconfig.ConfigError  # no usable credentials (the file and field named)
 
 
 class ApiError(Exception):
@@ -68,19 +66,12 @@ class ApiError(Exception):
         self.body = body
 
 
-async def configuration(kubeconfig: str | None) -> Configuration:
-    """The connection settings of `kubeconfig` (None: the in-cluster ServiceAccount)."""
-    config = kubernetes.client.Configuration()
-    try:
-        if kubeconfig:
-            kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, client_configuration=config, persist_config=False
-            )
-        else:
-            kubernetes.config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
-    except (kubernetes.config.ConfigException, OSError, ValueError) as exc:
-        raise ConfigError(str(exc)) from exc
-    return config
+async def configuration(path: str | None) -> Configuration:
+    """The credentials of the kubeconfig at `path` (None: the in-cluster ServiceAccount), read
+    in a worker thread (an exec plugin runs once there)."""
+    if path:
+        return await asyncio.to_thread(kubeconfig.load, path)
+    return await asyncio.to_thread(kubeconfig.in_cluster)
 
 
 def proxy_once(configuration: Configuration) -> str | None:
@@ -88,31 +79,22 @@ def proxy_once(configuration: Configuration) -> str | None:
     one the environment names for it (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`: aiohttp's own
     lookup, `get_env_proxy_for_url`, made once instead of for each request); None: direct.
     Read once: a proxy changed in the environment of a running process is not seen, as for
-    any other setting. (The kubernetes package's Configuration takes a proxy from the
-    environment itself but leaves NO_PROXY to its urllib3 pool: that one is not used.)"""
-    if configuration.proxy and not getattr(configuration, "_proxy_from_env", False):
-        return str(configuration.proxy)
-    if not configuration.host:
-        return None
-    return netenv.env_proxy(configuration.host)
+    any other setting."""
+    if configuration.proxy_url:
+        return configuration.proxy_url
+    return netenv.env_proxy(configuration.server)
 
 
 def tls(configuration: Configuration) -> ssl.SSLContext:
     """The TLS settings of `configuration`: its CA (else the system's), its client certificate,
     `insecure-skip-tls-verify`."""
-    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
-    if not configuration.verify_ssl:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if configuration.cert_file:
-        context.load_cert_chain(configuration.cert_file, configuration.key_file or None)
-    return context
+    return configuration.ssl_context()
 
 
 def connector(configuration: Configuration, *, limit: int) -> aiohttp.TCPConnector:
     """A pool of at most `limit` connections to the API server with `configuration`'s TLS
     (`tls`; none for a plain-HTTP server): the operator's own pool and kopf's session."""
-    secure = str(configuration.host).startswith("https:")
+    secure = configuration.server.startswith("https:")
     return aiohttp.TCPConnector(limit=limit, ssl=tls(configuration) if secure else False)
 
 
@@ -120,7 +102,7 @@ def request_class(configuration: Configuration) -> type[aiohttp.ClientRequest]:
     """aiohttp's request, checking the API server's certificate for the kubeconfig's
     `tls-server-name` when it names one (an API server reached by an address its certificate
     does not name: an IP, a tunnel); one class for the operator's own pool and kopf's session."""
-    name = getattr(configuration, "tls_server_name", None) or None
+    name = configuration.tls_server_name
     if name is None:
         return aiohttp.ClientRequest
 
@@ -132,10 +114,9 @@ def request_class(configuration: Configuration) -> type[aiohttp.ClientRequest]:
 
 
 def authorization(configuration: Configuration) -> str | None:
-    """The Authorization header: the loaders' hook reads a rotated token file (once a minute in
-    a pod) or runs an expired exec plugin again."""
-    found = configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
-    return str(found) if found else None
+    """The Authorization header: a token file read again (it rotates in a pod), an expired exec
+    plugin run again."""
+    return configuration.authorization()
 
 
 def _encode(value: object) -> object:
@@ -175,10 +156,14 @@ class Client:
             raise ApiError(0, "the operator's Kubernetes client is closed (stopping)")
         if self._session is None:
             config = self.configuration
-            self._base = str(config.host).rstrip("/")
+            self._base = config.server
             self._proxy = proxy_once(config)
+            try:
+                pool = connector(config, limit=self._connections)
+            except ConfigError as exc:
+                raise ApiError(0, f"credentials: {exc}") from exc
             self._session = aiohttp.ClientSession(
-                connector=connector(config, limit=self._connections),
+                connector=pool,
                 request_class=request_class(config),
                 headers={"User-Agent": self._user_agent},
                 trust_env=False,  # the environment was read once above, not for every request
@@ -186,11 +171,16 @@ class Client:
         return self._session
 
     def _authorization(self) -> str | None:
-        """The Authorization header, asked of the loaders at most every AUTH_REFRESH_S (their
-        hook sets every connection setting again, the proxy looked up in the environment too)."""
+        """The Authorization header, asked of the credentials at most every AUTH_REFRESH_S (a
+        token file is read again, an expired exec plugin run again: on the loop, as rarely as
+        the plugin's tokens expire); unreadable credentials fail the call (`ApiError`, 0)."""
         now = time.monotonic()
         if self._auth is None or now - self._auth[1] >= AUTH_REFRESH_S:
-            self._auth = (authorization(self.configuration), now)
+            assert self.configuration is not None  # `_open` checked
+            try:
+                self._auth = (authorization(self.configuration), now)
+            except ConfigError as exc:
+                raise ApiError(0, f"credentials: {exc}") from exc
         return self._auth[0]
 
     async def aclose(self) -> None:
