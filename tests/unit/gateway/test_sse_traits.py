@@ -49,6 +49,54 @@ def test_openai_style_usage_null_events_are_kept_and_counted_without_usage() -> 
     assert sse.usage_of(b"not json") is None
 
 
+def _usage_parsed(raw: bytes) -> tuple[int, int] | None:
+    """usage_of as a full parse reads it (the reference for the tail read)."""
+    try:
+        found = json.loads(raw).get("usage")
+        return int(found.get("prompt_tokens") or 0), int(found.get("completion_tokens") or 0)
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"id": "x", "usage": {"prompt_tokens": 3, "completion_tokens": 4}}',
+        b'{"id":"x","usage":{"prompt_tokens":3,"completion_tokens":4}}\n',
+        b'{"usage" :  {"prompt_tokens": 5}  }  ',
+        b'{"usage": {"prompt_tokens": 3, "completion_tokens": 4}, "id": "last"}',  # not last
+        b'{"x": {"usage": {"prompt_tokens": 9, "completion_tokens": 9}}}',  # nested, not top
+        b'{"usage": {"prompt_tokens": 1, "completion_tokens": 2}, '
+        b'"x": {"usage": {"prompt_tokens": 9, "completion_tokens": 9}}}',
+        b'[{"usage": {"prompt_tokens": 9, "completion_tokens": 9}}]',  # not an object
+        b'{"say \\"usage": {"prompt_tokens": 9, "completion_tokens": 9}}',  # a key that ends so
+        b'{"content": "\\"usage\\": {\\"prompt_tokens\\": 9}", '
+        b'"usage": {"prompt_tokens": 2, "completion_tokens": 1}}',
+        b'{"content": "a \\"usage\\": 7}"}',  # only inside a string: no usage
+        b'{"usage": null}',
+        b'{"usage": 7}',
+        b'{"usage": {"prompt_tokens": "x"}}',
+        b'{"usage": {"prompt_tokens": 3, "completion_tokens": 4}',  # cut short
+        b'{"choices": [{"message": {"content": "\xc3\xa9t\xc3\xa9"}}], '
+        b'"usage": {"prompt_tokens": 6, "completion_tokens": 1}}',
+        b"\xff\xfe",
+        b"",
+    ],
+)
+def test_usage_of_reads_the_tail_as_a_full_parse_would(raw: bytes) -> None:
+    """A whole answer's usage is read from its last member when that is the top-level
+    `usage` (no parse of the answer before it); in every other shape the answer is parsed
+    whole: the result is always that of a full parse."""
+    assert sse.usage_of(raw) == _usage_parsed(raw)
+
+
+def test_usage_of_a_usual_answer_is_read_from_its_tail_alone() -> None:
+    usual = b'{"id": "x", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}'
+    assert sse._last_usage(usual) == {"prompt_tokens": 3, "completion_tokens": 4}
+    assert sse._last_usage(b'{"x": {"usage": {"prompt_tokens": 9}}}') is None  # nested
+    assert sse._last_usage(b'{"usage": {"prompt_tokens": 9}, "id": "x"}') is None  # not last
+
+
 def body(**kw: Any) -> dict[str, Any]:
     return {"model": "chat", "messages": [{"role": "user", "content": "hello"}], **kw}
 

@@ -74,13 +74,49 @@ _USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
 _OBJECT_FIELD = re.compile(rb'"object"\s*:\s*"[^"]*"')
 
 
+_USAGE_KEY = b'"usage"'
+_DECODER = json.JSONDecoder()
+
+
 def usage_of(body: bytes) -> tuple[int, int] | None:
-    """(prompt, completion) tokens of a whole JSON answer, if it says."""
+    """(prompt, completion) tokens of a whole JSON answer, if it says. The answer's last member
+    is read alone when it is the top-level `usage` (where OpenAI-style servers put it), else
+    the whole answer is parsed."""
     try:
-        usage = json.loads(body).get("usage")
+        usage = _last_usage(body)
+        if usage is None:
+            usage = json.loads(body).get("usage")
         return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     except (ValueError, AttributeError, TypeError):
         return None
+
+
+def _last_usage(body: bytes) -> Any:
+    """The value of `"usage"` when it is the top-level object's last member, parsed alone; None
+    when it is not (or cannot be told). Sound without parsing the rest: inside a JSON string a
+    quote is escaped, so `"usage"` followed by a colon is a key; its value followed by one `}`
+    and the end of the text closes the outermost object."""
+    at = body.rfind(_USAGE_KEY)
+    if at < 0:
+        return None
+    try:
+        text = body[at + len(_USAGE_KEY) :].decode()
+    except UnicodeDecodeError:
+        return None
+    colon = len(text) - len(text.lstrip())
+    if text[colon : colon + 1] != ":":
+        return None
+    start = colon + 1
+    start += len(text) - start - len(text[start:].lstrip())
+    try:
+        value, end = _DECODER.raw_decode(text, start)
+    except ValueError:
+        return None
+    if text[end:].strip() != "}":
+        return None
+    if body[:at].rstrip()[-1:] not in (b"{", b","):  # a key opens an object or follows a member
+        return None
+    return value
 
 
 def _event_usage(event: bytes) -> dict[str, Any] | None:

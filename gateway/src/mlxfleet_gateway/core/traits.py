@@ -141,17 +141,22 @@ def _entry_chars(entry: Any) -> int:
 
 
 def affinity_key(parts: Iterable[str], *, min_chars: int = MIN_AFFINITY_CHARS) -> tuple[int, int]:
-    """(prompt characters, key or 0): a stable hash of the first AFFINITY_CHARS characters."""
+    """(prompt characters, key or 0): a stable hash of the first AFFINITY_CHARS characters,
+    made only for a prompt of at least `min_chars` (a shorter one has key 0 and is not
+    hashed: most one-shot requests, embeddings and classification among them)."""
+    texts = parts if isinstance(parts, list) else list(parts)
+    total = sum(map(len, texts))
+    if total < min_chars:
+        return total, 0
     digest = hashlib.blake2b(digest_size=8)
-    total = hashed = 0
-    for part in parts:
-        total += len(part)
-        if hashed < AFFINITY_CHARS:
-            piece = part[: AFFINITY_CHARS - hashed]
-            digest.update(piece.encode("utf-8", "surrogatepass"))
-            hashed += len(piece)
-    key = int.from_bytes(digest.digest(), "big") if total >= min_chars else 0
-    return total, key
+    hashed = 0
+    for part in texts:
+        if hashed >= AFFINITY_CHARS:
+            break
+        piece = part[: AFFINITY_CHARS - hashed]
+        digest.update(piece.encode("utf-8", "surrogatepass"))
+        hashed += len(piece)
+    return total, int.from_bytes(digest.digest(), "big")
 
 
 def traits(

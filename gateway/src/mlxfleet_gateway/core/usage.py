@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from mlxfleet_agent import contract
 
 
-@dataclass(frozen=True, slots=True)
-class Use:
-    """One finished (or refused) request, as telemetry sees it."""
+class Use(NamedTuple):
+    """One finished (or refused) request, as telemetry sees it (a NamedTuple: built once per
+    request, a third of a frozen dataclass's cost)."""
 
     key: str
     owner: str | None
