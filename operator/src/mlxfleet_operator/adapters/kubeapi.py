@@ -13,8 +13,9 @@ AUTH_REFRESH_S, so a rotated ServiceAccount token or an expired exec token is re
 No Kubernetes client library is imported: the operator needs a path, a verb, a content type and
 an Accept header (a uid precondition on delete is a JSON body; the provider-key check asks for a
 Table); `kubernetes_asyncio`, the async client it used before, cost 35 MB of the operator's
-memory in imports alone, and the synchronous `kubernetes` package's loaders another 36 MB
-(docs/operator.md, "Kubernetes clients").
+memory in imports alone, and the synchronous `kubernetes` package, whose loaders it used
+next, another 10 MB (kopf imports that package's whole client whenever it can; the operator's
+entry keeps it out: docs/operator.md, "Kubernetes clients").
 
 The proxy is decided once, when the pool opens (`proxy_once`): the session does not trust the
 environment, which made aiohttp read the proxy variables and `~/.netrc` again for every request,
