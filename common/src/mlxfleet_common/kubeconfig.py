@@ -62,13 +62,12 @@ class ExecPlugin:
     command: str
     args: tuple[str, ...]
     env: dict[str, str]
-    api_version: str
     exec_info: str  # KUBERNETES_EXEC_INFO, the plugin's input
     where: str  # the kubeconfig and user, for errors
     token: str | None = None
     expires: float | None = None  # Unix seconds; None: never
-    cert_pem: bytes | None = None
-    key_pem: bytes | None = None
+    cert_pem: str | None = None
+    key_pem: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def current(self, now: float) -> str | None:
@@ -116,7 +115,7 @@ class ExecPlugin:
             )
         self.token = token if isinstance(token, str) and token else None
         if isinstance(cert, str) and isinstance(key, str):
-            self.cert_pem, self.key_pem = cert.encode(), key.encode()
+            self.cert_pem, self.key_pem = cert, key
         self.expires = _expiry(status.get("expirationTimestamp"), self.where)
 
 
@@ -289,10 +288,7 @@ def _user(
         creds.plugin = _plugin(found, base, where, cluster=cluster, server=creds.server)
         creds.plugin.current(time.time())  # fails the load, not the first request
         if creds.plugin.cert_pem is not None:
-            cert_pem, key_pem = (
-                creds.plugin.cert_pem.decode(),
-                (creds.plugin.key_pem or b"").decode(),
-            )
+            cert_pem, key_pem = creds.plugin.cert_pem, creds.plugin.key_pem
     if cert_pem is not None:
         creds.cert_file = _private_file(cert_pem.encode(), "client.crt")
     if key_pem is not None:
@@ -342,7 +338,6 @@ def _plugin(
         command=command,
         args=tuple(args),
         env={e["name"]: e["value"] for e in env},
-        api_version=version,
         exec_info=exec_info,
         where=where,
     )

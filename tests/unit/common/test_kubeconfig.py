@@ -98,7 +98,7 @@ def test_client_certificate_data_is_written_private_and_used_in_a_handshake(
     """The server requires a client certificate and trusts only ours: the handshake succeeds
     with the credentials' context and fails without the certificate."""
     server_cert, server_key = credentials.self_signed("kube.test")
-    client_cert, client_key = _client_certificate("operator")
+    client_cert, client_key = credentials.self_signed("operator", client=True)
     (tmp_path / "server.crt").write_text(server_cert)
     (tmp_path / "server.key").write_text(server_key)
     (tmp_path / "client.crt").write_text(client_cert)
@@ -145,38 +145,6 @@ def test_client_certificate_data_is_written_private_and_used_in_a_handshake(
     bare = ssl.create_default_context(cadata=server_cert)  # the CA, no client certificate
     with pytest.raises((ssl.SSLError, ConnectionError, IndexError)):
         asyncio.run(handshake(bare))
-
-
-def _client_certificate(name: str) -> tuple[str, str]:
-    """A self-signed certificate for client authentication, and its key (PEM)."""
-    from datetime import UTC, datetime, timedelta
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.now(UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(minutes=1))
-        .not_valid_after(now + timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem.decode()
 
 
 def _plugin(tmp_path: Path, *, expires_in: float | None, fail: bool = False) -> Path:

@@ -76,6 +76,8 @@ _OBJECT_FIELD = re.compile(rb'"object"\s*:\s*"[^"]*"')
 
 _USAGE_KEY = b'"usage"'
 _DECODER = json.JSONDecoder()
+_BLANK = b" \t\r\n"  # JSON's whitespace
+_OPENS = b"{,"  # what a key follows
 
 
 def usage_of(body: bytes) -> tuple[int, int] | None:
@@ -114,7 +116,10 @@ def _last_usage(body: bytes) -> Any:
         return None
     if text[end:].strip() != "}":
         return None
-    if body[:at].rstrip()[-1:] not in (b"{", b","):  # a key opens an object or follows a member
+    before = at - 1
+    while before >= 0 and body[before] in _BLANK:
+        before -= 1
+    if before < 0 or body[before] not in _OPENS:  # a key opens an object or follows a member
         return None
     return value
 

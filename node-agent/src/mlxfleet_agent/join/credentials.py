@@ -21,8 +21,9 @@ def token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def self_signed(host: str, *, now: datetime | None = None) -> tuple[str, str]:
-    """(certificate PEM, key PEM) for `host` (a DNS name or an IP address)."""
+def self_signed(host: str, *, now: datetime | None = None, client: bool = False) -> tuple[str, str]:
+    """(certificate PEM, key PEM) for `host` (a DNS name or an IP address): a server's, or with
+    `client` one for client authentication (a kubeconfig user's)."""
     now = now or datetime.now(UTC)
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host[:64])])
@@ -55,7 +56,14 @@ def self_signed(host: str, *, now: datetime | None = None) -> tuple[str, str]:
             critical=True,
         )
         .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+            x509.ExtendedKeyUsage(
+                [
+                    x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
+                    if client
+                    else x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
+                ]
+            ),
+            critical=False,
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())

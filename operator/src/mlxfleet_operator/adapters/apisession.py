@@ -52,7 +52,7 @@ async def login(*, kubeconfig: str | None, **_: Any) -> kopf.AiohttpSession:
 def connection(config: kubeapi.Configuration) -> kopf.ConnectionInfo:
     """kopf's connection settings from the credentials (as `kopf.login_via_client` reads them);
     an exec plugin's token carries its expiry, so kopf logs in again before it lapses."""
-    header = kubeapi.authorization(config)
+    header = config.authorization()
     scheme, _, token = (header or "").partition(" ")
     return kopf.ConnectionInfo(
         server=config.server,

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 import time
 from collections.abc import Sequence
 from datetime import date, datetime
@@ -86,17 +85,12 @@ def proxy_once(configuration: Configuration) -> str | None:
     return netenv.env_proxy(configuration.server)
 
 
-def tls(configuration: Configuration) -> ssl.SSLContext:
-    """The TLS settings of `configuration`: its CA (else the system's), its client certificate,
-    `insecure-skip-tls-verify`."""
-    return configuration.ssl_context()
-
-
 def connector(configuration: Configuration, *, limit: int) -> aiohttp.TCPConnector:
     """A pool of at most `limit` connections to the API server with `configuration`'s TLS
-    (`tls`; none for a plain-HTTP server): the operator's own pool and kopf's session."""
+    (its CA, client certificate, skip-verify; none for a plain-HTTP server): the operator's
+    own pool and kopf's session."""
     secure = configuration.server.startswith("https:")
-    return aiohttp.TCPConnector(limit=limit, ssl=tls(configuration) if secure else False)
+    return aiohttp.TCPConnector(limit=limit, ssl=configuration.ssl_context() if secure else False)
 
 
 def request_class(configuration: Configuration) -> type[aiohttp.ClientRequest]:
@@ -112,12 +106,6 @@ def request_class(configuration: Configuration) -> type[aiohttp.ClientRequest]:
             super().__init__(*args, server_hostname=server_hostname or name, **kwargs)
 
     return _Named
-
-
-def authorization(configuration: Configuration) -> str | None:
-    """The Authorization header: a token file read again (it rotates in a pod), an expired exec
-    plugin run again."""
-    return configuration.authorization()
 
 
 def _encode(value: object) -> object:
@@ -179,7 +167,7 @@ class Client:
         if self._auth is None or now - self._auth[1] >= AUTH_REFRESH_S:
             assert self.configuration is not None  # `_open` checked
             try:
-                self._auth = (authorization(self.configuration), now)
+                self._auth = (self.configuration.authorization(), now)
             except ConfigError as exc:
                 raise ApiError(0, f"credentials: {exc}") from exc
         return self._auth[0]
