@@ -68,10 +68,6 @@ def test_runtime_remembers_inputs_until_resync() -> None:
     assert not rt.unchanged("u", ("a",), at=101.0, resync=60)
 
 
-class _Index(dict[Any, list[Any]]):
-    """kopf.Index's read side (a mapping of key -> store of values)."""
-
-
 def _ready(
     name: str, rv: str, *, ready: bool = True, beat: int = 0, labels: dict[str, str] | None = None
 ) -> Any:
@@ -107,11 +103,9 @@ def test_inputs_change_with_nodes_agents_and_the_object_and_never_skip_a_lost_no
             wire = n.model_dump(mode="json", by_alias=True, exclude_none=True)
             found.update(indexes.inference_nodes(n.metadata.name, kopf.Body(wire), memo))
         return indexes.Indexes(
-            nodes=_Index({k: [v] for k, v in found.items()}),  # type: ignore[arg-type]
-            claims=_Index(),  # type: ignore[arg-type]
-            plans=_Index(),  # type: ignore[arg-type]
-            ready=_Index(),  # type: ignore[arg-type]
-            tenants=_Index(),  # type: ignore[arg-type]
+            nodes={k: [v] for k, v in found.items()},
+            deployments={},
+            plans={},
         )
 
     base = convergeskip.inputs(rt, body, idx(_ready("n1", "1"), _ready("n2", "1")))
@@ -153,7 +147,7 @@ def test_the_node_view_counts_no_scan_per_deployment() -> None:
         {"metadata": {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}}
     )
 
-    class _Untouchable(_Index):
+    class _Untouchable(dict[str, list[Any]]):
         def __iter__(self) -> Any:
             raise AssertionError("the skip check scanned every node")
 
@@ -162,11 +156,9 @@ def test_the_node_view_counts_no_scan_per_deployment() -> None:
 
     many = _Untouchable({f"n{i}": [_ready(f"n{i}", "1")] for i in range(50)})
     view = indexes.Indexes(
-        nodes=many,  # type: ignore[arg-type]
-        claims=_Index(),  # type: ignore[arg-type]
-        plans=_Index(),  # type: ignore[arg-type]
-        ready=_Index(),  # type: ignore[arg-type]
-        tenants=_Index(),  # type: ignore[arg-type]
+        nodes=many,
+        deployments={},
+        plans={},
     )
     assert convergeskip.inputs(rt, body, view) is not None
 
@@ -224,11 +216,9 @@ def test_a_placed_deployment_reads_only_its_nodes_and_an_unplaced_one_every_node
     for n, rv in (("n1", "1"), ("n2", "1")):
         rt.nodes.observe(n, rv, ready=True)
     idx = indexes.Indexes(
-        nodes=_Index({"n1": [_ready("n1", "1")], "n2": [_ready("n2", "1")]}),  # type: ignore[arg-type]
-        claims=_Index(),  # type: ignore[arg-type]
-        plans=_Index(),  # type: ignore[arg-type]
-        ready=_Index(),  # type: ignore[arg-type]
-        tenants=_Index(),  # type: ignore[arg-type]
+        nodes={"n1": [_ready("n1", "1")], "n2": [_ready("n2", "1")]},
+        deployments={},
+        plans={},
     )
 
     def body(replicas: int) -> kopf.Body:
@@ -292,11 +282,9 @@ def test_a_placed_deployment_does_not_wake_for_its_neighbours_slots() -> None:
     f.record("n1", state(slots=[mine]), now=NOW)
     rt.nodes.observe("n1", "1", ready=True)
     idx = indexes.Indexes(
-        nodes=_Index({"n1": [_ready("n1", "1")]}),  # type: ignore[arg-type]
-        claims=_Index(),  # type: ignore[arg-type]
-        plans=_Index(),  # type: ignore[arg-type]
-        ready=_Index(),  # type: ignore[arg-type]
-        tenants=_Index(),  # type: ignore[arg-type]
+        nodes={"n1": [_ready("n1", "1")]},
+        deployments={},
+        plans={},
     )
     meta = {"name": "d", "namespace": "ns", "uid": "u", "resourceVersion": "7"}
     body = kopf_body({"metadata": meta, "spec": {"replicas": 1}})

@@ -84,10 +84,8 @@ def test_a_deliberate_retry_and_anything_else_propagate_as_they_are() -> None:
 
 NO_INDEXES: dict[str, Any] = {
     "inference_nodes": {},
-    "deployment_slots": {},
+    "deployments": {},
     "swap_plans": {},
-    "deployment_ready": {},
-    "deployment_tenants": {},
 }  # what kopf passes a ModelDeployment handler of an empty cluster
 
 

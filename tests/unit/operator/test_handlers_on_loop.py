@@ -13,6 +13,7 @@ from kopf._core.actions import invocation
 
 from mlxfleet_operator import handlers
 from mlxfleet_operator import settings as opsettings
+from mlxfleet_operator.core.kit import naming
 from mlxfleet_operator.handlers import indexes
 
 
@@ -34,8 +35,9 @@ def test_no_resource_handler_runs_in_a_thread() -> None:
 def test_an_index_function_gives_kopf_the_same_value_on_the_loop() -> None:
     registry = kopf.OperatorRegistry()
     indexes.register(registry)
-    (handler,) = [h for h in registry._indexing.get_all_handlers() if h.id == "deployment_ready"]
+    (handler,) = [h for h in registry._indexing.get_all_handlers() if h.id == "deployments"]
     body = kopf.Body({"metadata": {"name": "d", "namespace": "ns"}, "status": {"readyReplicas": 2}})
     kwargs: dict[str, Any] = {"namespace": "ns", "name": "d", "body": body, "memo": kopf.Memo()}
     got = asyncio.run(invocation.invoke(handler.fn, kwargs=kwargs))
-    assert got == indexes.deployment_ready(**kwargs) == {("ns", "d"): 2}
+    assert got == indexes.deployments(**kwargs)
+    assert got[naming.slot_name("ns", "d")].ready == 2

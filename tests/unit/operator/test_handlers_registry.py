@@ -26,12 +26,10 @@ def test_timer_intervals_come_from_the_settings_passed_in() -> None:
     ] == 0.5
 
 
-def test_every_handler_is_registered_once_with_one_index_per_question() -> None:
+def test_every_handler_is_registered_once_with_one_index_per_kind() -> None:
     registry = handlers.registry(settings.OperatorSettings())
     assert sorted(h.id for h in registry._indexing.get_all_handlers()) == [
-        "deployment_ready",
-        "deployment_slots",
-        "deployment_tenants",
+        "deployments",
         "inference_nodes",
         "model_demand",
         "swap_plans",

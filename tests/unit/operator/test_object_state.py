@@ -170,10 +170,8 @@ def test_each_kinds_delete_handler_forgets_its_object(kind: str) -> None:
         none: dict[str, Any] = {}
         idx = {
             "inference_nodes": none,
-            "deployment_slots": none,
+            "deployments": none,
             "swap_plans": none,
-            "deployment_ready": none,
-            "deployment_tenants": none,
         }
         _delete(deployments.teardown, rt, {"metadata": meta}, namespace="ns", name="n1", **idx)
         assert pub.unpublished

@@ -151,10 +151,6 @@ def test_room_version_moves_only_for_room_that_fits_the_footprint() -> None:
     assert f.room_version(GIB) > before
 
 
-class _Index(dict[Any, list[Any]]):
-    """kopf.Index's read side (a mapping of key -> store of values)."""
-
-
 def test_a_deployment_waiting_for_room_skips_until_room_or_a_node_shows_up() -> None:
     """It reconciled, found no room (`Runtime.waiting`): other agents' answers that give no
     room for its footprint, and node status writes, do not reconcile it; room that fits it, a
@@ -176,11 +172,9 @@ def test_a_deployment_waiting_for_room_skips_until_room_or_a_node_shows_up() -> 
 
     def idx() -> indexes.Indexes:
         return indexes.Indexes(
-            nodes=_Index({k: [v] for k, v in objects.items()}),  # type: ignore[arg-type]
-            claims=_Index(),  # type: ignore[arg-type]
-            plans=_Index(),  # type: ignore[arg-type]
-            ready=_Index(),  # type: ignore[arg-type]
-            tenants=_Index(),  # type: ignore[arg-type]
+            nodes={k: [v] for k, v in objects.items()},
+            deployments={},
+            plans={},
         )
 
     see(node("n1"), "1")

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
-from mlxfleet_operator.core.deployment import autoscale, intent
+from mlxfleet_operator.core.deployment import autoscale, claims, intent
 from mlxfleet_operator.core.deployment import evictions as ev
 from mlxfleet_operator.core.deployment import preemption as pre
 from mlxfleet_operator.core.fleet import placement
@@ -435,19 +435,25 @@ def _body(**spec: object) -> kopf.Body:
     return kopf_body(raw)
 
 
-def test_the_tenant_index_knows_priority_and_floor_and_leaves_out_what_it_cannot_evict() -> None:
+def test_the_deployment_index_knows_the_tenant_and_leaves_out_what_it_cannot_evict() -> None:
     slot = naming.slot_name("ns", "low")
-    got = indexes.deployment_tenants(_body(priority=3, replicas=2, minReplicas=1))
-    assert got == {slot: pre.Tenant("ns", "low", priority=3, floor=1)}
-    assert indexes.deployment_tenants(_body(replicas=2)) == {slot: tenant("low", 0, 2)}
-    sharded = _body(replicas=1, sharding={"size": 2})
-    assert indexes.deployment_tenants(sharded) == {}
+
+    def tenant_of(body: kopf.Body) -> pre.Tenant | None:
+        index = indexes.deployments(namespace="ns", name="low", body=body)
+        assert list(index) == [slot]
+        assert index[slot].claim == claims.SlotClaim("", "ns", "low", "u")  # claimed all the same
+        return index[slot].tenant
+
+    got = tenant_of(_body(priority=3, replicas=2, minReplicas=1))
+    assert got == pre.Tenant("ns", "low", priority=3, floor=1)
+    assert tenant_of(_body(replicas=2)) == tenant("low", 0, 2)
+    assert tenant_of(_body(replicas=1, sharding={"size": 2})) is None
     deep = _body(
         server={
             "chatTemplateArgs": {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": 1}}}}}}}}}
         }
     )
-    assert indexes.deployment_tenants(deep) == {}  # InvalidSpec: never placed, no traceback
+    assert tenant_of(deep) is None  # InvalidSpec: never placed, no traceback
 
 
 def test_an_evicted_replica_moves_make_before_break_where_memory_allows() -> None:

@@ -43,7 +43,7 @@ async def observed(
     idx = indexes.Indexes.of(kwargs)
     due = autoscale.to_wake(
         autoscale.wants_of(demand),
-        ready=lambda key: max(idx.ready.get(key, [0]), default=0),
+        ready=lambda key: idx.ready_of(*key),
         told=rt.woken,
         now=runtime.now(),
     )

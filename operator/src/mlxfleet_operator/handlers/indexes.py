@@ -5,13 +5,15 @@ as a keyword argument named after it; `Indexes.of(kwargs)` gives handlers the ty
 handler module imports another. One index per question:
 
 - `inference_nodes`: every InferenceNode by name (placement, the SwapPlan steps' nodes).
-- `deployment_slots`: every ModelDeployment by its agent slot name (two may share one).
+- `deployments`: every ModelDeployment by its agent slot name (two may share one), as a
+  `Deployment`: its claim on the slot name (the oldest keeps it), its ready replicas (ModelRoutes,
+  the autoscaler) and, for a whole-replica one, how preemption sees it (priority, floor: a
+  preemptor looks up the replicas on a node). One index, not one per question: kopf runs every
+  index function of a kind through its handler machinery on every change of every object (a
+  state, an outcome and a patch per function), and ModelDeployments change most.
 - `swap_plans`: every SwapPlan by (namespace, deployment) (people may write them too).
-- `deployment_ready`: every ModelDeployment's ready replicas by (namespace, name) (ModelRoutes).
 - `model_demand`: requests gateways hold for sleeping ModelDeployments, by (namespace, name)
   (ModelDemands in the demand namespace: the autoscaler wakes on them).
-- `deployment_tenants`: every whole-replica ModelDeployment as preemption sees it (priority,
-  floor) by its agent slot name (a preemptor looks up the replicas on a node).
 
 Bodies are parsed here, once per change: an object the operator's model refuses is left out
 (kopf logs the error) instead of breaking every handler that reads the index. Each node seen
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -33,10 +35,9 @@ import kopf
 import pydantic
 
 from mlxfleet_operator.adapters import runtime
+from mlxfleet_operator.api import deploymentspec, resources
 from mlxfleet_operator.api import inferencenode as inode
 from mlxfleet_operator.api import modeldemand as mdemand
-from mlxfleet_operator.api import modeldeployment as mdep
-from mlxfleet_operator.api import resources
 from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.core.deployment import autoscale, preemption
 from mlxfleet_operator.core.deployment import claims as slot_claims
@@ -79,9 +80,21 @@ def inference_nodes(
     return {name: node}
 
 
-def deployment_slots(
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """One ModelDeployment as the `deployments` index holds it: its claim on its agent slot
+    name, its ready replicas (`status.readyReplicas`) and how preemption sees it (None: a sharded
+    one, whose groups of ranks are never evicted, or a spec the operator's model refuses, never
+    placed)."""
+
+    claim: slot_claims.SlotClaim
+    ready: int
+    tenant: preemption.Tenant | None
+
+
+def deployments(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[str, slot_claims.SlotClaim]:
+) -> dict[str, Deployment]:
     forget_managed_fields(body)
     meta = body.get("metadata") or {}
     claim = slot_claims.SlotClaim(
@@ -90,7 +103,21 @@ def deployment_slots(
         name=name,
         uid=str(meta.get("uid") or ""),
     )
-    return {naming.slot_name(namespace or "", name): claim}
+    ready = int((body.get("status") or {}).get("readyReplicas") or 0)
+    tenant = _tenant(namespace or "", name, body)
+    return {naming.slot_name(namespace or "", name): Deployment(claim, ready, tenant)}
+
+
+def _tenant(namespace: str, name: str, body: kopf.Body) -> preemption.Tenant | None:
+    """The spec alone, validated without a copy (the tenant keeps none of it): a ModelDeployment
+    change cost 128 us here with the whole object copied and validated, 1 us so."""
+    try:
+        spec = deploymentspec.ModelDeploymentSpec.model_validate(body.get("spec"))
+    except pydantic.ValidationError:  # InvalidSpec: never placed, so nothing to evict (its
+        return None  # handler says why; a traceback per change here would say it again)
+    if spec.sharding is not None:  # groups of ranks are never evicted
+        return None
+    return preemption.tenant_of(namespace, name, spec)
 
 
 def swap_plans(
@@ -99,24 +126,6 @@ def swap_plans(
     forget_managed_fields(body)
     plan = swp.SwapPlan.model_validate(copy.deepcopy(dict(body)))
     return {(namespace or "", plan.spec.deployment_ref.name): plan}
-
-
-def deployment_tenants(body: kopf.Body, **_: Any) -> dict[str, preemption.Tenant]:
-    forget_managed_fields(body)  # (whichever of the kind's indexes kopf runs first)
-    try:
-        md = mdep.ModelDeployment.model_validate(copy.deepcopy(dict(body)))
-    except pydantic.ValidationError:  # InvalidSpec: never placed, so nothing to evict (its
-        return {}  # handler says why; a traceback per change here would say it again)
-    if md.spec.sharding is not None:  # groups of ranks are never evicted
-        return {}
-    tenant = preemption.tenant(md)
-    return {naming.slot_name(tenant.namespace, tenant.name): tenant}
-
-
-def deployment_ready(
-    namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[tuple[str, str], int]:
-    return {(namespace or "", name): int((body.get("status") or {}).get("readyReplicas") or 0)}
 
 
 def model_demand(
@@ -132,20 +141,16 @@ def model_demand(
 
 def register(registry: kopf.OperatorRegistry) -> None:
     kopf.index(*NODES, id="inference_nodes", registry=registry)(_on_loop(inference_nodes))
-    kopf.index(*DEPLOYMENTS, id="deployment_slots", registry=registry)(_on_loop(deployment_slots))
+    kopf.index(*DEPLOYMENTS, id="deployments", registry=registry)(_on_loop(deployments))
     kopf.index(*PLANS, id="swap_plans", registry=registry)(_on_loop(swap_plans))
-    kopf.index(*DEPLOYMENTS, id="deployment_ready", registry=registry)(_on_loop(deployment_ready))
     kopf.index(*DEMANDS, id="model_demand", registry=registry)(_on_loop(model_demand))
-    kopf.index(*DEPLOYMENTS, id="deployment_tenants", registry=registry)(
-        _on_loop(deployment_tenants)
-    )
 
 
 def _on_loop(fn: Callable[..., _V]) -> Callable[..., Awaitable[_V]]:
     """`fn` as kopf runs it on its own loop: kopf hands a plain function to a thread pool, one
-    thread hop per object change for work of a few microseconds (three per ModelDeployment
-    change). The index functions stay plain functions (tests call them as such). Not
-    `functools.wraps`: kopf follows `__wrapped__` to decide, and would run it in a thread."""
+    thread hop per object change for work of a few microseconds. The index functions stay plain
+    functions (tests call them as such). Not `functools.wraps`: kopf follows `__wrapped__` to
+    decide, and would run it in a thread."""
 
     async def on_loop(**kwargs: Any) -> _V:
         return fn(**kwargs)
@@ -156,15 +161,14 @@ def _on_loop(fn: Callable[..., _V]) -> Callable[..., Awaitable[_V]]:
 
 @dataclass(frozen=True)
 class Indexes:
-    """The indexes as a handler sees them (build with `of(kwargs)`)."""
+    """The indexes as a handler sees them (build with `of(kwargs)`): kopf's `Index` is a mapping
+    of each key to the collection of values indexed under it."""
 
-    nodes: kopf.Index[str, inode.InferenceNode]
-    claims: kopf.Index[str, slot_claims.SlotClaim]
-    plans: kopf.Index[tuple[str, str], swp.SwapPlan]
-    ready: kopf.Index[tuple[str, str], int]
-    tenants: kopf.Index[str, preemption.Tenant]
+    nodes: Mapping[str, Collection[inode.InferenceNode]]
+    deployments: Mapping[str, Collection[Deployment]]
+    plans: Mapping[tuple[str, str], Collection[swp.SwapPlan]]
     # what gateways hold per deployment (absent where no ModelDemand was indexed: unit tests)
-    demand: Mapping[tuple[str, str], Iterable[autoscale.Want]] = dataclasses.field(
+    demand: Mapping[tuple[str, str], Collection[autoscale.Want]] = dataclasses.field(
         default_factory=dict
     )
 
@@ -172,10 +176,8 @@ class Indexes:
     def of(cls, kwargs: Mapping[str, Any]) -> Indexes:
         return cls(
             nodes=kwargs["inference_nodes"],
-            claims=kwargs["deployment_slots"],
+            deployments=kwargs["deployments"],
             plans=kwargs["swap_plans"],
-            ready=kwargs["deployment_ready"],
-            tenants=kwargs["deployment_tenants"],
             demand=kwargs.get("model_demand", {}),
         )
 
@@ -185,10 +187,10 @@ class Indexes:
         nobody's), none whose SwapPlan runs (its replicas are the plan's to move)."""
         out: dict[str, preemption.Tenant] = {}
         for slot in slots:
-            found = list(self.tenants.get(slot, []))
-            if len(found) != 1 or found[0].priority >= below:
+            found = list(self.deployments.get(slot, ()))
+            tenant = found[0].tenant if len(found) == 1 else None
+            if tenant is None or tenant.priority >= below:
                 continue
-            tenant = found[0]
             plans = self.plans_of(tenant.namespace, tenant.name)
             if all(p.status.phase is not None and p.status.phase.terminal for p in plans):
                 out[slot] = tenant
@@ -200,7 +202,10 @@ class Indexes:
 
     def slot_conflict(self, namespace: str, name: str, uid: str) -> str | None:
         """Why the deployment may not use its agent slot name (None: it may)."""
-        return slot_claims.slot_conflict(self.claims, namespace=namespace, name=name, uid=uid)
+        found = self.deployments.get(naming.slot_name(namespace, name), ())
+        return slot_claims.slot_conflict(
+            [d.claim for d in found], namespace=namespace, name=name, uid=uid
+        )
 
     def plans_of(self, namespace: str, deployment: str) -> list[swp.SwapPlan]:
         """The SwapPlans of one ModelDeployment."""
@@ -209,10 +214,19 @@ class Indexes:
     def ready_replicas(self, namespace: str) -> dict[str, int]:
         """Ready replicas of each ModelDeployment of one namespace, by name."""
         return {
-            name: max(self.ready[(ns, name)])
-            for ns, name in self.ready
-            if ns == namespace and self.ready[(ns, name)]
+            d.claim.name: d.ready
+            for found in self.deployments.values()
+            for d in found
+            if d.claim.namespace == namespace
         }
+
+    def ready_of(self, namespace: str, name: str) -> int:
+        """Ready replicas of one ModelDeployment (0: none, or not indexed)."""
+        found = self.deployments.get(naming.slot_name(namespace, name), ())
+        return max(
+            (d.ready for d in found if (d.claim.namespace, d.claim.name) == (namespace, name)),
+            default=0,
+        )
 
     def demand_of(self, namespace: str, name: str) -> list[autoscale.Want]:
         """What gateways hold for one ModelDeployment (fresh or not: core decides)."""

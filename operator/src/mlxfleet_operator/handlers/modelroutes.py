@@ -1,5 +1,5 @@
 """ModelRoute status: each backend's readiness and the split in force, from the ModelDeployments
-of the route's namespace (the `deployment_ready` index) and, for external backends, the type and
+of the route's namespace (the `deployments` index) and, for external backends, the type and
 annotations of the provider-key Secrets they name (a GET by name in the operator's namespace,
 answered as a table row: never the key). Runs on create/update/resume and on a timer; never
 writes spec.

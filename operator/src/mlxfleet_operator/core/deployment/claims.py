@@ -2,13 +2,13 @@
 name (`core.naming.slot_name`), and two long names that start alike can share one. The oldest
 deployment keeps the slot; any other is refused (`SlotNameConflict`) and never touches it.
 
-May import: the standard library, `core.kit.naming`. Called by: the kopf index of slot names, and
-the ModelDeployment and SwapPlan handlers before any agent call.
+May import: the standard library, `core.kit.naming`. Called by: the kopf index of
+ModelDeployments, and the ModelDeployment and SwapPlan handlers before any agent call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mlxfleet_operator.core.kit import naming
@@ -31,12 +31,12 @@ def slot_owner(claims: Sequence[SlotClaim]) -> SlotClaim | None:
 
 
 def slot_conflict(
-    claims: Mapping[str, Iterable[SlotClaim]], *, namespace: str, name: str, uid: str
+    claims: Sequence[SlotClaim], *, namespace: str, name: str, uid: str
 ) -> str | None:
     """Why this deployment may not use its slot name: another one (in `claims`, every
-    deployment by slot name) had it first."""
+    deployment whose slot name is this one's) had it first."""
     slot = naming.slot_name(namespace, name)
-    owner = slot_owner(list(claims.get(slot, ())))
+    owner = slot_owner(claims)
     if owner is None or owner.uid == uid:
         return None
     return (

@@ -54,12 +54,11 @@ class Tenant:
 
 
 def tenant(md: mdep.ModelDeployment) -> Tenant:
-    return Tenant(
-        namespace=md.metadata.namespace or "",
-        name=md.metadata.name or "",
-        priority=md.spec.priority,
-        floor=floor(md.spec),
-    )
+    return tenant_of(md.metadata.namespace or "", md.metadata.name or "", md.spec)
+
+
+def tenant_of(namespace: str, name: str, spec: deploymentspec.ModelDeploymentSpec) -> Tenant:
+    return Tenant(namespace=namespace, name=name, priority=spec.priority, floor=floor(spec))
 
 
 @dataclass(frozen=True)
