@@ -5,6 +5,7 @@ back before the back-off, the back-off grows)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from mlxfleet_agent import contract
 from mlxfleet_operator.api import modeldeployment as mdep
+from mlxfleet_operator.api import swapplan as swp
 from mlxfleet_operator.core.deployment import autoscale, claims, intent
 from mlxfleet_operator.core.deployment import evictions as ev
 from mlxfleet_operator.core.deployment import preemption as pre
@@ -454,6 +456,53 @@ def test_the_deployment_index_knows_the_tenant_and_leaves_out_what_it_cannot_evi
         }
     )
     assert tenant_of(deep) is None  # InvalidSpec: never placed, no traceback
+
+
+def test_the_handlers_view_of_the_deployment_index() -> None:
+    """Eviction candidates, slot conflicts and ready replicas, all from the one index: a slot
+    name with one evictable deployment (beside a sharded one that shares it) is evictable, two
+    evictable ones on a name are nobody's, a SwapPlan that runs keeps its replicas."""
+
+    def entry(name: str, created: str, *, ready: int = 0, **spec: object) -> indexes.Deployment:
+        body = kopf_body(
+            {
+                "metadata": {"name": name, "namespace": "ns", "uid": name},
+                "spec": {"model": {"source": "file:///m"}, **spec},
+                "status": {"readyReplicas": ready},
+            }
+        )
+        (found,) = indexes.deployments(namespace="ns", name=name, body=body).values()
+        return dataclasses.replace(found, claim=dataclasses.replace(found.claim, created=created))
+
+    low, high = entry("low", "1", ready=2, replicas=2), entry("high", "2", priority=5)
+    shard = entry("shard", "3", ready=1, replicas=1, sharding={"size": 2})
+    idx = indexes.Indexes(
+        nodes={},
+        deployments={"a": [low, shard], "b": [low, high], "c": [high]},
+        plans={},
+    )
+    assert idx.evictable(["a", "b", "c", "d"], below=5) == {"a": low.tenant}
+    assert idx.evictable(["a", "c"], below=9) == {"a": low.tenant, "c": high.tenant}
+    assert idx.evictable(["a"], below=0) == {}
+    running = swp.SwapPlan.model_validate(
+        {
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"deploymentRef": {"name": "low"}, "target": {"source": "file:///n"}},
+        }
+    )
+    moving = dataclasses.replace(idx, plans={("ns", "low"): [running]})
+    assert moving.evictable(["a"], below=5) == {}
+    assert idx.ready_replicas("ns") == {"low": 2, "high": 0, "shard": 1}
+    assert idx.ready_replicas("other") == {}
+    assert (idx.ready_of("ns", "low"), idx.ready_of("ns", "gone")) == (0, 0)  # not its slot key
+    keyed = indexes.Indexes(nodes={}, deployments={naming.slot_name("ns", "low"): [low]}, plans={})
+    assert keyed.ready_of("ns", "low") == 2
+    assert keyed.slot_conflict("ns", "low", "low") is None
+    clash = dataclasses.replace(low, claim=claims.SlotClaim("0", "ns", "older", "x"))
+    shared = indexes.Indexes(
+        nodes={}, deployments={naming.slot_name("ns", "low"): [low, clash]}, plans={}
+    )
+    assert "ns/older" in (shared.slot_conflict("ns", "low", "low") or "")
 
 
 def test_an_evicted_replica_moves_make_before_break_where_memory_allows() -> None:

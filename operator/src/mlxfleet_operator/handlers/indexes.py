@@ -187,10 +187,10 @@ class Indexes:
         nobody's), none whose SwapPlan runs (its replicas are the plan's to move)."""
         out: dict[str, preemption.Tenant] = {}
         for slot in slots:
-            found = list(self.deployments.get(slot, ()))
-            tenant = found[0].tenant if len(found) == 1 else None
-            if tenant is None or tenant.priority >= below:
+            found = [d.tenant for d in self.deployments.get(slot, ()) if d.tenant is not None]
+            if len(found) != 1 or found[0].priority >= below:
                 continue
+            tenant = found[0]
             plans = self.plans_of(tenant.namespace, tenant.name)
             if all(p.status.phase is not None and p.status.phase.terminal for p in plans):
                 out[slot] = tenant
