@@ -2,7 +2,7 @@
 
 kopf fills them from its watches before any handler runs and passes each one to every handler
 as a keyword argument named after it; `Indexes.of(kwargs)` gives handlers the typed view, so no
-handler module imports another. One index per question:
+handler module imports another. One index per kind:
 
 - `inference_nodes`: every InferenceNode by name (placement, the SwapPlan steps' nodes).
 - `deployments`: every ModelDeployment by its agent slot name (two may share one), as a
