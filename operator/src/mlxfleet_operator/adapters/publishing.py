@@ -6,29 +6,25 @@ chart's ServiceMonitor selects). A `Publication` says what one owner publishes; 
 is the same for both.
 
 `Publisher.publish` writes a Service without selector and one EndpointSlice per (address type,
-port) holding the owner's endpoints, and removes stale slices. Only objects the
-owner owns are written (`ownership.owns`); anything else with the name raises
-`ServiceConflict` and is left exactly as it is. Where this says "deployment", read "owner".
-`publish` remembers what it last published per deployment and skips an unchanged one (no GET,
-LIST or apply) until its resync period passes, so a quiet fleet does not write at all. The
-period is spread per key (`resync_after`: between `1 - PUBLISH_RESYNC_JITTER` times
-`PUBLISH_RESYNC_S` and `PUBLISH_RESYNC_S`, from a stable hash of (namespace, Service name)):
-deployments that convergence published within the same minute fall due over a minute, not as
-one burst of reads (at 500 x 1,000 it slowed a swap phase that ran at that moment). When the
-endpoints did change, objects this process wrote (their uids) are applied again without being
-read first, the Service is not touched and the stale-slice LIST is skipped while the set of
-slice names is the same: one apply instead of five calls (the full path runs again after the
-key's resync period, or at once when a fast apply fails: someone else changed the object). The
+port) holding the owner's endpoints, and removes stale slices. Only objects the owner owns are
+written (`ownership.owns`); anything else with the name raises `ServiceConflict` and is left
+exactly as it is. Where this says "deployment", read "owner".
+`publish` skips endpoints it already published for the deployment (no GET, LIST or apply) until
+the key's resync period (`resync_after`: `PUBLISH_RESYNC_S`, shortened by up to
+`PUBLISH_RESYNC_JITTER` by a stable hash of the key, so deployments published within one minute
+fall due over a minute, not as one burst of reads), so a quiet fleet does not write at all.
+When the endpoints did change, objects this process wrote (their uids) are applied again
+without being read first, the Service is not touched and the stale-slice LIST is skipped while
+no slice it wrote dropped out: one apply instead of five calls (the full path runs again after
+the resync period, or at once when a fast apply fails: someone else changed the object). The
 full path reads each object and applies it only when it is not already as we would write it
-(`ownership.covers`): the resync of a quiet fleet reads, it does not write (at 1,000
-deployments an apply of the Service and each slice every 5 minutes is over 2,000 write
-requests each time).
-A deployment the operator has not published yet (no `status.endpoint`, no name found taken in
-this process) has its objects created with a POST straight away: the POST fails on a name that
-is taken (409), and only then is the object read and decided on as above, so nothing of someone
-else's is ever written, and a new deployment costs one request per object instead of two. A
-slice this process already wrote with exactly the body it would write now is not applied again
-(a deployment's other slices when one endpoint turned ready); the resync reads it.
+(`ownership.covers`): the resync of a quiet fleet reads, it does not write.
+A slice is first written when one of its endpoints is ready (only ready ones are routed to);
+once written, it follows its endpoints, ready or not (`publish_slices`).
+A deployment not published yet (no `status.endpoint`, no name found taken in this process) has
+its objects created with a POST straight away: a taken name fails (409), and only then is the
+object read and decided on as above, so nothing of someone else's is ever written. A slice this
+process already wrote with exactly the body it would write now is not applied again.
 May import: the standard library, `kube`, `ownership`, `api`, `core.kit.naming`.
 Called by: `runtime` (builds it), handlers (through `runtime.Runtime.publisher`).
 """
@@ -93,6 +89,7 @@ class _Written:
     slices: dict[str, str] = field(default_factory=dict)  # name -> uid
     bodies: dict[str, int] = field(default_factory=dict)  # name -> hash of the body it holds
     fresh: bool = False  # a deployment not published before: its objects are POSTed first
+    listed: bool = False  # its stale slices were LISTed (and removed) since the full path
 
 
 def resync_after(key: tuple[str, str], resync: float) -> float:
@@ -290,8 +287,9 @@ class Publisher:
         self._written[key] = written  # `publish_slices` reads and fills it
         try:
             wanted = await self.publish_slices(pub, endpoints)
-            if wanted != before or not before:
+            if not written.listed or not before <= wanted:  # one of ours may be stale
                 await self._delete_slices(pub, keep=wanted)
+                written.listed = True
         except BaseException:
             self._written.pop(key, None)  # the next publish takes the full path
             raise
@@ -316,7 +314,8 @@ class Publisher:
         """Only the EndpointSlices of `publish` (no Service write, no pruning of stale slices):
         the fast path of a sharded group's withdrawal, only after `publish` succeeded (the
         Service is ours). Returns the slices' names. What `publish` last wrote is forgotten: the
-        next `publish` writes again, even the same endpoints."""
+        next `publish` writes again. A slice with no ready endpoint is created only once one is
+        (at 500 x 1,000: 1,819 applies fewer); one it wrote follows its endpoints, ready or not."""
         pub = _publication(target)
         self._published.pop(pub.key, None)
         slice_labels = {
@@ -329,8 +328,12 @@ class Publisher:
             kind, address = slice_address(await resolve_host(ep.host))
             groups.setdefault((kind, ep.port), []).append((address, ep))
         wanted: set[str] = set()
+        written = self._written.get(pub.key)
+        known = written.slices if written is not None and written.deployment == pub.uid else {}
         for (kind, port), members in sorted(groups.items()):
             slice_name = f"{naming.endpoint_slice_name(pub.service, port)}-{kind.lower()}"
+            if slice_name not in known and not any(ep.ready for _, ep in members):
+                continue  # nothing to route to yet: written once one of its endpoints is ready
             wanted.add(slice_name)
             body: kube.JsonDict = {
                 "apiVersion": "discovery.k8s.io/v1",
