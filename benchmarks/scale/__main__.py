@@ -47,6 +47,12 @@ def parse(argv: list[str]) -> tuple[run.Settings, argparse.Namespace]:
     p.add_argument("--converge-timeout", type=float, default=d.converge_timeout_s)
     p.add_argument("--phase-timeout", type=float, default=d.phase_timeout_s)
     p.add_argument("--profile-s", type=float, default=0.0, help="py-spy the operator (seconds)")
+    p.add_argument(
+        "--apiserver-profile-s",
+        type=float,
+        default=0.0,
+        help="the API server's CPU profile while converging (seconds; `go` reads it)",
+    )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--growth", help="comma-separated node counts, e.g. 50,200,500")
     p.add_argument("--no-report", action="store_true", help="skip the monthly report benchmark")
@@ -68,6 +74,7 @@ def parse(argv: list[str]) -> tuple[run.Settings, argparse.Namespace]:
         converge_timeout_s=ns.converge_timeout,
         phase_timeout_s=ns.phase_timeout,
         profile_s=ns.profile_s,
+        apiserver_profile_s=ns.apiserver_profile_s,
         seed=ns.seed,
     )
     return s, ns

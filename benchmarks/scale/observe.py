@@ -1,8 +1,9 @@
 """What the scale benchmark measures with: API server request counts (its own /metrics, read as
 admin), watches that keep the latest objects of a kind, what each change of an object changed
 outside its status (kopf's bookkeeping annotations, finalizers), the operator's log lines by
-kind, the operator process's CPU and memory, and py-spy profiles folded into the functions that
-took the time.
+kind, the CPU and memory of the operator (and the CPU of every other process on the box), py-spy
+profiles folded into the functions that took the time, and the API server's own CPU profile
+(Go pprof) read into its heaviest Kubernetes functions.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
 import ssl
 import subprocess
 import tempfile
@@ -435,6 +437,50 @@ def profile(pid: int, seconds: float, *, out: Path | None = None, rate: int = 50
     if proc.returncode != 0 or not target.exists():
         raise RuntimeError(f"py-spy failed: {proc.stderr.strip()[-500:]}")
     return fold(target.read_text())
+
+
+def apiserver_profile(admin: Admin, seconds: float, *, out: Path) -> list[tuple[str, float]]:
+    """The API server's CPU profile over `seconds` (`/debug/pprof/profile`, served when the
+    control plane started with `profiling`), saved at `out`, and its heaviest Kubernetes
+    functions by inclusive share (`pprof_top`); empty without `go` on PATH to read it (the
+    saved file is still there: `go tool pprof -top -cum <file>` anywhere)."""
+    with admin.client(timeout=seconds + 60) as c:
+        answer = c.get("/debug/pprof/profile", params={"seconds": max(1, int(seconds))})
+        answer.raise_for_status()
+    out.write_bytes(answer.content)
+    go = shutil.which("go")
+    if go is None:
+        return []
+    read = subprocess.run(
+        [go, "tool", "pprof", "-top", "-cum", "-nodecount=500", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    return pprof_top(read.stdout)
+
+
+def pprof_top(text: str, *, top: int = 20) -> list[tuple[str, float]]:
+    """`go tool pprof -top -cum` output -> the first `top` functions of Kubernetes itself
+    (`k8s.io/`, `sigs.k8s.io/`: the request path, storage, validation, not Go's runtime), each
+    with its inclusive share of the samples."""
+    found: list[tuple[str, float]] = []
+    for line in text.splitlines():
+        cols = line.split(maxsplit=5)
+        if len(cols) < 6 or not cols[4].endswith("%"):
+            continue
+        name = cols[5]
+        if not name.startswith(("k8s.io/", "sigs.k8s.io/")):
+            continue
+        try:
+            share = round(float(cols[4].removesuffix("%")) / 100, 4)
+        except ValueError:
+            continue
+        found.append((name, share))
+        if len(found) == top:
+            break
+    return found
 
 
 def fold(raw: str, *, top: int = 15) -> Profile:

@@ -52,6 +52,29 @@ def test_profiles_fold_into_inclusive_and_own_shares() -> None:
     assert folded.own[0] == ("poll (kopf/t.py)", 0.6)
 
 
+def test_the_api_servers_profile_reads_into_its_heaviest_kubernetes_functions() -> None:
+    text = "\n".join(
+        [
+            "File: kube-apiserver",
+            "Duration: 45.02s, Total samples = 36.16s (80.32%)",
+            "      flat  flat%   sum%        cum   cum%",
+            "         0     0%     0%     18.78s 51.94%  k8s.io/apiserver/pkg/finisher.func1",
+            "     0.30s  0.83% 39.02%      7.58s 20.96%  runtime.mallocgc",
+            "         0     0%     0%     12.47s 34.49%  k8s.io/apiextensions-apiserver/x.Update",
+            "     0.01s 0.028% 0.028%      1.21s  3.35%  sigs.k8s.io/structured-merge-diff/v.X",
+            "     0.01s 0.028% 0.028%      2.84s  7.85%  encoding/json.Marshal",
+            "         0     0%     0%      garbage  k8s.io/not.a.row",
+        ]
+    )
+    assert observe.pprof_top(text) == [
+        ("k8s.io/apiserver/pkg/finisher.func1", 0.5194),
+        ("k8s.io/apiextensions-apiserver/x.Update", 0.3449),
+        ("sigs.k8s.io/structured-merge-diff/v.X", 0.0335),
+    ]
+    assert observe.pprof_top(text, top=1) == [("k8s.io/apiserver/pkg/finisher.func1", 0.5194)]
+    assert observe.pprof_top("") == []
+
+
 def test_quantile_interpolates_inside_the_bucket_like_histogram_quantile() -> None:
     inf = float("inf")
     # 10 observations <= 0.01, 90 more <= 0.1, none slower: p50 falls in (0.01, 0.1]

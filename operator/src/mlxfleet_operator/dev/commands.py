@@ -1,9 +1,11 @@
 """The etcd and kube-apiserver command lines of the dev control plane (pure: argv only).
 
 Loopback only, the given ports, data and certificates under the given folders; RBAC on, static
-tokens plus bootstrap tokens, no fsync (test data), no profiling. API Priority and Fairness stays
-on, as in every real cluster since 1.20: without it the server refuses (429) whatever exceeds its
-max-in-flight limits at once, where APF queues it fairly per client (the 500-node bench's 429s).
+tokens plus bootstrap tokens, no fsync (test data), no profiling unless asked (`profiling`: the
+scale bench's CPU profile of the API server, /debug/pprof, admin only). API Priority and
+Fairness stays on, as in every real cluster since 1.20: without it the server refuses (429)
+whatever exceeds its max-in-flight limits at once, where APF queues it fairly per client (the
+500-node bench's 429s).
 May import: the standard library only. Called by: dev.controlplane (`start`).
 """
 
@@ -28,8 +30,11 @@ def etcd(*, binary: Path, data_dir: Path, client_port: int, peer_port: int) -> l
     ]
 
 
-def apiserver(*, binary: Path, etcd_port: int, port: int, pki: Path) -> list[str]:
-    """kube-apiserver on 127.0.0.1:`port`; `pki` holds sa.key, tokens.csv and serving/."""
+def apiserver(
+    *, binary: Path, etcd_port: int, port: int, pki: Path, profiling: bool = False
+) -> list[str]:
+    """kube-apiserver on 127.0.0.1:`port`; `pki` holds sa.key, tokens.csv and serving/;
+    `profiling`: serve /debug/pprof (to identities allowed that path: the admin)."""
     return [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{etcd_port}",
@@ -45,6 +50,6 @@ def apiserver(*, binary: Path, etcd_port: int, port: int, pki: Path) -> list[str
         f"--token-auth-file={pki / 'tokens.csv'}",
         "--enable-bootstrap-token-auth",  # `mlxfleet token create` + `mlxfleet-agent join`
         "--endpoint-reconciler-type=none",
-        "--profiling=false",
+        f"--profiling={'true' if profiling else 'false'}",
         "-v=1",
     ]

@@ -198,9 +198,11 @@ def start(
     timeout: float = 120,
     die_with_parent: bool = False,
     bare: bool = False,
+    profiling: bool = False,
 ) -> ControlPlane:
     """Start etcd + kube-apiserver under `root`, write kubeconfigs, install CRDs and RBAC
-    (`bare`: nothing installed, for installers that own every object: `helm install`)."""
+    (`bare`: nothing installed, for installers that own every object: `helm install`;
+    `profiling`: the API server serves /debug/pprof to the admin, for benchmarks)."""
     bins = binaries_dir()
     root = root.resolve()
     if root.exists():
@@ -228,7 +230,11 @@ def start(
     )
     apiserver = processes.spawn(
         commands.apiserver(
-            binary=bins / "kube-apiserver", etcd_port=etcd_client, port=api_port, pki=pki
+            binary=bins / "kube-apiserver",
+            etcd_port=etcd_client,
+            port=api_port,
+            pki=pki,
+            profiling=profiling,
         ),
         api_log,
         die_with_parent=die_with_parent,
