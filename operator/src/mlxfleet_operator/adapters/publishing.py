@@ -19,8 +19,7 @@ no slice it wrote dropped out: one apply instead of five calls (the full path ru
 the resync period, or at once when a fast apply fails: someone else changed the object). The
 full path reads each object and applies it only when it is not already as we would write it
 (`ownership.covers`): the resync of a quiet fleet reads, it does not write.
-A slice is first written when one of its endpoints is ready (only ready ones are routed to);
-once written, it follows its endpoints, ready or not (`publish_slices`).
+A slice is first written once one of its endpoints is ready, then follows them (`publish_slices`).
 A deployment not published yet (no `status.endpoint`, no name found taken in this process) has
 its objects created with a POST straight away: a taken name fails (409), and only then is the
 object read and decided on as above, so nothing of someone else's is ever written. A slice this
@@ -304,6 +303,11 @@ class Publisher:
         (POST first, or GET first)."""
         return pub.new and pub.key not in self._taken
 
+    def _record(self, pub: Publication) -> _Written | None:
+        """What this process wrote for this owner (not a predecessor of its name)."""
+        written = self._written.get(pub.key)
+        return written if written is not None and written.deployment == pub.uid else None
+
     def _expired(self, key: tuple[str, str], at: float) -> bool:
         """The key's resync period has passed since `at`."""
         return self._clock() - at >= resync_after(key, self._resync)
@@ -314,8 +318,8 @@ class Publisher:
         """Only the EndpointSlices of `publish` (no Service write, no pruning of stale slices):
         the fast path of a sharded group's withdrawal, only after `publish` succeeded (the
         Service is ours). Returns the slices' names. What `publish` last wrote is forgotten: the
-        next `publish` writes again. A slice with no ready endpoint is created only once one is
-        (at 500 x 1,000: 1,819 applies fewer); one it wrote follows its endpoints, ready or not."""
+        next `publish` writes again. A slice is created once an endpoint of it is ready (500 x
+        1,000: 1,819 applies fewer), then follows its endpoints, ready or not."""
         pub = _publication(target)
         self._published.pop(pub.key, None)
         slice_labels = {
@@ -328,8 +332,7 @@ class Publisher:
             kind, address = slice_address(await resolve_host(ep.host))
             groups.setdefault((kind, ep.port), []).append((address, ep))
         wanted: set[str] = set()
-        written = self._written.get(pub.key)
-        known = written.slices if written is not None and written.deployment == pub.uid else {}
+        known = written.slices if (written := self._record(pub)) is not None else {}
         for (kind, port), members in sorted(groups.items()):
             slice_name = f"{naming.endpoint_slice_name(pub.service, port)}-{kind.lower()}"
             if slice_name not in known and not any(ep.ready for _, ep in members):
@@ -364,13 +367,10 @@ class Publisher:
         return wanted
 
     async def _own_slice(self, pub: Publication, body: kube.JsonDict) -> None:
-        """`_own` for an EndpointSlice; one this process wrote for the owner is applied
-        with its known uid (no read), and not at all when it wrote this very body; if the apply
-        fails it is read and decided on again."""
+        """`_own` for a slice; one this process wrote is applied by uid (no read), not at all
+        when it holds this very body, and read and decided on again if that apply fails."""
         meta = body["metadata"]
-        written = self._written.get(pub.key)
-        if written is not None and written.deployment != pub.uid:
-            written = None
+        written = self._record(pub)
         digest = hash(json.dumps(body, sort_keys=True))
         uid = written.slices.get(meta["name"]) if written is not None else None
         if written is not None and uid is not None:
